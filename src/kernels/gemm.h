@@ -1,0 +1,45 @@
+/* Matrix products: C = op(A) · op(B) (+ bias), fp32 or bf16 operands, fp32 accumulate/output.
+ *
+ * dt_gemm_run goes through oneDNN's matmul primitive (kernels/dnnl/), created once per shape
+ * and kept in the dt_gemm cache. When oneDNN has no kernel for bf16 operands on this CPU
+ * (no AVX-512), it widens the bf16 operands to fp32 in a cached scratch buffer and runs the
+ * fp32 kernel: the result is the same math (bf16-rounded operands, fp32 accumulation), only
+ * not faster. dt_gemm_ref is the plain-C twin used by tests.
+ *
+ * A dt_gemm belongs to one thread of control (the primitives themselves run multi-threaded
+ * through OpenMP). All matrices are row-major.
+ */
+#ifndef DT_KERNELS_GEMM_H
+#define DT_KERNELS_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+typedef struct dt_gemm_shape {
+    int M, N, K;
+    bool trans_a;    /* A is stored [K, M] (row-major) and used transposed; else [M, K] */
+    bool trans_b;    /* B is stored [N, K] and used transposed; else [K, N] */
+    bool accumulate; /* C += result (the backward convention); else C = result */
+    dt_dtype dtype;  /* type of A and B; C and bias are always fp32 */
+    int64_t lda, ldb, ldc; /* row strides in elements; 0 = dense */
+} dt_gemm_shape;
+
+typedef struct dt_gemm dt_gemm;
+
+dt_status dt_gemm_init(dt_gemm **out);
+void dt_gemm_free(dt_gemm *g);
+
+/* bias: NULL or [N], added to every row (only allowed with accumulate == false). */
+dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const void *B,
+                      const float *bias, float *C);
+void dt_gemm_ref(const dt_gemm_shape *s, const void *A, const void *B, const float *bias,
+                 float *C);
+
+/* Name of the oneDNN implementation picked for fp32/bf16 ("brg:avx512_core", "gemm:jit", or
+ * "fp32 fallback" for bf16 widened to fp32), for logs and benchmark tables. */
+const char *dt_gemm_impl_name(dt_gemm *g, dt_dtype dtype);
+
+#endif
