@@ -1,0 +1,109 @@
+/* The run configuration: one struct per file section, [model] [data] [train] [optim]
+ * [plugin] [checkpoint], keys named as in the file (ColossalAI's names under [plugin]).
+ *
+ * Values come from, in order: built-in defaults (dt_config_defaults), a config file (INI/TOML
+ * style, read with inih), then `--section.key=value` overrides. Parsing is table-driven: one
+ * table lists every key with its type and field, so the parser, the override path, the
+ * printer and the error messages can never disagree. An unknown section or key, or a value
+ * that does not parse (\"12x\" for an int, \"maybe\" for a bool, an unknown enum name) is an
+ * error naming the file, line, section and key.
+ */
+#ifndef DT_CORE_CONFIG_H
+#define DT_CORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/status.h"
+
+#define DT_PATH_MAX 512
+
+typedef enum dt_arch { DT_ARCH_GPT2, DT_ARCH_LLAMA, DT_ARCH_COUNT } dt_arch;
+typedef enum dt_precision { DT_PREC_FP32, DT_PREC_BF16, DT_PREC_COUNT } dt_precision;
+typedef enum dt_lr_schedule { DT_SCHED_COSINE, DT_SCHED_CONSTANT, DT_SCHED_COUNT } dt_lr_schedule;
+typedef enum dt_plugin_type {
+    DT_PLUGIN_NONE,
+    DT_PLUGIN_DDP,
+    DT_PLUGIN_ZERO1,
+    DT_PLUGIN_ZERO2,
+    DT_PLUGIN_ZERO3,
+    DT_PLUGIN_HYBRID,
+    DT_PLUGIN_COUNT
+} dt_plugin_type;
+
+typedef struct dt_model_config {
+    dt_arch arch;                 /* gpt2 | llama */
+    int n_layer, n_head, n_kv_head; /* n_kv_head 0 = n_head (llama); gpt2 requires n_head */
+    int n_embd, vocab_size, max_seq_len;
+    int ffn_hidden;               /* llama SwiGLU width; 0 = derived (8C/3 rounded up to 64) */
+    float rope_theta;             /* llama */
+    float norm_eps;               /* 1e-5 */
+    char init[DT_PATH_MAX];       /* safetensors to start from; "" = random init */
+} dt_model_config;
+
+typedef struct dt_data_config {
+    char train[DT_PATH_MAX], val[DT_PATH_MAX]; /* token shards (.bin) */
+    bool shuffle;
+} dt_data_config;
+
+typedef struct dt_train_config {
+    int batch_size;       /* global batch, in sequences */
+    int micro_batch_size; /* sequences per forward/backward; 0 = batch_size (no accumulation) */
+    int seq_len, steps;
+    uint64_t seed;
+    int log_every, eval_every, eval_batches; /* eval_every 0 = off */
+    int sample_tokens;    /* characters printed as a sample at the end; 0 = off */
+    char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
+} dt_train_config;
+
+typedef struct dt_optim_config {
+    float lr, min_lr;
+    int warmup_steps;
+    dt_lr_schedule schedule;
+    float beta1, beta2, eps, weight_decay;
+} dt_optim_config;
+
+typedef struct dt_plugin_config {
+    dt_plugin_type type;
+    dt_precision precision;
+    float grad_clip; /* 0 = off */
+    int tp_size, sp_size, pp_size, zero_stage;
+    float bucket_mb;
+} dt_plugin_config;
+
+typedef struct dt_checkpoint_config {
+    char dir[DT_PATH_MAX];
+    int every;              /* 0 = off */
+    char resume[DT_PATH_MAX]; /* "" = start fresh, "auto" = newest in dir, or a step folder */
+    int keep;               /* newest folders to keep; 0 = all */
+} dt_checkpoint_config;
+
+typedef struct dt_config {
+    dt_model_config model;
+    dt_data_config data;
+    dt_train_config train;
+    dt_optim_config optim;
+    dt_plugin_config plugin;
+    dt_checkpoint_config checkpoint;
+} dt_config;
+
+/* The built-in default: the small character-level GPT trained on the fortunes text. */
+void dt_config_defaults(dt_config *c);
+/* Read a file over *c (keys not in the file keep their values). */
+dt_status dt_config_load_file(dt_config *c, const char *path);
+/* Parse from a string (the same grammar); `origin` names it in errors. */
+dt_status dt_config_load_string(dt_config *c, const char *text, const char *origin);
+/* One "section.key=value" (the leading "--" already stripped). */
+dt_status dt_config_set(dt_config *c, const char *assignment);
+/* Cross-field checks (positive sizes, n_embd % n_head, batch % micro_batch, ...);
+ * the message names every offending key. */
+dt_status dt_config_validate(const dt_config *c);
+/* Full config as a parseable file (written into checkpoints and printed with --verbose). */
+void dt_config_print(const dt_config *c, FILE *f);
+
+const char *dt_arch_name(dt_arch a);
+const char *dt_precision_name(dt_precision p);
+const char *dt_plugin_type_name(dt_plugin_type t);
+
+#endif

@@ -1,0 +1,26 @@
+/* Atomic file writes: write PATH.tmp.<pid>, fsync it, rename over PATH, fsync the directory.
+ * Either the old file or the complete new one is visible, never a partial one. */
+#ifndef DT_IO_ATOMIC_H
+#define DT_IO_ATOMIC_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/status.h"
+
+typedef struct dt_atomic_file {
+    FILE *f;
+    char path[4096], tmp[4200];
+} dt_atomic_file;
+
+dt_status dt_atomic_open(dt_atomic_file *a, const char *path);
+dt_status dt_atomic_write(dt_atomic_file *a, const void *data, size_t n);
+dt_status dt_atomic_commit(dt_atomic_file *a); /* flush, fsync, rename, fsync dir */
+void dt_atomic_abort(dt_atomic_file *a);       /* remove the temporary file */
+
+/* Whole small file in one call (JSON manifests). */
+dt_status dt_atomic_write_file(const char *path, const void *data, size_t n);
+/* mkdir -p */
+dt_status dt_mkdirs(const char *path);
+
+#endif

@@ -1,0 +1,37 @@
+/* Token shards in the llm.c / nanoGPT format: a header of 256 little-endian int32 (magic
+ * 20240520, version 1, token count, rest zero), then `count` uint16 tokens.
+ *
+ * dt_tokens_open maps the whole shard and validates it: magic, version, a count that matches
+ * the file size (a truncated shard is named as such), and every token < vocab_size.
+ */
+#ifndef DT_IO_TOKENS_H
+#define DT_IO_TOKENS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#define DT_TOKENS_MAGIC 20240520
+#define DT_TOKENS_VERSION 1
+#define DT_TOKENS_HEADER_INTS 256
+
+typedef struct dt_tokens {
+    const uint16_t *tok; /* borrowed view into the mapping */
+    int64_t n_tok;
+    void *map;
+    size_t map_len;
+} dt_tokens;
+
+/* vocab_size > 0: every token must be < vocab_size, else an error naming the first offender. */
+dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out);
+void dt_tokens_close(dt_tokens *t);
+dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok); /* atomic */
+
+/* Byte-level tokenizer (vocab 256): reads text files (a directory: every regular file in it,
+ * sorted by name, skipping fortune's .dat/.u8 index files), splits the bytes 90/10 into
+ * DIR/train.bin and DIR/val.bin. Reports the counts through n_train/n_val (may be NULL). */
+dt_status dt_tokens_prepare_bytes(const char *input, const char *out_dir, double val_fraction,
+                                  int64_t *n_train, int64_t *n_val);
+
+#endif
