@@ -1,0 +1,323 @@
+/* dt_gemm on oneDNN 2.6's matmul primitive (C API), with a per-shape primitive cache.
+ *
+ * Each distinct shape key gets one primitive plus its memory objects, created on first use and
+ * re-pointed at the caller's buffers with dnnl_memory_set_data_handle on every run. When the
+ * CPU has no bf16 matmul (oneDNN answers "unimplemented", e.g. AVX2-only parts), bf16 operands
+ * are widened into fp32 scratch owned by the cache entry and the fp32 primitive runs instead.
+ * A dt_gemm belongs to one thread of control; the primitives themselves use OpenMP threads.
+ */
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm.h"
+
+#define IMPL_LEN 64
+
+/* The normalised shape: leading dimensions resolved (never 0) so equal layouts share a key. */
+typedef struct gemm_key {
+    int M, N, K;
+    bool trans_a, trans_b, accumulate, has_bias;
+    dt_dtype dtype;
+    int64_t lda, ldb, ldc;
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem_a, mem_b, mem_c, mem_bias; /* mem_bias NULL without bias */
+    bool widen;       /* bf16 request served by the fp32 primitive on widened operands */
+    float *wide_a;    /* widen: A as stored ([K,M] or [M,K]), dense fp32 */
+    float *wide_b;    /* widen: B as stored, dense fp32 */
+} gemm_entry;
+
+struct dt_gemm {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    gemm_entry *entries;
+    int n_entries, cap_entries;
+    char impl[DT_DTYPE_COUNT][IMPL_LEN]; /* "" until a primitive of that dtype exists */
+};
+
+static void entry_destroy(gemm_entry *e) {
+    dnnl_memory_destroy(e->mem_a); /* all accept NULL */
+    dnnl_memory_destroy(e->mem_b);
+    dnnl_memory_destroy(e->mem_c);
+    dnnl_memory_destroy(e->mem_bias);
+    dnnl_primitive_destroy(e->prim);
+    free(e->wide_a);
+    free(e->wide_b);
+    memset(e, 0, sizeof *e);
+}
+
+dt_status dt_gemm_init(dt_gemm **out) {
+    *out = NULL;
+    dt_gemm *g = calloc(1, sizeof *g);
+    if (!g)
+        return dt_err_set(DT_ERR_OOM, "%s: no memory for the gemm cache", __func__);
+    dnnl_status_t ds = dnnl_engine_create(&g->engine, dnnl_cpu, 0);
+    if (ds != dnnl_success) {
+        free(g);
+        return dt_err_set(DT_ERR_DNNL, "%s: dnnl_engine_create failed (dnnl status %d)",
+                          __func__, (int)ds);
+    }
+    ds = dnnl_stream_create(&g->stream, g->engine, dnnl_stream_default_flags);
+    if (ds != dnnl_success) {
+        dnnl_engine_destroy(g->engine);
+        free(g);
+        return dt_err_set(DT_ERR_DNNL, "%s: dnnl_stream_create failed (dnnl status %d)",
+                          __func__, (int)ds);
+    }
+    *out = g;
+    return DT_OK;
+}
+
+void dt_gemm_free(dt_gemm *g) {
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_entries; i++)
+        entry_destroy(&g->entries[i]);
+    free(g->entries);
+    dnnl_stream_destroy(g->stream);
+    dnnl_engine_destroy(g->engine);
+    free(g);
+}
+
+static bool key_equal(const gemm_key *a, const gemm_key *b) {
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->trans_a == b->trans_a &&
+           a->trans_b == b->trans_b && a->accumulate == b->accumulate &&
+           a->has_bias == b->has_bias && a->dtype == b->dtype && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldc == b->ldc;
+}
+
+/* Stored shape of A and B: rows x cols of the row-major array the caller passes. */
+static int64_t rows_a(const gemm_key *k) { return k->trans_a ? k->K : k->M; }
+static int64_t cols_a(const gemm_key *k) { return k->trans_a ? k->M : k->K; }
+static int64_t rows_b(const gemm_key *k) { return k->trans_b ? k->N : k->K; }
+static int64_t cols_b(const gemm_key *k) { return k->trans_b ? k->K : k->N; }
+
+#define KEY_FMT "%dx%dx%d ta=%d tb=%d acc=%d bias=%d %s lda=%lld ldb=%lld ldc=%lld"
+#define KEY_ARGS(k)                                                                            \
+    (k)->M, (k)->N, (k)->K, (int)(k)->trans_a, (int)(k)->trans_b, (int)(k)->accumulate,        \
+        (int)(k)->has_bias, dt_dtype_name((k)->dtype), (long long)(k)->lda, (long long)(k)->ldb, \
+        (long long)(k)->ldc
+
+/* Builds the primitive for key `k` with operand type `dt` and leading dimensions lda/ldb
+ * (which differ from the key's for widened operands). Returns the raw dnnl status so the
+ * caller can tell "unimplemented" (fall back) from real failures; on failure *what names the
+ * failing call. */
+static dnnl_status_t build(dt_gemm *g, const gemm_key *k, dnnl_data_type_t dt, int64_t lda,
+                           int64_t ldb, gemm_entry *e, char *impl, const char **what) {
+    dnnl_memory_desc_t da, db, dc, dbias;
+    /* Logical A is [M,K]: element (m,k) sits at m*lda+k, or at k*lda+m when stored [K,M]. */
+    dnnl_dims_t dims_a = {k->M, k->K}, dims_b = {k->K, k->N}, dims_c = {k->M, k->N};
+    dnnl_dims_t dims_bias = {1, k->N};
+    dnnl_dims_t st_a = {k->trans_a ? 1 : lda, k->trans_a ? lda : 1};
+    dnnl_dims_t st_b = {k->trans_b ? 1 : ldb, k->trans_b ? ldb : 1};
+    dnnl_dims_t st_c = {k->ldc, 1}, st_bias = {k->N, 1};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_matmul_desc_t md;
+    dnnl_status_t ds;
+
+#define STEP(call)                                                                             \
+    do {                                                                                       \
+        ds = (call);                                                                           \
+        if (ds != dnnl_success) {                                                              \
+            *what = #call;                                                                     \
+            goto done;                                                                         \
+        }                                                                                      \
+    } while (0)
+    STEP(dnnl_memory_desc_init_by_strides(&da, 2, dims_a, dt, st_a));
+    STEP(dnnl_memory_desc_init_by_strides(&db, 2, dims_b, dt, st_b));
+    STEP(dnnl_memory_desc_init_by_strides(&dc, 2, dims_c, dnnl_f32, st_c));
+    STEP(dnnl_memory_desc_init_by_strides(&dbias, 2, dims_bias, dnnl_f32, st_bias));
+    STEP(dnnl_matmul_desc_init(&md, &da, &db, k->has_bias ? &dbias : NULL, &dc));
+    if (k->accumulate) {
+        /* C += A·B is a "sum" post-op: oneDNN reads the old C before overwriting it. */
+        STEP(dnnl_primitive_attr_create(&attr));
+        STEP(dnnl_post_ops_create(&ops));
+        STEP(dnnl_post_ops_append_sum(ops, 1.0f));
+        STEP(dnnl_primitive_attr_set_post_ops(attr, ops));
+    }
+    STEP(dnnl_primitive_desc_create(&pd, &md, attr, g->engine, NULL));
+    const char *name = NULL;
+    STEP(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name));
+    snprintf(impl, IMPL_LEN, "%s", name ? name : "?");
+    STEP(dnnl_primitive_create(&e->prim, pd));
+    /* No buffers yet: every run points the memory objects at the caller's arrays. */
+    STEP(dnnl_memory_create(&e->mem_a, &da, g->engine, DNNL_MEMORY_NONE));
+    STEP(dnnl_memory_create(&e->mem_b, &db, g->engine, DNNL_MEMORY_NONE));
+    STEP(dnnl_memory_create(&e->mem_c, &dc, g->engine, DNNL_MEMORY_NONE));
+    if (k->has_bias)
+        STEP(dnnl_memory_create(&e->mem_bias, &dbias, g->engine, DNNL_MEMORY_NONE));
+#undef STEP
+done:
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_post_ops_destroy(ops);
+    dnnl_primitive_attr_destroy(attr);
+    return ds;
+}
+
+static dt_status entry_create(dt_gemm *g, const gemm_key *k, gemm_entry *e) {
+    memset(e, 0, sizeof *e);
+    e->key = *k;
+    const char *what = "";
+    char impl[IMPL_LEN] = "";
+    dnnl_data_type_t dt = k->dtype == DT_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_status_t ds = build(g, k, dt, k->lda, k->ldb, e, impl, &what);
+    if (ds == dnnl_unimplemented && k->dtype == DT_BF16) {
+        /* No bf16 kernel on this CPU: same math on exactly widened operands. The scratch
+         * holds A and B as stored but dense, so its leading dimension is the column count. */
+        entry_destroy(e);
+        e->key = *k;
+        e->widen = true;
+        e->wide_a = malloc(sizeof(float) * (size_t)(rows_a(k) * cols_a(k)));
+        e->wide_b = malloc(sizeof(float) * (size_t)(rows_b(k) * cols_b(k)));
+        if (!e->wide_a || !e->wide_b) {
+            entry_destroy(e);
+            return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for bf16 widening " KEY_FMT,
+                              KEY_ARGS(k));
+        }
+        ds = build(g, k, dnnl_f32, cols_a(k), cols_b(k), e, impl, &what);
+        snprintf(impl, IMPL_LEN, "fp32 fallback");
+    }
+    if (ds != dnnl_success) {
+        entry_destroy(e);
+        return dt_err_set(DT_ERR_DNNL, "dt_gemm_run: %s failed for " KEY_FMT " (dnnl status %d)",
+                          what, KEY_ARGS(k), (int)ds);
+    }
+    memcpy(g->impl[k->dtype], impl, IMPL_LEN);
+    return DT_OK;
+}
+
+static dt_status lookup(dt_gemm *g, const gemm_key *k, gemm_entry **out) {
+    /* Linear scan: a model uses a few dozen shapes, and a miss costs a primitive creation
+     * that dwarfs the scan; the most recent hit moves to the front so repeats are O(1). */
+    for (int i = 0; i < g->n_entries; i++) {
+        if (key_equal(&g->entries[i].key, k)) {
+            if (i > 0) {
+                gemm_entry t = g->entries[i];
+                memmove(&g->entries[1], &g->entries[0], sizeof t * (size_t)i);
+                g->entries[0] = t;
+            }
+            *out = &g->entries[0];
+            return DT_OK;
+        }
+    }
+    if (g->n_entries == g->cap_entries) {
+        int cap = g->cap_entries ? 2 * g->cap_entries : 16;
+        gemm_entry *p = realloc(g->entries, sizeof *p * (size_t)cap);
+        if (!p)
+            return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for the primitive cache");
+        g->entries = p;
+        g->cap_entries = cap;
+    }
+    gemm_entry e;
+    DT_TRY(entry_create(g, k, &e));
+    memmove(&g->entries[1], &g->entries[0], sizeof e * (size_t)g->n_entries);
+    g->entries[0] = e;
+    g->n_entries++;
+    *out = &g->entries[0];
+    return DT_OK;
+}
+
+/* bf16 rows x cols (row stride ld) -> dense fp32; exact, since bf16 is a truncated fp32. */
+static void widen(float *dst, const dt_bf16 *src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const dt_bf16 *s = src + r * ld;
+        float *d = dst + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t u = (uint32_t)s[c] << 16;
+            memcpy(&d[c], &u, 4);
+        }
+    }
+}
+
+static dt_status check_shape(const dt_gemm_shape *s, const void *A, const void *B,
+                             const float *bias, const float *C, gemm_key *k) {
+    if (s->M < 0 || s->N < 0 || s->K < 0 || (s->dtype != DT_F32 && s->dtype != DT_BF16))
+        return dt_err_set(DT_ERR_ARG, "dt_gemm_run: bad shape %dx%dx%d dtype %d", s->M, s->N,
+                          s->K, (int)s->dtype);
+    memset(k, 0, sizeof *k);
+    k->M = s->M, k->N = s->N, k->K = s->K;
+    k->trans_a = s->trans_a, k->trans_b = s->trans_b, k->accumulate = s->accumulate;
+    k->has_bias = bias != NULL;
+    k->dtype = s->dtype;
+    k->lda = s->lda ? s->lda : cols_a(k);
+    k->ldb = s->ldb ? s->ldb : cols_b(k);
+    k->ldc = s->ldc ? s->ldc : k->N;
+    if (k->lda < cols_a(k) || k->ldb < cols_b(k) || k->ldc < k->N)
+        return dt_err_set(DT_ERR_ARG, "dt_gemm_run: leading dimension too small for " KEY_FMT,
+                          KEY_ARGS(k));
+    if (bias && s->accumulate)
+        return dt_err_set(DT_ERR_ARG, "dt_gemm_run: bias with accumulate for " KEY_FMT,
+                          KEY_ARGS(k));
+    if ((!A && s->K && s->M) || (!B && s->K && s->N) || (!C && s->M && s->N))
+        return dt_err_set(DT_ERR_ARG, "dt_gemm_run: NULL operand for " KEY_FMT, KEY_ARGS(k));
+    return DT_OK;
+}
+
+dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const void *B,
+                      const float *bias, float *C) {
+    gemm_key k;
+    DT_TRY(check_shape(s, A, B, bias, C, &k));
+    if (k.M == 0 || k.N == 0)
+        return DT_OK;
+    if (k.K == 0) { /* empty sum: oneDNN rejects zero dims, and the answer is trivial */
+        if (!k.accumulate)
+            for (int64_t m = 0; m < k.M; m++)
+                for (int64_t n = 0; n < k.N; n++)
+                    C[m * k.ldc + n] = bias ? bias[n] : 0.0f;
+        return DT_OK;
+    }
+    gemm_entry *e;
+    DT_TRY(lookup(g, &k, &e));
+    const void *a = A, *b = B;
+    if (e->widen) {
+        widen(e->wide_a, A, rows_a(&k), cols_a(&k), k.lda);
+        widen(e->wide_b, B, rows_b(&k), cols_b(&k), k.ldb);
+        a = e->wide_a;
+        b = e->wide_b;
+    }
+    /* oneDNN only reads SRC/WEIGHTS/BIAS; its handle setter just takes a non-const void *. */
+    dnnl_status_t ds;
+    const char *what = "dnnl_memory_set_data_handle";
+    if ((ds = dnnl_memory_set_data_handle(e->mem_a, (void *)a)) != dnnl_success ||
+        (ds = dnnl_memory_set_data_handle(e->mem_b, (void *)b)) != dnnl_success ||
+        (ds = dnnl_memory_set_data_handle(e->mem_c, C)) != dnnl_success ||
+        (bias && (ds = dnnl_memory_set_data_handle(e->mem_bias, (void *)bias)) != dnnl_success))
+        goto fail;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->mem_a},
+                               {DNNL_ARG_WEIGHTS, e->mem_b},
+                               {DNNL_ARG_DST, e->mem_c},
+                               {DNNL_ARG_BIAS, e->mem_bias}};
+    what = "dnnl_primitive_execute";
+    if ((ds = dnnl_primitive_execute(e->prim, g->stream, bias ? 4 : 3, args)) != dnnl_success)
+        goto fail;
+    what = "dnnl_stream_wait";
+    if ((ds = dnnl_stream_wait(g->stream)) != dnnl_success)
+        goto fail;
+    return DT_OK;
+fail:
+    return dt_err_set(DT_ERR_DNNL, "dt_gemm_run: %s failed for " KEY_FMT " (dnnl status %d)",
+                      what, KEY_ARGS(&k), (int)ds);
+}
+
+const char *dt_gemm_impl_name(dt_gemm *g, dt_dtype dtype) {
+    if (!g || dtype < 0 || dtype >= DT_DTYPE_COUNT)
+        return "?";
+    if (!g->impl[dtype][0]) {
+        /* Nothing of this dtype ran yet: probe a typical shape so logs can name the kernel
+         * before the first step. A probe failure leaves the name unknown, not an error. */
+        gemm_key k = {.M = 64, .N = 64, .K = 64, .dtype = dtype, .lda = 64, .ldb = 64,
+                      .ldc = 64};
+        gemm_entry *e;
+        if (lookup(g, &k, &e) != DT_OK)
+            return "unknown";
+    }
+    return g->impl[dtype];
+}
