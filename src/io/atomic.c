@@ -1,0 +1,185 @@
+/* Atomic file writes and mkdir -p. See atomic.h.
+ *
+ * The new bytes go to PATH.tmp.<pid> (the pid keeps two processes writing the same path from
+ * sharing a temporary), are fsynced, renamed over PATH, and then the directory is fsynced so
+ * the rename itself survives a crash. No global state: safe from any thread that owns its
+ * dt_atomic_file.
+ */
+#include "io/atomic.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Writes the directory part of `path` into `dir` ("." when there is none). */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, cap, ".");
+    } else if (slash == path) {
+        snprintf(dir, cap, "/");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+}
+
+/* fsync the directory holding `path`, so the rename is on disk and not just in the page cache.
+ * Some filesystems (tmpfs on old kernels, some network mounts) refuse fsync on a directory
+ * with EINVAL; the rename is then as durable as that filesystem allows, so that is not an
+ * error. */
+static dt_status fsync_dir(const char *path) {
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return dt_err_set(DT_ERR_IO, "%s: cannot open directory %s to fsync: %s", path, dir,
+                          strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL && e != EROFS)
+        return dt_err_set(DT_ERR_IO, "%s: fsync of directory %s failed: %s", path, dir,
+                          strerror(e));
+    return DT_OK;
+}
+
+dt_status dt_atomic_open(dt_atomic_file *a, const char *path) {
+    if (!a || !path || !path[0])
+        return dt_err_set(DT_ERR_ARG, "%s: NULL or empty path", __func__);
+    memset(a, 0, sizeof *a);
+    size_t len = strlen(path);
+    if (len >= sizeof a->path)
+        return dt_err_set(DT_ERR_ARG, "%s: path too long (%zu bytes): %.64s...", __func__, len,
+                          path);
+    memcpy(a->path, path, len + 1);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    a->f = fopen(a->tmp, "wb");
+    if (!a->f) {
+        int e = errno;
+        a->tmp[0] = 0; /* nothing to remove on abort */
+        return dt_err_set(DT_ERR_IO, "%s: cannot create temporary file %s.tmp.%ld: %s", path,
+                          path, (long)getpid(), strerror(e));
+    }
+    return DT_OK;
+}
+
+dt_status dt_atomic_write(dt_atomic_file *a, const void *data, size_t n) {
+    if (!a || !a->f)
+        return dt_err_set(DT_ERR_ARG, "%s: file is not open", __func__);
+    if (n == 0)
+        return DT_OK;
+    if (!data)
+        return dt_err_set(DT_ERR_ARG, "%s: %s: NULL data for %zu bytes", __func__, a->path, n);
+    errno = 0;
+    if (fwrite(data, 1, n, a->f) != n)
+        return dt_err_set(DT_ERR_IO, "%s: write of %zu bytes to %s failed: %s", a->path, n,
+                          a->tmp, errno ? strerror(errno) : "short write");
+    return DT_OK;
+}
+
+dt_status dt_atomic_commit(dt_atomic_file *a) {
+    dt_status st = DT_OK;
+    if (!a || !a->f)
+        return dt_err_set(DT_ERR_ARG, "%s: file is not open", __func__);
+    /* fflush moves stdio's buffer to the kernel; fsync moves the kernel's to the disk. Both
+     * must succeed before the rename, or a crash could expose a file with missing tail. */
+    if (fflush(a->f) != 0) {
+        st = dt_err_set(DT_ERR_IO, "%s: flushing %s failed: %s", a->path, a->tmp,
+                        strerror(errno));
+        goto fail;
+    }
+    if (fsync(fileno(a->f)) != 0 && errno != EINVAL) {
+        st = dt_err_set(DT_ERR_IO, "%s: fsync of %s failed: %s", a->path, a->tmp,
+                        strerror(errno));
+        goto fail;
+    }
+    FILE *f = a->f;
+    a->f = NULL;
+    if (fclose(f) != 0) {
+        st = dt_err_set(DT_ERR_IO, "%s: closing %s failed: %s", a->path, a->tmp,
+                        strerror(errno));
+        goto fail;
+    }
+    if (rename(a->tmp, a->path) != 0) {
+        st = dt_err_set(DT_ERR_IO, "%s: rename from %s failed: %s", a->path, a->tmp,
+                        strerror(errno));
+        goto fail;
+    }
+    a->tmp[0] = 0; /* renamed: nothing left to clean up */
+    return fsync_dir(a->path);
+
+fail:
+    dt_atomic_abort(a);
+    return st;
+}
+
+void dt_atomic_abort(dt_atomic_file *a) {
+    if (!a)
+        return;
+    if (a->f) {
+        fclose(a->f);
+        a->f = NULL;
+    }
+    if (a->tmp[0]) {
+        unlink(a->tmp);
+        a->tmp[0] = 0;
+    }
+}
+
+dt_status dt_atomic_write_file(const char *path, const void *data, size_t n) {
+    dt_atomic_file a;
+    dt_status st = dt_atomic_open(&a, path);
+    if (st != DT_OK)
+        return st;
+    DT_TRY_GOTO(dt_atomic_write(&a, data, n));
+    return dt_atomic_commit(&a); /* cleans up after itself on failure */
+
+fail:
+    dt_atomic_abort(&a);
+    return st;
+}
+
+/* mkdir one component; an existing directory is fine, an existing file is not. */
+static dt_status mkdir_one(const char *full, const char *part) {
+    if (mkdir(part, 0755) == 0)
+        return DT_OK;
+    int e = errno;
+    struct stat sb;
+    if (e == EEXIST && stat(part, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode))
+            return DT_OK;
+        return dt_err_set(DT_ERR_IO, "%s: cannot create directory: %s exists and is not a "
+                          "directory", full, part);
+    }
+    return dt_err_set(DT_ERR_IO, "%s: cannot create directory %s: %s", full, part, strerror(e));
+}
+
+dt_status dt_mkdirs(const char *path) {
+    if (!path || !path[0])
+        return dt_err_set(DT_ERR_ARG, "%s: NULL or empty path", __func__);
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len >= sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "%s: path too long (%zu bytes): %.64s...", __func__, len,
+                          path);
+    memcpy(buf, path, len + 1);
+    /* Create every prefix ending before a '/', then the whole path; skipping the leading '/'
+     * and repeated slashes ("a//b") so no empty component is ever passed to mkdir. */
+    for (size_t i = 1; i < len; i++) {
+        if (buf[i] != '/' || buf[i - 1] == '/')
+            continue;
+        buf[i] = 0;
+        dt_status st = mkdir_one(path, buf);
+        buf[i] = '/';
+        if (st != DT_OK)
+            return st;
+    }
+    return mkdir_one(path, buf);
+}
