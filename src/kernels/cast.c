@@ -1,0 +1,129 @@
+/* Array casts and reductions (see cast.h).
+ *
+ * Work is cut into fixed blocks of BLOCK elements that OpenMP threads share statically; the
+ * block bodies are compiled for several ISAs and picked at load time (target_clones), so the
+ * library runs on any x86-64 yet uses AVX2/AVX-512 where present. dt_sumsq sums each block in
+ * a fixed lane order and adds block sums in index order: its value does not depend on the
+ * thread count. Stateless and allocation-free.
+ */
+#include "kernels/cast.h"
+
+#include <string.h>
+
+#define BLOCK 16384
+#define PAR_MIN (4 * BLOCK) /* below this a parallel region costs more than it saves */
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define SUMSQ_LANES 8
+#define SUMSQ_GROUP 256 /* block sums kept on the stack per parallel pass */
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Branch-free version of dt_bf16_from_f32 (round to nearest even, NaN kept quiet) so the
+ * compiler can vectorise the select. */
+static inline uint16_t bf16_bits(uint32_t u) {
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t q = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+CLONES static void to_bf16_block(dt_bf16 *restrict dst, const float *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        dst[i] = bf16_bits(u);
+    }
+}
+
+CLONES static void to_f32_block(float *restrict dst, const dt_bf16 *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+CLONES static void round_block(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        u = (uint32_t)bf16_bits(u) << 16;
+        memcpy(&x[i], &u, 4);
+    }
+}
+
+/* Fixed lanes instead of a reduction pragma: the summation order is then part of the code,
+ * identical for every ISA clone and thread count. */
+CLONES static double sumsq_block(const float *x, int64_t n) {
+    double acc[SUMSQ_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+        for (int l = 0; l < SUMSQ_LANES; l++)
+            acc[l] += (double)x[i + l] * x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += (double)x[i] * x[i];
+    double s = 0;
+    for (int l = 0; l < SUMSQ_LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+CLONES static void scale_block(float *x, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+CLONES static void add_block(float *restrict y, const float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+void dt_cast_f32_to_bf16(dt_bf16 *dst, const float *src, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        to_bf16_block(dst + b * BLOCK, src + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
+
+void dt_cast_bf16_to_f32(float *dst, const dt_bf16 *src, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        to_f32_block(dst + b * BLOCK, src + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
+
+void dt_round_bf16_inplace(float *x, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        round_block(x + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
+
+double dt_sumsq(const float *x, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+    double total = 0;
+    for (int64_t g0 = 0; g0 < nb; g0 += SUMSQ_GROUP) {
+        double part[SUMSQ_GROUP];
+        int64_t ng = min64(SUMSQ_GROUP, nb - g0);
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (int64_t j = 0; j < ng; j++) {
+            int64_t i0 = (g0 + j) * BLOCK;
+            part[j] = sumsq_block(x + i0, min64(BLOCK, n - i0));
+        }
+        for (int64_t j = 0; j < ng; j++)
+            total += part[j];
+    }
+    return total;
+}
+
+void dt_scale_inplace(float *x, float s, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        scale_block(x + b * BLOCK, s, min64(BLOCK, n - b * BLOCK));
+}
+
+void dt_add_inplace(float *y, const float *x, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        add_block(y + b * BLOCK, x + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
