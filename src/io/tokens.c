@@ -1,0 +1,384 @@
+/* Token shards (llm.c / nanoGPT .bin format) and the byte-level "prepare" step. See tokens.h.
+ *
+ * A shard is mapped read-only (MAP_PRIVATE): pages are shared with the page cache and with
+ * other ranks reading the same file, and the dt_tokens owns the mapping. Header ints and
+ * tokens are little-endian on disk and read as host integers: the host is assumed
+ * little-endian (x86-64, aarch64). No shared state; distinct dt_tokens are thread-independent.
+ */
+#include "io/tokens.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/atomic.h"
+
+#define HEADER_BYTES ((size_t)DT_TOKENS_HEADER_INTS * sizeof(int32_t))
+
+dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
+    dt_status st = DT_OK;
+    if (!path || !out)
+        return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
+    memset(out, 0, sizeof *out);
+    void *map = NULL;
+    size_t len = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return dt_err_set(DT_ERR_IO, "%s: cannot open token shard: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = dt_err_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = dt_err_set(DT_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    len = (size_t)sb.st_size;
+    if (len < HEADER_BYTES) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: file is shorter than the %zu-byte token shard header "
+                        "(%zu bytes): not a dtrain/llm.c token shard", path, HEADER_BYTES, len);
+        goto fail;
+    }
+    map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        map = NULL;
+        st = dt_err_set(DT_ERR_IO, "%s: mmap of %zu bytes failed: %s", path, len,
+                        strerror(errno));
+        goto fail;
+    }
+    int32_t hdr[3];
+    memcpy(hdr, map, sizeof hdr);
+    if (hdr[0] != DT_TOKENS_MAGIC) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: bad magic %d, expected %d: not a dtrain/llm.c token "
+                        "shard", path, hdr[0], DT_TOKENS_MAGIC);
+        goto fail;
+    }
+    if (hdr[1] != DT_TOKENS_VERSION) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: unsupported token shard version %d, expected %d "
+                        "(uint16 tokens)", path, hdr[1], DT_TOKENS_VERSION);
+        goto fail;
+    }
+    int64_t n = hdr[2], held = (int64_t)((len - HEADER_BYTES) / sizeof(uint16_t));
+    if (n < 0) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: negative token count %lld in the header", path,
+                        (long long)n);
+        goto fail;
+    }
+    if (n > held) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: truncated: header says %lld tokens, file holds %lld "
+                        "(%zu bytes after the header)", path, (long long)n, (long long)held,
+                        len - HEADER_BYTES);
+        goto fail;
+    }
+    if ((size_t)n * 2 != len - HEADER_BYTES) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: header says %lld tokens (%lld bytes) but file holds "
+                        "%zu bytes after the header: trailing bytes after the tokens", path,
+                        (long long)n, (long long)n * 2, len - HEADER_BYTES);
+        goto fail;
+    }
+    if (n < 2) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: shard holds %lld tokens; need at least 2 (an input "
+                        "and its target)", path, (long long)n);
+        goto fail;
+    }
+    const uint16_t *tok = (const uint16_t *)((const char *)map + HEADER_BYTES);
+    if (vocab_size > 0)
+        for (int64_t i = 0; i < n; i++)
+            if (tok[i] >= vocab_size) {
+                st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= vocab_size %d",
+                                path, (long long)i, (unsigned)tok[i], vocab_size);
+                goto fail;
+            }
+    close(fd); /* the mapping stays valid without the descriptor */
+    out->tok = tok;
+    out->n_tok = n;
+    out->map = map;
+    out->map_len = len;
+    return DT_OK;
+
+fail:
+    if (map)
+        munmap(map, len);
+    close(fd);
+    return st;
+}
+
+void dt_tokens_close(dt_tokens *t) {
+    if (!t)
+        return;
+    if (t->map)
+        munmap(t->map, t->map_len);
+    memset(t, 0, sizeof *t);
+}
+
+static void header_fill(int32_t *hdr, int64_t n_tok) {
+    memset(hdr, 0, HEADER_BYTES);
+    hdr[0] = DT_TOKENS_MAGIC;
+    hdr[1] = DT_TOKENS_VERSION;
+    hdr[2] = (int32_t)n_tok;
+}
+
+dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok) {
+    if (!path || n_tok < 0 || (n_tok > 0 && !tok))
+        return dt_err_set(DT_ERR_ARG, "%s: bad argument (n_tok %lld)", __func__,
+                          (long long)n_tok);
+    if (n_tok > INT32_MAX) /* the header stores the count as int32 */
+        return dt_err_set(DT_ERR_ARG, "%s: %s: %lld tokens exceed one shard's int32 count",
+                          __func__, path, (long long)n_tok);
+    dt_status st = DT_OK;
+    int32_t hdr[DT_TOKENS_HEADER_INTS];
+    header_fill(hdr, n_tok);
+    dt_atomic_file a;
+    DT_TRY(dt_atomic_open(&a, path));
+    DT_TRY_GOTO(dt_atomic_write(&a, hdr, sizeof hdr));
+    DT_TRY_GOTO(dt_atomic_write(&a, tok, (size_t)n_tok * sizeof *tok));
+    return dt_atomic_commit(&a);
+
+fail:
+    dt_atomic_abort(&a);
+    return st;
+}
+
+/* Writes bytes[0..n) as a shard of uint16 tokens, widening in chunks so no second full-size
+ * buffer is needed. */
+static dt_status write_byte_shard(const char *path, const unsigned char *bytes, int64_t n) {
+    dt_status st = DT_OK;
+    int32_t hdr[DT_TOKENS_HEADER_INTS];
+    header_fill(hdr, n);
+    uint16_t chunk[8192];
+    dt_atomic_file a;
+    DT_TRY(dt_atomic_open(&a, path));
+    DT_TRY_GOTO(dt_atomic_write(&a, hdr, sizeof hdr));
+    for (int64_t i = 0; i < n; i += 8192) {
+        int64_t m = n - i < 8192 ? n - i : 8192;
+        for (int64_t j = 0; j < m; j++)
+            chunk[j] = bytes[i + j];
+        DT_TRY_GOTO(dt_atomic_write(&a, chunk, (size_t)m * sizeof *chunk));
+    }
+    return dt_atomic_commit(&a);
+
+fail:
+    dt_atomic_abort(&a);
+    return st;
+}
+
+typedef struct src_file {
+    char *path;
+    dev_t dev;
+    ino_t ino;
+} src_file;
+
+typedef struct src_list {
+    src_file *f;
+    int n, cap;
+} src_list;
+
+static void src_list_free(src_list *l) {
+    for (int i = 0; i < l->n; i++)
+        free(l->f[i].path);
+    free(l->f);
+    l->f = NULL;
+    l->n = l->cap = 0;
+}
+
+static dt_status src_list_push(src_list *l, const char *path, const struct stat *sb) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        src_file *f = realloc(l->f, (size_t)cap * sizeof *f);
+        if (!f)
+            return dt_err_set(DT_ERR_OOM, "%s: out of memory listing input files", path);
+        l->f = f;
+        l->cap = cap;
+    }
+    if (!(l->f[l->n].path = strdup(path)))
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory listing input files", path);
+    l->f[l->n].dev = sb->st_dev;
+    l->f[l->n].ino = sb->st_ino;
+    l->n++;
+    return DT_OK;
+}
+
+static int src_cmp(const void *a, const void *b) {
+    return strcmp(((const src_file *)a)->path, ((const src_file *)b)->path);
+}
+
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    int pos; /* index in the name-sorted list */
+} file_id;
+
+static int file_id_cmp(const void *a, const void *b) {
+    const file_id *x = a, *y = b;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino)
+        return x->ino < y->ino ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Regular files directly inside `dir`, sorted by name, skipping hidden files and fortune's
+ * .dat/.u8 files (in Debian's fortunes, NAME.u8 is a symlink back to NAME). Other symlinks are
+ * followed, but a file reached through several names is read once: the first name in sorted
+ * order wins. */
+static dt_status list_dir(const char *dir, src_list *l) {
+    dt_status st = DT_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return dt_err_set(DT_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    struct dirent *de;
+    char path[4096];
+    while ((errno = 0, de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (nm[0] == '.' || ends_with(nm, ".dat") || ends_with(nm, ".u8"))
+            continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, nm) >= sizeof path) {
+            st = dt_err_set(DT_ERR_IO, "%s/%s: path too long", dir, nm);
+            goto fail;
+        }
+        struct stat sb;
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue; /* subdirectories, sockets and dangling links carry no text */
+        DT_TRY_GOTO(src_list_push(l, path, &sb));
+    }
+    if (errno) {
+        st = dt_err_set(DT_ERR_IO, "%s: reading directory failed: %s", dir, strerror(errno));
+        goto fail;
+    }
+    closedir(d);
+    if (l->n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(l->f, (size_t)l->n, sizeof *l->f, src_cmp);
+    /* Drop later names of an already-listed file: sort positions by (dev, inode, position),
+     * so the first name of each file leads its group, and mark the rest. */
+    file_id *ids = malloc((l->n > 0 ? (size_t)l->n : 1) * sizeof *ids);
+    if (!ids)
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory listing input files", dir);
+    for (int i = 0; i < l->n; i++)
+        ids[i] = (file_id){l->f[i].dev, l->f[i].ino, i};
+    if (l->n > 1)
+        qsort(ids, (size_t)l->n, sizeof *ids, file_id_cmp);
+    for (int i = 1; i < l->n; i++)
+        if (ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino) {
+            free(l->f[ids[i].pos].path);
+            l->f[ids[i].pos].path = NULL;
+        }
+    free(ids);
+    int kept = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->f[i].path)
+            l->f[kept++] = l->f[i];
+    l->n = kept;
+    return DT_OK;
+
+fail:
+    closedir(d);
+    return st;
+}
+
+/* Appends the whole of `path` to *buf (growing it). */
+static dt_status append_file(const char *path, unsigned char **buf, size_t *len, size_t *cap) {
+    dt_status st = DT_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt_err_set(DT_ERR_IO, "%s: cannot open input: %s", path, strerror(errno));
+    for (;;) {
+        if (*cap - *len < 65536) {
+            size_t ncap = *cap ? 2 * *cap : (size_t)1 << 20;
+            unsigned char *nb = realloc(*buf, ncap);
+            if (!nb) {
+                st = dt_err_set(DT_ERR_OOM, "%s: out of memory reading input (%zu bytes)", path,
+                                ncap);
+                goto fail;
+            }
+            *buf = nb;
+            *cap = ncap;
+        }
+        size_t r = fread(*buf + *len, 1, *cap - *len, f);
+        *len += r;
+        if (r == 0)
+            break;
+    }
+    if (ferror(f)) {
+        st = dt_err_set(DT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    fclose(f);
+    return DT_OK;
+
+fail:
+    fclose(f);
+    return st;
+}
+
+dt_status dt_tokens_prepare_bytes(const char *input, const char *out_dir, double val_fraction,
+                                  int64_t *n_train, int64_t *n_val) {
+    if (!input || !out_dir)
+        return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
+    if (!(val_fraction > 0 && val_fraction < 1))
+        return dt_err_set(DT_ERR_ARG, "%s: val_fraction %g outside (0, 1)", __func__,
+                          val_fraction);
+    dt_status st = DT_OK;
+    src_list l = {0};
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    struct stat sb;
+    if (stat(input, &sb) != 0)
+        return dt_err_set(DT_ERR_IO, "%s: cannot read input: %s", input, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        DT_TRY_GOTO(list_dir(input, &l));
+    } else if (S_ISREG(sb.st_mode)) {
+        DT_TRY_GOTO(src_list_push(&l, input, &sb));
+    } else {
+        return dt_err_set(DT_ERR_IO, "%s: input is neither a file nor a directory", input);
+    }
+    for (int i = 0; i < l.n; i++)
+        DT_TRY_GOTO(append_file(l.f[i].path, &buf, &len, &cap));
+    if (len == 0) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: input is empty (%d files, 0 bytes)", input, l.n);
+        goto fail;
+    }
+    /* One byte is one token; the split is by position, so val is the tail of the corpus. */
+    int64_t total = (int64_t)len, n_tr = (int64_t)((double)total * (1.0 - val_fraction));
+    int64_t n_va = total - n_tr;
+    if (n_tr < 2 || n_va < 2) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: input too small: %lld bytes give %lld train and %lld "
+                        "val tokens; each shard needs at least 2", input, (long long)total,
+                        (long long)n_tr, (long long)n_va);
+        goto fail;
+    }
+    if (n_tr > INT32_MAX || n_va > INT32_MAX) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: input of %lld bytes is too large for one shard "
+                        "(int32 token count)", input, (long long)total);
+        goto fail;
+    }
+    char path[4096];
+    DT_TRY_GOTO(dt_mkdirs(out_dir));
+    if ((size_t)snprintf(path, sizeof path, "%s/train.bin", out_dir) >= sizeof path) {
+        st = dt_err_set(DT_ERR_ARG, "%s: output directory path too long", out_dir);
+        goto fail;
+    }
+    DT_TRY_GOTO(write_byte_shard(path, buf, n_tr));
+    snprintf(path, sizeof path, "%s/val.bin", out_dir);
+    DT_TRY_GOTO(write_byte_shard(path, buf + n_tr, n_va));
+    if (n_train)
+        *n_train = n_tr;
+    if (n_val)
+        *n_val = n_va;
+
+fail:
+    free(buf);
+    src_list_free(&l);
+    return st;
+}

@@ -1,0 +1,216 @@
+/* io/tokens: shard round trip, hand-crafted bad shards (magic, version, truncation, trailing
+ * bytes, too few tokens, token >= vocab), and the byte-level prepare step on a small directory
+ * holding a .dat index, a hidden file, a subdirectory and a symlink that must be read once.
+ * Works in a mkdtemp directory under /tmp that it removes at the end.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "io/tokens.h"
+
+static char dir[] = "/tmp/dt_tok_XXXXXX";
+static char bad[600];
+
+static void write_raw(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n)
+        fprintf(stderr, "cannot write %s\n", path);
+    if (f)
+        fclose(f);
+}
+
+/* A shard with the given header fields, `n_file` tokens 0, 1, 2, ... and `extra` zero bytes. */
+static void craft(int32_t magic, int32_t version, int32_t count, int n_file, size_t extra) {
+    size_t n = 1024 + 2 * (size_t)n_file + extra;
+    unsigned char *b = calloc(1, n);
+    int32_t h[3] = {magic, version, count};
+    memcpy(b, h, sizeof h);
+    for (int i = 0; i < n_file; i++) {
+        uint16_t t = (uint16_t)i;
+        memcpy(b + 1024 + 2 * i, &t, 2);
+    }
+    write_raw(bad, b, n);
+    free(b);
+}
+
+static void expect_fail(int line, int vocab, dt_status want, const char *what,
+                        const char *what2) {
+    dt_tokens t;
+    memset(&t, 0xab, sizeof t); /* must be zeroed on failure */
+    dt_status st = dt_tokens_open(bad, vocab, &t);
+    const char *m = dt_err_msg();
+    dt_test_check(st == want, __FILE__, line, "status %s, want %s (%s)", dt_status_str(st),
+                  dt_status_str(want), m);
+    dt_test_check(t.map == NULL && t.tok == NULL && t.n_tok == 0, __FILE__, line,
+                  "dt_tokens not cleared on failure");
+    dt_test_check(strstr(m, bad) != NULL, __FILE__, line, "message lacks the path: %s", m);
+    dt_test_check(strstr(m, what) != NULL, __FILE__, line, "message lacks '%s': %s", what, m);
+    if (what2)
+        dt_test_check(strstr(m, what2) != NULL, __FILE__, line, "message lacks '%s': %s", what2,
+                      m);
+    if (st == DT_OK)
+        dt_tokens_close(&t);
+}
+#define EXPECT_FAIL(vocab, what, what2) expect_fail(__LINE__, vocab, DT_ERR_FORMAT, what, what2)
+
+static void test_shards(void) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/rt.bin", dir);
+    uint16_t tok[1000];
+    for (int i = 0; i < 1000; i++)
+        tok[i] = (uint16_t)(i * 37 % 50257);
+    DT_CHECK_OK(dt_tokens_write(p, tok, 1000));
+    struct stat sb;
+    DT_CHECK(stat(p, &sb) == 0 && sb.st_size == 1024 + 2000, "shard size %lld",
+             (long long)sb.st_size);
+    dt_tokens t = {0};
+    DT_CHECK_OK(dt_tokens_open(p, 50257, &t));
+    DT_CHECK(t.n_tok == 1000 && t.tok && memcmp(t.tok, tok, sizeof tok) == 0,
+             "round trip differs (n_tok %lld)", (long long)t.n_tok);
+    dt_tokens_close(&t);
+    dt_tokens_close(&t); /* closing twice is harmless */
+    DT_CHECK(t.map == NULL, "close did not clear the handle");
+    DT_CHECK_OK(dt_tokens_open(p, 0, &t)); /* vocab 0: no range check */
+    dt_tokens_close(&t);
+
+    /* a token >= vocab: the message names the index, the value and the vocab size */
+    snprintf(bad, sizeof bad, "%s", p);
+    EXPECT_FAIL(1000, "token 28 has value 1036", ">= vocab_size 1000");
+
+    snprintf(bad, sizeof bad, "%s/missing.bin", dir);
+    expect_fail(__LINE__, 0, DT_ERR_IO, "No such file", NULL);
+    snprintf(bad, sizeof bad, "%s", dir);
+    expect_fail(__LINE__, 0, DT_ERR_IO, "not a regular file", NULL);
+
+    snprintf(bad, sizeof bad, "%s/bad.bin", dir);
+    write_raw(bad, "", 0);
+    EXPECT_FAIL(0, "shorter than the 1024-byte", NULL);
+    write_raw(bad, tok, 1000);
+    EXPECT_FAIL(0, "shorter than the 1024-byte", "not a dtrain/llm.c token shard");
+    craft(20240521, 1, 10, 10, 0);
+    EXPECT_FAIL(0, "bad magic 20240521, expected 20240520", "not a dtrain/llm.c token shard");
+    craft(0x46554747, 1, 10, 10, 0); /* "GGUF": some other binary */
+    EXPECT_FAIL(0, "expected 20240520", "not a dtrain/llm.c token shard");
+    craft(DT_TOKENS_MAGIC, 2, 10, 10, 0);
+    EXPECT_FAIL(0, "version 2", "expected 1");
+    craft(DT_TOKENS_MAGIC, 1, 100, 60, 0);
+    EXPECT_FAIL(0, "truncated: header says 100 tokens, file holds 60", NULL);
+    craft(DT_TOKENS_MAGIC, 1, 10, 10, 1); /* half a token at the end */
+    EXPECT_FAIL(0, "header says 10 tokens (20 bytes) but file holds 21 bytes", "trailing");
+    craft(DT_TOKENS_MAGIC, 1, 10, 12, 0);
+    EXPECT_FAIL(0, "header says 10 tokens (20 bytes) but file holds 24 bytes", "trailing");
+    craft(DT_TOKENS_MAGIC, 1, -5, 10, 0);
+    EXPECT_FAIL(0, "negative token count -5", NULL);
+    craft(DT_TOKENS_MAGIC, 1, 1, 1, 0);
+    EXPECT_FAIL(0, "holds 1 tokens; need at least 2", NULL);
+    craft(DT_TOKENS_MAGIC, 1, 0, 0, 0);
+    EXPECT_FAIL(0, "need at least 2", NULL);
+    craft(DT_TOKENS_MAGIC, 1, 300, 300, 0);
+    EXPECT_FAIL(256, "token 256 has value 256 >= vocab_size 256", NULL);
+    craft(DT_TOKENS_MAGIC, 1, 256, 256, 0);
+    DT_CHECK_OK(dt_tokens_open(bad, 256, &t));
+    dt_tokens_close(&t);
+    unlink(bad);
+    unlink(p);
+
+    snprintf(p, sizeof p, "%s/no/dir/x.bin", dir);
+    dt_status st = dt_tokens_write(p, tok, 10);
+    DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), p), "write to missing dir: %s",
+             dt_err_msg());
+}
+
+static void put(const char *name, const char *text) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/in/%s", dir, name);
+    write_raw(p, text, strlen(text));
+}
+
+static void test_prepare(void) {
+    char in[256], out[256], p[600];
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(out, sizeof out, "%s/out/deep", dir);
+    DT_CHECK(mkdir(in, 0755) == 0, "mkdir %s", in);
+    /* sorted by name: a.txt, b.txt, link (-> a.txt: skipped, already read), sub/ skipped */
+    put("b.txt", "BBBBBBBBBB");
+    put("a.txt", "AAAAAAAAAA");
+    put("b.dat", "index bytes that must not be tokens");
+    put("b.u8", "utf-8 index that must not be tokens");
+    put(".hidden", "hidden");
+    snprintf(p, sizeof p, "%s/link", in);
+    DT_CHECK(symlink("a.txt", p) == 0, "symlink failed");
+    snprintf(p, sizeof p, "%s/dangling", in);
+    DT_CHECK(symlink("nowhere", p) == 0, "symlink failed");
+    snprintf(p, sizeof p, "%s/sub", in);
+    DT_CHECK(mkdir(p, 0755) == 0, "mkdir sub");
+
+    int64_t n_train = -1, n_val = -1;
+    DT_CHECK_OK(dt_tokens_prepare_bytes(in, out, 0.1, &n_train, &n_val));
+    DT_CHECK(n_train == 18 && n_val == 2, "split %lld / %lld, want 18 / 2", (long long)n_train,
+             (long long)n_val);
+    dt_tokens t = {0};
+    snprintf(p, sizeof p, "%s/train.bin", out);
+    DT_CHECK_OK(dt_tokens_open(p, 256, &t));
+    int ok = t.n_tok == 18;
+    for (int i = 0; ok && i < 18; i++)
+        ok = t.tok[i] == (i < 10 ? 'A' : 'B');
+    DT_CHECK(ok, "train.bin holds the wrong bytes (n_tok %lld)", (long long)t.n_tok);
+    dt_tokens_close(&t);
+    snprintf(p, sizeof p, "%s/val.bin", out);
+    DT_CHECK_OK(dt_tokens_open(p, 256, &t));
+    DT_CHECK(t.n_tok == 2 && t.tok[0] == 'B' && t.tok[1] == 'B', "val.bin wrong");
+    dt_tokens_close(&t);
+
+    /* a single file as input; out_dir already exists */
+    snprintf(p, sizeof p, "%s/a.txt", in);
+    DT_CHECK_OK(dt_tokens_prepare_bytes(p, out, 0.5, &n_train, &n_val));
+    DT_CHECK(n_train == 5 && n_val == 5, "single file split %lld / %lld", (long long)n_train,
+             (long long)n_val);
+
+    /* too small for two shards of >= 2 tokens, empty, missing, bad fraction */
+    put("tiny", "abc");
+    snprintf(p, sizeof p, "%s/tiny", in);
+    dt_status st = dt_tokens_prepare_bytes(p, out, 0.1, NULL, NULL);
+    DT_CHECK(st == DT_ERR_FORMAT && strstr(dt_err_msg(), p) && strstr(dt_err_msg(), "too small"),
+             "tiny input: %s: %s", dt_status_str(st), dt_err_msg());
+    snprintf(p, sizeof p, "%s/empty", dir);
+    DT_CHECK(mkdir(p, 0755) == 0, "mkdir empty");
+    st = dt_tokens_prepare_bytes(p, out, 0.1, NULL, NULL);
+    DT_CHECK(st == DT_ERR_FORMAT && strstr(dt_err_msg(), p) && strstr(dt_err_msg(), "empty"),
+             "empty input: %s: %s", dt_status_str(st), dt_err_msg());
+    rmdir(p);
+    snprintf(p, sizeof p, "%s/missing", dir);
+    st = dt_tokens_prepare_bytes(p, out, 0.1, NULL, NULL);
+    DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), p), "missing input: %s", dt_err_msg());
+    DT_CHECK(dt_tokens_prepare_bytes(in, out, 1.0, NULL, NULL) == DT_ERR_ARG,
+             "val_fraction 1 accepted");
+
+    const char *names[] = {"a.txt", "b.txt", "b.dat", "b.u8", ".hidden", "link", "dangling",
+                           "tiny"};
+    for (int i = 0; i < 8; i++) {
+        snprintf(p, sizeof p, "%s/%s", in, names[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/sub", in);
+    rmdir(p);
+    rmdir(in);
+    snprintf(p, sizeof p, "%s/train.bin", out);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/val.bin", out);
+    unlink(p);
+    rmdir(out);
+    snprintf(p, sizeof p, "%s/out", dir);
+    rmdir(p);
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    DT_CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    test_shards();
+    test_prepare();
+    DT_CHECK(rmdir(dir) == 0, "temporary directory %s not empty at the end", dir);
+    return DT_TEST_END();
+}
