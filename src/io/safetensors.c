@@ -315,8 +315,9 @@ static dt_status parse_header(dt_st_file *f) {
     const char *hdr = (const char *)f->buf + 8, *end = NULL;
     f->root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
     if (!f->root) {
-        const char *at = cJSON_GetErrorPtr();
-        long pos = at && at >= hdr && at <= hdr + hlen ? (long)(at - hdr) : -1;
+        /* On failure cJSON points `end` at the error; cJSON_GetErrorPtr is a shared global and
+         * would race with other threads parsing. */
+        long pos = end && end >= hdr && end <= hdr + hlen ? (long)(end - hdr) : -1;
         return dt_err_set(DT_ERR_FORMAT, "%s: header is not valid JSON (error near byte %ld of "
                           "%llu)", path, pos, (unsigned long long)hlen);
     }
