@@ -1,0 +1,157 @@
+/* Tests for kernels/act.h: GELU (tanh form, HF gelu_new) and SwiGLU, fast vs _ref by NMSE and
+ * max relative error, vs double formulas written here, backward vs central finite differences
+ * of sum(dy * y) in double, the += contract, and the tails (|x| up to 1e4). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/act.h"
+
+static double gelu_d(double x) {
+    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double silu_d(double g) { return g / (1 + exp(-g)); }
+
+static float *fill(int64_t n, uint64_t seed, float scale) {
+    float *p = malloc(sizeof(float) * n);
+    dt_test_fill(p, n, seed, scale);
+    return p;
+}
+
+static float *copy(const float *p, int64_t n) {
+    float *q = malloc(sizeof(float) * n);
+    memcpy(q, p, sizeof(float) * n);
+    return q;
+}
+
+static void check_gelu(int64_t n, float scale) {
+    float *x = fill(n, 1, scale), *dy = fill(n, 2, 1.0f), *dx0 = fill(n, 3, 1.0f);
+    float *y = malloc(sizeof(float) * n), *yr = malloc(sizeof(float) * n);
+    float *yd = malloc(sizeof(float) * n), *gd = malloc(sizeof(float) * n);
+    x[0] = 0, x[1] = -30, x[2] = 30; /* exact zero and both saturated tails */
+    dt_gelu_forward(y, x, n);
+    dt_gelu_forward_ref(yr, x, n);
+    for (int64_t i = 0; i < n; i++) {
+        yd[i] = (float)gelu_d(x[i]);
+        double h = 1e-4 * fmax(1, fabs(x[i]));
+        gd[i] = (float)(dx0[i] + dy[i] * (gelu_d(x[i] + h) - gelu_d(x[i] - h)) / (2 * h));
+    }
+    DT_CHECK(dt_test_nmse(y, yr, n) < 1e-13 && dt_test_nmse(y, yd, n) < 1e-13,
+             "gelu fwd n=%lld scale %g: nmse ref %.3g double %.3g", (long long)n, scale,
+             dt_test_nmse(y, yr, n), dt_test_nmse(y, yd, n));
+    DT_CHECK(dt_test_max_rel(y, yd, n, 1e-6) < 1e-5, "gelu fwd max rel %.3g",
+             dt_test_max_rel(y, yd, n, 1e-6));
+    float *dx = copy(dx0, n), *dxr = copy(dx0, n);
+    dt_gelu_backward(dx, x, dy, n);
+    dt_gelu_backward_ref(dxr, x, dy, n);
+    DT_CHECK(dt_test_nmse(dx, dxr, n) < 1e-13, "gelu bwd vs ref: nmse %.3g",
+             dt_test_nmse(dx, dxr, n));
+    DT_CHECK(dt_test_nmse(dx, gd, n) < 1e-9, "gelu bwd vs finite differences: nmse %.3g",
+             dt_test_nmse(dx, gd, n));
+    /* dx is dx0 + dy*gelu'(x), of order 1 and often cancelling: compare on an absolute floor */
+    DT_CHECK(dt_test_max_rel(dx, dxr, n, 1.0) < 1e-6, "gelu bwd max rel %.3g",
+             dt_test_max_rel(dx, dxr, n, 1.0));
+    free(x), free(dy), free(dx0), free(y), free(yr), free(yd), free(gd), free(dx), free(dxr);
+}
+
+static void check_swiglu(int64_t n, float scale) {
+    float *g = fill(n, 4, scale), *u = fill(n, 5, 2.0f), *dy = fill(n, 6, 1.0f);
+    float *dg0 = fill(n, 7, 1.0f), *du0 = fill(n, 8, 1.0f);
+    float *y = malloc(sizeof(float) * n), *yr = malloc(sizeof(float) * n);
+    float *yd = malloc(sizeof(float) * n), *gg = malloc(sizeof(float) * n);
+    float *gu = malloc(sizeof(float) * n);
+    g[0] = 0, g[1] = -80, g[2] = 80;
+    dt_swiglu_forward(y, g, u, n);
+    dt_swiglu_forward_ref(yr, g, u, n);
+    for (int64_t i = 0; i < n; i++) {
+        yd[i] = (float)(silu_d(g[i]) * u[i]);
+        double h = 1e-4 * fmax(1, fabs(g[i]));
+        gg[i] = (float)(dg0[i] + dy[i] * u[i] * (silu_d(g[i] + h) - silu_d(g[i] - h)) / (2 * h));
+        gu[i] = (float)(du0[i] + dy[i] * silu_d(g[i])); /* linear in up: exact derivative */
+    }
+    DT_CHECK(dt_test_nmse(y, yr, n) < 1e-13 && dt_test_nmse(y, yd, n) < 1e-13,
+             "swiglu fwd: nmse ref %.3g double %.3g", dt_test_nmse(y, yr, n),
+             dt_test_nmse(y, yd, n));
+    DT_CHECK(dt_test_max_rel(y, yd, n, 1e-6) < 1e-5, "swiglu fwd max rel %.3g",
+             dt_test_max_rel(y, yd, n, 1e-6));
+    float *dg = copy(dg0, n), *du = copy(du0, n), *dgr = copy(dg0, n), *dur = copy(du0, n);
+    dt_swiglu_backward(dg, du, g, u, dy, n);
+    dt_swiglu_backward_ref(dgr, dur, g, u, dy, n);
+    DT_CHECK(dt_test_nmse(dg, dgr, n) < 1e-13 && dt_test_nmse(du, dur, n) < 1e-13,
+             "swiglu bwd vs ref: nmse dgate %.3g dup %.3g", dt_test_nmse(dg, dgr, n),
+             dt_test_nmse(du, dur, n));
+    DT_CHECK(dt_test_nmse(dg, gg, n) < 1e-9 && dt_test_nmse(du, gu, n) < 1e-13,
+             "swiglu bwd vs finite differences: nmse dgate %.3g dup %.3g",
+             dt_test_nmse(dg, gg, n), dt_test_nmse(du, gu, n));
+    free(g), free(u), free(dy), free(dg0), free(du0), free(y), free(yr), free(yd), free(gg);
+    free(gu), free(dg), free(du), free(dgr), free(dur);
+}
+
+static void check_extremes(void) {
+    float x[] = {-1e4f, -100, -50, -10, -3, -1e-3f, -1e-30f, 0, 1e-30f, 1e-3f, 3, 10, 50, 100,
+                 1e4f};
+    int n = (int)(sizeof x / sizeof x[0]);
+    float y[32], yr[32], one[32], dx[32] = {0}, dxr[32] = {0}, sy[32], syr[32];
+    for (int i = 0; i < n; i++)
+        one[i] = 1;
+    dt_gelu_forward(y, x, n);
+    dt_gelu_forward_ref(yr, x, n);
+    dt_gelu_backward(dx, x, one, n);
+    dt_gelu_backward_ref(dxr, x, one, n);
+    dt_swiglu_forward(sy, x, one, n);
+    dt_swiglu_forward_ref(syr, x, one, n);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        ok &= isfinite(y[i]) && isfinite(dx[i]) && isfinite(sy[i]);
+        ok &= fabsf(y[i] - yr[i]) <= 1e-6f * fmaxf(fabsf(yr[i]), 1e-30f) + 1e-30f;
+        ok &= fabsf(dx[i] - dxr[i]) <= 1e-6f * fmaxf(fabsf(dxr[i]), 1.0f);
+        ok &= fabsf(sy[i] - syr[i]) <= 1e-6f * fmaxf(fabsf(syr[i]), 1e-30f) + 1e-30f;
+        if (!ok) {
+            DT_CHECK(false, "extreme x=%g: gelu %g/%g dgelu %g/%g silu %g/%g", x[i], y[i], yr[i],
+                     dx[i], dxr[i], sy[i], syr[i]);
+            return;
+        }
+    }
+    DT_CHECK(ok, "extremes");
+    float nan_in = NAN, out;
+    dt_gelu_forward(&out, &nan_in, 1);
+    DT_CHECK(isnan(out), "gelu(NaN) = %g", out);
+}
+
+static void perf(void) {
+    int64_t n = 1024 * 3072;
+    float *x = fill(n, 1, 3), *y = malloc(sizeof(float) * n), *d = calloc(n, sizeof(float));
+    float *u = fill(n, 2, 1);
+    dt_gelu_forward(y, x, n);
+    int reps = 10;
+    double t0 = dt_test_seconds();
+    for (int r = 0; r < reps; r++)
+        dt_gelu_forward(y, x, n);
+    double t1 = dt_test_seconds();
+    for (int r = 0; r < reps; r++)
+        dt_gelu_backward(d, x, y, n);
+    double t2 = dt_test_seconds();
+    for (int r = 0; r < reps; r++)
+        dt_swiglu_forward(y, x, u, n);
+    double t3 = dt_test_seconds();
+    printf("perf n=%lld: gelu fwd %.2f ms (%.1f GB/s), bwd %.2f ms (%.1f GB/s), swiglu fwd "
+           "%.2f ms (%.1f GB/s)\n",
+           (long long)n, (t1 - t0) / reps * 1e3, 8.0 * n * reps / (t1 - t0) / 1e9,
+           (t2 - t1) / reps * 1e3, 16.0 * n * reps / (t2 - t1) / 1e9, (t3 - t2) / reps * 1e3,
+           12.0 * n * reps / (t3 - t2) / 1e9);
+    free(x), free(y), free(d), free(u);
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    check_gelu(1001, 4.0f);
+    check_gelu(100003, 6.0f); /* threaded, ragged block */
+    check_swiglu(1001, 6.0f);
+    check_swiglu(100003, 12.0f);
+    check_extremes();
+    if (dt_test.perf)
+        perf();
+    return DT_TEST_END();
+}
