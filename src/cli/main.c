@@ -1,1 +1,179 @@
-int main(void) { return 0; }
+/* dtrain: the command-line front end.
+ *
+ *   dtrain train   [--config FILE] [--section.key=value ...]
+ *   dtrain prepare --input FILE|DIR --out DIR [--val-fraction F]
+ *   dtrain sample  --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
+ *
+ * The only place that turns a dt_status into an exit code.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "io/tokens.h"
+#include "train/trainer.h"
+
+#define FORTUNES_DIR "/usr/share/games/fortunes"
+
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain <command> [options]\n"
+            "  train   [--config FILE] [--section.key=value ...]\n"
+            "          with no config: the built-in small character-level GPT on the text of\n"
+            "          Debian's fortunes package (prepared on first use)\n"
+            "  prepare --input FILE|DIR --out DIR [--val-fraction 0.1]\n"
+            "          byte-level tokenisation into DIR/train.bin and DIR/val.bin\n"
+            "  sample  --checkpoint PATH [--prompt TEXT] [--tokens 300] [--temperature 0.8]\n"
+            "          [--seed 1]\n"
+            "config sections: [model] [data] [train] [optim] [plugin] [checkpoint]; see README\n");
+    return f == stderr ? 2 : 0;
+}
+
+static int fail(dt_status st) {
+    dt_error("%s", dt_err_msg());
+    return st == DT_ERR_ARG ? 2 : 1;
+}
+
+/* "--name=value" or "--name value": the value, advancing *i past it; NULL if not this name */
+static const char *option(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] == 0 && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* The embedded default job prepares its own data the first time. */
+static dt_status prepare_default_data(const dt_config *c) {
+    dt_config d;
+    dt_config_defaults(&d);
+    if (strcmp(c->data.train, d.data.train) != 0 || exists(c->data.train))
+        return DT_OK;
+    if (!exists(FORTUNES_DIR))
+        return dt_err_set(DT_ERR_IO, "%s not found and %s missing: install Debian's fortunes "
+                          "package (apt-get install fortunes) or set data.train",
+                          c->data.train, FORTUNES_DIR);
+    int64_t n_train, n_val;
+    dt_info("preparing %s from %s (byte-level tokens)", "data/fortunes", FORTUNES_DIR);
+    DT_TRY(dt_tokens_prepare_bytes(FORTUNES_DIR, "data/fortunes", 0.1, &n_train, &n_val));
+    dt_info("data/fortunes: %lld train tokens, %lld val tokens", (long long)n_train,
+            (long long)n_val);
+    return DT_OK;
+}
+
+static int cmd_train(int argc, char **argv) {
+    dt_config cfg;
+    dt_config_defaults(&cfg);
+    dt_status st;
+    bool have_file = false;
+    for (int i = 2; i < argc; i++) { /* the file first, so overrides win wherever they stand */
+        const char *v = option(argc, argv, &i, "--config");
+        if (v) {
+            if ((st = dt_config_load_file(&cfg, v)) != DT_OK)
+                return fail(st);
+            have_file = true;
+        }
+    }
+    for (int i = 2; i < argc; i++) {
+        if (option(argc, argv, &i, "--config"))
+            continue;
+        if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '.')) {
+            dt_error("unexpected argument '%s' (overrides look like --train.steps=100)", argv[i]);
+            return 2;
+        }
+        if ((st = dt_config_set(&cfg, argv[i] + 2)) != DT_OK)
+            return fail(st);
+    }
+    if (!have_file && (st = prepare_default_data(&cfg)) != DT_OK)
+        return fail(st);
+    if ((st = dt_train_run(&cfg)) != DT_OK)
+        return fail(st);
+    return 0;
+}
+
+static int cmd_prepare(int argc, char **argv) {
+    const char *input = NULL, *out = NULL, *frac = "0.1", *v;
+    for (int i = 2; i < argc; i++) {
+        if ((v = option(argc, argv, &i, "--input")))
+            input = v;
+        else if ((v = option(argc, argv, &i, "--out")))
+            out = v;
+        else if ((v = option(argc, argv, &i, "--val-fraction")))
+            frac = v;
+        else
+            return usage(stderr);
+    }
+    char *end;
+    double f = strtod(frac, &end);
+    if (!input || !out || *end || !(f > 0 && f < 1)) {
+        dt_error("prepare needs --input FILE|DIR and --out DIR (--val-fraction in (0, 1))");
+        return 2;
+    }
+    int64_t n_train, n_val;
+    dt_status st = dt_tokens_prepare_bytes(input, out, f, &n_train, &n_val);
+    if (st != DT_OK)
+        return fail(st);
+    dt_info("%s/train.bin: %lld tokens, %s/val.bin: %lld tokens", out, (long long)n_train, out,
+            (long long)n_val);
+    return 0;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = NULL, *v;
+    int tokens = 300;
+    float temperature = 0.8f;
+    unsigned long long seed = 1;
+    for (int i = 2; i < argc; i++) {
+        char *end = NULL;
+        if ((v = option(argc, argv, &i, "--checkpoint")))
+            ckpt = v;
+        else if ((v = option(argc, argv, &i, "--prompt")))
+            prompt = v;
+        else if ((v = option(argc, argv, &i, "--tokens")))
+            tokens = (int)strtol(v, &end, 10);
+        else if ((v = option(argc, argv, &i, "--temperature")))
+            temperature = strtof(v, &end);
+        else if ((v = option(argc, argv, &i, "--seed")))
+            seed = strtoull(v, &end, 10);
+        else
+            return usage(stderr);
+        if (end && (*end || end == v)) {
+            dt_error("'%s' is not a number (%s)", v, argv[i]);
+            return 2;
+        }
+    }
+    if (!ckpt || tokens < 1) {
+        dt_error("sample needs --checkpoint PATH (a step folder or a .safetensors file)");
+        return 2;
+    }
+    dt_status st = dt_sample_run(ckpt, prompt, tokens, temperature, seed);
+    return st == DT_OK ? 0 : fail(st);
+}
+
+int main(int argc, char **argv) {
+    dt_log_setup(0, 1, DT_LOG_INFO);
+    if (argc < 2)
+        return usage(stderr);
+    if (strcmp(argv[1], "train") == 0)
+        return cmd_train(argc, argv);
+    if (strcmp(argv[1], "prepare") == 0)
+        return cmd_prepare(argc, argv);
+    if (strcmp(argv[1], "sample") == 0)
+        return cmd_sample(argc, argv);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0)
+        return usage(stdout);
+    dt_error("unknown command '%s'", argv[1]);
+    return usage(stderr);
+}

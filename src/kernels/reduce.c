@@ -1,0 +1,60 @@
+/* Column sums and embedding gather/scatter. Columns are split across threads in blocks, so
+ * each output element is summed by one thread in row order: deterministic for any thread
+ * count, and no per-thread partial buffers are needed. */
+#include "kernels/reduce.h"
+
+#include <string.h>
+
+#define COL_BLOCK 64
+
+void dt_colsum_accumulate(float *out, const float *x, int N, int C) {
+    int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < n_blocks; blk++) {
+        int j0 = blk * COL_BLOCK, j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        float acc[COL_BLOCK] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *row = x + (int64_t)i * C;
+            for (int j = j0; j < j1; j++)
+                acc[j - j0] += row[j];
+        }
+        for (int j = j0; j < j1; j++)
+            out[j] += acc[j - j0];
+    }
+}
+
+void dt_rows_gather(float *y, const float *table, const int32_t *idx, const float *pos, int N,
+                    int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *dst = y + (int64_t)i * C;
+        const float *src = table + (int64_t)idx[i] * C;
+        if (!pos) {
+            memcpy(dst, src, (size_t)C * sizeof *dst);
+            continue;
+        }
+        const float *p = pos + (int64_t)(i % T) * C;
+        for (int j = 0; j < C; j++)
+            dst[j] = src[j] + p[j];
+    }
+}
+
+void dt_rows_scatter_add(float *dtable, float *dpos, const float *dy, const int32_t *idx, int N,
+                         int T, int C) {
+    int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < n_blocks; blk++) {
+        int j0 = blk * COL_BLOCK, j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        for (int i = 0; i < N; i++) {
+            const float *g = dy + (int64_t)i * C;
+            float *dt = dtable + (int64_t)idx[i] * C;
+            for (int j = j0; j < j1; j++)
+                dt[j] += g[j];
+            if (dpos) {
+                float *dp = dpos + (int64_t)(i % T) * C;
+                for (int j = j0; j < j1; j++)
+                    dp[j] += g[j];
+            }
+        }
+    }
+}

@@ -1,0 +1,498 @@
+/* GPT-2 / Llama model: parameter table, arenas, and the forward/backward loops over blocks.
+ *
+ * Parameters are laid out in HuggingFace order; q/k/v projections (and GPT-2's fused c_attn)
+ * are adjacent in the arena, so the attention's input projection is a single matmul over
+ * [(NH + 2 NKV) hs, C] however the file names them. Activations are carved out of one arena
+ * (accounted as activations) and the backward scratch out of another (temporaries).
+ */
+#include "models/gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "kernels/cast.h"
+#include "kernels/reduce.h"
+#include "kernels/rope.h"
+#include "nn/block.h"
+#include "nn/lm_head.h"
+
+struct dt_gpt {
+    dt_model_config cfg;
+    dt_block_dims dims;
+    int B, T;
+    bool training;
+    dt_mem *mem; /* borrowed */
+    dt_gemm *gemm;
+    dt_nn_ctx ctx;
+
+    dt_param *params;
+    int n_params, cap_params;
+    int64_t n_total;
+    float *w, *g;   /* weights, grads */
+    dt_bf16 *w_lp;  /* bf16 weights (bf16 mode) */
+
+    float *wte, *wpe, *dwte, *dwpe; /* wpe: GPT-2 only */
+    dt_norm_params lnf;
+    dt_block *blocks;
+    dt_lm_head head;
+    float *rope_cos, *rope_sin;
+
+    /* activations */
+    float *res;     /* [L + 1][N, C]: residual stream, res[0] = embeddings */
+    dt_block_acts *acts;
+    float *lnf_out, *lnf_mean, *lnf_rstd, *losses;
+    dt_bf16 *lnf_lp;
+    void *act_arena;
+    /* backward */
+    dt_block_scratch scratch;
+    float *dres, *dlnf;
+    void *tmp_arena;
+};
+
+int dt_gpt_kv_heads(const dt_model_config *c) {
+    return c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+}
+
+int dt_gpt_ffn_hidden(const dt_model_config *c) {
+    if (c->arch == DT_ARCH_GPT2)
+        return 4 * c->n_embd;
+    if (c->ffn_hidden > 0)
+        return c->ffn_hidden;
+    int f = (8 * c->n_embd + 2) / 3; /* Llama: 2/3 of 4C, rounded up to a multiple of 64 */
+    return (f + 63) / 64 * 64;
+}
+
+const dt_model_config *dt_gpt_config(const dt_gpt *g) { return &g->cfg; }
+
+/* ---- parameter table ------------------------------------------------------------------- */
+
+static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t cols,
+                           dt_param_init init, float std, bool conv1d) {
+    if (g->n_params == g->cap_params) {
+        int cap = g->cap_params ? 2 * g->cap_params : 64;
+        dt_param *p = realloc(g->params, (size_t)cap * sizeof *p);
+        if (!p)
+            return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
+        g->params = p;
+        g->cap_params = cap;
+    }
+    dt_param *p = &g->params[g->n_params++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = cols > 0 ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->numel = rows * (cols > 0 ? cols : 1);
+    p->offset = g->n_total;
+    p->decay = p->ndim == 2;
+    p->conv1d = conv1d;
+    p->init = init;
+    p->std = std;
+    /* keep every tensor 16-float (64-byte) aligned inside the arena */
+    g->n_total += (p->numel + 15) / 16 * 16;
+    return DT_OK;
+}
+
+#define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
+
+static dt_status build_table_gpt2(dt_gpt *g) {
+    const dt_model_config *c = &g->cfg;
+    int64_t C = c->n_embd;
+    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
+    char name[96];
+    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
+    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std, false));
+    for (int l = 0; l < c->n_layer; l++) {
+        DT_TRY(add_param(g, NAME("h.%d.ln_1.weight", l), C, 0, DT_INIT_ONES, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.ln_1.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.weight", l), 3 * C, C, DT_INIT_NORMAL, std, true));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.bias", l), 3 * C, 0, DT_INIT_ZEROS, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.weight", l), C, C, DT_INIT_NORMAL, proj_std, true));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.ln_2.weight", l), C, 0, DT_INIT_ONES, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.ln_2.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.weight", l), 4 * C, C, DT_INIT_NORMAL, std, true));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.bias", l), 4 * C, 0, DT_INIT_ZEROS, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.weight", l), C, 4 * C, DT_INIT_NORMAL, proj_std, true));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
+    }
+    DT_TRY(add_param(g, "ln_f.weight", C, 0, DT_INIT_ONES, 0, false));
+    DT_TRY(add_param(g, "ln_f.bias", C, 0, DT_INIT_ZEROS, 0, false));
+    return DT_OK;
+}
+
+static dt_status build_table_llama(dt_gpt *g) {
+    const dt_model_config *c = &g->cfg;
+    int64_t C = c->n_embd, hs = C / c->n_head, kv = (int64_t)dt_gpt_kv_heads(c) * hs;
+    int64_t F = dt_gpt_ffn_hidden(c);
+    float std = 0.02f;
+    char name[96];
+    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
+    for (int l = 0; l < c->n_layer; l++) {
+        const char *p = "model.layers";
+        DT_TRY(add_param(g, NAME("%s.%d.input_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.q_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.k_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.v_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.o_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.post_attention_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false));
+        DT_TRY(add_param(g, NAME("%s.%d.mlp.gate_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.mlp.up_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.mlp.down_proj.weight", p, l), C, F, DT_INIT_NORMAL, std, false));
+    }
+    DT_TRY(add_param(g, "model.norm.weight", C, 0, DT_INIT_ONES, 0, false));
+    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
+    return DT_OK;
+}
+
+#undef NAME
+
+/* Llama's q/k/v projections must be adjacent in the arena for the fused matmul. The table
+ * pads each tensor to 16 floats, so they are whenever rows x C is a multiple of 16. */
+static bool adjacent(const dt_param *a, const dt_param *b) {
+    return a->offset + a->numel == b->offset;
+}
+
+/* ---- views ----------------------------------------------------------------------------- */
+
+static float *wv(dt_gpt *g, const dt_param *p) { return g->w + p->offset; }
+static float *gv(dt_gpt *g, const dt_param *p) { return g->g ? g->g + p->offset : NULL; }
+static const dt_bf16 *lpv(dt_gpt *g, const dt_param *p) {
+    return g->w_lp ? g->w_lp + p->offset : NULL;
+}
+
+static dt_linear linear_view(dt_gpt *g, const dt_param *w, const dt_param *b, int64_t out_rows) {
+    return (dt_linear){.in = (int)w->shape[1], .out = (int)out_rows, .w = wv(g, w),
+                       .b = b ? wv(g, b) : NULL, .dw = gv(g, w), .db = b ? gv(g, b) : NULL,
+                       .w_lp = lpv(g, w)};
+}
+
+static dt_norm_params norm_view(dt_gpt *g, const dt_param *w, const dt_param *b) {
+    return (dt_norm_params){.w = wv(g, w), .b = b ? wv(g, b) : NULL, .dw = gv(g, w),
+                            .db = b ? gv(g, b) : NULL};
+}
+
+static dt_status wire_views(dt_gpt *g) {
+    const dt_model_config *c = &g->cfg;
+    const dt_block_dims *d = &g->dims;
+    const dt_param *P = g->params;
+    int per_layer = c->arch == DT_ARCH_GPT2 ? 12 : 9;
+    int qkv_rows = dt_block_qkv_width(d);
+    for (int l = 0; l < c->n_layer; l++) {
+        const dt_param *q = P + (c->arch == DT_ARCH_GPT2 ? 2 : 1) + l * per_layer;
+        dt_block *b = &g->blocks[l];
+        if (c->arch == DT_ARCH_GPT2) {
+            b->ln1 = norm_view(g, &q[0], &q[1]);
+            b->qkv = linear_view(g, &q[2], &q[3], qkv_rows);
+            b->proj = linear_view(g, &q[4], &q[5], q[4].shape[0]);
+            b->ln2 = norm_view(g, &q[6], &q[7]);
+            b->fc = linear_view(g, &q[8], &q[9], q[8].shape[0]);
+            b->down = linear_view(g, &q[10], &q[11], q[10].shape[0]);
+        } else {
+            if (!adjacent(&q[1], &q[2]) || !adjacent(&q[2], &q[3]))
+                return dt_err_set(DT_ERR_ARG, "model: q/k/v projections of layer %d are not "
+                                  "contiguous (n_embd=%d must be a multiple of 16)", l, c->n_embd);
+            b->ln1 = norm_view(g, &q[0], NULL);
+            b->qkv = linear_view(g, &q[1], NULL, qkv_rows);
+            b->proj = linear_view(g, &q[4], NULL, q[4].shape[0]);
+            b->ln2 = norm_view(g, &q[5], NULL);
+            b->fc = linear_view(g, &q[6], NULL, q[6].shape[0]);
+            b->up = linear_view(g, &q[7], NULL, q[7].shape[0]);
+            b->down = linear_view(g, &q[8], NULL, q[8].shape[0]);
+        }
+    }
+    const dt_param *wte = &P[0], *last = &P[g->n_params - 1];
+    g->wte = wv(g, wte);
+    g->dwte = gv(g, wte);
+    const dt_param *head_w = wte;
+    if (c->arch == DT_ARCH_GPT2) {
+        g->wpe = wv(g, &P[1]);
+        g->dwpe = gv(g, &P[1]);
+        g->lnf = norm_view(g, last - 1, last);
+    } else {
+        g->lnf = norm_view(g, last - 1, NULL);
+        head_w = last;
+    }
+    g->head.C = c->n_embd;
+    g->head.V = c->vocab_size;
+    g->head.w = wv(g, head_w);
+    g->head.dw = gv(g, head_w);
+    g->head.w_lp = lpv(g, head_w);
+    return DT_OK;
+}
+
+/* ---- activation and scratch arenas ----------------------------------------------------- */
+
+typedef struct carver {
+    char *base;
+    size_t used;
+} carver;
+
+/* Hands out 64-byte aligned pieces; with base == NULL it only measures. */
+static void *carve(carver *cv, size_t bytes) {
+    void *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+
+static void carve_acts(dt_gpt *g, carver *cv) {
+    const dt_block_dims *d = &g->dims;
+    size_t N = (size_t)g->B * g->T, C = d->C, F = d->F, W = dt_block_qkv_width(d);
+    size_t A = (size_t)d->NH * d->hs;
+    bool lp = g->ctx.mm_type == DT_BF16;
+    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    g->res = carve(cv, (g->cfg.n_layer + 1) * N * C * f4);
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        dt_block_acts *a = &g->acts[l];
+        a->ln1 = carve(cv, N * C * f4);
+        a->ln1_mean = carve(cv, N * f4);
+        a->ln1_rstd = carve(cv, N * f4);
+        a->qkv = carve(cv, N * W * f4);
+        a->att = carve(cv, N * A * f4);
+        a->lse = carve(cv, N * d->NH * f4);
+        a->x2 = carve(cv, N * C * f4);
+        a->ln2 = carve(cv, N * C * f4);
+        a->ln2_mean = carve(cv, N * f4);
+        a->ln2_rstd = carve(cv, N * f4);
+        a->h = carve(cv, N * F * f4);
+        a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, N * F * f4) : NULL;
+        a->g = carve(cv, N * F * f4);
+        a->ln1_lp = lp ? carve(cv, N * C * h2) : NULL;
+        a->att_lp = lp ? carve(cv, N * A * h2) : NULL;
+        a->ln2_lp = lp ? carve(cv, N * C * h2) : NULL;
+        a->g_lp = lp ? carve(cv, N * F * h2) : NULL;
+    }
+    g->lnf_out = carve(cv, N * C * f4);
+    g->lnf_mean = carve(cv, N * f4);
+    g->lnf_rstd = carve(cv, N * f4);
+    g->lnf_lp = lp ? carve(cv, N * C * h2) : NULL;
+    g->losses = carve(cv, N * f4);
+}
+
+static void carve_scratch(dt_gpt *g, carver *cv) {
+    const dt_block_dims *d = &g->dims;
+    size_t N = (size_t)g->B * g->T, C = d->C, F = d->F, W = dt_block_qkv_width(d);
+    size_t A = (size_t)d->NH * d->hs, f4 = sizeof(float);
+    bool lp = g->ctx.mm_type == DT_BF16;
+    size_t chunk = (size_t)g->head.chunk, V = (size_t)g->cfg.vocab_size;
+    g->head.logits = carve(cv, chunk * V * f4);
+    g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
+    if (!g->training)
+        return;
+    dt_block_scratch *s = &g->scratch;
+    s->dln = carve(cv, N * C * f4);
+    s->dqkv = carve(cv, N * W * f4);
+    s->datt = carve(cv, N * A * f4);
+    s->dh = carve(cv, N * F * f4);
+    s->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, N * F * f4) : NULL;
+    s->dg = carve(cv, N * F * f4);
+    size_t widest = C > W ? C : W;
+    widest = widest > F ? widest : F;
+    s->dy_lp = lp ? carve(cv, N * widest * sizeof(dt_bf16)) : NULL;
+    g->dres = carve(cv, N * C * f4);
+    g->dlnf = carve(cv, N * C * f4);
+}
+
+static dt_status alloc_carved(dt_gpt *g, dt_mem_cat cat, const char *name,
+                              void (*layout)(dt_gpt *, carver *), void **arena) {
+    carver measure = {0};
+    layout(g, &measure);
+    DT_TRY(dt_mem_alloc(g->mem, cat, name, measure.used, arena));
+    carver real = {.base = *arena};
+    layout(g, &real);
+    return DT_OK;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+dt_status dt_gpt_init(const dt_model_config *cfg, int B, int T, dt_precision prec, bool training,
+                      dt_mem *mem, dt_gpt **out) {
+    *out = NULL;
+    dt_status st;
+    if (cfg->n_embd % cfg->n_head || T > cfg->max_seq_len || B < 1 || T < 1)
+        return dt_err_set(DT_ERR_ARG, "model: bad shape (n_embd=%d, n_head=%d, B=%d, T=%d, "
+                          "max_seq_len=%d)", cfg->n_embd, cfg->n_head, B, T, cfg->max_seq_len);
+    dt_gpt *g = calloc(1, sizeof *g);
+    if (!g)
+        return dt_err_set(DT_ERR_OOM, "model: out of memory");
+    g->cfg = *cfg;
+    g->B = B;
+    g->T = T;
+    g->training = training;
+    g->mem = mem;
+    g->dims = (dt_block_dims){.kind = cfg->arch == DT_ARCH_GPT2 ? DT_BLOCK_GPT2 : DT_BLOCK_LLAMA,
+                              .C = cfg->n_embd, .NH = cfg->n_head, .NKV = dt_gpt_kv_heads(cfg),
+                              .hs = cfg->n_embd / cfg->n_head, .F = dt_gpt_ffn_hidden(cfg),
+                              .norm_eps = cfg->norm_eps};
+    DT_TRY_GOTO(dt_gemm_init(&g->gemm));
+    g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = prec == DT_PREC_BF16 ? DT_BF16 : DT_F32};
+    DT_TRY_GOTO(cfg->arch == DT_ARCH_GPT2 ? build_table_gpt2(g) : build_table_llama(g));
+    size_t n = (size_t)g->n_total;
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float), (void **)&g->w));
+    if (training)
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "grads", n * sizeof(float), (void **)&g->g));
+    if (g->ctx.mm_type == DT_BF16)
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights.bf16", n * sizeof(dt_bf16),
+                                 (void **)&g->w_lp));
+    g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
+    g->acts = calloc((size_t)cfg->n_layer, sizeof *g->acts);
+    if (!g->blocks || !g->acts) {
+        st = dt_err_set(DT_ERR_OOM, "model: out of memory");
+        goto fail;
+    }
+    DT_TRY_GOTO(wire_views(g));
+    g->head.chunk = dt_lm_head_chunk_rows(cfg->vocab_size, B * T);
+    DT_TRY_GOTO(alloc_carved(g, DT_MEM_ACTS, "activations", carve_acts, &g->act_arena));
+    DT_TRY_GOTO(alloc_carved(g, DT_MEM_TEMP, "backward scratch", carve_scratch, &g->tmp_arena));
+    if (cfg->arch == DT_ARCH_LLAMA) {
+        size_t half = (size_t)T * (g->dims.hs / 2) * sizeof(float);
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.cos", half, (void **)&g->rope_cos));
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.sin", half, (void **)&g->rope_sin));
+        dt_rope_tables(g->rope_cos, g->rope_sin, T, g->dims.hs, 0, cfg->rope_theta);
+    }
+    *out = g;
+    return DT_OK;
+fail:
+    dt_gpt_free(g);
+    return st;
+}
+
+void dt_gpt_free(dt_gpt *g) {
+    if (!g)
+        return;
+    dt_mem_release(g->mem, g->rope_sin);
+    dt_mem_release(g->mem, g->rope_cos);
+    dt_mem_release(g->mem, g->tmp_arena);
+    dt_mem_release(g->mem, g->act_arena);
+    dt_mem_release(g->mem, g->w_lp);
+    dt_mem_release(g->mem, g->g);
+    dt_mem_release(g->mem, g->w);
+    free(g->acts);
+    free(g->blocks);
+    free(g->params);
+    dt_gemm_free(g->gemm);
+    free(g);
+}
+
+void dt_gpt_init_weights(dt_gpt *g, uint64_t seed) {
+    for (int i = 0; i < g->n_params; i++) {
+        const dt_param *p = &g->params[i];
+        float *w = g->w + p->offset;
+        if (p->init == DT_INIT_NORMAL)
+            dt_rng_fill_normal(seed, p->name, 0, p->numel, 0.0f, p->std, w);
+        else
+            for (int64_t j = 0; j < p->numel; j++)
+                w[j] = p->init == DT_INIT_ONES ? 1.0f : 0.0f;
+    }
+    dt_gpt_sync_lp(g);
+}
+
+void dt_gpt_sync_lp(dt_gpt *g) {
+    if (g->w_lp)
+        dt_cast_f32_to_bf16(g->w_lp, g->w, g->n_total);
+}
+
+void dt_gpt_zero_grad(dt_gpt *g) {
+    if (g->g)
+        memset(g->g, 0, (size_t)g->n_total * sizeof *g->g);
+}
+
+/* ---- forward / backward ---------------------------------------------------------------- */
+
+static dt_status check_shape(const dt_gpt *g, int B, int T) {
+    if (B < 1 || T < 1 || (int64_t)B * T > (int64_t)g->B * g->T || T > g->T)
+        return dt_err_set(DT_ERR_ARG, "model: batch %dx%d exceeds the %dx%d it was built for",
+                          B, T, g->B, g->T);
+    return DT_OK;
+}
+
+static dt_rope_cache rope_of(const dt_gpt *g) {
+    return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
+}
+
+static float *res_at(const dt_gpt *g, int l, int B, int T) {
+    return g->res + (size_t)l * B * T * g->cfg.n_embd;
+}
+
+dt_status dt_gpt_forward(dt_gpt *g, const int32_t *tokens, int B, int T) {
+    DT_TRY(check_shape(g, B, T));
+    int N = B * T, C = g->cfg.n_embd;
+    dt_rows_gather(g->res, g->wte, tokens, g->wpe, N, T, C);
+    dt_rope_cache rope = rope_of(g);
+    for (int l = 0; l < g->cfg.n_layer; l++)
+        DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->blocks[l], &rope, res_at(g, l, B, T), B,
+                                T, &g->acts[l], res_at(g, l + 1, B, T)));
+    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, g->cfg.n_layer, B, T), N, C,
+                          g->dims.norm_eps, g->lnf_out, g->lnf_mean, g->lnf_rstd);
+    return DT_OK;
+}
+
+dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float grad_scale,
+                      bool backward, double *loss_sum) {
+    DT_TRY(check_shape(g, B, T));
+    if (backward && !g->training)
+        return dt_err_set(DT_ERR_ARG, "model: built for inference, cannot compute gradients");
+    int N = B * T;
+    if (backward)
+        memset(g->dlnf, 0, (size_t)N * g->cfg.n_embd * sizeof(float));
+    DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, g->lnf_out, g->lnf_lp, targets, N, grad_scale,
+                           backward, g->losses, g->dlnf));
+    double s = 0;
+    for (int i = 0; i < N; i++)
+        s += g->losses[i];
+    *loss_sum = s;
+    return DT_OK;
+}
+
+dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
+    DT_TRY(check_shape(g, B, T));
+    int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
+    memset(g->dres, 0, (size_t)N * C * sizeof(float));
+    dt_block_norm_backward(g->dims.kind, &g->lnf, res_at(g, L, B, T), g->dlnf, g->lnf_mean,
+                           g->lnf_rstd, N, C, g->dres);
+    dt_rope_cache rope = rope_of(g);
+    for (int l = L - 1; l >= 0; l--)
+        DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->blocks[l], &rope, res_at(g, l, B, T), B,
+                                 T, &g->acts[l], &g->scratch, g->dres));
+    dt_rows_scatter_add(g->dwte, g->dwpe, g->dres, tokens, N, T, C);
+    return DT_OK;
+}
+
+dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits) {
+    DT_TRY(dt_gpt_forward(g, tokens, 1, T));
+    const float *last = g->lnf_out + (size_t)(T - 1) * g->cfg.n_embd;
+    dt_bf16 *lp = g->lnf_lp ? g->lnf_lp + (size_t)(T - 1) * g->cfg.n_embd : NULL;
+    return dt_lm_head_logits(&g->ctx, &g->head, last, lp, 1, logits);
+}
+
+/* ---- accessors ------------------------------------------------------------------------- */
+
+int dt_gpt_n_params(const dt_gpt *g) { return g->n_params; }
+const dt_param *dt_gpt_param(const dt_gpt *g, int i) { return &g->params[i]; }
+int64_t dt_gpt_numel(const dt_gpt *g) { return g->n_total; }
+float *dt_gpt_weights(dt_gpt *g) { return g->w; }
+float *dt_gpt_grads(dt_gpt *g) { return g->g; }
+dt_bf16 *dt_gpt_weights_lp(dt_gpt *g) { return g->w_lp; }
+
+const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
+    for (int i = 0; i < g->n_params; i++)
+        if (strcmp(g->params[i].name, name) == 0)
+            return &g->params[i];
+    return NULL;
+}
+
+double dt_gpt_flops_per_token(const dt_gpt *g, int T) {
+    double matmul_weights = 0;
+    for (int i = 0; i < g->n_params; i++) {
+        const dt_param *p = &g->params[i];
+        bool embedding_only = strcmp(p->name, "wpe.weight") == 0 ||
+                              strcmp(p->name, "model.embed_tokens.weight") == 0;
+        if (p->ndim == 2 && !embedding_only)
+            matmul_weights += (double)p->numel;
+    }
+    /* GPT-2's wte is counted once, as the LM head's matrix (the lookup costs no FLOPs) */
+    return 6.0 * matmul_weights + 6.0 * g->cfg.n_layer * g->cfg.n_embd * (double)T;
+}

@@ -1,0 +1,44 @@
+/* Linear layer: three matmuls (y, dx, dW) and a column sum (db). See linear.h.
+ * In bf16 mode the operands of every matmul are bf16 and accumulation is fp32, as in
+ * PyTorch autocast; the fp32 master weights are only read by the optimizer. */
+#include "nn/linear.h"
+
+#include "kernels/cast.h"
+#include "kernels/reduce.h"
+
+dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                            dt_bf16 *x_lp, int N, float *y) {
+    dt_gemm_shape s = {.M = N, .N = l->out, .K = l->in, .trans_b = true, .dtype = ctx->mm_type};
+    const void *a = x, *w = l->w;
+    if (ctx->mm_type == DT_BF16) {
+        dt_cast_f32_to_bf16(x_lp, x, (int64_t)N * l->in);
+        a = x_lp;
+        w = l->w_lp;
+    }
+    return dt_gemm_run(ctx->gemm, &s, a, w, l->b, y);
+}
+
+dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                             const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
+                             float *dx) {
+    const void *g = dy, *a = x, *w = l->w;
+    if (ctx->mm_type == DT_BF16) {
+        dt_cast_f32_to_bf16(dy_lp, dy, (int64_t)N * l->out);
+        g = dy_lp;
+        a = x_lp;
+        w = l->w_lp;
+    }
+    if (dx) {
+        dt_gemm_shape s = {.M = N, .N = l->in, .K = l->out, .accumulate = true,
+                           .dtype = ctx->mm_type};
+        DT_TRY(dt_gemm_run(ctx->gemm, &s, g, w, NULL, dx));
+    }
+    if (l->dw) {
+        dt_gemm_shape s = {.M = l->out, .N = l->in, .K = N, .trans_a = true, .accumulate = true,
+                           .dtype = ctx->mm_type};
+        DT_TRY(dt_gemm_run(ctx->gemm, &s, g, a, NULL, l->dw));
+    }
+    if (l->db)
+        dt_colsum_accumulate(l->db, dy, N, l->out);
+    return DT_OK;
+}

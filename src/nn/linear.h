@@ -1,0 +1,29 @@
+/* Linear layer y = x W^T + b, weights in nn.Linear layout [out, in].
+ *
+ * The layer holds borrowed views into the model's parameter and gradient arenas. With bf16
+ * matmuls the forward rounds its input to bf16 into `x_lp`, which the caller keeps for the
+ * backward (the weight gradient needs it), so the fp32 input need not be kept for this layer.
+ * Backward ACCUMULATES into dx, dw, db (the llm.c convention: the caller zeroes them).
+ */
+#ifndef DT_NN_LINEAR_H
+#define DT_NN_LINEAR_H
+
+#include "nn/ctx.h"
+
+typedef struct dt_linear {
+    int in, out;
+    float *w, *b;        /* [out, in], [out] or NULL (borrowed) */
+    float *dw, *db;      /* same shapes (borrowed); NULL when no gradients are kept */
+    const dt_bf16 *w_lp; /* bf16 copy of w kept by the optimizer; NULL for fp32 matmuls */
+} dt_linear;
+
+/* x: [N, in], y: [N, out] (overwritten). x_lp: [N, in] bf16, written when ctx is bf16. */
+dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                            dt_bf16 *x_lp, int N, float *y);
+/* dy: [N, out]; dx: [N, in] or NULL (input needs no gradient). x (fp32) is read in fp32 mode,
+ * x_lp in bf16 mode. dy_lp: [N, out] bf16 scratch, used in bf16 mode. */
+dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                             const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
+                             float *dx);
+
+#endif

@@ -1,0 +1,26 @@
+/* The training job: config -> data, model, optimizer -> steps with logging, evaluation,
+ * checkpoints, export and a sample. The only place (with checkpoint.c) that wires models,
+ * optim and io together. Single process for now; the distributed layouts plug in here. */
+#ifndef DT_TRAIN_TRAINER_H
+#define DT_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "core/config.h"
+#include "models/gpt.h"
+
+/* Validates cfg, trains, and returns the first error with its message set. */
+dt_status dt_train_run(const dt_config *cfg);
+
+/* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
+ * cropped to the last `context` tokens). out: [n_new] new tokens. */
+dt_status dt_sample_tokens(dt_gpt *g, int context, const int32_t *prompt, int n_prompt,
+                           int n_new, float temperature, uint64_t seed, int32_t *out);
+/* Print tokens: bytes when the vocabulary is byte-level (256), else space-separated ids. */
+void dt_sample_print(const int32_t *tok, int n, int vocab_size);
+
+/* dtrain sample: model from a checkpoint folder or safetensors file. */
+dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
+                        float temperature, uint64_t seed);
+
+#endif
