@@ -1,0 +1,411 @@
+/* Scaled dot-product attention, FlashAttention style (Dao et al., NeurIPS'22): the forward is
+ * alg. 1 (query tile against streamed key tiles, online softmax, save y and lse), the backward
+ * is alg. 2 (recompute P from q, k, lse one tile pair at a time). Scratch tiles live on each
+ * thread's stack; nothing is allocated. Every output element is produced by one thread in a
+ * fixed order, so results do not depend on the OpenMP thread count. The tile bodies are
+ * compiled twice, for AVX2+FMA and for the baseline ISA, and picked at run time.
+ */
+#include "kernels/attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#define BR 64      /* query rows per tile */
+#define BC 64      /* keys per tile: a multiple of 8 so score rows are whole vectors */
+#define MAX_HS 256 /* larger heads take the reference path (scratch is sized by hs) */
+
+#define INLINE static inline __attribute__((always_inline))
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* exp(x) for the softmax, written as plain arithmetic so GCC vectorises loops over it (glibc's
+ * vector expf needs -ffast-math). Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
+ * polynomial (rel. error ~2 ulp), 2^n built in the exponent bits. Arguments below -87, -inf
+ * included, are clamped to -87 (e^-87 ~ 1.6e-38): callers zero masked entries themselves.
+ * The clamp and the rounding work on the bit patterns, because with GCC's default
+ * -ftrapping-math a float compare or float->int conversion keeps the loop from vectorising. */
+INLINE float vexp(float x) {
+    uint32_t ux;
+    memcpy(&ux, &x, sizeof ux);
+    ux = ux > 0xC2AE0000u ? 0xC2AE0000u : ux; /* as unsigned bits, x < -87 iff ux > bits(-87) */
+    memcpy(&x, &ux, sizeof x);
+    /* adding 1.5 * 2^23 rounds x log2(e) to the integer n, which lands in t's low bits */
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float nf = t - 12582912.0f;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    float r = x - nf * 0.693359375f;
+    r = r + nf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (tb - 0x4B400000u + 127u) << 23; /* 2^n for n >= -126 */
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+/* out[0:n] += a[0] x0 + a[1] x1 + a[2] x2 + a[3] x3. Every tile product below is a sum of
+ * rank-1 updates; folding four of them per pass over `out` quarters its loads and stores,
+ * and the loop over n is contiguous, so it vectorises. */
+INLINE void axpy4(float *restrict out, const float *a, const float *restrict x0,
+                  const float *restrict x1, const float *restrict x2, const float *restrict x3,
+                  int n) {
+    const float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+#pragma omp simd
+    for (int d = 0; d < n; d++)
+        out[d] += a0 * x0[d] + a1 * x1[d] + a2 * x2[d] + a3 * x3[d];
+}
+
+INLINE void axpy1(float *restrict out, float a, const float *restrict x, int n) {
+#pragma omp simd
+    for (int d = 0; d < n; d++)
+        out[d] += a * x[d];
+}
+
+/* out[0:n] += sum_j a[j * a_stride] * x[j * x_stride][0:n] for j < m */
+INLINE void gemv_acc(float *restrict out, const float *a, int a_stride, const float *x,
+                     int64_t x_stride, int m, int n) {
+    int j = 0;
+    for (; j + 4 <= m; j += 4) {
+        float aj[4] = {a[j * a_stride], a[(j + 1) * a_stride], a[(j + 2) * a_stride],
+                       a[(j + 3) * a_stride]};
+        axpy4(out, aj, x + j * x_stride, x + (j + 1) * x_stride, x + (j + 2) * x_stride,
+              x + (j + 3) * x_stride, n);
+    }
+    for (; j < m; j++)
+        axpy1(out, a[j * a_stride], x + j * x_stride, n);
+}
+
+/* s[i][0:BC] = sum_d a_i[d] bt[d][0:BC] for i < nr: one [nr, hs] x [hs, BC] tile product,
+ * with bt the transposed key (or value) tile packed by pack_t. */
+INLINE void tile_abt(float *restrict s, const float *a, int64_t a_stride, const float *bt,
+                     int nr, int hs) {
+    for (int i = 0; i < nr; i++) {
+        float *row = s + i * BC;
+        memset(row, 0, BC * sizeof *row);
+        gemv_acc(row, a + i * a_stride, 1, bt, BC, hs, BC);
+    }
+}
+
+/* bt[d][c] = src[c][d]: the transpose makes the score rows contiguous over keys. Columns past
+ * nc are zeroed so whole-vector loops over BC read defined values. */
+INLINE void pack_t(float *restrict bt, const float *src, int64_t stride, int nc, int hs) {
+    for (int c = 0; c < nc; c++)
+        for (int d = 0; d < hs; d++)
+            bt[d * BC + c] = src[c * stride + d];
+    if (nc < BC)
+        for (int d = 0; d < hs; d++)
+            memset(bt + d * BC + nc, 0, (BC - nc) * sizeof *bt);
+}
+
+/* Number of visible keys in row i of a tile: c < vis(...) is inside the sequence and, when
+ * causal, not above the diagonal (key k0+c <= query q0+i). */
+static inline int visible(int i, int nc, int q0, int k0, bool causal) {
+    return causal ? imin(nc, q0 + i - k0 + 1) : nc;
+}
+
+/* row[0:BC] = exp(scale * row - sub) on the visible columns and exactly 0 past them. The
+ * masked tail is zeroed after the exp rather than selected inside it (a select would let GCC
+ * sink the exp into a branch and stop vectorising). */
+INLINE void exp_row(float *row, float scale, float sub, int lim) {
+#pragma omp simd
+    for (int c = 0; c < BC; c++)
+        row[c] = vexp(row[c] * scale - sub);
+    if (lim < BC)
+        memset(row + lim, 0, (BC - lim) * sizeof *row);
+}
+
+/* One query tile of one (b, h) through all its key tiles: alg. 1 of the FlashAttention paper.
+ * The running max m and sum l rescale the output accumulator whenever the max grows, so the
+ * result equals softmax(S) V without keeping S. */
+INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, float *lse,
+                     const float *q, const float *k, const float *v) {
+    const int T = s->T, hs = s->hs, nr = imin(BR, T - q0);
+    const int kvh = h / (s->NH / s->NKV);
+    const float *qb = q + ((int64_t)b * T + q0) * s->q_stride + (int64_t)h * hs;
+    const float *kb = k + (int64_t)b * T * s->kv_stride + (int64_t)kvh * hs;
+    const float *vb = v + (int64_t)b * T * s->kv_stride + (int64_t)kvh * hs;
+    float kt[hs * BC], o[BR * hs];
+    float sc[BR * BC], m[BR], l[BR];
+    memset(o, 0, sizeof(float) * nr * hs);
+    for (int i = 0; i < nr; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    const int kend = s->causal ? q0 + nr : T;
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        const int nc = imin(BC, kend - k0);
+        pack_t(kt, kb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
+        tile_abt(sc, qb, s->q_stride, kt, nr, hs);
+        for (int i = 0; i < nr; i++) {
+            float *row = sc + i * BC;
+            const int lim = visible(i, nc, q0, k0, s->causal);
+            const float scale = s->scale;
+            float mx = m[i], sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+            for (int c = 0; c < lim; c++)
+                mx = row[c] * scale > mx ? row[c] * scale : mx;
+            /* the first tile holds key 0, so every row has lim >= 1 there: m is finite from
+             * then on and alpha = e^(m_old - m_new) is 0 exactly once, at the first tile */
+            const float alpha = m[i] == -INFINITY ? 0.0f : vexp(m[i] - mx);
+            exp_row(row, s->scale, mx, lim);
+#pragma omp simd reduction(+ : sum)
+            for (int c = 0; c < BC; c++)
+                sum += row[c];
+            l[i] = l[i] * alpha + sum;
+            m[i] = mx;
+            if (alpha != 1.0f) {
+                float *oi = o + i * hs;
+#pragma omp simd
+                for (int d = 0; d < hs; d++)
+                    oi[d] *= alpha;
+            }
+            gemv_acc(o + i * hs, row, 1, vb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
+        }
+    }
+    const int C = s->NH * hs;
+    for (int i = 0; i < nr; i++) {
+        float inv = 1.0f / l[i];
+        float *yi = y + ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
+        for (int d = 0; d < hs; d++)
+            yi[d] = o[i * hs + d] * inv;
+        lse[((int64_t)b * s->NH + h) * T + q0 + i] = m[i] + logf(l[i]);
+    }
+}
+
+/* All gradients that flow through kv head g of batch b: alg. 2 of the FlashAttention paper,
+ * key tiles outer (dk, dv tiles stay on the stack), the query heads of the group and their
+ * query tiles inner. dq rows of those heads are touched by this task only, so no races. */
+INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv,
+                     const float *dy, const float *y, const float *lse, const float *q,
+                     const float *k, const float *v) {
+    const int T = s->T, hs = s->hs, C = s->NH * hs, group = s->NH / s->NKV;
+    const int64_t qs = s->q_stride, kvs = s->kv_stride;
+    const int64_t kv_off = (int64_t)b * T * kvs + (int64_t)g * hs;
+    float kt[hs * BC], vt[hs * BC], dkt[BC * hs], dvt[BC * hs];
+    float p[BR * BC], ds[BR * BC], dd[BR];
+    for (int k0 = 0; k0 < T; k0 += BC) {
+        const int nc = imin(BC, T - k0);
+        const float *kb = k + kv_off + (int64_t)k0 * kvs, *vb = v + kv_off + (int64_t)k0 * kvs;
+        pack_t(kt, kb, kvs, nc, hs);
+        pack_t(vt, vb, kvs, nc, hs);
+        memset(dkt, 0, sizeof(float) * nc * hs);
+        memset(dvt, 0, sizeof(float) * nc * hs);
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            /* causal: queries before k0 see none of these keys */
+            for (int q0 = s->causal ? k0 : 0; q0 < T; q0 += BR) {
+                const int nr = imin(BR, T - q0);
+                const int64_t row0 = (int64_t)b * T + q0;
+                const float *qb = q + row0 * qs + (int64_t)h * hs;
+                const float *dyb = dy + row0 * C + (int64_t)h * hs;
+                const float *yb = y + row0 * C + (int64_t)h * hs;
+                const float *lb = lse + ((int64_t)b * s->NH + h) * T + q0;
+                float *dqb = dq + row0 * qs + (int64_t)h * hs;
+                /* P = exp(S - lse): the forward's softmax, rebuilt from the saved lse */
+                tile_abt(p, qb, qs, kt, nr, hs);
+                for (int i = 0; i < nr; i++) {
+                    exp_row(p + i * BC, s->scale, lb[i], visible(i, nc, q0, k0, s->causal));
+                    /* D_i = rowsum(dy_i * y_i) = sum_j P_ij dP_ij (alg. 2, line 19) */
+                    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                    for (int d = 0; d < hs; d++)
+                        acc += dyb[i * C + d] * yb[i * C + d];
+                    dd[i] = acc;
+                }
+                /* dP = dy v^T, then dS = P (dP - D), pre-multiplied by scale for dq and dk */
+                tile_abt(ds, dyb, C, vt, nr, hs);
+                for (int i = 0; i < nr; i++) {
+                    float *dsr = ds + i * BC;
+                    const float *pr = p + i * BC, di = dd[i], sc = s->scale;
+#pragma omp simd
+                    for (int c = 0; c < BC; c++)
+                        dsr[c] = pr[c] * (dsr[c] - di) * sc;
+                    gemv_acc(dqb + i * qs, dsr, 1, kb, kvs, nc, hs); /* dq += dS k */
+                }
+                for (int c = 0; c < nc; c++) {
+                    gemv_acc(dvt + c * hs, p + c, BC, dyb, C, nr, hs); /* dv += P^T dy */
+                    gemv_acc(dkt + c * hs, ds + c, BC, qb, qs, nr, hs); /* dk += dS^T q */
+                }
+            }
+        }
+        for (int c = 0; c < nc; c++) {
+            axpy1(dk + kv_off + (int64_t)(k0 + c) * kvs, 1.0f, dkt + c * hs, hs);
+            axpy1(dv + kv_off + (int64_t)(k0 + c) * kvs, 1.0f, dvt + c * hs, hs);
+        }
+    }
+}
+
+/* Heavy causal tiles (late queries) are handed out first for a better dynamic balance. */
+INLINE void fwd_task(const dt_attn_shape *s, int task, float *y, float *lse, const float *q,
+                     const float *k, const float *v) {
+    const int nqt = (s->T + BR - 1) / BR;
+    const int qt = nqt - 1 - task % nqt, bh = task / nqt;
+    fwd_tile(s, bh / s->NH, bh % s->NH, qt * BR, y, lse, q, k, v);
+}
+
+TARGET_AVX2 static void fwd_task_avx2(const dt_attn_shape *s, int task, float *y, float *lse,
+                                      const float *q, const float *k, const float *v) {
+    fwd_task(s, task, y, lse, q, k, v);
+}
+static void fwd_task_base(const dt_attn_shape *s, int task, float *y, float *lse,
+                          const float *q, const float *k, const float *v) {
+    fwd_task(s, task, y, lse, q, k, v);
+}
+TARGET_AVX2 static void bwd_task_avx2(const dt_attn_shape *s, int b, int g, float *dq,
+                                      float *dk, float *dv, const float *dy, const float *y,
+                                      const float *lse, const float *q, const float *k,
+                                      const float *v) {
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v);
+}
+static void bwd_task_base(const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv,
+                          const float *dy, const float *y, const float *lse, const float *q,
+                          const float *k, const float *v) {
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v);
+}
+
+static int have_avx2(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+void dt_attention_forward(const dt_attn_shape *s, float *y, float *lse, const float *q,
+                          const float *k, const float *v) {
+    if (s->hs > MAX_HS || s->hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0) {
+        dt_attention_forward_ref(s, y, lse, q, k, v);
+        return;
+    }
+    const int n_tasks = s->B * s->NH * ((s->T + BR - 1) / BR);
+    const int avx2 = have_avx2();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < n_tasks; t++) {
+        if (avx2)
+            fwd_task_avx2(s, t, y, lse, q, k, v);
+        else
+            fwd_task_base(s, t, y, lse, q, k, v);
+    }
+}
+
+void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                           const float *dy, const float *y, const float *lse, const float *q,
+                           const float *k, const float *v) {
+    if (s->hs > MAX_HS || s->hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0) {
+        dt_attention_backward_ref(s, dq, dk, dv, dy, y, lse, q, k, v);
+        return;
+    }
+    const int n_tasks = s->B * s->NKV;
+    const int avx2 = have_avx2();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < n_tasks; t++) {
+        if (avx2)
+            bwd_task_avx2(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v);
+        else
+            bwd_task_base(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v);
+    }
+}
+
+/* ---- reference: plain loops, double accumulation, one score row at a time ---- */
+
+static double dot_d(const float *a, const float *b, int n) {
+    double acc = 0.0;
+    for (int d = 0; d < n; d++)
+        acc += (double)a[d] * b[d];
+    return acc;
+}
+
+void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, const float *q,
+                              const float *k, const float *v) {
+    const int T = s->T, hs = s->hs, C = s->NH * hs;
+    if (T <= 0 || hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0)
+        return;
+    const int group = s->NH / s->NKV;
+    double row[T], acc[hs];
+    for (int b = 0; b < s->B; b++)
+        for (int h = 0; h < s->NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *qt = q + ((int64_t)b * T + t) * s->q_stride + (int64_t)h * hs;
+                const int64_t kv0 = (int64_t)b * T * s->kv_stride + (int64_t)(h / group) * hs;
+                const int n = s->causal ? t + 1 : T;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < n; j++) {
+                    row[j] = s->scale * dot_d(qt, k + kv0 + j * s->kv_stride, hs);
+                    mx = row[j] > mx ? row[j] : mx;
+                }
+                for (int d = 0; d < hs; d++)
+                    acc[d] = 0.0;
+                for (int j = 0; j < n; j++) {
+                    double pj = exp(row[j] - mx);
+                    const float *vj = v + kv0 + j * s->kv_stride;
+                    sum += pj;
+                    for (int d = 0; d < hs; d++)
+                        acc[d] += pj * vj[d];
+                }
+                float *yt = y + ((int64_t)b * T + t) * C + (int64_t)h * hs;
+                for (int d = 0; d < hs; d++)
+                    yt[d] = (float)(acc[d] / sum);
+                lse[((int64_t)b * s->NH + h) * T + t] = (float)(mx + log(sum));
+            }
+}
+
+/* dq is summed per query row, dk and dv per key row (over the group's heads and the queries
+ * that see the key), each in double, so the reference has no float accumulation. */
+void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                               const float *dy, const float *y, const float *lse,
+                               const float *q, const float *k, const float *v) {
+    const int T = s->T, hs = s->hs, C = s->NH * hs;
+    if (T <= 0 || hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0)
+        return;
+    const int group = s->NH / s->NKV;
+    const int64_t qs = s->q_stride, kvs = s->kv_stride;
+    double acc[hs], acc2[hs];
+    for (int b = 0; b < s->B; b++) {
+        for (int h = 0; h < s->NH; h++) { /* dq_t = scale sum_j P_tj (dP_tj - D_t) k_j */
+            const int64_t kv0 = (int64_t)b * T * kvs + (int64_t)(h / group) * hs;
+            for (int t = 0; t < T; t++) {
+                const int64_t r = (int64_t)b * T + t;
+                const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
+                const double lt = lse[((int64_t)b * s->NH + h) * T + t];
+                const double D = dot_d(dyt, y + r * C + h * hs, hs);
+                for (int d = 0; d < hs; d++)
+                    acc[d] = 0.0;
+                for (int j = 0; j < (s->causal ? t + 1 : T); j++) {
+                    const float *kj = k + kv0 + j * kvs;
+                    double pj = exp(s->scale * dot_d(qt, kj, hs) - lt);
+                    double dsj = pj * (dot_d(dyt, v + kv0 + j * kvs, hs) - D);
+                    for (int d = 0; d < hs; d++)
+                        acc[d] += dsj * kj[d];
+                }
+                for (int d = 0; d < hs; d++)
+                    dq[r * qs + h * hs + d] += (float)(s->scale * acc[d]);
+            }
+        }
+        for (int g = 0; g < s->NKV; g++) { /* dk_j, dv_j over the group's heads and queries */
+            const int64_t kv0 = (int64_t)b * T * kvs + (int64_t)g * hs;
+            for (int j = 0; j < T; j++) {
+                const float *kj = k + kv0 + j * kvs, *vj = v + kv0 + j * kvs;
+                for (int d = 0; d < hs; d++)
+                    acc[d] = acc2[d] = 0.0;
+                for (int h = g * group; h < (g + 1) * group; h++)
+                    for (int t = s->causal ? j : 0; t < T; t++) {
+                        const int64_t r = (int64_t)b * T + t;
+                        const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
+                        const double lt = lse[((int64_t)b * s->NH + h) * T + t];
+                        double pj = exp(s->scale * dot_d(qt, kj, hs) - lt);
+                        double dsj = pj * (dot_d(dyt, vj, hs) - dot_d(dyt, y + r * C + h * hs, hs));
+                        for (int d = 0; d < hs; d++) {
+                            acc[d] += dsj * qt[d];
+                            acc2[d] += pj * dyt[d];
+                        }
+                    }
+                for (int d = 0; d < hs; d++) {
+                    dk[kv0 + j * kvs + d] += (float)(s->scale * acc[d]);
+                    dv[kv0 + j * kvs + d] += (float)acc2[d];
+                }
+            }
+        }
+    }
+}

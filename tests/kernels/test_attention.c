@@ -1,0 +1,229 @@
+/* Tests for kernels/attention.c: the flash-attention kernels against their double-precision
+ * _ref twins (several shapes, partial tiles, GQA, causal and not, fused-qkv strides,
+ * accumulate semantics, thread-count independence), and the gradients against central finite
+ * differences of a naive double attention written here. --perf times fwd+bwd. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/attention.h"
+
+/* A fused qkv buffer [B, T, (NH + 2 NKV) hs] as the attention layer passes it. */
+typedef struct fused {
+    dt_attn_shape s;
+    int64_t n_qkv, n_y, n_lse;
+    float *qkv, *y, *lse, *dy, *dqkv;
+} fused;
+
+static fused fused_make(int B, int T, int NH, int NKV, int hs, bool causal, float qk_scale,
+                        uint64_t seed) {
+    fused f = {0};
+    int64_t W = (int64_t)(NH + 2 * NKV) * hs;
+    f.s = (dt_attn_shape){.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs, .q_stride = W,
+                          .kv_stride = W, .scale = 1.0f / sqrtf((float)hs), .causal = causal};
+    f.n_qkv = (int64_t)B * T * W;
+    f.n_y = (int64_t)B * T * NH * hs;
+    f.n_lse = (int64_t)B * NH * T;
+    f.qkv = malloc(sizeof(float) * f.n_qkv);
+    f.dqkv = calloc(f.n_qkv, sizeof(float));
+    f.y = malloc(sizeof(float) * f.n_y);
+    f.dy = malloc(sizeof(float) * f.n_y);
+    f.lse = malloc(sizeof(float) * f.n_lse);
+    dt_test_fill(f.qkv, f.n_qkv, seed, qk_scale);
+    dt_test_fill(f.dy, f.n_y, seed + 1, 1.0f);
+    return f;
+}
+
+static void fused_free(fused *f) {
+    free(f->qkv);
+    free(f->dqkv);
+    free(f->y);
+    free(f->dy);
+    free(f->lse);
+}
+
+static void run_fwd(fused *f, bool ref) {
+    const float *q = f->qkv, *k = q + f->s.NH * f->s.hs, *v = k + f->s.NKV * f->s.hs;
+    (ref ? dt_attention_forward_ref : dt_attention_forward)(&f->s, f->y, f->lse, q, k, v);
+}
+
+static void run_bwd(fused *f, bool ref) {
+    const float *q = f->qkv, *k = q + f->s.NH * f->s.hs, *v = k + f->s.NKV * f->s.hs;
+    float *dq = f->dqkv, *dk = dq + f->s.NH * f->s.hs, *dv = dk + f->s.NKV * f->s.hs;
+    (ref ? dt_attention_backward_ref : dt_attention_backward)(&f->s, dq, dk, dv, f->dy, f->y,
+                                                              f->lse, q, k, v);
+}
+
+/* fast vs ref on one shape; the fast backward gets the fast forward's y and lse, and starts
+ * from a pre-filled dqkv to check that it accumulates. */
+static void check_vs_ref(int B, int T, int NH, int NKV, int hs, bool causal, float qk_scale) {
+    fused a = fused_make(B, T, NH, NKV, hs, causal, qk_scale, 100 + T + NH * 7 + NKV);
+    fused r = fused_make(B, T, NH, NKV, hs, causal, qk_scale, 100 + T + NH * 7 + NKV);
+    run_fwd(&a, false);
+    run_fwd(&r, true);
+    double e_y = dt_test_nmse(a.y, r.y, a.n_y), e_l = dt_test_nmse(a.lse, r.lse, a.n_lse);
+    float *pre = malloc(sizeof(float) * a.n_qkv);
+    dt_test_fill(pre, a.n_qkv, 7, 0.5f);
+    memcpy(a.dqkv, pre, sizeof(float) * a.n_qkv);
+    run_bwd(&a, false);
+    run_bwd(&r, true); /* from zero, with its own y and lse */
+    for (int64_t i = 0; i < a.n_qkv; i++)
+        a.dqkv[i] -= pre[i];
+    /* compare each of dq, dk, dv separately: token rows of the fused buffer split by heads */
+    const int64_t W = a.s.q_stride, nq = (int64_t)NH * hs, nkv = (int64_t)NKV * hs;
+    double num[3] = {0}, den[3] = {0};
+    for (int64_t t = 0; t < (int64_t)B * T; t++)
+        for (int64_t c = 0; c < W; c++) {
+            int part = c < nq ? 0 : c < nq + nkv ? 1 : 2;
+            double d = (double)a.dqkv[t * W + c] - r.dqkv[t * W + c];
+            num[part] += d * d;
+            den[part] += (double)r.dqkv[t * W + c] * r.dqkv[t * W + c];
+        }
+    const char *cs = causal ? "causal" : "full";
+    DT_CHECK(e_y < 1e-10, "y nmse %.3g B%d T%d NH%d NKV%d hs%d %s", e_y, B, T, NH, NKV, hs, cs);
+    DT_CHECK(e_l < 1e-12, "lse nmse %.3g B%d T%d NH%d NKV%d %s", e_l, B, T, NH, NKV, cs);
+    const char *names[3] = {"dq", "dk", "dv"};
+    double e3[3];
+    for (int p = 0; p < 3; p++)
+        e3[p] = den[p] > 0 ? num[p] / den[p] : num[p];
+    printf("attention B%d T%d NH%d NKV%d hs%d %s: nmse y %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n",
+           B, T, NH, NKV, hs, cs, e_y, e_l, e3[0], e3[1], e3[2]);
+    for (int p = 0; p < 3; p++) {
+        double e = e3[p];
+        DT_CHECK(e < 1e-9, "%s nmse %.3g B%d T%d NH%d NKV%d hs%d %s", names[p], e, B, T, NH, NKV,
+                 hs, cs);
+    }
+    free(pre);
+    fused_free(&a);
+    fused_free(&r);
+}
+
+/* Results must not depend on the number of threads: bitwise equal at 1 and 2 threads. */
+static void check_thread_independence(void) {
+    fused a = fused_make(2, 100, 4, 2, 32, true, 1.0f, 5);
+    fused b = fused_make(2, 100, 4, 2, 32, true, 1.0f, 5);
+    int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    run_fwd(&a, false);
+    run_bwd(&a, false);
+    omp_set_num_threads(2);
+    run_fwd(&b, false);
+    run_bwd(&b, false);
+    omp_set_num_threads(nt);
+    DT_CHECK(memcmp(a.y, b.y, sizeof(float) * a.n_y) == 0, "y differs between 1 and 2 threads");
+    DT_CHECK(memcmp(a.dqkv, b.dqkv, sizeof(float) * a.n_qkv) == 0,
+             "dqkv differs between 1 and 2 threads");
+    fused_free(&a);
+    fused_free(&b);
+}
+
+/* L = sum(w * y) of a naive attention in double, on the fused layout. */
+static double naive_loss(const dt_attn_shape *s, const double *qkv, const float *w) {
+    const int T = s->T, hs = s->hs, group = s->NH / s->NKV;
+    const int64_t W = s->q_stride;
+    double L = 0, *p = malloc(sizeof(double) * T);
+    for (int b = 0; b < s->B; b++)
+        for (int h = 0; h < s->NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *qt = qkv + ((int64_t)b * T + t) * W + h * hs;
+                int n = s->causal ? t + 1 : T;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < n; j++) {
+                    const double *kj = qkv + ((int64_t)b * T + j) * W + (s->NH + h / group) * hs;
+                    double a = 0;
+                    for (int d = 0; d < hs; d++)
+                        a += qt[d] * kj[d];
+                    p[j] = a * s->scale;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < n; j++)
+                    sum += (p[j] = exp(p[j] - mx));
+                for (int d = 0; d < hs; d++) {
+                    double yd = 0;
+                    for (int j = 0; j < n; j++)
+                        yd += p[j] * qkv[((int64_t)b * T + j) * W + (s->NH + s->NKV + h / group) * hs + d];
+                    L += w[((int64_t)b * T + t) * s->NH * hs + h * hs + d] * yd / sum;
+                }
+            }
+    free(p);
+    return L;
+}
+
+/* Gradients of the fast kernels (dy = w) against central differences of naive_loss. */
+static void check_fd(int B, int T, int NH, int NKV, int hs, bool causal) {
+    fused f = fused_make(B, T, NH, NKV, hs, causal, 1.5f, 900 + T + NKV);
+    run_fwd(&f, false);
+    run_bwd(&f, false);
+    double *x = malloc(sizeof(double) * f.n_qkv);
+    for (int64_t i = 0; i < f.n_qkv; i++)
+        x[i] = f.qkv[i];
+    const double eps = 1e-4;
+    double worst = 0, gmax = 0;
+    for (int n = 0; n < 240; n++) {
+        int64_t i = (int64_t)((n * 2654435761u) % (uint64_t)f.n_qkv);
+        double x0 = x[i];
+        x[i] = x0 + eps;
+        double lp = naive_loss(&f.s, x, f.dy);
+        x[i] = x0 - eps;
+        double lm = naive_loss(&f.s, x, f.dy);
+        x[i] = x0;
+        double fd = (lp - lm) / (2 * eps);
+        worst = fmax(worst, fabs(fd - f.dqkv[i]));
+        gmax = fmax(gmax, fabs(fd));
+    }
+    printf("attention fd T%d NKV%d %s: max err %.3g, max grad %.3g\n", T, NKV,
+           causal ? "causal" : "full", worst, gmax);
+    DT_CHECK(gmax > 0 && worst <= 1e-4 * gmax, "fd: max err %.3g vs max grad %.3g (T%d NKV%d %s)",
+             worst, gmax, T, NKV, causal ? "causal" : "full");
+    free(x);
+    fused_free(&f);
+}
+
+static void perf(int B, int T, int NH, int NKV, int hs) {
+    fused f = fused_make(B, T, NH, NKV, hs, true, 1.0f, 3);
+    run_fwd(&f, false);
+    run_bwd(&f, false);
+    double tf = 1e30, tb = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = dt_test_seconds();
+        run_fwd(&f, false);
+        double t1 = dt_test_seconds();
+        run_bwd(&f, false);
+        double t2 = dt_test_seconds();
+        tf = fmin(tf, t1 - t0);
+        tb = fmin(tb, t2 - t1);
+    }
+    /* forward: QK^T and PV, 4 B NH T^2 hs, halved for causal; backward 2.5x (5 products) */
+    double fl = 4.0 * B * NH * (double)T * T * hs / 2;
+    printf("perf attention causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd %.2f ms "
+           "(%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s), fwd+bwd %.2f ms (%.1f GFLOP/s)\n",
+           B, T, NH, NKV, hs, omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3,
+           2.5 * fl / tb * 1e-9, (tf + tb) * 1e3, 3.5 * fl / (tf + tb) * 1e-9);
+    fused_free(&f);
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    for (int causal = 0; causal <= 1; causal++) {
+        check_vs_ref(1, 37, 2, 2, 16, causal, 1.0f);     /* one partial tile */
+        check_vs_ref(2, 100, 4, 2, 64, causal, 1.0f);    /* GQA 2:1, partial second tile */
+        check_vs_ref(1, 100, 4, 1, 32, causal, 2.0f);    /* MQA, peaked softmax */
+        check_vs_ref(1, 128, 3, 3, 64, causal, 1.0f);    /* whole tiles */
+        check_vs_ref(1, 70, 2, 1, 13, causal, 1.0f);     /* odd head size */
+        check_vs_ref(1, 5, 2, 2, 300, causal, 1.0f);     /* hs > MAX_HS: reference path */
+    }
+    check_vs_ref(1, 1, 2, 1, 64, true, 1.0f);
+    check_thread_independence();
+    check_fd(1, 37, 2, 2, 8, true);
+    check_fd(1, 100, 4, 2, 8, true);
+    check_fd(2, 70, 4, 1, 8, false);
+    if (dt_test.perf) {
+        perf(4, 256, 12, 12, 64);
+        perf(8, 256, 6, 6, 64);
+        perf(1, 1024, 12, 12, 64);
+    }
+    return DT_TEST_END();
+}
