@@ -21,5 +21,7 @@ void dt_rope_backward(float *dx, int B, int T, int NH, int hs, int64_t row_strid
                       const float *cos_t, const float *sin_t);
 void dt_rope_forward_ref(float *x, int B, int T, int NH, int hs, int64_t row_stride,
                          const float *cos_t, const float *sin_t);
+void dt_rope_backward_ref(float *dx, int B, int T, int NH, int hs, int64_t row_stride,
+                          const float *cos_t, const float *sin_t);
 
 #endif
