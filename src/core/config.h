@@ -102,8 +102,17 @@ dt_status dt_config_validate(const dt_config *c);
 /* Full config as a parseable file (written into checkpoints and printed with --verbose). */
 void dt_config_print(const dt_config *c, FILE *f);
 
+/* The ZeRO stage in effect: plugin.type zero1/zero2/zero3 imply 1/2/3; otherwise
+ * plugin.zero_stage (validate rejects a zero_stage that contradicts the type). */
+int dt_config_zero_stage(const dt_config *c);
+/* The first key ("section.key", a static string) whose value differs between a and b, or
+ * NULL when every key agrees (string fields compare up to their terminator, floats bitwise).
+ * Used by the tests' print/parse round trip and to report a resume with a changed config. */
+const char *dt_config_diff(const dt_config *a, const dt_config *b);
+
 const char *dt_arch_name(dt_arch a);
 const char *dt_precision_name(dt_precision p);
 const char *dt_plugin_type_name(dt_plugin_type t);
+const char *dt_lr_schedule_name(dt_lr_schedule s);
 
 #endif
