@@ -50,9 +50,10 @@ INLINE float vexp(float x) {
     return p * two_n;
 }
 
-/* out[0:n] += a[0] x0 + a[1] x1 + a[2] x2 + a[3] x3. Every tile product below is a sum of
- * rank-1 updates; folding four of them per pass over `out` quarters its loads and stores,
- * and the loop over n is contiguous, so it vectorises. */
+/* out[0:n] += a[0] x0 + a[1] x1 + a[2] x2 + a[3] x3, for one or two output rows. Every tile
+ * product below is a sum of rank-1 updates; folding four of them per pass over `out` cuts its
+ * loads and stores by four, and updating two rows per pass shares each x load between them.
+ * The loop over n is contiguous, so it vectorises. */
 INLINE void axpy4(float *restrict out, const float *a, const float *restrict x0,
                   const float *restrict x1, const float *restrict x2, const float *restrict x3,
                   int n) {
@@ -62,35 +63,67 @@ INLINE void axpy4(float *restrict out, const float *a, const float *restrict x0,
         out[d] += a0 * x0[d] + a1 * x1[d] + a2 * x2[d] + a3 * x3[d];
 }
 
+INLINE void axpy4x2(float *restrict o0, float *restrict o1, const float *a, const float *b,
+                    const float *restrict x0, const float *restrict x1,
+                    const float *restrict x2, const float *restrict x3, int n) {
+    const float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    const float b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
+#pragma omp simd
+    for (int d = 0; d < n; d++) {
+        const float v0 = x0[d], v1 = x1[d], v2 = x2[d], v3 = x3[d];
+        o0[d] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
+        o1[d] += b0 * v0 + b1 * v1 + b2 * v2 + b3 * v3;
+    }
+}
+
 INLINE void axpy1(float *restrict out, float a, const float *restrict x, int n) {
 #pragma omp simd
     for (int d = 0; d < n; d++)
         out[d] += a * x[d];
 }
 
-/* out[0:n] += sum_j a[j * a_stride] * x[j * x_stride][0:n] for j < m */
-INLINE void gemv_acc(float *restrict out, const float *a, int a_stride, const float *x,
-                     int64_t x_stride, int m, int n) {
-    int j = 0;
-    for (; j + 4 <= m; j += 4) {
-        float aj[4] = {a[j * a_stride], a[(j + 1) * a_stride], a[(j + 2) * a_stride],
-                       a[(j + 3) * a_stride]};
-        axpy4(out, aj, x + j * x_stride, x + (j + 1) * x_stride, x + (j + 2) * x_stride,
-              x + (j + 3) * x_stride, n);
+/* out[r][0:n] += sum_{j<m} A[r][j] x_j[0:n] for r < nrows: a small GEMM, out += A X, with
+ * A[r][j] = a[r * ars + j * acs] (either orientation of a stored tile) and x_j = x + j * xs. */
+INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t ars, int64_t acs,
+                     const float *x, int64_t xs, int m, int n) {
+    int r = 0;
+    for (; r + 2 <= nrows; r += 2) {
+        const float *ar = a + r * ars, *br = ar + ars;
+        float *o0 = out + r * os, *o1 = o0 + os;
+        int j = 0;
+        for (; j + 4 <= m; j += 4) {
+            const float aj[4] = {ar[j * acs], ar[(j + 1) * acs], ar[(j + 2) * acs],
+                                 ar[(j + 3) * acs]};
+            const float bj[4] = {br[j * acs], br[(j + 1) * acs], br[(j + 2) * acs],
+                                 br[(j + 3) * acs]};
+            axpy4x2(o0, o1, aj, bj, x + j * xs, x + (j + 1) * xs, x + (j + 2) * xs,
+                    x + (j + 3) * xs, n);
+        }
+        for (; j < m; j++) {
+            axpy1(o0, ar[j * acs], x + j * xs, n);
+            axpy1(o1, br[j * acs], x + j * xs, n);
+        }
     }
-    for (; j < m; j++)
-        axpy1(out, a[j * a_stride], x + j * x_stride, n);
+    for (; r < nrows; r++) {
+        const float *ar = a + r * ars;
+        float *o0 = out + r * os;
+        int j = 0;
+        for (; j + 4 <= m; j += 4) {
+            const float aj[4] = {ar[j * acs], ar[(j + 1) * acs], ar[(j + 2) * acs],
+                                 ar[(j + 3) * acs]};
+            axpy4(o0, aj, x + j * xs, x + (j + 1) * xs, x + (j + 2) * xs, x + (j + 3) * xs, n);
+        }
+        for (; j < m; j++)
+            axpy1(o0, ar[j * acs], x + j * xs, n);
+    }
 }
 
 /* s[i][0:BC] = sum_d a_i[d] bt[d][0:BC] for i < nr: one [nr, hs] x [hs, BC] tile product,
  * with bt the transposed key (or value) tile packed by pack_t. */
 INLINE void tile_abt(float *restrict s, const float *a, int64_t a_stride, const float *bt,
                      int nr, int hs) {
-    for (int i = 0; i < nr; i++) {
-        float *row = s + i * BC;
-        memset(row, 0, BC * sizeof *row);
-        gemv_acc(row, a + i * a_stride, 1, bt, BC, hs, BC);
-    }
+    memset(s, 0, sizeof(float) * nr * BC);
+    gemm_acc(s, BC, nr, a, a_stride, 1, bt, BC, hs, BC);
 }
 
 /* bt[d][c] = src[c][d]: the transpose makes the score rows contiguous over keys. Columns past
@@ -166,8 +199,8 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                 for (int d = 0; d < hs; d++)
                     oi[d] *= alpha;
             }
-            gemv_acc(o + i * hs, row, 1, vb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
         }
+        gemm_acc(o, hs, nr, sc, BC, 1, vb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
     }
     const int C = s->NH * hs;
     for (int i = 0; i < nr; i++) {
@@ -226,12 +259,10 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
 #pragma omp simd
                     for (int c = 0; c < BC; c++)
                         dsr[c] = pr[c] * (dsr[c] - di) * sc;
-                    gemv_acc(dqb + i * qs, dsr, 1, kb, kvs, nc, hs); /* dq += dS k */
                 }
-                for (int c = 0; c < nc; c++) {
-                    gemv_acc(dvt + c * hs, p + c, BC, dyb, C, nr, hs); /* dv += P^T dy */
-                    gemv_acc(dkt + c * hs, ds + c, BC, qb, qs, nr, hs); /* dk += dS^T q */
-                }
+                gemm_acc(dqb, qs, nr, ds, BC, 1, kb, kvs, nc, hs);  /* dq += dS k */
+                gemm_acc(dvt, hs, nc, p, 1, BC, dyb, C, nr, hs);    /* dv += P^T dy */
+                gemm_acc(dkt, hs, nc, ds, 1, BC, qb, qs, nr, hs);   /* dk += dS^T q */
             }
         }
         for (int c = 0; c < nc; c++) {
