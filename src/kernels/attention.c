@@ -82,11 +82,62 @@ INLINE void axpy1(float *restrict out, float a, const float *restrict x, int n) 
         out[d] += a * x[d];
 }
 
+/* Register-blocked micro-kernel for the common widths (n % 16 == 0: hs = 64, 128, ... and the
+ * BC-wide score tiles): a 4 x 16 block of out stays in eight 8-float accumulators through the
+ * whole j loop, so each step is 2 loads of x_j, 4 broadcasts of A and 8 multiply-adds, with no
+ * stores. GCC vector extensions, not intrinsics: the baseline clone lowers them to SSE pairs. */
+typedef float v8sf __attribute__((vector_size(32)));
+
+/* unaligned vector load/store; macros, since passing AVX vectors by value changes the ABI of
+ * the baseline clone */
+#define LD8(v, p) memcpy(&(v), (p), sizeof(v8sf))
+#define ST8(p, v) memcpy((p), &(v), sizeof(v8sf))
+
+INLINE void kernel_4x16(float *out, int64_t os, const float *a, int64_t ars, int64_t acs,
+                        const float *x, int64_t xs, int m) {
+    v8sf c00, c01, c10, c11, c20, c21, c30, c31;
+    LD8(c00, out);
+    LD8(c01, out + 8);
+    LD8(c10, out + os);
+    LD8(c11, out + os + 8);
+    LD8(c20, out + 2 * os);
+    LD8(c21, out + 2 * os + 8);
+    LD8(c30, out + 3 * os);
+    LD8(c31, out + 3 * os + 8);
+    for (int j = 0; j < m; j++) {
+        const float *xj = x + j * xs, *aj = a + j * acs;
+        v8sf x0, x1;
+        LD8(x0, xj);
+        LD8(x1, xj + 8);
+        const float a0 = aj[0], a1 = aj[ars], a2 = aj[2 * ars], a3 = aj[3 * ars];
+        c00 += a0 * x0;
+        c01 += a0 * x1;
+        c10 += a1 * x0;
+        c11 += a1 * x1;
+        c20 += a2 * x0;
+        c21 += a2 * x1;
+        c30 += a3 * x0;
+        c31 += a3 * x1;
+    }
+    ST8(out, c00);
+    ST8(out + 8, c01);
+    ST8(out + os, c10);
+    ST8(out + os + 8, c11);
+    ST8(out + 2 * os, c20);
+    ST8(out + 2 * os + 8, c21);
+    ST8(out + 3 * os, c30);
+    ST8(out + 3 * os + 8, c31);
+}
+
 /* out[r][0:n] += sum_{j<m} A[r][j] x_j[0:n] for r < nrows: a small GEMM, out += A X, with
  * A[r][j] = a[r * ars + j * acs] (either orientation of a stored tile) and x_j = x + j * xs. */
 INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t ars, int64_t acs,
                      const float *x, int64_t xs, int m, int n) {
     int r = 0;
+    if (n % 16 == 0)
+        for (; r + 4 <= nrows; r += 4)
+            for (int c0 = 0; c0 < n; c0 += 16)
+                kernel_4x16(out + r * os + c0, os, a + r * ars, ars, acs, x + c0, xs, m);
     for (; r + 2 <= nrows; r += 2) {
         const float *ar = a + r * ars, *br = ar + ars;
         float *o0 = out + r * os, *o1 = o0 + os;
