@@ -174,6 +174,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0)
         return usage(stdout);
-    dt_error("unknown command '%s'", argv[1]);
-    return usage(stderr);
+    dt_error("unknown command '%s' (commands: train, prepare, sample; see dtrain --help)",
+             argv[1]);
+    return 2;
 }

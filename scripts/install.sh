@@ -1,0 +1,15 @@
+#!/bin/bash
+# Installs dtrain's Debian packages and builds it (Release) into build/.
+# Used by the README's first command and by CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+    build-essential cmake pkg-config git ca-certificates \
+    libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev libinih-dev \
+    fortunes python3 python3-numpy python3-torch iproute2 time > /dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build -j "$(nproc)"

@@ -1,0 +1,78 @@
+#!/bin/bash
+# Bad input never crashes dtrain: each case must exit non-zero (but not by a signal) and print
+# exactly one line on stderr, beginning "dtrain: error:" and naming what is wrong.
+#   error_cases.sh DTRAIN SRC_DIR
+set -uo pipefail
+dtrain=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+passed=0 failed=0
+
+expect_error() { # NAME PATTERN -- ARGS...
+    local name=$1 pattern=$2
+    shift 3
+    "$dtrain" "$@" > out.txt 2> err.txt
+    local rc=$?
+    local lines
+    lines=$(wc -l < err.txt)
+    if [ $rc -eq 0 ] || [ $rc -ge 128 ] || [ "$lines" -ne 1 ] || ! grep -q "^dtrain: error:.*$pattern" err.txt; then
+        echo "FAIL $name: rc=$rc, stderr ($lines lines):"; cat err.txt
+        failed=$((failed + 1))
+    else
+        echo "ok   $name: $(cat err.txt)"
+        passed=$((passed + 1))
+    fi
+}
+
+"$dtrain" prepare --input "$src/src/core" --out data > /dev/null || { echo "prepare failed"; exit 1; }
+tiny=(--config "$src/configs/tiny-gpt2.ini" --data.train=data/train.bin --data.val=data/val.bin)
+"$dtrain" train "${tiny[@]}" --train.steps=0 --train.export=good.safetensors > /dev/null
+
+python3 - <<'PY'
+import json, struct
+def rewrite(src, dst, fix):
+    raw = open(src, 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    head = json.loads(raw[8:8 + n]); body = raw[8 + n:]
+    head, body = fix(head, body)
+    h = json.dumps(head).encode(); h += b' ' * (-len(h) % 8)
+    open(dst, 'wb').write(struct.pack('<Q', len(h)) + h + body)
+def lie_size(h, b):
+    h['wte.weight']['shape'][0] += 1; return h, b
+def lie_offset(h, b):
+    t = h['ln_f.bias']; t['data_offsets'] = [t['data_offsets'][0] + 10**9, t['data_offsets'][1] + 10**9]; return h, b
+rewrite('good.safetensors', 'lie_size.safetensors', lie_size)
+rewrite('good.safetensors', 'lie_offset.safetensors', lie_offset)
+raw = open('good.safetensors', 'rb').read()
+open('truncated.safetensors', 'wb').write(raw[:len(raw) - 100])
+open('huge_header.safetensors', 'wb').write(struct.pack('<Q', 1 << 60) + b'{}')
+tok = open('data/train.bin', 'rb').read()
+open('bad_magic.bin', 'wb').write(struct.pack('<i', 12345) + tok[4:])
+open('truncated.bin', 'wb').write(tok[:len(tok) - 1001])
+open('config_typo.ini', 'w').write('[model]\nn_layers = 3\n')
+PY
+
+expect_error "missing config file" "no_such.ini" -- train --config no_such.ini
+expect_error "unknown key" "n_layers" -- train --config config_typo.ini
+expect_error "unknown override" "model.n_layers" -- train "${tiny[@]}" --model.n_layers=3
+expect_error "unknown section" "foo" -- train "${tiny[@]}" --foo.bar=1
+expect_error "malformed number" "12x" -- train "${tiny[@]}" --train.steps=12x
+expect_error "malformed float" "fast" -- train "${tiny[@]}" --optim.lr=fast
+expect_error "bad enum" "fp64" -- train "${tiny[@]}" --plugin.precision=fp64
+expect_error "layout does not divide" "n_head" -- train "${tiny[@]}" --model.n_head=5
+expect_error "missing data" "missing.bin" -- train "${tiny[@]}" --data.train=missing.bin
+expect_error "wrong magic" "magic" -- train "${tiny[@]}" --data.train=bad_magic.bin
+expect_error "truncated shard" "truncated" -- train "${tiny[@]}" --data.train=truncated.bin
+expect_error "token >= vocab_size" "vocab" -- train "${tiny[@]}" --model.vocab_size=64
+expect_error "safetensors size lie" "wte.weight" -- train "${tiny[@]}" --model.init=lie_size.safetensors
+expect_error "safetensors offset lie" "ln_f.bias" -- train "${tiny[@]}" --model.init=lie_offset.safetensors
+expect_error "truncated safetensors" "truncated" -- train "${tiny[@]}" --model.init=truncated.safetensors
+expect_error "absurd header length" "header" -- train "${tiny[@]}" --model.init=huge_header.safetensors
+expect_error "missing init" "nope.safetensors" -- train "${tiny[@]}" --model.init=nope.safetensors
+expect_error "sample: truncated weights" "truncated" -- sample --checkpoint truncated.safetensors
+expect_error "unknown command" "frobnicate" -- frobnicate
+expect_error "tp not available yet" "tp_size" -- train "${tiny[@]}" --plugin.tp_size=2
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

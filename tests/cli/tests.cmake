@@ -1,0 +1,5 @@
+# Bad input: one clear error line and a non-zero exit, never a crash.
+add_test(NAME cli/error_cases
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/error_cases.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli/error_cases PROPERTIES LABELS "cli"
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
