@@ -49,10 +49,9 @@ static inline float exp_poly(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t ti, ni;
+    uint32_t ti, ni; /* unsigned: NaN inputs give garbage bits here, never overflow UB */
     memcpy(&ti, &t, 4);
-    ni = (ti - 0x4b400000) + 127; /* biased exponent of 2^n, n in [-126, 127] */
-    ni <<= 23;
+    ni = (ti - 0x4b400000u + 127u) << 23; /* biased exponent of 2^n, n in [-126, 127] */
     float scale;
     memcpy(&scale, &ni, 4);
     return p * scale;
