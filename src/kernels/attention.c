@@ -131,13 +131,28 @@ INLINE void kernel_4x16(float *out, int64_t os, const float *a, int64_t ars, int
 
 /* out[r][0:n] += sum_{j<m} A[r][j] x_j[0:n] for r < nrows: a small GEMM, out += A X, with
  * A[r][j] = a[r * ars + j * acs] (either orientation of a stored tile) and x_j = x + j * xs. */
+/* Causal tiles on the diagonal are half zeros. A band says which part of the product can be
+ * nonzero: row r needs only terms j in [r - lo, r + hi] and output columns c <= r + col. The
+ * micro-kernel path skips what lies outside (whole 4-row, 16-column blocks), which is exact:
+ * the skipped terms are products with zeros, the skipped outputs are masked afterwards. */
+typedef struct band {
+    int lo, hi, col;
+} band;
+#define NO_BAND ((band){1 << 29, 1 << 29, 1 << 29})
+
 INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t ars, int64_t acs,
-                     const float *x, int64_t xs, int m, int n) {
+                     const float *x, int64_t xs, int m, int n, band bd) {
     int r = 0;
     if (n % 16 == 0)
-        for (; r + 4 <= nrows; r += 4)
-            for (int c0 = 0; c0 < n; c0 += 16)
-                kernel_4x16(out + r * os + c0, os, a + r * ars, ars, acs, x + c0, xs, m);
+        for (; r + 4 <= nrows; r += 4) {
+            const int jlo = r - bd.lo > 0 ? r - bd.lo : 0;
+            const int jhi = imin(m, r + 3 + bd.hi + 1), chi = imin(n, r + 3 + bd.col + 1);
+            if (jhi <= jlo)
+                continue;
+            for (int c0 = 0; c0 < chi; c0 += 16)
+                kernel_4x16(out + r * os + c0, os, a + r * ars + jlo * acs, ars, acs,
+                            x + jlo * xs + c0, xs, jhi - jlo);
+        }
     for (; r + 2 <= nrows; r += 2) {
         const float *ar = a + r * ars, *br = ar + ars;
         float *o0 = out + r * os, *o1 = o0 + os;
@@ -172,9 +187,9 @@ INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t 
 /* s[i][0:BC] = sum_d a_i[d] bt[d][0:BC] for i < nr: one [nr, hs] x [hs, BC] tile product,
  * with bt the transposed key (or value) tile packed by pack_t. */
 INLINE void tile_abt(float *restrict s, const float *a, int64_t a_stride, const float *bt,
-                     int nr, int hs) {
+                     int nr, int hs, band bd) {
     memset(s, 0, sizeof(float) * nr * BC);
-    gemm_acc(s, BC, nr, a, a_stride, 1, bt, BC, hs, BC);
+    gemm_acc(s, BC, nr, a, a_stride, 1, bt, BC, hs, BC, bd);
 }
 
 /* bt[d][c] = src[c][d]: the transpose makes the score rows contiguous over keys. Columns past
@@ -226,7 +241,12 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
     for (int k0 = 0; k0 < kend; k0 += BC) {
         const int nc = imin(BC, kend - k0);
         pack_t(kt, kb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
-        tile_abt(sc, qb, s->q_stride, kt, nr, hs);
+        /* query q0+i sees key k0+c iff c <= i + (q0 - k0): that bounds the score columns,
+         * and the keys j summed over in P v */
+        const int off = q0 - k0;
+        const band cols = s->causal ? (band){1 << 29, 1 << 29, off} : NO_BAND;
+        const band diag = s->causal ? (band){1 << 29, off, 1 << 29} : NO_BAND;
+        tile_abt(sc, qb, s->q_stride, kt, nr, hs, cols);
         for (int i = 0; i < nr; i++) {
             float *row = sc + i * BC;
             const int lim = visible(i, nc, q0, k0, s->causal);
@@ -251,7 +271,8 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                     oi[d] *= alpha;
             }
         }
-        gemm_acc(o, hs, nr, sc, BC, 1, vb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
+        gemm_acc(o, hs, nr, sc, BC, 1, vb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs,
+                 diag);
     }
     const int C = s->NH * hs;
     for (int i = 0; i < nr; i++) {
@@ -292,7 +313,14 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                 const float *lb = lse + ((int64_t)b * s->NH + h) * T + q0;
                 float *dqb = dq + row0 * qs + (int64_t)h * hs;
                 /* P = exp(S - lse): the forward's softmax, rebuilt from the saved lse */
-                tile_abt(p, qb, qs, kt, nr, hs);
+                /* key c is visible to query i iff c <= i + off: it bounds the score columns
+                 * of a query row, the keys summed into dq, and (i >= c - off) the queries
+                 * summed into dk, dv */
+                const int off = q0 - k0;
+                const band cols = s->causal ? (band){1 << 29, 1 << 29, off} : NO_BAND;
+                const band qrows = s->causal ? (band){1 << 29, off, 1 << 29} : NO_BAND;
+                const band krows = s->causal ? (band){off, 1 << 29, 1 << 29} : NO_BAND;
+                tile_abt(p, qb, qs, kt, nr, hs, cols);
                 for (int i = 0; i < nr; i++) {
                     exp_row(p + i * BC, s->scale, lb[i], visible(i, nc, q0, k0, s->causal));
                     /* D_i = rowsum(dy_i * y_i) = sum_j P_ij dP_ij (alg. 2, line 19) */
@@ -303,7 +331,7 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                     dd[i] = acc;
                 }
                 /* dP = dy v^T, then dS = P (dP - D), pre-multiplied by scale for dq and dk */
-                tile_abt(ds, dyb, C, vt, nr, hs);
+                tile_abt(ds, dyb, C, vt, nr, hs, cols);
                 for (int i = 0; i < nr; i++) {
                     float *dsr = ds + i * BC;
                     const float *pr = p + i * BC, di = dd[i], sc = s->scale;
@@ -311,9 +339,9 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                     for (int c = 0; c < BC; c++)
                         dsr[c] = pr[c] * (dsr[c] - di) * sc;
                 }
-                gemm_acc(dqb, qs, nr, ds, BC, 1, kb, kvs, nc, hs);  /* dq += dS k */
-                gemm_acc(dvt, hs, nc, p, 1, BC, dyb, C, nr, hs);    /* dv += P^T dy */
-                gemm_acc(dkt, hs, nc, ds, 1, BC, qb, qs, nr, hs);   /* dk += dS^T q */
+                gemm_acc(dqb, qs, nr, ds, BC, 1, kb, kvs, nc, hs, qrows); /* dq += dS k */
+                gemm_acc(dvt, hs, nc, p, 1, BC, dyb, C, nr, hs, krows);   /* dv += P^T dy */
+                gemm_acc(dkt, hs, nc, ds, 1, BC, qb, qs, nr, hs, krows);  /* dk += dS^T q */
             }
         }
         for (int c = 0; c < nc; c++) {
