@@ -1,0 +1,180 @@
+/* dt_comm wrappers: byte and time accounting around the implementation's ops, the size-1
+ * communicator, and error agreement. See comm.h. */
+#include "core/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static int64_t sum_counts(const int *counts, int n) {
+    int64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += counts[i];
+    return s;
+}
+
+#define ACCOUNT(c, op, nbytes, call)                                                          \
+    do {                                                                                      \
+        double t0_ = now();                                                                   \
+        dt_status s_ = (call);                                                                \
+        (c)->stats.calls[op]++;                                                               \
+        (c)->stats.bytes[op] += (uint64_t)(nbytes);                                           \
+        (c)->stats.seconds[op] += now() - t0_;                                                \
+        return s_;                                                                            \
+    } while (0)
+
+dt_status dt_comm_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req) {
+    ACCOUNT(c, DT_COMM_ALLREDUCE, n * 4, c->ops->allreduce_f32(c, buf, n, req));
+}
+dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, int64_t n) {
+    ACCOUNT(c, DT_COMM_ALLREDUCE, n * 8, c->ops->allreduce_f64(c, buf, n));
+}
+dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv,
+                                     const int *counts, dt_comm_req *req) {
+    ACCOUNT(c, DT_COMM_REDUCE_SCATTER, sum_counts(counts, c->size) * 4,
+            c->ops->reduce_scatter_f32(c, send, recv, counts, req));
+}
+dt_status dt_comm_allgather_f32(dt_comm *c, const float *send, float *recv, const int *counts,
+                                dt_comm_req *req) {
+    ACCOUNT(c, DT_COMM_ALLGATHER, (int64_t)counts[c->rank] * 4,
+            c->ops->allgather_f32(c, send, recv, counts, req));
+}
+dt_status dt_comm_alltoall_f32(dt_comm *c, const float *send, float *recv, int64_t n,
+                               dt_comm_req *req) {
+    ACCOUNT(c, DT_COMM_ALLTOALL, n * c->size * 4, c->ops->alltoall_f32(c, send, recv, n, req));
+}
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, int64_t bytes, int root) {
+    ACCOUNT(c, DT_COMM_BROADCAST, bytes, c->ops->broadcast(c, buf, bytes, root));
+}
+dt_status dt_comm_send(dt_comm *c, const void *buf, int64_t bytes, int peer, int tag,
+                       dt_comm_req *req) {
+    ACCOUNT(c, DT_COMM_P2P, bytes, c->ops->send(c, buf, bytes, peer, tag, req));
+}
+dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
+                       dt_comm_req *req) {
+    ACCOUNT(c, DT_COMM_P2P, 0, c->ops->recv(c, buf, bytes, peer, tag, req));
+}
+
+dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req) {
+    if (!req || !req->active)
+        return DT_OK;
+    double t0 = now();
+    dt_status st = c->ops->wait(c, req);
+    c->stats.wait_seconds += now() - t0;
+    req->active = false;
+    return st;
+}
+
+dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done) {
+    if (!req || !req->active) {
+        *done = true;
+        return DT_OK;
+    }
+    dt_status st = c->ops->test(c, req, done);
+    if (*done)
+        req->active = false;
+    return st;
+}
+
+dt_status dt_comm_barrier(dt_comm *c) { return c->ops->barrier(c); }
+
+void dt_comm_free(dt_comm *c) {
+    if (c)
+        c->ops->free(c);
+}
+
+dt_status dt_comm_agree(dt_comm *c, dt_status local) {
+    /* max over ranks of (failed ? size - rank : 0) picks the lowest failing rank */
+    int32_t who = local != DT_OK ? c->size - c->rank : 0;
+    DT_TRY(c->ops->allreduce_max_i32(c, &who, 1));
+    if (who == 0)
+        return DT_OK;
+    int root = c->size - who;
+    struct {
+        int32_t status;
+        char msg[1000];
+    } m = {0};
+    if (c->rank == root) {
+        m.status = local;
+        snprintf(m.msg, sizeof m.msg, "%s", dt_err_msg());
+    }
+    DT_TRY(c->ops->broadcast(c, &m, sizeof m, root));
+    return dt_err_set((dt_status)m.status, "%s", m.msg);
+}
+
+/* ---- the size-1 communicator ------------------------------------------------------------ */
+
+static dt_status local_allreduce_f32(dt_comm *c, float *b, int64_t n, dt_comm_req *r) {
+    return DT_OK;
+}
+static dt_status local_allreduce_f64(dt_comm *c, double *b, int64_t n) { return DT_OK; }
+static dt_status local_allreduce_max_i32(dt_comm *c, int32_t *b, int64_t n) { return DT_OK; }
+static dt_status local_reduce_scatter(dt_comm *c, const float *s, float *r, const int *counts,
+                                      dt_comm_req *q) {
+    if (r != s)
+        memmove(r, s, (size_t)counts[0] * sizeof *r);
+    return DT_OK;
+}
+static dt_status local_allgather(dt_comm *c, const float *s, float *r, const int *counts,
+                                 dt_comm_req *q) {
+    if (r != s)
+        memmove(r, s, (size_t)counts[0] * sizeof *r);
+    return DT_OK;
+}
+static dt_status local_alltoall(dt_comm *c, const float *s, float *r, int64_t n,
+                                dt_comm_req *q) {
+    if (r != s)
+        memmove(r, s, (size_t)n * sizeof *r);
+    return DT_OK;
+}
+static dt_status local_broadcast(dt_comm *c, void *b, int64_t bytes, int root) { return DT_OK; }
+static dt_status local_p2p(dt_comm *c, const void *b, int64_t bytes, int peer, int tag,
+                           dt_comm_req *q) {
+    return dt_err_set(DT_ERR_ARG, "%s: point-to-point on a communicator of one rank", c->name);
+}
+static dt_status local_recv(dt_comm *c, void *b, int64_t bytes, int peer, int tag,
+                            dt_comm_req *q) {
+    return local_p2p(c, b, bytes, peer, tag, q);
+}
+static dt_status local_wait(dt_comm *c, dt_comm_req *q) { return DT_OK; }
+static dt_status local_test(dt_comm *c, dt_comm_req *q, bool *done) {
+    *done = true;
+    return DT_OK;
+}
+static dt_status local_barrier(dt_comm *c) { return DT_OK; }
+static void local_free(dt_comm *c) { free(c); }
+
+static const dt_comm_ops local_ops = {
+    .allreduce_f32 = local_allreduce_f32,
+    .allreduce_f64 = local_allreduce_f64,
+    .allreduce_max_i32 = local_allreduce_max_i32,
+    .reduce_scatter_f32 = local_reduce_scatter,
+    .allgather_f32 = local_allgather,
+    .alltoall_f32 = local_alltoall,
+    .broadcast = local_broadcast,
+    .send = local_p2p,
+    .recv = local_recv,
+    .wait = local_wait,
+    .test = local_test,
+    .barrier = local_barrier,
+    .free = local_free,
+};
+
+dt_status dt_comm_local_init(const char *name, dt_comm **out) {
+    *out = NULL;
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return dt_err_set(DT_ERR_OOM, "communicator: out of memory");
+    c->ops = &local_ops;
+    c->size = 1;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    *out = c;
+    return DT_OK;
+}

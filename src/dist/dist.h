@@ -1,0 +1,34 @@
+/* The MPI side of dtrain: process start-up, the dt_comm implementation, and the mesh's
+ * per-axis communicators. The only code that includes mpi.h.
+ *
+ * dt_dist_init works under mpirun and as a plain process (MPI singleton). Communicators use
+ * MPI_ERRORS_RETURN; an MPI failure becomes DT_ERR_MPI with MPI's own error string.
+ * Threading: MPI_THREAD_FUNNELED is requested; all MPI calls come from the main thread.
+ */
+#ifndef DT_DIST_DIST_H
+#define DT_DIST_DIST_H
+
+#include "core/comm.h"
+#include "plan/mesh.h"
+
+/* MPI_Init_thread (if not yet initialised) and a dt_comm for MPI_COMM_WORLD. */
+dt_status dt_dist_init(int *argc, char ***argv, dt_comm **world);
+/* MPI_Finalize after freeing `world` (NULL allowed). */
+void dt_dist_finalize(dt_comm *world);
+/* Collective: split `parent` by (color, key) into a new communicator named `name`. */
+dt_status dt_dist_split(dt_comm *parent, int color, int key, const char *name, dt_comm **out);
+/* Abort every rank (cli only, when peers would otherwise hang). */
+void dt_dist_abort(dt_comm *world, int code);
+
+typedef struct dt_mesh {
+    dt_mesh_dims dims;
+    int coords[DT_AXIS_COUNT];
+    dt_comm *world;               /* borrowed */
+    dt_comm *axis[DT_AXIS_COUNT]; /* owned: the group along each axis (size 1 = local comm) */
+} dt_mesh;
+
+/* Collective over world: one communicator per axis from plan/mesh's pure rank math. */
+dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out);
+void dt_mesh_free(dt_mesh *m);
+
+#endif
