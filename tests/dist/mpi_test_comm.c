@@ -82,7 +82,7 @@ static void test_allreduce(dt_comm *w) {
 }
 
 static void test_reduce_scatter(dt_comm *w) {
-    int counts[64], displ[64], total;
+    int counts[64] = {0}, displ[64] = {0}, total = 0;
     uneven_counts(w->size, counts, displ, &total);
     float *send = fbuf(total), *recv = fbuf(counts[w->rank]);
     for (int mode = 0; mode < 2; mode++) {
@@ -104,7 +104,7 @@ static void test_reduce_scatter(dt_comm *w) {
 }
 
 static void test_allgather(dt_comm *w) {
-    int counts[64], displ[64], total;
+    int counts[64] = {0}, displ[64] = {0}, total = 0;
     uneven_counts(w->size, counts, displ, &total);
     float *send = fbuf(counts[w->rank]), *recv = fbuf(total);
     /* 0 blocking, 1 blocking in place, 2 non-blocking wait, 3 non-blocking in place by test */
