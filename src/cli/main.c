@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "dist/dist.h"
 #include "io/tokens.h"
 #include "train/trainer.h"
 
@@ -95,11 +96,18 @@ static int cmd_train(int argc, char **argv) {
         if ((st = dt_config_set(&cfg, argv[i] + 2)) != DT_OK)
             return fail(st);
     }
-    if (!have_file && (st = prepare_default_data(&cfg)) != DT_OK)
+    dt_comm *world = NULL;
+    if ((st = dt_dist_init(&argc, &argv, &world)) != DT_OK)
         return fail(st);
-    if ((st = dt_train_run(&cfg)) != DT_OK)
-        return fail(st);
-    return 0;
+    dt_log_setup(world->rank, world->size, DT_LOG_INFO);
+    /* rank 0 prepares the default data; the others wait for it and learn its outcome */
+    if (!have_file)
+        st = dt_comm_agree(world, world->rank == 0 ? prepare_default_data(&cfg) : DT_OK);
+    if (st == DT_OK)
+        st = dt_train_run(&cfg, world);
+    int rc = st == DT_OK ? 0 : fail(st);
+    dt_dist_finalize(world);
+    return rc;
 }
 
 static int cmd_prepare(int argc, char **argv) {

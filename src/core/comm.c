@@ -25,7 +25,8 @@ static int64_t sum_counts(const int *counts, int n) {
         double t0_ = now();                                                                   \
         dt_status s_ = (call);                                                                \
         (c)->stats.calls[op]++;                                                               \
-        (c)->stats.bytes[op] += (uint64_t)(nbytes);                                           \
+        if ((c)->size > 1) /* a group of one moves nothing */                                 \
+            (c)->stats.bytes[op] += (uint64_t)(nbytes);                                       \
         (c)->stats.seconds[op] += now() - t0_;                                                \
         return s_;                                                                            \
     } while (0)

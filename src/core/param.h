@@ -26,4 +26,10 @@ typedef struct dt_param {
     float std;
 } dt_param;
 
+/* Initial values of arena elements [first, first + count): each overlapping tensor's slice
+ * from (seed, name, element index), zeros in between. A ZeRO shard initialises itself
+ * without materialising the rest, and gets exactly the values the whole arena would. */
+void dt_param_init_range(const dt_param *table, int n_params, uint64_t seed, int64_t first,
+                         int64_t count, float *out);
+
 #endif

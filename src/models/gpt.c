@@ -30,6 +30,10 @@ struct dt_gpt {
 
     dt_param *params;
     int n_params, cap_params;
+    int n_embed_params, per_layer; /* unit 0's tensors; tensors per block */
+    float **unit_w, **unit_g;      /* [L + 2] current storage of each unit (first element) */
+    dt_bf16 **unit_lp;
+    dt_gpt_hooks hooks;
     int64_t n_total;
     float *w, *g;   /* weights, grads */
     dt_bf16 *w_lp;  /* bf16 weights (bf16 mode) */
@@ -100,6 +104,8 @@ static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t co
 
 static dt_status build_table_gpt2(dt_gpt *g) {
     const dt_model_config *c = &g->cfg;
+    g->n_embed_params = 2;
+    g->per_layer = 12;
     int64_t C = c->n_embd;
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
     char name[96];
@@ -130,6 +136,8 @@ static dt_status build_table_llama(dt_gpt *g) {
     int64_t F = dt_gpt_ffn_hidden(c);
     float std = 0.02f;
     char name[96];
+    g->n_embed_params = 1;
+    g->per_layer = 9;
     DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
     for (int l = 0; l < c->n_layer; l++) {
         const char *p = "model.layers";
@@ -150,78 +158,150 @@ static dt_status build_table_llama(dt_gpt *g) {
 
 #undef NAME
 
-/* Llama's q/k/v projections must be adjacent in the arena for the fused matmul. The table
- * pads each tensor to 16 floats, so they are whenever rows x C is a multiple of 16. */
-static bool adjacent(const dt_param *a, const dt_param *b) {
-    return a->offset + a->numel == b->offset;
-}
-
 /* ---- views ----------------------------------------------------------------------------- */
 
-static float *wv(dt_gpt *g, const dt_param *p) { return g->w + p->offset; }
-static float *gv(dt_gpt *g, const dt_param *p) { return g->g ? g->g + p->offset : NULL; }
-static const dt_bf16 *lpv(dt_gpt *g, const dt_param *p) {
-    return g->w_lp ? g->w_lp + p->offset : NULL;
+/* A unit's storage: element `first` of the arena lives at w[0] (g[0], lp[0]). */
+typedef struct unit_store {
+    float *w, *g;
+    dt_bf16 *lp;
+    int64_t first;
+} unit_store;
+
+static float *wv(const unit_store *u, const dt_param *p) {
+    return u->w ? u->w + (p->offset - u->first) : NULL;
+}
+static float *gv(const unit_store *u, const dt_param *p) {
+    return u->g ? u->g + (p->offset - u->first) : NULL;
+}
+static const dt_bf16 *lpv(const unit_store *u, const dt_param *p) {
+    return u->lp ? u->lp + (p->offset - u->first) : NULL;
 }
 
-static dt_linear linear_view(dt_gpt *g, const dt_param *w, const dt_param *b, int64_t out_rows) {
-    return (dt_linear){.in = (int)w->shape[1], .out = (int)out_rows, .w = wv(g, w),
-                       .b = b ? wv(g, b) : NULL, .dw = gv(g, w), .db = b ? gv(g, b) : NULL,
-                       .w_lp = lpv(g, w)};
+static dt_linear linear_view(const unit_store *u, const dt_param *w, const dt_param *b,
+                             int64_t out_rows) {
+    return (dt_linear){.in = (int)w->shape[1], .out = (int)out_rows, .w = wv(u, w),
+                       .b = b ? wv(u, b) : NULL, .dw = gv(u, w), .db = b ? gv(u, b) : NULL,
+                       .w_lp = lpv(u, w)};
 }
 
-static dt_norm_params norm_view(dt_gpt *g, const dt_param *w, const dt_param *b) {
-    return (dt_norm_params){.w = wv(g, w), .b = b ? wv(g, b) : NULL, .dw = gv(g, w),
-                            .db = b ? gv(g, b) : NULL};
+static dt_norm_params norm_view(const unit_store *u, const dt_param *w, const dt_param *b) {
+    return (dt_norm_params){.w = wv(u, w), .b = b ? wv(u, b) : NULL, .dw = gv(u, w),
+                            .db = b ? gv(u, b) : NULL};
 }
 
-static dt_status wire_views(dt_gpt *g) {
-    const dt_model_config *c = &g->cfg;
-    const dt_block_dims *d = &g->dims;
+static int first_param_of_unit(const dt_gpt *g, int unit) {
+    if (unit == 0)
+        return 0;
+    if (unit <= g->cfg.n_layer)
+        return g->n_embed_params + (unit - 1) * g->per_layer;
+    return g->n_embed_params + g->cfg.n_layer * g->per_layer;
+}
+
+static void wire_block(dt_gpt *g, int l, const unit_store *u) {
+    const dt_param *q = g->params + first_param_of_unit(g, l + 1);
+    dt_block *b = &g->blocks[l];
+    int qkv_rows = dt_block_qkv_width(&g->dims);
+    if (g->cfg.arch == DT_ARCH_GPT2) {
+        b->ln1 = norm_view(u, &q[0], &q[1]);
+        b->qkv = linear_view(u, &q[2], &q[3], qkv_rows);
+        b->proj = linear_view(u, &q[4], &q[5], q[4].shape[0]);
+        b->ln2 = norm_view(u, &q[6], &q[7]);
+        b->fc = linear_view(u, &q[8], &q[9], q[8].shape[0]);
+        b->down = linear_view(u, &q[10], &q[11], q[10].shape[0]);
+    } else {
+        b->ln1 = norm_view(u, &q[0], NULL);
+        b->qkv = linear_view(u, &q[1], NULL, qkv_rows);
+        b->proj = linear_view(u, &q[4], NULL, q[4].shape[0]);
+        b->ln2 = norm_view(u, &q[5], NULL);
+        b->fc = linear_view(u, &q[6], NULL, q[6].shape[0]);
+        b->up = linear_view(u, &q[7], NULL, q[7].shape[0]);
+        b->down = linear_view(u, &q[8], NULL, q[8].shape[0]);
+    }
+}
+
+static void wire_head(dt_gpt *g, const unit_store *u, const dt_param *w) {
+    g->head.C = g->cfg.n_embd;
+    g->head.V = g->cfg.vocab_size;
+    g->head.w = wv(u, w);
+    g->head.dw = gv(u, w);
+    g->head.w_lp = lpv(u, w);
+}
+
+static void wire_unit(dt_gpt *g, int unit) {
+    int64_t first, count;
+    dt_gpt_unit_range(g, unit, &first, &count);
+    unit_store u = {.w = g->unit_w[unit], .g = g->unit_g[unit], .lp = g->unit_lp[unit],
+                    .first = first};
     const dt_param *P = g->params;
-    int per_layer = c->arch == DT_ARCH_GPT2 ? 12 : 9;
-    int qkv_rows = dt_block_qkv_width(d);
-    for (int l = 0; l < c->n_layer; l++) {
-        const dt_param *q = P + (c->arch == DT_ARCH_GPT2 ? 2 : 1) + l * per_layer;
-        dt_block *b = &g->blocks[l];
-        if (c->arch == DT_ARCH_GPT2) {
-            b->ln1 = norm_view(g, &q[0], &q[1]);
-            b->qkv = linear_view(g, &q[2], &q[3], qkv_rows);
-            b->proj = linear_view(g, &q[4], &q[5], q[4].shape[0]);
-            b->ln2 = norm_view(g, &q[6], &q[7]);
-            b->fc = linear_view(g, &q[8], &q[9], q[8].shape[0]);
-            b->down = linear_view(g, &q[10], &q[11], q[10].shape[0]);
+    bool gpt2 = g->cfg.arch == DT_ARCH_GPT2;
+    if (unit == 0) {
+        g->wte = wv(&u, &P[0]);
+        g->dwte = gv(&u, &P[0]);
+        g->wpe = gpt2 ? wv(&u, &P[1]) : NULL;
+        g->dwpe = gpt2 ? gv(&u, &P[1]) : NULL;
+        if (gpt2)
+            wire_head(g, &u, &P[0]);
+    } else if (unit <= g->cfg.n_layer) {
+        wire_block(g, unit - 1, &u);
+    } else {
+        const dt_param *last = &P[g->n_params - 1];
+        if (gpt2) {
+            g->lnf = norm_view(&u, last - 1, last);
         } else {
-            if (!adjacent(&q[1], &q[2]) || !adjacent(&q[2], &q[3]))
-                return dt_err_set(DT_ERR_ARG, "model: q/k/v projections of layer %d are not "
-                                  "contiguous (n_embd=%d must be a multiple of 16)", l, c->n_embd);
-            b->ln1 = norm_view(g, &q[0], NULL);
-            b->qkv = linear_view(g, &q[1], NULL, qkv_rows);
-            b->proj = linear_view(g, &q[4], NULL, q[4].shape[0]);
-            b->ln2 = norm_view(g, &q[5], NULL);
-            b->fc = linear_view(g, &q[6], NULL, q[6].shape[0]);
-            b->up = linear_view(g, &q[7], NULL, q[7].shape[0]);
-            b->down = linear_view(g, &q[8], NULL, q[8].shape[0]);
+            g->lnf = norm_view(&u, last - 1, NULL);
+            wire_head(g, &u, last);
         }
     }
-    const dt_param *wte = &P[0], *last = &P[g->n_params - 1];
-    g->wte = wv(g, wte);
-    g->dwte = gv(g, wte);
-    const dt_param *head_w = wte;
-    if (c->arch == DT_ARCH_GPT2) {
-        g->wpe = wv(g, &P[1]);
-        g->dwpe = gv(g, &P[1]);
-        g->lnf = norm_view(g, last - 1, last);
-    } else {
-        g->lnf = norm_view(g, last - 1, NULL);
-        head_w = last;
+}
+
+/* Llama's q/k/v projections must be adjacent in the arena for the fused matmul. The table
+ * pads each tensor to 16 floats, so they are whenever rows x C is a multiple of 16. */
+static dt_status check_fused_qkv(const dt_gpt *g) {
+    if (g->cfg.arch != DT_ARCH_LLAMA)
+        return DT_OK;
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        const dt_param *q = g->params + first_param_of_unit(g, l + 1) + 1;
+        if (q[0].offset + q[0].numel != q[1].offset || q[1].offset + q[1].numel != q[2].offset)
+            return dt_err_set(DT_ERR_ARG, "model: q/k/v projections of layer %d are not "
+                              "contiguous (n_embd=%d should be a multiple of 16)", l,
+                              g->cfg.n_embd);
     }
-    g->head.C = c->n_embd;
-    g->head.V = c->vocab_size;
-    g->head.w = wv(g, head_w);
-    g->head.dw = gv(g, head_w);
-    g->head.w_lp = lpv(g, head_w);
     return DT_OK;
+}
+
+int dt_gpt_n_units(const dt_gpt *g) { return g->cfg.n_layer + 2; }
+
+void dt_gpt_unit_range(const dt_gpt *g, int unit, int64_t *first, int64_t *count) {
+    int a = first_param_of_unit(g, unit);
+    int b = unit + 1 < dt_gpt_n_units(g) ? first_param_of_unit(g, unit + 1) : g->n_params;
+    *first = g->params[a].offset;
+    *count = (b < g->n_params ? g->params[b].offset : g->n_total) - *first;
+}
+
+int dt_gpt_head_unit(const dt_gpt *g) {
+    return g->cfg.arch == DT_ARCH_GPT2 ? 0 : dt_gpt_n_units(g) - 1;
+}
+
+void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp) {
+    if (w)
+        g->unit_w[unit] = w;
+    if (grad)
+        g->unit_g[unit] = grad;
+    if (w_lp)
+        g->unit_lp[unit] = w_lp;
+    wire_unit(g, unit);
+}
+
+void dt_gpt_set_hooks(dt_gpt *g, const dt_gpt_hooks *hooks) {
+    g->hooks = hooks ? *hooks : (dt_gpt_hooks){0};
+}
+
+static dt_status enter(dt_gpt *g, int unit, dt_gpt_phase phase) {
+    return g->hooks.enter ? g->hooks.enter(g->hooks.ctx, unit, phase) : DT_OK;
+}
+
+static dt_status leave(dt_gpt *g, int unit, dt_gpt_phase phase) {
+    return g->hooks.leave ? g->hooks.leave(g->hooks.ctx, unit, phase) : DT_OK;
 }
 
 /* ---- activation and scratch arenas ----------------------------------------------------- */
@@ -308,10 +388,13 @@ static dt_status alloc_carved(dt_gpt *g, dt_mem_cat cat, const char *name,
 
 /* ---- life cycle ------------------------------------------------------------------------ */
 
-dt_status dt_gpt_init(const dt_model_config *cfg, int B, int T, dt_precision prec, bool training,
-                      dt_mem *mem, dt_gpt **out) {
+dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *mem,
+                      dt_gpt **out) {
     *out = NULL;
     dt_status st;
+    int B = o->B, T = o->T;
+    bool training = o->training;
+    dt_precision prec = o->precision;
     if (cfg->n_embd % cfg->n_head || T > cfg->max_seq_len || B < 1 || T < 1)
         return dt_err_set(DT_ERR_ARG, "model: bad shape (n_embd=%d, n_head=%d, B=%d, T=%d, "
                           "max_seq_len=%d)", cfg->n_embd, cfg->n_head, B, T, cfg->max_seq_len);
@@ -331,19 +414,31 @@ dt_status dt_gpt_init(const dt_model_config *cfg, int B, int T, dt_precision pre
     g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = prec == DT_PREC_BF16 ? DT_BF16 : DT_F32};
     DT_TRY_GOTO(cfg->arch == DT_ARCH_GPT2 ? build_table_gpt2(g) : build_table_llama(g));
     size_t n = (size_t)g->n_total;
-    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float), (void **)&g->w));
-    if (training)
+    if (!o->external_weights)
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float),
+                                 (void **)&g->w));
+    if (training && !o->external_grads)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "grads", n * sizeof(float), (void **)&g->g));
-    if (g->ctx.mm_type == DT_BF16)
+    if (g->ctx.mm_type == DT_BF16 && !o->external_weights)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights.bf16", n * sizeof(dt_bf16),
                                  (void **)&g->w_lp));
+    int n_units = cfg->n_layer + 2;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
     g->acts = calloc((size_t)cfg->n_layer, sizeof *g->acts);
-    if (!g->blocks || !g->acts) {
+    g->unit_w = calloc((size_t)n_units, sizeof *g->unit_w);
+    g->unit_g = calloc((size_t)n_units, sizeof *g->unit_g);
+    g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
+    if (!g->blocks || !g->acts || !g->unit_w || !g->unit_g || !g->unit_lp) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }
-    DT_TRY_GOTO(wire_views(g));
+    DT_TRY_GOTO(check_fused_qkv(g));
+    for (int u = 0; u < n_units; u++) {
+        int64_t first, count;
+        dt_gpt_unit_range(g, u, &first, &count);
+        dt_gpt_bind_unit(g, u, g->w ? g->w + first : NULL, g->g ? g->g + first : NULL,
+                         g->w_lp ? g->w_lp + first : NULL);
+    }
     g->head.chunk = dt_lm_head_chunk_rows(cfg->vocab_size, B * T);
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_ACTS, "activations", carve_acts, &g->act_arena));
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_TEMP, "backward scratch", carve_scratch, &g->tmp_arena));
@@ -370,6 +465,9 @@ void dt_gpt_free(dt_gpt *g) {
     dt_mem_release(g->mem, g->w_lp);
     dt_mem_release(g->mem, g->g);
     dt_mem_release(g->mem, g->w);
+    free(g->unit_lp);
+    free(g->unit_g);
+    free(g->unit_w);
     free(g->acts);
     free(g->blocks);
     free(g->params);
@@ -378,20 +476,13 @@ void dt_gpt_free(dt_gpt *g) {
 }
 
 void dt_gpt_init_weights(dt_gpt *g, uint64_t seed) {
-    for (int i = 0; i < g->n_params; i++) {
-        const dt_param *p = &g->params[i];
-        float *w = g->w + p->offset;
-        if (p->init == DT_INIT_NORMAL)
-            dt_rng_fill_normal(seed, p->name, 0, p->numel, 0.0f, p->std, w);
-        else
-            for (int64_t j = 0; j < p->numel; j++)
-                w[j] = p->init == DT_INIT_ONES ? 1.0f : 0.0f;
-    }
+    DT_ASSERT(g->w);
+    dt_param_init_range(g->params, g->n_params, seed, 0, g->n_total, g->w);
     dt_gpt_sync_lp(g);
 }
 
 void dt_gpt_sync_lp(dt_gpt *g) {
-    if (g->w_lp)
+    if (g->w_lp && g->w)
         dt_cast_f32_to_bf16(g->w_lp, g->w, g->n_total);
 }
 
@@ -419,15 +510,21 @@ static float *res_at(const dt_gpt *g, int l, int B, int T) {
 
 dt_status dt_gpt_forward(dt_gpt *g, const int32_t *tokens, int B, int T) {
     DT_TRY(check_shape(g, B, T));
-    int N = B * T, C = g->cfg.n_embd;
+    int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
+    DT_TRY(enter(g, 0, DT_PHASE_FORWARD));
     dt_rows_gather(g->res, g->wte, tokens, g->wpe, N, T, C);
+    DT_TRY(leave(g, 0, DT_PHASE_FORWARD));
     dt_rope_cache rope = rope_of(g);
-    for (int l = 0; l < g->cfg.n_layer; l++)
+    for (int l = 0; l < L; l++) {
+        DT_TRY(enter(g, l + 1, DT_PHASE_FORWARD));
         DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->blocks[l], &rope, res_at(g, l, B, T), B,
                                 T, &g->acts[l], res_at(g, l + 1, B, T)));
-    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, g->cfg.n_layer, B, T), N, C,
-                          g->dims.norm_eps, g->lnf_out, g->lnf_mean, g->lnf_rstd);
-    return DT_OK;
+        DT_TRY(leave(g, l + 1, DT_PHASE_FORWARD));
+    }
+    DT_TRY(enter(g, L + 1, DT_PHASE_FORWARD));
+    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, L, B, T), N, C, g->dims.norm_eps,
+                          g->lnf_out, g->lnf_mean, g->lnf_rstd);
+    return leave(g, L + 1, DT_PHASE_FORWARD);
 }
 
 dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float grad_scale,
@@ -438,8 +535,11 @@ dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float gra
     int N = B * T;
     if (backward)
         memset(g->dlnf, 0, (size_t)N * g->cfg.n_embd * sizeof(float));
+    int hu = dt_gpt_head_unit(g);
+    DT_TRY(enter(g, hu, DT_PHASE_HEAD));
     DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, g->lnf_out, g->lnf_lp, targets, N, grad_scale,
                            backward, g->losses, g->dlnf));
+    DT_TRY(leave(g, hu, DT_PHASE_HEAD));
     double s = 0;
     for (int i = 0; i < N; i++)
         s += g->losses[i];
@@ -451,21 +551,30 @@ dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
     DT_TRY(check_shape(g, B, T));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
     memset(g->dres, 0, (size_t)N * C * sizeof(float));
+    DT_TRY(enter(g, L + 1, DT_PHASE_BACKWARD));
     dt_block_norm_backward(g->dims.kind, &g->lnf, res_at(g, L, B, T), g->dlnf, g->lnf_mean,
                            g->lnf_rstd, N, C, g->dres);
+    DT_TRY(leave(g, L + 1, DT_PHASE_BACKWARD));
     dt_rope_cache rope = rope_of(g);
-    for (int l = L - 1; l >= 0; l--)
+    for (int l = L - 1; l >= 0; l--) {
+        DT_TRY(enter(g, l + 1, DT_PHASE_BACKWARD));
         DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->blocks[l], &rope, res_at(g, l, B, T), B,
                                  T, &g->acts[l], &g->scratch, g->dres));
+        DT_TRY(leave(g, l + 1, DT_PHASE_BACKWARD));
+    }
+    DT_TRY(enter(g, 0, DT_PHASE_BACKWARD));
     dt_rows_scatter_add(g->dwte, g->dwpe, g->dres, tokens, N, T, C);
-    return DT_OK;
+    return leave(g, 0, DT_PHASE_BACKWARD);
 }
 
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits) {
     DT_TRY(dt_gpt_forward(g, tokens, 1, T));
     const float *last = g->lnf_out + (size_t)(T - 1) * g->cfg.n_embd;
     dt_bf16 *lp = g->lnf_lp ? g->lnf_lp + (size_t)(T - 1) * g->cfg.n_embd : NULL;
-    return dt_lm_head_logits(&g->ctx, &g->head, last, lp, 1, logits);
+    int hu = dt_gpt_head_unit(g);
+    DT_TRY(enter(g, hu, DT_PHASE_HEAD));
+    DT_TRY(dt_lm_head_logits(&g->ctx, &g->head, last, lp, 1, logits));
+    return leave(g, hu, DT_PHASE_HEAD);
 }
 
 /* ---- accessors ------------------------------------------------------------------------- */

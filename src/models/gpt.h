@@ -26,14 +26,47 @@ typedef struct dt_gpt dt_gpt;
 int dt_gpt_kv_heads(const dt_model_config *c);
 int dt_gpt_ffn_hidden(const dt_model_config *c);
 
-/* B x T: the largest micro-batch the model will see. training = false keeps no gradients. */
-dt_status dt_gpt_init(const dt_model_config *cfg, int B, int T, dt_precision prec, bool training,
-                      dt_mem *mem, dt_gpt **out);
+typedef struct dt_gpt_opts {
+    int B, T;               /* the largest micro-batch the model will see */
+    dt_precision precision;
+    bool training;          /* false: no gradients, no backward scratch */
+    bool external_weights;  /* the caller binds each unit's weights (ZeRO-3 gathers them) */
+    bool external_grads;    /* the caller binds each unit's gradients (ZeRO-2/3 buckets) */
+} dt_gpt_opts;
+
+dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *opts, dt_mem *mem,
+                      dt_gpt **out);
 void dt_gpt_free(dt_gpt *g);
 const dt_model_config *dt_gpt_config(const dt_gpt *g);
 
-/* Random initialisation, GPT-2 / HF style, reproducible from the seed alone. */
+/* Random initialisation, GPT-2 / HF style, reproducible from the seed alone (own weights). */
 void dt_gpt_init_weights(dt_gpt *g, uint64_t seed);
+
+/* Units: the granularity at which a distributed engine moves weights and gradients.
+ * Unit 0 = embeddings, units 1..L = blocks, unit L+1 = final norm (+ Llama's LM head). Each
+ * unit is a contiguous range of the arena; GPT-2's LM head is unit 0's token embedding. */
+int dt_gpt_n_units(const dt_gpt *g);
+void dt_gpt_unit_range(const dt_gpt *g, int unit, int64_t *first, int64_t *count);
+int dt_gpt_head_unit(const dt_gpt *g);
+/* Point a unit's views at storage holding its range (w[0] is arena element `first`).
+ * NULL leaves that kind of view as it is. */
+void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp);
+
+typedef enum dt_gpt_phase {
+    DT_PHASE_FORWARD,
+    DT_PHASE_HEAD,     /* the LM head (and its gradient, when training) */
+    DT_PHASE_BACKWARD, /* on leave, the unit's gradients are complete for this micro-batch */
+    DT_PHASE_COUNT
+} dt_gpt_phase;
+
+/* Called around every unit's work, so an engine can gather weights just in time, prefetch
+ * the next unit, and reduce gradients as soon as they are complete. Either may be NULL. */
+typedef struct dt_gpt_hooks {
+    void *ctx;
+    dt_status (*enter)(void *ctx, int unit, dt_gpt_phase phase);
+    dt_status (*leave)(void *ctx, int unit, dt_gpt_phase phase);
+} dt_gpt_hooks;
+void dt_gpt_set_hooks(dt_gpt *g, const dt_gpt_hooks *hooks);
 /* Refresh the bf16 weight copy after the fp32 weights changed outside the optimizer. */
 void dt_gpt_sync_lp(dt_gpt *g);
 
@@ -52,17 +85,19 @@ int dt_gpt_n_params(const dt_gpt *g);
 const dt_param *dt_gpt_param(const dt_gpt *g, int i);
 const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name);
 int64_t dt_gpt_numel(const dt_gpt *g);
-float *dt_gpt_weights(dt_gpt *g);
-float *dt_gpt_grads(dt_gpt *g);  /* NULL when not training */
-dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL in fp32 mode */
+float *dt_gpt_weights(dt_gpt *g);     /* NULL with external weights */
+float *dt_gpt_grads(dt_gpt *g);       /* NULL when not training or with external grads */
+dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL in fp32 mode or with external weights */
 /* Model FLOPs per trained token (forward + backward) at sequence length T, for MFU:
  * 6 x (matmul weights incl. the LM head) + 6 L C T (causal attention's two matmuls). */
 double dt_gpt_flops_per_token(const dt_gpt *g, int T);
 
 /* HuggingFace safetensors (models/gpt_io.c). Names and layouts as transformers writes them;
  * the model shape goes into __metadata__ so dtrain sample can rebuild the model. */
-dt_status dt_gpt_save(const dt_gpt *g, const char *path);
-dt_status dt_gpt_load(dt_gpt *g, const char *path);
+dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path);
+/* Into `weights` (a whole arena, dt_gpt_numel floats); call dt_gpt_sync_lp after loading
+ * into the model's own arena. */
+dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path);
 /* Fill the model shape from a safetensors file's metadata; keys absent keep cfg's values. */
 dt_status dt_gpt_config_from_file(const char *path, dt_model_config *cfg);
 

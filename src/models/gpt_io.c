@@ -42,7 +42,7 @@ static dt_status put_metadata(dt_st_writer *w, const dt_model_config *c) {
     return DT_OK;
 }
 
-dt_status dt_gpt_save(const dt_gpt *g, const char *path) {
+dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path) {
     dt_status st;
     dt_st_writer *w = NULL;
     int n = dt_gpt_n_params(g);
@@ -51,7 +51,6 @@ dt_status dt_gpt_save(const dt_gpt *g, const char *path) {
         return dt_err_set(DT_ERR_OOM, "saving %s: out of memory", path);
     DT_TRY_GOTO(dt_st_writer_init(&w));
     DT_TRY_GOTO(put_metadata(w, dt_gpt_config(g)));
-    const float *weights = dt_gpt_weights((dt_gpt *)g);
     for (int i = 0; i < n; i++) {
         const dt_param *p = dt_gpt_param(g, i);
         const float *data = weights + p->offset;
@@ -88,12 +87,11 @@ static const dt_st_tensor *find_tensor(const dt_st_file *f, const char *name) {
     return t;
 }
 
-dt_status dt_gpt_load(dt_gpt *g, const char *path) {
+dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(path, &f));
     dt_status st = DT_OK;
     float *tmp = NULL;
-    float *weights = dt_gpt_weights(g);
     for (int i = 0; i < dt_gpt_n_params(g); i++) {
         const dt_param *p = dt_gpt_param(g, i);
         const dt_st_tensor *t = find_tensor(f, p->name);
@@ -123,8 +121,6 @@ dt_status dt_gpt_load(dt_gpt *g, const char *path) {
     }
     free(tmp);
     dt_st_close(f);
-    if (st == DT_OK)
-        dt_gpt_sync_lp(g);
     return st;
 }
 

@@ -10,13 +10,14 @@ struct dt_adamw {
     dt_optim_config cfg;
     const dt_param *params; /* borrowed */
     int n_params;
+    int64_t first, count;
     float *m, *v;
     int t;
     dt_mem *mem; /* borrowed */
 };
 
 dt_status dt_adamw_init(const dt_optim_config *cfg, const dt_param *params, int n_params,
-                        int64_t n_total, dt_mem *mem, dt_adamw **out) {
+                        int64_t first, int64_t count, dt_mem *mem, dt_adamw **out) {
     *out = NULL;
     dt_adamw *o = calloc(1, sizeof *o);
     if (!o)
@@ -25,10 +26,12 @@ dt_status dt_adamw_init(const dt_optim_config *cfg, const dt_param *params, int 
     o->params = params;
     o->n_params = n_params;
     o->mem = mem;
+    o->first = first;
+    o->count = count;
     dt_status st;
-    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.m", (size_t)n_total * sizeof(float),
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.m", (size_t)count * sizeof(float),
                              (void **)&o->m));
-    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.v", (size_t)n_total * sizeof(float),
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.v", (size_t)count * sizeof(float),
                              (void **)&o->v));
     *out = o;
     return DT_OK;
@@ -48,15 +51,21 @@ void dt_adamw_free(dt_adamw *o) {
 void dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
                    float grad_scale) {
     o->t++;
+    int64_t end = o->first + o->count;
     for (int i = 0; i < o->n_params; i++) {
         const dt_param *p = &o->params[i];
+        /* the part of this tensor inside the owned range (a shard may cut tensors) */
+        int64_t a = p->offset > o->first ? p->offset : o->first;
+        int64_t b = p->offset + p->numel < end ? p->offset + p->numel : end;
+        if (a >= b)
+            continue;
         dt_adamw_hparams h = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2,
                               .eps = o->cfg.eps,
                               .weight_decay = p->decay ? o->cfg.weight_decay : 0.0f,
                               .grad_scale = grad_scale, .step = o->t};
-        int64_t off = p->offset;
+        int64_t off = a - o->first;
         dt_adamw_update(w + off, g + off, o->m + off, o->v + off, w_lp ? w_lp + off : NULL,
-                        p->numel, &h);
+                        b - a, &h);
     }
 }
 

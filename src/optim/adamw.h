@@ -13,20 +13,21 @@
 
 typedef struct dt_adamw dt_adamw;
 
-/* params: borrowed for the optimizer's lifetime; n_total: arena length in floats. */
+/* The optimizer owns arena elements [first, first + count): the whole arena for one process,
+ * a ZeRO shard otherwise. params: borrowed for the optimizer's lifetime. */
 dt_status dt_adamw_init(const dt_optim_config *cfg, const dt_param *params, int n_params,
-                        int64_t n_total, dt_mem *mem, dt_adamw **out);
+                        int64_t first, int64_t count, dt_mem *mem, dt_adamw **out);
 void dt_adamw_free(dt_adamw *o);
 
-/* One update of every tensor: w -= ..., using g * grad_scale; w_lp (or NULL) gets the bf16
- * copy. Advances the step count used for bias correction. */
+/* One update of the owned range: w, g, w_lp (or NULL) point at element `first`; w -= ...
+ * using g * grad_scale, w_lp gets the bf16 copy. Advances the bias-correction step count. */
 void dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
                    float grad_scale);
 
 int dt_adamw_steps_taken(const dt_adamw *o);
 void dt_adamw_set_steps_taken(dt_adamw *o, int t);
-float *dt_adamw_m(dt_adamw *o); /* [n_total] first moments */
-float *dt_adamw_v(dt_adamw *o); /* [n_total] second moments */
+float *dt_adamw_m(dt_adamw *o); /* [count] first moments of the owned range */
+float *dt_adamw_v(dt_adamw *o); /* [count] second moments */
 
 /* Learning rate for 0-based step s of `total`: linear warmup over warmup_steps to lr, then
  * cosine decay to min_lr at the last step, or constant. */

@@ -15,7 +15,7 @@
 
 #define PATH_LEN 4096
 
-static dt_status save_optim(const char *path, const dt_gpt *g, const dt_adamw *o) {
+static dt_status save_optim(const char *path, const dt_gpt *g, const dt_ckpt_arenas *a) {
     dt_st_writer *w = NULL;
     DT_TRY(dt_st_writer_init(&w));
     dt_status st = DT_OK;
@@ -25,7 +25,7 @@ static dt_status save_optim(const char *path, const dt_gpt *g, const dt_adamw *o
         dt_st_writer_free(w);
         return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
     }
-    const float *m = dt_adamw_m((dt_adamw *)o), *v = dt_adamw_v((dt_adamw *)o);
+    const float *m = a->m, *v = a->v;
     for (int i = 0; i < n && st == DT_OK; i++) {
         const dt_param *p = dt_gpt_param(g, i);
         snprintf(names[i][0], sizeof names[i][0], "exp_avg.%s", p->name);
@@ -41,12 +41,12 @@ static dt_status save_optim(const char *path, const dt_gpt *g, const dt_adamw *o
     return st;
 }
 
-static dt_status save_state(const char *path, const dt_train_state *s, const dt_adamw *o) {
+static dt_status save_state(const char *path, const dt_train_state *s, int adam_steps) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "step", (double)s->step);
     cJSON_AddNumberToObject(j, "data_pos", (double)s->data_pos);
     cJSON_AddNumberToObject(j, "data_step", (double)s->data_step);
-    cJSON_AddNumberToObject(j, "adam_steps", dt_adamw_steps_taken(o));
+    cJSON_AddNumberToObject(j, "adam_steps", adam_steps);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed); /* exact as a string */
     cJSON_AddStringToObject(j, "seed", seed);
@@ -88,7 +88,7 @@ static void remove_folder(const char *path) {
     rmdir(path);
 }
 
-dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_adamw *o,
+dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_ckpt_arenas *a,
                        const dt_train_state *s, const dt_config *cfg) {
     char final[PATH_LEN], tmp[PATH_LEN + 16], file[PATH_LEN + 64];
     snprintf(final, sizeof final, "%s/step-%lld", dir, (long long)s->step);
@@ -96,13 +96,13 @@ dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_adamw *o,
     remove_folder(tmp); /* left by a run that died while writing */
     DT_TRY(dt_mkdirs(tmp));
     snprintf(file, sizeof file, "%s/model.safetensors", tmp);
-    DT_TRY(dt_gpt_save(g, file));
+    DT_TRY(dt_gpt_save(g, a->w, file));
     snprintf(file, sizeof file, "%s/optim.safetensors", tmp);
-    DT_TRY(save_optim(file, g, o));
+    DT_TRY(save_optim(file, g, a));
     snprintf(file, sizeof file, "%s/config.ini", tmp);
     DT_TRY(save_config(file, cfg));
     snprintf(file, sizeof file, "%s/state.json", tmp); /* last: its presence marks completion */
-    DT_TRY(save_state(file, s, o));
+    DT_TRY(save_state(file, s, a->adam_steps));
     remove_folder(final);
     if (rename(tmp, final) != 0)
         return dt_err_set(DT_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final,
@@ -188,11 +188,11 @@ dt_status dt_ckpt_prune(const char *dir, int keep) {
     return DT_OK;
 }
 
-static dt_status load_optim(const char *path, const dt_gpt *g, dt_adamw *o) {
+static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(path, &f));
     dt_status st = DT_OK;
-    float *m = dt_adamw_m(o), *v = dt_adamw_v(o);
+    float *m = a->m, *v = a->v;
     char name[160];
     for (int i = 0; i < dt_gpt_n_params(g) && st == DT_OK; i++) {
         const dt_param *p = dt_gpt_param(g, i);
@@ -230,7 +230,7 @@ static dt_status json_int(const cJSON *j, const char *path, const char *key, int
     return DT_OK;
 }
 
-static dt_status load_state(const char *path, dt_train_state *s, dt_adamw *o) {
+static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps_out) {
     char *text;
     DT_TRY(read_text(path, &text));
     cJSON *j = cJSON_Parse(text);
@@ -253,18 +253,19 @@ static dt_status load_state(const char *path, dt_train_state *s, dt_adamw *o) {
         st = dt_err_set(DT_ERR_FORMAT, "%s: \"seed\" is missing", path);
     if (st == DT_OK) {
         s->seed = strtoull(seed->valuestring, NULL, 10);
-        dt_adamw_set_steps_taken(o, (int)adam_steps);
+        *adam_steps_out = (int)adam_steps;
     }
     cJSON_Delete(j);
     return st;
 }
 
-dt_status dt_ckpt_load(const char *folder, dt_gpt *g, dt_adamw *o, dt_train_state *s) {
+dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
+                       dt_train_state *s) {
     char file[PATH_LEN + 64];
     snprintf(file, sizeof file, "%s/state.json", folder);
-    DT_TRY(load_state(file, s, o));
+    DT_TRY(load_state(file, s, &a->adam_steps));
     snprintf(file, sizeof file, "%s/model.safetensors", folder);
-    DT_TRY(dt_gpt_load(g, file));
+    DT_TRY(dt_gpt_load(g, a->w, file));
     snprintf(file, sizeof file, "%s/optim.safetensors", folder);
-    return load_optim(file, g, o);
+    return load_optim(file, g, a);
 }

@@ -14,7 +14,6 @@
 
 #include "core/config.h"
 #include "models/gpt.h"
-#include "optim/adamw.h"
 
 typedef struct dt_train_state {
     int64_t step;               /* optimizer steps completed */
@@ -22,12 +21,19 @@ typedef struct dt_train_state {
     uint64_t seed;
 } dt_train_state;
 
-dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_adamw *o,
+/* The state as whole arenas (dt_gpt_numel floats each): weights and AdamW moments. */
+typedef struct dt_ckpt_arenas {
+    float *w, *m, *v;
+    int adam_steps;
+} dt_ckpt_arenas;
+
+dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_ckpt_arenas *a,
                        const dt_train_state *s, const dt_config *cfg);
 /* Remove all but the newest `keep` complete folders (keep 0 = keep all). */
 dt_status dt_ckpt_prune(const char *dir, int keep);
 /* Path of the newest complete step-N folder in dir into out ("" when there is none). */
 dt_status dt_ckpt_latest(const char *dir, char *out, size_t out_len);
-dt_status dt_ckpt_load(const char *folder, dt_gpt *g, dt_adamw *o, dt_train_state *s);
+dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
+                       dt_train_state *s);
 
 #endif

@@ -91,8 +91,9 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&mem));
     int T = cfg.model.max_seq_len;
-    DT_TRY_GOTO(dt_gpt_init(&cfg.model, 1, T, DT_PREC_FP32, false, mem, &g));
-    DT_TRY_GOTO(dt_gpt_load(g, path));
+    dt_gpt_opts opts = {.B = 1, .T = T, .precision = DT_PREC_FP32};
+    DT_TRY_GOTO(dt_gpt_init(&cfg.model, &opts, mem, &g));
+    DT_TRY_GOTO(dt_gpt_load(g, dt_gpt_weights(g), path));
     int n_prompt = prompt && *prompt ? (int)strlen(prompt) : 1;
     tok = malloc((size_t)n_prompt * sizeof *tok);
     out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);

@@ -1,16 +1,18 @@
-/* The training job: config -> data, model, optimizer -> steps with logging, evaluation,
- * checkpoints, export and a sample. The only place (with checkpoint.c) that wires models,
- * optim and io together. Single process for now; the distributed layouts plug in here. */
+/* The training job: config -> mesh, data, engine (model + optimizer + ZeRO) -> steps with
+ * logging, evaluation, checkpoints, export and a sample. Collective over `world`: every rank
+ * runs it; rank 0 alone prints, writes metrics, checkpoints and exports. */
 #ifndef DT_TRAIN_TRAINER_H
 #define DT_TRAIN_TRAINER_H
 
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/config.h"
 #include "models/gpt.h"
 
-/* Validates cfg, trains, and returns the first error with its message set. */
-dt_status dt_train_run(const dt_config *cfg);
+/* Validates cfg and the layout, trains, and returns the first error with its message set;
+ * every rank returns the same status and message. */
+dt_status dt_train_run(const dt_config *cfg, dt_comm *world);
 
 /* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
  * cropped to the last `context` tokens). out: [n_new] new tokens. */

@@ -219,7 +219,8 @@ static void check_arch(dt_arch arch) {
     dt_mem *mem;
     dt_gpt *g;
     DT_CHECK_OK(dt_mem_init(&mem));
-    DT_CHECK_OK(dt_gpt_init(&mc, B, T, DT_PREC_FP32, true, mem, &g));
+    dt_gpt_opts opts = {.B = B, .T = T, .precision = DT_PREC_FP32, .training = true};
+    DT_CHECK_OK(dt_gpt_init(&mc, &opts, mem, &g));
     dt_gpt_init_weights(g, 7);
     perturb_all(g);
     int32_t tok[B * T], tgt[B * T];
@@ -283,7 +284,7 @@ static void check_arch(dt_arch arch) {
     /* save -> load is exact */
     char path[64];
     snprintf(path, sizeof path, "test_gpt_%s.safetensors", an);
-    DT_CHECK_OK(dt_gpt_save(g, path));
+    DT_CHECK_OK(dt_gpt_save(g, dt_gpt_weights(g), path));
     dt_gpt *g2;
     dt_model_config mc2 = tiny(DT_ARCH_GPT2);
     mc2.n_layer = 1;
@@ -291,8 +292,10 @@ static void check_arch(dt_arch arch) {
     DT_CHECK(mc2.arch == mc.arch && mc2.n_layer == mc.n_layer && mc2.n_embd == mc.n_embd &&
                  dt_gpt_kv_heads(&mc2) == dt_gpt_kv_heads(&mc),
              "%s config from file metadata differs", an);
-    DT_CHECK_OK(dt_gpt_init(&mc2, B, T, DT_PREC_BF16, false, mem, &g2));
-    DT_CHECK_OK(dt_gpt_load(g2, path));
+    dt_gpt_opts opts2 = {.B = B, .T = T, .precision = DT_PREC_BF16};
+    DT_CHECK_OK(dt_gpt_init(&mc2, &opts2, mem, &g2));
+    DT_CHECK_OK(dt_gpt_load(g2, dt_gpt_weights(g2), path));
+    dt_gpt_sync_lp(g2);
     DT_CHECK(memcmp(dt_gpt_weights(g2), w, sizeof(float) * n) == 0, "%s round trip differs", an);
 
     /* bf16 matmuls: loss within bf16 tolerance of fp32 */

@@ -1,0 +1,488 @@
+/* Data-parallel engine with ZeRO stages 0-3. See engine.h for the design.
+ *
+ * The engine installs itself as the model's unit hooks: enter() progresses outstanding
+ * collectives and (stage 3) makes the unit's weights present, prefetching the next block;
+ * leave() after a unit's backward starts that unit's (or bucket's) gradient reduction.
+ */
+#include "train/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cast.h"
+#include "optim/adamw.h"
+
+enum { N_SLOTS = 2 };
+
+typedef struct unit_buf {
+    int wunit;          /* unit whose weights the buffer holds (stage 3), -1 none */
+    bool lp_ready;      /* bf16 copy made for wunit */
+    float *w;           /* stage 3 gathered weights */
+    dt_bf16 *lp;        /* their bf16 copy (bf16 mode) */
+    dt_comm_req wreq;   /* pending gather */
+    int gunit;          /* unit whose gradient reduce-scatter is pending, -1 none */
+    float *g, *piece;   /* stages 2-3: unit gradient, and this rank's reduced part of it */
+    dt_comm_req greq;
+} unit_buf;
+
+struct dt_engine {
+    dt_gpt *model;
+    dt_comm *dp; /* borrowed */
+    dt_mem *mem; /* borrowed */
+    int zero, n_units;
+    bool lp;
+    int64_t n_total, S, own_first, own_count;
+    int *counts;       /* [n_units + 1][dp]: per unit, then the whole arena (last row) */
+    int64_t *ufirst, *ucount;
+    float *w_full, *g_full; /* the model's own arenas (stages 0-2 / 0-1), borrowed */
+    dt_bf16 *lp_full;
+    float *w_shard, *g_shard;
+    dt_adamw *opt;
+    /* stages 0-1: buckets of whole units, reduced once their lowest unit is done */
+    int *bucket_of_unit; /* bucket whose lowest unit this is, or -1 */
+    int64_t *bucket_first, *bucket_count;
+    dt_comm_req *bucket_req;
+    int n_buckets;
+    bool comm_now;
+    /* stages 2-3: two rotating buffers for blocks, one each for the embedding and final units */
+    unit_buf slot[N_SLOTS], pers[2];
+};
+
+static int64_t overlap(int64_t a0, int64_t n0, int64_t a1, int64_t n1) {
+    int64_t lo = a0 > a1 ? a0 : a1, hi = a0 + n0 < a1 + n1 ? a0 + n0 : a1 + n1;
+    return hi > lo ? hi - lo : 0;
+}
+
+static int *counts_of(dt_engine *e, int unit) { return e->counts + (size_t)unit * e->dp->size; }
+
+static bool is_persistent(const dt_engine *e, int unit) {
+    return unit == 0 || unit == e->n_units - 1;
+}
+
+static unit_buf *buf_of(dt_engine *e, int unit) {
+    if (is_persistent(e, unit))
+        return &e->pers[unit == 0 ? 0 : 1];
+    return &e->slot[unit % N_SLOTS];
+}
+
+/* where this rank's part of `unit` starts inside its shard */
+static int64_t piece_offset(const dt_engine *e, int unit) {
+    int64_t a = e->ufirst[unit] > e->own_first ? e->ufirst[unit] : e->own_first;
+    return a - e->own_first;
+}
+
+/* ---- stage 3: weights present just in time ------------------------------------------ */
+
+static dt_status post_gather(dt_engine *e, unit_buf *b, int unit) {
+    const int *c = counts_of(e, unit);
+    b->wunit = unit;
+    b->lp_ready = false;
+    const float *send = e->w_shard + piece_offset(e, unit);
+    return dt_comm_allgather_f32(e->dp, send, b->w, c, &b->wreq);
+}
+
+static dt_status ensure_weights(dt_engine *e, int unit) {
+    unit_buf *b = buf_of(e, unit);
+    if (b->wunit != unit) {
+        DT_TRY(dt_comm_wait(e->dp, &b->wreq)); /* a prefetch of another unit */
+        DT_TRY(post_gather(e, b, unit));
+    }
+    DT_TRY(dt_comm_wait(e->dp, &b->wreq));
+    if (e->lp && !b->lp_ready) {
+        dt_cast_f32_to_bf16(b->lp, b->w, e->ucount[unit]);
+        b->lp_ready = true;
+    }
+    dt_gpt_bind_unit(e->model, unit, b->w, NULL, b->lp);
+    return DT_OK;
+}
+
+static dt_status prefetch(dt_engine *e, int unit) {
+    if (unit < 1 || unit > e->n_units - 2)
+        return DT_OK; /* only blocks rotate; the others stay gathered */
+    unit_buf *b = buf_of(e, unit);
+    if (b->wunit == unit)
+        return DT_OK;
+    DT_TRY(dt_comm_wait(e->dp, &b->wreq));
+    return post_gather(e, b, unit);
+}
+
+static void invalidate_weights(dt_engine *e) {
+    for (int i = 0; i < N_SLOTS; i++)
+        e->slot[i].wunit = -1;
+    e->pers[0].wunit = e->pers[1].wunit = -1;
+}
+
+/* ---- stages 2-3: gradients reduce-scattered unit by unit ------------------------------ */
+
+static dt_status complete_reduction(dt_engine *e, unit_buf *b) {
+    if (b->gunit < 0)
+        return DT_OK;
+    DT_TRY(dt_comm_wait(e->dp, &b->greq));
+    int n = counts_of(e, b->gunit)[e->dp->rank];
+    float *dst = e->g_shard + piece_offset(e, b->gunit);
+    dt_add_inplace(dst, b->piece, n);
+    b->gunit = -1;
+    return DT_OK;
+}
+
+static dt_status complete_all(dt_engine *e) {
+    for (int i = 0; i < N_SLOTS; i++)
+        DT_TRY(complete_reduction(e, &e->slot[i]));
+    for (int i = 0; i < 2; i++)
+        DT_TRY(complete_reduction(e, &e->pers[i]));
+    for (int k = 0; k < e->n_buckets; k++)
+        DT_TRY(dt_comm_wait(e->dp, &e->bucket_req[k]));
+    return DT_OK;
+}
+
+static dt_status progress(dt_engine *e) {
+    bool done;
+    for (int k = 0; k < e->n_buckets; k++)
+        DT_TRY(dt_comm_test(e->dp, &e->bucket_req[k], &done));
+    for (int i = 0; i < N_SLOTS; i++) {
+        DT_TRY(dt_comm_test(e->dp, &e->slot[i].greq, &done));
+        DT_TRY(dt_comm_test(e->dp, &e->slot[i].wreq, &done));
+    }
+    return DT_OK;
+}
+
+/* ---- hooks ------------------------------------------------------------------------------ */
+
+static dt_status on_enter(void *ctx, int unit, dt_gpt_phase phase) {
+    dt_engine *e = ctx;
+    DT_TRY(progress(e));
+    if (e->zero == 3) {
+        DT_TRY(ensure_weights(e, unit));
+        if (phase == DT_PHASE_FORWARD)
+            DT_TRY(prefetch(e, unit + 1));
+        else if (phase == DT_PHASE_BACKWARD)
+            DT_TRY(prefetch(e, unit - 1));
+    }
+    if (e->zero >= 2 && phase == DT_PHASE_BACKWARD && !is_persistent(e, unit)) {
+        unit_buf *b = buf_of(e, unit);
+        DT_TRY(complete_reduction(e, b)); /* the buffer's previous unit */
+        memset(b->g, 0, (size_t)e->ucount[unit] * sizeof *b->g);
+        dt_gpt_bind_unit(e->model, unit, NULL, b->g, NULL);
+    }
+    return DT_OK;
+}
+
+static dt_status on_leave(void *ctx, int unit, dt_gpt_phase phase) {
+    dt_engine *e = ctx;
+    if (phase != DT_PHASE_BACKWARD || !e->comm_now)
+        return DT_OK;
+    if (e->zero >= 2) {
+        unit_buf *b = buf_of(e, unit);
+        b->gunit = unit;
+        return dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, unit), &b->greq);
+    }
+    int k = e->bucket_of_unit[unit];
+    if (k < 0)
+        return DT_OK;
+    return dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k], e->bucket_count[k],
+                                 &e->bucket_req[k]);
+}
+
+/* ---- set-up ----------------------------------------------------------------------------- */
+
+static dt_status alloc(dt_engine *e, dt_mem_cat cat, const char *name, size_t bytes, void *out) {
+    return dt_mem_alloc(e->mem, cat, name, bytes, (void **)out);
+}
+
+static dt_status plan_units(dt_engine *e, double bucket_bytes) {
+    int P = e->dp->size, U = e->n_units;
+    e->counts = calloc((size_t)(U + 1) * P, sizeof *e->counts);
+    e->ufirst = calloc((size_t)U, sizeof *e->ufirst);
+    e->ucount = calloc((size_t)U, sizeof *e->ucount);
+    e->bucket_of_unit = malloc((size_t)U * sizeof *e->bucket_of_unit);
+    e->bucket_first = calloc((size_t)U, sizeof *e->bucket_first);
+    e->bucket_count = calloc((size_t)U, sizeof *e->bucket_count);
+    e->bucket_req = calloc((size_t)U, sizeof *e->bucket_req);
+    if (!e->counts || !e->ufirst || !e->ucount || !e->bucket_of_unit || !e->bucket_first ||
+        !e->bucket_count || !e->bucket_req)
+        return dt_err_set(DT_ERR_OOM, "engine: out of memory");
+    for (int u = 0; u < U; u++) {
+        dt_gpt_unit_range(e->model, u, &e->ufirst[u], &e->ucount[u]);
+        for (int r = 0; r < P; r++)
+            counts_of(e, u)[r] = (int)overlap(e->ufirst[u], e->ucount[u], (int64_t)r * e->S, e->S);
+        e->bucket_of_unit[u] = -1;
+    }
+    for (int r = 0; r < P; r++)
+        counts_of(e, U)[r] = (int)overlap(0, e->n_total, (int64_t)r * e->S, e->S);
+    if (e->zero >= 2)
+        return DT_OK;
+    /* Buckets of whole units in the order backward completes them (last unit first); a bucket
+     * is complete when its lowest unit is, and its range is contiguous in the arena. */
+    int hi = U - 1;
+    double bytes = 0;
+    for (int u = U - 1; u >= 0; u--) {
+        bytes += 4.0 * e->ucount[u];
+        if (bytes < bucket_bytes && u > 0)
+            continue;
+        int k = e->n_buckets++;
+        e->bucket_of_unit[u] = k;
+        e->bucket_first[k] = e->ufirst[u];
+        e->bucket_count[k] = e->ufirst[hi] + e->ucount[hi] - e->ufirst[u];
+        hi = u - 1;
+        bytes = 0;
+    }
+    return DT_OK;
+}
+
+/* Unit buffers are the landing and sending buffers of the gathers and reduce-scatters, so
+ * they are accounted as communication memory; the sharded state is params/grads/optim. */
+static dt_status alloc_unit_buf(dt_engine *e, unit_buf *b, int64_t n, const char *what) {
+    b->wunit = b->gunit = -1;
+    char name[64];
+    if (e->zero == 3) {
+        snprintf(name, sizeof name, "zero3.%s.weights", what);
+        DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->w));
+        if (e->lp) {
+            snprintf(name, sizeof name, "zero3.%s.bf16", what);
+            DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(dt_bf16), &b->lp));
+        }
+    }
+    snprintf(name, sizeof name, "zero.%s.grads", what);
+    DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->g));
+    int64_t piece = n < e->S ? n : e->S;
+    snprintf(name, sizeof name, "zero.%s.reduced", what);
+    return alloc(e, DT_MEM_COMM, name, (size_t)piece * sizeof(float), &b->piece);
+}
+
+static dt_status setup_storage(dt_engine *e) {
+    int L1 = e->n_units - 1;
+    e->w_full = dt_gpt_weights(e->model);
+    e->g_full = dt_gpt_grads(e->model);
+    e->lp_full = dt_gpt_weights_lp(e->model);
+    if (e->zero == 3)
+        DT_TRY(alloc(e, DT_MEM_PARAMS, "zero3.weight_shard", (size_t)e->S * sizeof(float),
+                     &e->w_shard));
+    if (e->zero >= 2)
+        DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grad_shard", (size_t)e->S * sizeof(float),
+                     &e->g_shard));
+    if (e->zero < 2)
+        return DT_OK;
+    int64_t widest = 0;
+    for (int u = 1; u < L1; u++)
+        widest = e->ucount[u] > widest ? e->ucount[u] : widest;
+    for (int i = 0; i < N_SLOTS; i++)
+        DT_TRY(alloc_unit_buf(e, &e->slot[i], widest, i ? "block_b" : "block_a"));
+    DT_TRY(alloc_unit_buf(e, &e->pers[0], e->ucount[0], "embedding"));
+    DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "final"));
+    dt_gpt_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL);
+    dt_gpt_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
+    return DT_OK;
+}
+
+dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
+                         const dt_engine_opts *o, dt_comm *dp, dt_mem *mem, dt_engine **out) {
+    *out = NULL;
+    dt_status st;
+    dt_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return dt_err_set(DT_ERR_OOM, "engine: out of memory");
+    e->dp = dp;
+    e->mem = mem;
+    e->zero = o->zero_stage;
+    for (int i = 0; i < N_SLOTS; i++)
+        e->slot[i].wunit = e->slot[i].gunit = -1;
+    for (int i = 0; i < 2; i++)
+        e->pers[i].wunit = e->pers[i].gunit = -1;
+    e->lp = o->precision == DT_PREC_BF16;
+    dt_gpt_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
+                      .external_weights = e->zero == 3, .external_grads = e->zero >= 2};
+    DT_TRY_GOTO(dt_gpt_init(mc, &go, mem, &e->model));
+    e->n_units = dt_gpt_n_units(e->model);
+    e->n_total = dt_gpt_numel(e->model);
+    int64_t per_rank = (e->n_total + dp->size - 1) / dp->size;
+    e->S = (per_rank + 15) / 16 * 16;
+    e->own_first = (int64_t)dp->rank * e->S;
+    e->own_count = overlap(0, e->n_total, e->own_first, e->S);
+    DT_TRY_GOTO(plan_units(e, (double)o->bucket_mb * 1048576.0));
+    DT_TRY_GOTO(setup_storage(e));
+    int64_t first = e->zero == 0 ? 0 : e->own_first;
+    int64_t count = e->zero == 0 ? e->n_total : e->own_count;
+    DT_TRY_GOTO(dt_adamw_init(oc, dt_gpt_param(e->model, 0), dt_gpt_n_params(e->model), first,
+                              count, mem, &e->opt));
+    dt_gpt_hooks h = {.ctx = e, .enter = on_enter, .leave = on_leave};
+    dt_gpt_set_hooks(e->model, &h);
+    *out = e;
+    return DT_OK;
+fail:
+    dt_engine_free(e);
+    return st;
+}
+
+static void free_unit_buf(dt_engine *e, unit_buf *b) {
+    dt_mem_release(e->mem, b->piece);
+    dt_mem_release(e->mem, b->g);
+    dt_mem_release(e->mem, b->lp);
+    dt_mem_release(e->mem, b->w);
+}
+
+void dt_engine_free(dt_engine *e) {
+    if (!e)
+        return;
+    if (e->bucket_req) /* never leave a request pending behind freed buffers */
+        complete_all(e);
+    for (int i = 0; i < N_SLOTS; i++)
+        free_unit_buf(e, &e->slot[i]);
+    for (int i = 0; i < 2; i++)
+        free_unit_buf(e, &e->pers[i]);
+    dt_adamw_free(e->opt);
+    dt_mem_release(e->mem, e->g_shard);
+    dt_mem_release(e->mem, e->w_shard);
+    dt_gpt_free(e->model);
+    free(e->counts);
+    free(e->ufirst);
+    free(e->ucount);
+    free(e->bucket_of_unit);
+    free(e->bucket_first);
+    free(e->bucket_count);
+    free(e->bucket_req);
+    free(e);
+}
+
+dt_gpt *dt_engine_model(dt_engine *e) { return e->model; }
+
+/* ---- weights ---------------------------------------------------------------------------- */
+
+dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed) {
+    if (e->zero == 3) { /* each rank makes only its shard: Philox needs no neighbours */
+        dt_param_init_range(dt_gpt_param(e->model, 0), dt_gpt_n_params(e->model), seed,
+                            e->own_first, e->own_count, e->w_shard);
+        invalidate_weights(e);
+    } else {
+        dt_gpt_init_weights(e->model, seed);
+    }
+    return DT_OK;
+}
+
+dt_status dt_engine_load_weights(dt_engine *e, const char *path) {
+    if (e->zero < 3) {
+        DT_TRY(dt_gpt_load(e->model, e->w_full, path));
+        dt_gpt_sync_lp(e->model);
+        return DT_OK;
+    }
+    float *full = NULL;
+    DT_TRY(alloc(e, DT_MEM_TEMP, "load.weights", (size_t)e->n_total * sizeof(float), &full));
+    dt_status st = dt_gpt_load(e->model, full, path);
+    if (st == DT_OK)
+        memcpy(e->w_shard, full + e->own_first, (size_t)e->own_count * sizeof(float));
+    dt_mem_release(e->mem, full);
+    invalidate_weights(e);
+    return st;
+}
+
+/* ---- a step ----------------------------------------------------------------------------- */
+
+dt_status dt_engine_begin_step(dt_engine *e) {
+    if (e->zero >= 2)
+        memset(e->g_shard, 0, (size_t)e->S * sizeof(float));
+    else
+        dt_gpt_zero_grad(e->model);
+    return DT_OK;
+}
+
+dt_status dt_engine_micro_batch(dt_engine *e, const int32_t *tokens, const int32_t *targets,
+                                int B, int T, float grad_scale, bool last, double *loss_sum) {
+    e->comm_now = e->zero >= 2 || last;
+    if (e->zero >= 2) {
+        DT_TRY(complete_all(e)); /* the persistent units' buffers are reused below */
+        for (int i = 0; i < 2; i++) {
+            int u = i == 0 ? 0 : e->n_units - 1;
+            memset(e->pers[i].g, 0, (size_t)e->ucount[u] * sizeof(float));
+        }
+    }
+    DT_TRY(dt_gpt_forward(e->model, tokens, B, T));
+    DT_TRY(dt_gpt_loss(e->model, targets, B, T, grad_scale, true, loss_sum));
+    return dt_gpt_backward(e->model, tokens, B, T);
+}
+
+dt_status dt_engine_finish(dt_engine *e) { return complete_all(e); }
+
+dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
+    if (e->zero < 2) { /* every rank holds the same reduced gradient */
+        *norm = sqrt(dt_sumsq(e->g_full, e->n_total));
+        return DT_OK;
+    }
+    double s = dt_sumsq(e->g_shard, e->own_count);
+    DT_TRY(dt_comm_allreduce_f64(e->dp, &s, 1));
+    *norm = sqrt(s);
+    return DT_OK;
+}
+
+dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
+    switch (e->zero) {
+    case 0:
+        dt_adamw_step(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
+        return DT_OK;
+    case 3:
+        dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);
+        invalidate_weights(e);
+        return DT_OK;
+    default: {
+        const float *g = e->zero == 1 ? e->g_full + e->own_first : e->g_shard;
+        dt_adamw_step(e->opt, e->w_full + e->own_first, g, NULL, lr, grad_scale);
+        DT_TRY(dt_comm_allgather_f32(e->dp, e->w_full + e->own_first, e->w_full,
+                                     counts_of(e, e->n_units), NULL));
+        dt_gpt_sync_lp(e->model);
+        return DT_OK;
+    }
+    }
+}
+
+dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *targets, int B,
+                         int T, double *loss_sum) {
+    DT_TRY(dt_gpt_forward(e->model, tokens, B, T));
+    return dt_gpt_loss(e->model, targets, B, T, 0.0f, false, loss_sum);
+}
+
+/* ---- whole-arena state ------------------------------------------------------------------ */
+
+static dt_status gather_range(dt_engine *e, const float *own, float *full) {
+    return dt_comm_allgather_f32(e->dp, own, full, counts_of(e, e->n_units), NULL);
+}
+
+dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
+    size_t bytes = (size_t)e->n_total * sizeof(float);
+    if (w && e->zero < 3)
+        memcpy(w, e->w_full, bytes);
+    else if (w)
+        DT_TRY(gather_range(e, e->w_shard, w));
+    if (e->zero == 0) {
+        if (m)
+            memcpy(m, dt_adamw_m(e->opt), bytes);
+        if (v)
+            memcpy(v, dt_adamw_v(e->opt), bytes);
+        return DT_OK;
+    }
+    if (m)
+        DT_TRY(gather_range(e, dt_adamw_m(e->opt), m));
+    if (v)
+        DT_TRY(gather_range(e, dt_adamw_v(e->opt), v));
+    return DT_OK;
+}
+
+dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v) {
+    size_t own = (size_t)e->own_count * sizeof(float);
+    if (w && e->zero < 3) {
+        memcpy(e->w_full, w, (size_t)e->n_total * sizeof(float));
+        dt_gpt_sync_lp(e->model);
+    } else if (w) {
+        memcpy(e->w_shard, w + e->own_first, own);
+        invalidate_weights(e);
+    }
+    int64_t first = e->zero == 0 ? 0 : e->own_first;
+    size_t n = e->zero == 0 ? (size_t)e->n_total * sizeof(float) : own;
+    if (m)
+        memcpy(dt_adamw_m(e->opt), m + first, n);
+    if (v)
+        memcpy(dt_adamw_v(e->opt), v + first, n);
+    return DT_OK;
+}
+
+int dt_engine_adam_steps(const dt_engine *e) { return dt_adamw_steps_taken(e->opt); }
+void dt_engine_set_adam_steps(dt_engine *e, int t) { dt_adamw_set_steps_taken(e->opt, t); }

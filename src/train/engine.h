@@ -1,0 +1,67 @@
+/* The data-parallel engine: one model replica per dp rank, ZeRO stages 0-3 over the dp
+ * communicator (Rajbhandari et al., "ZeRO", SC'20).
+ *
+ *   stage 0 (DDP)  full weights, grads and AdamW state; gradients all-reduced in buckets of
+ *                  whole units, each started as soon as backward finishes its units
+ *   stage 1        as 0, but AdamW state (and the update) only for this rank's shard of the
+ *                  arena; the updated weights are all-gathered
+ *   stage 2        gradients reduce-scattered unit by unit from two rotating unit-sized
+ *                  buffers into this rank's gradient shard: no full gradient is kept
+ *   stage 3 (FSDP) weights sharded too: each block's weights all-gathered into one of two
+ *                  unit buffers just before it runs (forward and again in backward), the next
+ *                  block's gather posted ahead so it overlaps compute
+ * The shard of rank r is arena elements [r S, (r+1) S), S = ceil(n / dp) rounded to 16
+ * floats; ranks past the end own fewer (padding handled, never asserted away). Embedding and
+ * final units (GPT-2's tied embedding is also its LM head) stay gathered for the whole step.
+ * Gradients accumulate over micro-batches; stages 0-1 communicate on the last micro-batch
+ * only, stages 2-3 on every one (their full gradients do not outlive a unit).
+ */
+#ifndef DT_TRAIN_ENGINE_H
+#define DT_TRAIN_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/mem.h"
+#include "models/gpt.h"
+
+typedef struct dt_engine dt_engine;
+
+typedef struct dt_engine_opts {
+    int zero_stage;
+    float bucket_mb;
+    dt_precision precision;
+    int B, T; /* micro-batch shape */
+} dt_engine_opts;
+
+/* Collective over dp. */
+dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
+                         const dt_engine_opts *o, dt_comm *dp, dt_mem *mem, dt_engine **out);
+void dt_engine_free(dt_engine *e);
+dt_gpt *dt_engine_model(dt_engine *e);
+
+dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed);
+dt_status dt_engine_load_weights(dt_engine *e, const char *path);
+
+/* One optimizer step: begin, micro_batch x n, finish (waits for every reduction), then
+ * grad_norm and apply. `last` marks the step's last micro-batch. */
+dt_status dt_engine_begin_step(dt_engine *e);
+dt_status dt_engine_micro_batch(dt_engine *e, const int32_t *tokens, const int32_t *targets,
+                                int B, int T, float grad_scale, bool last, double *loss_sum);
+dt_status dt_engine_finish(dt_engine *e);
+dt_status dt_engine_grad_norm(dt_engine *e, double *norm); /* global, over all shards */
+dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale);
+/* Loss without gradients (evaluation). */
+dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *targets, int B,
+                         int T, double *loss_sum);
+
+/* Whole-arena copies of weights and AdamW moments (collective; any pointer may be NULL) and
+ * their inverse, so checkpoints are the same files whatever the layout. */
+dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v);
+dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v);
+int dt_engine_adam_steps(const dt_engine *e);
+void dt_engine_set_adam_steps(dt_engine *e, int t);
+
+#endif
