@@ -13,3 +13,10 @@ foreach(case ${DT_RESUME_CASES})
   set_tests_properties(train/resume_${name} PROPERTIES LABELS "train"
                        ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endforeach()
+
+# Every data-parallel layout equals the single process (runs mpirun itself).
+foreach(arch gpt2 llama)
+  add_test(NAME train/layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()

@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""Compare two dtrain runs: per-step losses (metrics JSON lines) and exported weights.
+
+  compare_runs.py REF_METRICS REF.safetensors RUN_METRICS RUN.safetensors RTOL [--mem-report ...]
+
+Exit 0 when every loss and every tensor agrees within RTOL (relative; tensors by
+||a - b|| / ||b||), 1 otherwise, naming the worst offender.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+import st  # noqa: E402
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f if line.strip()]
+
+
+def main():
+    ref_m, ref_w, run_m, run_w, rtol = sys.argv[1:6]
+    rtol = float(rtol)
+    bad = []
+    a, b = losses(ref_m), losses(run_m)
+    if len(a) != len(b):
+        bad.append(f"{len(b)} steps logged, reference has {len(a)}")
+    for i, (x, y) in enumerate(zip(a, b)):
+        if abs(x - y) > rtol * abs(x):
+            bad.append(f"step {i + 1} loss {y:.9g} vs {x:.9g}")
+    wa, _ = st.read_safetensors(ref_w)
+    wb, _ = st.read_safetensors(run_w)
+    worst, worst_name = 0.0, ""
+    for name, ref in wa.items():
+        if name not in wb:
+            bad.append(f"tensor {name} missing")
+            continue
+        err = float(np.linalg.norm(wb[name] - ref) / (np.linalg.norm(ref) + 1e-30))
+        if err > worst:
+            worst, worst_name = err, name
+    if worst > rtol:
+        bad.append(f"tensor {worst_name} differs by {worst:.3g} (relative)")
+    for line in bad:
+        print("FAIL", line)
+    print(f"losses {len(b)} steps, worst tensor {worst_name} {worst:.2e}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
