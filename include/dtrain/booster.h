@@ -1,0 +1,86 @@
+/* dtrain's public C API: the Booster, as ColossalAI users know it.
+ *
+ *   plugin = {type = zero2, precision = bf16, grad_clip = 1.0}   (core/config.h)
+ *   booster = dt_booster_init(&plugin, world)                    ~ Booster(plugin=plugin)
+ *   dt_booster_boost(booster, &spec)                             ~ booster.boost(model,
+ *                                                                   optimizer, dataloader,
+ *                                                                   lr_scheduler)
+ *   loop: dt_booster_step(booster, &stats)                       ~ forward, backward,
+ *                                                                   optimizer.step()
+ * A plugin is a layout: `none`/`ddp` replicate, `zero1|2|3` are presets of `hybrid` with that
+ * zero_stage; tp/sp/pp sizes other than 1 are refused until their issues land. Every call is
+ * collective over the world communicator (all ranks call it, in the same order); errors come
+ * back on every rank with the same message. The world comes from dt_dist_init (dist/dist.h).
+ */
+#ifndef DTRAIN_BOOSTER_H
+#define DTRAIN_BOOSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+typedef struct dt_booster dt_booster;
+typedef struct dt_gpt dt_gpt;
+
+dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_booster **out);
+void dt_booster_free(dt_booster *b);
+
+/* Learning rate for 0-based optimizer step `step` (NULL: warmup + cosine/constant from the
+ * optimizer config, as dtrain train does). */
+typedef float (*dt_lr_schedule_fn)(void *ctx, int step);
+
+/* What boost() turns into its distributed version: the model (built from its config, with
+ * random or loaded weights), AdamW, the data loader (a token shard and the batch shape) and
+ * the LR schedule. Pointers are borrowed for the call only. */
+typedef struct dt_boost_spec {
+    const dt_model_config *model;
+    const dt_optim_config *optim;
+    const char *train_data; /* llm.c token shard */
+    const char *val_data;   /* NULL or "" = no evaluation */
+    int batch_size;         /* global, in sequences */
+    int micro_batch_size;   /* per rank; 0 = the rank's whole share */
+    int seq_len;
+    bool shuffle;
+    uint64_t seed;          /* weights and data order */
+    const char *init_weights; /* HF safetensors to start from; NULL or "" = random init */
+    int total_steps;        /* for the default schedule */
+    dt_lr_schedule_fn lr;   /* NULL = default */
+    void *lr_ctx;
+} dt_boost_spec;
+
+dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
+
+typedef struct dt_step_stats {
+    int64_t step;          /* optimizer steps completed, after this one */
+    double loss;           /* mean cross-entropy of the step's global batch, before the update */
+    double grad_norm;      /* global, before clipping */
+    float lr;
+    double seconds;
+    uint64_t comm_bytes;   /* bytes this rank sent in data-parallel collectives this step */
+    double comm_exposed_s; /* time this rank was blocked waiting for them */
+} dt_step_stats;
+
+/* One optimizer step on the next global batch. */
+dt_status dt_booster_step(dt_booster *b, dt_step_stats *stats);
+/* Mean validation loss over the first n_batches global batches of the val shard. */
+dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss);
+
+/* Full training state to DIR/step-N (rank 0 writes; layout-independent files). */
+dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg);
+/* Resume from a step folder written by any layout. */
+dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
+/* Final weights as HuggingFace safetensors (rank 0 writes). */
+dt_status dt_booster_export(dt_booster *b, const char *path);
+
+int64_t dt_booster_steps_done(const dt_booster *b);
+dt_gpt *dt_booster_model(dt_booster *b);
+int dt_booster_dp_size(const dt_booster *b);
+int dt_booster_micro_batch(const dt_booster *b);
+/* Rank's own memory accountant (peaks by category). */
+dt_mem *dt_booster_mem(dt_booster *b);
+
+#endif

@@ -1,0 +1,301 @@
+/* The Booster: plugin config -> mesh -> data-parallel engine, loaders and the step. See
+ * include/dtrain/booster.h. The single place where a layout is turned into running parts;
+ * train/trainer.c (dtrain train) and examples/ both drive training through it.
+ *
+ * dp rank r takes rows [r B/dp, (r+1) B/dp) of the global batch the single process would
+ * read, in micro-batches; each micro-batch's gradient is scaled by 1/(B T) and the engine sums
+ * over ranks, so the step's gradient is that of the mean loss over all B T tokens whatever the
+ * layout. Set-up failures are agreed across ranks before the first step.
+ */
+#include "dtrain/booster.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "dist/dist.h"
+#include "optim/adamw.h"
+#include "train/checkpoint.h"
+#include "train/engine.h"
+#include "train/loader.h"
+
+struct dt_booster {
+    dt_plugin_config plugin;
+    dt_comm *world; /* borrowed */
+    dt_mesh *mesh;
+    dt_comm *dp;    /* borrowed from the mesh */
+    int rows, mb, B, T;
+    dt_optim_config optim;
+    int total_steps;
+    dt_lr_schedule_fn lr;
+    void *lr_ctx;
+    dt_mem *mem;
+    dt_engine *engine;
+    dt_gpt *model; /* borrowed from the engine */
+    dt_loader train, val;
+    bool has_train, has_val;
+    int32_t *inputs, *targets; /* [mb, T] */
+    dt_train_state state;
+};
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static bool is_root(const dt_booster *b) { return b->world->rank == 0; }
+
+static int zero_stage(const dt_plugin_config *p) {
+    dt_config c = {.plugin = *p};
+    return dt_config_zero_stage(&c);
+}
+
+dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_booster **out) {
+    *out = NULL;
+    dt_mesh_dims dims;
+    DT_TRY(dt_mesh_infer(world->size, plugin->pp_size, plugin->sp_size, plugin->tp_size, &dims));
+    if (zero_stage(plugin) > 0 && plugin->type == DT_PLUGIN_DDP)
+        return dt_err_set(DT_ERR_ARG, "plugin.type=ddp has no ZeRO stage; use zero1/2/3");
+    dt_booster *b = calloc(1, sizeof *b);
+    if (!b)
+        return dt_err_set(DT_ERR_OOM, "booster: out of memory");
+    b->plugin = *plugin;
+    b->world = world;
+    dt_status st;
+    DT_TRY_GOTO(dt_mem_init(&b->mem));
+    DT_TRY_GOTO(dt_mesh_init(world, &dims, &b->mesh));
+    b->dp = b->mesh->axis[DT_AXIS_DP];
+    *out = b;
+    return DT_OK;
+fail:
+    dt_booster_free(b);
+    return st;
+}
+
+void dt_booster_free(dt_booster *b) {
+    if (!b)
+        return;
+    if (b->has_train)
+        dt_loader_close(&b->train);
+    if (b->has_val)
+        dt_loader_close(&b->val);
+    dt_engine_free(b->engine);
+    dt_mesh_free(b->mesh);
+    dt_mem_free(b->mem); /* also releases the batch buffers */
+    free(b);
+}
+
+/* ---- boost -------------------------------------------------------------------------------- */
+
+static dt_status check_batch(const dt_booster *b, const dt_boost_spec *s) {
+    int dp = b->dp->size;
+    if (s->batch_size < 1 || s->batch_size % dp)
+        return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
+                          "data-parallel ranks; use a multiple of %d", s->batch_size, dp, dp);
+    int rows = s->batch_size / dp, mb = s->micro_batch_size;
+    if (mb < 0 || (mb > 0 && rows % mb))
+        return dt_err_set(DT_ERR_ARG, "train.micro_batch_size=%d does not divide the %d "
+                          "sequences each of the %d data-parallel ranks gets (batch_size %d)",
+                          mb, rows, dp, s->batch_size);
+    return DT_OK;
+}
+
+/* may fail on one rank only (its files), so the caller agrees on the outcome */
+static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
+    const dt_model_config *m = s->model;
+    DT_TRY(dt_loader_open(&b->train, s->train_data, m->vocab_size, s->batch_size, s->seq_len,
+                          s->shuffle, s->seed));
+    b->has_train = true;
+    if (s->val_data && s->val_data[0]) {
+        DT_TRY(dt_loader_open(&b->val, s->val_data, m->vocab_size, s->batch_size, s->seq_len,
+                              false, 0));
+        b->has_val = true;
+    }
+    dt_engine_opts eo = {.zero_stage = zero_stage(&b->plugin), .bucket_mb = b->plugin.bucket_mb,
+                         .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len};
+    DT_TRY(dt_engine_init(m, s->optim, &eo, b->dp, b->mem, &b->engine));
+    b->model = dt_engine_model(b->engine);
+    size_t tok_bytes = (size_t)b->mb * s->seq_len * sizeof(int32_t);
+    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", tok_bytes, (void **)&b->inputs));
+    return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", tok_bytes, (void **)&b->targets);
+}
+
+/* rank 0 reads, everyone receives: no shared filesystem needed for weights or checkpoints */
+static dt_status broadcast_floats(dt_comm *c, float *x, int64_t n) {
+    const int64_t chunk = 1 << 28;
+    for (int64_t i = 0; i < n; i += chunk)
+        DT_TRY(dt_comm_broadcast(c, x + i, (n - i < chunk ? n - i : chunk) * 4, 0));
+    return DT_OK;
+}
+
+/* whole-arena copies of the state, as temporaries */
+static dt_status arenas_alloc(dt_booster *b, dt_ckpt_arenas *a, bool with_optim) {
+    size_t bytes = (size_t)dt_gpt_numel(b->model) * sizeof(float);
+    memset(a, 0, sizeof *a);
+    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_TEMP, "state.weights", bytes, (void **)&a->w));
+    if (!with_optim)
+        return DT_OK;
+    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_TEMP, "state.exp_avg", bytes, (void **)&a->m));
+    return dt_mem_alloc(b->mem, DT_MEM_TEMP, "state.exp_avg_sq", bytes, (void **)&a->v);
+}
+
+static void arenas_free(dt_booster *b, dt_ckpt_arenas *a) {
+    dt_mem_release(b->mem, a->v);
+    dt_mem_release(b->mem, a->m);
+    dt_mem_release(b->mem, a->w);
+}
+
+static dt_status load_weights(dt_booster *b, const char *path) {
+    dt_ckpt_arenas a;
+    dt_status st = arenas_alloc(b, &a, false);
+    if (st == DT_OK && is_root(b))
+        st = dt_gpt_load(b->model, a.w, path);
+    st = dt_comm_agree(b->world, st);
+    if (st == DT_OK)
+        st = broadcast_floats(b->world, a.w, dt_gpt_numel(b->model));
+    if (st == DT_OK)
+        st = dt_engine_scatter_state(b->engine, a.w, NULL, NULL);
+    arenas_free(b, &a);
+    return st;
+}
+
+dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
+    if (b->engine)
+        return dt_err_set(DT_ERR_ARG, "booster: boost() was already called");
+    DT_TRY(check_batch(b, s));
+    b->B = s->batch_size;
+    b->T = s->seq_len;
+    b->rows = s->batch_size / b->dp->size;
+    b->mb = s->micro_batch_size > 0 ? s->micro_batch_size : b->rows;
+    b->optim = *s->optim;
+    b->total_steps = s->total_steps;
+    b->lr = s->lr;
+    b->lr_ctx = s->lr_ctx;
+    b->state.seed = s->seed;
+    DT_TRY(dt_comm_agree(b->world, boost_local(b, s)));
+    if (s->init_weights && s->init_weights[0])
+        return load_weights(b, s->init_weights);
+    return dt_engine_init_weights(b->engine, s->seed);
+}
+
+/* ---- steps -------------------------------------------------------------------------------- */
+
+static uint64_t comm_bytes(const dt_comm *c) {
+    uint64_t sum = 0;
+    for (int op = 0; op < DT_COMM_OP_COUNT; op++)
+        sum += c->stats.bytes[op];
+    return sum;
+}
+
+dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
+    int row0 = b->dp->rank * b->rows;
+    float grad_scale = 1.0f / ((float)b->B * b->T);
+    double t0 = now(), wait0 = b->dp->stats.wait_seconds, loss_sum = 0;
+    uint64_t bytes0 = comm_bytes(b->dp);
+    DT_TRY(dt_engine_begin_step(b->engine));
+    for (int row = 0; row < b->rows; row += b->mb) {
+        double part;
+        dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets);
+        DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
+                                     row + b->mb >= b->rows, &part));
+        loss_sum += part;
+    }
+    DT_TRY(dt_engine_finish(b->engine));
+    dt_loader_advance(&b->train);
+    DT_TRY(dt_engine_grad_norm(b->engine, &r->grad_norm));
+    int s = (int)b->state.step;
+    r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
+    DT_TRY(dt_engine_apply(b->engine, r->lr, dt_clip_coef(r->grad_norm, b->plugin.grad_clip)));
+    r->comm_exposed_s = b->dp->stats.wait_seconds - wait0;
+    r->comm_bytes = comm_bytes(b->dp) - bytes0;
+    DT_TRY(dt_comm_allreduce_f64(b->dp, &loss_sum, 1));
+    r->loss = loss_sum / ((double)b->B * b->T);
+    r->seconds = now() - t0;
+    r->step = ++b->state.step;
+    b->state.data_pos = b->train.pos;
+    b->state.data_step = b->train.step;
+    if (!isfinite(r->loss))
+        return dt_err_set(DT_ERR_ARG, "loss became %g at step %lld (lr %g): training diverged; "
+                          "lower optim.lr or set plugin.grad_clip", r->loss,
+                          (long long)r->step, r->lr);
+    return DT_OK;
+}
+
+dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
+    if (!b->has_val)
+        return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
+    int row0 = b->dp->rank * b->rows;
+    double sum = 0;
+    dt_loader_rewind(&b->val);
+    for (int i = 0; i < n_batches; i++) {
+        for (int row = 0; row < b->rows; row += b->mb) {
+            double part;
+            dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets);
+            DT_TRY(dt_engine_eval(b->engine, b->inputs, b->targets, b->mb, b->T, &part));
+            sum += part;
+        }
+        dt_loader_advance(&b->val);
+    }
+    DT_TRY(dt_comm_allreduce_f64(b->dp, &sum, 1));
+    *loss = sum / ((double)n_batches * b->B * b->T);
+    return DT_OK;
+}
+
+/* ---- state on disk ---------------------------------------------------------------------- */
+
+/* collective: gathers on every rank, rank 0 writes, everyone learns the outcome */
+static dt_status save(dt_booster *b, const char *dir, const dt_config *cfg, const char *path) {
+    dt_ckpt_arenas a;
+    bool with_optim = dir != NULL;
+    dt_status st = arenas_alloc(b, &a, with_optim);
+    if (st == DT_OK)
+        st = dt_engine_gather_state(b->engine, a.w, a.m, a.v);
+    a.adam_steps = dt_engine_adam_steps(b->engine);
+    if (st == DT_OK && is_root(b))
+        st = with_optim ? dt_ckpt_save(dir, b->model, &a, &b->state, cfg)
+                        : dt_gpt_save(b->model, a.w, path);
+    arenas_free(b, &a);
+    return dt_comm_agree(b->world, st);
+}
+
+dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
+    return save(b, dir, cfg, NULL);
+}
+
+dt_status dt_booster_export(dt_booster *b, const char *path) { return save(b, NULL, NULL, path); }
+
+dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
+    dt_ckpt_arenas a;
+    dt_status st = arenas_alloc(b, &a, true);
+    if (st == DT_OK && is_root(b))
+        st = dt_ckpt_load(folder, b->model, &a, &b->state);
+    st = dt_comm_agree(b->world, st);
+    int64_t n = dt_gpt_numel(b->model);
+    if (st == DT_OK)
+        st = broadcast_floats(b->world, a.w, n);
+    if (st == DT_OK)
+        st = broadcast_floats(b->world, a.m, n);
+    if (st == DT_OK)
+        st = broadcast_floats(b->world, a.v, n);
+    if (st == DT_OK)
+        st = dt_comm_broadcast(b->world, &b->state, sizeof b->state, 0);
+    if (st == DT_OK)
+        st = dt_comm_broadcast(b->world, &a.adam_steps, sizeof a.adam_steps, 0);
+    if (st == DT_OK) {
+        st = dt_engine_scatter_state(b->engine, a.w, a.m, a.v);
+        dt_engine_set_adam_steps(b->engine, a.adam_steps);
+        b->train.pos = b->state.data_pos;
+        b->train.step = b->state.data_step;
+    }
+    arenas_free(b, &a);
+    return st;
+}
+
+int64_t dt_booster_steps_done(const dt_booster *b) { return b->state.step; }
+dt_gpt *dt_booster_model(dt_booster *b) { return b->model; }
+int dt_booster_dp_size(const dt_booster *b) { return b->dp->size; }
+int dt_booster_micro_batch(const dt_booster *b) { return b->mb; }
+dt_mem *dt_booster_mem(dt_booster *b) { return b->mem; }
