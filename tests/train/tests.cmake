@@ -20,3 +20,11 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
+
+# The Booster example (examples/booster_train.c) trains with its own loop on 2 ranks.
+add_test(NAME train/booster_example
+         COMMAND ${CMAKE_COMMAND} -DDTRAIN=$<TARGET_FILE:dtrain> -DEXAMPLE=$<TARGET_FILE:booster_train>
+                 -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DSRC=${CMAKE_SOURCE_DIR}
+                 -P ${CMAKE_CURRENT_LIST_DIR}/booster_example.cmake)
+set_tests_properties(train/booster_example PROPERTIES LABELS "train;mpi"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
