@@ -37,6 +37,9 @@ dt_status dt_comm_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *
 dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, int64_t n) {
     ACCOUNT(c, DT_COMM_ALLREDUCE, n * 8, c->ops->allreduce_f64(c, buf, n));
 }
+dt_status dt_comm_allreduce_max_i32(dt_comm *c, int32_t *buf, int64_t n) {
+    ACCOUNT(c, DT_COMM_ALLREDUCE, n * 4, c->ops->allreduce_max_i32(c, buf, n));
+}
 dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv,
                                      const int *counts, dt_comm_req *req) {
     ACCOUNT(c, DT_COMM_REDUCE_SCATTER, sum_counts(counts, c->size) * 4,
@@ -74,10 +77,10 @@ dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req) {
 }
 
 dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done) {
-    if (!req || !req->active) {
-        *done = true;
+    *done = true;
+    if (!req || !req->active)
         return DT_OK;
-    }
+    *done = false;
     dt_status st = c->ops->test(c, req, done);
     if (*done)
         req->active = false;
@@ -94,7 +97,7 @@ void dt_comm_free(dt_comm *c) {
 dt_status dt_comm_agree(dt_comm *c, dt_status local) {
     /* max over ranks of (failed ? size - rank : 0) picks the lowest failing rank */
     int32_t who = local != DT_OK ? c->size - c->rank : 0;
-    DT_TRY(c->ops->allreduce_max_i32(c, &who, 1));
+    DT_TRY(dt_comm_allreduce_max_i32(c, &who, 1));
     if (who == 0)
         return DT_OK;
     int root = c->size - who;
@@ -106,7 +109,7 @@ dt_status dt_comm_agree(dt_comm *c, dt_status local) {
         m.status = local;
         snprintf(m.msg, sizeof m.msg, "%s", dt_err_msg());
     }
-    DT_TRY(c->ops->broadcast(c, &m, sizeof m, root));
+    DT_TRY(dt_comm_broadcast(c, &m, sizeof m, root));
     return dt_err_set((dt_status)m.status, "%s", m.msg);
 }
 

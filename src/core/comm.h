@@ -38,7 +38,10 @@ typedef struct dt_comm_stats {
 
 typedef struct dt_comm dt_comm;
 
-/* A pending non-blocking operation; zero-initialised = nothing pending. */
+/* A pending non-blocking operation; zero-initialised = nothing pending. An implementation
+ * sets `active` (and `op`) when it posts; the request is completed through the communicator
+ * that posted it, and must be completed before that communicator is freed. Counts above
+ * INT_MAX elements are refused (DT_ERR_ARG): callers chunk larger ranges. */
 typedef struct dt_comm_req {
     void *impl;
     dt_comm_op op;
@@ -87,6 +90,7 @@ void dt_comm_free(dt_comm *c);
 
 dt_status dt_comm_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req);
 dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, int64_t n);
+dt_status dt_comm_allreduce_max_i32(dt_comm *c, int32_t *buf, int64_t n);
 dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv,
                                      const int *counts, dt_comm_req *req);
 dt_status dt_comm_allgather_f32(dt_comm *c, const float *send, float *recv, const int *counts,
