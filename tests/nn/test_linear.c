@@ -1,0 +1,89 @@
+/* Linear layer forward and backward against double precision, in fp32 and bf16 matmul modes;
+ * backward accumulates. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/cast.h"
+#include "nn/linear.h"
+
+enum { N = 13, IN = 24, OUT = 17 };
+
+static void reference(const float *x, const float *w, const float *b, const float *dy,
+                      double *y, double *dx, double *dw, double *db, bool round_bf16) {
+    float xr[N * IN], wr[OUT * IN], dyr[N * OUT];
+    memcpy(xr, x, sizeof xr), memcpy(wr, w, sizeof wr), memcpy(dyr, dy, sizeof dyr);
+    if (round_bf16) { /* what bf16 operands keep */
+        dt_round_bf16_inplace(xr, N * IN);
+        dt_round_bf16_inplace(wr, OUT * IN);
+        dt_round_bf16_inplace(dyr, N * OUT);
+    }
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OUT; o++) {
+            double s = b[o];
+            for (int k = 0; k < IN; k++)
+                s += (double)xr[i * IN + k] * wr[o * IN + k];
+            y[i * OUT + o] = s;
+        }
+    memset(dx, 0, sizeof(double) * N * IN);
+    memset(dw, 0, sizeof(double) * OUT * IN);
+    memset(db, 0, sizeof(double) * OUT);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OUT; o++) {
+            db[o] += dy[i * OUT + o];
+            for (int k = 0; k < IN; k++) {
+                dx[i * IN + k] += (double)dyr[i * OUT + o] * wr[o * IN + k];
+                dw[o * IN + k] += (double)dyr[i * OUT + o] * xr[i * IN + k];
+            }
+        }
+}
+
+static double max_err(const float *got, const double *want, int n, double base) {
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        e = fmax(e, fabs(got[i] - (want[i] + base)));
+    return e;
+}
+
+static void check(dt_gemm *g, dt_dtype mm) {
+    float x[N * IN], w[OUT * IN], b[OUT], dy[N * OUT], y[N * OUT], dx[N * IN], dw[OUT * IN],
+        db[OUT];
+    dt_bf16 w_lp[OUT * IN], x_lp[N * IN], dy_lp[N * OUT];
+    dt_test_fill(x, N * IN, 1, 1.0f);
+    dt_test_fill(w, OUT * IN, 2, 0.5f);
+    dt_test_fill(b, OUT, 3, 0.5f);
+    dt_test_fill(dy, N * OUT, 4, 1.0f);
+    dt_cast_f32_to_bf16(w_lp, w, OUT * IN);
+    /* pre-filled gradients: backward must add to them */
+    for (int i = 0; i < N * IN; i++)
+        dx[i] = 1.0f;
+    for (int i = 0; i < OUT * IN; i++)
+        dw[i] = 1.0f;
+    for (int i = 0; i < OUT; i++)
+        db[i] = 1.0f;
+    dt_linear l = {.in = IN, .out = OUT, .w = w, .b = b, .dw = dw, .db = db,
+                   .w_lp = mm == DT_BF16 ? w_lp : NULL};
+    dt_nn_ctx ctx = {.gemm = g, .mm_type = mm};
+    DT_CHECK_OK(dt_linear_forward(&ctx, &l, x, x_lp, N, y));
+    DT_CHECK_OK(dt_linear_backward(&ctx, &l, x, x_lp, dy, dy_lp, N, dx));
+    static double ry[N * OUT], rdx[N * IN], rdw[OUT * IN], rdb[OUT];
+    reference(x, w, b, dy, ry, rdx, rdw, rdb, mm == DT_BF16);
+    const char *name = dt_dtype_name(mm);
+    DT_CHECK(max_err(y, ry, N * OUT, 0) < 1e-5, "%s y err %g", name, max_err(y, ry, N * OUT, 0));
+    DT_CHECK(max_err(dx, rdx, N * IN, 1) < 1e-5, "%s dx err %g", name,
+             max_err(dx, rdx, N * IN, 1));
+    DT_CHECK(max_err(dw, rdw, OUT * IN, 1) < 1e-5, "%s dw err %g", name,
+             max_err(dw, rdw, OUT * IN, 1));
+    DT_CHECK(max_err(db, rdb, OUT, 1) < 1e-5, "%s db err %g", name, max_err(db, rdb, OUT, 1));
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    dt_gemm *g;
+    DT_CHECK_OK(dt_gemm_init(&g));
+    check(g, DT_F32);
+    check(g, DT_BF16);
+    dt_gemm_free(g);
+    return DT_TEST_END();
+}
