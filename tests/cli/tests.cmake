@@ -3,3 +3,8 @@ add_test(NAME cli/error_cases
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/error_cases.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli/error_cases PROPERTIES LABELS "cli"
                      ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+
+# Bad layouts under mpirun: the same error on every rank, no hang.
+add_test(NAME cli/mpi_errors
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/mpi_errors.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli/mpi_errors PROPERTIES LABELS "cli;mpi" TIMEOUT 400)

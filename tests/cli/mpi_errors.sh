@@ -1,0 +1,39 @@
+#!/bin/bash
+# Bad layouts and bad input under mpirun: every rank prints the same one-line error, the job
+# exits non-zero, and nothing hangs (each case runs under a time limit).
+#   mpi_errors.sh DTRAIN SRC_DIR
+set -uo pipefail
+dtrain=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+"$dtrain" prepare --input "$src/src/core" --out data > /dev/null || exit 1
+tiny=(--config "$src/configs/tiny-gpt2.ini" --data.train=data/train.bin --data.val=data/val.bin)
+passed=0 failed=0
+expect_all_ranks() { # NAME NP PATTERN ARGS...
+    local name=$1 np=$2 pattern=$3
+    shift 3
+    timeout 60 mpirun --oversubscribe -np "$np" "$dtrain" train "${tiny[@]}" "$@" > out.txt 2> err.txt
+    local rc=$? n
+    n=$(grep -c "error:.*$pattern" err.txt)
+    local distinct
+    distinct=$(grep "error:" err.txt | sed 's/^dtrain\[rank [0-9]*\]: //' | sort -u | wc -l)
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$n" -ne "$np" ] || [ "$distinct" -ne 1 ]; then
+        echo "FAIL $name: rc=$rc, $n of $np ranks reported it, $distinct distinct messages"
+        cat err.txt | head -8
+        failed=$((failed + 1))
+    else
+        echo "ok   $name: $(grep -m1 error: err.txt)"
+        passed=$((passed + 1))
+    fi
+}
+expect_all_ranks "batch not divisible by dp" 3 "batch_size=4 is not divisible by the 3" --plugin.type=ddp
+expect_all_ranks "micro-batch does not divide a rank's rows" 2 "micro_batch_size=3" --train.micro_batch_size=3 --train.batch_size=4
+expect_all_ranks "world not divisible by model parallel degrees" 3 "tp_size" --plugin.tp_size=2
+expect_all_ranks "missing data on every rank" 2 "nothere.bin" --data.train=nothere.bin
+expect_all_ranks "ddp with a ZeRO stage" 2 "zero_stage" --plugin.type=ddp --plugin.zero_stage=2
+# only rank 0 writes metrics: its failure must reach the other ranks, which never touch the file
+expect_all_ranks "one rank fails, all report it" 2 "no/such/dir/m.jsonl" --train.metrics=no/such/dir/m.jsonl
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
