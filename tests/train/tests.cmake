@@ -28,3 +28,10 @@ add_test(NAME train/booster_example
                  -P ${CMAKE_CURRENT_LIST_DIR}/booster_example.cmake)
 set_tests_properties(train/booster_example PROPERTIES LABELS "train;mpi"
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+
+foreach(arch gpt2 llama)
+  add_test(NAME train/bf16_and_sample_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/bf16_and_sample.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/bf16_and_sample_${arch} PROPERTIES LABELS "train"
+                       ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endforeach()
