@@ -61,7 +61,8 @@ typedef struct dt_step_stats {
     float lr;
     double seconds;
     uint64_t comm_bytes;   /* bytes this rank sent in data-parallel collectives this step */
-    double comm_exposed_s; /* time this rank was blocked waiting for them */
+    double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
+                            * waiting): the communication that did not overlap compute */
 } dt_step_stats;
 
 /* One optimizer step on the next global batch. */

@@ -76,7 +76,7 @@ static const field fields[] = {
     F_ENUM(plugin, type, dt_plugin_type, plugin_names),
     F_ENUM(plugin, precision, dt_precision, precision_names), F_FLOAT(plugin, grad_clip),
     F_INT(plugin, tp_size), F_INT(plugin, sp_size), F_INT(plugin, pp_size),
-    F_INT(plugin, zero_stage), F_FLOAT(plugin, bucket_mb),
+    F_INT(plugin, zero_stage), F_FLOAT(plugin, bucket_mb), F_BOOL(plugin, overlap),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
     F_INT(checkpoint, keep),
 };
@@ -122,6 +122,7 @@ void dt_config_defaults(dt_config *c) {
     dt_plugin_config *p = &c->plugin;
     p->type = DT_PLUGIN_NONE, p->precision = DT_PREC_FP32, p->grad_clip = 1.0f;
     p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->zero_stage = 0, p->bucket_mb = 25.0f;
+    p->overlap = true;
     set_str(c->checkpoint.dir, "runs/fortunes/ckpt");
     c->checkpoint.every = 300, c->checkpoint.keep = 2;
 }

@@ -70,6 +70,7 @@ typedef struct dt_plugin_config {
     float grad_clip; /* 0 = off */
     int tp_size, sp_size, pp_size, zero_stage;
     float bucket_mb;
+    bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
 } dt_plugin_config;
 
 typedef struct dt_checkpoint_config {

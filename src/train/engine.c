@@ -32,7 +32,7 @@ struct dt_engine {
     dt_comm *dp; /* borrowed */
     dt_mem *mem; /* borrowed */
     int zero, n_units;
-    bool lp;
+    bool lp, overlap;
     int64_t n_total, S, own_first, own_count;
     int *counts;       /* [n_units + 1][dp]: per unit, then the whole arena (last row) */
     int64_t *ufirst, *ucount;
@@ -176,10 +176,11 @@ static dt_status on_leave(void *ctx, int unit, dt_gpt_phase phase) {
     if (e->zero >= 2) {
         unit_buf *b = buf_of(e, unit);
         b->gunit = unit;
-        return dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, unit), &b->greq);
+        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, unit), &b->greq));
+        return e->overlap ? DT_OK : complete_reduction(e, b);
     }
     int k = e->bucket_of_unit[unit];
-    if (k < 0)
+    if (k < 0 || !e->overlap)
         return DT_OK;
     return dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k], e->bucket_count[k],
                                  &e->bucket_req[k]);
@@ -286,6 +287,7 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     e->dp = dp;
     e->mem = mem;
     e->zero = o->zero_stage;
+    e->overlap = o->overlap;
     for (int i = 0; i < N_SLOTS; i++)
         e->slot[i].wunit = e->slot[i].gunit = -1;
     for (int i = 0; i < 2; i++)
@@ -401,7 +403,13 @@ dt_status dt_engine_micro_batch(dt_engine *e, const int32_t *tokens, const int32
     return dt_gpt_backward(e->model, tokens, B, T);
 }
 
-dt_status dt_engine_finish(dt_engine *e) { return complete_all(e); }
+dt_status dt_engine_finish(dt_engine *e) {
+    if (e->zero < 2 && !e->overlap && e->comm_now) /* the non-overlapped baseline */
+        for (int k = 0; k < e->n_buckets; k++)
+            DT_TRY(dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k],
+                                         e->bucket_count[k], NULL));
+    return complete_all(e);
+}
 
 dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
     if (e->zero < 2) { /* every rank holds the same reduced gradient */

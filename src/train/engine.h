@@ -32,6 +32,7 @@ typedef struct dt_engine dt_engine;
 typedef struct dt_engine_opts {
     int zero_stage;
     float bucket_mb;
+    bool overlap; /* false: reduce after backward (stages 0-1) or at once (2-3), to compare */
     dt_precision precision;
     int B, T; /* micro-batch shape */
 } dt_engine_opts;
