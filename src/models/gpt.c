@@ -325,21 +325,23 @@ static void carve_acts(dt_gpt *g, carver *cv) {
     bool lp = g->ctx.mm_type == DT_BF16;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
     g->res = carve(cv, (g->cfg.n_layer + 1) * N * C * f4);
+    /* norm outputs and the MLP activation: one buffer for all blocks, recomputed in backward */
+    float *ln_shared = carve(cv, N * C * f4), *g_shared = carve(cv, N * F * f4);
     for (int l = 0; l < g->cfg.n_layer; l++) {
         dt_block_acts *a = &g->acts[l];
-        a->ln1 = carve(cv, N * C * f4);
+        a->ln1 = ln_shared;
         a->ln1_mean = carve(cv, N * f4);
         a->ln1_rstd = carve(cv, N * f4);
         a->qkv = carve(cv, N * W * f4);
         a->att = carve(cv, N * A * f4);
         a->lse = carve(cv, N * d->NH * f4);
         a->x2 = carve(cv, N * C * f4);
-        a->ln2 = carve(cv, N * C * f4);
+        a->ln2 = ln_shared;
         a->ln2_mean = carve(cv, N * f4);
         a->ln2_rstd = carve(cv, N * f4);
         a->h = carve(cv, N * F * f4);
         a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, N * F * f4) : NULL;
-        a->g = carve(cv, N * F * f4);
+        a->g = g_shared;
         a->ln1_lp = lp ? carve(cv, N * C * h2) : NULL;
         a->att_lp = lp ? carve(cv, N * A * h2) : NULL;
         a->ln2_lp = lp ? carve(cv, N * C * h2) : NULL;

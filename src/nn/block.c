@@ -90,10 +90,33 @@ dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const d
     return DT_OK;
 }
 
+/* In fp32 mode the norm outputs and the MLP activation are not kept per block (they are
+ * cheap to recompute and are the block's largest activations after the MLP input): they are
+ * rebuilt into the shared buffers just before the weight gradients that read them. In bf16
+ * mode the matmuls read the saved bf16 copies instead, so nothing is recomputed. */
+static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                              const dt_block_acts *a, int64_t nf) {
+    if (ctx->mm_type != DT_F32)
+        return;
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward(a->g, a->h, nf);
+    else
+        dt_swiglu_forward(a->g, a->h, a->u, nf);
+}
+
+static void recompute_norm(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                           const dt_norm_params *p, const float *x, int N, float *y, float *mean,
+                           float *rstd) {
+    if (ctx->mm_type == DT_F32)
+        dt_block_norm_forward(d->kind, p, x, N, d->C, d->norm_eps, y, mean, rstd);
+}
+
 static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
                               int N, const dt_block_acts *a, dt_block_scratch *s,
                               const float *dout) {
     int64_t nf = (int64_t)N * d->F;
+    recompute_mlp_act(ctx, d, a, nf);
+    recompute_norm(ctx, d, &blk->ln2, a->x2, N, a->ln2, a->ln2_mean, a->ln2_rstd);
     zero(s->dg, nf);
     DT_TRY(dt_linear_backward(ctx, &blk->down, a->g, a->g_lp, dout, s->dy_lp, N, s->dg));
     zero(s->dh, nf);
@@ -127,6 +150,7 @@ dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const 
     dt_attention_backward(&as, dq, dk, dv, s->datt, a->att, a->lse, q, k, v);
     rope_apply(d, rope, s->dqkv, B, T, true);
     zero(s->dln, (int64_t)N * C);
+    recompute_norm(ctx, d, &blk->ln1, x, N, a->ln1, a->ln1_mean, a->ln1_rstd);
     DT_TRY(dt_linear_backward(ctx, &blk->qkv, a->ln1, a->ln1_lp, s->dqkv, s->dy_lp, N, s->dln));
     dt_block_norm_backward(d->kind, &blk->ln1, x, s->dln, a->ln1_mean, a->ln1_rstd, N, C, dres);
     return DT_OK;

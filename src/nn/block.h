@@ -36,6 +36,8 @@ typedef struct dt_block {
     dt_linear down; /* GPT-2 mlp.c_proj [C, 4C]; Llama down_proj [C, F] */
 } dt_block;
 
+/* ln1, ln2 and g may point to buffers shared by all blocks: the backward recomputes them
+ * (fp32 mode) from the saved inputs and statistics. */
 typedef struct dt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N, C], [N], [N] (mean unused for RMSNorm) */
     float *qkv;                       /* [N, (NH + 2 NKV) hs], after RoPE */

@@ -4,10 +4,13 @@
 #include "kernels/cast.h"
 #include "kernels/xent.h"
 
+/* A chunk's logits take up to 64 MiB: a few hundred rows at GPT-2's vocabulary, enough rows
+ * for the matmuls (and the K of the weight-gradient product) to run near peak, while the full
+ * [N, V] logits PyTorch would hold are several times larger. */
 int dt_lm_head_chunk_rows(int V, int N) {
-    int rows = (1 << 20) / (V > 0 ? V : 1);
-    if (rows < 16)
-        rows = 16;
+    int rows = (16 << 20) / (V > 0 ? V : 1);
+    if (rows < 64)
+        rows = 64;
     return rows < N ? rows : N;
 }
 

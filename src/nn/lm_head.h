@@ -24,7 +24,7 @@ typedef struct dt_lm_head {
     dt_bf16 *logits_lp;  /* [chunk, V] bf16 scratch (bf16 mode) */
 } dt_lm_head;
 
-/* Rows per chunk that keep a chunk's logits near 4 MiB (at least 16 rows). */
+/* Rows per chunk that keep a chunk's logits near 64 MiB (at least 64 rows). */
 int dt_lm_head_chunk_rows(int V, int N);
 
 /* x: [N, C]; x_lp: [N, C] bf16 (written in bf16 mode); targets: [N] (negative = ignored);
