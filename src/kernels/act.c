@@ -1,12 +1,13 @@
 /* Pointwise activations (see act.h): tanh-GELU and SwiGLU, forward and accumulating backward.
  *
- * libm's expf/tanhf do not vectorise without -ffast-math, which would make these loops
- * compute-bound; exp_poly below is a branch-free exp (Cody-Waite reduction + degree-7
- * polynomial, ~2 ulp) that GCC vectorises, so the loops stay memory-bound. Blocks of BLOCK
+ * libm's expf/tanhf do not vectorise without -ffast-math; dt_vexp (kernels_impl.h) does, so
+ * these loops stay memory-bound. Blocks of BLOCK
  * elements are shared by OpenMP threads; each element's result is independent of the split.
  * Stateless, allocation-free; _ref twins use libm in double.
  */
 #include "kernels/act.h"
+
+#include "kernels/kernels_impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,51 +20,13 @@
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* c ? a : b as bit masks. A float ternary stays a branch (it is not a MIN/MAX under IEEE
- * rules), GCC then threads the code after it into both arms and, as fp ops may trap, refuses
- * to vectorise the loop. */
-static inline float select_f(int c, float a, float b) {
-    int32_t ia, ib, m = -(int32_t)c;
-    memcpy(&ia, &a, 4);
-    memcpy(&ib, &b, 4);
-    ia = (ia & m) | (ib & ~m);
-    memcpy(&a, &ia, 4);
-    return a;
-}
-
-/* e^x for x clamped to [-87.3, 88.3] (results stay normal floats); NaN stays NaN. */
-static inline float exp_poly(float x) {
-    x = select_f(x < -87.3f, -87.3f, x);
-    x = select_f(x > 88.3f, 88.3f, x);
-    /* n = round(x / ln2) by the 1.5*2^23 trick: the integer lands in the mantissa bits */
-    const float magic = 12582912.0f;
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
-    float r = x - n * 0.693145751953125f; /* ln2 split hi/lo (Cephes): r exact to ~1 ulp */
-    r = r - n * 1.428606765330187045e-06f;
-    float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    uint32_t ti, ni; /* unsigned: NaN inputs give garbage bits here, never overflow UB */
-    memcpy(&ti, &t, 4);
-    ni = (ti - 0x4b400000u + 127u) << 23; /* biased exponent of 2^n, n in [-126, 127] */
-    float scale;
-    memcpy(&scale, &ni, 4);
-    return p * scale;
-}
-
 /* gelu_new(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = s (x + c x^3): the sigmoid form
  * needs one exp and is accurate in both tails. */
 CLONES static void gelu_fwd_block(float *restrict y, const float *restrict x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         float u = GELU_S * (v + GELU_C * v * v * v);
-        y[i] = v / (1.0f + exp_poly(-2.0f * u));
+        y[i] = v / (1.0f + dt_vexp(-2.0f * u));
     }
 }
 
@@ -74,7 +37,7 @@ CLONES static void gelu_bwd_block(float *restrict dx, const float *restrict x,
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         float u = GELU_S * (v + GELU_C * v * v * v);
-        float e = exp_poly(-2.0f * u);
+        float e = dt_vexp(-2.0f * u);
         float sig = 1.0f / (1.0f + e);
         float d = sig + 2.0f * v * sig * (e * sig) * GELU_S * (1.0f + 3.0f * GELU_C * v * v);
         dx[i] += dy[i] * d;
@@ -85,7 +48,7 @@ CLONES static void swiglu_fwd_block(float *restrict y, const float *restrict gat
                                     const float *restrict up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        y[i] = g / (1.0f + exp_poly(-g)) * up[i];
+        y[i] = g / (1.0f + dt_vexp(-g)) * up[i];
     }
 }
 
@@ -95,7 +58,7 @@ CLONES static void swiglu_bwd_block(float *restrict dgate, float *restrict dup,
                                     const float *restrict dy, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        float e = exp_poly(-g);
+        float e = dt_vexp(-g);
         float sig = 1.0f / (1.0f + e);
         dgate[i] += dy[i] * up[i] * sig * (1.0f + g * (e * sig));
         dup[i] += dy[i] * g * sig;

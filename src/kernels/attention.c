@@ -10,6 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels_impl.h"
+
 #define BR 64      /* query rows per tile */
 #define BC 64      /* keys per tile: a multiple of 8 so score rows are whole vectors */
 #define MAX_HS 256 /* larger heads take the reference path (scratch is sized by hs) */
@@ -18,37 +20,6 @@
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
-
-/* exp(x) for the softmax, written as plain arithmetic so GCC vectorises loops over it (glibc's
- * vector expf needs -ffast-math). Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
- * polynomial (rel. error ~2 ulp), 2^n built in the exponent bits. Arguments below -87, -inf
- * included, are clamped to -87 (e^-87 ~ 1.6e-38): callers zero masked entries themselves.
- * The clamp and the rounding work on the bit patterns, because with GCC's default
- * -ftrapping-math a float compare or float->int conversion keeps the loop from vectorising. */
-INLINE float vexp(float x) {
-    uint32_t ux;
-    memcpy(&ux, &x, sizeof ux);
-    ux = ux > 0xC2AE0000u ? 0xC2AE0000u : ux; /* as unsigned bits, x < -87 iff ux > bits(-87) */
-    memcpy(&x, &ux, sizeof x);
-    /* adding 1.5 * 2^23 rounds x log2(e) to the integer n, which lands in t's low bits */
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float nf = t - 12582912.0f;
-    uint32_t tb;
-    memcpy(&tb, &t, sizeof tb);
-    float r = x - nf * 0.693359375f;
-    r = r + nf * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits = (tb - 0x4B400000u + 127u) << 23; /* 2^n for n >= -126 */
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
 
 /* out[0:n] += a[0] x0 + a[1] x1 + a[2] x2 + a[3] x3, for one or two output rows. Every tile
  * product below is a sum of rank-1 updates; folding four of them per pass over `out` cuts its
@@ -215,7 +186,7 @@ static inline int visible(int i, int nc, int q0, int k0, bool causal) {
 INLINE void exp_row(float *row, float scale, float sub, int lim) {
 #pragma omp simd
     for (int c = 0; c < BC; c++)
-        row[c] = vexp(row[c] * scale - sub);
+        row[c] = dt_vexp(row[c] * scale - sub);
     if (lim < BC)
         memset(row + lim, 0, (BC - lim) * sizeof *row);
 }
@@ -257,7 +228,7 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                 mx = row[c] * scale > mx ? row[c] * scale : mx;
             /* the first tile holds key 0, so every row has lim >= 1 there: m is finite from
              * then on and alpha = e^(m_old - m_new) is 0 exactly once, at the first tile */
-            const float alpha = m[i] == -INFINITY ? 0.0f : vexp(m[i] - mx);
+            const float alpha = m[i] == -INFINITY ? 0.0f : dt_vexp(m[i] - mx);
             exp_row(row, s->scale, mx, lim);
 #pragma omp simd reduction(+ : sum)
             for (int c = 0; c < BC; c++)

@@ -6,6 +6,8 @@
  */
 #include "kernels/xent.h"
 
+#include "kernels/kernels_impl.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -13,35 +15,6 @@
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define SUM_BLOCK 512 /* float partial sums over this many exps, then added in double */
 
-/* exp(x), vectorisable: Cephes expf (x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in
- * the exponent bits; rel. error ~2 ulp). Arguments below -87 are clamped to -87, so e^-87 ~
- * 1.6e-38 stands in for anything smaller: far below float resolution next to the row's
- * largest term, which is 1. Clamp and rounding work on bit patterns because a float compare
- * or float->int conversion under GCC's default -ftrapping-math blocks vectorisation. The same
- * helper lives in attention.c; kernels share no private header yet. */
-INLINE float vexp(float x) {
-    uint32_t ux;
-    memcpy(&ux, &x, sizeof ux);
-    ux = ux > 0xC2AE0000u ? 0xC2AE0000u : ux; /* as unsigned bits, x < -87 iff ux > bits(-87) */
-    memcpy(&x, &ux, sizeof x);
-    float t = x * 1.44269504088896341f + 12582912.0f; /* rounds x log2(e) into t's low bits */
-    float nf = t - 12582912.0f;
-    uint32_t tb;
-    memcpy(&tb, &t, sizeof tb);
-    float r = x - nf * 0.693359375f;
-    r = r + nf * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits = (tb - 0x4B400000u + 127u) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
 
 /* One row in three passes: max, then e^(x - max) summed (and stored when a gradient is
  * wanted), then the scale. Subtracting the max keeps every exp <= 1, so logits of any size
@@ -69,13 +42,13 @@ INLINE void row_body(float *x, float *loss, int32_t tgt, int V, float grad_scale
         if (grad_scale != 0.0f) {
 #pragma omp simd reduction(+ : part)
             for (int j = j0; j < j1; j++) {
-                x[j] = vexp(x[j] - mx);
+                x[j] = dt_vexp(x[j] - mx);
                 part += x[j];
             }
         } else {
 #pragma omp simd reduction(+ : part)
             for (int j = j0; j < j1; j++)
-                part += vexp(x[j] - mx);
+                part += dt_vexp(x[j] - mx);
         }
         sum += part;
     }

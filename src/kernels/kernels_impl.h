@@ -1,0 +1,52 @@
+/* Private to kernels/: the vectorisable exp shared by the activation, attention and
+ * cross-entropy loops. Never included from outside src/kernels/.
+ *
+ * libm's expf does not vectorise without -ffast-math, so these loops would be compute-bound
+ * on it. dt_vexp is branch-free (Cody-Waite reduction + degree-7 polynomial, ~2 ulp) and GCC
+ * vectorises loops that call it. Clamps and selects work on bit patterns: under GCC's default
+ * -ftrapping-math a float compare-and-branch or float->int conversion stops vectorisation.
+ */
+#ifndef DT_KERNELS_IMPL_H
+#define DT_KERNELS_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* c ? a : b as bit masks (a float ternary stays a branch and blocks vectorisation) */
+static inline __attribute__((always_inline)) float dt_select_f(int c, float a, float b) {
+    int32_t ia, ib, m = -(int32_t)c;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    ia = (ia & m) | (ib & ~m);
+    memcpy(&a, &ia, 4);
+    return a;
+}
+
+/* e^x for x clamped to [-87.3, 88.3] (results stay normal floats: e^-87.3 ~ 1.2e-38, so
+ * callers that need exact zeros, like masked attention scores, set them themselves). */
+static inline __attribute__((always_inline)) float dt_vexp(float x) {
+    x = dt_select_f(x < -87.3f, -87.3f, x);
+    x = dt_select_f(x > 88.3f, 88.3f, x);
+    /* n = round(x / ln2) by the 1.5*2^23 trick: the integer lands in the mantissa bits */
+    const float magic = 12582912.0f;
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic;
+    float r = x - n * 0.693145751953125f; /* ln2 split hi/lo (Cephes): r exact to ~1 ulp */
+    r = r - n * 1.428606765330187045e-06f;
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    uint32_t ti, ni; /* unsigned: NaN inputs give garbage bits here, never overflow UB */
+    memcpy(&ti, &t, 4);
+    ni = (ti - 0x4b400000u + 127u) << 23; /* biased exponent of 2^n, n in [-126, 127] */
+    float scale;
+    memcpy(&scale, &ni, 4);
+    return p * scale;
+}
+
+#endif
