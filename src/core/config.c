@@ -736,7 +736,7 @@ static void check_plugin(const dt_config *c, problems *p) {
         memcpy(&d, (const char *)g + degrees[i].off, sizeof d);
         if (d < 1)
             problem(p, false, "plugin.%s=%d must be >= 1", degrees[i].key, d);
-        else if (d > 1) /* TODO(plan): drop these as TP, SP and PP land */
+        else if (d > 1) /* refused until the tensor, sequence and pipeline issues land */
             problem(p, true,
                     "plugin.%s=%d: %s parallelism is not available yet in this build; use 1",
                     degrees[i].key, d, degrees[i].what);
