@@ -3,7 +3,7 @@
  * Each distinct shape key gets one primitive plus its memory objects, created on first use and
  * re-pointed at the caller's buffers with dnnl_memory_set_data_handle on every run. When the
  * CPU has no bf16 matmul (oneDNN answers "unimplemented", e.g. AVX2-only parts), bf16 operands
- * are widened into fp32 scratch owned by the cache entry and the fp32 primitive runs instead.
+ * are widened into fp32 scratch shared by all shapes and the fp32 primitive runs instead.
  * A dt_gemm belongs to one thread of control; the primitives themselves use OpenMP threads.
  */
 #include <oneapi/dnnl/dnnl.h>
@@ -28,8 +28,6 @@ typedef struct gemm_entry {
     dnnl_primitive_t prim;
     dnnl_memory_t mem_a, mem_b, mem_c, mem_bias; /* mem_bias NULL without bias */
     bool widen;       /* bf16 request served by the fp32 primitive on widened operands */
-    float *wide_a;    /* widen: A as stored ([K,M] or [M,K]), dense fp32 */
-    float *wide_b;    /* widen: B as stored, dense fp32 */
 } gemm_entry;
 
 struct dt_gemm {
@@ -38,6 +36,10 @@ struct dt_gemm {
     gemm_entry *entries;
     int n_entries, cap_entries;
     char impl[DT_DTYPE_COUNT][IMPL_LEN]; /* "" until a primitive of that dtype exists */
+    /* widened bf16 operands (A and B as stored, dense fp32): one pair shared by every shape,
+     * grown to the largest, since calls run one at a time */
+    float *wide_a, *wide_b;
+    size_t cap_a, cap_b;
 };
 
 static void entry_destroy(gemm_entry *e) {
@@ -46,8 +48,6 @@ static void entry_destroy(gemm_entry *e) {
     dnnl_memory_destroy(e->mem_c);
     dnnl_memory_destroy(e->mem_bias);
     dnnl_primitive_destroy(e->prim);
-    free(e->wide_a);
-    free(e->wide_b);
     memset(e, 0, sizeof *e);
 }
 
@@ -79,6 +79,8 @@ void dt_gemm_free(dt_gemm *g) {
     for (int i = 0; i < g->n_entries; i++)
         entry_destroy(&g->entries[i]);
     free(g->entries);
+    free(g->wide_a);
+    free(g->wide_b);
     dnnl_stream_destroy(g->stream);
     dnnl_engine_destroy(g->engine);
     free(g);
@@ -174,13 +176,6 @@ static dt_status entry_create(dt_gemm *g, const gemm_key *k, gemm_entry *e) {
         entry_destroy(e);
         e->key = *k;
         e->widen = true;
-        e->wide_a = malloc(sizeof(float) * (size_t)(rows_a(k) * cols_a(k)));
-        e->wide_b = malloc(sizeof(float) * (size_t)(rows_b(k) * cols_b(k)));
-        if (!e->wide_a || !e->wide_b) {
-            entry_destroy(e);
-            return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for bf16 widening " KEY_FMT,
-                              KEY_ARGS(k));
-        }
         ds = build(g, k, dnnl_f32, cols_a(k), cols_b(k), e, impl, &what);
         snprintf(impl, IMPL_LEN, "fp32 fallback");
     }
@@ -261,6 +256,19 @@ static dt_status check_shape(const dt_gemm_shape *s, const void *A, const void *
     return DT_OK;
 }
 
+/* The shared widening buffer holds at least n floats (grows only on a larger shape). */
+static dt_status grow(float **buf, size_t *cap, size_t n, const gemm_key *k) {
+    if (n <= *cap)
+        return DT_OK;
+    float *p = realloc(*buf, n * sizeof *p);
+    if (!p)
+        return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for bf16 widening " KEY_FMT,
+                          KEY_ARGS(k));
+    *buf = p;
+    *cap = n;
+    return DT_OK;
+}
+
 dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const void *B,
                       const float *bias, float *C) {
     gemm_key k;
@@ -278,10 +286,12 @@ dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const v
     DT_TRY(lookup(g, &k, &e));
     const void *a = A, *b = B;
     if (e->widen) {
-        widen(e->wide_a, A, rows_a(&k), cols_a(&k), k.lda);
-        widen(e->wide_b, B, rows_b(&k), cols_b(&k), k.ldb);
-        a = e->wide_a;
-        b = e->wide_b;
+        DT_TRY(grow(&g->wide_a, &g->cap_a, (size_t)(rows_a(&k) * cols_a(&k)), &k));
+        DT_TRY(grow(&g->wide_b, &g->cap_b, (size_t)(rows_b(&k) * cols_b(&k)), &k));
+        widen(g->wide_a, A, rows_a(&k), cols_a(&k), k.lda);
+        widen(g->wide_b, B, rows_b(&k), cols_b(&k), k.ldb);
+        a = g->wide_a;
+        b = g->wide_b;
     }
     /* oneDNN only reads SRC/WEIGHTS/BIAS; its handle setter just takes a non-const void *. */
     dnnl_status_t ds;
