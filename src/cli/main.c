@@ -3,6 +3,7 @@
  *   dtrain train   [--config FILE] [--section.key=value ...]
  *   dtrain prepare --input FILE|DIR --out DIR [--val-fraction F]
  *   dtrain sample  --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
+ *   dtrain schedule --pp P --microbatches M --kind K [--chunks V] [--stats] | --check F --pp P
  *
  * The only place that turns a dt_status into an exit code.
  */
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/schedule_cmd.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "dist/dist.h"
@@ -29,6 +31,8 @@ static int usage(FILE *f) {
             "          byte-level tokenisation into DIR/train.bin and DIR/val.bin\n"
             "  sample  --checkpoint PATH [--prompt TEXT] [--tokens 300] [--temperature 0.8]\n"
             "          [--seed 1]\n"
+            "  schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1 [--chunks V]\n"
+            "          [--stats] | --check FILE --pp P: print or validate a pipeline schedule\n"
             "config sections: [model] [data] [train] [optim] [plugin] [checkpoint]; see README\n");
     return f == stderr ? 2 : 0;
 }
@@ -179,6 +183,8 @@ int main(int argc, char **argv) {
         return cmd_prepare(argc, argv);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc, argv);
+    if (strcmp(argv[1], "schedule") == 0)
+        return dt_cli_schedule(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0)
         return usage(stdout);

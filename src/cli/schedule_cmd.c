@@ -1,0 +1,211 @@
+/* `dtrain schedule`: the pipeline schedule generators and validator from the command line.
+ *
+ *   dtrain schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1 [--chunks V]
+ *                   [--stats]
+ *   dtrain schedule --check FILE --pp P [--max-in-flight N] [--rendezvous] [--stats]
+ *
+ * Rows go to stdout in the text form of plan/schedule.h; statistics are '#' lines, so the
+ * output of the first form is itself a valid input for --check. Single process, no MPI.
+ */
+#include "cli/schedule_cmd.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "plan/schedule.h"
+
+static int usage(void) {
+    dt_error("usage: dtrain schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1 "
+             "[--chunks V] [--stats]\n"
+             "       dtrain schedule --check FILE --pp P [--max-in-flight N] [--rendezvous] "
+             "[--stats]");
+    return 2;
+}
+
+/* "--name=value" or "--name value": the value, advancing *i past it; NULL if not this name */
+static const char *option(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] == 0 && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static bool to_int(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 0 || x > 1 << 24) {
+        dt_error("%s: '%s' is not a non-negative integer", flag, v);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+/* The whole file as a string; NULL with a message on failure. */
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dt_error("cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
+        len += got;
+        if (len + 1 == cap) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown)
+                free(buf);
+            buf = grown;
+        }
+    }
+    bool bad = ferror(f) || !buf;
+    fclose(f);
+    if (bad) {
+        dt_error("cannot read %s", path);
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+/* '#' lines: the simulated bubble next to the theory for the named kind (NULL: a user file). */
+static void print_stats(const dt_schedule *s, const char *kind) {
+    dt_sched_stats st;
+    if (dt_sched_simulate(s, &st) != DT_OK) {
+        printf("# stats unavailable: %s\n", dt_err_msg());
+        return;
+    }
+    const double p = s->pp, m = s->n_mb, v = s->n_chunks;
+    bool split = false;
+    for (int i = 0; i < s->row[s->pp]; i++)
+        split |= s->actions[i].op == DT_SCHED_OP_W;
+    printf("# %d ranks, %d chunk(s) per rank, %d micro-batches; unit times F=1, %s\n", s->pp,
+           s->n_chunks, s->n_mb, split ? "B=1, W=1 (split backward)" : "B=2");
+    printf("# makespan %d, idle %d of %d rank-slots: bubble %.4f", st.makespan, st.idle,
+           s->pp * st.makespan, st.bubble);
+    if (kind && (!strcmp(kind, "gpipe") || !strcmp(kind, "1f1b")))
+        printf(" (theory (p-1)/(m+p-1) = %.4f)", (p - 1) / (m + p - 1));
+    else if (kind && !strcmp(kind, "interleaved"))
+        printf(" (theory (p-1)/(v*m+p-1) = %.4f)", (p - 1) / (v * m + p - 1));
+    else if (kind && !strcmp(kind, "zbh1"))
+        printf(" (theory (p-1)/(3m+p-1) = %.4f; 1F1B %.4f)", (p - 1) / (3 * m + p - 1),
+               (p - 1) / (m + p - 1));
+    printf("\n# peak in flight (F done, B not yet%s) per rank:",
+           s->n_chunks > 1 ? "; counts (chunk, micro-batch) pairs, times are per chunk" : "");
+    for (int r = 0; r < s->pp; r++)
+        printf(" %d", dt_sched_peak_in_flight(s, r));
+    printf("\n");
+}
+
+static int check_file(const char *path, int pp, dt_sched_limits lim, bool stats) {
+    char *text = read_file(path);
+    if (!text)
+        return 1;
+    dt_schedule *s = NULL;
+    dt_status st = dt_sched_parse(text, &s);
+    free(text);
+    if (st == DT_OK && s->pp != pp)
+        st = dt_err_set(DT_ERR_ARG, "schedule has %d rows, expected one per rank for --pp %d",
+                        s->pp, pp);
+    if (st == DT_OK)
+        st = dt_sched_validate(s, &lim);
+    if (st != DT_OK) {
+        dt_error("%s: %s", path, dt_err_msg());
+        dt_sched_free(s);
+        return st == DT_ERR_OOM ? 1 : 2;
+    }
+    printf("ok\n");
+    if (stats)
+        print_stats(s, NULL);
+    dt_sched_free(s);
+    return 0;
+}
+
+int dt_cli_schedule(int argc, char **argv) {
+    const char *kind = NULL, *check = NULL, *v;
+    int pp = 0, m = 0, chunks = 0;
+    bool stats = false;
+    dt_sched_limits lim = {0};
+    for (int i = 2; i < argc; i++) {
+        if ((v = option(argc, argv, &i, "--pp"))) {
+            if (!to_int("--pp", v, &pp))
+                return 2;
+        } else if ((v = option(argc, argv, &i, "--microbatches"))) {
+            if (!to_int("--microbatches", v, &m))
+                return 2;
+        } else if ((v = option(argc, argv, &i, "--chunks"))) {
+            if (!to_int("--chunks", v, &chunks))
+                return 2;
+        } else if ((v = option(argc, argv, &i, "--max-in-flight"))) {
+            if (!to_int("--max-in-flight", v, &lim.max_in_flight))
+                return 2;
+        } else if ((v = option(argc, argv, &i, "--kind"))) {
+            kind = v;
+        } else if ((v = option(argc, argv, &i, "--check"))) {
+            check = v;
+        } else if (!strcmp(argv[i], "--rendezvous")) {
+            lim.p2p = DT_SCHED_P2P_RENDEZVOUS;
+        } else if (!strcmp(argv[i], "--stats")) {
+            stats = true;
+        } else {
+            dt_error("schedule: unexpected argument '%s'", argv[i]);
+            return usage();
+        }
+    }
+    if (pp < 1) {
+        dt_error("schedule: --pp P (>= 1) is required");
+        return usage();
+    }
+    if (check)
+        return check_file(check, pp, lim, stats);
+    if (!kind || m < 1) {
+        dt_error("schedule: --kind and --microbatches M (>= 1) are required without --check");
+        return usage();
+    }
+    if (chunks && strcmp(kind, "interleaved") != 0) {
+        dt_error("schedule: --chunks applies to --kind interleaved only");
+        return 2;
+    }
+    dt_schedule *s = NULL;
+    dt_status st;
+    if (!strcmp(kind, "gpipe"))
+        st = dt_sched_gpipe(pp, m, &s);
+    else if (!strcmp(kind, "1f1b"))
+        st = dt_sched_1f1b(pp, m, &s);
+    else if (!strcmp(kind, "interleaved"))
+        st = dt_sched_interleaved(pp, m, chunks ? chunks : 2, &s);
+    else if (!strcmp(kind, "zbh1"))
+        st = dt_sched_zbh1(pp, m, &s);
+    else
+        st = dt_err_set(DT_ERR_ARG, "schedule: unknown --kind '%s' (gpipe, 1f1b, interleaved, "
+                        "zbh1)", kind);
+    /* generated schedules are valid by construction; checking costs microseconds */
+    dt_sched_limits strict = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
+    if (st == DT_OK)
+        st = dt_sched_validate(s, &strict);
+    char *text = NULL;
+    if (st == DT_OK)
+        st = dt_sched_format(s, &text);
+    if (st != DT_OK) {
+        dt_error("%s", dt_err_msg());
+        dt_sched_free(s);
+        return st == DT_ERR_OOM ? 1 : 2;
+    }
+    fputs(text, stdout);
+    if (stats)
+        print_stats(s, kind);
+    free(text);
+    dt_sched_free(s);
+    return 0;
+}
