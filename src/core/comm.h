@@ -31,9 +31,9 @@ typedef enum dt_comm_op {
 
 typedef struct dt_comm_stats {
     uint64_t calls[DT_COMM_OP_COUNT];
-    uint64_t bytes[DT_COMM_OP_COUNT]; /* payload bytes this rank contributed */
+    uint64_t bytes[DT_COMM_OP_COUNT]; /* bytes this rank receives (see comm.c for each op) */
     double seconds[DT_COMM_OP_COUNT]; /* time inside blocking calls and posting non-blocking */
-    double wait_seconds;              /* time blocked in dt_comm_wait: exposed communication */
+    double wait_seconds;              /* time in dt_comm_wait and dt_comm_test (progress) */
 } dt_comm_stats;
 
 typedef struct dt_comm dt_comm;

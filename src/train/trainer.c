@@ -113,8 +113,8 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (!t->metrics)
         return;
     fprintf(t->metrics, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-            "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.4g, "
-            "\"comm_bytes\": %llu, \"comm_exposed_ms\": %.4g",
+            "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
+            "\"comm_bytes\": %llu, \"comm_exposed_ms\": %.3f",
             step, r->loss, r->lr, r->grad_norm, tps, mfu, peak, 1e3 * r->seconds,
             (unsigned long long)r->comm_bytes, 1e3 * r->comm_exposed_s);
     if (!isnan(val_loss))
