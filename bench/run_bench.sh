@@ -95,6 +95,9 @@ print("torch %s: torch.matmul fp32 1 thread %.1f GFLOP/s (1024x768x3072)" % (tor
 } | tee "$WORK/env.txt" >&2
 
 # ---- wait for a quiet machine ---------------------------------------------------------------
+# one benchmark at a time on this machine (bench/run_scaling.sh takes the same lock)
+exec 9>/tmp/dtrain-bench.lock
+flock 9
 waited=0
 while awk -v m="$MAX_LOAD" '{exit !($1 >= m)}' /proc/loadavg && [ "$waited" -lt "$LOAD_WAIT" ]; do
     [ $((waited % 120)) = 0 ] && log "waiting for load < $MAX_LOAD"
