@@ -183,3 +183,22 @@ dt_status dt_mkdirs(const char *path) {
     }
     return mkdir_one(path, buf);
 }
+
+dt_status dt_file_open_regular(const char *path, const char *what, int *fd, size_t *size) {
+    *fd = open(path, O_RDONLY);
+    if (*fd < 0)
+        return dt_err_set(DT_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    struct stat sb;
+    dt_status st = DT_OK;
+    if (fstat(*fd, &sb) != 0)
+        st = dt_err_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = dt_err_set(DT_ERR_IO, "%s: not a regular file", path);
+    if (st != DT_OK) {
+        close(*fd);
+        *fd = -1;
+        return st;
+    }
+    *size = (size_t)sb.st_size;
+    return DT_OK;
+}

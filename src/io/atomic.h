@@ -1,5 +1,6 @@
-/* Atomic file writes: write PATH.tmp.<pid>, fsync it, rename over PATH, fsync the directory.
- * Either the old file or the complete new one is visible, never a partial one. */
+/* File helpers of the io layer. Atomic writes: write PATH.tmp.<pid>, fsync it, rename over
+ * PATH, fsync the directory; either the old file or the complete new one is visible, never a
+ * partial one. */
 #ifndef DT_IO_ATOMIC_H
 #define DT_IO_ATOMIC_H
 
@@ -22,5 +23,9 @@ void dt_atomic_abort(dt_atomic_file *a);       /* remove the temporary file */
 dt_status dt_atomic_write_file(const char *path, const void *data, size_t n);
 /* mkdir -p */
 dt_status dt_mkdirs(const char *path);
+
+/* Open a regular file for reading: *fd and its size. Missing, unreadable or not a regular
+ * file (a directory) is DT_ERR_IO; `what` names the kind of file in the message. */
+dt_status dt_file_open_regular(const char *path, const char *what, int *fd, size_t *size);
 
 #endif

@@ -82,20 +82,9 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t c
 static dt_status read_all(const char *path, unsigned char **out, size_t *out_len) {
     dt_status st = DT_OK;
     unsigned char *buf = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return dt_err_set(DT_ERR_IO, "%s: cannot open safetensors file: %s", path,
-                          strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = dt_err_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = dt_err_set(DT_ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    size_t len = (size_t)sb.st_size;
+    int fd;
+    size_t len;
+    DT_TRY(dt_file_open_regular(path, "safetensors file", &fd, &len));
     buf = malloc(len ? len : 1);
     if (!buf) {
         st = dt_err_set(DT_ERR_OOM, "%s: cannot allocate %zu bytes to read the file", path, len);

@@ -28,19 +28,8 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     memset(out, 0, sizeof *out);
     void *map = NULL;
     size_t len = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return dt_err_set(DT_ERR_IO, "%s: cannot open token shard: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = dt_err_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = dt_err_set(DT_ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    len = (size_t)sb.st_size;
+    int fd;
+    DT_TRY(dt_file_open_regular(path, "token shard", &fd, &len));
     if (len < HEADER_BYTES) {
         st = dt_err_set(DT_ERR_FORMAT, "%s: file is shorter than the %zu-byte token shard header "
                         "(%zu bytes): not a dtrain/llm.c token shard", path, HEADER_BYTES, len);
