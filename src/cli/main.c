@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/schedule_cmd.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -42,17 +43,6 @@ static int fail(dt_status st) {
     return st == DT_ERR_ARG ? 2 : 1;
 }
 
-/* "--name=value" or "--name value": the value, advancing *i past it; NULL if not this name */
-static const char *option(int argc, char **argv, int *i, const char *name) {
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n] == 0 && *i + 1 < argc)
-        return argv[++*i];
-    return NULL;
-}
 
 static bool exists(const char *path) {
     struct stat sb;
@@ -83,7 +73,7 @@ static int cmd_train(int argc, char **argv) {
     dt_status st;
     bool have_file = false;
     for (int i = 2; i < argc; i++) { /* the file first, so overrides win wherever they stand */
-        const char *v = option(argc, argv, &i, "--config");
+        const char *v = dt_cli_option(argc, argv, &i, "--config");
         if (v) {
             if ((st = dt_config_load_file(&cfg, v)) != DT_OK)
                 return fail(st);
@@ -91,7 +81,7 @@ static int cmd_train(int argc, char **argv) {
         }
     }
     for (int i = 2; i < argc; i++) {
-        if (option(argc, argv, &i, "--config"))
+        if (dt_cli_option(argc, argv, &i, "--config"))
             continue;
         if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '.')) {
             dt_error("unexpected argument '%s' (overrides look like --train.steps=100)", argv[i]);
@@ -117,11 +107,11 @@ static int cmd_train(int argc, char **argv) {
 static int cmd_prepare(int argc, char **argv) {
     const char *input = NULL, *out = NULL, *frac = "0.1", *v;
     for (int i = 2; i < argc; i++) {
-        if ((v = option(argc, argv, &i, "--input")))
+        if ((v = dt_cli_option(argc, argv, &i, "--input")))
             input = v;
-        else if ((v = option(argc, argv, &i, "--out")))
+        else if ((v = dt_cli_option(argc, argv, &i, "--out")))
             out = v;
-        else if ((v = option(argc, argv, &i, "--val-fraction")))
+        else if ((v = dt_cli_option(argc, argv, &i, "--val-fraction")))
             frac = v;
         else
             return usage(stderr);
@@ -148,15 +138,15 @@ static int cmd_sample(int argc, char **argv) {
     unsigned long long seed = 1;
     for (int i = 2; i < argc; i++) {
         char *end = NULL;
-        if ((v = option(argc, argv, &i, "--checkpoint")))
+        if ((v = dt_cli_option(argc, argv, &i, "--checkpoint")))
             ckpt = v;
-        else if ((v = option(argc, argv, &i, "--prompt")))
+        else if ((v = dt_cli_option(argc, argv, &i, "--prompt")))
             prompt = v;
-        else if ((v = option(argc, argv, &i, "--tokens")))
+        else if ((v = dt_cli_option(argc, argv, &i, "--tokens")))
             tokens = (int)strtol(v, &end, 10);
-        else if ((v = option(argc, argv, &i, "--temperature")))
+        else if ((v = dt_cli_option(argc, argv, &i, "--temperature")))
             temperature = strtof(v, &end);
-        else if ((v = option(argc, argv, &i, "--seed")))
+        else if ((v = dt_cli_option(argc, argv, &i, "--seed")))
             seed = strtoull(v, &end, 10);
         else
             return usage(stderr);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "core/log.h"
 #include "plan/schedule.h"
 
@@ -26,17 +27,6 @@ static int usage(void) {
     return 2;
 }
 
-/* "--name=value" or "--name value": the value, advancing *i past it; NULL if not this name */
-static const char *option(int argc, char **argv, int *i, const char *name) {
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n] == 0 && *i + 1 < argc)
-        return argv[++*i];
-    return NULL;
-}
 
 static bool to_int(const char *flag, const char *v, int *out) {
     char *end;
@@ -138,21 +128,21 @@ int dt_cli_schedule(int argc, char **argv) {
     bool stats = false;
     dt_sched_limits lim = {0};
     for (int i = 2; i < argc; i++) {
-        if ((v = option(argc, argv, &i, "--pp"))) {
+        if ((v = dt_cli_option(argc, argv, &i, "--pp"))) {
             if (!to_int("--pp", v, &pp))
                 return 2;
-        } else if ((v = option(argc, argv, &i, "--microbatches"))) {
+        } else if ((v = dt_cli_option(argc, argv, &i, "--microbatches"))) {
             if (!to_int("--microbatches", v, &m))
                 return 2;
-        } else if ((v = option(argc, argv, &i, "--chunks"))) {
+        } else if ((v = dt_cli_option(argc, argv, &i, "--chunks"))) {
             if (!to_int("--chunks", v, &chunks))
                 return 2;
-        } else if ((v = option(argc, argv, &i, "--max-in-flight"))) {
+        } else if ((v = dt_cli_option(argc, argv, &i, "--max-in-flight"))) {
             if (!to_int("--max-in-flight", v, &lim.max_in_flight))
                 return 2;
-        } else if ((v = option(argc, argv, &i, "--kind"))) {
+        } else if ((v = dt_cli_option(argc, argv, &i, "--kind"))) {
             kind = v;
-        } else if ((v = option(argc, argv, &i, "--check"))) {
+        } else if ((v = dt_cli_option(argc, argv, &i, "--check"))) {
             check = v;
         } else if (!strcmp(argv[i], "--rendezvous")) {
             lim.p2p = DT_SCHED_P2P_RENDEZVOUS;

@@ -1,0 +1,9 @@
+/* Command-line option parsing shared by the dtrain subcommands. */
+#ifndef DT_CLI_ARGS_H
+#define DT_CLI_ARGS_H
+
+/* "--name=value" or "--name value" at argv[*i]: the value (advancing *i past a separate value),
+ * or NULL when argv[*i] is not this option. */
+const char *dt_cli_option(int argc, char **argv, int *i, const char *name);
+
+#endif
