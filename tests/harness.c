@@ -23,6 +23,20 @@ int dt_test_end(void) {
     return dt_test.failed ? 1 : 0;
 }
 
+int dt_test_end_collective(dt_comm *w) {
+    double n[2] = {dt_test.passed, dt_test.failed};
+    if (dt_comm_allreduce_f64(w, n, 2) != DT_OK) {
+        fprintf(stderr, "rank %d: cannot gather test counts: %s\n", w->rank, dt_err_msg());
+        dt_test_end(); /* this rank's own counts, then fail: the others may be lost */
+        return 1;
+    }
+    dt_test.passed = (int)n[0];
+    dt_test.failed = (int)n[1];
+    if (w->rank == 0)
+        return dt_test_end();
+    return dt_test.failed ? 1 : 0;
+}
+
 void dt_test_check(bool ok, const char *file, int line, const char *fmt, ...) {
     if (ok) {
         dt_test.passed++;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/status.h"
 
 typedef struct dt_test_state {
@@ -24,6 +25,9 @@ extern dt_test_state dt_test;
 
 void dt_test_begin(int argc, char **argv);
 int dt_test_end(void);
+/* For tests run on many ranks (collective over w): sums every rank's pass/fail counts, rank 0
+ * prints the closing line for the whole job, and every rank returns non-zero if any failed. */
+int dt_test_end_collective(dt_comm *w);
 void dt_test_check(bool ok, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

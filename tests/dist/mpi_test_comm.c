@@ -402,21 +402,6 @@ static void test_mesh(dt_comm *w) {
     DT_CHECK(strstr(dt_err_msg(), want) != NULL, "mesh error text: %s", dt_err_msg());
 }
 
-/* Sum the pass/fail counts of every rank so rank 0's closing line speaks for the whole job. */
-static int finish(dt_comm *w) {
-    double n[2] = {dt_test.passed, dt_test.failed};
-    if (dt_comm_allreduce_f64(w, n, 2) != DT_OK) {
-        fprintf(stderr, "rank %d: cannot gather test counts: %s\n", w->rank, dt_err_msg());
-        DT_TEST_END(); /* this rank's own counts, then fail: the others may be lost */
-        return 1;
-    }
-    dt_test.passed = (int)n[0];
-    dt_test.failed = (int)n[1];
-    if (w->rank == 0)
-        return DT_TEST_END();
-    return dt_test.failed ? 1 : 0;
-}
-
 int main(int argc, char **argv) {
     dt_comm *w = NULL;
     dt_status st = dt_dist_init(&argc, &argv, &w);
@@ -442,7 +427,7 @@ int main(int argc, char **argv) {
     test_agree(w);
     test_split(w);
     test_mesh(w);
-    int rc = finish(w);
+    int rc = dt_test_end_collective(w);
     dt_dist_finalize(w);
     return rc;
 }

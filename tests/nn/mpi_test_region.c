@@ -204,20 +204,6 @@ static void test_all(dt_comm *c) {
         test_op(c, (dt_region_kind)k);
 }
 
-static int finish(dt_comm *w) {
-    double n[2] = {dt_test.passed, dt_test.failed};
-    if (dt_comm_allreduce_f64(w, n, 2) != DT_OK) {
-        fprintf(stderr, "rank %d: cannot gather test counts: %s\n", w->rank, dt_err_msg());
-        DT_TEST_END();
-        return 1;
-    }
-    dt_test.passed = (int)n[0];
-    dt_test.failed = (int)n[1];
-    if (w->rank == 0)
-        return DT_TEST_END();
-    return dt_test.failed ? 1 : 0;
-}
-
 int main(int argc, char **argv) {
     dt_comm *w = NULL, *local = NULL;
     dt_status st = dt_dist_init(&argc, &argv, &w);
@@ -233,7 +219,7 @@ int main(int argc, char **argv) {
     if (local)
         test_all(local);
     dt_comm_free(local);
-    int rc = finish(w);
+    int rc = dt_test_end_collective(w);
     dt_dist_finalize(w);
     return rc;
 }
