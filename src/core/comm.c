@@ -5,13 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
+#include "core/clock.h"
 
 static int64_t sum_counts(const int *counts, int n) {
     int64_t s = 0;
@@ -27,12 +22,12 @@ static int64_t sum_counts(const int *counts, int n) {
  * from the others, broadcast = B on every rank but the root. A group of one moves nothing. */
 #define ACCOUNT(c, op, nbytes, call)                                                          \
     do {                                                                                      \
-        double t0_ = now();                                                                   \
+        double t0_ = dt_now();                                                                \
         dt_status s_ = (call);                                                                \
         (c)->stats.calls[op]++;                                                               \
         if ((c)->size > 1)                                                                    \
             (c)->stats.bytes[op] += (uint64_t)(nbytes);                                       \
-        (c)->stats.seconds[op] += now() - t0_;                                                \
+        (c)->stats.seconds[op] += dt_now() - t0_;                                                \
         return s_;                                                                            \
     } while (0)
 
@@ -82,9 +77,9 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
 dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req) {
     if (!req || !req->active)
         return DT_OK;
-    double t0 = now();
+    double t0 = dt_now();
     dt_status st = c->ops->wait(c, req);
-    c->stats.wait_seconds += now() - t0;
+    c->stats.wait_seconds += dt_now() - t0;
     req->active = false;
     return st;
 }
@@ -94,9 +89,9 @@ dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done) {
     if (!req || !req->active)
         return DT_OK;
     *done = false;
-    double t0 = now(); /* progressing a collective copies and sums on this thread: exposed */
+    double t0 = dt_now(); /* progressing a collective copies and sums on this thread: exposed */
     dt_status st = c->ops->test(c, req, done);
-    c->stats.wait_seconds += now() - t0;
+    c->stats.wait_seconds += dt_now() - t0;
     if (*done)
         req->active = false;
     return st;

@@ -2,13 +2,8 @@
 #include "kernels/gemm_peak.h"
 
 #include <stdlib.h>
-#include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
+#include "core/clock.h"
 
 dt_status dt_gemm_peak_flops(dt_gemm *g, dt_dtype dtype, double seconds, double *flops) {
     enum { M = 1024, N = 2304, K = 768 };
@@ -23,11 +18,11 @@ dt_status dt_gemm_peak_flops(dt_gemm *g, dt_dtype dtype, double seconds, double 
     /* weights used transposed, as every linear layer's forward does */
     dt_gemm_shape s = {.M = M, .N = N, .K = K, .trans_b = true, .dtype = dtype};
     st = dt_gemm_run(g, &s, a, b, NULL, c); /* creates and warms the primitive */
-    double best = 0, start = now();
-    while (st == DT_OK && now() - start < seconds) {
-        double t0 = now();
+    double best = 0, start = dt_now();
+    while (st == DT_OK && dt_now() - start < seconds) {
+        double t0 = dt_now();
         st = dt_gemm_run(g, &s, a, b, NULL, c);
-        double rate = 2.0 * M * N * K / (now() - t0);
+        double rate = 2.0 * M * N * K / (dt_now() - t0);
         best = rate > best ? rate : best;
     }
     *flops = best;

@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/log.h"
 #include "dist/dist.h"
@@ -20,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/engine.h"
 #include "train/loader.h"
+#include "core/clock.h"
 
 struct dt_booster {
     dt_plugin_config plugin;
@@ -39,12 +39,6 @@ struct dt_booster {
     int32_t *inputs, *targets; /* [mb, T] */
     dt_train_state state;
 };
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
 
 static bool is_root(const dt_booster *b) { return b->world->rank == 0; }
 
@@ -202,7 +196,7 @@ static double comm_seconds(const dt_comm *c) {
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     int row0 = b->dp->rank * b->rows;
     float grad_scale = 1.0f / ((float)b->B * b->T);
-    double t0 = now(), comm0 = comm_seconds(b->dp), loss_sum = 0;
+    double t0 = dt_now(), comm0 = comm_seconds(b->dp), loss_sum = 0;
     uint64_t bytes0 = comm_bytes(b->dp);
     DT_TRY(dt_engine_begin_step(b->engine));
     for (int row = 0; row < b->rows; row += b->mb) {
@@ -222,7 +216,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     r->comm_exposed_s = comm_seconds(b->dp) - comm0;
     r->comm_bytes = comm_bytes(b->dp) - bytes0;
     r->loss = loss_sum / ((double)b->B * b->T);
-    r->seconds = now() - t0;
+    r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
     b->state.data_pos = b->train.pos;
     b->state.data_step = b->train.step;
