@@ -60,7 +60,7 @@ typedef struct dt_step_stats {
     double grad_norm;      /* global, before clipping */
     float lr;
     double seconds;
-    uint64_t comm_bytes;   /* bytes this rank sent in data-parallel collectives this step */
+    uint64_t comm_bytes;   /* bytes this rank moved in the step's collectives (dp, tp, sp) */
     double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
                             * waiting): the communication that did not overlap compute */
 } dt_step_stats;

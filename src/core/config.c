@@ -40,11 +40,13 @@ static const char *const arch_names[] = {"gpt2", "llama"};
 static const char *const precision_names[] = {"fp32", "bf16"};
 static const char *const schedule_names[] = {"cosine", "constant"};
 static const char *const plugin_names[] = {"none", "ddp", "zero1", "zero2", "zero3", "hybrid"};
+static const char *const sp_mode_names[] = {"all_to_all", "split_gather"};
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 _Static_assert(N_OF(arch_names) == DT_ARCH_COUNT, "arch_names out of sync with dt_arch");
 _Static_assert(N_OF(precision_names) == DT_PREC_COUNT, "precision_names out of sync");
 _Static_assert(N_OF(schedule_names) == DT_SCHED_COUNT, "schedule_names out of sync");
 _Static_assert(N_OF(plugin_names) == DT_PLUGIN_COUNT, "plugin_names out of sync");
+_Static_assert(N_OF(sp_mode_names) == DT_SP_MODE_COUNT, "sp_mode_names out of sync");
 
 /* Adds 0 to the offset, but comparing `&member` with a `T *` fails to compile (distinct
  * pointer types, -Werror) when the table's declared type does not match the struct field. */
@@ -76,7 +78,8 @@ static const field fields[] = {
     F_ENUM(plugin, type, dt_plugin_type, plugin_names),
     F_ENUM(plugin, precision, dt_precision, precision_names), F_FLOAT(plugin, grad_clip),
     F_INT(plugin, tp_size), F_INT(plugin, sp_size), F_INT(plugin, pp_size),
-    F_INT(plugin, zero_stage), F_FLOAT(plugin, bucket_mb), F_BOOL(plugin, overlap),
+    F_INT(plugin, zero_stage), F_ENUM(plugin, sp_mode, dt_sp_mode, sp_mode_names),
+    F_FLOAT(plugin, bucket_mb), F_BOOL(plugin, overlap),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
     F_INT(checkpoint, keep),
 };
@@ -94,6 +97,9 @@ const char *dt_plugin_type_name(dt_plugin_type t) {
 }
 const char *dt_lr_schedule_name(dt_lr_schedule s) {
     return enum_name(schedule_names, N_OF(schedule_names), (int)s);
+}
+const char *dt_sp_mode_name(dt_sp_mode m) {
+    return enum_name(sp_mode_names, N_OF(sp_mode_names), (int)m);
 }
 
 static void set_str(char *dst, const char *src) {
@@ -736,11 +742,17 @@ static void check_plugin(const dt_config *c, problems *p) {
         memcpy(&d, (const char *)g + degrees[i].off, sizeof d);
         if (d < 1)
             problem(p, false, "plugin.%s=%d must be >= 1", degrees[i].key, d);
-        else if (d > 1) /* refused until the tensor, sequence and pipeline issues land */
+        else if (d > 1 && i == 2) /* refused until the pipeline issue lands */
             problem(p, true,
                     "plugin.%s=%d: %s parallelism is not available yet in this build; use 1",
                     degrees[i].key, d, degrees[i].what);
     }
+    if ((int)g->sp_mode < 0 || g->sp_mode >= DT_SP_MODE_COUNT)
+        problem(p, false, "plugin.sp_mode=%d is not a known mode", (int)g->sp_mode);
+    else if (g->sp_mode == DT_SP_SPLIT_GATHER && g->sp_size > 1)
+        problem(p, false, "plugin.sp_mode=split_gather splits the sequence over the tp_size "
+                "ranks and takes no ranks of its own: set sp_size=1 (got %d), or use "
+                "sp_mode=all_to_all", g->sp_size);
     NONNEG(p, plugin, grad_clip);
     if (!(g->bucket_mb > 0))
         problem(p, false, "plugin.bucket_mb=%g must be > 0", (double)g->bucket_mb);

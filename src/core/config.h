@@ -31,6 +31,12 @@ typedef enum dt_plugin_type {
     DT_PLUGIN_HYBRID,
     DT_PLUGIN_COUNT
 } dt_plugin_type;
+/* How the sequence is split (plugin.sp_mode):
+ *   all_to_all    Ulysses: sp_size ranks of their own each hold seq_len/sp tokens; an
+ *                 all-to-all around attention switches to whole sequences, heads split
+ *   split_gather  Megatron-SP: the tp ranks hold seq_len/tp tokens outside the tensor-
+ *                 parallel regions (all-gather in, reduce-scatter out); sp_size must be 1 */
+typedef enum dt_sp_mode { DT_SP_ALL_TO_ALL, DT_SP_SPLIT_GATHER, DT_SP_MODE_COUNT } dt_sp_mode;
 
 typedef struct dt_model_config {
     dt_arch arch;                 /* gpt2 | llama */
@@ -69,6 +75,7 @@ typedef struct dt_plugin_config {
     dt_precision precision;
     float grad_clip; /* 0 = off */
     int tp_size, sp_size, pp_size, zero_stage;
+    dt_sp_mode sp_mode;
     float bucket_mb;
     bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
 } dt_plugin_config;
@@ -115,5 +122,6 @@ const char *dt_arch_name(dt_arch a);
 const char *dt_precision_name(dt_precision p);
 const char *dt_plugin_type_name(dt_plugin_type t);
 const char *dt_lr_schedule_name(dt_lr_schedule s);
+const char *dt_sp_mode_name(dt_sp_mode m);
 
 #endif

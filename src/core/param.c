@@ -1,9 +1,66 @@
-/* Initial values of any slice of a parameter arena. See param.h. */
+/* Initial values of any slice of a parameter arena, and the local <-> full maps of tensor
+ * shards. See param.h. */
 #include "core/param.h"
 
 #include <string.h>
 
 #include "core/rng.h"
+
+void dt_shard_local_shape(const dt_shard *s, int64_t *rows, int64_t *cols) {
+    *rows = s->full_rows;
+    *cols = s->full_cols;
+    if (s->kind == DT_SHARD_ROWS)
+        *rows = (s->full_rows + s->parts - 1) / s->parts;
+    else if (s->kind == DT_SHARD_COLS)
+        *cols = s->full_cols / s->parts;
+    else if (s->kind == DT_SHARD_QKV)
+        *rows = (s->sec[0] + s->sec[1] + s->sec[2]) / s->parts;
+}
+
+int64_t dt_shard_full_row(const dt_shard *s, int index, int64_t i, int64_t *col0) {
+    *col0 = 0;
+    switch (s->kind) {
+    case DT_SHARD_ROWS: {
+        int64_t rows = (s->full_rows + s->parts - 1) / s->parts, r = (int64_t)index * rows + i;
+        return r < s->full_rows ? r : -1;
+    }
+    case DT_SHARD_COLS:
+        *col0 = (int64_t)index * (s->full_cols / s->parts);
+        return i;
+    case DT_SHARD_QKV: {
+        int64_t start = 0;
+        for (int k = 0; k < 3; k++) {
+            int64_t piece = s->sec[k] / s->parts;
+            if (i < piece)
+                return start + (int64_t)index * piece + i;
+            i -= piece;
+            start += s->sec[k];
+        }
+        return -1;
+    }
+    default:
+        return i;
+    }
+}
+
+/* Local elements [a, b) of tensor p (offsets relative to the tensor) from the full tensor's
+ * Philox stream, run by run: each local row is one contiguous run of the full tensor. */
+static void init_normal(const dt_param *p, uint64_t seed, int64_t a, int64_t b, float *dst) {
+    int64_t rows, cols;
+    dt_shard_local_shape(&p->shard, &rows, &cols);
+    if (p->shard.kind == DT_SHARD_NONE) {
+        dt_rng_fill_normal(seed, p->name, a, b - a, 0.0f, p->std, dst);
+        return;
+    }
+    for (int64_t e = a; e < b;) {
+        int64_t i = e / cols, j = e % cols, n = cols - j < b - e ? cols - j : b - e, col0;
+        int64_t r = dt_shard_full_row(&p->shard, p->shard.index, i, &col0);
+        if (r >= 0)
+            dt_rng_fill_normal(seed, p->name, r * p->shard.full_cols + col0 + j, n, 0.0f,
+                               p->std, dst + (e - a));
+        e += n; /* padding rows keep the memset's zeros */
+    }
+}
 
 void dt_param_init_range(const dt_param *table, int n_params, uint64_t seed, int64_t first,
                          int64_t count, float *out) {
@@ -16,10 +73,39 @@ void dt_param_init_range(const dt_param *table, int n_params, uint64_t seed, int
         if (a >= b)
             continue;
         float *dst = out + (a - first);
-        if (p->init == DT_INIT_NORMAL)
-            dt_rng_fill_normal(seed, p->name, a - p->offset, b - a, 0.0f, p->std, dst);
-        else if (p->init == DT_INIT_ONES)
-            for (int64_t j = 0; j < b - a; j++)
-                dst[j] = 1.0f;
+        if (p->init == DT_INIT_NORMAL) {
+            init_normal(p, seed, a - p->offset, b - p->offset, dst);
+        } else if (p->init == DT_INIT_ONES) {
+            for (int64_t e = a; e < b; e++) {
+                int64_t col0, cols = p->numel / (p->shape[0] > 0 ? p->shape[0] : 1);
+                bool pad = dt_shard_full_row(&p->shard, p->shard.index,
+                                             (e - p->offset) / cols, &col0) < 0;
+                dst[e - a] = pad ? 0.0f : 1.0f;
+            }
+        }
     }
+}
+
+static void shard_copy(const dt_param *p, int index, float *local, float *full, bool to_full) {
+    int64_t rows, cols, col0;
+    dt_shard_local_shape(&p->shard, &rows, &cols);
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t r = dt_shard_full_row(&p->shard, index, i, &col0);
+        if (r < 0)
+            continue;
+        float *f = full + r * p->shard.full_cols + col0, *l = local + i * cols;
+        if (to_full)
+            memcpy(f, l, (size_t)cols * sizeof *f);
+        else
+            memcpy(l, f, (size_t)cols * sizeof *l);
+    }
+}
+
+void dt_param_shard_to_full(const dt_param *p, int index, const float *local, float *full) {
+    shard_copy(p, index, (float *)local, full, true);
+}
+
+void dt_param_full_to_shard(const dt_param *p, int index, const float *full, float *local) {
+    memset(local, 0, (size_t)p->numel * sizeof *local); /* padding rows */
+    shard_copy(p, index, local, (float *)full, false);
 }

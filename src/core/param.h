@@ -1,6 +1,12 @@
 /* A named parameter: a view into a model's flat parameter arena (and, at the same offset,
  * into the gradient and optimizer-state arenas). Models build a table of these; the
- * optimizer, checkpoints and, later, ZeRO sharding work on the table, never on model code. */
+ * optimizer, checkpoints and ZeRO sharding work on the table, never on model code.
+ *
+ * Under tensor parallelism a rank holds a shard of some tensors. The table is then the
+ * rank's LOCAL table (shapes and offsets of what it holds) and each entry's `shard` says how
+ * the local tensor maps onto the full one, so initialisation (Philox by FULL element index)
+ * and checkpoints (whole tensors) give every layout the single process's values.
+ */
 #ifndef DT_CORE_PARAM_H
 #define DT_CORE_PARAM_H
 
@@ -14,22 +20,57 @@ typedef enum dt_param_init {
     DT_PARAM_INIT_COUNT
 } dt_param_init;
 
+/* How a local tensor maps onto the full [full_rows, full_cols] one (1-D: full_cols = 1).
+ *   NONE  every rank holds the whole tensor (replicated)
+ *   ROWS  rank r holds rows [r*rows, (r+1)*rows), rows = ceil(full_rows / parts); rows past
+ *         full_rows are padding (a vocabulary padded to a multiple of tp): zero, never saved
+ *   COLS  rank r holds columns [r*cols, (r+1)*cols) of every row (full_cols % parts == 0)
+ *   QKV   fused q|k|v rows (GPT-2's c_attn): sections of sec[0], sec[1], sec[2] rows, each
+ *         split into `parts` equal pieces; rank r holds piece r of q, then of k, then of v */
+typedef enum dt_shard_kind {
+    DT_SHARD_NONE,
+    DT_SHARD_ROWS,
+    DT_SHARD_COLS,
+    DT_SHARD_QKV,
+    DT_SHARD_KIND_COUNT
+} dt_shard_kind;
+
+typedef struct dt_shard {
+    dt_shard_kind kind;
+    int parts, index;             /* tp degree and this rank's place in it */
+    int64_t full_rows, full_cols; /* the full tensor, internal layout */
+    int64_t sec[3];               /* QKV: rows of q, k, v in the full tensor */
+} dt_shard;
+
 typedef struct dt_param {
     char name[96];    /* HuggingFace name, e.g. "h.0.attn.c_attn.weight" */
     int ndim;
-    int64_t shape[2]; /* internal layout: nn.Linear [out, in] for every matrix */
+    int64_t shape[2]; /* internal layout: nn.Linear [out, in] for every matrix (local shard) */
     int64_t offset;   /* first element in the arena */
     int64_t numel;
     bool decay;       /* AdamW weight decay: matrices and embeddings, not biases or gains */
     bool conv1d;      /* stored transposed ([in, out]) in the file, as GPT-2's Conv1D */
     dt_param_init init;
     float std;
+    dt_shard shard;   /* kind NONE, parts 1 for a whole tensor */
 } dt_param;
 
+/* The local [rows, cols] a shard spec gives (a whole tensor for NONE). */
+void dt_shard_local_shape(const dt_shard *s, int64_t *rows, int64_t *cols);
+/* Where local row `i` of shard `index` lives in the full tensor: its full row (-1 for a
+ * padding row) and the full column of its first element. */
+int64_t dt_shard_full_row(const dt_shard *s, int index, int64_t i, int64_t *col0);
+
 /* Initial values of arena elements [first, first + count): each overlapping tensor's slice
- * from (seed, name, element index), zeros in between. A ZeRO shard initialises itself
- * without materialising the rest, and gets exactly the values the whole arena would. */
+ * from (seed, name, FULL element index), zeros in between and in padding rows. A ZeRO or tp
+ * shard initialises itself without materialising the rest, and gets exactly the values the
+ * single process has. */
 void dt_param_init_range(const dt_param *table, int n_params, uint64_t seed, int64_t first,
                          int64_t count, float *out);
+
+/* Copy between one rank's local tensor and the full tensor. `index` is the rank whose shard
+ * `local` is (the spec's own index is ignored), so one rank can place every rank's data. */
+void dt_param_shard_to_full(const dt_param *p, int index, const float *local, float *full);
+void dt_param_full_to_shard(const dt_param *p, int index, const float *full, float *local);
 
 #endif

@@ -25,6 +25,7 @@ typedef struct dt_mesh {
     int coords[DT_AXIS_COUNT];
     dt_comm *world;               /* borrowed */
     dt_comm *axis[DT_AXIS_COUNT]; /* owned: the group along each axis (size 1 = local comm) */
+    dt_comm *grad; /* owned: sp x dp, the ranks holding the same weights (gradients summed) */
 } dt_mesh;
 
 /* Collective over world: one communicator per axis from plan/mesh's pure rank math. */

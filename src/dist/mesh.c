@@ -9,6 +9,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* The gradient group spans sp and dp; with sp 1 it is the dp group's ranks (own comm). */
+static dt_status split_grad(dt_mesh *m, dt_comm *world) {
+    const dt_mesh_dims *d = &m->dims;
+    int n = d->size[DT_AXIS_SP] * d->size[DT_AXIS_DP];
+    if (n == 1)
+        return dt_comm_local_init("grad", &m->grad);
+    int color, key;
+    dt_mesh_group_axes(d, world->rank, 1u << DT_AXIS_SP | 1u << DT_AXIS_DP, &color, &key);
+    DT_TRY(dt_dist_split(world, color, key, "grad", &m->grad));
+    if (m->grad->size != n || m->grad->rank != key)
+        return dt_err_set(DT_ERR_MPI, "mesh: grad group rank %d of %d, expected %d of %d",
+                          m->grad->rank, m->grad->size, key, n);
+    return DT_OK;
+}
+
 dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out) {
     *out = NULL;
     /* the same dims reach every rank, so every rank rejects them alike, before any collective */
@@ -55,6 +70,11 @@ dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out) 
             snprintf(first, sizeof first, "%s", dt_err_msg());
         }
     }
+    dt_status sg = split_grad(m, world);
+    if (st == DT_OK && sg != DT_OK) {
+        st = sg;
+        snprintf(first, sizeof first, "%s", dt_err_msg());
+    }
     if (st != DT_OK)
         dt_err_set(st, "%s", first);
     st = dt_comm_agree(world, st);
@@ -71,5 +91,6 @@ void dt_mesh_free(dt_mesh *m) {
         return;
     for (int a = 0; a < DT_AXIS_COUNT; a++)
         dt_comm_free(m->axis[a]);
+    dt_comm_free(m->grad);
     free(m);
 }

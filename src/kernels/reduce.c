@@ -23,38 +23,57 @@ void dt_colsum_accumulate(float *out, const float *x, int N, int C) {
     }
 }
 
-void dt_rows_gather(float *y, const float *table, const int32_t *idx, const float *pos, int N,
-                    int T, int C) {
+void dt_rows_gather(float *y, const float *table, const int32_t *idx, int64_t first,
+                    int64_t count, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *dst = y + (int64_t)i * C;
-        const float *src = table + (int64_t)idx[i] * C;
-        if (!pos) {
-            memcpy(dst, src, (size_t)C * sizeof *dst);
-            continue;
-        }
-        const float *p = pos + (int64_t)(i % T) * C;
-        for (int j = 0; j < C; j++)
-            dst[j] = src[j] + p[j];
+        int64_t r = (int64_t)idx[i] - first;
+        if (r >= 0 && r < count)
+            memcpy(dst, table + r * C, (size_t)C * sizeof *dst);
+        else
+            memset(dst, 0, (size_t)C * sizeof *dst);
     }
 }
 
-void dt_rows_scatter_add(float *dtable, float *dpos, const float *dy, const int32_t *idx, int N,
-                         int T, int C) {
+void dt_rows_scatter_add(float *dtable, const float *dy, const int32_t *idx, int64_t first,
+                         int64_t count, int N, int C) {
+    int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < n_blocks; blk++) {
+        int j0 = blk * COL_BLOCK, j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        for (int i = 0; i < N; i++) {
+            int64_t r = (int64_t)idx[i] - first;
+            if (r < 0 || r >= count)
+                continue;
+            const float *g = dy + (int64_t)i * C;
+            float *dt = dtable + r * C;
+            for (int j = j0; j < j1; j++)
+                dt[j] += g[j];
+        }
+    }
+}
+
+void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *dst = y + (int64_t)i * C;
+        const float *p = pos + ((row0 + i) % T) * C;
+        for (int j = 0; j < C; j++)
+            dst[j] += p[j];
+    }
+}
+
+void dt_rows_positions_grad(float *dpos, const float *dy, int64_t row0, int T, int N, int C) {
     int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < n_blocks; blk++) {
         int j0 = blk * COL_BLOCK, j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
         for (int i = 0; i < N; i++) {
             const float *g = dy + (int64_t)i * C;
-            float *dt = dtable + (int64_t)idx[i] * C;
+            float *dp = dpos + ((row0 + i) % T) * C;
             for (int j = j0; j < j1; j++)
-                dt[j] += g[j];
-            if (dpos) {
-                float *dp = dpos + (int64_t)(i % T) * C;
-                for (int j = j0; j < j1; j++)
-                    dp[j] += g[j];
-            }
+                dp[j] += g[j];
         }
     }
 }

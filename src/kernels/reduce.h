@@ -7,12 +7,18 @@
 
 /* out[j] += sum_i x[i*C + j], x: [N, C] */
 void dt_colsum_accumulate(float *out, const float *x, int N, int C);
-/* y[i] = table[idx[i]] (+ pos[i % T] when pos != NULL); table: [V, C], y: [N, C] */
-void dt_rows_gather(float *y, const float *table, const int32_t *idx, const float *pos, int N,
-                    int T, int C);
-/* dtable[idx[i]] += dy[i]; dpos[i % T] += dy[i] when dpos != NULL. In index order per column,
- * so repeated tokens sum deterministically. */
-void dt_rows_scatter_add(float *dtable, float *dpos, const float *dy, const int32_t *idx, int N,
-                         int T, int C);
+/* Embedding rows of a vocabulary shard holding ids [first, first + count) (the whole
+ * vocabulary: first 0, count V): y[i] = table[idx[i] - first] for an id in the shard, else 0.
+ * table: [count, C], y: [N, C]. */
+void dt_rows_gather(float *y, const float *table, const int32_t *idx, int64_t first,
+                    int64_t count, int N, int C);
+/* The adjoint: dtable[idx[i] - first] += dy[i] for ids in the shard. In index order per
+ * column, so repeated tokens sum deterministically. */
+void dt_rows_scatter_add(float *dtable, const float *dy, const int32_t *idx, int64_t first,
+                         int64_t count, int N, int C);
+/* Position embeddings for rows [row0, row0 + N) of a flattened [B, T] batch:
+ * y[i] += pos[(row0 + i) % T], and the adjoint dpos[(row0 + i) % T] += dy[i]. */
+void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C);
+void dt_rows_positions_grad(float *dpos, const float *dy, int64_t row0, int T, int N, int C);
 
 #endif

@@ -21,15 +21,20 @@
 
 struct dt_gpt {
     dt_model_config cfg;
-    dt_block_dims dims;
+    dt_block_dims dims; /* local widths (this tp rank's heads and MLP columns) */
+    dt_block_par par;
+    dt_comm *own_comm[3]; /* size-1 comms made for the splits the caller did not give */
     int B, T;
     bool training;
     dt_mem *mem; /* borrowed */
     dt_gemm *gemm;
     dt_nn_ctx ctx;
 
-    dt_param *params;
+    dt_param *full;   /* the single process's table: what files hold */
+    dt_param *params; /* this rank's table: the local arena (= full without tensor parallelism) */
     int n_params, cap_params;
+    int64_t n_full;
+    int64_t vocab_rows; /* rows of the vocabulary matrices this rank holds (padded) */
     int n_embed_params, per_layer; /* unit 0's tensors; tensors per block */
     float **unit_w, **unit_g;      /* [L + 2] current storage of each unit (first element) */
     dt_bf16 **unit_lp;
@@ -44,15 +49,15 @@ struct dt_gpt {
     dt_lm_head head;
     float *rope_cos, *rope_sin;
 
-    /* activations */
-    float *res;     /* [L + 1][N, C]: residual stream, res[0] = embeddings */
+    /* activations (this rank's rows) */
+    float *res;     /* [L + 1][Nr, C]: residual stream, res[0] = embeddings */
     dt_block_acts *acts;
     float *lnf_out, *lnf_mean, *lnf_rstd, *losses;
     dt_bf16 *lnf_lp;
     void *act_arena;
-    /* backward */
+    /* transients, and the backward's */
     dt_block_scratch scratch;
-    float *dres, *dlnf;
+    float *dres, *dlnf, *dpos;
     void *tmp_arena;
 };
 
@@ -74,7 +79,7 @@ const dt_model_config *dt_gpt_config(const dt_gpt *g) { return &g->cfg; }
 /* ---- parameter table ------------------------------------------------------------------- */
 
 static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t cols,
-                           dt_param_init init, float std, bool conv1d) {
+                           dt_param_init init, float std, bool conv1d, dt_shard_kind split) {
     if (g->n_params == g->cap_params) {
         int cap = g->cap_params ? 2 * g->cap_params : 64;
         dt_param *p = realloc(g->params, (size_t)cap * sizeof *p);
@@ -95,12 +100,50 @@ static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t co
     p->conv1d = conv1d;
     p->init = init;
     p->std = std;
+    p->shard = (dt_shard){.kind = split, .parts = 1, .full_rows = rows,
+                          .full_cols = cols > 0 ? cols : 1};
+    if (split == DT_SHARD_QKV) { /* GPT-2's c_attn: q, k, v of equal height */
+        p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = rows / 3;
+    }
     /* keep every tensor 16-float (64-byte) aligned inside the arena */
     g->n_total += (p->numel + 15) / 16 * 16;
     return DT_OK;
 }
 
+/* This rank's table from the full one: each tensor's shard, packed in the same order. */
+static dt_status localize(dt_gpt *g) {
+    g->full = g->params;
+    g->n_full = g->n_total;
+    g->params = malloc((size_t)g->n_params * sizeof *g->params);
+    if (!g->params)
+        return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
+    int64_t at = 0;
+    for (int i = 0; i < g->n_params; i++) {
+        dt_param *p = &g->params[i];
+        *p = g->full[i];
+        if (p->shard.kind != DT_SHARD_NONE) {
+            p->shard.parts = g->par.tp->size;
+            p->shard.index = g->par.tp->rank;
+        }
+        int64_t rows, cols;
+        dt_shard_local_shape(&p->shard, &rows, &cols);
+        p->shape[0] = rows;
+        if (p->ndim == 2)
+            p->shape[1] = cols;
+        p->numel = rows * cols;
+        p->offset = at;
+        at += (p->numel + 15) / 16 * 16;
+    }
+    g->n_total = at;
+    return DT_OK;
+}
+
 #define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
+/* how each tensor splits over tp: vocabulary and column-parallel rows, row-parallel columns */
+#define WHOLE DT_SHARD_NONE
+#define ROWS DT_SHARD_ROWS
+#define COLS DT_SHARD_COLS
+#define QKV DT_SHARD_QKV
 
 static dt_status build_table_gpt2(dt_gpt *g) {
     const dt_model_config *c = &g->cfg;
@@ -109,24 +152,24 @@ static dt_status build_table_gpt2(dt_gpt *g) {
     int64_t C = c->n_embd;
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
     char name[96];
-    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
-    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std, false));
+    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
+    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std, false, WHOLE));
     for (int l = 0; l < c->n_layer; l++) {
-        DT_TRY(add_param(g, NAME("h.%d.ln_1.weight", l), C, 0, DT_INIT_ONES, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.ln_1.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.weight", l), 3 * C, C, DT_INIT_NORMAL, std, true));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.bias", l), 3 * C, 0, DT_INIT_ZEROS, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.weight", l), C, C, DT_INIT_NORMAL, proj_std, true));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.ln_2.weight", l), C, 0, DT_INIT_ONES, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.ln_2.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.weight", l), 4 * C, C, DT_INIT_NORMAL, std, true));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.bias", l), 4 * C, 0, DT_INIT_ZEROS, 0, false));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.weight", l), C, 4 * C, DT_INIT_NORMAL, proj_std, true));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false));
+        DT_TRY(add_param(g, NAME("h.%d.ln_1.weight", l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("h.%d.ln_1.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.weight", l), 3 * C, C, DT_INIT_NORMAL, std, true, QKV));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.bias", l), 3 * C, 0, DT_INIT_ZEROS, 0, false, QKV));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.weight", l), C, C, DT_INIT_NORMAL, proj_std, true, COLS));
+        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("h.%d.ln_2.weight", l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("h.%d.ln_2.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.weight", l), 4 * C, C, DT_INIT_NORMAL, std, true, ROWS));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.bias", l), 4 * C, 0, DT_INIT_ZEROS, 0, false, ROWS));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.weight", l), C, 4 * C, DT_INIT_NORMAL, proj_std, true, COLS));
+        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
     }
-    DT_TRY(add_param(g, "ln_f.weight", C, 0, DT_INIT_ONES, 0, false));
-    DT_TRY(add_param(g, "ln_f.bias", C, 0, DT_INIT_ZEROS, 0, false));
+    DT_TRY(add_param(g, "ln_f.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
+    DT_TRY(add_param(g, "ln_f.bias", C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
     return DT_OK;
 }
 
@@ -138,25 +181,29 @@ static dt_status build_table_llama(dt_gpt *g) {
     char name[96];
     g->n_embed_params = 1;
     g->per_layer = 9;
-    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
+    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
     for (int l = 0; l < c->n_layer; l++) {
         const char *p = "model.layers";
-        DT_TRY(add_param(g, NAME("%s.%d.input_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.q_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.k_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.v_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.o_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false));
-        DT_TRY(add_param(g, NAME("%s.%d.post_attention_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.gate_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.up_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.down_proj.weight", p, l), C, F, DT_INIT_NORMAL, std, false));
+        DT_TRY(add_param(g, NAME("%s.%d.input_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.q_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false, ROWS));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.k_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false, ROWS));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.v_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false, ROWS));
+        DT_TRY(add_param(g, NAME("%s.%d.self_attn.o_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false, COLS));
+        DT_TRY(add_param(g, NAME("%s.%d.post_attention_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
+        DT_TRY(add_param(g, NAME("%s.%d.mlp.gate_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false, ROWS));
+        DT_TRY(add_param(g, NAME("%s.%d.mlp.up_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false, ROWS));
+        DT_TRY(add_param(g, NAME("%s.%d.mlp.down_proj.weight", p, l), C, F, DT_INIT_NORMAL, std, false, COLS));
     }
-    DT_TRY(add_param(g, "model.norm.weight", C, 0, DT_INIT_ONES, 0, false));
-    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false));
+    DT_TRY(add_param(g, "model.norm.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
+    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
     return DT_OK;
 }
 
 #undef NAME
+#undef WHOLE
+#undef ROWS
+#undef COLS
+#undef QKV
 
 /* ---- views ----------------------------------------------------------------------------- */
 
@@ -221,7 +268,7 @@ static void wire_block(dt_gpt *g, int l, const unit_store *u) {
 
 static void wire_head(dt_gpt *g, const unit_store *u, const dt_param *w) {
     g->head.C = g->cfg.n_embd;
-    g->head.V = g->cfg.vocab_size;
+    g->head.V = (int)g->vocab_rows;
     g->head.w = wv(u, w);
     g->head.dw = gv(u, w);
     g->head.w_lp = lpv(u, w);
@@ -318,64 +365,84 @@ static void *carve(carver *cv, size_t bytes) {
     return p;
 }
 
+/* Row counts of the largest micro-batch: all tokens, inside the tp region, in the residual. */
+typedef struct rows_of {
+    size_t N, Nt, Nr;
+} rows_of;
+
+static rows_of rows_max(const dt_gpt *g) {
+    int N = g->B * g->T;
+    return (rows_of){.N = (size_t)N, .Nt = (size_t)dt_block_rows_tp(&g->par, N),
+                     .Nr = (size_t)dt_block_rows_res(&g->par, N)};
+}
+
 static void carve_acts(dt_gpt *g, carver *cv) {
     const dt_block_dims *d = &g->dims;
-    size_t N = (size_t)g->B * g->T, C = d->C, F = d->F, W = dt_block_qkv_width(d);
-    size_t A = (size_t)d->NH * d->hs;
+    rows_of r = rows_max(g);
+    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
+    size_t heads = (size_t)d->NH / g->par.sp->size;
     bool lp = g->ctx.mm_type == DT_BF16;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    g->res = carve(cv, (g->cfg.n_layer + 1) * N * C * f4);
-    /* norm outputs and the MLP activation: one buffer for all blocks, recomputed in backward */
-    float *ln_shared = carve(cv, N * C * f4), *g_shared = carve(cv, N * F * f4);
+    g->res = carve(cv, (g->cfg.n_layer + 1) * r.Nr * C * f4);
     for (int l = 0; l < g->cfg.n_layer; l++) {
         dt_block_acts *a = &g->acts[l];
-        a->ln1 = ln_shared;
-        a->ln1_mean = carve(cv, N * f4);
-        a->ln1_rstd = carve(cv, N * f4);
-        a->qkv = carve(cv, N * W * f4);
-        a->att = carve(cv, N * A * f4);
-        a->lse = carve(cv, N * d->NH * f4);
-        a->x2 = carve(cv, N * C * f4);
-        a->ln2 = ln_shared;
-        a->ln2_mean = carve(cv, N * f4);
-        a->ln2_rstd = carve(cv, N * f4);
-        a->h = carve(cv, N * F * f4);
-        a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, N * F * f4) : NULL;
-        a->g = g_shared;
-        a->ln1_lp = lp ? carve(cv, N * C * h2) : NULL;
-        a->att_lp = lp ? carve(cv, N * A * h2) : NULL;
-        a->ln2_lp = lp ? carve(cv, N * C * h2) : NULL;
-        a->g_lp = lp ? carve(cv, N * F * h2) : NULL;
+        a->ln1_mean = carve(cv, r.Nr * f4);
+        a->ln1_rstd = carve(cv, r.Nr * f4);
+        a->qkv = carve(cv, r.Nt * W * f4);
+        a->att = carve(cv, r.Nt * A * f4);
+        a->lse = carve(cv, r.N * heads * f4);
+        a->x2 = carve(cv, r.Nr * C * f4);
+        a->ln2_mean = carve(cv, r.Nr * f4);
+        a->ln2_rstd = carve(cv, r.Nr * f4);
+        a->h = carve(cv, r.Nt * F * f4);
+        a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
+        a->ln1_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
+        a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
+        a->ln2_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
+        a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
     }
-    g->lnf_out = carve(cv, N * C * f4);
-    g->lnf_mean = carve(cv, N * f4);
-    g->lnf_rstd = carve(cv, N * f4);
-    g->lnf_lp = lp ? carve(cv, N * C * h2) : NULL;
-    g->losses = carve(cv, N * f4);
+    g->lnf_out = carve(cv, r.Nr * C * f4);
+    g->lnf_mean = carve(cv, r.Nr * f4);
+    g->lnf_rstd = carve(cv, r.Nr * f4);
+    g->lnf_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
+    g->losses = carve(cv, r.Nt * f4);
 }
 
 static void carve_scratch(dt_gpt *g, carver *cv) {
     const dt_block_dims *d = &g->dims;
-    size_t N = (size_t)g->B * g->T, C = d->C, F = d->F, W = dt_block_qkv_width(d);
-    size_t A = (size_t)d->NH * d->hs, f4 = sizeof(float);
+    rows_of r = rows_max(g);
+    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
+    size_t f4 = sizeof(float);
     bool lp = g->ctx.mm_type == DT_BF16;
-    size_t chunk = (size_t)g->head.chunk, V = (size_t)g->cfg.vocab_size;
+    size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
     g->head.logits = carve(cv, chunk * V * f4);
     g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
+    dt_block_scratch *s = &g->scratch;
+    s->ln = carve(cv, r.Nr * C * f4);
+    s->ln_full = carve(cv, r.Nt * C * f4);
+    s->qkv_rows = carve(cv, r.Nt * W * f4);
+    s->packed = carve(cv, r.Nt * W * f4);
+    s->att_heads = carve(cv, r.Nt * A * f4);
+    s->part = carve(cv, r.Nt * C * f4);
+    s->g = carve(cv, r.Nt * F * f4);
+    s->work = carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
     if (!g->training)
         return;
-    dt_block_scratch *s = &g->scratch;
-    s->dln = carve(cv, N * C * f4);
-    s->dqkv = carve(cv, N * W * f4);
-    s->datt = carve(cv, N * A * f4);
-    s->dh = carve(cv, N * F * f4);
-    s->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, N * F * f4) : NULL;
-    s->dg = carve(cv, N * F * f4);
+    s->dln = carve(cv, r.Nr * C * f4);
+    s->dln_full = carve(cv, r.Nt * C * f4);
+    s->dqkv_heads = carve(cv, r.Nt * W * f4);
+    s->datt = carve(cv, r.Nt * A * f4);
+    s->datt_heads = carve(cv, r.Nt * A * f4);
+    s->dh = carve(cv, r.Nt * F * f4);
+    s->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
+    s->dg = carve(cv, r.Nt * F * f4);
+    s->pgrad = carve(cv, 6 * C * f4);
     size_t widest = C > W ? C : W;
     widest = widest > F ? widest : F;
-    s->dy_lp = lp ? carve(cv, N * widest * sizeof(dt_bf16)) : NULL;
-    g->dres = carve(cv, N * C * f4);
-    g->dlnf = carve(cv, N * C * f4);
+    s->dy_lp = lp ? carve(cv, r.Nt * widest * sizeof(dt_bf16)) : NULL;
+    g->dres = carve(cv, r.Nr * C * f4);
+    g->dlnf = carve(cv, r.Nr * C * f4);
+    g->dpos = g->cfg.arch == DT_ARCH_GPT2 ? carve(cv, (size_t)g->T * C * f4) : NULL;
 }
 
 static dt_status alloc_carved(dt_gpt *g, dt_mem_cat cat, const char *name,
@@ -386,6 +453,80 @@ static dt_status alloc_carved(dt_gpt *g, dt_mem_cat cat, const char *name,
     carver real = {.base = *arena};
     layout(g, &real);
     return DT_OK;
+}
+
+/* ---- how the model splits ---------------------------------------------------------------- */
+
+/* "1, 2, 3, 4, 6 or 12": the divisors of n, for an error's suggested fix */
+static void divisors_text(int n, char *out, size_t size) {
+    int found[64], k = 0;
+    for (int i = 1; i <= n && k < 64; i++)
+        if (n % i == 0)
+            found[k++] = i;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < k && len < size; i++)
+        len += (size_t)snprintf(out + len, size - len, "%s%d", i == 0 ? "" : i == k - 1 ? " or " : ", ",
+                                found[i]);
+}
+
+static dt_status split_error(const char *what, int n, const char *by, int parts, int per_rank) {
+    char fix[256];
+    divisors_text(n, fix, sizeof fix);
+    return dt_err_set(DT_ERR_ARG, "%s=%d is not divisible by %s=%d; use %s %s%s", what, n, by,
+                      parts, by, fix, per_rank ? " (per tp rank)" : "");
+}
+
+dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequence_tp,
+                             int seq_len) {
+    int nkv = dt_gpt_kv_heads(c), F = dt_gpt_ffn_hidden(c);
+    if (tp < 1 || sp < 1)
+        return dt_err_set(DT_ERR_ARG, "tp_size=%d and sp_size=%d must be >= 1", tp, sp);
+    if (c->n_head % tp)
+        return split_error("model.n_head", c->n_head, "plugin.tp_size", tp, 0);
+    if (nkv % tp)
+        return dt_err_set(DT_ERR_ARG, "model.n_kv_head=%d is not divisible by plugin.tp_size=%d "
+                          "(key/value heads are split across tp ranks, not replicated); use "
+                          "a tp_size that divides %d", nkv, tp, nkv);
+    if (F % tp)
+        return split_error("the MLP width (model.ffn_hidden or 4 x n_embd)", F,
+                           "plugin.tp_size", tp, 0);
+    if ((c->n_head / tp) % sp)
+        return dt_err_set(DT_ERR_ARG, "the %d heads of each tp rank (model.n_head=%d / "
+                          "tp_size=%d) are not divisible by plugin.sp_size=%d (Ulysses splits "
+                          "heads across sp ranks); use an sp_size that divides %d",
+                          c->n_head / tp, c->n_head, tp, sp, c->n_head / tp);
+    if ((nkv / tp) % sp)
+        return dt_err_set(DT_ERR_ARG, "the %d key/value heads of each tp rank (n_kv_head=%d / "
+                          "tp_size=%d) are not divisible by plugin.sp_size=%d; use an sp_size "
+                          "that divides %d", nkv / tp, nkv, tp, sp, nkv / tp);
+    if (seq_len % sp)
+        return split_error("train.seq_len", seq_len, "plugin.sp_size", sp, 0);
+    if (sequence_tp && seq_len % tp)
+        return dt_err_set(DT_ERR_ARG, "train.seq_len=%d is not divisible by plugin.tp_size=%d "
+                          "(sp_mode=split_gather splits the sequence over the tp ranks); use a "
+                          "seq_len that is a multiple of %d", seq_len, tp, tp);
+    return DT_OK;
+}
+
+/* The comms the caller gave, and size-1 comms for the rest. */
+static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
+    dt_comm *given[3] = {o->tp, o->sp, o->sequence_tp ? o->tp : NULL};
+    const char *names[3] = {"tp", "sp", "rows"};
+    dt_comm *use[3];
+    for (int i = 0; i < 3; i++) {
+        use[i] = given[i];
+        if (!use[i]) {
+            DT_TRY(dt_comm_local_init(names[i], &g->own_comm[i]));
+            use[i] = g->own_comm[i];
+        }
+    }
+    g->par = (dt_block_par){.tp = use[0], .sp = use[1], .rows = use[2],
+                            .enter = o->sequence_tp ? DT_REGION_KIND_SEQ_GATHER
+                                                    : DT_REGION_KIND_COPY,
+                            .leave = o->sequence_tp ? DT_REGION_KIND_SEQ_REDUCE_SCATTER
+                                                    : DT_REGION_KIND_REDUCE};
+    return dt_gpt_check_split(&g->cfg, use[0]->size, use[1]->size, o->sequence_tp, g->T);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */
@@ -408,13 +549,17 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->T = T;
     g->training = training;
     g->mem = mem;
+    DT_TRY_GOTO(setup_par(g, o));
+    int tp = g->par.tp->size;
     g->dims = (dt_block_dims){.kind = cfg->arch == DT_ARCH_GPT2 ? DT_BLOCK_GPT2 : DT_BLOCK_LLAMA,
-                              .C = cfg->n_embd, .NH = cfg->n_head, .NKV = dt_gpt_kv_heads(cfg),
-                              .hs = cfg->n_embd / cfg->n_head, .F = dt_gpt_ffn_hidden(cfg),
-                              .norm_eps = cfg->norm_eps};
+                              .C = cfg->n_embd, .NH = cfg->n_head / tp,
+                              .NKV = dt_gpt_kv_heads(cfg) / tp, .hs = cfg->n_embd / cfg->n_head,
+                              .F = dt_gpt_ffn_hidden(cfg) / tp, .norm_eps = cfg->norm_eps};
+    g->vocab_rows = (cfg->vocab_size + tp - 1) / tp;
     DT_TRY_GOTO(dt_gemm_init(&g->gemm));
     g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = prec == DT_PREC_BF16 ? DT_BF16 : DT_F32};
     DT_TRY_GOTO(cfg->arch == DT_ARCH_GPT2 ? build_table_gpt2(g) : build_table_llama(g));
+    DT_TRY_GOTO(localize(g));
     size_t n = (size_t)g->n_total;
     if (!o->external_weights)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float),
@@ -441,9 +586,9 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
         dt_gpt_bind_unit(g, u, g->w ? g->w + first : NULL, g->g ? g->g + first : NULL,
                          g->w_lp ? g->w_lp + first : NULL);
     }
-    g->head.chunk = dt_lm_head_chunk_rows(cfg->vocab_size, B * T);
+    g->head.chunk = dt_lm_head_chunk_rows((int)g->vocab_rows, (int)rows_max(g).Nt);
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_ACTS, "activations", carve_acts, &g->act_arena));
-    DT_TRY_GOTO(alloc_carved(g, DT_MEM_TEMP, "backward scratch", carve_scratch, &g->tmp_arena));
+    DT_TRY_GOTO(alloc_carved(g, DT_MEM_TEMP, "transients", carve_scratch, &g->tmp_arena));
     if (cfg->arch == DT_ARCH_LLAMA) {
         size_t half = (size_t)T * (g->dims.hs / 2) * sizeof(float);
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.cos", half, (void **)&g->rope_cos));
@@ -472,7 +617,11 @@ void dt_gpt_free(dt_gpt *g) {
     free(g->unit_w);
     free(g->acts);
     free(g->blocks);
+    if (g->full != g->params)
+        free(g->full);
     free(g->params);
+    for (int i = 0; i < 3; i++)
+        dt_comm_free(g->own_comm[i]);
     dt_gemm_free(g->gemm);
     free(g);
 }
@@ -499,6 +648,10 @@ static dt_status check_shape(const dt_gpt *g, int B, int T) {
     if (B < 1 || T < 1 || (int64_t)B * T > (int64_t)g->B * g->T || T > g->T)
         return dt_err_set(DT_ERR_ARG, "model: batch %dx%d exceeds the %dx%d it was built for",
                           B, T, g->B, g->T);
+    int split = g->par.sp->size * g->par.rows->size;
+    if ((B * T) % split)
+        return dt_err_set(DT_ERR_ARG, "model: a batch of %dx%d tokens does not split over %d "
+                          "sequence-parallel ranks", B, T, split);
     return DT_OK;
 }
 
@@ -506,70 +659,148 @@ static dt_rope_cache rope_of(const dt_gpt *g) {
     return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
 }
 
-static float *res_at(const dt_gpt *g, int l, int B, int T) {
-    return g->res + (size_t)l * B * T * g->cfg.n_embd;
+/* Where this rank's rows start in the flattened [B*T] batch: inside the tp region (t0) and
+ * in the residual stream (r0). */
+static void row_starts(const dt_gpt *g, int N, int64_t *t0, int64_t *r0) {
+    int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N);
+    *t0 = (int64_t)g->par.sp->rank * Nt;
+    *r0 = *t0 + (int64_t)g->par.rows->rank * Nr;
+}
+
+static float *res_at(const dt_gpt *g, int l, int N) {
+    return g->res + (size_t)l * dt_block_rows_res(&g->par, N) * g->cfg.n_embd;
+}
+
+static dt_region_shape tp_shape(const dt_gpt *g, int N) {
+    return (dt_region_shape){.rows = dt_block_rows_tp(&g->par, N), .cols = g->cfg.n_embd};
+}
+
+/* Vocabulary-parallel embedding: each tp rank looks up the ids of its vocabulary shard (zeros
+ * for the rest), the leaving region sums the shards (and, under Megatron-SP, scatters rows),
+ * then the position embedding is added once, like a row-parallel layer's bias. */
+static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T) {
+    int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N);
+    int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
+    row_starts(g, N, &t0, &r0);
+    dt_rows_gather(g->scratch.part, g->wte, tokens + t0, v0, g->vocab_rows, Nt, g->cfg.n_embd);
+    dt_region_shape sh = tp_shape(g, N);
+    DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, g->res,
+                                                   g->scratch.work));
+    if (g->wpe)
+        dt_rows_add_positions(g->res, g->wpe, r0, T, Nr, g->cfg.n_embd);
+    return DT_OK;
+}
+
+static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T) {
+    int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N), C = g->cfg.n_embd;
+    int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
+    row_starts(g, N, &t0, &r0);
+    if (g->dwpe) { /* a partial sum over the rows comm under Megatron-SP */
+        memset(g->dpos, 0, (size_t)T * C * sizeof(float));
+        dt_rows_positions_grad(g->dpos, g->dres, r0, T, Nr, C);
+        DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, (int64_t)T * C, NULL));
+        dt_add_inplace(g->dwpe, g->dpos, (int64_t)T * C);
+    }
+    memset(g->scratch.part, 0, (size_t)Nt * C * sizeof(float));
+    dt_region_shape sh = tp_shape(g, N);
+    DT_TRY(dt_region_op_get(g->par.leave)->backward(g->par.tp, &sh, g->dres, g->scratch.part,
+                                                    g->scratch.work));
+    dt_rows_scatter_add(g->dwte, g->scratch.part, tokens + t0, v0, g->vocab_rows, Nt, C);
+    return DT_OK;
 }
 
 dt_status dt_gpt_forward(dt_gpt *g, const int32_t *tokens, int B, int T) {
     DT_TRY(check_shape(g, B, T));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
     DT_TRY(enter(g, 0, DT_PHASE_FORWARD));
-    dt_rows_gather(g->res, g->wte, tokens, g->wpe, N, T, C);
+    DT_TRY(embed_forward(g, tokens, N, T));
     DT_TRY(leave(g, 0, DT_PHASE_FORWARD));
     dt_rope_cache rope = rope_of(g);
     for (int l = 0; l < L; l++) {
         DT_TRY(enter(g, l + 1, DT_PHASE_FORWARD));
-        DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->blocks[l], &rope, res_at(g, l, B, T), B,
-                                T, &g->acts[l], res_at(g, l + 1, B, T)));
+        DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
+                                res_at(g, l, N), B, T, &g->acts[l], &g->scratch,
+                                res_at(g, l + 1, N)));
         DT_TRY(leave(g, l + 1, DT_PHASE_FORWARD));
     }
     DT_TRY(enter(g, L + 1, DT_PHASE_FORWARD));
-    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, L, B, T), N, C, g->dims.norm_eps,
-                          g->lnf_out, g->lnf_mean, g->lnf_rstd);
+    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, L, N), dt_block_rows_res(&g->par, N),
+                          C, g->dims.norm_eps, g->lnf_out, g->lnf_mean, g->lnf_rstd);
     return leave(g, L + 1, DT_PHASE_FORWARD);
 }
 
+/* The head is a column-parallel layer over the vocabulary: the final norm's output enters
+ * the tp region (all rows of the region on every tp rank); its input gradient is a partial
+ * sum over the vocabulary shards, summed by the entering region's adjoint. */
 dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float grad_scale,
                       bool backward, double *loss_sum) {
     DT_TRY(check_shape(g, B, T));
     if (backward && !g->training)
         return dt_err_set(DT_ERR_ARG, "model: built for inference, cannot compute gradients");
-    int N = B * T;
-    if (backward)
-        memset(g->dlnf, 0, (size_t)N * g->cfg.n_embd * sizeof(float));
+    int N = B * T, Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N);
+    int C = g->cfg.n_embd;
+    int64_t t0, r0;
+    row_starts(g, N, &t0, &r0);
+    dt_region_shape sh = tp_shape(g, N);
+    const dt_region_op *entry = dt_region_op_get(g->par.enter);
     int hu = dt_gpt_head_unit(g);
     DT_TRY(enter(g, hu, DT_PHASE_HEAD));
-    DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, g->lnf_out, g->lnf_lp, targets, N, grad_scale,
-                           backward, g->losses, g->dlnf));
+    float *x = g->scratch.ln_full, *dx = backward ? g->scratch.dln_full : NULL;
+    DT_TRY(entry->forward(g->par.tp, &sh, g->lnf_out, x, g->scratch.work));
+    if (backward)
+        memset(dx, 0, (size_t)Nt * C * sizeof(float));
+    DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, x, g->lnf_lp, targets + t0, Nt, grad_scale,
+                           backward, g->losses, dx));
+    if (backward) {
+        memset(g->dlnf, 0, (size_t)Nr * C * sizeof(float));
+        DT_TRY(entry->backward(g->par.tp, &sh, dx, g->dlnf, g->scratch.work));
+    }
     DT_TRY(leave(g, hu, DT_PHASE_HEAD));
     double s = 0;
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < Nt; i++)
         s += g->losses[i];
     *loss_sum = s;
+    return DT_OK;
+}
+
+/* The final norm sees this rank's rows: its weight gradients are partial over the rows comm. */
+static dt_status final_norm_backward(dt_gpt *g, int N) {
+    int Nr = dt_block_rows_res(&g->par, N), C = g->cfg.n_embd;
+    float *pg = g->scratch.pgrad;
+    memset(pg, 0, 2 * (size_t)C * sizeof(float));
+    dt_norm_params p = {.w = g->lnf.w, .b = g->lnf.b, .dw = pg, .db = g->lnf.b ? pg + C : NULL};
+    dt_block_norm_backward(g->dims.kind, &p, res_at(g, g->cfg.n_layer, N), g->dlnf,
+                           g->lnf_mean, g->lnf_rstd, Nr, C, g->dres);
+    DT_TRY(dt_comm_allreduce_f32(g->par.rows, pg, 2 * (int64_t)C, NULL));
+    dt_add_inplace(g->lnf.dw, pg, C);
+    if (g->lnf.db)
+        dt_add_inplace(g->lnf.db, pg + C, C);
     return DT_OK;
 }
 
 dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
     DT_TRY(check_shape(g, B, T));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
-    memset(g->dres, 0, (size_t)N * C * sizeof(float));
+    memset(g->dres, 0, (size_t)dt_block_rows_res(&g->par, N) * C * sizeof(float));
     DT_TRY(enter(g, L + 1, DT_PHASE_BACKWARD));
-    dt_block_norm_backward(g->dims.kind, &g->lnf, res_at(g, L, B, T), g->dlnf, g->lnf_mean,
-                           g->lnf_rstd, N, C, g->dres);
+    DT_TRY(final_norm_backward(g, N));
     DT_TRY(leave(g, L + 1, DT_PHASE_BACKWARD));
     dt_rope_cache rope = rope_of(g);
     for (int l = L - 1; l >= 0; l--) {
         DT_TRY(enter(g, l + 1, DT_PHASE_BACKWARD));
-        DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->blocks[l], &rope, res_at(g, l, B, T), B,
-                                 T, &g->acts[l], &g->scratch, g->dres));
+        DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
+                                 res_at(g, l, N), B, T, &g->acts[l], &g->scratch, g->dres));
         DT_TRY(leave(g, l + 1, DT_PHASE_BACKWARD));
     }
     DT_TRY(enter(g, 0, DT_PHASE_BACKWARD));
-    dt_rows_scatter_add(g->dwte, g->dwpe, g->dres, tokens, N, T, C);
+    DT_TRY(embed_backward(g, tokens, N, T));
     return leave(g, 0, DT_PHASE_BACKWARD);
 }
 
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits) {
+    if (g->par.tp->size * g->par.sp->size > 1)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "model: sampling runs on one process; export the "
+                          "weights and use dtrain sample");
     DT_TRY(dt_gpt_forward(g, tokens, 1, T));
     const float *last = g->lnf_out + (size_t)(T - 1) * g->cfg.n_embd;
     dt_bf16 *lp = g->lnf_lp ? g->lnf_lp + (size_t)(T - 1) * g->cfg.n_embd : NULL;
@@ -579,14 +810,59 @@ dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *log
     return leave(g, hu, DT_PHASE_HEAD);
 }
 
+/* ---- whole tensors across tp -------------------------------------------------------------- */
+
+dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {
+    dt_comm *tp = g->par.tp;
+    int p = tp->size;
+    float *all = NULL;
+    int *counts = calloc((size_t)p, sizeof *counts);
+    if (!counts)
+        return dt_err_set(DT_ERR_OOM, "model: out of memory");
+    dt_status st = dt_mem_alloc(g->mem, DT_MEM_TEMP, "tp.gather", (size_t)p * g->n_total * 4,
+                                (void **)&all);
+    for (int r = 0; r < p; r++)
+        counts[r] = (int)g->n_total;
+    if (st == DT_OK && g->n_total * p > INT32_MAX)
+        st = dt_err_set(DT_ERR_UNSUPPORTED, "model: %lld floats per rank are too many to gather "
+                        "in one call", (long long)g->n_total);
+    if (st == DT_OK)
+        st = dt_comm_allgather_f32(tp, local, all, counts, NULL);
+    if (st == DT_OK) {
+        memset(full, 0, (size_t)g->n_full * sizeof *full);
+        for (int i = 0; i < g->n_params; i++) {
+            const dt_param *lp = &g->params[i];
+            int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p; /* replicated: rank 0's */
+            for (int r = 0; r < holders; r++)
+                dt_param_shard_to_full(lp, r, all + (size_t)r * g->n_total + lp->offset,
+                                       full + g->full[i].offset);
+        }
+    }
+    dt_mem_release(g->mem, all);
+    free(counts);
+    return st;
+}
+
+void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local) {
+    memset(local, 0, (size_t)g->n_total * sizeof *local);
+    for (int i = 0; i < g->n_params; i++) {
+        const dt_param *lp = &g->params[i];
+        dt_param_full_to_shard(lp, lp->shard.index, full + g->full[i].offset,
+                               local + lp->offset);
+    }
+}
+
 /* ---- accessors ------------------------------------------------------------------------- */
 
 int dt_gpt_n_params(const dt_gpt *g) { return g->n_params; }
 const dt_param *dt_gpt_param(const dt_gpt *g, int i) { return &g->params[i]; }
+const dt_param *dt_gpt_full_param(const dt_gpt *g, int i) { return &g->full[i]; }
 int64_t dt_gpt_numel(const dt_gpt *g) { return g->n_total; }
+int64_t dt_gpt_full_numel(const dt_gpt *g) { return g->n_full; }
 float *dt_gpt_weights(dt_gpt *g) { return g->w; }
 float *dt_gpt_grads(dt_gpt *g) { return g->g; }
 dt_bf16 *dt_gpt_weights_lp(dt_gpt *g) { return g->w_lp; }
+const dt_block_par *dt_gpt_par(const dt_gpt *g) { return &g->par; }
 
 const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
     for (int i = 0; i < g->n_params; i++)
@@ -598,7 +874,7 @@ const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
 double dt_gpt_flops_per_token(const dt_gpt *g, int T) {
     double matmul_weights = 0;
     for (int i = 0; i < g->n_params; i++) {
-        const dt_param *p = &g->params[i];
+        const dt_param *p = &g->full[i];
         bool embedding_only = strcmp(p->name, "wpe.weight") == 0 ||
                               strcmp(p->name, "model.embed_tokens.weight") == 0;
         if (p->ndim == 2 && !embedding_only)

@@ -14,11 +14,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/mem.h"
 #include "core/param.h"
 #include "core/status.h"
+#include "nn/block.h"
 
 typedef struct dt_gpt dt_gpt;
 
@@ -32,7 +34,16 @@ typedef struct dt_gpt_opts {
     bool training;          /* false: no gradients, no backward scratch */
     bool external_weights;  /* the caller binds each unit's weights (ZeRO-3 gathers them) */
     bool external_grads;    /* the caller binds each unit's gradients (ZeRO-2/3 buckets) */
+    /* Splits (borrowed; NULL = not split). tp: heads, MLP columns and the vocabulary;
+     * sp: Ulysses sequence parallelism; sequence_tp: Megatron-SP over the tp ranks. */
+    dt_comm *tp, *sp;
+    bool sequence_tp;
 } dt_gpt_opts;
+
+/* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error
+ * naming both numbers and the sizes that would work. Also checked by dt_gpt_init. */
+dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequence_tp,
+                             int seq_len);
 
 dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *opts, dt_mem *mem,
                       dt_gpt **out);
@@ -81,10 +92,21 @@ void dt_gpt_zero_grad(dt_gpt *g);
 /* Logits of the last position of one sequence tokens[0..T) (T <= the init T). */
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits);
 
+/* Two tables with the same tensors in the same order: this rank's (dt_gpt_param: shapes and
+ * offsets in the local arena, with each tensor's shard spec) and the single process's
+ * (dt_gpt_full_param: what files hold). They are the same without tensor parallelism. */
 int dt_gpt_n_params(const dt_gpt *g);
 const dt_param *dt_gpt_param(const dt_gpt *g, int i);
+const dt_param *dt_gpt_full_param(const dt_gpt *g, int i);
 const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name);
-int64_t dt_gpt_numel(const dt_gpt *g);
+int64_t dt_gpt_numel(const dt_gpt *g);      /* the local arena */
+int64_t dt_gpt_full_numel(const dt_gpt *g); /* the single process's arena */
+/* The model's splits (comms borrowed from the caller or size-1 ones it made). */
+const dt_block_par *dt_gpt_par(const dt_gpt *g);
+/* Collective over tp: every rank's local arena -> the full arena (on every rank). */
+dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full);
+/* This rank's local arena out of a full one (no communication). */
+void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local);
 float *dt_gpt_weights(dt_gpt *g);     /* NULL with external weights */
 float *dt_gpt_grads(dt_gpt *g);       /* NULL when not training or with external grads */
 dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL in fp32 mode or with external weights */
@@ -92,7 +114,7 @@ dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL in fp32 mode or with external wei
  * 6 x (matmul weights incl. the LM head) + 6 L C T (causal attention's two matmuls). */
 double dt_gpt_flops_per_token(const dt_gpt *g, int T);
 
-/* HuggingFace safetensors (models/gpt_io.c). Names and layouts as transformers writes them;
+/* HuggingFace safetensors (models/gpt_io.c), over FULL arenas (dt_gpt_full_numel floats). Names and layouts as transformers writes them;
  * the model shape goes into __metadata__ so dtrain sample can rebuild the model. */
 dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path);
 /* Into `weights` (a whole arena, dt_gpt_numel floats); call dt_gpt_sync_lp after loading

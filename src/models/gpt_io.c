@@ -52,7 +52,7 @@ dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path) {
     DT_TRY_GOTO(dt_st_writer_init(&w));
     DT_TRY_GOTO(put_metadata(w, dt_gpt_config(g)));
     for (int i = 0; i < n; i++) {
-        const dt_param *p = dt_gpt_param(g, i);
+        const dt_param *p = dt_gpt_full_param(g, i);
         const float *data = weights + p->offset;
         int64_t shape[2];
         file_shape(p, shape);
@@ -93,7 +93,7 @@ dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path) {
     dt_status st = DT_OK;
     float *tmp = NULL;
     for (int i = 0; i < dt_gpt_n_params(g); i++) {
-        const dt_param *p = dt_gpt_param(g, i);
+        const dt_param *p = dt_gpt_full_param(g, i);
         const dt_st_tensor *t = find_tensor(f, p->name);
         if (!t) {
             st = dt_err_set(DT_ERR_FORMAT, "%s: tensor %s is missing (model %s, n_layer %d)",

@@ -1,7 +1,12 @@
-/* Transformer block forward and backward. See block.h for the math and the conventions.
+/* Transformer block forward and backward, split by tp, Megatron-SP or Ulysses. See block.h
+ * for the math, the sizes and the conventions.
+ *
  * Scratch gradients are zeroed right before the layer that accumulates into them, so one
- * scratch set serves every block. RoPE rotates q and k in place inside the fused qkv buffer;
- * its backward (the inverse rotation) turns the rotated gradients back into qkv gradients. */
+ * scratch set serves every block. RoPE rotates q and k in place in the head layout; its
+ * backward (the inverse rotation) turns the rotated gradients back into qkv gradients.
+ * Gradients of parameters applied to split rows (norms, row-parallel biases) go to
+ * scratch.pgrad first and are summed over the rows comm before they are added.
+ */
 #include "nn/block.h"
 
 #include <math.h>
@@ -9,25 +14,50 @@
 
 #include "kernels/act.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/norm.h"
+#include "kernels/reduce.h"
 #include "kernels/rope.h"
 
 int dt_block_qkv_width(const dt_block_dims *d) { return (d->NH + 2 * d->NKV) * d->hs; }
 
+int dt_block_rows_tp(const dt_block_par *p, int N) { return N / p->sp->size; }
+int dt_block_rows_res(const dt_block_par *p, int N) { return N / p->sp->size / p->rows->size; }
+
 static void zero(float *p, int64_t n) { memset(p, 0, (size_t)n * sizeof *p); }
 
-static void add_inplace(float *y, const float *x, int64_t n) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        y[i] += x[i];
+/* ---- region ops, through the table ------------------------------------------------------ */
+
+static dt_region_shape shape(int64_t rows, int64_t cols, int heads) {
+    return (dt_region_shape){.rows = rows, .cols = cols, .heads = heads};
 }
 
-static dt_attn_shape attn_shape(const dt_block_dims *d, int B, int T) {
-    int64_t w = dt_block_qkv_width(d);
-    return (dt_attn_shape){.B = B, .T = T, .NH = d->NH, .NKV = d->NKV, .hs = d->hs,
-                           .q_stride = w, .kv_stride = w, .scale = 1.0f / sqrtf((float)d->hs),
-                           .causal = true};
+static dt_status region_fwd(dt_region_kind k, dt_comm *c, dt_region_shape sh, const float *x,
+                            float *y, float *work) {
+    return dt_region_op_get(k)->forward(c, &sh, x, y, work);
 }
+
+/* dx += A^T dy */
+static dt_status region_bwd(dt_region_kind k, dt_comm *c, dt_region_shape sh, const float *dy,
+                            float *dx, float *work) {
+    return dt_region_op_get(k)->backward(c, &sh, dy, dx, work);
+}
+
+int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N) {
+    int Nt = dt_block_rows_tp(p, N);
+    dt_region_shape c = shape(Nt, d->C, 0), q = shape(N, dt_block_qkv_width(d), p->sp->size);
+    dt_region_shape a = shape(N, (int64_t)d->NH * d->hs, d->NH);
+    int64_t n[] = {dt_region_work_count(p->enter, &c, p->tp->size),
+                   dt_region_work_count(p->leave, &c, p->tp->size),
+                   dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size),
+                   dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size)};
+    int64_t m = 0;
+    for (int i = 0; i < 4; i++)
+        m = n[i] > m ? n[i] : m;
+    return m;
+}
+
+/* ---- pieces ------------------------------------------------------------------------------ */
 
 void dt_block_norm_forward(dt_block_kind kind, const dt_norm_params *p, const float *x, int N,
                            int C, float eps, float *y, float *mean, float *rstd) {
@@ -46,112 +76,276 @@ void dt_block_norm_backward(dt_block_kind kind, const dt_norm_params *p, const f
         dt_rmsnorm_backward(dx, p->dw, dy, x, p->w, rstd, N, C);
 }
 
-static void rope_apply(const dt_block_dims *d, const dt_rope_cache *rope, float *qkv, int B,
-                       int T, bool inverse) {
+/* y[i] += b + res[i] over [N, C] rows (b may be NULL): a row-parallel layer's bias, added
+ * once after the reduction, and the residual connection. */
+static void add_bias_residual(float *y, const float *b, const float *res, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *row = y + (int64_t)i * C;
+        const float *r = res + (int64_t)i * C;
+        for (int j = 0; j < C; j++)
+            row[j] += r[j] + (b ? b[j] : 0.0f);
+    }
+}
+
+/* Per token, this rank's q|k|v heads in natural order [q NH][k NKV][v NKV] <-> grouped by sp
+ * rank [q NH/sp, k NKV/sp, v NKV/sp] x sp, so the all-to-all hands sp rank g its group. */
+static void regroup_qkv(const dt_block_dims *d, int sp, const float *src, float *dst, int rows,
+                        bool to_groups) {
+    int64_t W = dt_block_qkv_width(d), hs = d->hs;
+    int64_t qa = (int64_t)d->NH / sp * hs, kva = (int64_t)d->NKV / sp * hs;
+    int64_t nat[3] = {0, (int64_t)d->NH * hs, (int64_t)(d->NH + d->NKV) * hs};
+    int64_t grp[3] = {0, qa, qa + kva}, len[3] = {qa, kva, kva};
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+        for (int g = 0; g < sp; g++)
+            for (int k = 0; k < 3; k++) {
+                int64_t n_off = i * W + nat[k] + g * len[k], g_off = i * W + g * (qa + 2 * kva) + grp[k];
+                if (to_groups)
+                    memcpy(dst + g_off, src + n_off, (size_t)len[k] * sizeof *dst);
+                else
+                    memcpy(dst + n_off, src + g_off, (size_t)len[k] * sizeof *dst);
+            }
+}
+
+static dt_attn_shape attn_shape(const dt_block_dims *d, const dt_block_par *p, int B, int T) {
+    int sp = p->sp->size;
+    int64_t w = dt_block_qkv_width(d) / sp;
+    return (dt_attn_shape){.B = B, .T = T, .NH = d->NH / sp, .NKV = d->NKV / sp, .hs = d->hs,
+                           .q_stride = w, .kv_stride = w, .scale = 1.0f / sqrtf((float)d->hs),
+                           .causal = true};
+}
+
+static void rope_apply(const dt_attn_shape *as, const dt_rope_cache *rope, float *qkv,
+                       bool inverse) {
     if (!rope->cos_t)
         return;
-    int64_t w = dt_block_qkv_width(d);
     void (*rot)(float *, int, int, int, int, int64_t, const float *, const float *) =
         inverse ? dt_rope_backward : dt_rope_forward;
-    rot(qkv, B, T, d->NH, d->hs, w, rope->cos_t, rope->sin_t);
-    rot(qkv + (int64_t)d->NH * d->hs, B, T, d->NKV, d->hs, w, rope->cos_t, rope->sin_t);
+    rot(qkv, as->B, as->T, as->NH, as->hs, as->q_stride, rope->cos_t, rope->sin_t);
+    rot(qkv + (int64_t)as->NH * as->hs, as->B, as->T, as->NKV, as->hs, as->q_stride,
+        rope->cos_t, rope->sin_t);
 }
 
-static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
-                             int N, dt_block_acts *a, float *out) {
-    int64_t nf = (int64_t)N * d->F;
-    DT_TRY(dt_linear_forward(ctx, &blk->fc, a->ln2, a->ln2_lp, N, a->h));
-    if (d->kind == DT_BLOCK_GPT2) {
-        dt_gelu_forward(a->g, a->h, nf);
-    } else {
-        DT_TRY(dt_linear_forward(ctx, &blk->up, a->ln2, a->ln2_lp, N, a->u));
-        dt_swiglu_forward(a->g, a->h, a->u, nf);
-    }
-    return dt_linear_forward(ctx, &blk->down, a->g, a->g_lp, N, out);
+static dt_linear without_bias(const dt_linear *l) {
+    dt_linear r = *l;
+    r.b = NULL;
+    r.db = NULL;
+    return r;
 }
 
-dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
-                           const dt_rope_cache *rope, const float *x, int B, int T,
-                           dt_block_acts *a, float *out) {
-    int N = B * T, C = d->C;
-    dt_block_norm_forward(d->kind, &blk->ln1, x, N, C, d->norm_eps, a->ln1, a->ln1_mean,
-                          a->ln1_rstd);
-    DT_TRY(dt_linear_forward(ctx, &blk->qkv, a->ln1, a->ln1_lp, N, a->qkv));
-    rope_apply(d, rope, a->qkv, B, T, false);
-    dt_attn_shape as = attn_shape(d, B, T);
-    const float *q = a->qkv, *k = q + (int64_t)d->NH * d->hs, *v = k + (int64_t)d->NKV * d->hs;
-    dt_attention_forward(&as, a->att, a->lse, q, k, v);
-    DT_TRY(dt_linear_forward(ctx, &blk->proj, a->att, a->att_lp, N, a->x2));
-    add_inplace(a->x2, x, (int64_t)N * C);
-    dt_block_norm_forward(d->kind, &blk->ln2, a->x2, N, C, d->norm_eps, a->ln2, a->ln2_mean,
-                          a->ln2_rstd);
-    DT_TRY(mlp_forward(ctx, d, blk, N, a, out));
-    add_inplace(out, a->x2, (int64_t)N * C);
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* norm -> enter the tp region: s->ln_full [Nt, C] */
+static dt_status norm_enter(const dt_block_dims *d, const dt_block_par *p,
+                            const dt_norm_params *np, const float *x, int N, float *mean,
+                            float *rstd, dt_block_scratch *s) {
+    int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    dt_block_norm_forward(d->kind, np, x, Nr, d->C, d->norm_eps, s->ln, mean, rstd);
+    return region_fwd(p->enter, p->tp, shape(Nt, d->C, 0), s->ln, s->ln_full, s->work);
+}
+
+/* s->part [Nt, C] -> leave the tp region -> y [Nr, C], + bias + residual */
+static dt_status leave_add(const dt_block_dims *d, const dt_block_par *p, const float *b,
+                           const float *res, int N, dt_block_scratch *s, float *y) {
+    int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    DT_TRY(region_fwd(p->leave, p->tp, shape(Nt, d->C, 0), s->part, y, s->work));
+    add_bias_residual(y, b, res, Nr, d->C);
     return DT_OK;
 }
 
-/* In fp32 mode the norm outputs and the MLP activation are not kept per block (they are
- * cheap to recompute and are the block's largest activations after the MLP input): they are
- * rebuilt into the shared buffers just before the weight gradients that read them. In bf16
- * mode the matmuls read the saved bf16 copies instead, so nothing is recomputed. */
-static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                              const dt_block_acts *a, int64_t nf) {
+static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                   const dt_block_par *p, const dt_block *blk,
+                                   const dt_rope_cache *rope, const float *x, int B, int T,
+                                   dt_block_acts *a, dt_block_scratch *s) {
+    int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
+    int64_t W = dt_block_qkv_width(d), A = (int64_t)d->NH * d->hs;
+    DT_TRY(norm_enter(d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
+    DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, s->qkv_rows));
+    regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
+    DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, a->qkv,
+                      s->work));
+    dt_attn_shape as = attn_shape(d, p, B, T);
+    rope_apply(&as, rope, a->qkv, false);
+    const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
+    dt_attention_forward(&as, s->att_heads, a->lse, q, k, v);
+    zero(a->att, (int64_t)Nt * A); /* heads -> rows is the all-to-all's adjoint (accumulates) */
+    DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->att_heads, a->att,
+                      s->work));
+    dt_linear proj = without_bias(&blk->proj);
+    DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, s->part));
+    return leave_add(d, p, blk->proj.b, x, N, s, a->x2);
+}
+
+static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                             const dt_block_par *p, const dt_block *blk, int N, dt_block_acts *a,
+                             dt_block_scratch *s, float *out) {
+    int Nt = dt_block_rows_tp(p, N);
+    int64_t nf = (int64_t)Nt * d->F;
+    DT_TRY(norm_enter(d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
+    DT_TRY(dt_linear_forward(ctx, &blk->fc, s->ln_full, a->ln2_lp, Nt, a->h));
+    if (d->kind == DT_BLOCK_GPT2) {
+        dt_gelu_forward(s->g, a->h, nf);
+    } else {
+        DT_TRY(dt_linear_forward(ctx, &blk->up, s->ln_full, a->ln2_lp, Nt, a->u));
+        dt_swiglu_forward(s->g, a->h, a->u, nf);
+    }
+    dt_linear down = without_bias(&blk->down);
+    DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, s->part));
+    return leave_add(d, p, blk->down.b, a->x2, N, s, out);
+}
+
+dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                           const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                           int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out) {
+    DT_TRY(attention_forward(ctx, d, p, blk, rope, x, B, T, a, s));
+    return mlp_forward(ctx, d, p, blk, B * T, a, s, out);
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+/* In fp32 mode the norm outputs (and the gathered copy entering the region) and the MLP
+ * activation are not kept per block: they are rebuilt just before the weight gradients that
+ * read them. In bf16 mode the matmuls read the saved bf16 copies instead. */
+static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                      const dt_block_par *p, const dt_norm_params *np,
+                                      const float *x, int N, const float *mean,
+                                      const float *rstd, dt_block_scratch *s) {
     if (ctx->mm_type != DT_F32)
-        return;
-    if (d->kind == DT_BLOCK_GPT2)
-        dt_gelu_forward(a->g, a->h, nf);
-    else
-        dt_swiglu_forward(a->g, a->h, a->u, nf);
+        return DT_OK;
+    return norm_enter(d, p, np, x, N, (float *)mean, (float *)rstd, s);
 }
 
-static void recompute_norm(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                           const dt_norm_params *p, const float *x, int N, float *y, float *mean,
-                           float *rstd) {
-    if (ctx->mm_type == DT_F32)
-        dt_block_norm_forward(d->kind, p, x, N, d->C, d->norm_eps, y, mean, rstd);
+/* The leaving region's adjoint: dy [Nr, C] -> s->part [Nt, C]; the bias gradient. */
+static dt_status leave_backward(const dt_block_dims *d, const dt_block_par *p, const float *dy,
+                                int N, float *db, dt_block_scratch *s) {
+    int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    if (db)
+        dt_colsum_accumulate(db, dy, Nr, d->C);
+    zero(s->part, (int64_t)Nt * d->C);
+    return region_bwd(p->leave, p->tp, shape(Nt, d->C, 0), dy, s->part, s->work);
 }
 
-static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
-                              int N, const dt_block_acts *a, dt_block_scratch *s,
-                              const float *dout) {
-    int64_t nf = (int64_t)N * d->F;
-    recompute_mlp_act(ctx, d, a, nf);
-    recompute_norm(ctx, d, &blk->ln2, a->x2, N, a->ln2, a->ln2_mean, a->ln2_rstd);
+/* Column-parallel layer(s) l[0..n) reading one input x (ln_full): input gradient partials
+ * into dln_full, the entering region's adjoint into s->dln [Nr, C], then the weight
+ * gradients. */
+static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                 const dt_block_par *p, const dt_linear *const *l,
+                                 const float *const *dy, int n, const float *x,
+                                 const dt_bf16 *x_lp, int N, dt_block_scratch *s) {
+    int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    zero(s->dln_full, (int64_t)Nt * d->C);
+    for (int i = 0; i < n; i++) {
+        dt_linear only_dx = *l[i];
+        only_dx.dw = only_dx.db = NULL;
+        DT_TRY(dt_linear_backward(ctx, &only_dx, x, x_lp, dy[i], s->dy_lp, Nt, s->dln_full));
+    }
+    zero(s->dln, (int64_t)Nr * d->C);
+    DT_TRY(region_bwd(p->enter, p->tp, shape(Nt, d->C, 0), s->dln_full, s->dln, s->work));
+    for (int i = 0; i < n; i++)
+        DT_TRY(dt_linear_backward(ctx, l[i], x, x_lp, dy[i], s->dy_lp, Nt, NULL));
+    return DT_OK;
+}
+
+static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                              const dt_block_par *p, const dt_block *blk, int N,
+                              const dt_block_acts *a, dt_block_scratch *s,
+                              const dt_norm_params *ln2, float *down_db, float *dres) {
+    int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    int64_t nf = (int64_t)Nt * d->F;
+    if (ctx->mm_type == DT_F32) {
+        if (d->kind == DT_BLOCK_GPT2)
+            dt_gelu_forward(s->g, a->h, nf);
+        else
+            dt_swiglu_forward(s->g, a->h, a->u, nf);
+    }
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
+    DT_TRY(leave_backward(d, p, dres, N, down_db, s));
+    dt_linear down = without_bias(&blk->down);
     zero(s->dg, nf);
-    DT_TRY(dt_linear_backward(ctx, &blk->down, a->g, a->g_lp, dout, s->dy_lp, N, s->dg));
+    DT_TRY(dt_linear_backward(ctx, &down, s->g, a->g_lp, s->part, s->dy_lp, Nt, s->dg));
     zero(s->dh, nf);
-    zero(s->dln, (int64_t)N * d->C);
     if (d->kind == DT_BLOCK_GPT2) {
         dt_gelu_backward(s->dh, a->h, s->dg, nf);
+        const dt_linear *l[] = {&blk->fc};
+        const float *dy[] = {s->dh};
+        DT_TRY(column_backward(ctx, d, p, l, dy, 1, s->ln_full, a->ln2_lp, N, s));
     } else {
         zero(s->du, nf);
         dt_swiglu_backward(s->dh, s->du, a->h, a->u, s->dg, nf);
-        DT_TRY(dt_linear_backward(ctx, &blk->up, a->ln2, a->ln2_lp, s->du, s->dy_lp, N, s->dln));
+        const dt_linear *l[] = {&blk->fc, &blk->up};
+        const float *dy[] = {s->dh, s->du};
+        DT_TRY(column_backward(ctx, d, p, l, dy, 2, s->ln_full, a->ln2_lp, N, s));
     }
-    return dt_linear_backward(ctx, &blk->fc, a->ln2, a->ln2_lp, s->dh, s->dy_lp, N, s->dln);
+    dt_block_norm_backward(d->kind, ln2, a->x2, s->dln, a->ln2_mean, a->ln2_rstd, Nr, d->C,
+                           dres);
+    return DT_OK;
 }
 
-dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
-                            const dt_rope_cache *rope, const float *x, int B, int T,
-                            const dt_block_acts *a, dt_block_scratch *s, float *dres) {
-    int N = B * T, C = d->C;
-    /* MLP branch: dres is d(out); LN2's backward adds the branch's part, leaving d(x2) */
-    DT_TRY(mlp_backward(ctx, d, blk, N, a, s, dres));
-    dt_block_norm_backward(d->kind, &blk->ln2, a->x2, s->dln, a->ln2_mean, a->ln2_rstd, N, C,
-                           dres);
-    /* attention branch */
-    zero(s->datt, (int64_t)N * d->NH * d->hs);
-    DT_TRY(dt_linear_backward(ctx, &blk->proj, a->att, a->att_lp, dres, s->dy_lp, N, s->datt));
-    int64_t w = dt_block_qkv_width(d);
-    zero(s->dqkv, (int64_t)N * w);
-    dt_attn_shape as = attn_shape(d, B, T);
-    const float *q = a->qkv, *k = q + (int64_t)d->NH * d->hs, *v = k + (int64_t)d->NKV * d->hs;
-    float *dq = s->dqkv, *dk = dq + (int64_t)d->NH * d->hs, *dv = dk + (int64_t)d->NKV * d->hs;
-    dt_attention_backward(&as, dq, dk, dv, s->datt, a->att, a->lse, q, k, v);
-    rope_apply(d, rope, s->dqkv, B, T, true);
-    zero(s->dln, (int64_t)N * C);
-    recompute_norm(ctx, d, &blk->ln1, x, N, a->ln1, a->ln1_mean, a->ln1_rstd);
-    DT_TRY(dt_linear_backward(ctx, &blk->qkv, a->ln1, a->ln1_lp, s->dqkv, s->dy_lp, N, s->dln));
-    dt_block_norm_backward(d->kind, &blk->ln1, x, s->dln, a->ln1_mean, a->ln1_rstd, N, C, dres);
+static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                    const dt_block_par *p, const dt_block *blk,
+                                    const dt_rope_cache *rope, const float *x, int B, int T,
+                                    const dt_block_acts *a, dt_block_scratch *s,
+                                    const dt_norm_params *ln1, float *proj_db, float *dres) {
+    int N = B * T, Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
+    int64_t W = dt_block_qkv_width(d), A = (int64_t)d->NH * d->hs;
+    DT_TRY(leave_backward(d, p, dres, N, proj_db, s));
+    dt_linear proj = without_bias(&blk->proj);
+    zero(s->datt, (int64_t)Nt * A);
+    DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, s->part, s->dy_lp, Nt, s->datt));
+    /* to the head layout: the output gradient, and the output itself (not kept twice) */
+    DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->datt,
+                      s->datt_heads, s->work));
+    DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), a->att,
+                      s->att_heads, s->work));
+    dt_attn_shape as = attn_shape(d, p, B, T);
+    int64_t wa = as.q_stride;
+    zero(s->dqkv_heads, (int64_t)N * wa);
+    const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
+    float *dq = s->dqkv_heads, *dk = dq + (int64_t)as.NH * as.hs;
+    float *dv = dk + (int64_t)as.NKV * as.hs;
+    dt_attention_backward(&as, dq, dk, dv, s->datt_heads, s->att_heads, a->lse, q, k, v);
+    rope_apply(&as, rope, s->dqkv_heads, true);
+    zero(s->packed, (int64_t)Nt * W);
+    DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->dqkv_heads,
+                      s->packed, s->work));
+    regroup_qkv(d, sp, s->packed, s->qkv_rows, Nt, false);
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
+    const dt_linear *l[] = {&blk->qkv};
+    const float *dy[] = {s->qkv_rows};
+    DT_TRY(column_backward(ctx, d, p, l, dy, 1, s->ln_full, a->ln1_lp, N, s));
+    dt_block_norm_backward(d->kind, ln1, x, s->dln, a->ln1_mean, a->ln1_rstd, Nr, d->C, dres);
     return DT_OK;
+}
+
+/* The parameters applied to split rows see only this rank's rows: their gradients are
+ * partial sums over the rows comm (size 1 outside Megatron-SP). */
+static dt_status add_row_param_grads(const dt_block_dims *d, const dt_block_par *p,
+                                     const dt_block *blk, float *pgrad) {
+    int C = d->C;
+    DT_TRY(dt_comm_allreduce_f32(p->rows, pgrad, 6 * (int64_t)C, NULL));
+    float *dst[6] = {blk->ln1.dw, blk->ln1.db, blk->ln2.dw, blk->ln2.db, blk->proj.db,
+                     blk->down.db};
+    for (int i = 0; i < 6; i++)
+        if (dst[i])
+            dt_add_inplace(dst[i], pgrad + (int64_t)i * C, C);
+    return DT_OK;
+}
+
+dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                            const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                            int B, int T, const dt_block_acts *a, dt_block_scratch *s,
+                            float *dres) {
+    int C = d->C;
+    float *pg = s->pgrad;
+    zero(pg, 6 * (int64_t)C);
+    bool has_b = blk->ln1.b != NULL;
+    dt_norm_params ln1 = {.w = blk->ln1.w, .b = blk->ln1.b, .dw = pg, .db = has_b ? pg + C : NULL};
+    dt_norm_params ln2 = {.w = blk->ln2.w, .b = blk->ln2.b, .dw = pg + 2 * C,
+                          .db = has_b ? pg + 3 * C : NULL};
+    float *proj_db = blk->proj.db ? pg + 4 * C : NULL, *down_db = blk->down.db ? pg + 5 * C : NULL;
+    /* MLP branch: dres is d(out); LN2's backward adds the branch's part, leaving d(x2) */
+    DT_TRY(mlp_backward(ctx, d, p, blk, B * T, a, s, &ln2, down_db, dres));
+    DT_TRY(attention_backward(ctx, d, p, blk, rope, x, B, T, a, s, &ln1, proj_db, dres));
+    return add_row_param_grads(d, p, blk, pg);
 }

@@ -2,26 +2,54 @@
  *   GPT-2: x2 = x + proj(attn(LN1(x)));  out = x2 + proj_mlp(gelu(fc(LN2(x2))))
  *   Llama: x2 = x + o(attn(rope(qkv(RMS1(x)))));  out = x2 + down(silu(gate(h)) * up(h)), h = RMS2(x2)
  *
+ * Split across ranks the Megatron way (dt_block_par). Each sub-layer is
+ *     norm -> enter region -> column-parallel matmul(s) -> [attention | activation]
+ *          -> row-parallel matmul -> leave region -> + bias + residual
+ * where the tensor-parallel (tp) ranks hold heads [r NH/tp, (r+1) NH/tp) and MLP columns
+ * [r F/tp, (r+1) F/tp). The region ops (nn/region.h) are chosen once: copy / reduce (plain
+ * tensor parallelism: the residual stream is replicated over tp) or seq_gather /
+ * seq_reduce_scatter (Megatron-SP: each tp rank holds N/tp of the rows outside the region).
+ * Ulysses (sp ranks) holds N/sp rows throughout and switches to whole sequences with heads
+ * split around attention, by an all-to-all. Rows are the flattened [B*T] tokens; a rank's
+ * share is a contiguous range of them. Degree 1 is the same code over size-1 comms.
+ *
+ * Sizes, for a micro-batch of N = B*T tokens: Nt = N/sp rows inside the tp region, Nr =
+ * Nt/|rows| rows of the residual stream (|rows| = tp for Megatron-SP, else 1). dt_block_dims
+ * holds the LOCAL widths (NH, NKV, F already divided by tp); attention runs NH/sp heads.
+ *
  * The block keeps borrowed views of its weights (dt_block), the activations its backward
- * needs (dt_block_acts, one set per block, sized for the largest micro-batch) and shares one
- * set of gradient scratch buffers across blocks (dt_block_scratch). Backward ACCUMULATES the
- * gradient of the block input into `dres`, which on entry holds the gradient of the output:
- * the residual stream's gradient flows through unchanged and each branch adds its part.
+ * needs (dt_block_acts, one set per block) and shares one set of transient buffers across
+ * blocks (dt_block_scratch). Backward ACCUMULATES the gradient of the block input into
+ * `dres`, which on entry holds the gradient of the output.
  */
 #ifndef DT_NN_BLOCK_H
 #define DT_NN_BLOCK_H
 
 #include <stdbool.h>
 
+#include "core/comm.h"
 #include "nn/linear.h"
+#include "nn/region.h"
 
 typedef enum dt_block_kind { DT_BLOCK_GPT2, DT_BLOCK_LLAMA, DT_BLOCK_KIND_COUNT } dt_block_kind;
 
 typedef struct dt_block_dims {
     dt_block_kind kind;
-    int C, NH, NKV, hs, F; /* F: MLP hidden width (4C for GPT-2, ffn_hidden for Llama) */
+    int C, NH, NKV, hs, F; /* NH, NKV, F: this tp rank's share */
     float norm_eps;
 } dt_block_dims;
+
+/* How the block is split. Comms are borrowed and never NULL (size 1 = not split). */
+typedef struct dt_block_par {
+    dt_comm *tp;   /* heads and MLP width */
+    dt_comm *sp;   /* Ulysses: rows split, all-to-all around attention */
+    dt_comm *rows; /* the comm the residual rows are split over inside tp: tp or size 1 */
+    dt_region_kind enter, leave; /* COPY/REDUCE or SEQ_GATHER/SEQ_REDUCE_SCATTER */
+} dt_block_par;
+
+/* Row counts of a micro-batch of N tokens: Nt inside the tp region, Nr in the residual. */
+int dt_block_rows_tp(const dt_block_par *p, int N);
+int dt_block_rows_res(const dt_block_par *p, int N);
 
 typedef struct dt_norm_params {
     float *w, *b, *dw, *db; /* b, db NULL for RMSNorm (borrowed) */
@@ -29,31 +57,42 @@ typedef struct dt_norm_params {
 
 typedef struct dt_block {
     dt_norm_params ln1, ln2;
-    dt_linear qkv;  /* [(NH + 2 NKV) hs, C]: q, k, v stacked (HF's c_attn, or q/k/v_proj) */
-    dt_linear proj; /* [C, NH hs] */
-    dt_linear fc;   /* GPT-2 c_fc [4C, C]; Llama gate_proj [F, C] */
+    dt_linear qkv;  /* [(NH + 2 NKV) hs, C]: this rank's q, k, v heads stacked */
+    dt_linear proj; /* [C, NH hs]; its bias is the full (replicated) bias */
+    dt_linear fc;   /* GPT-2 c_fc [F, C]; Llama gate_proj [F, C] */
     dt_linear up;   /* Llama up_proj [F, C]; unused (in = out = 0) for GPT-2 */
-    dt_linear down; /* GPT-2 mlp.c_proj [C, 4C]; Llama down_proj [C, F] */
+    dt_linear down; /* GPT-2 mlp.c_proj [C, F]; Llama down_proj [C, F]; full bias */
 } dt_block;
 
-/* ln1, ln2 and g may point to buffers shared by all blocks: the backward recomputes them
- * (fp32 mode) from the saved inputs and statistics. */
+/* Saved for the backward, one set per block. */
 typedef struct dt_block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N, C], [N], [N] (mean unused for RMSNorm) */
-    float *qkv;                       /* [N, (NH + 2 NKV) hs], after RoPE */
-    float *att, *lse;                 /* [N, NH hs], [B, NH, T] */
-    float *x2;                        /* [N, C] residual stream after the attention branch */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *h, *u, *g;                 /* [N, F]: fc (or gate) output, up output, activation */
+    float *ln1_mean, *ln1_rstd;       /* [Nr] (mean unused for RMSNorm) */
+    float *qkv;                       /* [N, W/sp] q|k|v of whole sequences, after RoPE */
+    float *att, *lse;                 /* [Nt, NH hs] (row layout), [B, NH/sp, T] */
+    float *x2;                        /* [Nr, C] residual stream after the attention branch */
+    float *ln2_mean, *ln2_rstd;       /* [Nr] */
+    float *h, *u;                     /* [Nt, F]: fc (or gate) output, up output */
     dt_bf16 *ln1_lp, *att_lp, *ln2_lp, *g_lp; /* bf16 matmul inputs (NULL in fp32 mode) */
 } dt_block_acts;
 
+/* Transients shared by every block (W = (NH + 2 NKV) hs, A = NH hs). In fp32 mode the norm
+ * outputs and the MLP activation are recomputed in backward into ln/ln_full/g. */
 typedef struct dt_block_scratch {
-    float *dln;  /* [N, C] */
-    float *dqkv; /* [N, (NH + 2 NKV) hs] */
-    float *datt; /* [N, NH hs] */
-    float *dh, *du, *dg; /* [N, F] */
-    dt_bf16 *dy_lp;      /* [N, max(C, QKV, F)] bf16 scratch for backward matmuls */
+    float *ln;        /* [Nr, C] */
+    float *ln_full;   /* [Nt, C] the norm output inside the tp region */
+    float *qkv_rows;  /* [Nt, W] the qkv matmul's output (and, in backward, its gradient) */
+    float *packed;    /* [Nt, W] q|k|v regrouped per sp rank for the all-to-all */
+    float *att_heads; /* [N, A/sp] attention output in head layout */
+    float *part;      /* [Nt, C] a row-parallel matmul's partial sum (and its gradient) */
+    float *g;         /* [Nt, F] MLP activation */
+    float *work;      /* region-op scratch: dt_block_work_count floats */
+    /* backward only (NULL when not training) */
+    float *dln, *dln_full;  /* [Nr, C], [Nt, C] */
+    float *dqkv_heads;      /* [N, W/sp] */
+    float *datt, *datt_heads; /* [Nt, A], [N, A/sp] */
+    float *dh, *du, *dg;    /* [Nt, F] */
+    float *pgrad;           /* [6 C]: gradients of the parameters applied to split rows */
+    dt_bf16 *dy_lp;         /* [Nt, max(C, W, F)] bf16 scratch for backward matmuls */
 } dt_block_scratch;
 
 typedef struct dt_rope_cache {
@@ -61,15 +100,18 @@ typedef struct dt_rope_cache {
 } dt_rope_cache;
 
 int dt_block_qkv_width(const dt_block_dims *d);
+/* Floats of scratch.work the block's region ops need for N tokens. */
+int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N);
 
-/* x, out: [B, T, C]; out must not alias x. */
-dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
-                           const dt_rope_cache *rope, const float *x, int B, int T,
-                           dt_block_acts *a, float *out);
-/* x: the forward input; dres: [B, T, C], gradient of the output in, of the input out. */
-dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block *blk,
-                            const dt_rope_cache *rope, const float *x, int B, int T,
-                            const dt_block_acts *a, dt_block_scratch *s, float *dres);
+/* x, out: [Nr, C] (this rank's rows); out must not alias x. Collective over the par comms. */
+dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                           const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                           int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out);
+/* x: the forward input; dres: [Nr, C], gradient of the output in, of the input out. */
+dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                            const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                            int B, int T, const dt_block_acts *a, dt_block_scratch *s,
+                            float *dres);
 
 /* The block's norm (LayerNorm for GPT-2, RMSNorm for Llama), shared with the final norm.
  * Backward accumulates into dx and the norm's weight gradients. */

@@ -40,9 +40,17 @@ int dt_mesh_rank(const dt_mesh_dims *d, const int coords[DT_AXIS_COUNT]) {
 }
 
 void dt_mesh_group(const dt_mesh_dims *d, int rank, dt_axis axis, int *color, int *key) {
+    dt_mesh_group_axes(d, rank, 1u << axis, color, key);
+}
+
+void dt_mesh_group_axes(const dt_mesh_dims *d, int rank, unsigned axes, int *color, int *key) {
     int c[DT_AXIS_COUNT];
     dt_mesh_coords(d, rank, c);
-    *key = c[axis];
-    c[axis] = 0; /* every member maps to the same representative: the group's color */
+    *key = 0;
+    for (int a = DT_AXIS_COUNT - 1; a >= 0; a--)
+        if (axes & (1u << a)) {
+            *key = *key * d->size[a] + c[a];
+            c[a] = 0; /* every member maps to the same representative: the group's color */
+        }
     *color = dt_mesh_rank(d, c);
 }

@@ -24,5 +24,9 @@ int dt_mesh_rank(const dt_mesh_dims *d, const int coords[DT_AXIS_COUNT]);
 /* The group of ranks that differ from `rank` only along `axis`: color identifies the group,
  * key is the rank's position in it (= its coordinate on that axis). */
 void dt_mesh_group(const dt_mesh_dims *d, int rank, dt_axis axis, int *color, int *key);
+/* The same for several axes at once (a bit mask of 1 << axis): the ranks that differ only
+ * along those axes, keyed with the lowest axis fastest. The gradient group of sequence
+ * parallelism is sp x dp: its ranks hold the same weights and different tokens. */
+void dt_mesh_group_axes(const dt_mesh_dims *d, int rank, unsigned axes, int *color, int *key);
 
 #endif

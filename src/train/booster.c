@@ -25,7 +25,8 @@ struct dt_booster {
     dt_plugin_config plugin;
     dt_comm *world; /* borrowed */
     dt_mesh *mesh;
-    dt_comm *dp;    /* borrowed from the mesh */
+    dt_comm *dp;    /* borrowed from the mesh: which rows of the batch this rank reads */
+    dt_comm *grad;  /* borrowed: dp x sp, the ranks whose gradients and losses are summed */
     int rows, mb, B, T;
     dt_optim_config optim;
     int total_steps;
@@ -62,6 +63,7 @@ dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_boo
     DT_TRY_GOTO(dt_mem_init(&b->mem));
     DT_TRY_GOTO(dt_mesh_init(world, &dims, &b->mesh));
     b->dp = b->mesh->axis[DT_AXIS_DP];
+    b->grad = b->mesh->grad;
     *out = b;
     return DT_OK;
 fail:
@@ -84,8 +86,14 @@ void dt_booster_free(dt_booster *b) {
 
 /* ---- boost -------------------------------------------------------------------------------- */
 
+static bool sequence_tp(const dt_booster *b) {
+    return b->plugin.sp_mode == DT_SP_SPLIT_GATHER;
+}
+
 static dt_status check_batch(const dt_booster *b, const dt_boost_spec *s) {
     int dp = b->dp->size;
+    DT_TRY(dt_gpt_check_split(s->model, b->plugin.tp_size, b->plugin.sp_size, sequence_tp(b),
+                              s->seq_len));
     if (s->batch_size < 1 || s->batch_size % dp)
         return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
                           "data-parallel ranks; use a multiple of %d", s->batch_size, dp, dp);
@@ -110,8 +118,10 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     }
     dt_engine_opts eo = {.zero_stage = zero_stage(&b->plugin), .bucket_mb = b->plugin.bucket_mb,
                          .overlap = b->plugin.overlap,
-                         .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len};
-    DT_TRY(dt_engine_init(m, s->optim, &eo, b->dp, b->mem, &b->engine));
+                         .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len,
+                         .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
+                         .sequence_tp = sequence_tp(b)};
+    DT_TRY(dt_engine_init(m, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
     size_t tok_bytes = (size_t)b->mb * s->seq_len * sizeof(int32_t);
     DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", tok_bytes, (void **)&b->inputs));
@@ -128,7 +138,7 @@ static dt_status broadcast_floats(dt_comm *c, float *x, int64_t n) {
 
 /* whole-arena copies of the state, as temporaries */
 static dt_status arenas_alloc(dt_booster *b, dt_ckpt_arenas *a, bool with_optim) {
-    size_t bytes = (size_t)dt_gpt_numel(b->model) * sizeof(float);
+    size_t bytes = (size_t)dt_gpt_full_numel(b->model) * sizeof(float);
     memset(a, 0, sizeof *a);
     DT_TRY(dt_mem_alloc(b->mem, DT_MEM_TEMP, "state.weights", bytes, (void **)&a->w));
     if (!with_optim)
@@ -150,7 +160,7 @@ static dt_status load_weights(dt_booster *b, const char *path) {
         st = dt_gpt_load(b->model, a.w, path);
     st = dt_comm_agree(b->world, st);
     if (st == DT_OK)
-        st = broadcast_floats(b->world, a.w, dt_gpt_numel(b->model));
+        st = broadcast_floats(b->world, a.w, dt_gpt_full_numel(b->model));
     if (st == DT_OK)
         st = dt_engine_scatter_state(b->engine, a.w, NULL, NULL);
     arenas_free(b, &a);
@@ -178,26 +188,40 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
-static uint64_t comm_bytes(const dt_comm *c) {
+/* the comms a step talks over: gradients (dp x sp), tensor and sequence parallelism */
+static int step_comms(const dt_booster *b, const dt_comm *out[3]) {
+    out[0] = b->grad;
+    out[1] = b->mesh->axis[DT_AXIS_TP];
+    out[2] = b->mesh->axis[DT_AXIS_SP];
+    return 3;
+}
+
+static uint64_t comm_bytes(const dt_booster *b) {
+    const dt_comm *c[3];
     uint64_t sum = 0;
-    for (int op = 0; op < DT_COMM_OP_COUNT; op++)
-        sum += c->stats.bytes[op];
+    for (int i = 0, n = step_comms(b, c); i < n; i++)
+        for (int op = 0; op < DT_COMM_OP_COUNT; op++)
+            sum += c[i]->stats.bytes[op];
     return sum;
 }
 
 /* time the calling thread spent in communication: blocking calls, posting, waiting */
-static double comm_seconds(const dt_comm *c) {
-    double sum = c->stats.wait_seconds;
-    for (int op = 0; op < DT_COMM_OP_COUNT; op++)
-        sum += c->stats.seconds[op];
+static double comm_seconds(const dt_booster *b) {
+    const dt_comm *c[3];
+    double sum = 0;
+    for (int i = 0, n = step_comms(b, c); i < n; i++) {
+        sum += c[i]->stats.wait_seconds;
+        for (int op = 0; op < DT_COMM_OP_COUNT; op++)
+            sum += c[i]->stats.seconds[op];
+    }
     return sum;
 }
 
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     int row0 = b->dp->rank * b->rows;
     float grad_scale = 1.0f / ((float)b->B * b->T);
-    double t0 = dt_now(), comm0 = comm_seconds(b->dp), loss_sum = 0;
-    uint64_t bytes0 = comm_bytes(b->dp);
+    double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0;
+    uint64_t bytes0 = comm_bytes(b);
     DT_TRY(dt_engine_begin_step(b->engine));
     for (int row = 0; row < b->rows; row += b->mb) {
         double part;
@@ -212,9 +236,9 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     DT_TRY(dt_engine_apply(b->engine, r->lr, dt_clip_coef(r->grad_norm, b->plugin.grad_clip)));
-    DT_TRY(dt_comm_allreduce_f64(b->dp, &loss_sum, 1));
-    r->comm_exposed_s = comm_seconds(b->dp) - comm0;
-    r->comm_bytes = comm_bytes(b->dp) - bytes0;
+    r->comm_exposed_s = comm_seconds(b) - comm0;
+    r->comm_bytes = comm_bytes(b) - bytes0;
+    DT_TRY(dt_comm_allreduce_f64(b->grad, &loss_sum, 1)); /* reporting, not counted */
     r->loss = loss_sum / ((double)b->B * b->T);
     r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
@@ -242,7 +266,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         }
         dt_loader_advance(&b->val);
     }
-    DT_TRY(dt_comm_allreduce_f64(b->dp, &sum, 1));
+    DT_TRY(dt_comm_allreduce_f64(b->grad, &sum, 1));
     *loss = sum / ((double)n_batches * b->B * b->T);
     return DT_OK;
 }
@@ -276,7 +300,7 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     if (st == DT_OK && is_root(b))
         st = dt_ckpt_load(folder, b->model, &a, &b->state);
     st = dt_comm_agree(b->world, st);
-    int64_t n = dt_gpt_numel(b->model);
+    int64_t n = dt_gpt_full_numel(b->model);
     if (st == DT_OK)
         st = broadcast_floats(b->world, a.w, n);
     if (st == DT_OK)

@@ -27,7 +27,7 @@ static dt_status save_optim(const char *path, const dt_gpt *g, const dt_ckpt_are
     }
     const float *m = a->m, *v = a->v;
     for (int i = 0; i < n && st == DT_OK; i++) {
-        const dt_param *p = dt_gpt_param(g, i);
+        const dt_param *p = dt_gpt_full_param(g, i);
         snprintf(names[i][0], sizeof names[i][0], "exp_avg.%s", p->name);
         snprintf(names[i][1], sizeof names[i][1], "exp_avg_sq.%s", p->name);
         st = dt_st_writer_add(w, names[i][0], DT_ST_F32, p->ndim, p->shape, m + p->offset);
@@ -195,7 +195,7 @@ static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a
     float *m = a->m, *v = a->v;
     char name[160];
     for (int i = 0; i < dt_gpt_n_params(g) && st == DT_OK; i++) {
-        const dt_param *p = dt_gpt_param(g, i);
+        const dt_param *p = dt_gpt_full_param(g, i);
         snprintf(name, sizeof name, "exp_avg.%s", p->name);
         st = dt_st_read_f32(f, name, p->ndim, p->shape, m + p->offset);
         snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);

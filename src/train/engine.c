@@ -294,7 +294,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
         e->pers[i].wunit = e->pers[i].gunit = -1;
     e->lp = o->precision == DT_PREC_BF16;
     dt_gpt_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
-                      .external_weights = e->zero == 3, .external_grads = e->zero >= 2};
+                      .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
+                      .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp};
     DT_TRY_GOTO(dt_gpt_init(mc, &go, mem, &e->model));
     e->n_units = dt_gpt_n_units(e->model);
     e->n_total = dt_gpt_numel(e->model);
@@ -362,22 +363,6 @@ dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed) {
     return DT_OK;
 }
 
-dt_status dt_engine_load_weights(dt_engine *e, const char *path) {
-    if (e->zero < 3) {
-        DT_TRY(dt_gpt_load(e->model, e->w_full, path));
-        dt_gpt_sync_lp(e->model);
-        return DT_OK;
-    }
-    float *full = NULL;
-    DT_TRY(alloc(e, DT_MEM_TEMP, "load.weights", (size_t)e->n_total * sizeof(float), &full));
-    dt_status st = dt_gpt_load(e->model, full, path);
-    if (st == DT_OK)
-        memcpy(e->w_shard, full + e->own_first, (size_t)e->own_count * sizeof(float));
-    dt_mem_release(e->mem, full);
-    invalidate_weights(e);
-    return st;
-}
-
 /* ---- a step ----------------------------------------------------------------------------- */
 
 dt_status dt_engine_begin_step(dt_engine *e) {
@@ -411,13 +396,35 @@ dt_status dt_engine_finish(dt_engine *e) {
     return complete_all(e);
 }
 
-dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
-    if (e->zero < 2) { /* every rank holds the same reduced gradient */
-        *norm = sqrt(dt_sumsq(e->g_full, e->n_total));
-        return DT_OK;
+/* Sum of squares of arena elements [first, first + count) held in g[0 ..): tensors split
+ * over tp count on every tp rank, replicated ones only on tp rank 0, so the tp sum counts
+ * each element of the full model once. */
+static double sumsq_counted_once(const dt_engine *e, const float *g, int64_t first,
+                                 int64_t count) {
+    dt_comm *tp = dt_gpt_par(e->model)->tp;
+    double s = 0;
+    for (int i = 0; i < dt_gpt_n_params(e->model); i++) {
+        const dt_param *p = dt_gpt_param(e->model, i);
+        if (p->shard.kind == DT_SHARD_NONE && tp->rank != 0)
+            continue;
+        int64_t n = overlap(p->offset, p->numel, first, count);
+        if (n > 0) {
+            int64_t a = p->offset > first ? p->offset : first;
+            s += dt_sumsq(g + (a - first), n);
+        }
     }
-    double s = dt_sumsq(e->g_shard, e->own_count);
-    DT_TRY(dt_comm_allreduce_f64(e->dp, &s, 1));
+    return s;
+}
+
+dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
+    double s;
+    if (e->zero < 2) { /* every rank of the gradient group holds the same reduced gradient */
+        s = sumsq_counted_once(e, e->g_full, 0, e->n_total);
+    } else {
+        s = sumsq_counted_once(e, e->g_shard, e->own_first, e->own_count);
+        DT_TRY(dt_comm_allreduce_f64(e->dp, &s, 1));
+    }
+    DT_TRY(dt_comm_allreduce_f64(dt_gpt_par(e->model)->tp, &s, 1));
     *norm = sqrt(s);
     return DT_OK;
 }
@@ -454,41 +461,61 @@ static dt_status gather_range(dt_engine *e, const float *own, float *full) {
     return dt_comm_allgather_f32(e->dp, own, full, counts_of(e, e->n_units), NULL);
 }
 
-dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
-    size_t bytes = (size_t)e->n_total * sizeof(float);
-    if (w && e->zero < 3)
-        memcpy(w, e->w_full, bytes);
-    else if (w)
-        DT_TRY(gather_range(e, e->w_shard, w));
-    if (e->zero == 0) {
-        if (m)
-            memcpy(m, dt_adamw_m(e->opt), bytes);
-        if (v)
-            memcpy(v, dt_adamw_v(e->opt), bytes);
+static dt_status gather_local(dt_engine *e, const float *own_or_full, bool sharded,
+                              float *local) {
+    if (!sharded) {
+        memcpy(local, own_or_full, (size_t)e->n_total * sizeof(float));
         return DT_OK;
     }
-    if (m)
-        DT_TRY(gather_range(e, dt_adamw_m(e->opt), m));
-    if (v)
-        DT_TRY(gather_range(e, dt_adamw_v(e->opt), v));
-    return DT_OK;
+    return gather_range(e, own_or_full, local);
+}
+
+/* One tensor kind: this rank's part -> local arena (dp gather) -> full arena (tp gather). */
+static dt_status gather_one(dt_engine *e, const float *src, bool sharded, float *local,
+                            float *full) {
+    DT_TRY(gather_local(e, src, sharded, local));
+    return dt_gpt_gather_full(e->model, local, full);
+}
+
+dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
+    float *local = NULL;
+    DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
+    dt_status st = DT_OK;
+    if (w)
+        st = gather_one(e, e->zero < 3 ? e->w_full : e->w_shard, e->zero == 3, local, w);
+    if (st == DT_OK && m)
+        st = gather_one(e, dt_adamw_m(e->opt), e->zero > 0, local, m);
+    if (st == DT_OK && v)
+        st = gather_one(e, dt_adamw_v(e->opt), e->zero > 0, local, v);
+    dt_mem_release(e->mem, local);
+    return st;
 }
 
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v) {
-    size_t own = (size_t)e->own_count * sizeof(float);
-    if (w && e->zero < 3) {
-        memcpy(e->w_full, w, (size_t)e->n_total * sizeof(float));
-        dt_gpt_sync_lp(e->model);
-    } else if (w) {
-        memcpy(e->w_shard, w + e->own_first, own);
-        invalidate_weights(e);
+    float *local = NULL;
+    DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
+    size_t own = (size_t)e->own_count * sizeof(float), all = (size_t)e->n_total * sizeof(float);
+    if (w) {
+        dt_gpt_take_shard(e->model, w, local);
+        if (e->zero < 3) {
+            memcpy(e->w_full, local, all);
+            dt_gpt_sync_lp(e->model);
+        } else {
+            memcpy(e->w_shard, local + e->own_first, own);
+            invalidate_weights(e);
+        }
     }
     int64_t first = e->zero == 0 ? 0 : e->own_first;
-    size_t n = e->zero == 0 ? (size_t)e->n_total * sizeof(float) : own;
-    if (m)
-        memcpy(dt_adamw_m(e->opt), m + first, n);
-    if (v)
-        memcpy(dt_adamw_v(e->opt), v + first, n);
+    size_t n = e->zero == 0 ? all : own;
+    if (m) {
+        dt_gpt_take_shard(e->model, m, local);
+        memcpy(dt_adamw_m(e->opt), local + first, n);
+    }
+    if (v) {
+        dt_gpt_take_shard(e->model, v, local);
+        memcpy(dt_adamw_v(e->opt), local + first, n);
+    }
+    dt_mem_release(e->mem, local);
     return DT_OK;
 }
 

@@ -35,16 +35,17 @@ typedef struct dt_engine_opts {
     bool overlap; /* false: reduce after backward (stages 0-1) or at once (2-3), to compare */
     dt_precision precision;
     int B, T; /* micro-batch shape */
+    dt_comm *tp, *sp; /* the model's splits (borrowed; NULL = none), see dt_gpt_opts */
+    bool sequence_tp;
 } dt_engine_opts;
 
-/* Collective over dp. */
+/* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */
 dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                          const dt_engine_opts *o, dt_comm *dp, dt_mem *mem, dt_engine **out);
 void dt_engine_free(dt_engine *e);
 dt_gpt *dt_engine_model(dt_engine *e);
 
 dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed);
-dt_status dt_engine_load_weights(dt_engine *e, const char *path);
 
 /* One optimizer step: begin, micro_batch x n, finish (waits for every reduction), then
  * grad_norm and apply. `last` marks the step's last micro-batch. */
@@ -58,8 +59,9 @@ dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale);
 dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *targets, int B,
                          int T, double *loss_sum);
 
-/* Whole-arena copies of weights and AdamW moments (collective; any pointer may be NULL) and
- * their inverse, so checkpoints are the same files whatever the layout. */
+/* Full-arena copies (dt_gpt_full_numel floats) of weights and AdamW moments (collective over
+ * dp and tp; any pointer may be NULL) and their inverse, so checkpoints are the same files
+ * whatever the layout. */
 dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v);
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v);
 int dt_engine_adam_steps(const dt_engine *e);

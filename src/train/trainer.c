@@ -213,7 +213,7 @@ static dt_status run(trainer *t) {
             "%s | batch %d x %d tokens (micro-batch %d per rank) | %d ranks: dp %d, ZeRO %d",
             dt_arch_name(c->model.arch), c->model.n_layer, c->model.n_head,
             dt_gpt_kv_heads(&c->model), c->model.n_embd, c->model.vocab_size,
-            dt_gpt_numel(t->model) / 1e6, dt_precision_name(c->plugin.precision),
+            dt_gpt_full_numel(t->model) / 1e6, dt_precision_name(c->plugin.precision),
             c->train.batch_size, c->train.seq_len, dt_booster_micro_batch(t->booster),
             t->world->size, dt_booster_dp_size(t->booster), dt_config_zero_stage(c));
     dt_info("matmul peak measured now: %.1f GFLOP/s per rank (%s)", t->peak_flops / 1e9,

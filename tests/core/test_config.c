@@ -318,9 +318,8 @@ static void test_validate(void) {
         "checkpoint.every=0", "checkpoint.resume=auto");
     BAD(A, "plugin.pp_size=0 must be >= 1", "plugin.pp_size=0");
     BAD(A, "plugin.zero_stage=4 must be 0, 1, 2 or 3", "plugin.zero_stage=4");
-    BAD(U, "plugin.tp_size=2: tensor parallelism is not available yet in this build; use 1",
-        "plugin.tp_size=2");
-    BAD(U, "plugin.sp_size=2: sequence parallelism", "plugin.sp_size=2");
+    BAD(A, "plugin.sp_mode=split_gather splits the sequence over the tp_size ranks",
+        "plugin.sp_mode=split_gather", "plugin.sp_size=2");
     BAD(U, "plugin.pp_size=4: pipeline parallelism", "plugin.pp_size=4");
     BAD(A, "plugin.zero_stage=1 contradicts plugin.type=zero2", "plugin.type=zero2",
         "plugin.zero_stage=1");
@@ -328,9 +327,14 @@ static void test_validate(void) {
     /* every problem is reported at once, and an ARG problem outranks an unsupported one */
     BAD(A,
         "model.n_embd=100 is not divisible by model.n_head=8; train.seq_len=256 is longer than "
-        "model.max_seq_len=128; optim.eps=0 must be > 0; plugin.tp_size=2: tensor",
+        "model.max_seq_len=128; optim.eps=0 must be > 0; plugin.pp_size=2: pipeline",
         "model.n_embd=100", "model.n_head=8", "train.seq_len=256", "optim.eps=0",
-        "plugin.tp_size=2");
+        "plugin.pp_size=2");
+    dt_config tp;
+    dt_config_defaults(&tp);
+    DT_CHECK_OK(dt_config_set(&tp, "plugin.tp_size=2"));
+    DT_CHECK_OK(dt_config_set(&tp, "plugin.sp_size=2"));
+    DT_CHECK_OK(dt_config_validate(&tp));
 
     dt_config c;
     dt_config_defaults(&c);
