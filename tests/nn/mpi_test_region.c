@@ -2,7 +2,9 @@
  * For every op in the table: forward against a reference built from all ranks' inputs (each
  * rank regenerates every rank's deterministic input), the adjoint identity <A x, y> =
  * <x, A^T y> with random x and y, backward accumulation (two calls give twice one), and shape
- * errors. Every rank runs every check; rank 0 prints the "N passed, M failed" line summed over
+ * errors; then the split backward (begin/end) against the blocking one, bitwise, with other
+ * work and a second pending op in between, and its buffer rules (what happens to dy, p).
+ * Every rank runs every check; rank 0 prints the "N passed, M failed" line summed over
  * ranks and every rank exits nonzero when any failed. Named mpi_test_*.c so the tests/ glob
  * does not register it without mpirun (tests.cmake does).
  */
@@ -191,6 +193,128 @@ static void test_op(dt_comm *c, dt_region_kind k) {
     free(work);
 }
 
+/* The "other work" run between begin and end: a small matmul, polling the pending ops after
+ * each row as a real dW loop would. out [M, M] = a [M, M] b [M, M]. */
+enum { M = 24 };
+static dt_status matmul_polling(dt_comm *c, const float *a, const float *b, float *out,
+                                dt_region_pending **pend, int n_pend) {
+    dt_status st = DT_OK;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < M; j++) {
+            float acc = 0;
+            for (int k = 0; k < M; k++)
+                acc += a[i * M + k] * b[k * M + j];
+            out[i * M + j] = acc;
+        }
+        for (int q = 0; q < n_pend && st == DT_OK; q++) {
+            bool done = false;
+            st = dt_region_backward_test(c, pend[q], &done);
+        }
+    }
+    return st;
+}
+
+static bool same_bits(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, (size_t)n * sizeof *a) == 0;
+}
+
+/* Split backward of op k: begin + other work + end gives the blocking result bit for bit,
+ * accumulates onto what dx held, leaves dy as documented, and works with two ops pending. */
+static void test_split(dt_comm *c, dt_region_kind k) {
+    const dt_region_op *op = dt_region_op_get(k);
+    int p = c->size, me = c->rank;
+    dt_region_shape s = {.rows = 3 * p, .cols = 6 * p, .heads = 2 * p};
+    int64_t n_in = dt_region_count(op->in, &s, p), n_out = dt_region_count(op->out, &s, p);
+    int64_t n_work = dt_region_work_count(k, &s, p), n_bw = dt_region_backward_work_count(k, &s, p);
+
+    /* table bookkeeping: what begin needs fits in what the blocking form needs (plus the staged
+     * copy of dy where it reduces in place), and only ops that communicate need scratch */
+    DT_CHECK(n_work >= n_bw + (op->backward_in_place ? n_out : 0),
+             "%s: work %lld < backward work %lld (+ staged dy)", op->name, (long long)n_work,
+             (long long)n_bw);
+    DT_CHECK(op->backward_comm || (n_bw == 0 && !op->backward_in_place),
+             "%s: backward moves no data but needs work or runs in place", op->name);
+
+    float *dy = fbuf(n_out), *dy2 = fbuf(n_out), *dy_keep = fbuf(n_out), *dy2_keep = fbuf(n_out);
+    float *dx0 = fbuf(n_in), *ref = fbuf(n_in), *ref2 = fbuf(n_in), *at_dy = fbuf(n_in);
+    float *dx = fbuf(n_in), *dx2 = fbuf(n_in);
+    float *work = fbuf(n_work), *w1 = n_bw ? fbuf(n_bw) : NULL, *w2 = n_bw ? fbuf(n_bw) : NULL;
+    float *a = fbuf(M * M), *b = fbuf(M * M), *mm = fbuf(M * M), *mm_ref = fbuf(M * M);
+    gen(op->out, &s, p, me, 31, dy_keep);
+    gen(op->out, &s, p, me, 32, dy2_keep);
+    gen(op->in, &s, p, me, 33, dx0); /* nonzero: end must accumulate onto it */
+    dt_test_fill(a, M * M, 34, 1.0f);
+    dt_test_fill(b, M * M, 35, 1.0f);
+    DT_CHECK_OK(matmul_polling(c, a, b, mm_ref, NULL, 0));
+
+    /* blocking references: dx0 + A^T dy, dx0 + A^T dy2, and A^T dy alone */
+    memcpy(ref, dx0, (size_t)n_in * sizeof *ref);
+    memcpy(ref2, dx0, (size_t)n_in * sizeof *ref2);
+    DT_CHECK_OK(op->backward(c, &s, dy_keep, ref, work));
+    DT_CHECK_OK(op->backward(c, &s, dy2_keep, ref2, work));
+    DT_CHECK_OK(op->backward(c, &s, dy_keep, at_dy, work));
+
+    /* (1) one op pending while a matmul runs */
+    memcpy(dy, dy_keep, (size_t)n_out * sizeof *dy);
+    memcpy(dx, dx0, (size_t)n_in * sizeof *dx);
+    dt_region_pending pa = {0};
+    dt_region_pending *pend[2] = {&pa, NULL};
+    DT_CHECK_OK(dt_region_backward_begin(k, c, &s, dy, dx, w1, &pa));
+    DT_CHECK(pa.active, "%s: begin left p inactive", op->name);
+    DT_CHECK_OK(matmul_polling(c, a, b, mm, pend, 1));
+    DT_CHECK_OK(dt_region_backward_end(c, &pa));
+    DT_CHECK(same_bits(dx, ref, n_in), "%s np%d rank %d: begin/end differs from blocking", op->name,
+             p, me);
+    DT_CHECK(same_bits(mm, mm_ref, M * M), "%s: work between begin and end changed", op->name);
+    if (op->backward_in_place) /* dy now holds the reduced dy, which is A^T dy (copy) */
+        DT_CHECK(n_in == n_out && same_bits(dy, at_dy, n_out),
+                 "%s np%d rank %d: dy does not hold the reduced dy", op->name, p, me);
+    else
+        DT_CHECK(same_bits(dy, dy_keep, n_out), "%s np%d rank %d: begin/end wrote dy", op->name, p,
+                 me);
+    DT_CHECK(!pa.active && !pa.req.active && pa.dx == NULL, "%s: end did not clear p", op->name);
+    DT_CHECK_OK(dt_region_backward_end(c, &pa)); /* second end: no-op */
+    DT_CHECK(same_bits(dx, ref, n_in), "%s: a second end changed dx", op->name);
+
+    /* (2) two ops pending at once, ended in reverse order; a begin on a pending p is refused
+     * and leaves it pending */
+    memcpy(dy, dy_keep, (size_t)n_out * sizeof *dy);
+    memcpy(dy2, dy2_keep, (size_t)n_out * sizeof *dy2);
+    memcpy(dx, dx0, (size_t)n_in * sizeof *dx);
+    memcpy(dx2, dx0, (size_t)n_in * sizeof *dx2);
+    dt_region_pending pb = {0};
+    pend[1] = &pb;
+    DT_CHECK_OK(dt_region_backward_begin(k, c, &s, dy, dx, w1, &pa));
+    DT_CHECK_OK(dt_region_backward_begin(k, c, &s, dy2, dx2, w2, &pb));
+    DT_CHECK(dt_region_backward_begin(k, c, &s, dy2, dx2, w2, &pb) == DT_ERR_ARG,
+             "%s: begin on a pending p accepted", op->name);
+    DT_CHECK(pb.active, "%s: refused begin cleared the pending p", op->name);
+    DT_CHECK_OK(matmul_polling(c, a, b, mm, pend, 2));
+    DT_CHECK_OK(dt_region_backward_end(c, &pb));
+    DT_CHECK_OK(dt_region_backward_end(c, &pa));
+    DT_CHECK(same_bits(dx, ref, n_in) && same_bits(dx2, ref2, n_in),
+             "%s np%d rank %d: two pending ops differ from blocking", op->name, p, me);
+
+    /* (3) errors: nothing posted, p stays inactive, end is a no-op */
+    dt_region_shape neg = {.rows = -2, .cols = 6 * p, .heads = 2 * p};
+    pa = (dt_region_pending){0};
+    DT_CHECK(dt_region_backward_begin(k, c, &neg, dy, dx, w1, &pa) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), op->name) && strstr(dt_err_msg(), "backward"),
+             "%s: begin with negative rows: '%s'", op->name, dt_err_msg());
+    DT_CHECK(!pa.active, "%s: failed begin left p active", op->name);
+    DT_CHECK_OK(dt_region_backward_end(c, &pa));
+    if (n_bw > 0)
+        DT_CHECK(dt_region_backward_begin(k, c, &s, dy, dx, NULL, &pa) == DT_ERR_ARG && !pa.active,
+                 "%s: begin accepted a NULL work buffer", op->name);
+    DT_CHECK(dt_region_backward_begin(DT_REGION_KIND_COUNT, c, &s, dy, dx, w1, &pa) == DT_ERR_ARG,
+             "out-of-range kind accepted by begin");
+
+    float *bufs[] = {dy,  dy2,  dy_keep, dy2_keep, dx0, ref, ref2, at_dy, dx,
+                     dx2, work, w1,      w2,       a,   b,   mm,   mm_ref};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+}
+
 static void test_table(void) {
     for (int k = 0; k < DT_REGION_KIND_COUNT; k++) {
         const dt_region_op *op = dt_region_op_get((dt_region_kind)k);
@@ -200,8 +324,10 @@ static void test_table(void) {
 }
 
 static void test_all(dt_comm *c) {
-    for (int k = 0; k < DT_REGION_KIND_COUNT; k++)
+    for (int k = 0; k < DT_REGION_KIND_COUNT; k++) {
         test_op(c, (dt_region_kind)k);
+        test_split(c, (dt_region_kind)k);
+    }
 }
 
 int main(int argc, char **argv) {
