@@ -61,6 +61,8 @@ typedef struct dt_step_stats {
     float lr;
     double seconds;
     uint64_t comm_bytes;   /* bytes this rank moved in the step's collectives (dp, tp, sp) */
+    uint64_t comm_bytes_grad, comm_bytes_tp, comm_bytes_sp; /* the same, per group: gradients
+                            * (dp x sp), tensor parallel, Ulysses (dtrain's bus-bytes count) */
     double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
                             * waiting): the communication that did not overlap compute */
 } dt_step_stats;

@@ -227,8 +227,9 @@ static dt_status leave_backward(const dt_block_dims *d, const dt_block_par *p, c
 }
 
 /* Column-parallel layer(s) l[0..n) reading one input x (ln_full): input gradient partials
- * into dln_full, the entering region's adjoint into s->dln [Nr, C], then the weight
- * gradients. */
+ * into dln_full, then the entering region's adjoint (all-reduce or reduce-scatter into
+ * s->dln [Nr, C]) is posted and runs while the weight gradients are computed (Megatron's
+ * async gradient all-reduce). */
 static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                  const dt_block_par *p, const dt_linear *const *l,
                                  const float *const *dy, int n, const float *x,
@@ -241,10 +242,15 @@ static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         DT_TRY(dt_linear_backward(ctx, &only_dx, x, x_lp, dy[i], s->dy_lp, Nt, s->dln_full));
     }
     zero(s->dln, (int64_t)Nr * d->C);
-    DT_TRY(region_bwd(p->enter, p->tp, shape(Nt, d->C, 0), s->dln_full, s->dln, s->work));
-    for (int i = 0; i < n; i++)
-        DT_TRY(dt_linear_backward(ctx, l[i], x, x_lp, dy[i], s->dy_lp, Nt, NULL));
-    return DT_OK;
+    dt_region_shape sh = shape(Nt, d->C, 0);
+    dt_region_pending pending = {0};
+    DT_TRY(dt_region_backward_begin(p->enter, p->tp, &sh, s->dln_full, s->dln, s->work,
+                                    &pending));
+    dt_status st = DT_OK;
+    for (int i = 0; i < n && st == DT_OK; i++)
+        st = dt_linear_backward(ctx, l[i], x, x_lp, dy[i], s->dy_lp, Nt, NULL);
+    dt_status st_end = dt_region_backward_end(p->tp, &pending); /* always completed */
+    return st != DT_OK ? st : st_end;
 }
 
 static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,

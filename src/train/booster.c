@@ -196,12 +196,10 @@ static int step_comms(const dt_booster *b, const dt_comm *out[3]) {
     return 3;
 }
 
-static uint64_t comm_bytes(const dt_booster *b) {
-    const dt_comm *c[3];
+static uint64_t comm_bytes_of(const dt_comm *c) {
     uint64_t sum = 0;
-    for (int i = 0, n = step_comms(b, c); i < n; i++)
-        for (int op = 0; op < DT_COMM_OP_COUNT; op++)
-            sum += c[i]->stats.bytes[op];
+    for (int op = 0; op < DT_COMM_OP_COUNT; op++)
+        sum += c->stats.bytes[op];
     return sum;
 }
 
@@ -221,7 +219,10 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     int row0 = b->dp->rank * b->rows;
     float grad_scale = 1.0f / ((float)b->B * b->T);
     double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0;
-    uint64_t bytes0 = comm_bytes(b);
+    const dt_comm *comms[3];
+    uint64_t bytes0[3];
+    for (int i = 0; i < step_comms(b, comms); i++)
+        bytes0[i] = comm_bytes_of(comms[i]);
     DT_TRY(dt_engine_begin_step(b->engine));
     for (int row = 0; row < b->rows; row += b->mb) {
         double part;
@@ -237,7 +238,12 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     DT_TRY(dt_engine_apply(b->engine, r->lr, dt_clip_coef(r->grad_norm, b->plugin.grad_clip)));
     r->comm_exposed_s = comm_seconds(b) - comm0;
-    r->comm_bytes = comm_bytes(b) - bytes0;
+    uint64_t *by[3] = {&r->comm_bytes_grad, &r->comm_bytes_tp, &r->comm_bytes_sp};
+    r->comm_bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        *by[i] = comm_bytes_of(comms[i]) - bytes0[i];
+        r->comm_bytes += *by[i];
+    }
     DT_TRY(dt_comm_allreduce_f64(b->grad, &loss_sum, 1)); /* reporting, not counted */
     r->loss = loss_sum / ((double)b->B * b->T);
     r->seconds = dt_now() - t0;

@@ -114,9 +114,12 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
         return;
     fprintf(t->metrics, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
-            "\"comm_bytes\": %llu, \"comm_exposed_ms\": %.3f",
+            "\"comm_bytes\": %llu, \"comm_bytes_grad\": %llu, \"comm_bytes_tp\": %llu, "
+            "\"comm_bytes_sp\": %llu, \"comm_exposed_ms\": %.3f",
             step, r->loss, r->lr, r->grad_norm, tps, mfu, peak, 1e3 * r->seconds,
-            (unsigned long long)r->comm_bytes, 1e3 * r->comm_exposed_s);
+            (unsigned long long)r->comm_bytes, (unsigned long long)r->comm_bytes_grad,
+            (unsigned long long)r->comm_bytes_tp, (unsigned long long)r->comm_bytes_sp,
+            1e3 * r->comm_exposed_s);
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     fputs("}\n", t->metrics);

@@ -31,6 +31,12 @@ expect_all_ranks() { # NAME NP PATTERN ARGS...
 expect_all_ranks "batch not divisible by dp" 3 "batch_size=4 is not divisible by the 3" --plugin.type=ddp
 expect_all_ranks "micro-batch does not divide a rank's rows" 2 "micro_batch_size=3" --train.micro_batch_size=3 --train.batch_size=4
 expect_all_ranks "world not divisible by model parallel degrees" 3 "tp_size" --plugin.tp_size=2
+# model splits that do not divide: every rank names both numbers and the sizes that work
+expect_all_ranks "heads not divisible by tp" 3 "model.n_head=4 is not divisible by plugin.tp_size=3; use plugin.tp_size 1, 2 or 4" --plugin.tp_size=3
+expect_all_ranks "kv heads not divisible by tp" 4 "model.n_kv_head=2 is not divisible by plugin.tp_size=4" --config "$src/configs/tiny-llama.ini" --data.train=data/train.bin --plugin.tp_size=4
+expect_all_ranks "heads per tp rank not divisible by sp" 4 "the 1 heads of each tp rank (model.n_head=2 / tp_size=2) are not divisible by plugin.sp_size=2" --model.n_head=2 --plugin.tp_size=2 --plugin.sp_size=2
+expect_all_ranks "seq_len not divisible by sp" 2 "train.seq_len=31 is not divisible by plugin.sp_size=2" --plugin.sp_size=2 --train.seq_len=31
+expect_all_ranks "seq_len not divisible by tp under split_gather" 2 "train.seq_len=31 is not divisible by plugin.tp_size=2 (sp_mode=split_gather" --plugin.tp_size=2 --plugin.sp_mode=split_gather --train.seq_len=31
 expect_all_ranks "missing data on every rank" 2 "nothere.bin" --data.train=nothere.bin
 expect_all_ranks "ddp with a ZeRO stage" 2 "zero_stage" --plugin.type=ddp --plugin.zero_stage=2
 # only rank 0 writes metrics: its failure must reach the other ranks, which never touch the file

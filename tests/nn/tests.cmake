@@ -1,4 +1,4 @@
-# nn/region: the region operators' forward/adjoint pairs; nn/linear_tp: column- and row-parallel
-# linear (an MLP) against plain nn/linear. Both under mpirun at np 1, 2 and 4.
+# nn/region: the region operators' forward/adjoint pairs and their split (non-blocking)
+# backward, under mpirun at np 1, 2 and 4. The tensor-parallel block built from them is tested
+# end to end against the single process by tests/train/tp_layouts.sh.
 dt_add_mpi_test(nn mpi_test_region "nn;mpi")
-dt_add_mpi_test(nn mpi_test_linear_tp "nn;mpi")
