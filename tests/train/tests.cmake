@@ -35,3 +35,10 @@ foreach(arch gpt2 llama)
   set_tests_properties(train/bf16_and_sample_${arch} PROPERTIES LABELS "train"
                        ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endforeach()
+
+# Tensor and sequence parallel layouts equal the single process (runs mpirun itself).
+foreach(arch gpt2 llama)
+  add_test(NAME train/tp_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/tp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/tp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()
