@@ -362,6 +362,7 @@ static void carve_scratch(dt_gpt *g, carver *cv) {
     size_t chunk = (size_t)g->head.chunk, V = (size_t)g->cfg.vocab_size;
     g->head.logits = carve(cv, chunk * V * f4);
     g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
+    g->head.stats = carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
     if (!g->training)
         return;
     dt_block_scratch *s = &g->scratch;
@@ -442,6 +443,8 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
                          g->w_lp ? g->w_lp + first : NULL);
     }
     g->head.chunk = dt_lm_head_chunk_rows(cfg->vocab_size, B * T);
+    g->head.vocab_size = cfg->vocab_size; /* whole vocabulary here: size-1 tp, vocab_first 0 */
+    DT_TRY_GOTO(dt_comm_local_init("tp", &g->head.tp));
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_ACTS, "activations", carve_acts, &g->act_arena));
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_TEMP, "backward scratch", carve_scratch, &g->tmp_arena));
     if (cfg->arch == DT_ARCH_LLAMA) {
@@ -464,6 +467,7 @@ void dt_gpt_free(dt_gpt *g) {
     dt_mem_release(g->mem, g->rope_cos);
     dt_mem_release(g->mem, g->tmp_arena);
     dt_mem_release(g->mem, g->act_arena);
+    dt_comm_free(g->head.tp);
     dt_mem_release(g->mem, g->w_lp);
     dt_mem_release(g->mem, g->g);
     dt_mem_release(g->mem, g->w);
