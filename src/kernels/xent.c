@@ -1,8 +1,8 @@
-/* Softmax cross-entropy on a chunk of logit rows: loss = logsumexp(x) - x[target], and the
- * gradient (softmax(x) - onehot) * grad_scale written over the logits. Stateless; rows are
- * split over OpenMP threads and each row is done by one thread in a fixed order, so results
- * do not depend on the thread count. The row body is compiled for AVX2+FMA and for the
- * baseline ISA and picked at run time.
+/* Softmax cross-entropy over a window of each logit row, in the three steps of xent.h: window
+ * statistics, their combination over windows, and the gradient. Stateless; rows are split
+ * over OpenMP threads and each row is done by one thread in a fixed order, so results do not
+ * depend on the thread count. The row bodies are compiled for AVX2+FMA and for the baseline
+ * ISA and picked at run time.
  */
 #include "kernels/xent.h"
 
@@ -15,31 +15,28 @@
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define SUM_BLOCK 512 /* float partial sums over this many exps, then added in double */
 
+static int has_avx2(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
 
-/* One row in three passes: max, then e^(x - max) summed (and stored when a gradient is
- * wanted), then the scale. Subtracting the max keeps every exp <= 1, so logits of any size
- * (+-1e4) neither overflow nor produce NaN. The sum is taken in float over short blocks and
- * the blocks in double, and the loss is formed in double: max + log(sum) - x[target] would
- * lose digits to cancellation in float when max is large. */
-INLINE void row_body(float *x, float *loss, int32_t tgt, int V, float grad_scale) {
-    if (tgt < 0 || tgt >= V) {
-        /* ignored row; an out-of-range target is a caller bug with no error channel here, so
-         * it is made visible as a NaN loss instead of a read past the row */
-        *loss = tgt < 0 ? 0.0f : NAN;
-        if (grad_scale != 0.0f)
-            memset(x, 0, sizeof(float) * V);
-        return;
-    }
+/* One row's window in two passes: the max, then e^(x - max) summed (and stored in place when
+ * `store`, a constant after inlining). Subtracting the max keeps every exp <= 1, so logits of
+ * any size (+-1e4) neither overflow nor produce NaN. The sum is taken in float over short
+ * blocks and the blocks in double; it leaves as a float (the all-gather carries floats), whose
+ * one rounding costs ~6e-8 of the loss. `t` is the target's column in the window, or outside
+ * [0, V) when another window owns it. */
+INLINE void stats_body(float *x, int V, int t, int store, float *mx_out, float *sum_out,
+                       float *zt_out) {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++)
         mx = x[j] > mx ? x[j] : mx;
-    const float xt = x[tgt];
+    *zt_out = t >= 0 && t < V ? x[t] : 0.0f; /* read before the exps overwrite it */
     double sum = 0.0;
     for (int j0 = 0; j0 < V; j0 += SUM_BLOCK) {
         const int j1 = V - j0 < SUM_BLOCK ? V : j0 + SUM_BLOCK;
         float part = 0.0f;
-        if (grad_scale != 0.0f) {
+        if (store) {
 #pragma omp simd reduction(+ : part)
             for (int j = j0; j < j1; j++) {
                 x[j] = dt_vexp(x[j] - mx);
@@ -52,56 +49,175 @@ INLINE void row_body(float *x, float *loss, int32_t tgt, int V, float grad_scale
         }
         sum += part;
     }
-    *loss = (float)((double)mx + log(sum) - (double)xt);
-    if (grad_scale != 0.0f) {
-        const float f = (float)(grad_scale / sum);
-#pragma omp simd
-        for (int j = 0; j < V; j++)
-            x[j] *= f;
-        x[tgt] -= grad_scale;
-    }
+    *mx_out = mx;
+    *sum_out = (float)sum;
 }
 
-TARGET_AVX2 static void row_avx2(float *x, float *loss, int32_t tgt, int V, float grad_scale) {
-    row_body(x, loss, tgt, V, grad_scale);
+TARGET_AVX2 static void stats_avx2(float *x, int V, int t, int store, float *m, float *s,
+                                   float *z) {
+    if (store)
+        stats_body(x, V, t, 1, m, s, z);
+    else
+        stats_body(x, V, t, 0, m, s, z);
 }
-static void row_base(float *x, float *loss, int32_t tgt, int V, float grad_scale) {
-    row_body(x, loss, tgt, V, grad_scale);
+static void stats_base(float *x, int V, int t, int store, float *m, float *s, float *z) {
+    if (store)
+        stats_body(x, V, t, 1, m, s, z);
+    else
+        stats_body(x, V, t, 0, m, s, z);
 }
 
-void dt_xent_forward_backward(float *logits, float *losses, const int32_t *targets, int n,
-                              int V, int64_t ld, float grad_scale) {
-    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+/* The logits are written only when store != 0 (the _exp entry point owns them mutably). */
+static void stats_rows(float *logits, int64_t ld, int n, int V, int first,
+                       const int32_t *targets, int store, float *mx, float *sum, float *zt) {
+    const int avx2 = has_avx2();
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
+        if (targets[r] < 0) { /* ignored: no work, and the combination skips the row */
+            mx[r] = sum[r] = zt[r] = 0.0f;
+            continue;
+        }
+        const int t = targets[r] - first; /* both >= 0: no overflow */
         if (avx2)
-            row_avx2(logits + r * ld, losses + r, targets[r], V, grad_scale);
+            stats_avx2(logits + r * ld, V, t, store, mx + r, sum + r, zt + r);
         else
-            row_base(logits + r * ld, losses + r, targets[r], V, grad_scale);
+            stats_base(logits + r * ld, V, t, store, mx + r, sum + r, zt + r);
     }
 }
 
-/* Reference: plain loops, everything in double. */
-void dt_xent_forward_backward_ref(float *logits, float *losses, const int32_t *targets, int n,
-                                  int V, int64_t ld, float grad_scale) {
+void dt_xent_row_stats(const float *logits, int64_t ld, int n, int V, int first,
+                       const int32_t *targets, float *mx, float *sum, float *zt) {
+    stats_rows((float *)logits, ld, n, V, first, targets, 0, mx, sum, zt);
+}
+
+void dt_xent_row_stats_exp(float *logits, int64_t ld, int n, int V, int first,
+                           const int32_t *targets, float *mx, float *sum, float *zt) {
+    stats_rows(logits, ld, n, V, first, targets, 1, mx, sum, zt);
+}
+
+/* Reference: plain loops in double. */
+static void stats_ref(float *logits, int64_t ld, int n, int V, int first,
+                      const int32_t *targets, int store, float *mx, float *sum, float *zt) {
     for (int r = 0; r < n; r++) {
         float *x = logits + r * ld;
+        mx[r] = sum[r] = zt[r] = 0.0f;
+        if (targets[r] < 0)
+            continue;
+        const int t = targets[r] - first;
+        double m = -INFINITY, s = 0.0;
+        for (int j = 0; j < V; j++)
+            m = x[j] > m ? x[j] : m;
+        zt[r] = t >= 0 && t < V ? x[t] : 0.0f;
+        for (int j = 0; j < V; j++) {
+            double e = exp(x[j] - m);
+            s += e;
+            if (store)
+                x[j] = (float)e;
+        }
+        mx[r] = (float)m;
+        sum[r] = (float)s;
+    }
+}
+
+void dt_xent_row_stats_ref(const float *logits, int64_t ld, int n, int V, int first,
+                           const int32_t *targets, float *mx, float *sum, float *zt) {
+    stats_ref((float *)logits, ld, n, V, first, targets, 0, mx, sum, zt);
+}
+
+void dt_xent_row_stats_exp_ref(float *logits, int64_t ld, int n, int V, int first,
+                               const int32_t *targets, float *mx, float *sum, float *zt) {
+    stats_ref(logits, ld, n, V, first, targets, 1, mx, sum, zt);
+}
+
+/* Rescaling each window's sum to the global max is the online-softmax identity
+ * sum_j e^(x_j - M) = sum_k e^(mx_k - M) sum_{j in k} e^(x_j - mx_k) (Milakov & Gimelshein,
+ * "Online normalizer calculation for softmax", 2018, section 3). Everything is in double and
+ * in window order, so every rank gets the same bits. The loss is formed in double: with large
+ * logits, M + log S - z would lose digits to cancellation in float. A window with sum 0 is
+ * empty (a nonempty one has sum >= 1: its max contributes e^0) and is skipped, so its
+ * mx = -inf never meets another -inf. The gradient factor is taken as e^(mx_me - M) / S rather
+ * than e^(mx_me - lse): with one window it is then exactly grad_scale / S. */
+void dt_xent_combine(const float *stats, int p, int me, int n, const int32_t *targets,
+                     int vocab_size, float grad_scale, float *losses, float *scale) {
+    const int64_t blk = 3 * (int64_t)n;
+    for (int r = 0; r < n; r++) {
         const int32_t tgt = targets[r];
-        if (tgt < 0 || tgt >= V) {
-            losses[r] = tgt < 0 ? 0.0f : NAN;
-            if (grad_scale != 0.0f)
-                for (int j = 0; j < V; j++)
-                    x[j] = 0.0f;
+        if (tgt < 0) {
+            losses[r] = 0.0f;
+            if (scale)
+                scale[r] = 0.0f;
             continue;
         }
-        double mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j < V; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        for (int j = 0; j < V; j++)
-            sum += exp(x[j] - mx);
-        losses[r] = (float)(mx + log(sum) - x[tgt]);
-        if (grad_scale != 0.0f)
-            for (int j = 0; j < V; j++)
-                x[j] = (float)((exp(x[j] - mx) / sum - (j == tgt)) * grad_scale);
+        double M = -INFINITY, S = 0.0, z = 0.0;
+        for (int k = 0; k < p; k++) {
+            const float *b = stats + k * blk;
+            if (b[n + r] > 0.0f && b[r] > M)
+                M = b[r];
+        }
+        for (int k = 0; k < p; k++) {
+            const float *b = stats + k * blk;
+            if (b[n + r] > 0.0f)
+                S += (double)b[n + r] * exp((double)b[r] - M);
+            z += b[2 * n + r];
+        }
+        const int bad = tgt >= vocab_size;
+        losses[r] = bad ? NAN : (float)(M + log(S) - z);
+        if (scale) {
+            const float *b = stats + me * blk;
+            scale[r] = bad || !(b[n + r] > 0.0f)
+                           ? 0.0f
+                           : (float)((double)grad_scale * exp((double)b[r] - M) / S);
+        }
+    }
+}
+
+/* One pass: scale the stored exps, subtract the one-hot where this window owns the target,
+ * and zero the padding columns (so their weight rows get no gradient). */
+INLINE void grad_body(float *e, int V, int width, int t, float f, float gs) {
+#pragma omp simd
+    for (int j = 0; j < V; j++)
+        e[j] *= f;
+    if (t >= 0 && t < V)
+        e[t] -= gs;
+    if (width > V)
+        memset(e + V, 0, sizeof(float) * (size_t)(width - V));
+}
+
+TARGET_AVX2 static void grad_avx2(float *e, int V, int width, int t, float f, float gs) {
+    grad_body(e, V, width, t, f, gs);
+}
+static void grad_base(float *e, int V, int width, int t, float f, float gs) {
+    grad_body(e, V, width, t, f, gs);
+}
+
+void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
+                  const int32_t *targets, const float *scale, float grad_scale) {
+    const int avx2 = has_avx2();
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        float *x = e + r * ld;
+        if (targets[r] < 0) {
+            memset(x, 0, sizeof(float) * (size_t)width);
+            continue;
+        }
+        const int t = targets[r] - first;
+        if (avx2)
+            grad_avx2(x, V, width, t, scale[r], grad_scale);
+        else
+            grad_base(x, V, width, t, scale[r], grad_scale);
+    }
+}
+
+void dt_xent_grad_ref(float *e, int64_t ld, int n, int V, int width, int first,
+                      const int32_t *targets, const float *scale, float grad_scale) {
+    for (int r = 0; r < n; r++) {
+        float *x = e + r * ld;
+        const int t = targets[r] - first;
+        for (int j = 0; j < width; j++) {
+            double g = 0.0;
+            if (targets[r] >= 0 && j < V)
+                g = (double)x[j] * scale[r] - (j == t ? (double)grad_scale : 0.0);
+            x[j] = (float)g;
+        }
     }
 }

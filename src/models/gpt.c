@@ -417,6 +417,7 @@ static void carve_scratch(dt_gpt *g, carver *cv) {
     size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
     g->head.logits = carve(cv, chunk * V * f4);
     g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
+    g->head.stats = carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
     dt_block_scratch *s = &g->scratch;
     s->ln = carve(cv, r.Nr * C * f4);
     s->ln_full = carve(cv, r.Nt * C * f4);
@@ -587,6 +588,9 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
                          g->w_lp ? g->w_lp + first : NULL);
     }
     g->head.chunk = dt_lm_head_chunk_rows((int)g->vocab_rows, (int)rows_max(g).Nt);
+    g->head.vocab_size = cfg->vocab_size; /* rows past it are padding, never predicted */
+    g->head.vocab_first = (int)(g->par.tp->rank * g->vocab_rows);
+    g->head.tp = g->par.tp;
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_ACTS, "activations", carve_acts, &g->act_arena));
     DT_TRY_GOTO(alloc_carved(g, DT_MEM_TEMP, "transients", carve_scratch, &g->tmp_arena));
     if (cfg->arch == DT_ARCH_LLAMA) {

@@ -1,8 +1,11 @@
-/* Chunked LM head + cross-entropy. See lm_head.h. */
+/* Chunked, vocabulary-parallel LM head + cross-entropy. See lm_head.h. */
 #include "nn/lm_head.h"
 
 #include "kernels/cast.h"
 #include "kernels/xent.h"
+
+/* The all-gather's per-rank counts live on the stack (no malloc in a collective). */
+#define MAX_TP 1024
 
 /* A chunk's logits take up to 64 MiB: a few hundred rows at GPT-2's vocabulary, enough rows
  * for the matmuls (and the K of the weight-gradient product) to run near peak, while the full
@@ -18,27 +21,73 @@ int dt_lm_head_chunk_rows(int V, int N) {
     return (N + n_chunks - 1) / n_chunks;
 }
 
+/* [size][3][chunk] gathered statistics (this rank's block is filled in place and all-gathered)
+ * and the [chunk] gradient factors. */
+int64_t dt_lm_head_stats_count(const dt_lm_head *h) {
+    return (int64_t)h->chunk * (3 * (int64_t)h->tp->size + 1);
+}
+
 static const void *operand(const dt_nn_ctx *ctx, const float *f32, const dt_bf16 *lp) {
     return ctx->mm_type == DT_BF16 ? (const void *)lp : (const void *)f32;
 }
 
+/* Columns of this rank's rows that are real tokens: global ids [vocab_first, vocab_size). */
+static int valid_rows(const dt_lm_head *h) {
+    int64_t v = (int64_t)h->vocab_size - h->vocab_first;
+    return v <= 0 ? 0 : v >= h->V ? h->V : (int)v;
+}
+
+static dt_status check_args(const dt_lm_head *h, int N) {
+    if (!h->tp || !h->stats || !h->logits || h->chunk < 1 || h->V < 1 || N < 0 ||
+        h->vocab_first < 0 || h->vocab_size < 1 || h->tp->size > MAX_TP ||
+        (int64_t)h->chunk * 3 * h->tp->size > INT32_MAX)
+        return dt_err_set(DT_ERR_ARG, "%s: bad head (tp %p, stats %p, chunk %d, V %d, "
+                          "vocab_first %d, vocab_size %d, N %d)", __func__, (void *)h->tp,
+                          (void *)h->stats, h->chunk, h->V, h->vocab_first, h->vocab_size, N);
+    return DT_OK;
+}
+
+/* Per chunk, the softmax over the whole (split) vocabulary needs only each rank's max and sum
+ * of exps per row, never the [n, vocab] logits (Shoeybi et al., "Megatron-LM", 2019,
+ * section 3: fuse the parallel output GEMM with the cross-entropy so only per-row scalars
+ * move). Megatron's vocab-parallel cross-entropy all-reduces the max, then the target logit,
+ * then the sum of exps: three collectives. Gathering each rank's (max, sum, target logit) and
+ * rescaling every sum to the global max (kernels/xent.c) needs one, and since every rank then
+ * combines the same gathered floats in the same order, all ranks hold bit-identical losses. */
 dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float *x,
                           dt_bf16 *x_lp, const int32_t *targets, int N, float grad_scale,
                           bool backward, float *losses, float *dx) {
+    DT_TRY(check_args(h, N));
     if (ctx->mm_type == DT_BF16)
         dt_cast_f32_to_bf16(x_lp, x, (int64_t)N * h->C);
     const void *w = operand(ctx, h->w, h->w_lp);
+    const int p = h->tp->size, me = h->tp->rank, nv = valid_rows(h);
+    int counts[MAX_TP] = {0}; /* zeroed: the compiler cannot see p <= MAX_TP */
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
         int n = N - r0 < h->chunk ? N - r0 : h->chunk;
+        const int32_t *tg = targets + r0;
         const void *xc = ctx->mm_type == DT_BF16 ? (const void *)(x_lp + (int64_t)r0 * h->C)
                                                  : (const void *)(x + (int64_t)r0 * h->C);
         dt_gemm_shape fwd = {.M = n, .N = h->V, .K = h->C, .trans_b = true,
                              .dtype = ctx->mm_type};
         DT_TRY(dt_gemm_run(ctx->gemm, &fwd, xc, w, NULL, h->logits));
-        dt_xent_forward_backward(h->logits, losses + r0, targets + r0, n, h->V, h->V,
-                                 backward ? grad_scale : 0.0f);
+        /* this rank's block of [p][3][n] stats, gathered in place */
+        float *all = h->stats, *mine = all + (int64_t)me * 3 * n;
+        float *scale = all + (int64_t)p * 3 * n; // [n]
+        if (backward)
+            dt_xent_row_stats_exp(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
+                                  mine + 2 * n);
+        else
+            dt_xent_row_stats(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
+                              mine + 2 * n);
+        for (int k = 0; k < p; k++)
+            counts[k] = 3 * n;
+        DT_TRY(dt_comm_allgather_f32(h->tp, mine, all, counts, NULL));
+        dt_xent_combine(all, p, me, n, tg, h->vocab_size, grad_scale, losses + r0,
+                        backward ? scale : NULL);
         if (!backward)
             continue;
+        dt_xent_grad(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
         const void *g = h->logits;
         if (ctx->mm_type == DT_BF16) {
             dt_cast_f32_to_bf16(h->logits_lp, h->logits, (int64_t)n * h->V);
