@@ -72,6 +72,7 @@ static const field fields[] = {
     F_INT(train, steps), F_U64(train, seed), F_INT(train, log_every), F_INT(train, eval_every),
     F_INT(train, eval_batches), F_INT(train, sample_tokens), F_STR(train, "metrics", metrics),
     F_STR(train, "export", export_path), F_STR(train, "mem_report", mem_report),
+    F_STR(train, "trace", trace),
     F_FLOAT(optim, lr), F_FLOAT(optim, min_lr), F_INT(optim, warmup_steps),
     F_ENUM(optim, schedule, dt_lr_schedule, schedule_names), F_FLOAT(optim, beta1),
     F_FLOAT(optim, beta2), F_FLOAT(optim, eps), F_FLOAT(optim, weight_decay),
@@ -79,6 +80,8 @@ static const field fields[] = {
     F_ENUM(plugin, precision, dt_precision, precision_names), F_FLOAT(plugin, grad_clip),
     F_INT(plugin, tp_size), F_INT(plugin, sp_size), F_INT(plugin, pp_size),
     F_INT(plugin, zero_stage), F_ENUM(plugin, sp_mode, dt_sp_mode, sp_mode_names),
+    F_INT(plugin, microbatches), F_STR(plugin, "pp_layers", pp_layers),
+    F_STR(plugin, "pp_schedule", pp_schedule), F_INT(plugin, pp_chunks),
     F_FLOAT(plugin, bucket_mb), F_BOOL(plugin, overlap),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
     F_INT(checkpoint, keep),
@@ -129,6 +132,8 @@ void dt_config_defaults(dt_config *c) {
     p->type = DT_PLUGIN_NONE, p->precision = DT_PREC_FP32, p->grad_clip = 1.0f;
     p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->zero_stage = 0, p->bucket_mb = 25.0f;
     p->overlap = true;
+    p->pp_chunks = 1;
+    set_str(p->pp_schedule, "1f1b");
     set_str(c->checkpoint.dir, "runs/fortunes/ckpt");
     c->checkpoint.every = 300, c->checkpoint.keep = 2;
 }
@@ -742,11 +747,24 @@ static void check_plugin(const dt_config *c, problems *p) {
         memcpy(&d, (const char *)g + degrees[i].off, sizeof d);
         if (d < 1)
             problem(p, false, "plugin.%s=%d must be >= 1", degrees[i].key, d);
-        else if (d > 1 && i == 2) /* refused until the pipeline issue lands */
-            problem(p, true,
-                    "plugin.%s=%d: %s parallelism is not available yet in this build; use 1",
-                    degrees[i].key, d, degrees[i].what);
     }
+    NONNEG(p, plugin, microbatches);
+    if (g->pp_chunks < 1)
+        problem(p, false, "plugin.pp_chunks=%d must be >= 1", g->pp_chunks);
+    static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", "zbh1"};
+    bool known = strncmp(g->pp_schedule, "file:", 5) == 0 && g->pp_schedule[5];
+    for (int i = 0; i < 4; i++)
+        known |= strcmp(g->pp_schedule, schedules[i]) == 0;
+    if (!known)
+        problem(p, false, "plugin.pp_schedule=\"%s\" is not gpipe, 1f1b, interleaved, zbh1 or "
+                "file:PATH", g->pp_schedule);
+    else if (strcmp(g->pp_schedule, "interleaved") == 0 && g->pp_chunks < 2)
+        problem(p, false, "plugin.pp_schedule=interleaved needs plugin.pp_chunks >= 2 (model "
+                "chunks per rank); got %d", g->pp_chunks);
+    else if (g->pp_chunks > 1 && strcmp(g->pp_schedule, "interleaved") != 0 &&
+             strncmp(g->pp_schedule, "file:", 5) != 0)
+        problem(p, false, "plugin.pp_chunks=%d needs plugin.pp_schedule=interleaved (or a file)",
+                g->pp_chunks);
     if ((int)g->sp_mode < 0 || g->sp_mode >= DT_SP_MODE_COUNT)
         problem(p, false, "plugin.sp_mode=%d is not a known mode", (int)g->sp_mode);
     else if (g->sp_mode == DT_SP_SPLIT_GATHER && g->sp_size > 1)

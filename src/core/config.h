@@ -61,6 +61,7 @@ typedef struct dt_train_config {
     int log_every, eval_every, eval_batches; /* eval_every 0 = off */
     int sample_tokens;    /* characters printed as a sample at the end; 0 = off */
     char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
+    char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
 } dt_train_config;
 
 typedef struct dt_optim_config {
@@ -76,6 +77,12 @@ typedef struct dt_plugin_config {
     float grad_clip; /* 0 = off */
     int tp_size, sp_size, pp_size, zero_stage;
     dt_sp_mode sp_mode;
+    /* pipeline: micro-batches per step per dp rank (0 = batch rows / train.micro_batch_size),
+     * layers per stage ("3,3,2"; "" = even), schedule (gpipe | 1f1b | interleaved | zbh1 |
+     * file:PATH) and model chunks per rank (interleaved) */
+    int microbatches;
+    char pp_layers[DT_PATH_MAX], pp_schedule[DT_PATH_MAX];
+    int pp_chunks;
     float bucket_mb;
     bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
 } dt_plugin_config;

@@ -281,7 +281,7 @@ static void bad(const char *const *sets, dt_status st, const char *want) {
 #define BAD(st, want, ...) bad((const char *const[]){__VA_ARGS__, NULL}, st, want)
 
 static void test_validate(void) {
-    const dt_status A = DT_ERR_ARG, U = DT_ERR_UNSUPPORTED;
+    const dt_status A = DT_ERR_ARG;
     BAD(A, "model.n_layer=0 must be > 0", "model.n_layer=0");
     BAD(A, "model.n_head=-1 must be > 0", "model.n_head=-1");
     BAD(A, "model.n_embd=0 must be > 0", "model.n_embd=0");
@@ -320,16 +320,19 @@ static void test_validate(void) {
     BAD(A, "plugin.zero_stage=4 must be 0, 1, 2 or 3", "plugin.zero_stage=4");
     BAD(A, "plugin.sp_mode=split_gather splits the sequence over the tp_size ranks",
         "plugin.sp_mode=split_gather", "plugin.sp_size=2");
-    BAD(U, "plugin.pp_size=4: pipeline parallelism", "plugin.pp_size=4");
+    BAD(A, "plugin.pp_schedule=\"zb\" is not gpipe, 1f1b, interleaved, zbh1 or file:PATH",
+        "plugin.pp_schedule=zb");
+    BAD(A, "plugin.pp_schedule=interleaved needs plugin.pp_chunks >= 2",
+        "plugin.pp_schedule=interleaved");
     BAD(A, "plugin.zero_stage=1 contradicts plugin.type=zero2", "plugin.type=zero2",
         "plugin.zero_stage=1");
     BAD(A, "plugin.zero_stage=2 needs plugin.type=zero2 or hybrid", "plugin.zero_stage=2");
     /* every problem is reported at once, and an ARG problem outranks an unsupported one */
     BAD(A,
         "model.n_embd=100 is not divisible by model.n_head=8; train.seq_len=256 is longer than "
-        "model.max_seq_len=128; optim.eps=0 must be > 0; plugin.pp_size=2: pipeline",
+        "model.max_seq_len=128; optim.eps=0 must be > 0; plugin.pp_chunks=0 must be >= 1",
         "model.n_embd=100", "model.n_head=8", "train.seq_len=256", "optim.eps=0",
-        "plugin.pp_size=2");
+        "plugin.pp_chunks=0");
     dt_config tp;
     dt_config_defaults(&tp);
     DT_CHECK_OK(dt_config_set(&tp, "plugin.tp_size=2"));
