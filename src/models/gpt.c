@@ -24,6 +24,7 @@ struct dt_gpt {
     dt_block_dims dims; /* local widths (this tp rank's heads and MLP columns) */
     dt_block_par par;
     dt_comm *own_comm[3]; /* size-1 comms made for the splits the caller did not give */
+    dt_comm *pp;          /* pipeline group (borrowed), for whole-model gathers; NULL: none */
     int B, T;
     bool training;
     dt_mem *mem; /* borrowed */
@@ -31,13 +32,23 @@ struct dt_gpt {
     dt_nn_ctx ctx;
 
     dt_param *full;   /* the single process's table: what files hold */
-    dt_param *params; /* this rank's table: the local arena (= full without tensor parallelism) */
-    int n_params, cap_params;
+    dt_param *params; /* this rank's table: the local arena (= full without tp and pp) */
+    int n_params, n_full_params, cap_params;
     int64_t n_full;
+    int *local_full;    /* [n_params] the full table's index of each local tensor */
+    int tied_copy;      /* local index of GPT-2's head copy of wte on a stage without unit 0 */
     int64_t vocab_rows; /* rows of the vocabulary matrices this rank holds (padded) */
     int n_embed_params, per_layer; /* unit 0's tensors; tensors per block */
-    float **unit_w, **unit_g;      /* [L + 2] current storage of each unit (first element) */
+    /* Units this rank holds (pipeline stages hold a few): global unit u <-> local id. Local
+     * ids are what the unit API and the hooks use. */
+    int n_units;
+    int *unit_global, *unit_local; /* [n_units], [L + 2] (-1: not here) */
+    int *unit_param;               /* [n_units + 1] local tensors of each unit */
+    float **unit_w, **unit_g;      /* [n_units] current storage of each unit (first element) */
     dt_bf16 **unit_lp;
+    /* micro-batches held at once (slots), and the residual positions a slot keeps */
+    int n_slots, n_pos;
+    int *pos_index; /* [L + 1] residual position (input of block l; L = final input) -> index */
     dt_gpt_hooks hooks;
     int64_t n_total;
     float *w, *g;   /* weights, grads */
@@ -49,15 +60,17 @@ struct dt_gpt {
     dt_lm_head head;
     float *rope_cos, *rope_sin;
 
-    /* activations (this rank's rows) */
-    float *res;     /* [L + 1][Nr, C]: residual stream, res[0] = embeddings */
-    dt_block_acts *acts;
-    float *lnf_out, *lnf_mean, *lnf_rstd, *losses;
+    /* activations (this rank's rows), per slot */
+    float *res;     /* [slot][n_pos][Nr, C]: residual stream at the positions held here */
+    dt_block_acts *acts;          /* [slot][L]: carved for the blocks held here */
+    float *lnf_mean, *lnf_rstd;   /* [slot][Nr] */
+    float *dres, *dlnf;           /* [slot][Nr, C]: gradient of the residual / final norm out */
+    float *lnf_out, *losses;      /* shared */
     dt_bf16 *lnf_lp;
     void *act_arena;
     /* transients, and the backward's */
     dt_block_scratch scratch;
-    float *dres, *dlnf, *dpos;
+    float *dpos;
     void *tmp_arena;
 };
 
@@ -110,30 +123,70 @@ static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t co
     return DT_OK;
 }
 
-/* This rank's table from the full one: each tensor's shard, packed in the same order. */
-static dt_status localize(dt_gpt *g) {
+/* Full-table tensors of global unit u: [first, end). */
+static void full_unit_params(const dt_gpt *g, int u, int *first, int *end) {
+    int L = g->cfg.n_layer;
+    *first = u == 0 ? 0 : g->n_embed_params + (u - 1) * g->per_layer;
+    *end = u == 0 ? g->n_embed_params : u <= L ? *first + g->per_layer : g->n_full_params;
+}
+
+static dt_status push_local(dt_gpt *g, int full_index, int64_t *at) {
+    dt_param *p = &g->params[g->n_params];
+    *p = g->full[full_index];
+    g->local_full[g->n_params++] = full_index;
+    if (p->shard.kind != DT_SHARD_NONE) {
+        p->shard.parts = g->par.tp->size;
+        p->shard.index = g->par.tp->rank;
+    }
+    int64_t rows, cols;
+    dt_shard_local_shape(&p->shard, &rows, &cols);
+    p->shape[0] = rows;
+    if (p->ndim == 2)
+        p->shape[1] = cols;
+    p->numel = rows * cols;
+    p->offset = *at;
+    *at += (p->numel + 15) / 16 * 16;
+    return DT_OK;
+}
+
+/* This rank's table from the full one: the tensors of the units it holds, each its tp shard,
+ * packed in unit order. A GPT-2 stage with the final unit but not the embedding also holds a
+ * copy of wte for its head (the engine keeps the two copies' gradients summed). */
+static dt_status localize(dt_gpt *g, const bool *held) {
+    int U = g->cfg.n_layer + 2;
     g->full = g->params;
     g->n_full = g->n_total;
-    g->params = malloc((size_t)g->n_params * sizeof *g->params);
-    if (!g->params)
+    g->n_full_params = g->n_params;
+    g->params = malloc((size_t)(g->n_full_params + 1) * sizeof *g->params);
+    g->local_full = malloc((size_t)(g->n_full_params + 1) * sizeof *g->local_full);
+    g->unit_global = malloc((size_t)U * sizeof *g->unit_global);
+    g->unit_local = malloc((size_t)U * sizeof *g->unit_local);
+    g->unit_param = malloc((size_t)(U + 1) * sizeof *g->unit_param);
+    if (!g->params || !g->local_full || !g->unit_global || !g->unit_local || !g->unit_param)
         return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
+    g->n_params = 0;
+    g->n_units = 0;
+    g->tied_copy = -1;
     int64_t at = 0;
-    for (int i = 0; i < g->n_params; i++) {
-        dt_param *p = &g->params[i];
-        *p = g->full[i];
-        if (p->shard.kind != DT_SHARD_NONE) {
-            p->shard.parts = g->par.tp->size;
-            p->shard.index = g->par.tp->rank;
+    for (int u = 0; u < U; u++) {
+        g->unit_local[u] = -1;
+        if (held && !held[u])
+            continue;
+        g->unit_local[u] = g->n_units;
+        g->unit_global[g->n_units] = u;
+        g->unit_param[g->n_units++] = g->n_params;
+        int first, end;
+        full_unit_params(g, u, &first, &end);
+        for (int i = first; i < end; i++)
+            DT_TRY(push_local(g, i, &at));
+        if (u == U - 1 && g->cfg.arch == DT_ARCH_GPT2 && held && !held[0]) {
+            g->tied_copy = g->n_params;
+            DT_TRY(push_local(g, 0, &at));
         }
-        int64_t rows, cols;
-        dt_shard_local_shape(&p->shard, &rows, &cols);
-        p->shape[0] = rows;
-        if (p->ndim == 2)
-            p->shape[1] = cols;
-        p->numel = rows * cols;
-        p->offset = at;
-        at += (p->numel + 15) / 16 * 16;
     }
+    g->unit_param[g->n_units] = g->n_params;
+    if (g->n_units == 0)
+        return dt_err_set(DT_ERR_ARG, "model: this rank holds no unit of the model");
     g->n_total = at;
     return DT_OK;
 }
@@ -236,16 +289,13 @@ static dt_norm_params norm_view(const unit_store *u, const dt_param *w, const dt
                             .db = b ? gv(u, b) : NULL};
 }
 
-static int first_param_of_unit(const dt_gpt *g, int unit) {
-    if (unit == 0)
-        return 0;
-    if (unit <= g->cfg.n_layer)
-        return g->n_embed_params + (unit - 1) * g->per_layer;
-    return g->n_embed_params + g->cfg.n_layer * g->per_layer;
+/* the first local tensor of global unit u (which this rank holds) */
+static const dt_param *unit_tensors(const dt_gpt *g, int u) {
+    return g->params + g->unit_param[g->unit_local[u]];
 }
 
 static void wire_block(dt_gpt *g, int l, const unit_store *u) {
-    const dt_param *q = g->params + first_param_of_unit(g, l + 1);
+    const dt_param *q = unit_tensors(g, l + 1);
     dt_block *b = &g->blocks[l];
     int qkv_rows = dt_block_qkv_width(&g->dims);
     if (g->cfg.arch == DT_ARCH_GPT2) {
@@ -274,30 +324,30 @@ static void wire_head(dt_gpt *g, const unit_store *u, const dt_param *w) {
     g->head.w_lp = lpv(u, w);
 }
 
-static void wire_unit(dt_gpt *g, int unit) {
+static void wire_unit(dt_gpt *g, int lu) {
     int64_t first, count;
-    dt_gpt_unit_range(g, unit, &first, &count);
-    unit_store u = {.w = g->unit_w[unit], .g = g->unit_g[unit], .lp = g->unit_lp[unit],
+    dt_gpt_unit_range(g, lu, &first, &count);
+    unit_store u = {.w = g->unit_w[lu], .g = g->unit_g[lu], .lp = g->unit_lp[lu],
                     .first = first};
-    const dt_param *P = g->params;
+    int gu = g->unit_global[lu];
+    const dt_param *P = g->params + g->unit_param[lu];
     bool gpt2 = g->cfg.arch == DT_ARCH_GPT2;
-    if (unit == 0) {
+    if (gu == 0) {
         g->wte = wv(&u, &P[0]);
         g->dwte = gv(&u, &P[0]);
         g->wpe = gpt2 ? wv(&u, &P[1]) : NULL;
         g->dwpe = gpt2 ? gv(&u, &P[1]) : NULL;
         if (gpt2)
             wire_head(g, &u, &P[0]);
-    } else if (unit <= g->cfg.n_layer) {
-        wire_block(g, unit - 1, &u);
-    } else {
-        const dt_param *last = &P[g->n_params - 1];
-        if (gpt2) {
-            g->lnf = norm_view(&u, last - 1, last);
-        } else {
-            g->lnf = norm_view(&u, last - 1, NULL);
-            wire_head(g, &u, last);
-        }
+    } else if (gu <= g->cfg.n_layer) {
+        wire_block(g, gu - 1, &u);
+    } else if (gpt2) { /* ln_f weight and bias, then the head's copy of wte if held here */
+        g->lnf = norm_view(&u, &P[0], &P[1]);
+        if (g->tied_copy >= 0)
+            wire_head(g, &u, &g->params[g->tied_copy]);
+    } else {           /* model.norm, lm_head */
+        g->lnf = norm_view(&u, &P[0], NULL);
+        wire_head(g, &u, &P[1]);
     }
 }
 
@@ -307,7 +357,9 @@ static dt_status check_fused_qkv(const dt_gpt *g) {
     if (g->cfg.arch != DT_ARCH_LLAMA)
         return DT_OK;
     for (int l = 0; l < g->cfg.n_layer; l++) {
-        const dt_param *q = g->params + first_param_of_unit(g, l + 1) + 1;
+        if (g->unit_local[l + 1] < 0)
+            continue;
+        const dt_param *q = unit_tensors(g, l + 1) + 1;
         if (q[0].offset + q[0].numel != q[1].offset || q[1].offset + q[1].numel != q[2].offset)
             return dt_err_set(DT_ERR_ARG, "model: q/k/v projections of layer %d are not "
                               "contiguous (n_embd=%d should be a multiple of 16)", l,
@@ -316,18 +368,24 @@ static dt_status check_fused_qkv(const dt_gpt *g) {
     return DT_OK;
 }
 
-int dt_gpt_n_units(const dt_gpt *g) { return g->cfg.n_layer + 2; }
+int dt_gpt_n_units(const dt_gpt *g) { return g->n_units; }
+int dt_gpt_unit_global(const dt_gpt *g, int unit) { return g->unit_global[unit]; }
+int dt_gpt_unit_local(const dt_gpt *g, int global_unit) { return g->unit_local[global_unit]; }
 
 void dt_gpt_unit_range(const dt_gpt *g, int unit, int64_t *first, int64_t *count) {
-    int a = first_param_of_unit(g, unit);
-    int b = unit + 1 < dt_gpt_n_units(g) ? first_param_of_unit(g, unit + 1) : g->n_params;
+    int a = g->unit_param[unit], b = g->unit_param[unit + 1];
     *first = g->params[a].offset;
     *count = (b < g->n_params ? g->params[b].offset : g->n_total) - *first;
 }
 
 int dt_gpt_head_unit(const dt_gpt *g) {
-    return g->cfg.arch == DT_ARCH_GPT2 ? 0 : dt_gpt_n_units(g) - 1;
+    int L1 = g->cfg.n_layer + 1;
+    if (g->cfg.arch == DT_ARCH_GPT2 && g->unit_local[0] >= 0)
+        return g->unit_local[0];
+    return g->unit_local[L1];
 }
+
+int dt_gpt_tied_copy(const dt_gpt *g) { return g->tied_copy; }
 
 void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp) {
     if (w)
@@ -376,34 +434,62 @@ static rows_of rows_max(const dt_gpt *g) {
                      .Nr = (size_t)dt_block_rows_res(&g->par, N)};
 }
 
+static bool holds_block(const dt_gpt *g, int l) { return g->unit_local[l + 1] >= 0; }
+static bool holds_final(const dt_gpt *g) { return g->unit_local[g->cfg.n_layer + 1] >= 0; }
+
+/* Residual positions a slot keeps: each held block's input and output, the embedding's
+ * output, the final norm's input. */
+static void plan_positions(dt_gpt *g) {
+    int L = g->cfg.n_layer;
+    for (int l = 0; l <= L; l++)
+        g->pos_index[l] = -1;
+    for (int l = 0; l < L; l++)
+        if (holds_block(g, l))
+            g->pos_index[l] = g->pos_index[l + 1] = 0;
+    if (g->unit_local[0] >= 0)
+        g->pos_index[0] = 0;
+    if (holds_final(g))
+        g->pos_index[L] = 0;
+    g->n_pos = 0;
+    for (int l = 0; l <= L; l++)
+        if (g->pos_index[l] == 0)
+            g->pos_index[l] = g->n_pos++;
+}
+
 static void carve_acts(dt_gpt *g, carver *cv) {
     const dt_block_dims *d = &g->dims;
     rows_of r = rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
-    size_t heads = (size_t)d->NH / g->par.sp->size;
+    size_t heads = (size_t)d->NH / g->par.sp->size, S = (size_t)g->n_slots;
+    int L = g->cfg.n_layer;
     bool lp = g->ctx.mm_type == DT_BF16;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    g->res = carve(cv, (g->cfg.n_layer + 1) * r.Nr * C * f4);
-    for (int l = 0; l < g->cfg.n_layer; l++) {
-        dt_block_acts *a = &g->acts[l];
-        a->ln1_mean = carve(cv, r.Nr * f4);
-        a->ln1_rstd = carve(cv, r.Nr * f4);
-        a->qkv = carve(cv, r.Nt * W * f4);
-        a->att = carve(cv, r.Nt * A * f4);
-        a->lse = carve(cv, r.N * heads * f4);
-        a->x2 = carve(cv, r.Nr * C * f4);
-        a->ln2_mean = carve(cv, r.Nr * f4);
-        a->ln2_rstd = carve(cv, r.Nr * f4);
-        a->h = carve(cv, r.Nt * F * f4);
-        a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-        a->ln1_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
-        a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
-        a->ln2_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
-        a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
-    }
+    g->res = carve(cv, S * g->n_pos * r.Nr * C * f4);
+    for (size_t slot = 0; slot < S; slot++)
+        for (int l = 0; l < L; l++) {
+            if (!holds_block(g, l))
+                continue;
+            dt_block_acts *a = &g->acts[slot * L + l];
+            a->ln1_mean = carve(cv, r.Nr * f4);
+            a->ln1_rstd = carve(cv, r.Nr * f4);
+            a->qkv = carve(cv, r.Nt * W * f4);
+            a->att = carve(cv, r.Nt * A * f4);
+            a->lse = carve(cv, r.N * heads * f4);
+            a->x2 = carve(cv, r.Nr * C * f4);
+            a->ln2_mean = carve(cv, r.Nr * f4);
+            a->ln2_rstd = carve(cv, r.Nr * f4);
+            a->h = carve(cv, r.Nt * F * f4);
+            a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
+            a->ln1_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
+            a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
+            a->ln2_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
+            a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
+        }
+    if (!holds_final(g))
+        return;
+    g->lnf_mean = carve(cv, S * r.Nr * f4);
+    g->lnf_rstd = carve(cv, S * r.Nr * f4);
     g->lnf_out = carve(cv, r.Nr * C * f4);
-    g->lnf_mean = carve(cv, r.Nr * f4);
-    g->lnf_rstd = carve(cv, r.Nr * f4);
     g->lnf_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
     g->losses = carve(cv, r.Nt * f4);
 }
@@ -412,12 +498,14 @@ static void carve_scratch(dt_gpt *g, carver *cv) {
     const dt_block_dims *d = &g->dims;
     rows_of r = rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
-    size_t f4 = sizeof(float);
+    size_t f4 = sizeof(float), S = (size_t)g->n_slots;
     bool lp = g->ctx.mm_type == DT_BF16;
-    size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
-    g->head.logits = carve(cv, chunk * V * f4);
-    g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
-    g->head.stats = carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
+    if (dt_gpt_head_unit(g) >= 0) {
+        size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
+        g->head.logits = carve(cv, chunk * V * f4);
+        g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
+        g->head.stats = carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
+    }
     dt_block_scratch *s = &g->scratch;
     s->ln = carve(cv, r.Nr * C * f4);
     s->ln_full = carve(cv, r.Nt * C * f4);
@@ -441,8 +529,8 @@ static void carve_scratch(dt_gpt *g, carver *cv) {
     size_t widest = C > W ? C : W;
     widest = widest > F ? widest : F;
     s->dy_lp = lp ? carve(cv, r.Nt * widest * sizeof(dt_bf16)) : NULL;
-    g->dres = carve(cv, r.Nr * C * f4);
-    g->dlnf = carve(cv, r.Nr * C * f4);
+    g->dres = carve(cv, S * r.Nr * C * f4);
+    g->dlnf = holds_final(g) ? carve(cv, S * r.Nr * C * f4) : NULL;
     g->dpos = g->cfg.arch == DT_ARCH_GPT2 ? carve(cv, (size_t)g->T * C * f4) : NULL;
 }
 
@@ -550,6 +638,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->T = T;
     g->training = training;
     g->mem = mem;
+    g->pp = o->pp;
     DT_TRY_GOTO(setup_par(g, o));
     int tp = g->par.tp->size;
     g->dims = (dt_block_dims){.kind = cfg->arch == DT_ARCH_GPT2 ? DT_BLOCK_GPT2 : DT_BLOCK_LLAMA,
@@ -560,7 +649,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     DT_TRY_GOTO(dt_gemm_init(&g->gemm));
     g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = prec == DT_PREC_BF16 ? DT_BF16 : DT_F32};
     DT_TRY_GOTO(cfg->arch == DT_ARCH_GPT2 ? build_table_gpt2(g) : build_table_llama(g));
-    DT_TRY_GOTO(localize(g));
+    DT_TRY_GOTO(localize(g, o->units));
     size_t n = (size_t)g->n_total;
     if (!o->external_weights)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float),
@@ -570,17 +659,20 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     if (g->ctx.mm_type == DT_BF16 && !o->external_weights)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights.bf16", n * sizeof(dt_bf16),
                                  (void **)&g->w_lp));
-    int n_units = cfg->n_layer + 2;
+    int n_units = g->n_units;
+    g->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
-    g->acts = calloc((size_t)cfg->n_layer, sizeof *g->acts);
+    g->acts = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->acts);
     g->unit_w = calloc((size_t)n_units, sizeof *g->unit_w);
     g->unit_g = calloc((size_t)n_units, sizeof *g->unit_g);
     g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
-    if (!g->blocks || !g->acts || !g->unit_w || !g->unit_g || !g->unit_lp) {
+    g->pos_index = calloc((size_t)cfg->n_layer + 1, sizeof *g->pos_index);
+    if (!g->blocks || !g->acts || !g->unit_w || !g->unit_g || !g->unit_lp || !g->pos_index) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }
     DT_TRY_GOTO(check_fused_qkv(g));
+    plan_positions(g);
     for (int u = 0; u < n_units; u++) {
         int64_t first, count;
         dt_gpt_unit_range(g, u, &first, &count);
@@ -619,6 +711,11 @@ void dt_gpt_free(dt_gpt *g) {
     free(g->unit_lp);
     free(g->unit_g);
     free(g->unit_w);
+    free(g->pos_index);
+    free(g->unit_param);
+    free(g->unit_local);
+    free(g->unit_global);
+    free(g->local_full);
     free(g->acts);
     free(g->blocks);
     if (g->full != g->params)
@@ -671,8 +768,20 @@ static void row_starts(const dt_gpt *g, int N, int64_t *t0, int64_t *r0) {
     *r0 = *t0 + (int64_t)g->par.rows->rank * Nr;
 }
 
-static float *res_at(const dt_gpt *g, int l, int N) {
-    return g->res + (size_t)l * dt_block_rows_res(&g->par, N) * g->cfg.n_embd;
+static size_t res_rows(const dt_gpt *g, int N) { return (size_t)dt_block_rows_res(&g->par, N); }
+
+/* residual position l (input of block l; L: the final norm's input) of a slot */
+static float *res_at(const dt_gpt *g, int slot, int l, int N) {
+    size_t n = res_rows(g, N) * g->cfg.n_embd;
+    return g->res + ((size_t)slot * g->n_pos + (size_t)g->pos_index[l]) * n;
+}
+
+static float *dres_of(const dt_gpt *g, int slot, int N) {
+    return g->dres + (size_t)slot * res_rows(g, N) * g->cfg.n_embd;
+}
+
+static dt_block_acts *acts_of(const dt_gpt *g, int slot, int l) {
+    return &g->acts[(size_t)slot * g->cfg.n_layer + l];
 }
 
 static dt_region_shape tp_shape(const dt_gpt *g, int N) {
@@ -682,63 +791,90 @@ static dt_region_shape tp_shape(const dt_gpt *g, int N) {
 /* Vocabulary-parallel embedding: each tp rank looks up the ids of its vocabulary shard (zeros
  * for the rest), the leaving region sums the shards (and, under Megatron-SP, scatters rows),
  * then the position embedding is added once, like a row-parallel layer's bias. */
-static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T) {
+static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T, float *out) {
     int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N);
     int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
     row_starts(g, N, &t0, &r0);
     dt_rows_gather(g->scratch.part, g->wte, tokens + t0, v0, g->vocab_rows, Nt, g->cfg.n_embd);
     dt_region_shape sh = tp_shape(g, N);
-    DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, g->res,
+    DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, out,
                                                    g->scratch.work));
     if (g->wpe)
-        dt_rows_add_positions(g->res, g->wpe, r0, T, Nr, g->cfg.n_embd);
+        dt_rows_add_positions(out, g->wpe, r0, T, Nr, g->cfg.n_embd);
     return DT_OK;
 }
 
-static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T) {
+static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
+                                const float *dres) {
     int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N), C = g->cfg.n_embd;
     int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
     row_starts(g, N, &t0, &r0);
     if (g->dwpe) { /* a partial sum over the rows comm under Megatron-SP */
         memset(g->dpos, 0, (size_t)T * C * sizeof(float));
-        dt_rows_positions_grad(g->dpos, g->dres, r0, T, Nr, C);
+        dt_rows_positions_grad(g->dpos, dres, r0, T, Nr, C);
         DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, (int64_t)T * C, NULL));
         dt_add_inplace(g->dwpe, g->dpos, (int64_t)T * C);
     }
     memset(g->scratch.part, 0, (size_t)Nt * C * sizeof(float));
     dt_region_shape sh = tp_shape(g, N);
-    DT_TRY(dt_region_op_get(g->par.leave)->backward(g->par.tp, &sh, g->dres, g->scratch.part,
+    DT_TRY(dt_region_op_get(g->par.leave)->backward(g->par.tp, &sh, dres, g->scratch.part,
                                                     g->scratch.work));
     dt_rows_scatter_add(g->dwte, g->scratch.part, tokens + t0, v0, g->vocab_rows, Nt, C);
     return DT_OK;
 }
 
-dt_status dt_gpt_forward(dt_gpt *g, const int32_t *tokens, int B, int T) {
+static dt_status check_units(const dt_gpt *g, int slot, int u0, int u1) {
+    if (slot < 0 || slot >= g->n_slots || u0 < 0 || u1 > g->cfg.n_layer + 2 || u0 >= u1)
+        return dt_err_set(DT_ERR_ARG, "model: slot %d (of %d), units [%d, %d) out of range",
+                          slot, g->n_slots, u0, u1);
+    for (int u = u0; u < u1; u++)
+        if (g->unit_local[u] < 0)
+            return dt_err_set(DT_ERR_ARG, "model: unit %d is not held by this rank", u);
+    return DT_OK;
+}
+
+dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
+                               int B, int T) {
     DT_TRY(check_shape(g, B, T));
+    DT_TRY(check_units(g, slot, u0, u1));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
-    DT_TRY(enter(g, 0, DT_PHASE_FORWARD));
-    DT_TRY(embed_forward(g, tokens, N, T));
-    DT_TRY(leave(g, 0, DT_PHASE_FORWARD));
-    dt_rope_cache rope = rope_of(g);
-    for (int l = 0; l < L; l++) {
-        DT_TRY(enter(g, l + 1, DT_PHASE_FORWARD));
-        DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
-                                res_at(g, l, N), B, T, &g->acts[l], &g->scratch,
-                                res_at(g, l + 1, N)));
-        DT_TRY(leave(g, l + 1, DT_PHASE_FORWARD));
+    const int *lu = g->unit_local;
+    if (u0 == 0) {
+        DT_TRY(enter(g, lu[0], DT_PHASE_FORWARD));
+        DT_TRY(embed_forward(g, tokens, N, T, res_at(g, slot, 0, N)));
+        DT_TRY(leave(g, lu[0], DT_PHASE_FORWARD));
     }
-    DT_TRY(enter(g, L + 1, DT_PHASE_FORWARD));
-    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, L, N), dt_block_rows_res(&g->par, N),
-                          C, g->dims.norm_eps, g->lnf_out, g->lnf_mean, g->lnf_rstd);
-    return leave(g, L + 1, DT_PHASE_FORWARD);
+    dt_rope_cache rope = rope_of(g);
+    for (int u = u0 > 1 ? u0 : 1; u < u1 && u <= L; u++) {
+        int l = u - 1;
+        DT_TRY(enter(g, lu[u], DT_PHASE_FORWARD));
+        DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
+                                res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
+                                res_at(g, slot, l + 1, N)));
+        DT_TRY(leave(g, lu[u], DT_PHASE_FORWARD));
+    }
+    if (u1 < L + 2)
+        return DT_OK;
+    size_t nr = res_rows(g, N);
+    DT_TRY(enter(g, lu[L + 1], DT_PHASE_FORWARD));
+    dt_block_norm_forward(g->dims.kind, &g->lnf, res_at(g, slot, L, N), (int)nr, C,
+                          g->dims.norm_eps, g->lnf_out, g->lnf_mean + slot * nr,
+                          g->lnf_rstd + slot * nr);
+    return leave(g, lu[L + 1], DT_PHASE_FORWARD);
+}
+
+dt_status dt_gpt_forward(dt_gpt *g, const int32_t *tokens, int B, int T) {
+    return dt_gpt_forward_units(g, 0, 0, g->cfg.n_layer + 2, tokens, B, T);
 }
 
 /* The head is a column-parallel layer over the vocabulary: the final norm's output enters
  * the tp region (all rows of the region on every tp rank); its input gradient is a partial
- * sum over the vocabulary shards, summed by the entering region's adjoint. */
-dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float grad_scale,
-                      bool backward, double *loss_sum) {
+ * sum over the vocabulary shards, summed by the entering region's adjoint. Reads the final
+ * norm's output of the slot's forward, which must be the last forward this rank ran. */
+dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, int T,
+                           float grad_scale, bool backward, double *loss_sum) {
     DT_TRY(check_shape(g, B, T));
+    DT_TRY(check_units(g, slot, g->cfg.n_layer + 1, g->cfg.n_layer + 2));
     if (backward && !g->training)
         return dt_err_set(DT_ERR_ARG, "model: built for inference, cannot compute gradients");
     int N = B * T, Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N);
@@ -756,8 +892,9 @@ dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float gra
     DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, x, g->lnf_lp, targets + t0, Nt, grad_scale,
                            backward, g->losses, dx));
     if (backward) {
-        memset(g->dlnf, 0, (size_t)Nr * C * sizeof(float));
-        DT_TRY(entry->backward(g->par.tp, &sh, dx, g->dlnf, g->scratch.work));
+        float *dlnf = g->dlnf + (size_t)slot * res_rows(g, N) * C;
+        memset(dlnf, 0, (size_t)Nr * C * sizeof(float));
+        DT_TRY(entry->backward(g->par.tp, &sh, dx, dlnf, g->scratch.work));
     }
     DT_TRY(leave(g, hu, DT_PHASE_HEAD));
     double s = 0;
@@ -767,14 +904,21 @@ dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float gra
     return DT_OK;
 }
 
+dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float grad_scale,
+                      bool backward, double *loss_sum) {
+    return dt_gpt_loss_slot(g, 0, targets, B, T, grad_scale, backward, loss_sum);
+}
+
 /* The final norm sees this rank's rows: its weight gradients are partial over the rows comm. */
-static dt_status final_norm_backward(dt_gpt *g, int N) {
+static dt_status final_norm_backward(dt_gpt *g, int slot, int N, float *dres) {
     int Nr = dt_block_rows_res(&g->par, N), C = g->cfg.n_embd;
+    size_t nr = res_rows(g, N);
     float *pg = g->scratch.pgrad;
     memset(pg, 0, 2 * (size_t)C * sizeof(float));
     dt_norm_params p = {.w = g->lnf.w, .b = g->lnf.b, .dw = pg, .db = g->lnf.b ? pg + C : NULL};
-    dt_block_norm_backward(g->dims.kind, &p, res_at(g, g->cfg.n_layer, N), g->dlnf,
-                           g->lnf_mean, g->lnf_rstd, Nr, C, g->dres);
+    dt_block_norm_backward(g->dims.kind, &p, res_at(g, slot, g->cfg.n_layer, N),
+                           g->dlnf + slot * nr * C, g->lnf_mean + slot * nr,
+                           g->lnf_rstd + slot * nr, Nr, C, dres);
     DT_TRY(dt_comm_allreduce_f32(g->par.rows, pg, 2 * (int64_t)C, NULL));
     dt_add_inplace(g->lnf.dw, pg, C);
     if (g->lnf.db)
@@ -782,27 +926,53 @@ static dt_status final_norm_backward(dt_gpt *g, int N) {
     return DT_OK;
 }
 
-dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
+dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
+                                int B, int T) {
     DT_TRY(check_shape(g, B, T));
+    DT_TRY(check_units(g, slot, u0, u1));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
-    memset(g->dres, 0, (size_t)dt_block_rows_res(&g->par, N) * C * sizeof(float));
-    DT_TRY(enter(g, L + 1, DT_PHASE_BACKWARD));
-    DT_TRY(final_norm_backward(g, N));
-    DT_TRY(leave(g, L + 1, DT_PHASE_BACKWARD));
-    dt_rope_cache rope = rope_of(g);
-    for (int l = L - 1; l >= 0; l--) {
-        DT_TRY(enter(g, l + 1, DT_PHASE_BACKWARD));
-        DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
-                                 res_at(g, l, N), B, T, &g->acts[l], &g->scratch, g->dres));
-        DT_TRY(leave(g, l + 1, DT_PHASE_BACKWARD));
+    const int *lu = g->unit_local;
+    float *dres = dres_of(g, slot, N);
+    if (u1 == L + 2) {
+        memset(dres, 0, res_rows(g, N) * C * sizeof(float));
+        DT_TRY(enter(g, lu[L + 1], DT_PHASE_BACKWARD));
+        DT_TRY(final_norm_backward(g, slot, N, dres));
+        DT_TRY(leave(g, lu[L + 1], DT_PHASE_BACKWARD));
     }
-    DT_TRY(enter(g, 0, DT_PHASE_BACKWARD));
-    DT_TRY(embed_backward(g, tokens, N, T));
-    return leave(g, 0, DT_PHASE_BACKWARD);
+    dt_rope_cache rope = rope_of(g);
+    for (int u = (u1 <= L ? u1 - 1 : L); u >= 1 && u >= u0; u--) {
+        int l = u - 1;
+        DT_TRY(enter(g, lu[u], DT_PHASE_BACKWARD));
+        DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
+                                 res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
+                                 dres));
+        DT_TRY(leave(g, lu[u], DT_PHASE_BACKWARD));
+    }
+    if (u0 > 0)
+        return DT_OK;
+    DT_TRY(enter(g, lu[0], DT_PHASE_BACKWARD));
+    DT_TRY(embed_backward(g, tokens, N, T, dres));
+    return leave(g, lu[0], DT_PHASE_BACKWARD);
+}
+
+dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
+    return dt_gpt_backward_units(g, 0, 0, g->cfg.n_layer + 2, tokens, B, T);
+}
+
+int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T) {
+    return (int64_t)res_rows(g, B * T) * g->cfg.n_embd;
+}
+
+float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T) {
+    return res_at(g, slot, position, B * T);
+}
+
+float *dt_gpt_boundary_grad(dt_gpt *g, int slot, int B, int T) {
+    return dres_of(g, slot, B * T);
 }
 
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits) {
-    if (g->par.tp->size * g->par.sp->size > 1)
+    if (g->par.tp->size * g->par.sp->size > 1 || g->n_units < g->cfg.n_layer + 2)
         return dt_err_set(DT_ERR_UNSUPPORTED, "model: sampling runs on one process; export the "
                           "weights and use dtrain sample");
     DT_TRY(dt_gpt_forward(g, tokens, 1, T));
@@ -836,14 +1006,21 @@ dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {
         memset(full, 0, (size_t)g->n_full * sizeof *full);
         for (int i = 0; i < g->n_params; i++) {
             const dt_param *lp = &g->params[i];
+            if (i == g->tied_copy)
+                continue; /* the embedding's stage holds the original */
             int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p; /* replicated: rank 0's */
             for (int r = 0; r < holders; r++)
                 dt_param_shard_to_full(lp, r, all + (size_t)r * g->n_total + lp->offset,
-                                       full + g->full[i].offset);
+                                       full + g->full[g->local_full[i]].offset);
         }
     }
     dt_mem_release(g->mem, all);
     free(counts);
+    /* pipeline stages hold disjoint tensors: the sum over stages (zeros elsewhere) is exact */
+    for (int64_t i = 0; st == DT_OK && g->pp && i < g->n_full; i += 1 << 28) {
+        int64_t n = g->n_full - i < (1 << 28) ? g->n_full - i : 1 << 28;
+        st = dt_comm_allreduce_f32(g->pp, full + i, n, NULL);
+    }
     return st;
 }
 
@@ -851,7 +1028,7 @@ void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local) {
     memset(local, 0, (size_t)g->n_total * sizeof *local);
     for (int i = 0; i < g->n_params; i++) {
         const dt_param *lp = &g->params[i];
-        dt_param_full_to_shard(lp, lp->shard.index, full + g->full[i].offset,
+        dt_param_full_to_shard(lp, lp->shard.index, full + g->full[g->local_full[i]].offset,
                                local + lp->offset);
     }
 }
@@ -859,6 +1036,7 @@ void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local) {
 /* ---- accessors ------------------------------------------------------------------------- */
 
 int dt_gpt_n_params(const dt_gpt *g) { return g->n_params; }
+int dt_gpt_n_full_params(const dt_gpt *g) { return g->n_full_params; }
 const dt_param *dt_gpt_param(const dt_gpt *g, int i) { return &g->params[i]; }
 const dt_param *dt_gpt_full_param(const dt_gpt *g, int i) { return &g->full[i]; }
 int64_t dt_gpt_numel(const dt_gpt *g) { return g->n_total; }
@@ -877,7 +1055,7 @@ const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
 
 double dt_gpt_flops_per_token(const dt_gpt *g, int T) {
     double matmul_weights = 0;
-    for (int i = 0; i < g->n_params; i++) {
+    for (int i = 0; i < g->n_full_params; i++) {
         const dt_param *p = &g->full[i];
         bool embedding_only = strcmp(p->name, "wpe.weight") == 0 ||
                               strcmp(p->name, "model.embed_tokens.weight") == 0;

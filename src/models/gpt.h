@@ -38,6 +38,12 @@ typedef struct dt_gpt_opts {
      * sp: Ulysses sequence parallelism; sequence_tp: Megatron-SP over the tp ranks. */
     dt_comm *tp, *sp;
     bool sequence_tp;
+    /* Pipeline stages: the global units this rank holds ([n_layer + 2], NULL = all), the
+     * micro-batches whose activations it holds at once (0 = 1), and the pipeline group
+     * (borrowed; NULL = none), over which whole-model gathers are completed. */
+    const bool *units;
+    int n_slots;
+    dt_comm *pp;
 } dt_gpt_opts;
 
 /* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error
@@ -54,11 +60,17 @@ const dt_model_config *dt_gpt_config(const dt_gpt *g);
 void dt_gpt_init_weights(dt_gpt *g, uint64_t seed);
 
 /* Units: the granularity at which a distributed engine moves weights and gradients.
- * Unit 0 = embeddings, units 1..L = blocks, unit L+1 = final norm (+ Llama's LM head). Each
- * unit is a contiguous range of the arena; GPT-2's LM head is unit 0's token embedding. */
+ * Global unit 0 = embeddings, 1..L = blocks, L+1 = final norm (+ Llama's LM head). A rank
+ * holds some of them (all, or its pipeline stages'); the unit API and the hooks use LOCAL
+ * ids 0..n_units-1 in global order. Each unit is a contiguous range of the local arena.
+ * GPT-2's LM head is unit 0's token embedding; a stage holding the final unit but not unit 0
+ * holds a copy of it in its final unit (dt_gpt_tied_copy: its local tensor index, else -1). */
 int dt_gpt_n_units(const dt_gpt *g);
+int dt_gpt_unit_global(const dt_gpt *g, int unit);
+int dt_gpt_unit_local(const dt_gpt *g, int global_unit); /* -1: not held */
 void dt_gpt_unit_range(const dt_gpt *g, int unit, int64_t *first, int64_t *count);
-int dt_gpt_head_unit(const dt_gpt *g);
+int dt_gpt_head_unit(const dt_gpt *g); /* -1: no head here */
+int dt_gpt_tied_copy(const dt_gpt *g);
 /* Point a unit's views at storage holding its range (w[0] is arena element `first`).
  * NULL leaves that kind of view as it is. */
 void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp);
@@ -88,14 +100,33 @@ dt_status dt_gpt_forward(dt_gpt *g, const int32_t *tokens, int B, int T);
 dt_status dt_gpt_loss(dt_gpt *g, const int32_t *targets, int B, int T, float grad_scale,
                       bool backward, double *loss_sum);
 dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T);
+
+/* The same by pipeline chunk: global units [u0, u1) (all held here) on micro-batch slot
+ * `slot`. Residual position l is the input of block l (position L: the final norm's input);
+ * a chunk [u0, u1) reads position u0 - 1 (u0 > 0; tokens when u0 = 0) and writes u1 - 1.
+ * Backward: with u1 = L + 2 it starts from the slot's loss gradient (dt_gpt_loss_slot with
+ * backward), otherwise from the gradient of its output placed in dt_gpt_boundary_grad; it
+ * leaves the gradient of its input there. */
+dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
+                               int B, int T);
+dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, int T,
+                           float grad_scale, bool backward, double *loss_sum);
+dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
+                                int B, int T);
+/* Activations and gradients crossing a chunk boundary: dt_gpt_boundary_count floats. */
+int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T);
+float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T);
+float *dt_gpt_boundary_grad(dt_gpt *g, int slot, int B, int T);
 void dt_gpt_zero_grad(dt_gpt *g);
 /* Logits of the last position of one sequence tokens[0..T) (T <= the init T). */
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits);
 
-/* Two tables with the same tensors in the same order: this rank's (dt_gpt_param: shapes and
+/* Two tables: this rank's (dt_gpt_param: the tensors of the units it holds, shapes and
  * offsets in the local arena, with each tensor's shard spec) and the single process's
- * (dt_gpt_full_param: what files hold). They are the same without tensor parallelism. */
+ * (dt_gpt_full_param: what files hold). They are the same without tensor and pipeline
+ * parallelism. */
 int dt_gpt_n_params(const dt_gpt *g);
+int dt_gpt_n_full_params(const dt_gpt *g);
 const dt_param *dt_gpt_param(const dt_gpt *g, int i);
 const dt_param *dt_gpt_full_param(const dt_gpt *g, int i);
 const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name);
@@ -103,7 +134,7 @@ int64_t dt_gpt_numel(const dt_gpt *g);      /* the local arena */
 int64_t dt_gpt_full_numel(const dt_gpt *g); /* the single process's arena */
 /* The model's splits (comms borrowed from the caller or size-1 ones it made). */
 const dt_block_par *dt_gpt_par(const dt_gpt *g);
-/* Collective over tp: every rank's local arena -> the full arena (on every rank). */
+/* Collective over tp and pp: every rank's local arena -> the full arena (on every rank). */
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full);
 /* This rank's local arena out of a full one (no communication). */
 void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local);

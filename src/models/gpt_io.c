@@ -45,7 +45,7 @@ static dt_status put_metadata(dt_st_writer *w, const dt_model_config *c) {
 dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path) {
     dt_status st;
     dt_st_writer *w = NULL;
-    int n = dt_gpt_n_params(g);
+    int n = dt_gpt_n_full_params(g);
     float **tmp = calloc((size_t)n, sizeof *tmp); /* transposed copies live until commit */
     if (!tmp)
         return dt_err_set(DT_ERR_OOM, "saving %s: out of memory", path);
@@ -92,7 +92,7 @@ dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path) {
     DT_TRY(dt_st_open(path, &f));
     dt_status st = DT_OK;
     float *tmp = NULL;
-    for (int i = 0; i < dt_gpt_n_params(g); i++) {
+    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
         const dt_param *p = dt_gpt_full_param(g, i);
         const dt_st_tensor *t = find_tensor(f, p->name);
         if (!t) {

@@ -19,7 +19,7 @@ static dt_status save_optim(const char *path, const dt_gpt *g, const dt_ckpt_are
     dt_st_writer *w = NULL;
     DT_TRY(dt_st_writer_init(&w));
     dt_status st = DT_OK;
-    int n = dt_gpt_n_params(g);
+    int n = dt_gpt_n_full_params(g);
     char (*names)[2][128] = malloc((size_t)n * sizeof *names); /* borrowed until commit */
     if (!names) {
         dt_st_writer_free(w);
@@ -194,7 +194,7 @@ static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a
     dt_status st = DT_OK;
     float *m = a->m, *v = a->v;
     char name[160];
-    for (int i = 0; i < dt_gpt_n_params(g) && st == DT_OK; i++) {
+    for (int i = 0; i < dt_gpt_n_full_params(g) && st == DT_OK; i++) {
         const dt_param *p = dt_gpt_full_param(g, i);
         snprintf(name, sizeof name, "exp_avg.%s", p->name);
         st = dt_st_read_f32(f, name, p->ndim, p->shape, m + p->offset);
