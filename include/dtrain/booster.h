@@ -8,7 +8,8 @@
  *   loop: dt_booster_step(booster, &stats)                       ~ forward, backward,
  *                                                                   optimizer.step()
  * A plugin is a layout: `none`/`ddp` replicate, `zero1|2|3` are presets of `hybrid` with that
- * zero_stage; tp/sp/pp sizes other than 1 are refused until their issues land. Every call is
+ * zero_stage; tp_size, sp_size (sp_mode) and pp_size (microbatches, pp_layers, pp_schedule,
+ * pp_chunks) split the model. Every call is
  * collective over the world communicator (all ranks call it, in the same order); errors come
  * back on every rank with the same message. The world comes from dt_dist_init (dist/dist.h).
  */
@@ -50,6 +51,7 @@ typedef struct dt_boost_spec {
     int total_steps;        /* for the default schedule */
     dt_lr_schedule_fn lr;   /* NULL = default */
     void *lr_ctx;
+    bool trace;             /* record each step's timeline (dt_booster_write_trace) */
 } dt_boost_spec;
 
 dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
@@ -60,12 +62,16 @@ typedef struct dt_step_stats {
     double grad_norm;      /* global, before clipping */
     float lr;
     double seconds;
-    uint64_t comm_bytes;   /* bytes this rank moved in the step's collectives (dp, tp, sp) */
-    uint64_t comm_bytes_grad, comm_bytes_tp, comm_bytes_sp; /* the same, per group: gradients
-                            * (dp x sp), tensor parallel, Ulysses (dtrain's bus-bytes count) */
+    uint64_t comm_bytes;   /* bytes this rank moved in the step's communication */
+    uint64_t comm_bytes_grad, comm_bytes_tp, comm_bytes_sp, comm_bytes_pp; /* the same, per
+                            * group: gradients (dp x sp), tensor parallel, Ulysses, pipeline
+                            * (dtrain's bus-bytes count) */
     double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
                             * waiting): the communication that did not overlap compute */
 } dt_step_stats;
+
+/* The recorded timeline of every step so far as Chrome-trace JSON (rank 0 writes). */
+dt_status dt_booster_write_trace(dt_booster *b, const char *path);
 
 /* One optimizer step on the next global batch. */
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *stats);

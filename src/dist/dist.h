@@ -26,6 +26,8 @@ typedef struct dt_mesh {
     dt_comm *world;               /* borrowed */
     dt_comm *axis[DT_AXIS_COUNT]; /* owned: the group along each axis (size 1 = local comm) */
     dt_comm *grad; /* owned: sp x dp, the ranks holding the same weights (gradients summed) */
+    dt_comm *tied; /* owned: the first and last pipeline stage of this rank's model replica
+                    * (GPT-2's embedding and head copy); size 1 elsewhere and without pp */
 } dt_mesh;
 
 /* Collective over world: one communicator per axis from plan/mesh's pure rank math. */

@@ -24,6 +24,24 @@ static dt_status split_grad(dt_mesh *m, dt_comm *world) {
     return DT_OK;
 }
 
+/* First and last stage of each replica: a split of world in which every middle-stage rank
+ * (and every rank, without pp) is alone. */
+static dt_status split_tied(dt_mesh *m, dt_comm *world) {
+    int pp = m->dims.size[DT_AXIS_PP], stage = m->coords[DT_AXIS_PP];
+    if (pp == 1)
+        return dt_comm_local_init("tied", &m->tied);
+    int color, key;
+    dt_mesh_group(&m->dims, world->rank, DT_AXIS_PP, &color, &key);
+    bool end = stage == 0 || stage == pp - 1;
+    DT_TRY(dt_dist_split(world, end ? color : world->size + world->rank, stage, "tied",
+                         &m->tied));
+    int want = end ? 2 : 1;
+    if (m->tied->size != want)
+        return dt_err_set(DT_ERR_MPI, "mesh: tied group of %d ranks, expected %d",
+                          m->tied->size, want);
+    return DT_OK;
+}
+
 dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out) {
     *out = NULL;
     /* the same dims reach every rank, so every rank rejects them alike, before any collective */
@@ -71,6 +89,9 @@ dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out) 
         }
     }
     dt_status sg = split_grad(m, world);
+    dt_status stt = split_tied(m, world);
+    if (sg == DT_OK)
+        sg = stt;
     if (st == DT_OK && sg != DT_OK) {
         st = sg;
         snprintf(first, sizeof first, "%s", dt_err_msg());
@@ -92,5 +113,6 @@ void dt_mesh_free(dt_mesh *m) {
     for (int a = 0; a < DT_AXIS_COUNT; a++)
         dt_comm_free(m->axis[a]);
     dt_comm_free(m->grad);
+    dt_comm_free(m->tied);
     free(m);
 }

@@ -16,10 +16,13 @@
 #include "core/log.h"
 #include "dist/dist.h"
 #include "optim/adamw.h"
+#include "core/clock.h"
+#include "plan/schedule.h"
+#include "plan/stages.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
 #include "train/loader.h"
-#include "core/clock.h"
+#include "train/pipeline.h"
 
 struct dt_booster {
     dt_plugin_config plugin;
@@ -37,9 +40,17 @@ struct dt_booster {
     dt_gpt *model; /* borrowed from the engine */
     dt_loader train, val;
     bool has_train, has_val;
-    int32_t *inputs, *targets; /* [mb, T] */
+    int32_t *inputs, *targets; /* [rows, T]: the rank's share of a step's batch */
     dt_train_state state;
+    /* pipeline (pp > 1) */
+    dt_stage_plan stages;
+    dt_schedule *schedule;
+    dt_pipeline *pipeline;
+    dt_trace trace;
+    bool tracing;
 };
+
+static bool pipelined(const dt_booster *b) { return b->mesh->axis[DT_AXIS_PP]->size > 1; }
 
 static bool is_root(const dt_booster *b) { return b->world->rank == 0; }
 
@@ -78,6 +89,9 @@ void dt_booster_free(dt_booster *b) {
         dt_loader_close(&b->train);
     if (b->has_val)
         dt_loader_close(&b->val);
+    dt_pipeline_free(b->pipeline);
+    dt_sched_free(b->schedule);
+    dt_trace_free(&b->trace);
     dt_engine_free(b->engine);
     dt_mesh_free(b->mesh);
     dt_mem_free(b->mem); /* also releases the batch buffers */
@@ -97,12 +111,68 @@ static dt_status check_batch(const dt_booster *b, const dt_boost_spec *s) {
     if (s->batch_size < 1 || s->batch_size % dp)
         return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
                           "data-parallel ranks; use a multiple of %d", s->batch_size, dp, dp);
-    int rows = s->batch_size / dp, mb = s->micro_batch_size;
+    int rows = s->batch_size / dp, mb = s->micro_batch_size, n_mb = b->plugin.microbatches;
+    if (n_mb > 0 && rows % n_mb)
+        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
+                          "each of the %d data-parallel ranks gets (batch_size %d)", n_mb, rows,
+                          dp, s->batch_size);
+    if (n_mb > 0 && mb > 0 && mb * n_mb != rows)
+        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d and train.micro_batch_size=%d "
+                          "disagree: %d x %d is not the %d sequences of each data-parallel "
+                          "rank; set one of them", n_mb, mb, n_mb, mb, rows);
     if (mb < 0 || (mb > 0 && rows % mb))
         return dt_err_set(DT_ERR_ARG, "train.micro_batch_size=%d does not divide the %d "
                           "sequences each of the %d data-parallel ranks gets (batch_size %d)",
                           mb, rows, dp, s->batch_size);
     return DT_OK;
+}
+
+/* The schedule every pp rank runs: generated, or read from the user's file; validated with
+ * blocking (rendezvous) sends, so a bad one fails here, on every rank, before any message. */
+static dt_status make_schedule(dt_booster *b, int n_mb) {
+    const dt_plugin_config *p = &b->plugin;
+    int pp = p->pp_size;
+    if (strncmp(p->pp_schedule, "file:", 5) == 0) {
+        const char *path = p->pp_schedule + 5;
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return dt_err_set(DT_ERR_IO, "plugin.pp_schedule: cannot open %s", path);
+        char *text = calloc(1, 1 << 20);
+        size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+        if (!text)
+            return dt_err_set(DT_ERR_OOM, "booster: out of memory");
+        dt_status st = dt_sched_parse(text, &b->schedule);
+        free(text);
+        if (st == DT_OK && n >= (1 << 20) - 1)
+            st = dt_err_set(DT_ERR_FORMAT, "plugin.pp_schedule: %s is larger than 1 MiB", path);
+        DT_TRY(dt_err_wrap(st, "plugin.pp_schedule file %s", path));
+        const dt_schedule *s = b->schedule;
+        if (s->pp != pp || s->n_chunks != p->pp_chunks || s->n_mb != n_mb)
+            return dt_err_set(DT_ERR_ARG, "plugin.pp_schedule file %s is for pp %d, %d chunks "
+                              "per rank, %d micro-batches; this run has pp_size %d, pp_chunks "
+                              "%d, %d micro-batches", path, s->pp, s->n_chunks, s->n_mb, pp,
+                              p->pp_chunks, n_mb);
+    } else if (strcmp(p->pp_schedule, "gpipe") == 0) {
+        DT_TRY(dt_sched_gpipe(pp, n_mb, &b->schedule));
+    } else if (strcmp(p->pp_schedule, "interleaved") == 0) {
+        DT_TRY(dt_sched_interleaved(pp, n_mb, p->pp_chunks, &b->schedule));
+    } else if (strcmp(p->pp_schedule, "zbh1") == 0) {
+        DT_TRY(dt_sched_zbh1(pp, n_mb, &b->schedule));
+    } else {
+        DT_TRY(dt_sched_1f1b(pp, n_mb, &b->schedule));
+    }
+    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
+    return dt_err_wrap(dt_sched_validate(b->schedule, &lim), "plugin.pp_schedule=%s",
+                       p->pp_schedule);
+}
+
+/* the stage plan and schedule are pure: every rank reaches the same verdict */
+static dt_status plan_pipeline(dt_booster *b, const dt_boost_spec *s, int n_mb) {
+    const dt_plugin_config *p = &b->plugin;
+    DT_TRY(dt_stage_plan_make(s->model->n_layer, p->pp_size, p->pp_chunks, p->pp_layers,
+                              &b->stages));
+    return make_schedule(b, n_mb);
 }
 
 /* may fail on one rank only (its files), so the caller agrees on the outcome */
@@ -121,9 +191,23 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
                          .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len,
                          .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
                          .sequence_tp = sequence_tp(b)};
+    bool held[DT_MAX_CHUNKS + 2];
+    if (pipelined(b)) {
+        dt_comm *pp = b->mesh->axis[DT_AXIS_PP];
+        if (s->model->n_layer + 2 > DT_MAX_CHUNKS + 2)
+            return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: at most %d layers", DT_MAX_CHUNKS);
+        dt_stage_plan_held(&b->stages, pp->rank, held);
+        eo.units = held;
+        eo.n_slots = dt_pipeline_slots(b->schedule, pp->rank);
+        eo.pp = pp;
+        eo.tied = b->mesh->tied;
+    }
     DT_TRY(dt_engine_init(m, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
-    size_t tok_bytes = (size_t)b->mb * s->seq_len * sizeof(int32_t);
+    if (pipelined(b))
+        DT_TRY(dt_pipeline_init(b->schedule, &b->stages, b->mesh->axis[DT_AXIS_PP], b->model,
+                                eo.n_slots, &b->pipeline));
+    size_t tok_bytes = (size_t)b->rows * s->seq_len * sizeof(int32_t);
     DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", tok_bytes, (void **)&b->inputs));
     return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", tok_bytes, (void **)&b->targets);
 }
@@ -175,6 +259,14 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
     b->T = s->seq_len;
     b->rows = s->batch_size / b->dp->size;
     b->mb = s->micro_batch_size > 0 ? s->micro_batch_size : b->rows;
+    if (b->plugin.microbatches > 0)
+        b->mb = b->rows / b->plugin.microbatches;
+    if (pipelined(b))
+        DT_TRY(plan_pipeline(b, s, b->rows / b->mb));
+    if (s->trace) {
+        DT_TRY(dt_trace_init(&b->trace, b->world));
+        b->tracing = true;
+    }
     b->optim = *s->optim;
     b->total_steps = s->total_steps;
     b->lr = s->lr;
@@ -188,12 +280,15 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
-/* the comms a step talks over: gradients (dp x sp), tensor and sequence parallelism */
-static int step_comms(const dt_booster *b, const dt_comm *out[3]) {
+/* the comms a step talks over: gradients (dp x sp), tensor, sequence and pipeline
+ * parallelism (the tied-embedding pair's few bytes are not counted) */
+enum { N_STEP_COMMS = 4 };
+static int step_comms(const dt_booster *b, const dt_comm *out[N_STEP_COMMS]) {
     out[0] = b->grad;
     out[1] = b->mesh->axis[DT_AXIS_TP];
     out[2] = b->mesh->axis[DT_AXIS_SP];
-    return 3;
+    out[3] = b->mesh->axis[DT_AXIS_PP];
+    return N_STEP_COMMS;
 }
 
 static uint64_t comm_bytes_of(const dt_comm *c) {
@@ -205,7 +300,7 @@ static uint64_t comm_bytes_of(const dt_comm *c) {
 
 /* time the calling thread spent in communication: blocking calls, posting, waiting */
 static double comm_seconds(const dt_booster *b) {
-    const dt_comm *c[3];
+    const dt_comm *c[N_STEP_COMMS];
     double sum = 0;
     for (int i = 0, n = step_comms(b, c); i < n; i++) {
         sum += c[i]->stats.wait_seconds;
@@ -215,36 +310,70 @@ static double comm_seconds(const dt_booster *b) {
     return sum;
 }
 
-dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
+static double trace_now(const dt_booster *b) { return b->tracing ? dt_trace_now(&b->trace) : 0; }
+
+static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
+    return b->tracing ? dt_trace_add(&b->trace, k, -1, mb, (int)b->state.step, t0, trace_now(b))
+                      : DT_OK;
+}
+
+/* forward and backward of the step's micro-batches: in turn, or over the pipeline schedule */
+static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss_sum) {
     int row0 = b->dp->rank * b->rows;
-    float grad_scale = 1.0f / ((float)b->B * b->T);
-    double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0;
-    const dt_comm *comms[3];
-    uint64_t bytes0[3];
-    for (int i = 0; i < step_comms(b, comms); i++)
-        bytes0[i] = comm_bytes_of(comms[i]);
-    DT_TRY(dt_engine_begin_step(b->engine));
+    *loss_sum = 0;
+    if (pipelined(b)) {
+        dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets);
+        dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
+                                .T = b->T, .grad_scale = grad_scale};
+        return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
+                               (int)b->state.step, loss_sum);
+    }
     for (int row = 0; row < b->rows; row += b->mb) {
-        double part;
+        double part, t0 = trace_now(b);
         dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets);
         DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
                                      row + b->mb >= b->rows, &part));
-        loss_sum += part;
+        DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->mb, t0));
+        *loss_sum += part;
     }
+    return DT_OK;
+}
+
+/* the loss is summed where it was computed: over dp x sp, and from the last pipeline stage */
+static dt_status sum_loss(dt_booster *b, double *loss_sum) {
+    DT_TRY(dt_comm_allreduce_f64(b->grad, loss_sum, 1));
+    return dt_comm_allreduce_f64(b->mesh->axis[DT_AXIS_PP], loss_sum, 1);
+}
+
+dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
+    float grad_scale = 1.0f / ((float)b->B * b->T);
+    double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0, ts = trace_now(b);
+    const dt_comm *comms[N_STEP_COMMS];
+    uint64_t bytes0[N_STEP_COMMS];
+    for (int i = 0; i < step_comms(b, comms); i++)
+        bytes0[i] = comm_bytes_of(comms[i]);
+    DT_TRY(dt_engine_begin_step(b->engine));
+    DT_TRY(run_micro_batches(b, grad_scale, &loss_sum));
+    double tc = trace_now(b);
     DT_TRY(dt_engine_finish(b->engine));
     dt_loader_advance(&b->train);
     DT_TRY(dt_engine_grad_norm(b->engine, &r->grad_norm));
+    DT_TRY(trace_span(b, DT_SPAN_COLLECTIVE, -1, tc));
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
+    double to = trace_now(b);
     DT_TRY(dt_engine_apply(b->engine, r->lr, dt_clip_coef(r->grad_norm, b->plugin.grad_clip)));
+    DT_TRY(trace_span(b, DT_SPAN_OPTIMIZER, -1, to));
+    DT_TRY(trace_span(b, DT_SPAN_STEP, -1, ts));
     r->comm_exposed_s = comm_seconds(b) - comm0;
-    uint64_t *by[3] = {&r->comm_bytes_grad, &r->comm_bytes_tp, &r->comm_bytes_sp};
+    uint64_t *by[N_STEP_COMMS] = {&r->comm_bytes_grad, &r->comm_bytes_tp, &r->comm_bytes_sp,
+                                  &r->comm_bytes_pp};
     r->comm_bytes = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_STEP_COMMS; i++) {
         *by[i] = comm_bytes_of(comms[i]) - bytes0[i];
         r->comm_bytes += *by[i];
     }
-    DT_TRY(dt_comm_allreduce_f64(b->grad, &loss_sum, 1)); /* reporting, not counted */
+    DT_TRY(sum_loss(b, &loss_sum)); /* reporting, not counted */
     r->loss = loss_sum / ((double)b->B * b->T);
     r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
@@ -264,7 +393,15 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     double sum = 0;
     dt_loader_rewind(&b->val);
     for (int i = 0; i < n_batches; i++) {
-        for (int row = 0; row < b->rows; row += b->mb) {
+        if (pipelined(b)) {
+            double part;
+            dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets);
+            dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
+                                    .T = b->T};
+            DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->rows / b->mb, &part));
+            sum += part;
+        }
+        for (int row = 0; !pipelined(b) && row < b->rows; row += b->mb) {
             double part;
             dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets);
             DT_TRY(dt_engine_eval(b->engine, b->inputs, b->targets, b->mb, b->T, &part));
@@ -272,9 +409,15 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         }
         dt_loader_advance(&b->val);
     }
-    DT_TRY(dt_comm_allreduce_f64(b->grad, &sum, 1));
+    DT_TRY(sum_loss(b, &sum));
     *loss = sum / ((double)n_batches * b->B * b->T);
     return DT_OK;
+}
+
+dt_status dt_booster_write_trace(dt_booster *b, const char *path) {
+    if (!b->tracing)
+        return dt_err_set(DT_ERR_ARG, "booster: boost() was not asked to trace");
+    return dt_trace_write(&b->trace, b->world, path);
 }
 
 /* ---- state on disk ---------------------------------------------------------------------- */

@@ -30,6 +30,8 @@ typedef struct unit_buf {
 struct dt_engine {
     dt_gpt *model;
     dt_comm *dp; /* borrowed */
+    dt_comm *pp, *tied; /* borrowed or NULL */
+    bool pipelined;     /* pp > 1: the schedule drives forward and backward */
     dt_mem *mem; /* borrowed */
     int zero, n_units;
     bool lp, overlap;
@@ -173,6 +175,8 @@ static dt_status on_leave(void *ctx, int unit, dt_gpt_phase phase) {
     dt_engine *e = ctx;
     if (phase != DT_PHASE_BACKWARD || !e->comm_now)
         return DT_OK;
+    if (e->zero >= 2 && e->pipelined && is_persistent(e, unit))
+        return DT_OK; /* accumulates over the step's micro-batches; reduced in finish */
     if (e->zero >= 2) {
         unit_buf *b = buf_of(e, unit);
         b->gunit = unit;
@@ -265,14 +269,16 @@ static dt_status setup_storage(dt_engine *e) {
                      &e->g_shard));
     if (e->zero < 2)
         return DT_OK;
-    int64_t widest = 0;
+    int64_t widest = 16;
     for (int u = 1; u < L1; u++)
         widest = e->ucount[u] > widest ? e->ucount[u] : widest;
     for (int i = 0; i < N_SLOTS; i++)
         DT_TRY(alloc_unit_buf(e, &e->slot[i], widest, i ? "block_b" : "block_a"));
-    DT_TRY(alloc_unit_buf(e, &e->pers[0], e->ucount[0], "embedding"));
-    DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "final"));
+    DT_TRY(alloc_unit_buf(e, &e->pers[0], e->ucount[0], "first"));
     dt_gpt_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL);
+    if (L1 == 0) /* a stage of one unit: it is both first and last */
+        return DT_OK;
+    DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "last"));
     dt_gpt_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
     return DT_OK;
 }
@@ -285,6 +291,9 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     if (!e)
         return dt_err_set(DT_ERR_OOM, "engine: out of memory");
     e->dp = dp;
+    e->pp = o->pp;
+    e->tied = o->tied;
+    e->pipelined = o->pp && o->pp->size > 1;
     e->mem = mem;
     e->zero = o->zero_stage;
     e->overlap = o->overlap;
@@ -295,7 +304,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     e->lp = o->precision == DT_PREC_BF16;
     dt_gpt_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
                       .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
-                      .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp};
+                      .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp,
+                      .units = o->units, .n_slots = o->n_slots, .pp = o->pp};
     DT_TRY_GOTO(dt_gpt_init(mc, &go, mem, &e->model));
     e->n_units = dt_gpt_n_units(e->model);
     e->n_total = dt_gpt_numel(e->model);
@@ -365,11 +375,20 @@ dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed) {
 
 /* ---- a step ----------------------------------------------------------------------------- */
 
+static int n_persistent(const dt_engine *e) { return e->n_units > 1 ? 2 : 1; }
+
+static int persistent_unit(const dt_engine *e, int i) { return i == 0 ? 0 : e->n_units - 1; }
+
 dt_status dt_engine_begin_step(dt_engine *e) {
-    if (e->zero >= 2)
+    if (e->zero >= 2) {
         memset(e->g_shard, 0, (size_t)e->S * sizeof(float));
-    else
+        for (int i = 0; e->pipelined && i < n_persistent(e); i++)
+            memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
+    } else {
         dt_gpt_zero_grad(e->model);
+    }
+    /* pipelined ZeRO 0/1 reduce in finish: the last micro-batch is not a unit-order event */
+    e->comm_now = e->zero >= 2 || !e->pipelined;
     return DT_OK;
 }
 
@@ -378,34 +397,73 @@ dt_status dt_engine_micro_batch(dt_engine *e, const int32_t *tokens, const int32
     e->comm_now = e->zero >= 2 || last;
     if (e->zero >= 2) {
         DT_TRY(complete_all(e)); /* the persistent units' buffers are reused below */
-        for (int i = 0; i < 2; i++) {
-            int u = i == 0 ? 0 : e->n_units - 1;
-            memset(e->pers[i].g, 0, (size_t)e->ucount[u] * sizeof(float));
-        }
+        for (int i = 0; i < n_persistent(e); i++)
+            memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
     }
     DT_TRY(dt_gpt_forward(e->model, tokens, B, T));
     DT_TRY(dt_gpt_loss(e->model, targets, B, T, grad_scale, true, loss_sum));
     return dt_gpt_backward(e->model, tokens, B, T);
 }
 
+/* GPT-2 under pp: the embedding (first stage) and the head's copy of it (last stage) are one
+ * tensor; each stage has its own gradient of it, reduced over dp. Both get the sum, so both
+ * copies take the same AdamW update and stay bit-identical. */
+static dt_status sum_tied_gradients(dt_engine *e) {
+    if (!e->tied || e->tied->size < 2)
+        return DT_OK;
+    int i = dt_gpt_tied_copy(e->model) >= 0 ? dt_gpt_tied_copy(e->model) : 0;
+    const dt_param *p = dt_gpt_param(e->model, i);
+    if (e->zero < 2)
+        return dt_comm_allreduce_f32(e->tied, e->g_full + p->offset, p->numel, NULL);
+    int P = e->dp->size, *counts = calloc((size_t)P, sizeof *counts);
+    float *full = NULL;
+    dt_status st = counts ? alloc(e, DT_MEM_TEMP, "tied.grad", (size_t)p->numel * 4, &full)
+                          : dt_err_set(DT_ERR_OOM, "engine: out of memory");
+    for (int r = 0; st == DT_OK && r < P; r++)
+        counts[r] = (int)overlap(p->offset, p->numel, (int64_t)r * e->S, e->S);
+    int64_t own_at = p->offset > e->own_first ? p->offset : e->own_first;
+    float *own = e->g_shard + (own_at - e->own_first);
+    if (st == DT_OK)
+        st = dt_comm_allgather_f32(e->dp, own, full, counts, NULL);
+    if (st == DT_OK)
+        st = dt_comm_allreduce_f32(e->tied, full, p->numel, NULL);
+    if (st == DT_OK)
+        memcpy(own, full + (own_at - p->offset), (size_t)counts[e->dp->rank] * sizeof *own);
+    dt_mem_release(e->mem, full);
+    free(counts);
+    return st;
+}
+
 dt_status dt_engine_finish(dt_engine *e) {
-    if (e->zero < 2 && !e->overlap && e->comm_now) /* the non-overlapped baseline */
+    /* ZeRO 0/1 reduce here, not during backward: under pp, or as the no-overlap baseline on
+     * the step's last micro-batch */
+    bool reduce_here = e->pipelined || (!e->overlap && e->comm_now);
+    if (e->zero < 2 && reduce_here)
         for (int k = 0; k < e->n_buckets; k++)
             DT_TRY(dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k],
                                          e->bucket_count[k], NULL));
-    return complete_all(e);
+    for (int i = 0; e->zero >= 2 && e->pipelined && i < n_persistent(e); i++) {
+        unit_buf *b = &e->pers[i];
+        int u = persistent_unit(e, i);
+        b->gunit = u;
+        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, u), &b->greq));
+        DT_TRY(complete_reduction(e, b));
+    }
+    DT_TRY(complete_all(e));
+    return sum_tied_gradients(e);
 }
 
 /* Sum of squares of arena elements [first, first + count) held in g[0 ..): tensors split
- * over tp count on every tp rank, replicated ones only on tp rank 0, so the tp sum counts
- * each element of the full model once. */
+ * over tp count on every tp rank, replicated ones only on tp rank 0, and GPT-2's head copy of
+ * the embedding not at all (its stage-0 original counts), so the tp and pp sums count each
+ * element of the full model once. */
 static double sumsq_counted_once(const dt_engine *e, const float *g, int64_t first,
                                  int64_t count) {
     dt_comm *tp = dt_gpt_par(e->model)->tp;
     double s = 0;
     for (int i = 0; i < dt_gpt_n_params(e->model); i++) {
         const dt_param *p = dt_gpt_param(e->model, i);
-        if (p->shard.kind == DT_SHARD_NONE && tp->rank != 0)
+        if ((p->shard.kind == DT_SHARD_NONE && tp->rank != 0) || i == dt_gpt_tied_copy(e->model))
             continue;
         int64_t n = overlap(p->offset, p->numel, first, count);
         if (n > 0) {
@@ -425,6 +483,8 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
         DT_TRY(dt_comm_allreduce_f64(e->dp, &s, 1));
     }
     DT_TRY(dt_comm_allreduce_f64(dt_gpt_par(e->model)->tp, &s, 1));
+    if (e->pp)
+        DT_TRY(dt_comm_allreduce_f64(e->pp, &s, 1));
     *norm = sqrt(s);
     return DT_OK;
 }

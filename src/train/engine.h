@@ -37,6 +37,13 @@ typedef struct dt_engine_opts {
     int B, T; /* micro-batch shape */
     dt_comm *tp, *sp; /* the model's splits (borrowed; NULL = none), see dt_gpt_opts */
     bool sequence_tp;
+    /* Pipeline (dt_gpt_opts): units held, activation slots, the pp group, and the group of
+     * the two stages holding GPT-2's tied embedding and head copy (NULL or size 1: none).
+     * With pp > 1 the step is driven by a pipeline executor: gradients of ZeRO 0/1 and of the
+     * embedding/final units are reduced in dt_engine_finish, after the last micro-batch. */
+    const bool *units;
+    int n_slots;
+    dt_comm *pp, *tied;
 } dt_engine_opts;
 
 /* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */

@@ -14,7 +14,7 @@
 enum { FIELDS = 6 }; /* a span as doubles: t0, t1, kind, chunk, mb, step */
 
 static const char *const span_names[DT_SPAN_KIND_COUNT] = {
-    "step", "F", "B", "W", "send", "recv", "collective", "optimizer", "idle"};
+    "step", "F", "B", "W", "send", "recv", "collective", "optimizer", "FB", "idle"};
 
 const char *dt_span_name(dt_span_kind k) {
     return k >= 0 && k < DT_SPAN_KIND_COUNT ? span_names[k] : "?";
@@ -160,8 +160,9 @@ static void rank_events(writer *w, int rank, const dt_span *spans, int n) {
     dt_span *s = sorted_copy(spans, n);
     for (int i = 0; s && i < n; i++) {
         const dt_span *x = &s[i];
-        const char *cat = x->kind == DT_SPAN_STEP ? "step"
-                          : x->kind <= DT_SPAN_WEIGHT ? "compute" : "communication";
+        bool compute = x->kind <= DT_SPAN_WEIGHT || x->kind == DT_SPAN_MICRO_BATCH ||
+                       x->kind == DT_SPAN_OPTIMIZER;
+        const char *cat = x->kind == DT_SPAN_STEP ? "step" : compute ? "compute" : "communication";
         char name[32];
         if (x->mb >= 0)
             snprintf(name, sizeof name, "%s%d", dt_span_name(x->kind), x->mb);

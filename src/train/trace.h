@@ -25,6 +25,7 @@ typedef enum dt_span_kind {
     DT_SPAN_RECV,       /* waiting for a point-to-point receive */
     DT_SPAN_COLLECTIVE, /* gradient reduction and other collectives after the schedule */
     DT_SPAN_OPTIMIZER,
+    DT_SPAN_MICRO_BATCH, /* forward and backward of one micro-batch, without a pipeline */
     DT_SPAN_IDLE,       /* derived at write time, never recorded */
     DT_SPAN_KIND_COUNT
 } dt_span_kind;

@@ -34,7 +34,7 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .micro_batch_size = c->train.micro_batch_size,
                            .seq_len = c->train.seq_len, .shuffle = c->data.shuffle,
                            .seed = c->train.seed, .init_weights = c->model.init,
-                           .total_steps = c->train.steps};
+                           .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0'};
 }
 
 static dt_status resume(trainer *t) {
@@ -115,11 +115,11 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     fprintf(t->metrics, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
             "\"comm_bytes\": %llu, \"comm_bytes_grad\": %llu, \"comm_bytes_tp\": %llu, "
-            "\"comm_bytes_sp\": %llu, \"comm_exposed_ms\": %.3f",
+            "\"comm_bytes_sp\": %llu, \"comm_bytes_pp\": %llu, \"comm_exposed_ms\": %.3f",
             step, r->loss, r->lr, r->grad_norm, tps, mfu, peak, 1e3 * r->seconds,
             (unsigned long long)r->comm_bytes, (unsigned long long)r->comm_bytes_grad,
             (unsigned long long)r->comm_bytes_tp, (unsigned long long)r->comm_bytes_sp,
-            1e3 * r->comm_exposed_s);
+            (unsigned long long)r->comm_bytes_pp, 1e3 * r->comm_exposed_s);
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     fputs("}\n", t->metrics);
@@ -186,6 +186,10 @@ static dt_status finish(trainer *t) {
     const dt_config *c = t->cfg;
     if (c->train.mem_report[0]) /* before export, whose gather buffers are temporaries */
         DT_TRY(write_mem_report(t, c->train.mem_report));
+    if (c->train.trace[0]) {
+        DT_TRY(dt_booster_write_trace(t->booster, c->train.trace));
+        dt_info("step timeline written to %s", c->train.trace);
+    }
     if (is_root(t))
         dt_mem_print_table(dt_booster_mem(t->booster), stdout);
     if (c->train.export_path[0]) {

@@ -1,0 +1,289 @@
+/* Pipeline executor. See pipeline.h. */
+#include "train/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MSG_ACT, MSG_GRAD, MAX_TAG = 32767 }; /* MPI guarantees tags up to 32767 */
+
+typedef struct slot_state {
+    int chunk, mb;          /* owner, or chunk -1 when free */
+    dt_comm_req sends[2];   /* its activation and gradient sends, completed before reuse */
+} slot_state;
+
+struct dt_pipeline {
+    const dt_schedule *s;
+    const dt_stage_plan *plan;
+    dt_comm *pp;
+    dt_gpt *model;
+    int rank, n_slots, n_mb;
+    slot_state *slots;
+    int *slot_of;          /* [n_chunks][n_mb] slot of a (chunk, mb) in flight, -1 none */
+    dt_comm_req *recv_act; /* [n_chunks][n_mb] pending receive of the chunk's input */
+    dt_comm_req *recv_grad;
+};
+
+int dt_pipeline_slots(const dt_schedule *s, int rank) {
+    int n, live = 0, peak = 0;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    bool split = false;
+    for (int r = 0; r < s->pp && !split; r++) {
+        int m;
+        const dt_sched_action *x = dt_sched_row(s, r, &m);
+        for (int i = 0; i < m; i++)
+            split |= x[i].op == DT_SCHED_OP_W;
+    }
+    /* held from the receive of the input (or the F) to the B (or W when split) */
+    int total = s->pp * s->n_chunks * s->n_mb;
+    char *held = calloc((size_t)total, 1);
+    if (!held)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int k = a[i].stage * s->n_mb + a[i].mb;
+        bool take = a[i].op == DT_SCHED_OP_RECV_ACT || a[i].op == DT_SCHED_OP_F;
+        bool give = a[i].op == (split ? DT_SCHED_OP_W : DT_SCHED_OP_B);
+        if (take && !held[k]) {
+            held[k] = 1;
+            peak = ++live > peak ? live : peak;
+        } else if (give && held[k]) {
+            held[k] = 0;
+            live--;
+        }
+    }
+    free(held);
+    return peak;
+}
+
+static int idx(const dt_pipeline *p, int chunk, int mb) { return chunk * p->n_mb + mb; }
+
+static int tag_of(const dt_pipeline *p, int kind, int chunk, int mb) {
+    return (kind * p->plan->n_chunks + chunk) * p->n_mb + mb;
+}
+
+dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
+                           dt_gpt *model, int n_slots, dt_pipeline **out) {
+    *out = NULL;
+    if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
+        return dt_err_set(DT_ERR_ARG, "pipeline: the schedule is for pp %d x %d chunks, the "
+                          "model is cut into pp %d x %d chunks over %d ranks", s->pp,
+                          s->n_chunks, plan->pp, plan->v, pp->size);
+    for (int r = 0; r < s->pp; r++) {
+        int n;
+        const dt_sched_action *a = dt_sched_row(s, r, &n);
+        for (int i = 0; i < n; i++)
+            if (a[i].op == DT_SCHED_OP_W)
+                return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: this schedule splits the "
+                                  "backward (W actions, as zbh1 does); the executor runs full "
+                                  "backwards only so far: use gpipe, 1f1b or interleaved");
+    }
+    int need = dt_pipeline_slots(s, pp->rank);
+    if (need > n_slots)
+        return dt_err_set(DT_ERR_ARG, "pipeline: rank %d needs %d activation slots, the model "
+                          "has %d", pp->rank, need, n_slots);
+    if (tag_of(&(dt_pipeline){.plan = plan, .n_mb = s->n_mb}, MSG_GRAD, plan->n_chunks, 0) >
+        MAX_TAG)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: %d chunks x %d micro-batches need "
+                          "more message tags than MPI guarantees", plan->n_chunks, s->n_mb);
+    dt_pipeline *p = calloc(1, sizeof *p);
+    int pairs = plan->n_chunks * s->n_mb;
+    if (p) {
+        p->slots = calloc((size_t)n_slots, sizeof *p->slots);
+        p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
+        p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
+        p->recv_grad = calloc((size_t)pairs, sizeof *p->recv_grad);
+    }
+    if (!p || !p->slots || !p->slot_of || !p->recv_act || !p->recv_grad) {
+        dt_pipeline_free(p);
+        return dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
+    }
+    *p = (dt_pipeline){.s = s, .plan = plan, .pp = pp, .model = model, .rank = pp->rank,
+                       .n_slots = n_slots, .n_mb = s->n_mb, .slots = p->slots,
+                       .slot_of = p->slot_of, .recv_act = p->recv_act,
+                       .recv_grad = p->recv_grad};
+    *out = p;
+    return DT_OK;
+}
+
+void dt_pipeline_free(dt_pipeline *p) {
+    if (!p)
+        return;
+    free(p->slots);
+    free(p->slot_of);
+    free(p->recv_act);
+    free(p->recv_grad);
+    free(p);
+}
+
+/* ---- slots and messages ------------------------------------------------------------------ */
+
+static dt_status wait_traced(dt_pipeline *p, dt_comm_req *req, dt_span_kind kind, int chunk,
+                             int mb, dt_trace *trace, int step) {
+    if (!req->active)
+        return DT_OK;
+    double t0 = trace ? dt_trace_now(trace) : 0;
+    DT_TRY(dt_comm_wait(p->pp, req));
+    return trace ? dt_trace_add(trace, kind, chunk, mb, step, t0, dt_trace_now(trace)) : DT_OK;
+}
+
+static dt_status slot_acquire(dt_pipeline *p, int chunk, int mb, dt_trace *trace, int step,
+                              int *slot) {
+    int k = idx(p, chunk, mb);
+    if (p->slot_of[k] >= 0) {
+        *slot = p->slot_of[k];
+        return DT_OK;
+    }
+    for (int i = 0; i < p->n_slots; i++) {
+        slot_state *s = &p->slots[i];
+        if (s->chunk >= 0)
+            continue;
+        for (int j = 0; j < 2; j++) /* its previous owner's messages still read it */
+            DT_TRY(wait_traced(p, &s->sends[j], DT_SPAN_SEND, chunk, mb, trace, step));
+        s->chunk = chunk;
+        s->mb = mb;
+        p->slot_of[k] = *slot = i;
+        return DT_OK;
+    }
+    return dt_err_set(DT_ERR_ARG, "pipeline: no free activation slot for chunk %d micro-batch "
+                      "%d (all %d in use)", chunk, mb, p->n_slots);
+}
+
+static void slot_release(dt_pipeline *p, int chunk, int mb) {
+    int k = idx(p, chunk, mb);
+    p->slots[p->slot_of[k]].chunk = -1;
+    p->slot_of[k] = -1;
+}
+
+static int peer_of(const dt_pipeline *p, int chunk) { return chunk % p->s->pp; }
+
+static int first_unit(const dt_pipeline *p, int chunk) { return p->plan->first[chunk]; }
+static int end_unit(const dt_pipeline *p, int chunk) { return p->plan->first[chunk + 1]; }
+
+static int64_t boundary_bytes(const dt_pipeline *p, const dt_pipeline_batch *b) {
+    return dt_gpt_boundary_count(p->model, b->B, b->T) * (int64_t)sizeof(float);
+}
+
+/* ---- one step ------------------------------------------------------------------------------ */
+
+static dt_status reset(dt_pipeline *p) {
+    for (int i = 0; i < p->n_slots; i++)
+        p->slots[i].chunk = -1;
+    for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++)
+        p->slot_of[k] = -1;
+    return DT_OK;
+}
+
+/* Completes every request (even after an error, so none outlives the step's buffers). */
+static dt_status drain(dt_pipeline *p) {
+    dt_status st = DT_OK, w;
+    for (int i = 0; i < p->n_slots; i++)
+        for (int j = 0; j < 2; j++)
+            if ((w = dt_comm_wait(p->pp, &p->slots[i].sends[j])) != DT_OK && st == DT_OK)
+                st = w;
+    for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++) {
+        if ((w = dt_comm_wait(p->pp, &p->recv_act[k])) != DT_OK && st == DT_OK)
+            st = w;
+        if ((w = dt_comm_wait(p->pp, &p->recv_grad[k])) != DT_OK && st == DT_OK)
+            st = w;
+    }
+    return st;
+}
+
+static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
+                            const dt_pipeline_batch *b, dt_trace *trace, int step,
+                            double *loss_sum) {
+    int c = a->stage, mb = a->mb, k = idx(p, c, mb), slot = -1, last = p->plan->n_chunks - 1;
+    int64_t tokens = (int64_t)mb * b->B * b->T, bytes = boundary_bytes(p, b);
+    const int32_t *in = b->inputs + tokens, *tg = b->targets + tokens;
+    dt_gpt *g = p->model;
+    double t0 = trace ? dt_trace_now(trace) : 0;
+    switch (a->op) {
+    case DT_SCHED_OP_RECV_ACT:
+        DT_TRY(slot_acquire(p, c, mb, trace, step, &slot));
+        return dt_comm_recv(p->pp, dt_gpt_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
+                            bytes, peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb),
+                            &p->recv_act[k]);
+    case DT_SCHED_OP_F:
+        DT_TRY(slot_acquire(p, c, mb, trace, step, &slot));
+        DT_TRY(wait_traced(p, &p->recv_act[k], DT_SPAN_RECV, c, mb, trace, step));
+        t0 = trace ? dt_trace_now(trace) : 0;
+        DT_TRY(dt_gpt_forward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T));
+        if (c == last) {
+            double part;
+            DT_TRY(dt_gpt_loss_slot(g, slot, tg, b->B, b->T, b->grad_scale, true, &part));
+            *loss_sum += part;
+        }
+        return dt_trace_add(trace, DT_SPAN_FORWARD, c, mb, step, t0, dt_trace_now(trace));
+    case DT_SCHED_OP_SEND_ACT:
+        slot = p->slot_of[k];
+        return dt_comm_send(p->pp, dt_gpt_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T),
+                            bytes, peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb),
+                            &p->slots[slot].sends[0]);
+    case DT_SCHED_OP_RECV_GRAD:
+        slot = p->slot_of[k];
+        return dt_comm_recv(p->pp, dt_gpt_boundary_grad(g, slot, b->B, b->T), bytes,
+                            peer_of(p, c + 1), tag_of(p, MSG_GRAD, c, mb), &p->recv_grad[k]);
+    case DT_SCHED_OP_B:
+        slot = p->slot_of[k];
+        DT_TRY(wait_traced(p, &p->recv_grad[k], DT_SPAN_RECV, c, mb, trace, step));
+        t0 = trace ? dt_trace_now(trace) : 0;
+        DT_TRY(dt_gpt_backward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T));
+        DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
+        if (c == 0) /* nothing to send: the slot is free */
+            slot_release(p, c, mb);
+        return DT_OK;
+    case DT_SCHED_OP_SEND_GRAD:
+        slot = p->slot_of[k];
+        DT_TRY(dt_comm_send(p->pp, dt_gpt_boundary_grad(g, slot, b->B, b->T), bytes,
+                            peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
+                            &p->slots[slot].sends[1]));
+        slot_release(p, c, mb); /* reusable once the send completes (slot_acquire waits) */
+        return DT_OK;
+    default:
+        return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: action %d is not executed",
+                          (int)a->op);
+    }
+}
+
+dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *trace,
+                          int step, double *loss_sum) {
+    *loss_sum = 0;
+    DT_TRY(reset(p));
+    int n;
+    const dt_sched_action *a = dt_sched_row(p->s, p->rank, &n);
+    dt_status st = DT_OK;
+    for (int i = 0; i < n && st == DT_OK; i++)
+        st = run_action(p, &a[i], b, trace, step, loss_sum);
+    double t0 = trace ? dt_trace_now(trace) : 0;
+    dt_status sd = drain(p);
+    if (trace && st == DT_OK)
+        st = dt_trace_add(trace, DT_SPAN_SEND, -1, -1, step, t0, dt_trace_now(trace));
+    return st != DT_OK ? st : sd;
+}
+
+dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
+                           double *loss_sum) {
+    *loss_sum = 0;
+    int last = p->plan->n_chunks - 1;
+    int64_t bytes = boundary_bytes(p, b);
+    dt_gpt *g = p->model;
+    for (int mb = 0; mb < n_mb; mb++) {
+        const int32_t *in = b->inputs + (int64_t)mb * b->B * b->T;
+        const int32_t *tg = b->targets + (int64_t)mb * b->B * b->T;
+        for (int c = p->rank; c <= last; c += p->s->pp) {
+            int u0 = first_unit(p, c), u1 = end_unit(p, c);
+            if (c > 0)
+                DT_TRY(dt_comm_recv(p->pp, dt_gpt_boundary(g, 0, u0 - 1, b->B, b->T), bytes,
+                                    peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb), NULL));
+            DT_TRY(dt_gpt_forward_units(g, 0, u0, u1, in, b->B, b->T));
+            if (c < last) {
+                DT_TRY(dt_comm_send(p->pp, dt_gpt_boundary(g, 0, u1 - 1, b->B, b->T), bytes,
+                                    peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb), NULL));
+            } else {
+                double part;
+                DT_TRY(dt_gpt_loss_slot(g, 0, tg, b->B, b->T, 0.0f, false, &part));
+                *loss_sum += part;
+            }
+        }
+    }
+    return DT_OK;
+}

@@ -1,0 +1,50 @@
+/* The pipeline executor: runs one rank's row of a dt_schedule (plan/schedule.h) on its
+ * stage of the model. Forward and backward are the model's per-chunk calls on per-micro-
+ * batch activation slots; activations and their gradients cross stages as point-to-point
+ * messages on the pp communicator, posted when the schedule says and waited for only when
+ * the data is needed. The schedule has been validated before (every rank, same verdict), so
+ * the order of messages cannot deadlock.
+ *
+ * Slots: a (chunk, micro-batch) takes a slot at its receive or forward and gives it back
+ * after its backward has sent its input gradient; a slot's outgoing messages are completed
+ * before it is reused. dt_pipeline_slots tells how many slots a schedule needs on a rank
+ * (GPipe: all micro-batches; 1F1B: at most pp on the first stage).
+ */
+#ifndef DT_TRAIN_PIPELINE_H
+#define DT_TRAIN_PIPELINE_H
+
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "models/gpt.h"
+#include "plan/schedule.h"
+#include "plan/stages.h"
+#include "train/trace.h"
+
+typedef struct dt_pipeline dt_pipeline;
+
+/* Most (chunk, micro-batch) pairs `rank` holds at once: from its F (or the receive before
+ * it) to its backward. */
+int dt_pipeline_slots(const dt_schedule *s, int rank);
+
+/* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
+ * slots; DT_ERR_UNSUPPORTED for a schedule with W (split backward) actions. Borrows all. */
+dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
+                           dt_gpt *model, int n_slots, dt_pipeline **out);
+void dt_pipeline_free(dt_pipeline *p);
+
+typedef struct dt_pipeline_batch {
+    const int32_t *inputs, *targets; /* [n_mb][B * T] */
+    int B, T;                        /* one micro-batch */
+    float grad_scale;
+} dt_pipeline_batch;
+
+/* One step's forward and backward over the schedule. loss_sum: this rank's share (the last
+ * stage's losses; 0 elsewhere). trace may be NULL. Collective over pp. */
+dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *trace,
+                          int step, double *loss_sum);
+/* Forward only, micro-batch after micro-batch (evaluation); loss_sum as above. */
+dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
+                           double *loss_sum);
+
+#endif
