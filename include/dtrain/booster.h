@@ -75,6 +75,11 @@ dt_status dt_booster_write_trace(dt_booster *b, const char *path);
 
 /* One optimizer step on the next global batch. */
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *stats);
+/* True after a step or evaluation failed part-way on this rank: the other ranks may be
+ * blocked waiting for it (a receive, a collective), so the caller should abort the job
+ * (dt_dist_abort) rather than return. Errors of every other call reach all ranks alike. */
+bool dt_booster_stranded(const dt_booster *b);
+
 /* Mean validation loss over the first n_batches global batches of the val shard. */
 dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss);
 

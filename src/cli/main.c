@@ -97,9 +97,12 @@ static int cmd_train(int argc, char **argv) {
     /* rank 0 prepares the default data; the others wait for it and learn its outcome */
     if (!have_file)
         st = dt_comm_agree(world, world->rank == 0 ? prepare_default_data(&cfg) : DT_OK);
+    bool stranded = false;
     if (st == DT_OK)
-        st = dt_train_run(&cfg, world);
+        st = dt_train_run(&cfg, world, &stranded);
     int rc = st == DT_OK ? 0 : fail(st);
+    if (stranded && world->size > 1)
+        dt_dist_abort(world, rc); /* the other ranks may be waiting for this one */
     dt_dist_finalize(world);
     return rc;
 }

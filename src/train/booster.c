@@ -48,6 +48,7 @@ struct dt_booster {
     dt_pipeline *pipeline;
     dt_trace trace;
     bool tracing;
+    bool stranded; /* a step failed on this rank while peers may wait for it */
 };
 
 static bool pipelined(const dt_booster *b) { return b->mesh->axis[DT_AXIS_PP]->size > 1; }
@@ -200,7 +201,7 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
         eo.units = held;
         eo.n_slots = dt_pipeline_slots(b->schedule, pp->rank);
         eo.pp = pp;
-        eo.tied = b->mesh->tied;
+        eo.tied = m->arch == DT_ARCH_GPT2 ? b->mesh->tied : NULL; /* tied embedding/head */
     }
     DT_TRY(dt_engine_init(m, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
@@ -352,6 +353,9 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     uint64_t bytes0[N_STEP_COMMS];
     for (int i = 0; i < step_comms(b, comms); i++)
         bytes0[i] = comm_bytes_of(comms[i]);
+    /* a failure from here to the update may be this rank's alone, with peers blocked in a
+     * collective or a receive: the caller must not wait for them */
+    b->stranded = true;
     DT_TRY(dt_engine_begin_step(b->engine));
     DT_TRY(run_micro_batches(b, grad_scale, &loss_sum));
     double tc = trace_now(b);
@@ -374,6 +378,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
         r->comm_bytes += *by[i];
     }
     DT_TRY(sum_loss(b, &loss_sum)); /* reporting, not counted */
+    b->stranded = false;
     r->loss = loss_sum / ((double)b->B * b->T);
     r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
@@ -391,6 +396,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
     int row0 = b->dp->rank * b->rows;
     double sum = 0;
+    b->stranded = true;
     dt_loader_rewind(&b->val);
     for (int i = 0; i < n_batches; i++) {
         if (pipelined(b)) {
@@ -410,6 +416,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         dt_loader_advance(&b->val);
     }
     DT_TRY(sum_loss(b, &sum));
+    b->stranded = false;
     *loss = sum / ((double)n_batches * b->B * b->T);
     return DT_OK;
 }
@@ -471,6 +478,7 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
 }
 
 int64_t dt_booster_steps_done(const dt_booster *b) { return b->state.step; }
+bool dt_booster_stranded(const dt_booster *b) { return b && b->stranded; }
 dt_gpt *dt_booster_model(dt_booster *b) { return b->model; }
 int dt_booster_dp_size(const dt_booster *b) { return b->dp->size; }
 int dt_booster_micro_batch(const dt_booster *b) { return b->mb; }

@@ -23,25 +23,27 @@ struct dt_pipeline {
     dt_comm_req *recv_grad;
 };
 
+/* A (chunk, mb) holds its slot from the receive of its input (or its F) until its input
+ * gradient has been sent (chunk 0, which sends none: its B). The executor and the count
+ * below both use these two predicates. */
+static bool takes_slot(const dt_sched_action *a) {
+    return a->op == DT_SCHED_OP_RECV_ACT || a->op == DT_SCHED_OP_F;
+}
+
+static bool gives_slot(const dt_sched_action *a) {
+    return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
+}
+
 int dt_pipeline_slots(const dt_schedule *s, int rank) {
     int n, live = 0, peak = 0;
     const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    bool split = false;
-    for (int r = 0; r < s->pp && !split; r++) {
-        int m;
-        const dt_sched_action *x = dt_sched_row(s, r, &m);
-        for (int i = 0; i < m; i++)
-            split |= x[i].op == DT_SCHED_OP_W;
-    }
-    /* held from the receive of the input (or the F) to the B (or W when split) */
     int total = s->pp * s->n_chunks * s->n_mb;
     char *held = calloc((size_t)total, 1);
     if (!held)
         return -1;
     for (int i = 0; i < n; i++) {
         int k = a[i].stage * s->n_mb + a[i].mb;
-        bool take = a[i].op == DT_SCHED_OP_RECV_ACT || a[i].op == DT_SCHED_OP_F;
-        bool give = a[i].op == (split ? DT_SCHED_OP_W : DT_SCHED_OP_B);
+        bool take = takes_slot(&a[i]), give = gives_slot(&a[i]);
         if (take && !held[k]) {
             held[k] = 1;
             peak = ++live > peak ? live : peak;
@@ -228,7 +230,7 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         t0 = trace ? dt_trace_now(trace) : 0;
         DT_TRY(dt_gpt_backward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T));
         DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
-        if (c == 0) /* nothing to send: the slot is free */
+        if (gives_slot(a)) /* chunk 0: nothing to send, the slot is free */
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
@@ -236,7 +238,8 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         DT_TRY(dt_comm_send(p->pp, dt_gpt_boundary_grad(g, slot, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
                             &p->slots[slot].sends[1]));
-        slot_release(p, c, mb); /* reusable once the send completes (slot_acquire waits) */
+        if (gives_slot(a)) /* reusable once the send completes (slot_acquire waits) */
+            slot_release(p, c, mb);
         return DT_OK;
     default:
         return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: action %d is not executed",

@@ -24,7 +24,7 @@
 typedef struct dt_pipeline dt_pipeline;
 
 /* Most (chunk, micro-batch) pairs `rank` holds at once: from its F (or the receive before
- * it) to its backward. */
+ * it) until its input gradient is sent. */
 int dt_pipeline_slots(const dt_schedule *s, int rank);
 
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough

@@ -32,7 +32,7 @@ void dt_trace_free(dt_trace *t) {
     memset(t, 0, sizeof *t);
 }
 
-double dt_trace_now(const dt_trace *t) { return dt_now() - t->origin; }
+double dt_trace_now(const dt_trace *t) { return t ? dt_now() - t->origin : 0; }
 
 dt_status dt_trace_add(dt_trace *t, dt_span_kind k, int chunk, int mb, int step, double t0,
                        double t1) {

@@ -44,7 +44,7 @@ typedef struct dt_trace {
 /* Collective over `world` (a barrier, then the origin). */
 dt_status dt_trace_init(dt_trace *t, dt_comm *world);
 void dt_trace_free(dt_trace *t);
-/* Seconds since the origin, for a span's start and end. */
+/* Seconds since the origin, for a span's start and end (0 when t is NULL: tracing off). */
 double dt_trace_now(const dt_trace *t);
 /* Record one span; chunk and mb are -1 where they do not apply. t may be NULL (tracing off). */
 dt_status dt_trace_add(dt_trace *t, dt_span_kind k, int chunk, int mb, int step, double t0,

@@ -239,9 +239,10 @@ static dt_status run(trainer *t) {
     return finish(t);
 }
 
-dt_status dt_train_run(const dt_config *cfg, dt_comm *world) {
+dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
     trainer t = {.cfg = cfg, .world = world};
     dt_status st = run(&t);
+    *stranded = st != DT_OK && dt_booster_stranded(t.booster);
     if (t.metrics)
         fclose(t.metrics);
     dt_booster_free(t.booster);

@@ -11,8 +11,9 @@
 #include "models/gpt.h"
 
 /* Validates cfg and the layout, trains, and returns the first error with its message set;
- * every rank returns the same status and message. */
-dt_status dt_train_run(const dt_config *cfg, dt_comm *world);
+ * every rank returns the same status and message, except when *stranded is set: a step
+ * failed on this rank while its peers may be blocked waiting for it. */
+dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded);
 
 /* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
  * cropped to the last `context` tokens). out: [n_new] new tokens. */

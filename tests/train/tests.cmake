@@ -42,3 +42,10 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/tp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/tp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
+
+# Pipeline layouts and schedules equal the single process; broken schedules are refused.
+foreach(arch gpt2 llama)
+  add_test(NAME train/pp_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/pp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/pp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 1200)
+endforeach()
