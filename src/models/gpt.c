@@ -63,6 +63,7 @@ struct dt_gpt {
     /* activations (this rank's rows), per slot */
     float *res;     /* [slot][n_pos][Nr, C]: residual stream at the positions held here */
     dt_block_acts *acts;          /* [slot][L]: carved for the blocks held here */
+    dt_block_wgrad *wgrad;        /* [slot][L]: split backward's kept gradients, or NULL */
     float *lnf_mean, *lnf_rstd;   /* [slot][Nr] */
     float *dres, *dlnf;           /* [slot][Nr, C]: gradient of the residual / final norm out */
     float *lnf_out, *losses;      /* shared */
@@ -484,6 +485,14 @@ static void carve_acts(dt_gpt *g, carver *cv) {
             a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
             a->ln2_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
             a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
+            if (!g->wgrad)
+                continue;
+            dt_block_wgrad *w = &g->wgrad[slot * L + l];
+            w->dqkv = carve(cv, r.Nt * W * f4);
+            w->dproj = carve(cv, r.Nt * C * f4);
+            w->dh = carve(cv, r.Nt * F * f4);
+            w->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
+            w->ddown = carve(cv, r.Nt * C * f4);
         }
     if (!holds_final(g))
         return;
@@ -663,6 +672,13 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
     g->acts = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->acts);
+    if (o->split_backward && training) {
+        g->wgrad = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->wgrad);
+        if (!g->wgrad) {
+            st = dt_err_set(DT_ERR_OOM, "model: out of memory");
+            goto fail;
+        }
+    }
     g->unit_w = calloc((size_t)n_units, sizeof *g->unit_w);
     g->unit_g = calloc((size_t)n_units, sizeof *g->unit_g);
     g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
@@ -717,6 +733,7 @@ void dt_gpt_free(dt_gpt *g) {
     free(g->unit_global);
     free(g->local_full);
     free(g->acts);
+    free(g->wgrad);
     free(g->blocks);
     if (g->full != g->params)
         free(g->full);
@@ -927,9 +944,11 @@ static dt_status final_norm_backward(dt_gpt *g, int slot, int N, float *dres) {
 }
 
 dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
-                                int B, int T) {
+                                int B, int T, bool split) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
+    if (split && !g->wgrad)
+        return dt_err_set(DT_ERR_ARG, "model: split backward needs a model built for it");
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
     const int *lu = g->unit_local;
     float *dres = dres_of(g, slot, N);
@@ -943,9 +962,10 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
     for (int u = (u1 <= L ? u1 - 1 : L); u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(g, lu[u], DT_PHASE_BACKWARD));
+        dt_block_wgrad *wg = split ? &g->wgrad[(size_t)slot * L + l] : NULL;
         DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
                                  res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
-                                 dres));
+                                 wg, dres));
         DT_TRY(leave(g, lu[u], DT_PHASE_BACKWARD));
     }
     if (u0 > 0)
@@ -956,7 +976,24 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
 }
 
 dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
-    return dt_gpt_backward_units(g, 0, 0, g->cfg.n_layer + 2, tokens, B, T);
+    return dt_gpt_backward_units(g, 0, 0, g->cfg.n_layer + 2, tokens, B, T, false);
+}
+
+dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T) {
+    DT_TRY(check_shape(g, B, T));
+    DT_TRY(check_units(g, slot, u0, u1));
+    if (!g->wgrad)
+        return dt_err_set(DT_ERR_ARG, "model: split backward needs a model built for it");
+    int N = B * T, L = g->cfg.n_layer;
+    for (int u = (u1 <= L ? u1 - 1 : L); u >= 1 && u >= u0; u--) {
+        int l = u - 1;
+        DT_TRY(enter(g, g->unit_local[u], DT_PHASE_WEIGHTS));
+        DT_TRY(dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l],
+                                        res_at(g, slot, l, N), B, T, acts_of(g, slot, l),
+                                        &g->scratch, &g->wgrad[(size_t)slot * L + l]));
+        DT_TRY(leave(g, g->unit_local[u], DT_PHASE_WEIGHTS));
+    }
+    return DT_OK;
 }
 
 int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T) {

@@ -44,6 +44,7 @@ typedef struct dt_gpt_opts {
     const bool *units;
     int n_slots;
     dt_comm *pp;
+    bool split_backward; /* keep what dt_gpt_weight_units needs, per slot (zero-bubble) */
 } dt_gpt_opts;
 
 /* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error
@@ -78,7 +79,9 @@ void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp)
 typedef enum dt_gpt_phase {
     DT_PHASE_FORWARD,
     DT_PHASE_HEAD,     /* the LM head (and its gradient, when training) */
-    DT_PHASE_BACKWARD, /* on leave, the unit's gradients are complete for this micro-batch */
+    DT_PHASE_BACKWARD, /* on leave, the unit's gradients are complete for this micro-batch
+                        * (split backward: its input gradient; the weights' come later) */
+    DT_PHASE_WEIGHTS,  /* split backward's weight-gradient pass */
     DT_PHASE_COUNT
 } dt_gpt_phase;
 
@@ -112,7 +115,11 @@ dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_
 dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, int T,
                            float grad_scale, bool backward, double *loss_sum);
 dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
-                                int B, int T);
+                                int B, int T, bool split);
+/* Split backward (built with split_backward): dt_gpt_backward_units with split = true makes
+ * the input gradients (and the cheap norm, bias and embedding gradients); this makes the
+ * matmuls' weight gradients of the same slot and units, later. */
+dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T);
 /* Activations and gradients crossing a chunk boundary: dt_gpt_boundary_count floats. */
 int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T);
 float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T);

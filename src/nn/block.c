@@ -230,10 +230,16 @@ static dt_status leave_backward(const dt_block_dims *d, const dt_block_par *p, c
  * into dln_full, then the entering region's adjoint (all-reduce or reduce-scatter into
  * s->dln [Nr, C]) is posted and runs while the weight gradients are computed (Megatron's
  * async gradient all-reduce). */
+static void keep(float *dst, const float *src, int64_t n) {
+    if (dst)
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
 static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                  const dt_block_par *p, const dt_linear *const *l,
-                                 const float *const *dy, int n, const float *x,
-                                 const dt_bf16 *x_lp, int N, dt_block_scratch *s) {
+                                 const float *const *dy, float *const *kept, int n,
+                                 const float *x, const dt_bf16 *x_lp, int N,
+                                 dt_block_scratch *s) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
     zero(s->dln_full, (int64_t)Nt * d->C);
     for (int i = 0; i < n; i++) {
@@ -247,8 +253,12 @@ static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     DT_TRY(dt_region_backward_begin(p->enter, p->tp, &sh, s->dln_full, s->dln, s->work,
                                     &pending));
     dt_status st = DT_OK;
-    for (int i = 0; i < n && st == DT_OK; i++)
-        st = dt_linear_backward(ctx, l[i], x, x_lp, dy[i], s->dy_lp, Nt, NULL);
+    for (int i = 0; i < n && st == DT_OK; i++) {
+        if (kept) /* split backward: the weight gradient waits for the W pass */
+            keep(kept[i], dy[i], (int64_t)Nt * l[i]->out);
+        else
+            st = dt_linear_backward(ctx, l[i], x, x_lp, dy[i], s->dy_lp, Nt, NULL);
+    }
     dt_status st_end = dt_region_backward_end(p->tp, &pending); /* always completed */
     return st != DT_OK ? st : st_end;
 }
@@ -256,7 +266,8 @@ static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
 static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               const dt_block_par *p, const dt_block *blk, int N,
                               const dt_block_acts *a, dt_block_scratch *s,
-                              const dt_norm_params *ln2, float *down_db, float *dres) {
+                              const dt_norm_params *ln2, float *down_db, dt_block_wgrad *wg,
+                              float *dres) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
     int64_t nf = (int64_t)Nt * d->F;
     if (ctx->mm_type == DT_F32) {
@@ -268,6 +279,10 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
     DT_TRY(leave_backward(d, p, dres, N, down_db, s));
     dt_linear down = without_bias(&blk->down);
+    if (wg) { /* the weight gradient waits: keep its output gradient */
+        down.dw = NULL;
+        keep(wg->ddown, s->part, (int64_t)Nt * d->C);
+    }
     zero(s->dg, nf);
     DT_TRY(dt_linear_backward(ctx, &down, s->g, a->g_lp, s->part, s->dy_lp, Nt, s->dg));
     zero(s->dh, nf);
@@ -275,13 +290,17 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         dt_gelu_backward(s->dh, a->h, s->dg, nf);
         const dt_linear *l[] = {&blk->fc};
         const float *dy[] = {s->dh};
-        DT_TRY(column_backward(ctx, d, p, l, dy, 1, s->ln_full, a->ln2_lp, N, s));
+        float *kept[] = {wg ? wg->dh : NULL};
+        DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 1, s->ln_full, a->ln2_lp, N,
+                               s));
     } else {
         zero(s->du, nf);
         dt_swiglu_backward(s->dh, s->du, a->h, a->u, s->dg, nf);
         const dt_linear *l[] = {&blk->fc, &blk->up};
         const float *dy[] = {s->dh, s->du};
-        DT_TRY(column_backward(ctx, d, p, l, dy, 2, s->ln_full, a->ln2_lp, N, s));
+        float *kept[] = {wg ? wg->dh : NULL, wg ? wg->du : NULL};
+        DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 2, s->ln_full, a->ln2_lp, N,
+                               s));
     }
     dt_block_norm_backward(d->kind, ln2, a->x2, s->dln, a->ln2_mean, a->ln2_rstd, Nr, d->C,
                            dres);
@@ -292,11 +311,16 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
                                     const dt_block_par *p, const dt_block *blk,
                                     const dt_rope_cache *rope, const float *x, int B, int T,
                                     const dt_block_acts *a, dt_block_scratch *s,
-                                    const dt_norm_params *ln1, float *proj_db, float *dres) {
+                                    const dt_norm_params *ln1, float *proj_db,
+                                    dt_block_wgrad *wg, float *dres) {
     int N = B * T, Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d), A = (int64_t)d->NH * d->hs;
     DT_TRY(leave_backward(d, p, dres, N, proj_db, s));
     dt_linear proj = without_bias(&blk->proj);
+    if (wg) {
+        proj.dw = NULL;
+        keep(wg->dproj, s->part, (int64_t)Nt * d->C);
+    }
     zero(s->datt, (int64_t)Nt * A);
     DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, s->part, s->dy_lp, Nt, s->datt));
     /* to the head layout: the output gradient, and the output itself (not kept twice) */
@@ -319,7 +343,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
     const dt_linear *l[] = {&blk->qkv};
     const float *dy[] = {s->qkv_rows};
-    DT_TRY(column_backward(ctx, d, p, l, dy, 1, s->ln_full, a->ln1_lp, N, s));
+    float *kept[] = {wg ? wg->dqkv : NULL};
+    DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 1, s->ln_full, a->ln1_lp, N, s));
     dt_block_norm_backward(d->kind, ln1, x, s->dln, a->ln1_mean, a->ln1_rstd, Nr, d->C, dres);
     return DT_OK;
 }
@@ -341,7 +366,7 @@ static dt_status add_row_param_grads(const dt_block_dims *d, const dt_block_par 
 dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
                             const dt_block *blk, const dt_rope_cache *rope, const float *x,
                             int B, int T, const dt_block_acts *a, dt_block_scratch *s,
-                            float *dres) {
+                            dt_block_wgrad *wg, float *dres) {
     int C = d->C;
     float *pg = s->pgrad;
     zero(pg, 6 * (int64_t)C);
@@ -351,7 +376,34 @@ dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const 
                           .db = has_b ? pg + 3 * C : NULL};
     float *proj_db = blk->proj.db ? pg + 4 * C : NULL, *down_db = blk->down.db ? pg + 5 * C : NULL;
     /* MLP branch: dres is d(out); LN2's backward adds the branch's part, leaving d(x2) */
-    DT_TRY(mlp_backward(ctx, d, p, blk, B * T, a, s, &ln2, down_db, dres));
-    DT_TRY(attention_backward(ctx, d, p, blk, rope, x, B, T, a, s, &ln1, proj_db, dres));
+    DT_TRY(mlp_backward(ctx, d, p, blk, B * T, a, s, &ln2, down_db, wg, dres));
+    DT_TRY(attention_backward(ctx, d, p, blk, rope, x, B, T, a, s, &ln1, proj_db, wg, dres));
     return add_row_param_grads(d, p, blk, pg);
+}
+
+/* The W pass: the same weight-gradient products the full backward makes, from the kept
+ * output gradients and the inputs (saved, or recomputed as the full backward does). */
+dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                   const dt_block_par *p, const dt_block *blk, const float *x,
+                                   int B, int T, const dt_block_acts *a, dt_block_scratch *s,
+                                   const dt_block_wgrad *wg) {
+    int N = B * T, Nt = dt_block_rows_tp(p, N);
+    int64_t nf = (int64_t)Nt * d->F;
+    if (ctx->mm_type == DT_F32) {
+        if (d->kind == DT_BLOCK_GPT2)
+            dt_gelu_forward(s->g, a->h, nf);
+        else
+            dt_swiglu_forward(s->g, a->h, a->u, nf);
+    }
+    dt_linear down = without_bias(&blk->down), proj = without_bias(&blk->proj);
+    DT_TRY(dt_linear_backward(ctx, &down, s->g, a->g_lp, wg->ddown, s->dy_lp, Nt, NULL));
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
+    DT_TRY(dt_linear_backward(ctx, &blk->fc, s->ln_full, a->ln2_lp, wg->dh, s->dy_lp, Nt, NULL));
+    if (d->kind == DT_BLOCK_LLAMA)
+        DT_TRY(dt_linear_backward(ctx, &blk->up, s->ln_full, a->ln2_lp, wg->du, s->dy_lp, Nt,
+                                  NULL));
+    DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, wg->dproj, s->dy_lp, Nt, NULL));
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
+    return dt_linear_backward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, wg->dqkv, s->dy_lp, Nt,
+                              NULL);
 }

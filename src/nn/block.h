@@ -95,6 +95,17 @@ typedef struct dt_block_scratch {
     dt_bf16 *dy_lp;         /* [Nt, max(C, W, F)] bf16 scratch for backward matmuls */
 } dt_block_scratch;
 
+/* Split backward (zero-bubble pipelines, Qi et al. ICLR'24): the input-gradient pass keeps
+ * the output gradients of the block's matmuls here, per micro-batch, and the weight-gradient
+ * pass turns them into dW later. Norm and row-parallel bias gradients are taken in the input
+ * pass (they are cheap and need the residual gradient, which is gone by then). */
+typedef struct dt_block_wgrad {
+    float *dqkv;  /* [Nt, W] */
+    float *dproj; /* [Nt, C] */
+    float *dh, *du; /* [Nt, F] (du: Llama) */
+    float *ddown; /* [Nt, C] */
+} dt_block_wgrad;
+
 typedef struct dt_rope_cache {
     const float *cos_t, *sin_t; /* [T, hs/2] (borrowed); NULL for GPT-2 */
 } dt_rope_cache;
@@ -107,11 +118,20 @@ int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
                            const dt_block *blk, const dt_rope_cache *rope, const float *x,
                            int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out);
-/* x: the forward input; dres: [Nr, C], gradient of the output in, of the input out. */
+/* x: the forward input; dres: [Nr, C], gradient of the output in, of the input out.
+ * wg NULL: the full backward. wg given: the input-gradient half only; the matmuls' weight
+ * gradients wait in wg for dt_block_weight_backward. */
 dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
                             const dt_block *blk, const dt_rope_cache *rope, const float *x,
                             int B, int T, const dt_block_acts *a, dt_block_scratch *s,
-                            float *dres);
+                            dt_block_wgrad *wg, float *dres);
+/* The weight-gradient half: dW (and the column-parallel biases) from wg and the recomputed
+ * or saved inputs. Collective over tp only under Megatron-SP in fp32 (the recomputed norm
+ * output is gathered again). */
+dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                   const dt_block_par *p, const dt_block *blk, const float *x,
+                                   int B, int T, const dt_block_acts *a, dt_block_scratch *s,
+                                   const dt_block_wgrad *wg);
 
 /* The block's norm (LayerNorm for GPT-2, RMSNorm for Llama), shared with the final norm.
  * Backward accumulates into dx and the norm's weight gradients. */

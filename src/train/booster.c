@@ -202,6 +202,7 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
         eo.n_slots = dt_pipeline_slots(b->schedule, pp->rank);
         eo.pp = pp;
         eo.tied = m->arch == DT_ARCH_GPT2 ? b->mesh->tied : NULL; /* tied embedding/head */
+        eo.split_backward = dt_pipeline_split(b->schedule);
     }
     DT_TRY(dt_engine_init(m, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);

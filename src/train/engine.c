@@ -286,6 +286,12 @@ static dt_status setup_storage(dt_engine *e) {
 dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                          const dt_engine_opts *o, dt_comm *dp, dt_mem *mem, dt_engine **out) {
     *out = NULL;
+    /* ZeRO 2/3 reduce a unit's gradients when its backward leaves it; with the weight
+     * gradients made later, in W, that moment is no longer the unit's backward */
+    if (o->split_backward && o->zero_stage >= 2)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "a split-backward schedule (zbh1) runs with ZeRO "
+                          "stage 0 or 1 for now, not %d: use pp_schedule=1f1b with ZeRO %d, "
+                          "or zero_stage 1", o->zero_stage, o->zero_stage);
     dt_status st;
     dt_engine *e = calloc(1, sizeof *e);
     if (!e)
@@ -305,7 +311,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     dt_gpt_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
                       .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
                       .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp,
-                      .units = o->units, .n_slots = o->n_slots, .pp = o->pp};
+                      .units = o->units, .n_slots = o->n_slots, .pp = o->pp,
+                      .split_backward = o->split_backward};
     DT_TRY_GOTO(dt_gpt_init(mc, &go, mem, &e->model));
     e->n_units = dt_gpt_n_units(e->model);
     e->n_total = dt_gpt_numel(e->model);

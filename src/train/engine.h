@@ -44,6 +44,7 @@ typedef struct dt_engine_opts {
     const bool *units;
     int n_slots;
     dt_comm *pp, *tied;
+    bool split_backward; /* zero-bubble schedules (W actions); ZeRO 0 and 1 only */
 } dt_engine_opts;
 
 /* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */

@@ -17,6 +17,7 @@ struct dt_pipeline {
     dt_comm *pp;
     dt_gpt *model;
     int rank, n_slots, n_mb;
+    bool split; /* the schedule has W actions */
     slot_state *slots;
     int *slot_of;          /* [n_chunks][n_mb] slot of a (chunk, mb) in flight, -1 none */
     dt_comm_req *recv_act; /* [n_chunks][n_mb] pending receive of the chunk's input */
@@ -24,26 +25,40 @@ struct dt_pipeline {
 };
 
 /* A (chunk, mb) holds its slot from the receive of its input (or its F) until its input
- * gradient has been sent (chunk 0, which sends none: its B). The executor and the count
- * below both use these two predicates. */
+ * gradient has been sent (chunk 0, which sends none: its B), or with a split backward until
+ * its W. The executor and the count below both use these predicates. */
 static bool takes_slot(const dt_sched_action *a) {
     return a->op == DT_SCHED_OP_RECV_ACT || a->op == DT_SCHED_OP_F;
 }
 
-static bool gives_slot(const dt_sched_action *a) {
+static bool gives_slot(const dt_sched_action *a, bool split) {
+    if (split)
+        return a->op == DT_SCHED_OP_W;
     return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
+}
+
+bool dt_pipeline_split(const dt_schedule *s) {
+    for (int r = 0; r < s->pp; r++) {
+        int n;
+        const dt_sched_action *a = dt_sched_row(s, r, &n);
+        for (int i = 0; i < n; i++)
+            if (a[i].op == DT_SCHED_OP_W)
+                return true;
+    }
+    return false;
 }
 
 int dt_pipeline_slots(const dt_schedule *s, int rank) {
     int n, live = 0, peak = 0;
     const dt_sched_action *a = dt_sched_row(s, rank, &n);
     int total = s->pp * s->n_chunks * s->n_mb;
+    bool split = dt_pipeline_split(s);
     char *held = calloc((size_t)total, 1);
     if (!held)
         return -1;
     for (int i = 0; i < n; i++) {
         int k = a[i].stage * s->n_mb + a[i].mb;
-        bool take = takes_slot(&a[i]), give = gives_slot(&a[i]);
+        bool take = takes_slot(&a[i]), give = gives_slot(&a[i], split);
         if (take && !held[k]) {
             held[k] = 1;
             peak = ++live > peak ? live : peak;
@@ -69,15 +84,6 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
         return dt_err_set(DT_ERR_ARG, "pipeline: the schedule is for pp %d x %d chunks, the "
                           "model is cut into pp %d x %d chunks over %d ranks", s->pp,
                           s->n_chunks, plan->pp, plan->v, pp->size);
-    for (int r = 0; r < s->pp; r++) {
-        int n;
-        const dt_sched_action *a = dt_sched_row(s, r, &n);
-        for (int i = 0; i < n; i++)
-            if (a[i].op == DT_SCHED_OP_W)
-                return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: this schedule splits the "
-                                  "backward (W actions, as zbh1 does); the executor runs full "
-                                  "backwards only so far: use gpipe, 1f1b or interleaved");
-    }
     int need = dt_pipeline_slots(s, pp->rank);
     if (need > n_slots)
         return dt_err_set(DT_ERR_ARG, "pipeline: rank %d needs %d activation slots, the model "
@@ -101,7 +107,7 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     *p = (dt_pipeline){.s = s, .plan = plan, .pp = pp, .model = model, .rank = pp->rank,
                        .n_slots = n_slots, .n_mb = s->n_mb, .slots = p->slots,
                        .slot_of = p->slot_of, .recv_act = p->recv_act,
-                       .recv_grad = p->recv_grad};
+                       .recv_grad = p->recv_grad, .split = dt_pipeline_split(s)};
     *out = p;
     return DT_OK;
 }
@@ -228,9 +234,17 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         slot = p->slot_of[k];
         DT_TRY(wait_traced(p, &p->recv_grad[k], DT_SPAN_RECV, c, mb, trace, step));
         t0 = trace ? dt_trace_now(trace) : 0;
-        DT_TRY(dt_gpt_backward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T));
+        DT_TRY(dt_gpt_backward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T,
+                                     p->split));
         DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
-        if (gives_slot(a)) /* chunk 0: nothing to send, the slot is free */
+        if (gives_slot(a, p->split)) /* chunk 0: nothing to send, the slot is free */
+            slot_release(p, c, mb);
+        return DT_OK;
+    case DT_SCHED_OP_W:
+        slot = p->slot_of[k];
+        DT_TRY(dt_gpt_weight_units(g, slot, first_unit(p, c), end_unit(p, c), b->B, b->T));
+        DT_TRY(dt_trace_add(trace, DT_SPAN_WEIGHT, c, mb, step, t0, dt_trace_now(trace)));
+        if (gives_slot(a, p->split))
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
@@ -238,7 +252,7 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         DT_TRY(dt_comm_send(p->pp, dt_gpt_boundary_grad(g, slot, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
                             &p->slots[slot].sends[1]));
-        if (gives_slot(a)) /* reusable once the send completes (slot_acquire waits) */
+        if (gives_slot(a, p->split)) /* reusable once the send completes (slot_acquire waits) */
             slot_release(p, c, mb);
         return DT_OK;
     default:

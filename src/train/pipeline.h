@@ -24,11 +24,15 @@
 typedef struct dt_pipeline dt_pipeline;
 
 /* Most (chunk, micro-batch) pairs `rank` holds at once: from its F (or the receive before
- * it) until its input gradient is sent. */
+ * it) until its input gradient is sent, or until its W with a split backward. */
 int dt_pipeline_slots(const dt_schedule *s, int rank);
 
+/* Whether the schedule splits the backward (has W actions): the model must then be built
+ * with split_backward. */
+bool dt_pipeline_split(const dt_schedule *s);
+
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
- * slots; DT_ERR_UNSUPPORTED for a schedule with W (split backward) actions. Borrows all. */
+ * slots. Borrows all. */
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
                            dt_gpt *model, int n_slots, dt_pipeline **out);
 void dt_pipeline_free(dt_pipeline *p);
