@@ -32,6 +32,10 @@ struct dt_engine {
     dt_comm *dp; /* borrowed */
     dt_comm *pp, *tied; /* borrowed or NULL */
     bool pipelined;     /* pp > 1: the schedule drives forward and backward */
+    /* ZeRO 2/3 under a split-backward schedule: a unit's gradients are complete only after
+     * its W, long after its backward left it, so they accumulate in one whole local arena
+     * (ZeRO-1's gradient memory) and are reduce-scattered once, in finish */
+    float *g_whole;
     dt_mem *mem; /* borrowed */
     int zero, n_units;
     bool lp, overlap;
@@ -162,7 +166,7 @@ static dt_status on_enter(void *ctx, int unit, dt_gpt_phase phase) {
         else if (phase == DT_PHASE_BACKWARD)
             DT_TRY(prefetch(e, unit - 1));
     }
-    if (e->zero >= 2 && phase == DT_PHASE_BACKWARD && !is_persistent(e, unit)) {
+    if (e->zero >= 2 && phase == DT_PHASE_BACKWARD && !is_persistent(e, unit) && !e->g_whole) {
         unit_buf *b = buf_of(e, unit);
         DT_TRY(complete_reduction(e, b)); /* the buffer's previous unit */
         memset(b->g, 0, (size_t)e->ucount[unit] * sizeof *b->g);
@@ -175,7 +179,7 @@ static dt_status on_leave(void *ctx, int unit, dt_gpt_phase phase) {
     dt_engine *e = ctx;
     if (phase != DT_PHASE_BACKWARD || !e->comm_now)
         return DT_OK;
-    if (e->zero >= 2 && e->pipelined && is_persistent(e, unit))
+    if (e->zero >= 2 && ((e->pipelined && is_persistent(e, unit)) || e->g_whole))
         return DT_OK; /* accumulates over the step's micro-batches; reduced in finish */
     if (e->zero >= 2) {
         unit_buf *b = buf_of(e, unit);
@@ -256,7 +260,7 @@ static dt_status alloc_unit_buf(dt_engine *e, unit_buf *b, int64_t n, const char
     return alloc(e, DT_MEM_COMM, name, (size_t)piece * sizeof(float), &b->piece);
 }
 
-static dt_status setup_storage(dt_engine *e) {
+static dt_status setup_storage(dt_engine *e, bool split) {
     int L1 = e->n_units - 1;
     e->w_full = dt_gpt_weights(e->model);
     e->g_full = dt_gpt_grads(e->model);
@@ -276,22 +280,22 @@ static dt_status setup_storage(dt_engine *e) {
         DT_TRY(alloc_unit_buf(e, &e->slot[i], widest, i ? "block_b" : "block_a"));
     DT_TRY(alloc_unit_buf(e, &e->pers[0], e->ucount[0], "first"));
     dt_gpt_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL);
-    if (L1 == 0) /* a stage of one unit: it is both first and last */
+    if (L1 > 0) { /* else a stage of one unit: it is both first and last */
+        DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "last"));
+        dt_gpt_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
+    }
+    if (!split)
         return DT_OK;
-    DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "last"));
-    dt_gpt_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
+    DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grads_whole", (size_t)e->n_total * sizeof(float),
+                 &e->g_whole));
+    for (int u = 0; u < e->n_units; u++)
+        dt_gpt_bind_unit(e->model, u, NULL, e->g_whole + e->ufirst[u], NULL);
     return DT_OK;
 }
 
 dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                          const dt_engine_opts *o, dt_comm *dp, dt_mem *mem, dt_engine **out) {
     *out = NULL;
-    /* ZeRO 2/3 reduce a unit's gradients when its backward leaves it; with the weight
-     * gradients made later, in W, that moment is no longer the unit's backward */
-    if (o->split_backward && o->zero_stage >= 2)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "a split-backward schedule (zbh1) runs with ZeRO "
-                          "stage 0 or 1 for now, not %d: use pp_schedule=1f1b with ZeRO %d, "
-                          "or zero_stage 1", o->zero_stage, o->zero_stage);
     dt_status st;
     dt_engine *e = calloc(1, sizeof *e);
     if (!e)
@@ -321,7 +325,7 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     e->own_first = (int64_t)dp->rank * e->S;
     e->own_count = overlap(0, e->n_total, e->own_first, e->S);
     DT_TRY_GOTO(plan_units(e, (double)o->bucket_mb * 1048576.0));
-    DT_TRY_GOTO(setup_storage(e));
+    DT_TRY_GOTO(setup_storage(e, o->split_backward));
     int64_t first = e->zero == 0 ? 0 : e->own_first;
     int64_t count = e->zero == 0 ? e->n_total : e->own_count;
     DT_TRY_GOTO(dt_adamw_init(oc, dt_gpt_param(e->model, 0), dt_gpt_n_params(e->model), first,
@@ -352,6 +356,7 @@ void dt_engine_free(dt_engine *e) {
     for (int i = 0; i < 2; i++)
         free_unit_buf(e, &e->pers[i]);
     dt_adamw_free(e->opt);
+    dt_mem_release(e->mem, e->g_whole);
     dt_mem_release(e->mem, e->g_shard);
     dt_mem_release(e->mem, e->w_shard);
     dt_gpt_free(e->model);
@@ -389,6 +394,8 @@ static int persistent_unit(const dt_engine *e, int i) { return i == 0 ? 0 : e->n
 dt_status dt_engine_begin_step(dt_engine *e) {
     if (e->zero >= 2) {
         memset(e->g_shard, 0, (size_t)e->S * sizeof(float));
+        if (e->g_whole)
+            memset(e->g_whole, 0, (size_t)e->n_total * sizeof(float));
         for (int i = 0; e->pipelined && i < n_persistent(e); i++)
             memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
     } else {
@@ -449,7 +456,10 @@ dt_status dt_engine_finish(dt_engine *e) {
         for (int k = 0; k < e->n_buckets; k++)
             DT_TRY(dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k],
                                          e->bucket_count[k], NULL));
-    for (int i = 0; e->zero >= 2 && e->pipelined && i < n_persistent(e); i++) {
+    if (e->g_whole) /* this rank's part of the whole arena lands at g_shard[0] */
+        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, e->g_whole, e->g_shard,
+                                          counts_of(e, e->n_units), NULL));
+    for (int i = 0; e->zero >= 2 && e->pipelined && !e->g_whole && i < n_persistent(e); i++) {
         unit_buf *b = &e->pers[i];
         int u = persistent_unit(e, i);
         b->gunit = u;

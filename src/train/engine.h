@@ -44,7 +44,8 @@ typedef struct dt_engine_opts {
     const bool *units;
     int n_slots;
     dt_comm *pp, *tied;
-    bool split_backward; /* zero-bubble schedules (W actions); ZeRO 0 and 1 only */
+    bool split_backward; /* zero-bubble schedules (W actions); with ZeRO 2/3 the gradients
+                          * are then kept whole over the step (see engine.c) */
 } dt_engine_opts;
 
 /* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */
