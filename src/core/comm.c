@@ -25,9 +25,10 @@ static int64_t sum_counts(const int *counts, int n) {
         double t0_ = dt_now();                                                                \
         dt_status s_ = (call);                                                                \
         (c)->stats.calls[op]++;                                                               \
-        if ((c)->size > 1)                                                                    \
+        if ((c)->size > 1) { /* a group of one copies locally: neither bytes nor comm time */ \
             (c)->stats.bytes[op] += (uint64_t)(nbytes);                                       \
-        (c)->stats.seconds[op] += dt_now() - t0_;                                                \
+            (c)->stats.seconds[op] += dt_now() - t0_;                                         \
+        }                                                                                     \
         return s_;                                                                            \
     } while (0)
 
@@ -79,7 +80,8 @@ dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req) {
         return DT_OK;
     double t0 = dt_now();
     dt_status st = c->ops->wait(c, req);
-    c->stats.wait_seconds += dt_now() - t0;
+    if (c->size > 1)
+        c->stats.wait_seconds += dt_now() - t0;
     req->active = false;
     return st;
 }
@@ -91,7 +93,8 @@ dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done) {
     *done = false;
     double t0 = dt_now(); /* progressing a collective copies and sums on this thread: exposed */
     dt_status st = c->ops->test(c, req, done);
-    c->stats.wait_seconds += dt_now() - t0;
+    if (c->size > 1)
+        c->stats.wait_seconds += dt_now() - t0;
     if (*done)
         req->active = false;
     return st;
