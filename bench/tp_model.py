@@ -187,15 +187,13 @@ def comm_step(s, rank=0):
         # backward
         g.add("tp" if s.sg else "-", "final norm grads all-reduce (rows)", rows_ar(2 * C))
         for _ in range(s.L):
-            if fp32:  # norm output recomputed: the entering region op runs again
-                enter_fwd("ln2 recompute")
+            enter_fwd("ln2 recompute")  # norm output rebuilt: the entering op runs again
             leave_bwd("mlp down")
             enter_bwd("ln2")
             leave_bwd("attn proj")
             g.add("sp", "attention grad + out all-to-all (2x)", a2a_att, 2)
             g.add("sp", "qkv grad all-to-all bwd", a2a_qkv)
-            if fp32:
-                enter_fwd("ln1 recompute")
+            enter_fwd("ln1 recompute")
             enter_bwd("ln1")
             g.add("tp" if s.sg else "-", "block row-param grads all-reduce (rows)", rows_ar(6 * C))
         if s.arch == "gpt2":
@@ -280,14 +278,14 @@ def activations(s):
     }
     if s.arch == "llama":
         layer["u"] = pad64(Nt * F * F32)
-    if lp:
-        layer["bf16 ln1, att, ln2, g"] = (pad64(Nt * C * BF16) + pad64(Nt * A * BF16) +
-                                          pad64(Nt * C * BF16) + pad64(Nt * F * BF16))
+    if lp:  # the bf16 norm outputs are one shared buffer, rebuilt in backward
+        layer["bf16 att, g"] = pad64(Nt * A * BF16) + pad64(Nt * F * BF16)
     # res is one carve of (L+1) rows x C: the per-layer share above plus one extra slice;
     # undo the per-slice rounding so the total is the single carve's
     res_total = pad64((s.L + 1) * Nr * C * F32)
     other = {
         "res[L] (last block output)": res_total - s.L * pad64(Nr * C * F32),
+        "bf16 norm output (shared by the blocks)": pad64(Nt * C * BF16) if lp else 0,
         "final norm out + mean + rstd": pad64(Nr * C * F32) + 2 * pad64(Nr * F32),
         "losses": pad64(Nt * F32),
         "batch inputs + targets": 2 * s.mb * s.T * 4,
@@ -307,8 +305,8 @@ def formula_per_layer(s):
     wq = (s.NH + 2 * s.NKV) * s.hs / h  # qkv width / h: 3 for GPT-2
     mlp = (2 if s.arch == "llama" else 1) * s.F / h  # saved MLP matmul outputs / h: 4 for GPT-2
     x = (8 + 16 / h) / r + (4 * wq + 4 + 4 * mlp + 4 * a / h) / t  # x, x2, stats | qkv, att, h, lse
-    if s.prec == "bf16":  # bf16 copies: ln1, ln2 gathered [Nt, C] (not split by t); att, g
-        x += 4 + (2 + 2 * s.F / h) / t
+    if s.prec == "bf16":  # bf16 copies of att and gelu(h); the norm outputs are rebuilt
+        x += (2 + 2 * s.F / h) / t
     return sb * h * x / u
 
 
@@ -316,14 +314,13 @@ FORMULAS = """\
 Per layer, fp32, flash attention (no s x s scores), GPT-2 block (F = 4h), with s = seq_len,
 b = micro-batch, h = n_embd, a = heads, t = tp, u = Ulysses sp; bytes:
   saved per block: x 4sbh, x2 4sbh, ln1/ln2 mean+rstd 16sb, qkv 12sbh, att 4sbh, h 16sbh,
-  lse 4sba (norm outputs and gelu(h) are recomputed in backward in fp32)
+  lse 4sba (norm outputs and gelu(h) are recomputed in backward)
   none:                 sbh (40 + 16/h + 4a/h)
   tp = t:               sbh (8 + 16/h + (32 + 4a/h)/t)      x, x2 and the norm stats replicated
   tp = t, split_gather: sbh/t (40 + 16/h + 4a/h)            everything split over t
   Ulysses sp = u:       sbh/u (40 + 16/h + 4a/h)            everything split over u
-  bf16 adds the bf16 matmul inputs: ln1 and ln2 as they enter the tp region ([Nt, C], i.e.
-  gathered under split_gather, so not split by t) and att, gelu(h): sbh (4 + 10/t) per layer
-  (all over u under Ulysses).
+  bf16 adds the bf16 copies of att and gelu(h): sbh (10/t) per layer (over u under Ulysses);
+  the norm outputs are rebuilt in backward in both precisions (one shared bf16 buffer).
   Llama: qkv 4(a + 2 kv) hs / h, gate and up outputs 2 x 4F/h in place of 12 and 16.
 Outside the layers: one more residual slice 4sbh/r + final norm output 4sbh/r + its stats
 8sb/r (r = t under split_gather, else 1; /u under Ulysses) + per-token losses 4sb/u + the

@@ -466,6 +466,7 @@ static void carve_acts(dt_gpt *g, carver *cv) {
     bool lp = g->ctx.mm_type == DT_BF16;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
     g->res = carve(cv, S * g->n_pos * r.Nr * C * f4);
+    dt_bf16 *ln_lp = lp ? carve(cv, r.Nt * C * h2) : NULL; /* rebuilt in backward: shared */
     for (size_t slot = 0; slot < S; slot++)
         for (int l = 0; l < L; l++) {
             if (!holds_block(g, l))
@@ -481,9 +482,8 @@ static void carve_acts(dt_gpt *g, carver *cv) {
             a->ln2_rstd = carve(cv, r.Nr * f4);
             a->h = carve(cv, r.Nt * F * f4);
             a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-            a->ln1_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
+            a->ln1_lp = a->ln2_lp = ln_lp;
             a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
-            a->ln2_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
             a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
             if (!g->wgrad)
                 continue;

@@ -204,16 +204,19 @@ dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const d
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
-/* In fp32 mode the norm outputs (and the gathered copy entering the region) and the MLP
- * activation are not kept per block: they are rebuilt just before the weight gradients that
- * read them. In bf16 mode the matmuls read the saved bf16 copies instead. */
+/* The norm outputs (and the copy entering the region, gathered under Megatron-SP) are not
+ * kept per block, in either precision: they are rebuilt just before the weight gradients
+ * that read them, so each rank keeps only its own rows' statistics (Korthikanti et al.
+ * sec. 4.2.2). In bf16 mode the rebuilt copy is rounded into the (shared) bf16 buffer the
+ * matmul reads. */
 static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                       const dt_block_par *p, const dt_norm_params *np,
                                       const float *x, int N, const float *mean,
-                                      const float *rstd, dt_block_scratch *s) {
-    if (ctx->mm_type != DT_F32)
-        return DT_OK;
-    return norm_enter(d, p, np, x, N, (float *)mean, (float *)rstd, s);
+                                      const float *rstd, dt_block_scratch *s, dt_bf16 *lp) {
+    DT_TRY(norm_enter(d, p, np, x, N, (float *)mean, (float *)rstd, s));
+    if (ctx->mm_type == DT_BF16)
+        dt_cast_f32_to_bf16(lp, s->ln_full, (int64_t)dt_block_rows_tp(p, N) * d->C);
+    return DT_OK;
 }
 
 /* The leaving region's adjoint: dy [Nr, C] -> s->part [Nt, C]; the bias gradient. */
@@ -276,7 +279,8 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         else
             dt_swiglu_forward(s->g, a->h, a->u, nf);
     }
-    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,
+                                a->ln2_lp));
     DT_TRY(leave_backward(d, p, dres, N, down_db, s));
     dt_linear down = without_bias(&blk->down);
     if (wg) { /* the weight gradient waits: keep its output gradient */
@@ -340,7 +344,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
     DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->dqkv_heads,
                       s->packed, s->work));
     regroup_qkv(d, sp, s->packed, s->qkv_rows, Nt, false);
-    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s,
+                                a->ln1_lp));
     const dt_linear *l[] = {&blk->qkv};
     const float *dy[] = {s->qkv_rows};
     float *kept[] = {wg ? wg->dqkv : NULL};
@@ -397,13 +402,15 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     }
     dt_linear down = without_bias(&blk->down), proj = without_bias(&blk->proj);
     DT_TRY(dt_linear_backward(ctx, &down, s->g, a->g_lp, wg->ddown, s->dy_lp, Nt, NULL));
-    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,
+                                a->ln2_lp));
     DT_TRY(dt_linear_backward(ctx, &blk->fc, s->ln_full, a->ln2_lp, wg->dh, s->dy_lp, Nt, NULL));
     if (d->kind == DT_BLOCK_LLAMA)
         DT_TRY(dt_linear_backward(ctx, &blk->up, s->ln_full, a->ln2_lp, wg->du, s->dy_lp, Nt,
                                   NULL));
     DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, wg->dproj, s->dy_lp, Nt, NULL));
-    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
+    DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s,
+                                a->ln1_lp));
     return dt_linear_backward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, wg->dqkv, s->dy_lp, Nt,
                               NULL);
 }

@@ -72,7 +72,9 @@ typedef struct dt_block_acts {
     float *x2;                        /* [Nr, C] residual stream after the attention branch */
     float *ln2_mean, *ln2_rstd;       /* [Nr] */
     float *h, *u;                     /* [Nt, F]: fc (or gate) output, up output */
-    dt_bf16 *ln1_lp, *att_lp, *ln2_lp, *g_lp; /* bf16 matmul inputs (NULL in fp32 mode) */
+    dt_bf16 *att_lp, *g_lp;           /* bf16 matmul inputs (NULL in fp32 mode) */
+    dt_bf16 *ln1_lp, *ln2_lp;         /* [Nt, C] bf16 norm outputs: may be one buffer shared
+                                       * by all blocks (rebuilt in backward) */
 } dt_block_acts;
 
 /* Transients shared by every block (W = (NH + 2 NKV) hs, A = NH hs). In fp32 mode the norm

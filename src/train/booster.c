@@ -40,7 +40,7 @@ struct dt_booster {
     dt_gpt *model; /* borrowed from the engine */
     dt_loader train, val;
     bool has_train, has_val;
-    int32_t *inputs, *targets; /* [rows, T]: the rank's share of a step's batch */
+    int32_t *inputs, *targets; /* [mb, T], or [rows, T] (a step's share) under a pipeline */
     dt_train_state state;
     /* pipeline (pp > 1) */
     dt_stage_plan stages;
@@ -209,7 +209,9 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     if (pipelined(b))
         DT_TRY(dt_pipeline_init(b->schedule, &b->stages, b->mesh->axis[DT_AXIS_PP], b->model,
                                 eo.n_slots, &b->pipeline));
-    size_t tok_bytes = (size_t)b->rows * s->seq_len * sizeof(int32_t);
+    /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
+    int batch_rows = pipelined(b) ? b->rows : b->mb;
+    size_t tok_bytes = (size_t)batch_rows * s->seq_len * sizeof(int32_t);
     DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", tok_bytes, (void **)&b->inputs));
     return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", tok_bytes, (void **)&b->targets);
 }
