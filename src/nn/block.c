@@ -219,6 +219,18 @@ static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims 
     return DT_OK;
 }
 
+/* The MLP activation is rebuilt from the saved matmul output(s) in fp32 mode; in bf16 mode
+ * the down projection's weight gradient reads the saved bf16 copy. */
+static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                              const dt_block_acts *a, dt_block_scratch *s, int64_t nf) {
+    if (ctx->mm_type != DT_F32)
+        return;
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward(s->g, a->h, nf);
+    else
+        dt_swiglu_forward(s->g, a->h, a->u, nf);
+}
+
 /* The leaving region's adjoint: dy [Nr, C] -> s->part [Nt, C]; the bias gradient. */
 static dt_status leave_backward(const dt_block_dims *d, const dt_block_par *p, const float *dy,
                                 int N, float *db, dt_block_scratch *s) {
@@ -273,12 +285,7 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               float *dres) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
     int64_t nf = (int64_t)Nt * d->F;
-    if (ctx->mm_type == DT_F32) {
-        if (d->kind == DT_BLOCK_GPT2)
-            dt_gelu_forward(s->g, a->h, nf);
-        else
-            dt_swiglu_forward(s->g, a->h, a->u, nf);
-    }
+    recompute_mlp_act(ctx, d, a, s, nf);
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,
                                 a->ln2_lp));
     DT_TRY(leave_backward(d, p, dres, N, down_db, s));
@@ -394,12 +401,7 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_wgrad *wg) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     int64_t nf = (int64_t)Nt * d->F;
-    if (ctx->mm_type == DT_F32) {
-        if (d->kind == DT_BLOCK_GPT2)
-            dt_gelu_forward(s->g, a->h, nf);
-        else
-            dt_swiglu_forward(s->g, a->h, a->u, nf);
-    }
+    recompute_mlp_act(ctx, d, a, s, nf);
     dt_linear down = without_bias(&blk->down), proj = without_bias(&blk->proj);
     DT_TRY(dt_linear_backward(ctx, &down, s->g, a->g_lp, wg->ddown, s->dy_lp, Nt, NULL));
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,

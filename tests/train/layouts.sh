@@ -5,26 +5,11 @@
 # Memory: per rank, AdamW state is 1/dp of the single process's (plus < 16 floats of padding
 # per moment) for ZeRO >= 1, and so are weights (ZeRO 3) and gradients (ZeRO 2, 3).
 #   layouts.sh DTRAIN SRC_DIR ARCH
-set -uo pipefail
 dtrain=$1 src=$2 arch=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-"$dtrain" prepare --input "$src/src/core" --out data > /dev/null || exit 1
 base=(--config "$src/configs/tiny-$arch.ini" --data.train=data/train.bin --data.val=data/val.bin
       --train.batch_size=8 --train.steps=4 --train.eval_every=2 --optim.eps=1e-6
       --optim.warmup_steps=1 --optim.lr=3e-3 --plugin.grad_clip=1.0)
-passed=0 failed=0
-check() { # NAME COMMAND...
-    local name=$1; shift
-    if out=$("$@" 2>&1); then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; echo "$out" | tail -5; fi
-}
-run() { # NAME NP ARGS...
-    local name=$1 np=$2; shift 2
-    mpirun --oversubscribe -np "$np" "$dtrain" train "${base[@]}" --train.metrics="$name.jsonl" \
-        --train.export="$name.safetensors" --train.mem_report="$name.mem.json" "$@" > "$name.log" 2>&1
-}
+. "$src/tests/train/layout_lib.sh"
 peak() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['peak'][sys.argv[2]])" "$1" "$2"; }
 
 run ref 1 || { echo "reference run failed"; cat ref.log; exit 1; }
@@ -71,5 +56,4 @@ run z2_first 2 "${z2[@]}" --checkpoint.every=2 || failed=$((failed + 1))
 rm -rf ck/step-4
 run z2_resumed 2 "${z2[@]}" --checkpoint.every=2 --checkpoint.resume=auto || failed=$((failed + 1))
 check "dp2 zero2 resume is bit-exact" cmp z2_straight.safetensors z2_resumed.safetensors
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

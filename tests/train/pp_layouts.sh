@@ -8,35 +8,12 @@
 # one process. A step trace is written and shows idle spans. Broken schedules given with
 # pp_schedule=file: are rejected on every rank, naming the first offending action.
 #   pp_layouts.sh DTRAIN SRC_DIR ARCH
-set -uo pipefail
 dtrain=$1 src=$2 arch=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-"$dtrain" prepare --input "$src/src/core" --out data > /dev/null || exit 1
 base=(--config "$src/configs/tiny-$arch.ini" --data.train=data/train.bin --data.val=data/val.bin
       --train.batch_size=8 --train.steps=4 --train.eval_every=2 --optim.eps=1e-6
       --optim.warmup_steps=1 --optim.lr=3e-3 --plugin.grad_clip=1.0 --model.vocab_size=254
       --model.n_layer=4)
-passed=0 failed=0
-check() { # NAME COMMAND...
-    local name=$1; shift
-    if out=$("$@" 2>&1); then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; echo "$out" | tail -5; fi
-}
-run() { # NAME NP ARGS...
-    local name=$1 np=$2; shift 2
-    timeout 120 mpirun --oversubscribe -np "$np" "$dtrain" train "${base[@]}" \
-        --train.metrics="$name.jsonl" --train.export="$name.safetensors" "$@" > "$name.log" 2>&1
-}
-same() { # NAME NP ARGS...: the run matches the reference
-    local name=$1
-    if ! run "$@"; then
-        echo "FAIL $name: run failed"; tail -3 "$name.log"; failed=$((failed + 1)); return
-    fi
-    check "$name equivalence" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
-        ref.jsonl ref.safetensors "$name.jsonl" "$name.safetensors" 1e-5
-}
+. "$src/tests/train/layout_lib.sh"
 
 run ref 1 || { echo "reference run failed"; cat ref.log; exit 1; }
 for pp in 2 4; do
@@ -120,5 +97,4 @@ bad b_before_f '0F0,0SA0,0F1,0SA1,0RG0,0B0,0RG1,0B1\n1RA0,1B0,1F0,1SG0,1RA1,1F1,
     'rank 1 action 1 (1B0): B before its F'
 bad crosswise '0F0,0RG0,0SA0,0F1,0SA1,0B0,0RG1,0B1\n1RA0,1F0,1B0,1SG0,1RA1,1F1,1B1,1SG1\n' \
     'deadlock.*rank 0 action 1 (0RG0) waits for 1SG0'
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -7,36 +7,13 @@
 # must never show in the exported file. Checkpoints: a tp2 x dp2 ZeRO-2 run resumes
 # bit-exactly, and a tp 2 checkpoint resumes in one process (layout-independent files).
 #   tp_layouts.sh DTRAIN SRC_DIR ARCH
-set -uo pipefail
 dtrain=$1 src=$2 arch=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-"$dtrain" prepare --input "$src/src/core" --out data > /dev/null || exit 1
 base=(--config "$src/configs/tiny-$arch.ini" --data.train=data/train.bin --data.val=data/val.bin
       --train.batch_size=8 --train.steps=4 --train.eval_every=2 --optim.eps=1e-6
       --optim.warmup_steps=1 --optim.lr=3e-3 --plugin.grad_clip=1.0 --model.vocab_size=254)
 # grouped-query attention that splits 4 ways: 8 query heads over 4 key/value heads
 [ "$arch" = llama ] && base+=(--model.n_head=8 --model.n_kv_head=4)
-passed=0 failed=0
-check() { # NAME COMMAND...
-    local name=$1; shift
-    if out=$("$@" 2>&1); then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; echo "$out" | tail -5; fi
-}
-run() { # NAME NP ARGS...
-    local name=$1 np=$2; shift 2
-    mpirun --oversubscribe -np "$np" "$dtrain" train "${base[@]}" --train.metrics="$name.jsonl" \
-        --train.export="$name.safetensors" "$@" > "$name.log" 2>&1
-}
-same() { # NAME NP ARGS...: the run matches the reference
-    local name=$1
-    if ! run "$@"; then
-        echo "FAIL $name: run failed"; tail -3 "$name.log"; failed=$((failed + 1)); return
-    fi
-    check "$name equivalence" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
-        ref.jsonl ref.safetensors "$name.jsonl" "$name.safetensors" 1e-5
-}
+. "$src/tests/train/layout_lib.sh"
 
 run ref 1 || { echo "reference run failed"; cat ref.log; exit 1; }
 tp=(--plugin.type=hybrid)
@@ -69,5 +46,4 @@ run one_resumed 1 "${ck[@]}" --checkpoint.dir=b --checkpoint.every=2 --checkpoin
     || failed=$((failed + 1))
 check "tp2 checkpoint resumed in one process" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
     <(tail -n 2 ref.jsonl) ref.safetensors <(tail -n 2 one_resumed.jsonl) one_resumed.safetensors 1e-5
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
