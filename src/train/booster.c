@@ -208,7 +208,7 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     b->model = dt_engine_model(b->engine);
     if (pipelined(b))
         DT_TRY(dt_pipeline_init(b->schedule, &b->stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                                eo.n_slots, &b->pipeline));
+                                eo.n_slots, b->mb, s->seq_len, b->mem, &b->pipeline));
     /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
     int batch_rows = pipelined(b) ? b->rows : b->mb;
     size_t tok_bytes = (size_t)batch_rows * s->seq_len * sizeof(int32_t);

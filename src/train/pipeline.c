@@ -20,16 +20,20 @@ struct dt_pipeline {
     bool split; /* the schedule has W actions */
     slot_state *slots;
     int *slot_of;          /* [n_chunks][n_mb] slot of a (chunk, mb) in flight, -1 none */
+    float **inbox;         /* [n_inbox] landing buffers of inputs received ahead of their F */
+    int n_inbox, *inbox_of; /* [n_chunks][n_mb] inbox holding a (chunk, mb)'s input, -1 */
+    bool *inbox_busy;
+    dt_mem *mem;
     dt_comm_req *recv_act; /* [n_chunks][n_mb] pending receive of the chunk's input */
     dt_comm_req *recv_grad;
 };
 
-/* A (chunk, mb) holds its slot from the receive of its input (or its F) until its input
- * gradient has been sent (chunk 0, which sends none: its B), or with a split backward until
- * its W. The executor and the count below both use these predicates. */
-static bool takes_slot(const dt_sched_action *a) {
-    return a->op == DT_SCHED_OP_RECV_ACT || a->op == DT_SCHED_OP_F;
-}
+/* A (chunk, mb) holds its slot from its F until its input gradient has been sent (chunk 0,
+ * which sends none: its B), or with a split backward until its W. An input received ahead
+ * of its F waits in a small inbox buffer, not a slot: schedules post the next receive before
+ * the current backward, and a whole slot for it would be one more micro-batch of
+ * activations. The executor and the counts below use these predicates. */
+static bool takes_slot(const dt_sched_action *a) { return a->op == DT_SCHED_OP_F; }
 
 static bool gives_slot(const dt_sched_action *a, bool split) {
     if (split)
@@ -46,6 +50,19 @@ bool dt_pipeline_split(const dt_schedule *s) {
                 return true;
     }
     return false;
+}
+
+/* Most inputs received ahead of their F at once on `rank`. */
+static int inbox_count(const dt_schedule *s, int rank) {
+    int n, live = 0, peak = 0;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) {
+        if (a[i].op == DT_SCHED_OP_RECV_ACT)
+            peak = ++live > peak ? live : peak;
+        else if (a[i].op == DT_SCHED_OP_F && a[i].stage > 0 && live > 0)
+            live--; /* a chunk with a predecessor consumed its received input */
+    }
+    return peak;
 }
 
 int dt_pipeline_slots(const dt_schedule *s, int rank) {
@@ -78,7 +95,8 @@ static int tag_of(const dt_pipeline *p, int kind, int chunk, int mb) {
 }
 
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_gpt *model, int n_slots, dt_pipeline **out) {
+                           dt_gpt *model, int n_slots, int B, int T, dt_mem *mem,
+                           dt_pipeline **out) {
     *out = NULL;
     if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
         return dt_err_set(DT_ERR_ARG, "pipeline: the schedule is for pp %d x %d chunks, the "
@@ -93,21 +111,30 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
         return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: %d chunks x %d micro-batches need "
                           "more message tags than MPI guarantees", plan->n_chunks, s->n_mb);
     dt_pipeline *p = calloc(1, sizeof *p);
-    int pairs = plan->n_chunks * s->n_mb;
-    if (p) {
-        p->slots = calloc((size_t)n_slots, sizeof *p->slots);
-        p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
-        p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
-        p->recv_grad = calloc((size_t)pairs, sizeof *p->recv_grad);
-    }
-    if (!p || !p->slots || !p->slot_of || !p->recv_act || !p->recv_grad) {
-        dt_pipeline_free(p);
+    if (!p)
         return dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
-    }
+    int pairs = plan->n_chunks * s->n_mb;
     *p = (dt_pipeline){.s = s, .plan = plan, .pp = pp, .model = model, .rank = pp->rank,
-                       .n_slots = n_slots, .n_mb = s->n_mb, .slots = p->slots,
-                       .slot_of = p->slot_of, .recv_act = p->recv_act,
-                       .recv_grad = p->recv_grad, .split = dt_pipeline_split(s)};
+                       .n_slots = n_slots, .n_mb = s->n_mb, .split = dt_pipeline_split(s),
+                       .n_inbox = inbox_count(s, pp->rank), .mem = mem};
+    p->slots = calloc((size_t)n_slots, sizeof *p->slots);
+    p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
+    p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
+    p->recv_grad = calloc((size_t)pairs, sizeof *p->recv_grad);
+    p->inbox_of = malloc((size_t)pairs * sizeof *p->inbox_of);
+    p->inbox = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox);
+    p->inbox_busy = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox_busy);
+    dt_status st = DT_OK;
+    if (!p->slots || !p->slot_of || !p->recv_act || !p->recv_grad || !p->inbox_of ||
+        !p->inbox || !p->inbox_busy)
+        st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
+    size_t bytes = (size_t)dt_gpt_boundary_count(model, B, T) * sizeof(float);
+    for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
+        st = dt_mem_alloc(mem, DT_MEM_COMM, "pipeline.inbox", bytes, (void **)&p->inbox[i]);
+    if (st != DT_OK) {
+        dt_pipeline_free(p);
+        return st;
+    }
     *out = p;
     return DT_OK;
 }
@@ -115,6 +142,11 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
 void dt_pipeline_free(dt_pipeline *p) {
     if (!p)
         return;
+    for (int i = 0; p->inbox && i < p->n_inbox; i++)
+        dt_mem_release(p->mem, p->inbox[i]);
+    free(p->inbox);
+    free(p->inbox_busy);
+    free(p->inbox_of);
     free(p->slots);
     free(p->slot_of);
     free(p->recv_act);
@@ -176,7 +208,9 @@ static dt_status reset(dt_pipeline *p) {
     for (int i = 0; i < p->n_slots; i++)
         p->slots[i].chunk = -1;
     for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++)
-        p->slot_of[k] = -1;
+        p->slot_of[k] = p->inbox_of[k] = -1;
+    for (int i = 0; i < p->n_inbox; i++)
+        p->inbox_busy[i] = false;
     return DT_OK;
 }
 
@@ -205,14 +239,27 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
     dt_gpt *g = p->model;
     double t0 = trace ? dt_trace_now(trace) : 0;
     switch (a->op) {
-    case DT_SCHED_OP_RECV_ACT:
-        DT_TRY(slot_acquire(p, c, mb, trace, step, &slot));
-        return dt_comm_recv(p->pp, dt_gpt_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
-                            bytes, peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb),
-                            &p->recv_act[k]);
+    case DT_SCHED_OP_RECV_ACT: {
+        int i = 0;
+        while (i < p->n_inbox && p->inbox_busy[i])
+            i++;
+        if (i == p->n_inbox)
+            return dt_err_set(DT_ERR_ARG, "pipeline: no free inbox for chunk %d micro-batch %d",
+                              c, mb);
+        p->inbox_busy[i] = true;
+        p->inbox_of[k] = i;
+        return dt_comm_recv(p->pp, p->inbox[i], bytes, peer_of(p, c - 1),
+                            tag_of(p, MSG_ACT, c, mb), &p->recv_act[k]);
+    }
     case DT_SCHED_OP_F:
         DT_TRY(slot_acquire(p, c, mb, trace, step, &slot));
-        DT_TRY(wait_traced(p, &p->recv_act[k], DT_SPAN_RECV, c, mb, trace, step));
+        if (p->inbox_of[k] >= 0) { /* the input arrived ahead: into the slot */
+            DT_TRY(wait_traced(p, &p->recv_act[k], DT_SPAN_RECV, c, mb, trace, step));
+            memcpy(dt_gpt_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
+                   p->inbox[p->inbox_of[k]], (size_t)bytes);
+            p->inbox_busy[p->inbox_of[k]] = false;
+            p->inbox_of[k] = -1;
+        }
         t0 = trace ? dt_trace_now(trace) : 0;
         DT_TRY(dt_gpt_forward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T));
         if (c == last) {

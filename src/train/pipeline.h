@@ -5,10 +5,12 @@
  * the data is needed. The schedule has been validated before (every rank, same verdict), so
  * the order of messages cannot deadlock.
  *
- * Slots: a (chunk, micro-batch) takes a slot at its receive or forward and gives it back
- * after its backward has sent its input gradient; a slot's outgoing messages are completed
- * before it is reused. dt_pipeline_slots tells how many slots a schedule needs on a rank
- * (GPipe: all micro-batches; 1F1B: at most pp on the first stage).
+ * Slots: a (chunk, micro-batch) takes a slot at its forward and gives it back after its
+ * backward has sent its input gradient (or after its W); a slot's outgoing messages are
+ * completed before it is reused. An input that arrives ahead of its forward lands in a small
+ * inbox buffer (one boundary tensor) and is copied into the slot at the forward.
+ * dt_pipeline_slots tells how many slots a schedule needs on a rank (GPipe: all micro-
+ * batches; 1F1B: pp - r on stage r).
  */
 #ifndef DT_TRAIN_PIPELINE_H
 #define DT_TRAIN_PIPELINE_H
@@ -23,8 +25,8 @@
 
 typedef struct dt_pipeline dt_pipeline;
 
-/* Most (chunk, micro-batch) pairs `rank` holds at once: from its F (or the receive before
- * it) until its input gradient is sent, or until its W with a split backward. */
+/* Most (chunk, micro-batch) pairs `rank` holds at once: from its F until its input gradient
+ * is sent, or until its W with a split backward. */
 int dt_pipeline_slots(const dt_schedule *s, int rank);
 
 /* Whether the schedule splits the backward (has W actions): the model must then be built
@@ -34,7 +36,8 @@ bool dt_pipeline_split(const dt_schedule *s);
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
  * slots. Borrows all. */
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_gpt *model, int n_slots, dt_pipeline **out);
+                           dt_gpt *model, int n_slots, int B, int T, dt_mem *mem,
+                           dt_pipeline **out);
 void dt_pipeline_free(dt_pipeline *p);
 
 typedef struct dt_pipeline_batch {

@@ -1,8 +1,9 @@
 /* A per-rank timeline of what a training step did (forward, backward, weight-gradient passes,
  * point-to-point waits, collectives, the optimizer), written as one Chrome-trace / Perfetto
  * JSON file: open it in ui.perfetto.dev or chrome://tracing, one row per rank. Idle time is
- * not recorded but derived: every gap inside a step becomes an "idle" span, so a pipeline's
- * bubble is visible (and measurable) as such.
+ * not recorded but derived: every gap inside a step becomes an "idle" span. A pipeline's
+ * bubble shows as waits on receives (a stage with nothing to do until its neighbour's data
+ * arrives) and idle gaps: everything in a step that is not F, B or W.
  *
  * Recording is a few stores into a growing array; nothing is written until dt_trace_write.
  * Clocks: every rank's origin is taken right after a barrier, so ranks on one machine share
