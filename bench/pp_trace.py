@@ -8,7 +8,7 @@ activation slots a schedule needs per rank, and the markdown tables of bench/run
 
 Bubble, per timed step, over one window for all ranks (the ranks' clocks share an origin taken
 after a barrier): from the first rank's step start to the last rank's end of schedule (the start
-of its post-schedule "collective" span). The measured bubble is time outside F and B spans /
+of its post-schedule "collective" span). The measured bubble is time outside F, B and W spans /
 (ranks x window), summed over the timed steps: the step's pipeline makespan less the compute.
 A rank that finishes its schedule early waits in the collective for the others; that wait is
 inside the window, so it counts, as it does in the unit-time theory. Waiting for a receive or
@@ -62,12 +62,12 @@ def bubble(path, skip=1):
             def dur(pattern, lo, hi):
                 return sum(max(0.0, min(e["ts"] + e["dur"], hi) - max(e["ts"], lo))
                            for e in es if re.fullmatch(pattern, e["name"]))
-            fb = dur(r"[FB]\d+", w0, w1)
+            fb = dur(r"[FBW]\d+", w0, w1)
             fb_rank[rank] += fb
             tot["fb"] += fb
             tot["wait"] += dur(r"recv\d+|send", w0, w1)
             tot["idle"] += dur(r"idle", w0, w1)
-            tot["work_step"] += dur(r"[FB]\d+|optimizer", w0, w2)
+            tot["work_step"] += dur(r"[FBW]\d+|optimizer", w0, w2)
         tot["sched"] += w1 - w0
         tot["step"] += w2 - w0
     p, n = len(ranks), len(timed)
@@ -87,13 +87,13 @@ def bubble(path, skip=1):
 
 def slots(path):
     """Activation slots per rank, counted as dt_pipeline_slots does: a (chunk, micro-batch)
-    takes a slot at its input receive (RA) or its F, and gives it back when its input gradient
-    is sent (SG), or at its B on chunk 0, which sends none."""
+    takes a slot at its F (an input received earlier waits in an inbox buffer), and gives it
+    back when its input gradient is sent (SG), or at its B on chunk 0, which sends none; with
+    a split backward (W actions), at its W."""
     res = []
-    for line in open(path):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
+    lines = [l.strip() for l in open(path) if l.strip() and not l.startswith("#")]
+    split = any(ACTION.fullmatch(a)[2] == "W" for l in lines for a in l.split(","))
+    for line in lines:
         held, live, peak = set(), 0, 0
         for a in line.split(","):
             m = ACTION.fullmatch(a)
@@ -101,11 +101,12 @@ def slots(path):
                 raise SystemExit(f"{path}: cannot parse action {a!r}")
             chunk, op, mb = int(m[1]), m[2], int(m[3])
             k = (chunk, mb)
-            if op in ("RA", "F") and k not in held:
+            gives = op == "W" if split else (op == "SG" or (op == "B" and chunk == 0))
+            if op == "F" and k not in held:
                 held.add(k)
                 live += 1
                 peak = max(peak, live)
-            elif (op == "SG" or (op == "B" and chunk == 0)) and k in held:
+            elif gives and k in held:
                 held.discard(k)
                 live -= 1
         res.append(peak)
@@ -178,7 +179,7 @@ def tables(path):
             continue
         for rank in range(r["pp"]):
             p, m = r["pp"], r["m"]
-            exp = {"gpipe": m, "1f1b": min(m, p - rank)}.get(r["kind"], "-")
+            exp = {"gpipe": m, "1f1b": min(m, p - rank), "zbh1": min(m, p)}.get(r["kind"], "-")
             f = fit.get((p, rank))
             pred = "%.2f" % ((f[0] + f[1] * r["slots"][rank]) / M) if f else "-"
             per = "%.2f" % (f[1] / M) if f else "-"

@@ -3,9 +3,8 @@
 # V256, T=256, micro-batch 1 sequence, global batch = m sequences, fp32, 1 thread per rank):
 #   1. bubble share measured from --train.trace (bench/pp_trace.py: time outside F/B spans /
 #      (ranks x schedule time), first step excluded) vs theory, for gpipe and 1f1b at pp 2 and
-#      4 with m in {p, 2p, 4p}, and interleaved 1F1B at pp 2 with 2 chunks, m 4 and 8; ZB-H1
-#      only from `dtrain schedule --stats` (the executor refuses split backward; one refused run
-#      is logged as evidence);
+#      4 with m in {p, 2p, 4p} (and ZB-H1 likewise), and interleaved 1F1B at pp 2 with 2 chunks,
+#      m 4 and 8;
 #   2. peak activation memory per rank from --train.mem_report against the slots the executor
 #      allocates for the schedule;
 #   3. step time (median step_ms) of every schedule at global batch 8, side by side with one
@@ -155,23 +154,16 @@ flock 9
 wait_quiet
 # the timing group first, back to back: global batch 8 for every schedule and the reference
 ref_run 8
-for kind in gpipe 1f1b; do pp_run $kind 2 8 1; pp_run $kind 4 8 1; done
+for kind in gpipe 1f1b zbh1; do pp_run $kind 2 8 1; pp_run $kind 4 8 1; done
 pp_run interleaved 2 8 2
 # the rest of the bubble sweep
 for p in 2 4; do
     for m in $p $((2 * p)) $((4 * p)); do
         [ $m = 8 ] && continue
-        for kind in gpipe 1f1b; do pp_run $kind $p $m 1; done
+        for kind in gpipe 1f1b zbh1; do pp_run $kind $p $m 1; done
     done
 done
 pp_run interleaved 2 4 2
-# ZB-H1: theory only; one run shows the executor refusing it
-for p in 2 4; do for m in $p $((2 * p)) $((4 * p)); do
-    echo "{\"kind\":\"zbh1\",\"pp\":$p,\"m\":$m,\"v\":1,\"batch\":$m,\"stats_bubble\":$(stats_bubble zbh1 $p $m 1),\"note\":\"executor refuses split backward (theory only)\"}" >>"$RES"
-done; done
-timeout 120 mpirun --oversubscribe -np 2 "${MPI_ENV[@]}" "$DTRAIN" train $(model_args 2 "$WORK/zbh1.metrics") --train.micro_batch_size=0 \
-    --plugin.pp_size=2 --plugin.microbatches=2 --plugin.pp_schedule=zbh1 >"$WORK/zbh1.log" 2>&1 &&
-    log "zbh1 ran (unexpected)" || log "zbh1 refused: $(grep -m1 -i 'split\|unsupported\|error' "$WORK/zbh1.log")"
 flock -u 9
 
 echo
