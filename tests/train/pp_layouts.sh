@@ -1,8 +1,8 @@
 #!/bin/bash
 # Pipeline parallelism equals the single process (DESIGN invariant 1): per-step losses and
 # exported weights within 1e-5 relative (fp32) for GPipe and 1F1B at pp 2 and 4 with pp and
-# 2 pp micro-batches, ZB-H1 (split backward) at pp 2 and 4 and with dp x ZeRO 1-3 and tp x
-# split_gather, interleaved 1F1B with 2 chunks per rank, uneven pp_layers, and the
+# 2 pp micro-batches, ZB-H1 (split backward) likewise and with dp x ZeRO 1-3 and tp x
+# split_gather, interleaved 1F1B with 2 chunks per rank likewise, uneven pp_layers, and the
 # compositions pp2 x dp2 with ZeRO 1, 2 and 3, pp2 x tp2, pp2 x sp2 and pp2 x tp2 x dp2 on
 # 8 ranks. Checkpoints: bit-exact resume at pp2 x dp2 ZeRO-3, and a pp 2 checkpoint resumed in
 # one process. A step trace is written and shows idle spans. Broken schedules given with
@@ -27,15 +27,30 @@ done
 for m in 4 8; do
     same pp4_zbh1_m$m 4 --plugin.pp_size=4 --plugin.pp_schedule=zbh1 --plugin.microbatches=$m
 done
-same pp2_zbh1_m2 2 --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=2
+for m in 2 4; do
+    same pp2_zbh1_m$m 2 --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=$m
+done
 for zero in 1 2 3; do
     same pp2_zbh1_dp2_zero$zero 4 --plugin.pp_size=2 --plugin.pp_schedule=zbh1 \
         --plugin.type=hybrid --plugin.zero_stage=$zero --plugin.microbatches=2
 done
 same pp2_zbh1_tp2_split_gather 4 --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.tp_size=2 \
     --plugin.sp_mode=split_gather --plugin.microbatches=2
-same pp2_interleaved_m4 2 --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 \
-    --plugin.microbatches=4
+# interleaved 1F1B, 2 chunks per rank: pp x 2 chunks of 1 layer at pp 4 needs 8 layers, so
+# these compare with an 8-layer reference
+ref_layers=4
+for pp in 2 4; do
+    for m in $pp $((2 * pp)); do
+        if [ $((2 * pp)) -gt $ref_layers ]; then
+            base+=(--model.n_layer=$((2 * pp))); ref_layers=$((2 * pp))
+            run ref 1 || { echo "8-layer reference run failed"; cat ref.log; exit 1; }
+        fi
+        same pp${pp}_interleaved_m$m "$pp" --plugin.pp_size=$pp --plugin.pp_schedule=interleaved \
+            --plugin.pp_chunks=2 --plugin.microbatches=$m
+    done
+done
+base+=(--model.n_layer=4)
+run ref 1 || { echo "reference run failed"; cat ref.log; exit 1; }
 same pp2_layers_3_1 2 --plugin.pp_size=2 --plugin.pp_layers=3,1 --plugin.microbatches=4
 for zero in 1 2 3; do
     same pp2_dp2_zero$zero 4 --plugin.pp_size=2 --plugin.type=hybrid --plugin.zero_stage=$zero \
