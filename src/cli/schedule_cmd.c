@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "core/log.h"
+#include "io/atomic.h"
 #include "plan/schedule.h"
 
 static int usage(void) {
@@ -38,35 +39,6 @@ static bool to_int(const char *flag, const char *v, int *out) {
     }
     *out = (int)x;
     return true;
-}
-
-/* The whole file as a string; NULL with a message on failure. */
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dt_error("cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
-        len += got;
-        if (len + 1 == cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown)
-                free(buf);
-            buf = grown;
-        }
-    }
-    bool bad = ferror(f) || !buf;
-    fclose(f);
-    if (bad) {
-        dt_error("cannot read %s", path);
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
-    return buf;
 }
 
 /* '#' lines: the simulated bubble next to the theory for the named kind (NULL: a user file). */
@@ -99,11 +71,14 @@ static void print_stats(const dt_schedule *s, const char *kind) {
 }
 
 static int check_file(const char *path, int pp, dt_sched_limits lim, bool stats) {
-    char *text = read_file(path);
-    if (!text)
+    char *text;
+    dt_status st = dt_read_text(path, "schedule", 16 << 20, &text);
+    if (st != DT_OK) {
+        dt_error("%s", dt_err_msg());
         return 1;
+    }
     dt_schedule *s = NULL;
-    dt_status st = dt_sched_parse(text, &s);
+    st = dt_sched_parse(text, &s);
     free(text);
     if (st == DT_OK && s->pp != pp)
         st = dt_err_set(DT_ERR_ARG, "schedule has %d rows, expected one per rank for --pp %d",

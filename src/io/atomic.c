@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -200,5 +201,35 @@ dt_status dt_file_open_regular(const char *path, const char *what, int *fd, size
         return st;
     }
     *size = (size_t)sb.st_size;
+    return DT_OK;
+}
+
+dt_status dt_read_text(const char *path, const char *what, size_t max_bytes, char **out) {
+    *out = NULL;
+    int fd;
+    size_t size;
+    DT_TRY(dt_file_open_regular(path, what, &fd, &size));
+    dt_status st = DT_OK;
+    char *buf = NULL;
+    if (size > max_bytes)
+        st = dt_err_set(DT_ERR_FORMAT, "%s: %zu bytes, more than the %zu a %s may have", path,
+                        size, max_bytes, what);
+    else if (!(buf = malloc(size + 1)))
+        st = dt_err_set(DT_ERR_OOM, "%s: out of memory for %zu bytes", path, size);
+    for (size_t got = 0; st == DT_OK && got < size;) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n <= 0)
+            st = dt_err_set(DT_ERR_IO, "%s: cannot read %s: %s", path, what,
+                            n < 0 ? strerror(errno) : "file shrank while reading");
+        else
+            got += (size_t)n;
+    }
+    close(fd);
+    if (st != DT_OK) {
+        free(buf);
+        return st;
+    }
+    buf[size] = '\0';
+    *out = buf;
     return DT_OK;
 }

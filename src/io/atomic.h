@@ -27,5 +27,8 @@ dt_status dt_mkdirs(const char *path);
 /* Open a regular file for reading: *fd and its size. Missing, unreadable or not a regular
  * file (a directory) is DT_ERR_IO; `what` names the kind of file in the message. */
 dt_status dt_file_open_regular(const char *path, const char *what, int *fd, size_t *size);
+/* A whole text file, NUL-terminated, in *out (malloc'd; the caller frees). A file larger than
+ * max_bytes is DT_ERR_FORMAT; open errors as dt_file_open_regular. */
+dt_status dt_read_text(const char *path, const char *what, size_t max_bytes, char **out);
 
 #endif

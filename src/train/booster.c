@@ -17,6 +17,7 @@
 #include "dist/dist.h"
 #include "optim/adamw.h"
 #include "core/clock.h"
+#include "io/atomic.h"
 #include "plan/schedule.h"
 #include "plan/stages.h"
 #include "train/checkpoint.h"
@@ -135,18 +136,11 @@ static dt_status make_schedule(dt_booster *b, int n_mb) {
     int pp = p->pp_size;
     if (strncmp(p->pp_schedule, "file:", 5) == 0) {
         const char *path = p->pp_schedule + 5;
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            return dt_err_set(DT_ERR_IO, "plugin.pp_schedule: cannot open %s", path);
-        char *text = calloc(1, 1 << 20);
-        size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-        fclose(f);
-        if (!text)
-            return dt_err_set(DT_ERR_OOM, "booster: out of memory");
+        char *text;
+        DT_TRY(dt_err_wrap(dt_read_text(path, "pipeline schedule", 16 << 20, &text),
+                           "plugin.pp_schedule"));
         dt_status st = dt_sched_parse(text, &b->schedule);
         free(text);
-        if (st == DT_OK && n >= (1 << 20) - 1)
-            st = dt_err_set(DT_ERR_FORMAT, "plugin.pp_schedule: %s is larger than 1 MiB", path);
         DT_TRY(dt_err_wrap(st, "plugin.pp_schedule file %s", path));
         const dt_schedule *s = b->schedule;
         if (s->pp != pp || s->n_chunks != p->pp_chunks || s->n_mb != n_mb)

@@ -206,21 +206,6 @@ static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a
     return st;
 }
 
-static dt_status read_text(const char *path, char **out) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt_err_set(DT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    char *buf = malloc(1 << 16);
-    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
-    fclose(f);
-    if (!buf)
-        return dt_err_set(DT_ERR_OOM, "out of memory reading %s", path);
-    buf[n] = 0;
-    *out = buf;
-    return DT_OK;
-}
-
 static dt_status json_int(const cJSON *j, const char *path, const char *key, int64_t *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!cJSON_IsNumber(x) || x->valuedouble < 0)
@@ -232,7 +217,7 @@ static dt_status json_int(const cJSON *j, const char *path, const char *key, int
 
 static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps_out) {
     char *text;
-    DT_TRY(read_text(path, &text));
+    DT_TRY(dt_read_text(path, "checkpoint state", 1 << 20, &text));
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(j)) {
