@@ -1,11 +1,12 @@
-/* GPT-2 / Llama model: parameter table, arenas, and the forward/backward loops over blocks.
+/* GPT-2 / Llama model: unit views, arenas, and the forward/backward loops over blocks. The
+ * parameter tables, the split checks and the whole-tensor gathers are in gpt_tables.c.
  *
  * Parameters are laid out in HuggingFace order; q/k/v projections (and GPT-2's fused c_attn)
  * are adjacent in the arena, so the attention's input projection is a single matmul over
  * [(NH + 2 NKV) hs, C] however the file names them. Activations are carved out of one arena
  * (accounted as activations) and the backward scratch out of another (temporaries).
  */
-#include "models/gpt.h"
+#include "models/gpt_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,62 +19,6 @@
 #include "kernels/rope.h"
 #include "nn/block.h"
 #include "nn/lm_head.h"
-
-struct dt_gpt {
-    dt_model_config cfg;
-    dt_block_dims dims; /* local widths (this tp rank's heads and MLP columns) */
-    dt_block_par par;
-    dt_comm *own_comm[3]; /* size-1 comms made for the splits the caller did not give */
-    dt_comm *pp;          /* pipeline group (borrowed), for whole-model gathers; NULL: none */
-    int B, T;
-    bool training;
-    dt_mem *mem; /* borrowed */
-    dt_gemm *gemm;
-    dt_nn_ctx ctx;
-
-    dt_param *full;   /* the single process's table: what files hold */
-    dt_param *params; /* this rank's table: the local arena (= full without tp and pp) */
-    int n_params, n_full_params, cap_params;
-    int64_t n_full;
-    int *local_full;    /* [n_params] the full table's index of each local tensor */
-    int tied_copy;      /* local index of GPT-2's head copy of wte on a stage without unit 0 */
-    int64_t vocab_rows; /* rows of the vocabulary matrices this rank holds (padded) */
-    int n_embed_params, per_layer; /* unit 0's tensors; tensors per block */
-    /* Units this rank holds (pipeline stages hold a few): global unit u <-> local id. Local
-     * ids are what the unit API and the hooks use. */
-    int n_units;
-    int *unit_global, *unit_local; /* [n_units], [L + 2] (-1: not here) */
-    int *unit_param;               /* [n_units + 1] local tensors of each unit */
-    float **unit_w, **unit_g;      /* [n_units] current storage of each unit (first element) */
-    dt_bf16 **unit_lp;
-    /* micro-batches held at once (slots), and the residual positions a slot keeps */
-    int n_slots, n_pos;
-    int *pos_index; /* [L + 1] residual position (input of block l; L = final input) -> index */
-    dt_gpt_hooks hooks;
-    int64_t n_total;
-    float *w, *g;   /* weights, grads */
-    dt_bf16 *w_lp;  /* bf16 weights (bf16 mode) */
-
-    float *wte, *wpe, *dwte, *dwpe; /* wpe: GPT-2 only */
-    dt_norm_params lnf;
-    dt_block *blocks;
-    dt_lm_head head;
-    float *rope_cos, *rope_sin;
-
-    /* activations (this rank's rows), per slot */
-    float *res;     /* [slot][n_pos][Nr, C]: residual stream at the positions held here */
-    dt_block_acts *acts;          /* [slot][L]: carved for the blocks held here */
-    dt_block_wgrad *wgrad;        /* [slot][L]: split backward's kept gradients, or NULL */
-    float *lnf_mean, *lnf_rstd;   /* [slot][Nr] */
-    float *dres, *dlnf;           /* [slot][Nr, C]: gradient of the residual / final norm out */
-    float *lnf_out, *losses;      /* shared */
-    dt_bf16 *lnf_lp;
-    void *act_arena;
-    /* transients, and the backward's */
-    dt_block_scratch scratch;
-    float *dpos;
-    void *tmp_arena;
-};
 
 int dt_gpt_kv_heads(const dt_model_config *c) {
     return c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
@@ -89,175 +34,6 @@ int dt_gpt_ffn_hidden(const dt_model_config *c) {
 }
 
 const dt_model_config *dt_gpt_config(const dt_gpt *g) { return &g->cfg; }
-
-/* ---- parameter table ------------------------------------------------------------------- */
-
-static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t cols,
-                           dt_param_init init, float std, bool conv1d, dt_shard_kind split) {
-    if (g->n_params == g->cap_params) {
-        int cap = g->cap_params ? 2 * g->cap_params : 64;
-        dt_param *p = realloc(g->params, (size_t)cap * sizeof *p);
-        if (!p)
-            return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
-        g->params = p;
-        g->cap_params = cap;
-    }
-    dt_param *p = &g->params[g->n_params++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = cols > 0 ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->numel = rows * (cols > 0 ? cols : 1);
-    p->offset = g->n_total;
-    p->decay = p->ndim == 2;
-    p->conv1d = conv1d;
-    p->init = init;
-    p->std = std;
-    p->shard = (dt_shard){.kind = split, .parts = 1, .full_rows = rows,
-                          .full_cols = cols > 0 ? cols : 1};
-    if (split == DT_SHARD_QKV) { /* GPT-2's c_attn: q, k, v of equal height */
-        p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = rows / 3;
-    }
-    /* keep every tensor 16-float (64-byte) aligned inside the arena */
-    g->n_total += (p->numel + 15) / 16 * 16;
-    return DT_OK;
-}
-
-/* Full-table tensors of global unit u: [first, end). */
-static void full_unit_params(const dt_gpt *g, int u, int *first, int *end) {
-    int L = g->cfg.n_layer;
-    *first = u == 0 ? 0 : g->n_embed_params + (u - 1) * g->per_layer;
-    *end = u == 0 ? g->n_embed_params : u <= L ? *first + g->per_layer : g->n_full_params;
-}
-
-static dt_status push_local(dt_gpt *g, int full_index, int64_t *at) {
-    dt_param *p = &g->params[g->n_params];
-    *p = g->full[full_index];
-    g->local_full[g->n_params++] = full_index;
-    if (p->shard.kind != DT_SHARD_NONE) {
-        p->shard.parts = g->par.tp->size;
-        p->shard.index = g->par.tp->rank;
-    }
-    int64_t rows, cols;
-    dt_shard_local_shape(&p->shard, &rows, &cols);
-    p->shape[0] = rows;
-    if (p->ndim == 2)
-        p->shape[1] = cols;
-    p->numel = rows * cols;
-    p->offset = *at;
-    *at += (p->numel + 15) / 16 * 16;
-    return DT_OK;
-}
-
-/* This rank's table from the full one: the tensors of the units it holds, each its tp shard,
- * packed in unit order. A GPT-2 stage with the final unit but not the embedding also holds a
- * copy of wte for its head (the engine keeps the two copies' gradients summed). */
-static dt_status localize(dt_gpt *g, const bool *held) {
-    int U = g->cfg.n_layer + 2;
-    g->full = g->params;
-    g->n_full = g->n_total;
-    g->n_full_params = g->n_params;
-    g->params = malloc((size_t)(g->n_full_params + 1) * sizeof *g->params);
-    g->local_full = malloc((size_t)(g->n_full_params + 1) * sizeof *g->local_full);
-    g->unit_global = malloc((size_t)U * sizeof *g->unit_global);
-    g->unit_local = malloc((size_t)U * sizeof *g->unit_local);
-    g->unit_param = malloc((size_t)(U + 1) * sizeof *g->unit_param);
-    if (!g->params || !g->local_full || !g->unit_global || !g->unit_local || !g->unit_param)
-        return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
-    g->n_params = 0;
-    g->n_units = 0;
-    g->tied_copy = -1;
-    int64_t at = 0;
-    for (int u = 0; u < U; u++) {
-        g->unit_local[u] = -1;
-        if (held && !held[u])
-            continue;
-        g->unit_local[u] = g->n_units;
-        g->unit_global[g->n_units] = u;
-        g->unit_param[g->n_units++] = g->n_params;
-        int first, end;
-        full_unit_params(g, u, &first, &end);
-        for (int i = first; i < end; i++)
-            DT_TRY(push_local(g, i, &at));
-        if (u == U - 1 && g->cfg.arch == DT_ARCH_GPT2 && held && !held[0]) {
-            g->tied_copy = g->n_params;
-            DT_TRY(push_local(g, 0, &at));
-        }
-    }
-    g->unit_param[g->n_units] = g->n_params;
-    if (g->n_units == 0)
-        return dt_err_set(DT_ERR_ARG, "model: this rank holds no unit of the model");
-    g->n_total = at;
-    return DT_OK;
-}
-
-#define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
-/* how each tensor splits over tp: vocabulary and column-parallel rows, row-parallel columns */
-#define WHOLE DT_SHARD_NONE
-#define ROWS DT_SHARD_ROWS
-#define COLS DT_SHARD_COLS
-#define QKV DT_SHARD_QKV
-
-static dt_status build_table_gpt2(dt_gpt *g) {
-    const dt_model_config *c = &g->cfg;
-    g->n_embed_params = 2;
-    g->per_layer = 12;
-    int64_t C = c->n_embd;
-    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
-    char name[96];
-    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
-    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std, false, WHOLE));
-    for (int l = 0; l < c->n_layer; l++) {
-        DT_TRY(add_param(g, NAME("h.%d.ln_1.weight", l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.ln_1.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.weight", l), 3 * C, C, DT_INIT_NORMAL, std, true, QKV));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.bias", l), 3 * C, 0, DT_INIT_ZEROS, 0, false, QKV));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.weight", l), C, C, DT_INIT_NORMAL, proj_std, true, COLS));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.ln_2.weight", l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.ln_2.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.weight", l), 4 * C, C, DT_INIT_NORMAL, std, true, ROWS));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.bias", l), 4 * C, 0, DT_INIT_ZEROS, 0, false, ROWS));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.weight", l), C, 4 * C, DT_INIT_NORMAL, proj_std, true, COLS));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-    }
-    DT_TRY(add_param(g, "ln_f.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
-    DT_TRY(add_param(g, "ln_f.bias", C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-    return DT_OK;
-}
-
-static dt_status build_table_llama(dt_gpt *g) {
-    const dt_model_config *c = &g->cfg;
-    int64_t C = c->n_embd, hs = C / c->n_head, kv = (int64_t)dt_gpt_kv_heads(c) * hs;
-    int64_t F = dt_gpt_ffn_hidden(c);
-    float std = 0.02f;
-    char name[96];
-    g->n_embed_params = 1;
-    g->per_layer = 9;
-    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
-    for (int l = 0; l < c->n_layer; l++) {
-        const char *p = "model.layers";
-        DT_TRY(add_param(g, NAME("%s.%d.input_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.q_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.k_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.v_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.o_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false, COLS));
-        DT_TRY(add_param(g, NAME("%s.%d.post_attention_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.gate_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.up_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.down_proj.weight", p, l), C, F, DT_INIT_NORMAL, std, false, COLS));
-    }
-    DT_TRY(add_param(g, "model.norm.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
-    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
-    return DT_OK;
-}
-
-#undef NAME
-#undef WHOLE
-#undef ROWS
-#undef COLS
-#undef QKV
 
 /* ---- views ----------------------------------------------------------------------------- */
 
@@ -553,60 +329,6 @@ static dt_status alloc_carved(dt_gpt *g, dt_mem_cat cat, const char *name,
     return DT_OK;
 }
 
-/* ---- how the model splits ---------------------------------------------------------------- */
-
-/* "1, 2, 3, 4, 6 or 12": the divisors of n, for an error's suggested fix */
-static void divisors_text(int n, char *out, size_t size) {
-    int found[64], k = 0;
-    for (int i = 1; i <= n && k < 64; i++)
-        if (n % i == 0)
-            found[k++] = i;
-    size_t len = 0;
-    out[0] = '\0';
-    for (int i = 0; i < k && len < size; i++)
-        len += (size_t)snprintf(out + len, size - len, "%s%d", i == 0 ? "" : i == k - 1 ? " or " : ", ",
-                                found[i]);
-}
-
-static dt_status split_error(const char *what, int n, const char *by, int parts, int per_rank) {
-    char fix[256];
-    divisors_text(n, fix, sizeof fix);
-    return dt_err_set(DT_ERR_ARG, "%s=%d is not divisible by %s=%d; use %s %s%s", what, n, by,
-                      parts, by, fix, per_rank ? " (per tp rank)" : "");
-}
-
-dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequence_tp,
-                             int seq_len) {
-    int nkv = dt_gpt_kv_heads(c), F = dt_gpt_ffn_hidden(c);
-    if (tp < 1 || sp < 1)
-        return dt_err_set(DT_ERR_ARG, "tp_size=%d and sp_size=%d must be >= 1", tp, sp);
-    if (c->n_head % tp)
-        return split_error("model.n_head", c->n_head, "plugin.tp_size", tp, 0);
-    if (nkv % tp)
-        return dt_err_set(DT_ERR_ARG, "model.n_kv_head=%d is not divisible by plugin.tp_size=%d "
-                          "(key/value heads are split across tp ranks, not replicated); use "
-                          "a tp_size that divides %d", nkv, tp, nkv);
-    if (F % tp)
-        return split_error("the MLP width (model.ffn_hidden or 4 x n_embd)", F,
-                           "plugin.tp_size", tp, 0);
-    if ((c->n_head / tp) % sp)
-        return dt_err_set(DT_ERR_ARG, "the %d heads of each tp rank (model.n_head=%d / "
-                          "tp_size=%d) are not divisible by plugin.sp_size=%d (Ulysses splits "
-                          "heads across sp ranks); use an sp_size that divides %d",
-                          c->n_head / tp, c->n_head, tp, sp, c->n_head / tp);
-    if ((nkv / tp) % sp)
-        return dt_err_set(DT_ERR_ARG, "the %d key/value heads of each tp rank (n_kv_head=%d / "
-                          "tp_size=%d) are not divisible by plugin.sp_size=%d; use an sp_size "
-                          "that divides %d", nkv / tp, nkv, tp, sp, nkv / tp);
-    if (seq_len % sp)
-        return split_error("train.seq_len", seq_len, "plugin.sp_size", sp, 0);
-    if (sequence_tp && seq_len % tp)
-        return dt_err_set(DT_ERR_ARG, "train.seq_len=%d is not divisible by plugin.tp_size=%d "
-                          "(sp_mode=split_gather splits the sequence over the tp ranks); use a "
-                          "seq_len that is a multiple of %d", seq_len, tp, tp);
-    return DT_OK;
-}
-
 /* The comms the caller gave, and size-1 comms for the rest. */
 static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
     dt_comm *given[3] = {o->tp, o->sp, o->sequence_tp ? o->tp : NULL};
@@ -657,8 +379,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->vocab_rows = (cfg->vocab_size + tp - 1) / tp;
     DT_TRY_GOTO(dt_gemm_init(&g->gemm));
     g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = prec == DT_PREC_BF16 ? DT_BF16 : DT_F32};
-    DT_TRY_GOTO(cfg->arch == DT_ARCH_GPT2 ? build_table_gpt2(g) : build_table_llama(g));
-    DT_TRY_GOTO(localize(g, o->units));
+    DT_TRY_GOTO(dt_gpt_build_tables(g, o->units));
     size_t n = (size_t)g->n_total;
     if (!o->external_weights)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float),
@@ -1019,86 +740,4 @@ dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *log
     DT_TRY(enter(g, hu, DT_PHASE_HEAD));
     DT_TRY(dt_lm_head_logits(&g->ctx, &g->head, last, lp, 1, logits));
     return leave(g, hu, DT_PHASE_HEAD);
-}
-
-/* ---- whole tensors across tp -------------------------------------------------------------- */
-
-dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {
-    dt_comm *tp = g->par.tp;
-    int p = tp->size;
-    float *all = NULL;
-    int *counts = calloc((size_t)p, sizeof *counts);
-    if (!counts)
-        return dt_err_set(DT_ERR_OOM, "model: out of memory");
-    dt_status st = dt_mem_alloc(g->mem, DT_MEM_TEMP, "tp.gather", (size_t)p * g->n_total * 4,
-                                (void **)&all);
-    for (int r = 0; r < p; r++)
-        counts[r] = (int)g->n_total;
-    if (st == DT_OK && g->n_total * p > INT32_MAX)
-        st = dt_err_set(DT_ERR_UNSUPPORTED, "model: %lld floats per rank are too many to gather "
-                        "in one call", (long long)g->n_total);
-    if (st == DT_OK)
-        st = dt_comm_allgather_f32(tp, local, all, counts, NULL);
-    if (st == DT_OK) {
-        memset(full, 0, (size_t)g->n_full * sizeof *full);
-        for (int i = 0; i < g->n_params; i++) {
-            const dt_param *lp = &g->params[i];
-            if (i == g->tied_copy)
-                continue; /* the embedding's stage holds the original */
-            int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p; /* replicated: rank 0's */
-            for (int r = 0; r < holders; r++)
-                dt_param_shard_to_full(lp, r, all + (size_t)r * g->n_total + lp->offset,
-                                       full + g->full[g->local_full[i]].offset);
-        }
-    }
-    dt_mem_release(g->mem, all);
-    free(counts);
-    /* pipeline stages hold disjoint tensors: the sum over stages (zeros elsewhere) is exact */
-    for (int64_t i = 0; st == DT_OK && g->pp && i < g->n_full; i += 1 << 28) {
-        int64_t n = g->n_full - i < (1 << 28) ? g->n_full - i : 1 << 28;
-        st = dt_comm_allreduce_f32(g->pp, full + i, n, NULL);
-    }
-    return st;
-}
-
-void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local) {
-    memset(local, 0, (size_t)g->n_total * sizeof *local);
-    for (int i = 0; i < g->n_params; i++) {
-        const dt_param *lp = &g->params[i];
-        dt_param_full_to_shard(lp, lp->shard.index, full + g->full[g->local_full[i]].offset,
-                               local + lp->offset);
-    }
-}
-
-/* ---- accessors ------------------------------------------------------------------------- */
-
-int dt_gpt_n_params(const dt_gpt *g) { return g->n_params; }
-int dt_gpt_n_full_params(const dt_gpt *g) { return g->n_full_params; }
-const dt_param *dt_gpt_param(const dt_gpt *g, int i) { return &g->params[i]; }
-const dt_param *dt_gpt_full_param(const dt_gpt *g, int i) { return &g->full[i]; }
-int64_t dt_gpt_numel(const dt_gpt *g) { return g->n_total; }
-int64_t dt_gpt_full_numel(const dt_gpt *g) { return g->n_full; }
-float *dt_gpt_weights(dt_gpt *g) { return g->w; }
-float *dt_gpt_grads(dt_gpt *g) { return g->g; }
-dt_bf16 *dt_gpt_weights_lp(dt_gpt *g) { return g->w_lp; }
-const dt_block_par *dt_gpt_par(const dt_gpt *g) { return &g->par; }
-
-const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
-    for (int i = 0; i < g->n_params; i++)
-        if (strcmp(g->params[i].name, name) == 0)
-            return &g->params[i];
-    return NULL;
-}
-
-double dt_gpt_flops_per_token(const dt_gpt *g, int T) {
-    double matmul_weights = 0;
-    for (int i = 0; i < g->n_full_params; i++) {
-        const dt_param *p = &g->full[i];
-        bool embedding_only = strcmp(p->name, "wpe.weight") == 0 ||
-                              strcmp(p->name, "model.embed_tokens.weight") == 0;
-        if (p->ndim == 2 && !embedding_only)
-            matmul_weights += (double)p->numel;
-    }
-    /* GPT-2's wte is counted once, as the LM head's matrix (the lookup costs no FLOPs) */
-    return 6.0 * matmul_weights + 6.0 * g->cfg.n_layer * g->cfg.n_embd * (double)T;
 }

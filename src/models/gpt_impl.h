@@ -1,0 +1,71 @@
+/* The inside of a dt_gpt, shared by the model's own files (gpt.c: views, arenas, forward
+ * and backward; gpt_tables.c: parameter tables, split checks, whole-tensor gathers). Nothing
+ * outside models/ includes it. */
+#ifndef DT_MODELS_GPT_IMPL_H
+#define DT_MODELS_GPT_IMPL_H
+
+#include "models/gpt.h"
+#include "nn/block.h"
+#include "nn/lm_head.h"
+
+struct dt_gpt {
+    dt_model_config cfg;
+    dt_block_dims dims; /* local widths (this tp rank's heads and MLP columns) */
+    dt_block_par par;
+    dt_comm *own_comm[3]; /* size-1 comms made for the splits the caller did not give */
+    dt_comm *pp;          /* pipeline group (borrowed), for whole-model gathers; NULL: none */
+    int B, T;
+    bool training;
+    dt_mem *mem; /* borrowed */
+    dt_gemm *gemm;
+    dt_nn_ctx ctx;
+
+    dt_param *full;   /* the single process's table: what files hold */
+    dt_param *params; /* this rank's table: the local arena (= full without tp and pp) */
+    int n_params, n_full_params, cap_params;
+    int64_t n_full;
+    int *local_full;    /* [n_params] the full table's index of each local tensor */
+    int tied_copy;      /* local index of GPT-2's head copy of wte on a stage without unit 0 */
+    int64_t vocab_rows; /* rows of the vocabulary matrices this rank holds (padded) */
+    int n_embed_params, per_layer; /* unit 0's tensors; tensors per block */
+    /* Units this rank holds (pipeline stages hold a few): global unit u <-> local id. Local
+     * ids are what the unit API and the hooks use. */
+    int n_units;
+    int *unit_global, *unit_local; /* [n_units], [L + 2] (-1: not here) */
+    int *unit_param;               /* [n_units + 1] local tensors of each unit */
+    float **unit_w, **unit_g;      /* [n_units] current storage of each unit (first element) */
+    dt_bf16 **unit_lp;
+    /* micro-batches held at once (slots), and the residual positions a slot keeps */
+    int n_slots, n_pos;
+    int *pos_index; /* [L + 1] residual position (input of block l; L = final input) -> index */
+    dt_gpt_hooks hooks;
+    int64_t n_total;
+    float *w, *g;   /* weights, grads */
+    dt_bf16 *w_lp;  /* bf16 weights (bf16 mode) */
+
+    float *wte, *wpe, *dwte, *dwpe; /* wpe: GPT-2 only */
+    dt_norm_params lnf;
+    dt_block *blocks;
+    dt_lm_head head;
+    float *rope_cos, *rope_sin;
+
+    /* activations (this rank's rows), per slot */
+    float *res;     /* [slot][n_pos][Nr, C]: residual stream at the positions held here */
+    dt_block_acts *acts;          /* [slot][L]: carved for the blocks held here */
+    dt_block_wgrad *wgrad;        /* [slot][L]: split backward's kept gradients, or NULL */
+    float *lnf_mean, *lnf_rstd;   /* [slot][Nr] */
+    float *dres, *dlnf;           /* [slot][Nr, C]: gradient of the residual / final norm out */
+    float *lnf_out, *losses;      /* shared */
+    dt_bf16 *lnf_lp;
+    void *act_arena;
+    /* transients, and the backward's */
+    dt_block_scratch scratch;
+    float *dpos;
+    void *tmp_arena;
+};
+
+/* The full (single-process) table in HuggingFace order, then this rank's local table: the
+ * units in `held` (NULL: all), each tensor its tp shard (gpt_tables.c). */
+dt_status dt_gpt_build_tables(dt_gpt *g, const bool *held);
+
+#endif
