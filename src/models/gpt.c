@@ -8,12 +8,10 @@
  */
 #include "models/gpt_impl.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
 #include "kernels/cast.h"
 #include "kernels/reduce.h"
 #include "kernels/rope.h"
