@@ -1,0 +1,221 @@
+/* Cross-field validation of a dt_config (see config.h): every problem found is reported at
+ * once, in one message that names each offending key. */
+#include "core/config.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+int dt_config_zero_stage(const dt_config *c) {
+    switch (c->plugin.type) {
+    case DT_PLUGIN_ZERO1: return 1;
+    case DT_PLUGIN_ZERO2: return 2;
+    case DT_PLUGIN_ZERO3: return 3;
+    default: return c->plugin.zero_stage;
+    }
+}
+
+typedef struct problems {
+    char text[1024];
+    size_t len;
+    int n_arg, n_unsupported;
+} problems;
+
+static void problem(problems *p, bool unsupported, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void problem(problems *p, bool unsupported, const char *fmt, ...) {
+    if (unsupported)
+        p->n_unsupported++;
+    else
+        p->n_arg++;
+    if (p->len + 3 >= sizeof p->text)
+        return; /* full: the count still says how many there were */
+    if (p->len)
+        p->len += (size_t)snprintf(p->text + p->len, sizeof p->text - p->len, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(p->text + p->len, sizeof p->text - p->len, fmt, ap);
+    va_end(ap);
+    p->len += n > 0 ? (size_t)n : 0;
+    if (p->len >= sizeof p->text)
+        p->len = sizeof p->text - 1;
+}
+
+#define POSITIVE(p, sec, k)                                                                   \
+    do {                                                                                      \
+        if (c->sec.k <= 0)                                                                    \
+            problem(p, false, #sec "." #k "=%d must be > 0", c->sec.k);                       \
+    } while (0)
+#define NONNEG(p, sec, k)                                                                     \
+    do {                                                                                      \
+        if (c->sec.k < 0)                                                                     \
+            problem(p, false, #sec "." #k "=%g must be >= 0", (double)c->sec.k);              \
+    } while (0)
+
+static void check_model(const dt_config *c, problems *p) {
+    const dt_model_config *m = &c->model;
+    POSITIVE(p, model, n_layer);
+    POSITIVE(p, model, n_head);
+    POSITIVE(p, model, n_embd);
+    POSITIVE(p, model, vocab_size);
+    POSITIVE(p, model, max_seq_len);
+    NONNEG(p, model, ffn_hidden);
+    if ((int)m->arch < 0 || m->arch >= DT_ARCH_COUNT)
+        problem(p, false, "model.arch=%d is not a known architecture", (int)m->arch);
+    if (m->vocab_size > 65536)
+        problem(p, false, "model.vocab_size=%d is over 65536 (token shards store uint16 ids)",
+                m->vocab_size);
+    if (!(m->norm_eps > 0))
+        problem(p, false, "model.norm_eps=%g must be > 0", (double)m->norm_eps);
+    if (m->n_head > 0 && m->n_embd > 0 && m->n_embd % m->n_head)
+        problem(p, false, "model.n_embd=%d is not divisible by model.n_head=%d", m->n_embd,
+                m->n_head);
+    if (m->arch == DT_ARCH_LLAMA) {
+        if (m->n_head > 0 && m->n_embd > 0 && m->n_embd % m->n_head == 0 &&
+            (m->n_embd / m->n_head) % 2)
+            problem(p, false,
+                    "model.n_embd/model.n_head=%d/%d=%d: llama's head size must be even (RoPE "
+                    "rotates pairs)",
+                    m->n_embd, m->n_head, m->n_embd / m->n_head);
+        if (m->n_kv_head < 0)
+            problem(p, false, "model.n_kv_head=%d must be >= 0 (0 = n_head)", m->n_kv_head);
+        else if (m->n_kv_head > 0 && m->n_head > 0 && m->n_head % m->n_kv_head)
+            problem(p, false, "model.n_kv_head=%d does not divide model.n_head=%d",
+                    m->n_kv_head, m->n_head);
+        if (!(m->rope_theta > 0))
+            problem(p, false, "model.rope_theta=%g must be > 0", (double)m->rope_theta);
+    } else if (m->n_kv_head != 0 && m->n_kv_head != m->n_head) {
+        problem(p, false,
+                "model.n_kv_head=%d: gpt2 has no grouped-query attention; use 0 or "
+                "model.n_head=%d",
+                m->n_kv_head, m->n_head);
+    }
+}
+
+static void check_train(const dt_config *c, problems *p) {
+    const dt_train_config *t = &c->train;
+    POSITIVE(p, train, batch_size);
+    POSITIVE(p, train, seq_len);
+    NONNEG(p, train, steps);
+    NONNEG(p, train, micro_batch_size);
+    NONNEG(p, train, eval_every);
+    NONNEG(p, train, sample_tokens);
+    if (t->log_every < 1)
+        problem(p, false, "train.log_every=%d must be >= 1", t->log_every);
+    if (t->eval_batches < 1)
+        problem(p, false, "train.eval_batches=%d must be >= 1", t->eval_batches);
+    if (t->seq_len > c->model.max_seq_len && c->model.max_seq_len > 0)
+        problem(p, false, "train.seq_len=%d is longer than model.max_seq_len=%d", t->seq_len,
+                c->model.max_seq_len);
+    if (t->micro_batch_size > 0 && t->batch_size > 0 && t->batch_size % t->micro_batch_size)
+        problem(p, false,
+                "train.micro_batch_size=%d does not divide train.batch_size=%d (0 = no "
+                "accumulation)",
+                t->micro_batch_size, t->batch_size);
+}
+
+static void check_optim(const dt_config *c, problems *p) {
+    const dt_optim_config *o = &c->optim;
+    NONNEG(p, optim, lr);
+    NONNEG(p, optim, min_lr);
+    NONNEG(p, optim, warmup_steps);
+    NONNEG(p, optim, weight_decay);
+    if (o->min_lr > o->lr)
+        problem(p, false, "optim.min_lr=%g is greater than optim.lr=%g", (double)o->min_lr,
+                (double)o->lr);
+    if (!(o->beta1 >= 0 && o->beta1 < 1))
+        problem(p, false, "optim.beta1=%g must be in [0, 1)", (double)o->beta1);
+    if (!(o->beta2 >= 0 && o->beta2 < 1))
+        problem(p, false, "optim.beta2=%g must be in [0, 1)", (double)o->beta2);
+    if (!(o->eps > 0))
+        problem(p, false, "optim.eps=%g must be > 0", (double)o->eps);
+    if ((int)o->schedule < 0 || o->schedule >= DT_SCHED_COUNT)
+        problem(p, false, "optim.schedule=%d is not a known schedule", (int)o->schedule);
+}
+
+static void check_plugin(const dt_config *c, problems *p) {
+    const dt_plugin_config *g = &c->plugin;
+    static const struct {
+        const char *key, *what;
+        size_t off;
+    } degrees[] = {
+        {"tp_size", "tensor", offsetof(dt_plugin_config, tp_size)},
+        {"sp_size", "sequence", offsetof(dt_plugin_config, sp_size)},
+        {"pp_size", "pipeline", offsetof(dt_plugin_config, pp_size)},
+    };
+    for (int i = 0; i < 3; i++) {
+        int d;
+        memcpy(&d, (const char *)g + degrees[i].off, sizeof d);
+        if (d < 1)
+            problem(p, false, "plugin.%s=%d must be >= 1", degrees[i].key, d);
+    }
+    NONNEG(p, plugin, microbatches);
+    if (g->pp_chunks < 1)
+        problem(p, false, "plugin.pp_chunks=%d must be >= 1", g->pp_chunks);
+    static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", "zbh1"};
+    bool known = strncmp(g->pp_schedule, "file:", 5) == 0 && g->pp_schedule[5];
+    for (int i = 0; i < 4; i++)
+        known |= strcmp(g->pp_schedule, schedules[i]) == 0;
+    if (!known)
+        problem(p, false, "plugin.pp_schedule=\"%s\" is not gpipe, 1f1b, interleaved, zbh1 or "
+                "file:PATH", g->pp_schedule);
+    else if (strcmp(g->pp_schedule, "interleaved") == 0 && g->pp_chunks < 2)
+        problem(p, false, "plugin.pp_schedule=interleaved needs plugin.pp_chunks >= 2 (model "
+                "chunks per rank); got %d", g->pp_chunks);
+    else if (g->pp_chunks > 1 && strcmp(g->pp_schedule, "interleaved") != 0 &&
+             strncmp(g->pp_schedule, "file:", 5) != 0)
+        problem(p, false, "plugin.pp_chunks=%d needs plugin.pp_schedule=interleaved (or a file)",
+                g->pp_chunks);
+    if ((int)g->sp_mode < 0 || g->sp_mode >= DT_SP_MODE_COUNT)
+        problem(p, false, "plugin.sp_mode=%d is not a known mode", (int)g->sp_mode);
+    else if (g->sp_mode == DT_SP_SPLIT_GATHER && g->sp_size > 1)
+        problem(p, false, "plugin.sp_mode=split_gather splits the sequence over the tp_size "
+                "ranks and takes no ranks of its own: set sp_size=1 (got %d), or use "
+                "sp_mode=all_to_all", g->sp_size);
+    NONNEG(p, plugin, grad_clip);
+    if (!(g->bucket_mb > 0))
+        problem(p, false, "plugin.bucket_mb=%g must be > 0", (double)g->bucket_mb);
+    if ((int)g->type < 0 || g->type >= DT_PLUGIN_COUNT)
+        problem(p, false, "plugin.type=%d is not a known plugin", (int)g->type);
+    if ((int)g->precision < 0 || g->precision >= DT_PREC_COUNT)
+        problem(p, false, "plugin.precision=%d is not a known precision", (int)g->precision);
+    if (g->zero_stage < 0 || g->zero_stage > 3) {
+        problem(p, false, "plugin.zero_stage=%d must be 0, 1, 2 or 3", g->zero_stage);
+    } else if (g->zero_stage != 0 && g->zero_stage != dt_config_zero_stage(c)) {
+        problem(p, false,
+                "plugin.zero_stage=%d contradicts plugin.type=%s (which means stage %d); drop "
+                "zero_stage or make them agree",
+                g->zero_stage, dt_plugin_type_name(g->type), dt_config_zero_stage(c));
+    } else if (g->zero_stage != 0 && (g->type == DT_PLUGIN_NONE || g->type == DT_PLUGIN_DDP)) {
+        problem(p, false,
+                "plugin.zero_stage=%d needs plugin.type=zero%d or hybrid (type %s does not "
+                "shard)",
+                g->zero_stage, g->zero_stage, dt_plugin_type_name(g->type));
+    }
+}
+
+static void check_checkpoint(const dt_config *c, problems *p) {
+    const dt_checkpoint_config *k = &c->checkpoint;
+    NONNEG(p, checkpoint, every);
+    NONNEG(p, checkpoint, keep);
+    if (!k->dir[0] && k->every > 0)
+        problem(p, false, "checkpoint.every=%d needs checkpoint.dir (or set every = 0)",
+                k->every);
+    if (!k->dir[0] && k->resume[0])
+        problem(p, false, "checkpoint.resume=\"%s\" needs checkpoint.dir", k->resume);
+}
+
+dt_status dt_config_validate(const dt_config *c) {
+    if (!c)
+        return dt_err_set(DT_ERR_ARG, "%s: NULL config", __func__);
+    problems p = {.len = 0};
+    check_model(c, &p);
+    check_train(c, &p);
+    check_optim(c, &p);
+    check_plugin(c, &p);
+    check_checkpoint(c, &p);
+    if (!p.n_arg && !p.n_unsupported)
+        return DT_OK;
+    return dt_err_set(p.n_arg ? DT_ERR_ARG : DT_ERR_UNSUPPORTED, "%s", p.text);
+}
