@@ -61,18 +61,9 @@ if [ "${BENCH_PERF:-1}" = 1 ] && ! command -v perf >/dev/null; then
 fi
 
 # ---- build (own build dir, snapshot of $REV) ------------------------------------------------
-if [ "$REV" = tree ]; then
-    SRC=$REPO; COMMIT="$(git -C "$REPO" rev-parse --short HEAD)+worktree"
-else
-    SRC=$WORK/src; rm -rf "$SRC"; mkdir -p "$SRC"
-    git -C "$REPO" archive "$REV" | tar -x -C "$SRC"
-    COMMIT=$(git -C "$REPO" rev-parse --short "$REV")
-fi
-log "building dtrain $COMMIT in $WORK/build"
-cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1
-make -C "$WORK/build" -j2 dtrain bench_gemm >"$WORK/make.log" 2>&1 ||
-    { tail -20 "$WORK/make.log" >&2; exit 1; }
-DTRAIN=$WORK/build/dtrain GEMM=$WORK/build/bench_gemm
+. "$REPO/bench/lib.sh"
+bench_build "$REV" dtrain bench_gemm
+DTRAIN=$BUILD/dtrain GEMM=$BUILD/bench_gemm
 
 $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok50257.bin" --vocab 50257 --count 100000
 $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok256.bin" --vocab 256 --count 100000

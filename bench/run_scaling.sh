@@ -52,22 +52,13 @@ MPIRUN=(mpirun -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE --bind-to core)
 log() { echo "[scal $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
 jget() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
+. "$REPO/bench/lib.sh"
 # ---- build ----------------------------------------------------------------------------------
 if [ -n "${SCAL_DTRAIN:-}" ]; then
     DTRAIN=$SCAL_DTRAIN; COMMIT=${SCAL_DTRAIN_LABEL:-"prebuilt $SCAL_DTRAIN"}
 else
-    if [ "$REV" = tree ]; then
-        SRC=$REPO; COMMIT="$(git -C "$REPO" rev-parse --short HEAD)+worktree"
-    else
-        SRC=$WORK/src; rm -rf "$SRC"; mkdir -p "$SRC"
-        git -C "$REPO" archive "$REV" | tar -x -C "$SRC"
-        COMMIT=$(git -C "$REPO" rev-parse --short "$REV")
-    fi
-    log "building dtrain $COMMIT in $WORK/build"
-    nice cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1
-    nice make -C "$WORK/build" -j2 dtrain >"$WORK/make.log" 2>&1 ||
-        { tail -20 "$WORK/make.log" >&2; exit 1; }
-    DTRAIN=$WORK/build/dtrain
+    bench_build "$REV" dtrain
+    DTRAIN=$BUILD/dtrain
 fi
 [ -f "$WORK/tok50257.bin" ] || $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok50257.bin" --vocab 50257 --count 200000 --seed 1
 [ -f "$WORK/tok256.bin" ] || $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok256.bin" --vocab 256 --count 200000 --seed 1

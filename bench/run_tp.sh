@@ -37,22 +37,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE)
 log() { echo "[tp $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
 
+. "$REPO/bench/lib.sh"
 # ---- build ----------------------------------------------------------------------------------
 if [ -n "${TP_DTRAIN:-}" ]; then
     DTRAIN=$TP_DTRAIN; COMMIT="$(git -C "$REPO" rev-parse --short HEAD) (prebuilt $TP_DTRAIN)"
 else
-    if [ "$REV" = tree ]; then
-        SRC=$REPO; COMMIT="$(git -C "$REPO" rev-parse --short HEAD)+worktree"
-    else
-        SRC=$WORK/src; rm -rf "$SRC"; mkdir -p "$SRC"
-        git -C "$REPO" archive "$REV" | tar -x -C "$SRC"
-        COMMIT=$(git -C "$REPO" rev-parse --short "$REV")
-    fi
-    log "building dtrain $COMMIT in $WORK/build"
-    nice cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1
-    nice make -C "$WORK/build" -j2 dtrain >"$WORK/make.log" 2>&1 ||
-        { tail -20 "$WORK/make.log" >&2; exit 1; }
-    DTRAIN=$WORK/build/dtrain
+    bench_build "$REV" dtrain
+    DTRAIN=$BUILD/dtrain
 fi
 [ -f "$WORK/tok256.bin" ] ||
     $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok256.bin" --vocab 256 --count 200000 --seed 1
