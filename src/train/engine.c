@@ -253,6 +253,8 @@ static dt_status alloc_unit_buf(dt_engine *e, unit_buf *b, int64_t n, const char
             DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(dt_bf16), &b->lp));
         }
     }
+    if (e->g_whole) /* gradients accumulate in the whole arena: no unit gradient buffers */
+        return DT_OK;
     snprintf(name, sizeof name, "zero.%s.grads", what);
     DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->g));
     int64_t piece = n < e->S ? n : e->S;
@@ -273,23 +275,23 @@ static dt_status setup_storage(dt_engine *e, bool split) {
                      &e->g_shard));
     if (e->zero < 2)
         return DT_OK;
+    if (split) {
+        DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grads_whole", (size_t)e->n_total * sizeof(float),
+                     &e->g_whole));
+        for (int u = 0; u < e->n_units; u++)
+            dt_gpt_bind_unit(e->model, u, NULL, e->g_whole + e->ufirst[u], NULL);
+    }
     int64_t widest = 16;
     for (int u = 1; u < L1; u++)
         widest = e->ucount[u] > widest ? e->ucount[u] : widest;
     for (int i = 0; i < N_SLOTS; i++)
         DT_TRY(alloc_unit_buf(e, &e->slot[i], widest, i ? "block_b" : "block_a"));
     DT_TRY(alloc_unit_buf(e, &e->pers[0], e->ucount[0], "first"));
-    dt_gpt_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL);
+    dt_gpt_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL); /* NULL g: stays as bound */
     if (L1 > 0) { /* else a stage of one unit: it is both first and last */
         DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "last"));
         dt_gpt_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
     }
-    if (!split)
-        return DT_OK;
-    DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grads_whole", (size_t)e->n_total * sizeof(float),
-                 &e->g_whole));
-    for (int u = 0; u < e->n_units; u++)
-        dt_gpt_bind_unit(e->model, u, NULL, e->g_whole + e->ufirst[u], NULL);
     return DT_OK;
 }
 
@@ -396,7 +398,7 @@ dt_status dt_engine_begin_step(dt_engine *e) {
         memset(e->g_shard, 0, (size_t)e->S * sizeof(float));
         if (e->g_whole)
             memset(e->g_whole, 0, (size_t)e->n_total * sizeof(float));
-        for (int i = 0; e->pipelined && i < n_persistent(e); i++)
+        for (int i = 0; e->pipelined && !e->g_whole && i < n_persistent(e); i++)
             memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
     } else {
         dt_gpt_zero_grad(e->model);
