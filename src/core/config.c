@@ -38,16 +38,22 @@ static const char *const section_names[] = {"model", "data", "train", "optim", "
 enum { N_SECTIONS = (int)(sizeof section_names / sizeof *section_names) };
 
 static const char *const arch_names[] = {"gpt2", "llama"};
-static const char *const precision_names[] = {"fp32", "bf16"};
+static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const char *const schedule_names[] = {"cosine", "constant"};
 static const char *const plugin_names[] = {"none", "ddp", "zero1", "zero2", "zero3", "hybrid"};
 static const char *const sp_mode_names[] = {"all_to_all", "split_gather"};
+static const char *const ac_names[] = {"none", "full", "selective"};
+static const char *const act_compress_names[] = {"none", "int8"};
+static const char *const offload_names[] = {"none", "disk"};
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 _Static_assert(N_OF(arch_names) == DT_ARCH_COUNT, "arch_names out of sync with dt_arch");
 _Static_assert(N_OF(precision_names) == DT_PREC_COUNT, "precision_names out of sync");
 _Static_assert(N_OF(schedule_names) == DT_SCHED_COUNT, "schedule_names out of sync");
 _Static_assert(N_OF(plugin_names) == DT_PLUGIN_COUNT, "plugin_names out of sync");
 _Static_assert(N_OF(sp_mode_names) == DT_SP_MODE_COUNT, "sp_mode_names out of sync");
+_Static_assert(N_OF(ac_names) == DT_AC_COUNT, "ac_names out of sync");
+_Static_assert(N_OF(act_compress_names) == DT_ACT_COMPRESS_COUNT, "act_compress_names out of sync");
+_Static_assert(N_OF(offload_names) == DT_OFFLOAD_COUNT, "offload_names out of sync");
 
 /* Adds 0 to the offset, but comparing `&member` with a `T *` fails to compile (distinct
  * pointer types, -Werror) when the table's declared type does not match the struct field. */
@@ -73,7 +79,7 @@ static const field fields[] = {
     F_INT(train, steps), F_U64(train, seed), F_INT(train, log_every), F_INT(train, eval_every),
     F_INT(train, eval_batches), F_INT(train, sample_tokens), F_STR(train, "metrics", metrics),
     F_STR(train, "export", export_path), F_STR(train, "mem_report", mem_report),
-    F_STR(train, "trace", trace),
+    F_STR(train, "trace", trace), F_STR(train, "mem_timeline", mem_timeline),
     F_FLOAT(optim, lr), F_FLOAT(optim, min_lr), F_INT(optim, warmup_steps),
     F_ENUM(optim, schedule, dt_lr_schedule, schedule_names), F_FLOAT(optim, beta1),
     F_FLOAT(optim, beta2), F_FLOAT(optim, eps), F_FLOAT(optim, weight_decay),
@@ -84,6 +90,10 @@ static const field fields[] = {
     F_INT(plugin, microbatches), F_STR(plugin, "pp_layers", pp_layers),
     F_STR(plugin, "pp_schedule", pp_schedule), F_INT(plugin, pp_chunks),
     F_FLOAT(plugin, bucket_mb), F_BOOL(plugin, overlap),
+    F_ENUM(plugin, ac, dt_ac_mode, ac_names), F_INT(plugin, ac_every),
+    F_ENUM(plugin, act_compress, dt_act_compress, act_compress_names),
+    F_ENUM(plugin, offload, dt_offload, offload_names), F_STR(plugin, "offload_dir", offload_dir),
+    F_INT(plugin, loss_scale_window),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
     F_INT(checkpoint, keep),
 };
@@ -104,6 +114,13 @@ const char *dt_lr_schedule_name(dt_lr_schedule s) {
 }
 const char *dt_sp_mode_name(dt_sp_mode m) {
     return enum_name(sp_mode_names, N_OF(sp_mode_names), (int)m);
+}
+const char *dt_ac_mode_name(dt_ac_mode m) { return enum_name(ac_names, N_OF(ac_names), (int)m); }
+const char *dt_act_compress_name(dt_act_compress m) {
+    return enum_name(act_compress_names, N_OF(act_compress_names), (int)m);
+}
+const char *dt_offload_name(dt_offload m) {
+    return enum_name(offload_names, N_OF(offload_names), (int)m);
 }
 
 static void set_str(char *dst, const char *src) {
@@ -134,6 +151,9 @@ void dt_config_defaults(dt_config *c) {
     p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->zero_stage = 0, p->bucket_mb = 25.0f;
     p->overlap = true;
     p->pp_chunks = 1;
+    p->ac_every = 1;
+    set_str(p->offload_dir, "offload");
+    p->loss_scale_window = 2000;
     set_str(p->pp_schedule, "1f1b");
     set_str(c->checkpoint.dir, "runs/fortunes/ckpt");
     c->checkpoint.every = 300, c->checkpoint.keep = 2;

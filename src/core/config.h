@@ -20,7 +20,8 @@
 #define DT_PATH_MAX 512
 
 typedef enum dt_arch { DT_ARCH_GPT2, DT_ARCH_LLAMA, DT_ARCH_COUNT } dt_arch;
-typedef enum dt_precision { DT_PREC_FP32, DT_PREC_BF16, DT_PREC_COUNT } dt_precision;
+/* fp16: IEEE half operands with fp32 master weights and a dynamic loss scale */
+typedef enum dt_precision { DT_PREC_FP32, DT_PREC_BF16, DT_PREC_FP16, DT_PREC_COUNT } dt_precision;
 typedef enum dt_lr_schedule { DT_SCHED_COSINE, DT_SCHED_CONSTANT, DT_SCHED_COUNT } dt_lr_schedule;
 typedef enum dt_plugin_type {
     DT_PLUGIN_NONE,
@@ -37,6 +38,19 @@ typedef enum dt_plugin_type {
  *   split_gather  Megatron-SP: the tp ranks hold seq_len/tp tokens outside the tensor-
  *                 parallel regions (all-gather in, reduce-scatter out); sp_size must be 1 */
 typedef enum dt_sp_mode { DT_SP_ALL_TO_ALL, DT_SP_SPLIT_GATHER, DT_SP_MODE_COUNT } dt_sp_mode;
+/* Activation checkpointing (plugin.ac): none; full (a checkpointed block keeps only its input
+ * and reruns its forward in backward); selective (keeps the matmul outputs, recomputes the
+ * attention core and the pointwise functions). */
+typedef enum dt_ac_mode { DT_AC_NONE, DT_AC_FULL, DT_AC_SELECTIVE, DT_AC_COUNT } dt_ac_mode;
+/* How activations saved for backward are stored (plugin.act_compress). */
+typedef enum dt_act_compress {
+    DT_ACT_COMPRESS_NONE,
+    DT_ACT_COMPRESS_INT8,
+    DT_ACT_COMPRESS_COUNT
+} dt_act_compress;
+/* Where the optimizer state lives (plugin.offload): in memory, or in files streamed through a
+ * bounded window during the optimizer step. */
+typedef enum dt_offload { DT_OFFLOAD_NONE, DT_OFFLOAD_DISK, DT_OFFLOAD_COUNT } dt_offload;
 
 typedef struct dt_model_config {
     dt_arch arch;                 /* gpt2 | llama */
@@ -62,6 +76,7 @@ typedef struct dt_train_config {
     int sample_tokens;    /* characters printed as a sample at the end; 0 = off */
     char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
     char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
+    char mem_timeline[DT_PATH_MAX]; /* JSON of every allocation and free; "" = off */
 } dt_train_config;
 
 typedef struct dt_optim_config {
@@ -85,6 +100,12 @@ typedef struct dt_plugin_config {
     int pp_chunks;
     float bucket_mb;
     bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
+    dt_ac_mode ac;
+    int ac_every;    /* checkpoint block l (0-based) when l % ac_every == 0; 1 = every block */
+    dt_act_compress act_compress;
+    dt_offload offload;
+    char offload_dir[DT_PATH_MAX];
+    int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
 } dt_plugin_config;
 
 typedef struct dt_checkpoint_config {
@@ -130,5 +151,8 @@ const char *dt_precision_name(dt_precision p);
 const char *dt_plugin_type_name(dt_plugin_type t);
 const char *dt_lr_schedule_name(dt_lr_schedule s);
 const char *dt_sp_mode_name(dt_sp_mode m);
+const char *dt_ac_mode_name(dt_ac_mode m);
+const char *dt_act_compress_name(dt_act_compress m);
+const char *dt_offload_name(dt_offload m);
 
 #endif

@@ -174,6 +174,25 @@ static void check_plugin(const dt_config *c, problems *p) {
                 "ranks and takes no ranks of its own: set sp_size=1 (got %d), or use "
                 "sp_mode=all_to_all", g->sp_size);
     NONNEG(p, plugin, grad_clip);
+    if (g->ac_every < 1)
+        problem(p, false, "plugin.ac_every=%d must be >= 1", g->ac_every);
+    if (g->loss_scale_window < 1)
+        problem(p, false, "plugin.loss_scale_window=%d must be >= 1", g->loss_scale_window);
+    if (g->offload == DT_OFFLOAD_DISK && !g->offload_dir[0])
+        problem(p, false, "plugin.offload=disk needs plugin.offload_dir");
+
+    if (g->precision == DT_PREC_FP16)
+        problem(p, true, "plugin.precision=fp16 is not available yet");
+
+    if (g->ac != DT_AC_NONE)
+        problem(p, true, "plugin.ac=%s is not available yet", dt_ac_mode_name(g->ac));
+
+    if (g->act_compress != DT_ACT_COMPRESS_NONE)
+        problem(p, true, "plugin.act_compress=int8 is not available yet");
+
+    if (g->offload != DT_OFFLOAD_NONE)
+        problem(p, true, "plugin.offload=disk is not available yet");
+
     if (!(g->bucket_mb > 0))
         problem(p, false, "plugin.bucket_mb=%g must be > 0", (double)g->bucket_mb);
     if ((int)g->type < 0 || g->type >= DT_PLUGIN_COUNT)
