@@ -209,7 +209,7 @@ static void test_parse_errors(void) {
     CHECK_ERR(parse(&c, "[data]\nshuffle = maybe\n"), DT_ERR_ARG,
               "data.shuffle: 'maybe' is not a boolean");
     CHECK_ERR(parse(&c, "[plugin]\nprecision = bf16-mixed\n"), DT_ERR_ARG,
-              "plugin.precision: 'bf16-mixed' is not one of fp32|bf16 in t.ini:2");
+              "plugin.precision: 'bf16-mixed' is not one of fp32|bf16|fp16 in t.ini:2");
     CHECK_ERR(parse(&c, "[plugin]\ntype = zero4\n"), DT_ERR_ARG,
               "'zero4' is not one of none|ddp|zero1|zero2|zero3|hybrid");
     CHECK_ERR(parse(&c, "[model]\narch = GPT2\n"), DT_ERR_ARG, "is not one of gpt2|llama");
