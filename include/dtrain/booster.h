@@ -89,6 +89,11 @@ dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_co
 dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
 /* Final weights as HuggingFace safetensors (rank 0 writes). */
 dt_status dt_booster_export(dt_booster *b, const char *path);
+/* Temperature sampling of n_new tokens after the prompt, in any layout: the weights are
+ * gathered, rank 0 runs a one-process copy of the model, and every rank receives the tokens
+ * in out[n_new]. Collective over the world; reproducible from the seed. */
+dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt, int n_new,
+                            float temperature, uint64_t seed, int32_t *out);
 
 int64_t dt_booster_steps_done(const dt_booster *b);
 dt_gpt *dt_booster_model(dt_booster *b);

@@ -24,6 +24,7 @@
 #include "train/engine.h"
 #include "train/loader.h"
 #include "train/pipeline.h"
+#include "train/trainer.h"
 
 struct dt_booster {
     dt_plugin_config plugin;
@@ -446,6 +447,33 @@ dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_co
 }
 
 dt_status dt_booster_export(dt_booster *b, const char *path) { return save(b, NULL, NULL, path); }
+
+/* rank 0 only: a one-process copy of the model (no tp, sp or pipeline) from the full weights */
+static dt_status sample_on_root(dt_booster *b, const float *full, const int32_t *prompt,
+                                int n_prompt, int n_new, float temperature, uint64_t seed,
+                                int32_t *out) {
+    dt_gpt_opts o = {.B = 1, .T = b->T, .precision = b->plugin.precision};
+    dt_gpt *g = NULL;
+    DT_TRY(dt_gpt_init(dt_gpt_config(b->model), &o, b->mem, &g));
+    memcpy(dt_gpt_weights(g), full, (size_t)dt_gpt_numel(g) * sizeof(float));
+    dt_gpt_sync_lp(g);
+    dt_status st = dt_sample_tokens(g, b->T, prompt, n_prompt, n_new, temperature, seed, out);
+    dt_gpt_free(g);
+    return st;
+}
+
+dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt, int n_new,
+                            float temperature, uint64_t seed, int32_t *out) {
+    dt_ckpt_arenas a;
+    dt_status st = arenas_alloc(b, &a, false);
+    if (st == DT_OK)
+        st = dt_engine_gather_state(b->engine, a.w, NULL, NULL);
+    if (st == DT_OK && is_root(b))
+        st = sample_on_root(b, a.w, prompt, n_prompt, n_new, temperature, seed, out);
+    arenas_free(b, &a);
+    DT_TRY(dt_comm_agree(b->world, st));
+    return dt_comm_broadcast(b->world, out, (int64_t)n_new * sizeof *out, 0);
+}
 
 dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     dt_ckpt_arenas a;

@@ -202,9 +202,7 @@ static dt_status finish(trainer *t) {
     int32_t prompt = '\n', *out = malloc((size_t)n * sizeof *out);
     if (!out)
         return dt_err_set(DT_ERR_OOM, "sample: out of memory");
-    /* every rank samples in step (stage 3 gathers weights collectively); rank 0 prints */
-    dt_status st = dt_sample_tokens(t->model, c->train.seq_len, &prompt, 1, n, 0.8f,
-                                    c->train.seed, out);
+    dt_status st = dt_booster_sample(t->booster, &prompt, 1, n, 0.8f, c->train.seed, out);
     if (st == DT_OK && is_root(t)) {
         dt_info("sample (temperature 0.8):");
         dt_sample_print(out, n, c->model.vocab_size);

@@ -49,3 +49,10 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/pp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/pp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 1200)
 endforeach()
+
+# The end-of-run sample in every layout: exit 0 and the single process's text.
+foreach(arch gpt2 llama)
+  add_test(NAME train/sample_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/sample_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/sample_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+endforeach()
