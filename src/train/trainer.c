@@ -131,7 +131,7 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
             (unsigned long long)r->comm_bytes_tp, (unsigned long long)r->comm_bytes_sp,
             (unsigned long long)r->comm_bytes_pp, 1e3 * r->comm_exposed_s);
     if (fp16)
-        fprintf(t->metrics, ", \"loss_scale\": %.9g, \"skipped\": %d, \"skipped_steps\": %lld",
+        fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped\": %d, \"skipped_steps\": %lld",
                 (double)r->loss_scale, (int)r->skipped, (long long)r->skipped_steps);
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
