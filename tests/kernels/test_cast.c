@@ -215,6 +215,14 @@ int main(int argc, char **argv) {
             dt_cast_f32_to_bf16(b, a, big);
         t = (dt_test_seconds() - t) / 5;
         printf("perf cast f32->bf16 n=%lld: %.2f GB/s\n", (long long)big, 6.0 * big / t / 1e9);
+        dt_cast_f16_variant v[DT_CAST_F16_MAX_VARIANTS];
+        for (int k = 0, nv = dt_cast_f16_variants(v); k < nv; k++) {
+            t = dt_test_seconds();
+            v[k].to_f16(b, a, big);
+            t = dt_test_seconds() - t;
+            printf("perf cast f32->f16 %s n=%lld: %.2f GB/s\n", v[k].name, (long long)big,
+                   6.0 * big / t / 1e9);
+        }
         t = dt_test_seconds();
         volatile double s = 0;
         for (int k = 0; k < 5; k++)
