@@ -68,6 +68,11 @@ typedef struct dt_step_stats {
                             * (dtrain's bus-bytes count) */
     double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
                             * waiting): the communication that did not overlap compute */
+    /* fp16 (1, false, 0 otherwise): the loss scale this step's backward used, whether its
+     * gradients overflowed so that nothing was updated, and the run's skipped steps so far */
+    float loss_scale;
+    bool skipped;
+    int64_t skipped_steps;
 } dt_step_stats;
 
 /* The recorded timeline of every step so far as Chrome-trace JSON (rank 0 writes). */

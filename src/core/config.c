@@ -93,7 +93,7 @@ static const field fields[] = {
     F_ENUM(plugin, ac, dt_ac_mode, ac_names), F_INT(plugin, ac_every),
     F_ENUM(plugin, act_compress, dt_act_compress, act_compress_names),
     F_ENUM(plugin, offload, dt_offload, offload_names), F_STR(plugin, "offload_dir", offload_dir),
-    F_INT(plugin, loss_scale_window),
+    F_INT(plugin, loss_scale_window), F_FLOAT(plugin, initial_scale),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
     F_INT(checkpoint, keep),
 };
@@ -105,6 +105,9 @@ static const char *enum_name(const char *const *names, int n, int v) {
 const char *dt_arch_name(dt_arch a) { return enum_name(arch_names, N_OF(arch_names), (int)a); }
 const char *dt_precision_name(dt_precision p) {
     return enum_name(precision_names, N_OF(precision_names), (int)p);
+}
+dt_dtype dt_precision_mm_type(dt_precision p) {
+    return p == DT_PREC_BF16 ? DT_BF16 : p == DT_PREC_FP16 ? DT_F16 : DT_F32;
 }
 const char *dt_plugin_type_name(dt_plugin_type t) {
     return enum_name(plugin_names, N_OF(plugin_names), (int)t);
@@ -154,6 +157,7 @@ void dt_config_defaults(dt_config *c) {
     p->ac_every = 1;
     set_str(p->offload_dir, "offload");
     p->loss_scale_window = 2000;
+    p->initial_scale = 65536.0f;
     set_str(p->pp_schedule, "1f1b");
     set_str(c->checkpoint.dir, "runs/fortunes/ckpt");
     c->checkpoint.every = 300, c->checkpoint.keep = 2;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 #define DT_PATH_MAX 512
@@ -106,6 +107,7 @@ typedef struct dt_plugin_config {
     dt_offload offload;
     char offload_dir[DT_PATH_MAX];
     int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
+    float initial_scale;   /* fp16: the loss scale of the first step (65536) */
 } dt_plugin_config;
 
 typedef struct dt_checkpoint_config {
@@ -148,6 +150,8 @@ const char *dt_config_diff(const dt_config *a, const dt_config *b);
 
 const char *dt_arch_name(dt_arch a);
 const char *dt_precision_name(dt_precision p);
+/* The matmul operand type of a precision: DT_F32, DT_BF16 or DT_F16. */
+dt_dtype dt_precision_mm_type(dt_precision p);
 const char *dt_plugin_type_name(dt_plugin_type t);
 const char *dt_lr_schedule_name(dt_lr_schedule s);
 const char *dt_sp_mode_name(dt_sp_mode m);

@@ -181,8 +181,9 @@ static void check_plugin(const dt_config *c, problems *p) {
     if (g->offload == DT_OFFLOAD_DISK && !g->offload_dir[0])
         problem(p, false, "plugin.offload=disk needs plugin.offload_dir");
 
-    if (g->precision == DT_PREC_FP16)
-        problem(p, true, "plugin.precision=fp16 is not available yet");
+    if (!(g->initial_scale >= 1.0f && g->initial_scale <= 4294967296.0f))
+        problem(p, false, "plugin.initial_scale=%g must be between 1 and 2^32 (4294967296)",
+                (double)g->initial_scale);
 
     if (g->ac != DT_AC_NONE)
         problem(p, true, "plugin.ac=%s is not available yet", dt_ac_mode_name(g->ac));

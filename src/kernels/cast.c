@@ -4,10 +4,12 @@
  * block bodies are compiled for several ISAs and picked at load time (target_clones), so the
  * library runs on any x86-64 yet uses AVX2/AVX-512 where present. dt_sumsq sums each block in
  * a fixed lane order and adds block sums in index order: its value does not depend on the
- * thread count. Stateless and allocation-free.
+ * thread count. The fp16 casts are explicit variants (see dt_cast_f16_variants) picked at
+ * run time the same way. Stateless and allocation-free.
  */
 #include "kernels/cast.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 #define BLOCK 16384
@@ -48,6 +50,78 @@ CLONES static void round_block(float *x, int64_t n) {
         u = (uint32_t)bf16_bits(u) << 16;
         memcpy(&x[i], &u, 4);
     }
+}
+
+/* ---- fp16: explicit variants, since its vector conversions are instructions of their own
+ * (vcvtps2ph/vcvtph2ps) that GCC does not derive from the scalar code. The immediate rounding
+ * mode (nearest even) overrides MXCSR; tails go through the scalar conversion. */
+
+static void f16_from_ref(dt_f16 *restrict dst, const float *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dt_f16_from_f32(src[i]);
+}
+
+static void f16_to_ref(float *restrict dst, const dt_f16 *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dt_f16_to_f32(src[i]);
+}
+
+#define ROUND_NE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+__attribute__((target("avx,f16c"))) static void f16_from_f16c(dt_f16 *restrict dst,
+                                                              const float *restrict src,
+                                                              int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), ROUND_NE));
+    f16_from_ref(dst + i, src + i, n - i);
+}
+
+__attribute__((target("avx,f16c"))) static void f16_to_f16c(float *restrict dst,
+                                                            const dt_f16 *restrict src,
+                                                            int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    f16_to_ref(dst + i, src + i, n - i);
+}
+
+__attribute__((target("avx512f"))) static void f16_from_avx512(dt_f16 *restrict dst,
+                                                               const float *restrict src,
+                                                               int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), ROUND_NE));
+    f16_from_ref(dst + i, src + i, n - i);
+}
+
+__attribute__((target("avx512f"))) static void f16_to_avx512(float *restrict dst,
+                                                             const dt_f16 *restrict src,
+                                                             int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i,
+                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    f16_to_ref(dst + i, src + i, n - i);
+}
+
+int dt_cast_f16_variants(dt_cast_f16_variant out[DT_CAST_F16_MAX_VARIANTS]) {
+    int n = 0;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        out[n++] = (dt_cast_f16_variant){"avx512f", f16_from_avx512, f16_to_avx512};
+    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
+        out[n++] = (dt_cast_f16_variant){"f16c", f16_from_f16c, f16_to_f16c};
+    out[n++] = (dt_cast_f16_variant){"ref", f16_from_ref, f16_to_ref};
+    return n;
+}
+
+/* the fastest variant: the first of the list (cheap: the cpu checks read a cached table) */
+static dt_cast_f16_variant best_f16(void) {
+    dt_cast_f16_variant v[DT_CAST_F16_MAX_VARIANTS];
+    dt_cast_f16_variants(v);
+    return v[0];
 }
 
 /* Fixed lanes instead of a reduction pragma: the summation order is then part of the code,
@@ -95,6 +169,35 @@ void dt_round_bf16_inplace(float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t b = 0; b < nb; b++)
         round_block(x + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
+
+void dt_cast_f32_to_f16(dt_f16 *dst, const float *src, int64_t n) {
+    dt_cast_f16_variant v = best_f16();
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        v.to_f16(dst + b * BLOCK, src + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
+
+void dt_cast_f16_to_f32(float *dst, const dt_f16 *src, int64_t n) {
+    dt_cast_f16_variant v = best_f16();
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        v.to_f32(dst + b * BLOCK, src + b * BLOCK, min64(BLOCK, n - b * BLOCK));
+}
+
+void dt_cast_f32_to_f16_ref(dt_f16 *dst, const float *src, int64_t n) {
+    f16_from_ref(dst, src, n);
+}
+
+void dt_cast_f16_to_f32_ref(float *dst, const dt_f16 *src, int64_t n) { f16_to_ref(dst, src, n); }
+
+void dt_cast_f32_to_lp(dt_dtype t, uint16_t *dst, const float *src, int64_t n) {
+    if (t == DT_F16)
+        dt_cast_f32_to_f16(dst, src, n);
+    else
+        dt_cast_f32_to_bf16(dst, src, n);
 }
 
 double dt_sumsq(const float *x, int64_t n) {

@@ -1,10 +1,11 @@
-/* Matrix products: C = op(A) · op(B) (+ bias), fp32 or bf16 operands, fp32 accumulate/output.
+/* Matrix products: C = op(A) · op(B) (+ bias), fp32, bf16 or fp16 operands, fp32
+ * accumulate/output.
  *
  * dt_gemm_run goes through oneDNN's matmul primitive (kernels/dnnl/), created once per shape
- * and kept in the dt_gemm cache. When oneDNN has no kernel for bf16 operands on this CPU
- * (no AVX-512), it widens the bf16 operands to fp32 in a cached scratch buffer and runs the
- * fp32 kernel: the result is the same math (bf16-rounded operands, fp32 accumulation), only
- * not faster. dt_gemm_ref is the plain-C twin used by tests.
+ * and kept in the dt_gemm cache. When oneDNN has no kernel for 16-bit operands on this CPU
+ * (bf16 without AVX-512; fp16 in oneDNN 2.6 without AVX512-FP16), it widens them to fp32 in
+ * a cached scratch buffer and runs the fp32 kernel: the result is the same math (16-bit
+ * operands, fp32 accumulation), only not faster. dt_gemm_ref is the plain-C twin used by tests.
  *
  * A dt_gemm belongs to one thread of control (the primitives themselves run multi-threaded
  * through OpenMP). All matrices are row-major.
@@ -38,8 +39,8 @@ dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const v
 void dt_gemm_ref(const dt_gemm_shape *s, const void *A, const void *B, const float *bias,
                  float *C);
 
-/* Name of the oneDNN implementation picked for fp32/bf16 ("brg:avx512_core", "gemm:jit", or
- * "fp32 fallback" for bf16 widened to fp32), for logs and benchmark tables. */
+/* Name of the oneDNN implementation picked for a dtype ("brg:avx512_core", "gemm:jit", or
+ * "fp32 fallback" for 16-bit operands widened to fp32), for logs and benchmark tables. */
 const char *dt_gemm_impl_name(dt_gemm *g, dt_dtype dtype);
 
 #endif

@@ -1,13 +1,16 @@
 /* Plain-C reference for dt_gemm (see gemm.h): the test oracle for the oneDNN path.
  *
- * Accumulates each dot product in double so its own rounding is far below fp32's; bf16
- * operands are widened exactly. Single-threaded, stateless, no allocation.
+ * Accumulates each dot product in double so its own rounding is far below fp32's; bf16 and
+ * fp16 operands are widened exactly. Single-threaded, stateless, no allocation.
  */
 #include "kernels/gemm.h"
 
 static inline double load(const void *p, dt_dtype dt, int64_t i) {
-    return dt == DT_BF16 ? (double)dt_bf16_to_f32(((const dt_bf16 *)p)[i])
-                         : (double)((const float *)p)[i];
+    if (dt == DT_BF16)
+        return dt_bf16_to_f32(((const dt_bf16 *)p)[i]);
+    if (dt == DT_F16)
+        return dt_f16_to_f32(((const dt_f16 *)p)[i]);
+    return ((const float *)p)[i];
 }
 
 void dt_gemm_ref(const dt_gemm_shape *s, const void *A, const void *B, const float *bias,

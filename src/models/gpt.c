@@ -237,7 +237,7 @@ static void carve_acts(dt_gpt *g, carver *cv) {
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
     size_t heads = (size_t)d->NH / g->par.sp->size, S = (size_t)g->n_slots;
     int L = g->cfg.n_layer;
-    bool lp = g->ctx.mm_type == DT_BF16;
+    bool lp = g->ctx.mm_type != DT_F32;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
     g->res = carve(cv, S * g->n_pos * r.Nr * C * f4);
     dt_bf16 *ln_lp = lp ? carve(cv, r.Nt * C * h2) : NULL; /* rebuilt in backward: shared */
@@ -282,7 +282,7 @@ static void carve_scratch(dt_gpt *g, carver *cv) {
     rows_of r = rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
     size_t f4 = sizeof(float), S = (size_t)g->n_slots;
-    bool lp = g->ctx.mm_type == DT_BF16;
+    bool lp = g->ctx.mm_type != DT_F32;
     if (dt_gpt_head_unit(g) >= 0) {
         size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
         g->head.logits = carve(cv, chunk * V * f4);
@@ -376,7 +376,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
                               .F = dt_gpt_ffn_hidden(cfg) / tp, .norm_eps = cfg->norm_eps};
     g->vocab_rows = (cfg->vocab_size + tp - 1) / tp;
     DT_TRY_GOTO(dt_gemm_init(&g->gemm));
-    g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = prec == DT_PREC_BF16 ? DT_BF16 : DT_F32};
+    g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = dt_precision_mm_type(prec)};
     DT_TRY_GOTO(dt_gpt_build_tables(g, o->units));
     size_t n = (size_t)g->n_total;
     if (!o->external_weights)
@@ -384,9 +384,10 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
                                  (void **)&g->w));
     if (training && !o->external_grads)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "grads", n * sizeof(float), (void **)&g->g));
-    if (g->ctx.mm_type == DT_BF16 && !o->external_weights)
-        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights.bf16", n * sizeof(dt_bf16),
-                                 (void **)&g->w_lp));
+    if (g->ctx.mm_type != DT_F32 && !o->external_weights)
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS,
+                                 g->ctx.mm_type == DT_F16 ? "weights.fp16" : "weights.bf16",
+                                 n * sizeof(dt_bf16), (void **)&g->w_lp));
     int n_units = g->n_units;
     g->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
@@ -471,7 +472,7 @@ void dt_gpt_init_weights(dt_gpt *g, uint64_t seed) {
 
 void dt_gpt_sync_lp(dt_gpt *g) {
     if (g->w_lp && g->w)
-        dt_cast_f32_to_bf16(g->w_lp, g->w, g->n_total);
+        dt_cast_f32_to_lp(g->ctx.mm_type, g->w_lp, g->w, g->n_total);
 }
 
 void dt_gpt_zero_grad(dt_gpt *g) {

@@ -214,8 +214,9 @@ static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims 
                                       const float *x, int N, const float *mean,
                                       const float *rstd, dt_block_scratch *s, dt_bf16 *lp) {
     DT_TRY(norm_enter(d, p, np, x, N, (float *)mean, (float *)rstd, s));
-    if (ctx->mm_type == DT_BF16)
-        dt_cast_f32_to_bf16(lp, s->ln_full, (int64_t)dt_block_rows_tp(p, N) * d->C);
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, lp, s->ln_full,
+                          (int64_t)dt_block_rows_tp(p, N) * d->C);
     return DT_OK;
 }
 

@@ -8,7 +8,9 @@
 
 typedef struct dt_nn_ctx {
     dt_gemm *gemm;    /* borrowed */
-    dt_dtype mm_type; /* DT_F32, or DT_BF16: matmul operands rounded to bf16, fp32 accumulate */
+    dt_dtype mm_type; /* DT_F32, or DT_BF16 / DT_F16: matmul operands rounded to that 16-bit
+                       * type (kept in the layers' dt_bf16-typed 16-bit buffers), fp32
+                       * accumulate */
 } dt_nn_ctx;
 
 #endif

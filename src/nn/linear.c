@@ -1,6 +1,6 @@
 /* Linear layer: three matmuls (y, dx, dW) and a column sum (db). See linear.h.
- * In bf16 mode the operands of every matmul are bf16 and accumulation is fp32, as in
- * PyTorch autocast; the fp32 master weights are only read by the optimizer. */
+ * In bf16 (fp16) mode the operands of every matmul are bf16 (fp16) and accumulation is fp32,
+ * as in PyTorch autocast; the fp32 master weights are only read by the optimizer. */
 #include "nn/linear.h"
 
 #include "kernels/cast.h"
@@ -10,8 +10,8 @@ dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const floa
                             dt_bf16 *x_lp, int N, float *y) {
     dt_gemm_shape s = {.M = N, .N = l->out, .K = l->in, .trans_b = true, .dtype = ctx->mm_type};
     const void *a = x, *w = l->w;
-    if (ctx->mm_type == DT_BF16) {
-        dt_cast_f32_to_bf16(x_lp, x, (int64_t)N * l->in);
+    if (ctx->mm_type != DT_F32) {
+        dt_cast_f32_to_lp(ctx->mm_type, x_lp, x, (int64_t)N * l->in);
         a = x_lp;
         w = l->w_lp;
     }
@@ -22,8 +22,8 @@ dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const flo
                              const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
                              float *dx) {
     const void *g = dy, *a = x, *w = l->w;
-    if (ctx->mm_type == DT_BF16) {
-        dt_cast_f32_to_bf16(dy_lp, dy, (int64_t)N * l->out);
+    if (ctx->mm_type != DT_F32) {
+        dt_cast_f32_to_lp(ctx->mm_type, dy_lp, dy, (int64_t)N * l->out);
         g = dy_lp;
         a = x_lp;
         w = l->w_lp;

@@ -28,7 +28,7 @@ int64_t dt_lm_head_stats_count(const dt_lm_head *h) {
 }
 
 static const void *operand(const dt_nn_ctx *ctx, const float *f32, const dt_bf16 *lp) {
-    return ctx->mm_type == DT_BF16 ? (const void *)lp : (const void *)f32;
+    return ctx->mm_type != DT_F32 ? (const void *)lp : (const void *)f32;
 }
 
 /* Columns of this rank's rows that are real tokens: global ids [vocab_first, vocab_size). */
@@ -58,15 +58,15 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
                           dt_bf16 *x_lp, const int32_t *targets, int N, float grad_scale,
                           bool backward, float *losses, float *dx) {
     DT_TRY(check_args(h, N));
-    if (ctx->mm_type == DT_BF16)
-        dt_cast_f32_to_bf16(x_lp, x, (int64_t)N * h->C);
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, x_lp, x, (int64_t)N * h->C);
     const void *w = operand(ctx, h->w, h->w_lp);
     const int p = h->tp->size, me = h->tp->rank, nv = valid_rows(h);
     int counts[MAX_TP] = {0}; /* zeroed: the compiler cannot see p <= MAX_TP */
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
         int n = N - r0 < h->chunk ? N - r0 : h->chunk;
         const int32_t *tg = targets + r0;
-        const void *xc = ctx->mm_type == DT_BF16 ? (const void *)(x_lp + (int64_t)r0 * h->C)
+        const void *xc = ctx->mm_type != DT_F32 ? (const void *)(x_lp + (int64_t)r0 * h->C)
                                                  : (const void *)(x + (int64_t)r0 * h->C);
         dt_gemm_shape fwd = {.M = n, .N = h->V, .K = h->C, .trans_b = true,
                              .dtype = ctx->mm_type};
@@ -89,8 +89,8 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
             continue;
         dt_xent_grad(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
         const void *g = h->logits;
-        if (ctx->mm_type == DT_BF16) {
-            dt_cast_f32_to_bf16(h->logits_lp, h->logits, (int64_t)n * h->V);
+        if (ctx->mm_type != DT_F32) {
+            dt_cast_f32_to_lp(ctx->mm_type, h->logits_lp, h->logits, (int64_t)n * h->V);
             g = h->logits_lp;
         }
         dt_gemm_shape dxs = {.M = n, .N = h->C, .K = h->V, .accumulate = true,
@@ -107,8 +107,8 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
 
 dt_status dt_lm_head_logits(const dt_nn_ctx *ctx, const dt_lm_head *h, const float *x,
                             dt_bf16 *x_lp, int N, float *logits) {
-    if (ctx->mm_type == DT_BF16)
-        dt_cast_f32_to_bf16(x_lp, x, (int64_t)N * h->C);
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, x_lp, x, (int64_t)N * h->C);
     dt_gemm_shape s = {.M = N, .N = h->V, .K = h->C, .trans_b = true, .dtype = ctx->mm_type};
     return dt_gemm_run(ctx->gemm, &s, operand(ctx, x, x_lp), operand(ctx, h->w, h->w_lp), NULL,
                        logits);

@@ -5,7 +5,9 @@
  * dp rank r takes rows [r B/dp, (r+1) B/dp) of the global batch the single process would
  * read, in micro-batches; each micro-batch's gradient is scaled by 1/(B T) and the engine sums
  * over ranks, so the step's gradient is that of the mean loss over all B T tokens whatever the
- * layout. Set-up failures are agreed across ranks before the first step.
+ * layout. Under fp16 that factor also carries the loss scale (optim/loss_scale.h), divided
+ * out of the norm and the update again. Set-up failures are agreed across ranks before the
+ * first step.
  */
 #include "dtrain/booster.h"
 
@@ -16,6 +18,7 @@
 #include "core/log.h"
 #include "dist/dist.h"
 #include "optim/adamw.h"
+#include "optim/loss_scale.h"
 #include "core/clock.h"
 #include "io/atomic.h"
 #include "plan/schedule.h"
@@ -271,6 +274,7 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
     b->lr = s->lr;
     b->lr_ctx = s->lr_ctx;
     b->state.seed = s->seed;
+    dt_loss_scale_init(&b->state.scaler, b->plugin.initial_scale, b->plugin.loss_scale_window);
     DT_TRY(dt_comm_agree(b->world, boost_local(b, s)));
     if (s->init_weights && s->init_weights[0])
         return load_weights(b, s->init_weights);
@@ -344,8 +348,23 @@ static dt_status sum_loss(dt_booster *b, double *loss_sum) {
     return dt_comm_allreduce_f64(b->mesh->axis[DT_AXIS_PP], loss_sum, 1);
 }
 
+static bool fp16(const dt_booster *b) { return b->plugin.precision == DT_PREC_FP16; }
+
+/* fp16: the step's gradients overflowed on some rank. Each rank tests its own gradients' norm
+ * (non-finite iff one of its summed elements is) and one all-reduce over the world makes the
+ * verdict everyone's, whatever order the norm's own reductions added in. */
+static dt_status grads_overflowed(dt_booster *b, double norm, bool *overflow) {
+    double bad = isfinite(norm) ? 0.0 : 1.0;
+    DT_TRY(dt_comm_allreduce_f64(b->world, &bad, 1));
+    *overflow = bad > 0;
+    return DT_OK;
+}
+
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
-    float grad_scale = 1.0f / ((float)b->B * b->T);
+    /* the loss scale is a power of two (from a power-of-two start): multiplying by it and
+     * dividing the norm and the update by it again are exact */
+    float loss_scale = fp16(b) ? b->state.scaler.scale : 1.0f;
+    float grad_scale = loss_scale / ((float)b->B * b->T);
     double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0, ts = trace_now(b);
     const dt_comm *comms[N_STEP_COMMS];
     uint64_t bytes0[N_STEP_COMMS];
@@ -360,11 +379,23 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     DT_TRY(dt_engine_finish(b->engine));
     dt_loader_advance(&b->train);
     DT_TRY(dt_engine_grad_norm(b->engine, &r->grad_norm));
+    r->grad_norm /= loss_scale;
+    bool overflow = false;
+    if (fp16(b))
+        DT_TRY(grads_overflowed(b, r->grad_norm, &overflow));
+    r->loss_scale = loss_scale;
+    r->skipped = fp16(b) && dt_loss_scale_update(&b->state.scaler, overflow);
+    r->skipped_steps = b->state.scaler.skipped;
     DT_TRY(trace_span(b, DT_SPAN_COLLECTIVE, -1, tc));
+    /* A skipped step leaves weights, moments and AdamW's step count alone, but the LR
+     * schedule still advances with the step number (as PyTorch's scheduler.step() after a
+     * GradScaler skip) and its batch is consumed. */
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     double to = trace_now(b);
-    DT_TRY(dt_engine_apply(b->engine, r->lr, dt_clip_coef(r->grad_norm, b->plugin.grad_clip)));
+    if (!r->skipped)
+        DT_TRY(dt_engine_apply(b->engine, r->lr,
+                               dt_clip_coef(r->grad_norm, b->plugin.grad_clip) / loss_scale));
     DT_TRY(trace_span(b, DT_SPAN_OPTIMIZER, -1, to));
     DT_TRY(trace_span(b, DT_SPAN_STEP, -1, ts));
     r->comm_exposed_s = comm_seconds(b) - comm0;

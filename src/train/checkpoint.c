@@ -47,6 +47,9 @@ static dt_status save_state(const char *path, const dt_train_state *s, int adam_
     cJSON_AddNumberToObject(j, "data_pos", (double)s->data_pos);
     cJSON_AddNumberToObject(j, "data_step", (double)s->data_step);
     cJSON_AddNumberToObject(j, "adam_steps", adam_steps);
+    cJSON_AddNumberToObject(j, "loss_scale", (double)s->scaler.scale); /* a float: exact */
+    cJSON_AddNumberToObject(j, "loss_scale_clean_steps", s->scaler.clean_steps);
+    cJSON_AddNumberToObject(j, "skipped_steps", (double)s->scaler.skipped);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed); /* exact as a string */
     cJSON_AddStringToObject(j, "seed", seed);
@@ -239,6 +242,23 @@ static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps
     if (st == DT_OK) {
         s->seed = strtoull(seed->valuestring, NULL, 10);
         *adam_steps_out = (int)adam_steps;
+    }
+    /* the loss scale: absent from checkpoints written before fp16 existed (then the fresh
+     * scaler stays); when present, all three */
+    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(j, "loss_scale");
+    if (st == DT_OK && scale) {
+        int64_t clean = 0, skipped = 0;
+        if (!cJSON_IsNumber(scale) || !(scale->valuedouble >= 1))
+            st = dt_err_set(DT_ERR_FORMAT, "%s: \"loss_scale\" is not a number >= 1", path);
+        if (st == DT_OK)
+            st = json_int(j, path, "loss_scale_clean_steps", &clean);
+        if (st == DT_OK)
+            st = json_int(j, path, "skipped_steps", &skipped);
+        if (st == DT_OK) {
+            s->scaler.scale = (float)scale->valuedouble;
+            s->scaler.clean_steps = (int)clean;
+            s->scaler.skipped = skipped;
+        }
     }
     cJSON_Delete(j);
     return st;

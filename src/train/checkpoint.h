@@ -1,7 +1,7 @@
 /* Full training state on disk, for exact resume: DIR/step-N/ holds
  *   model.safetensors  weights, HuggingFace names (usable by dtrain sample and transformers)
  *   optim.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>" (internal layout)
- *   state.json         step, data-loader position, AdamW step count, seed
+ *   state.json         step, data-loader position, AdamW step count, seed, fp16 loss scale
  *   config.ini         the configuration that produced it
  * The folder is written as step-N.partial and renamed when complete (every file fsync'ed), so
  * a crash leaves either no step-N or a whole one. Resume reads the newest complete folder.
@@ -14,11 +14,14 @@
 
 #include "core/config.h"
 #include "models/gpt.h"
+#include "optim/loss_scale.h"
 
 typedef struct dt_train_state {
     int64_t step;               /* optimizer steps completed */
     int64_t data_pos, data_step; /* loader state after `step` steps */
     uint64_t seed;
+    dt_loss_scale scaler; /* fp16 loss scale (scale, clean-step count, skipped steps; the
+                           * window comes from the config) */
 } dt_train_state;
 
 /* The state as whole arenas (dt_gpt_numel floats each): weights and AdamW moments. */

@@ -18,9 +18,9 @@ enum { N_SLOTS = 2 };
 
 typedef struct unit_buf {
     int wunit;          /* unit whose weights the buffer holds (stage 3), -1 none */
-    bool lp_ready;      /* bf16 copy made for wunit */
+    bool lp_ready;      /* 16-bit copy made for wunit */
     float *w;           /* stage 3 gathered weights */
-    dt_bf16 *lp;        /* their bf16 copy (bf16 mode) */
+    dt_bf16 *lp;        /* their bf16/fp16 copy (16-bit modes; type e->mm) */
     dt_comm_req wreq;   /* pending gather */
     int gunit;          /* unit whose gradient reduce-scatter is pending, -1 none */
     float *g, *piece;   /* stages 2-3: unit gradient, and this rank's reduced part of it */
@@ -39,6 +39,7 @@ struct dt_engine {
     dt_mem *mem; /* borrowed */
     int zero, n_units;
     bool lp, overlap;
+    dt_dtype mm; /* matmul operand type: what the 16-bit copies hold */
     int64_t n_total, S, own_first, own_count;
     int *counts;       /* [n_units + 1][dp]: per unit, then the whole arena (last row) */
     int64_t *ufirst, *ucount;
@@ -97,7 +98,7 @@ static dt_status ensure_weights(dt_engine *e, int unit) {
     }
     DT_TRY(dt_comm_wait(e->dp, &b->wreq));
     if (e->lp && !b->lp_ready) {
-        dt_cast_f32_to_bf16(b->lp, b->w, e->ucount[unit]);
+        dt_cast_f32_to_lp(e->mm, b->lp, b->w, e->ucount[unit]);
         b->lp_ready = true;
     }
     dt_gpt_bind_unit(e->model, unit, b->w, NULL, b->lp);
@@ -249,7 +250,7 @@ static dt_status alloc_unit_buf(dt_engine *e, unit_buf *b, int64_t n, const char
         snprintf(name, sizeof name, "zero3.%s.weights", what);
         DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->w));
         if (e->lp) {
-            snprintf(name, sizeof name, "zero3.%s.bf16", what);
+            snprintf(name, sizeof name, "zero3.%s.%s", what, dt_dtype_name(e->mm));
             DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(dt_bf16), &b->lp));
         }
     }
@@ -313,7 +314,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
         e->slot[i].wunit = e->slot[i].gunit = -1;
     for (int i = 0; i < 2; i++)
         e->pers[i].wunit = e->pers[i].gunit = -1;
-    e->lp = o->precision == DT_PREC_BF16;
+    e->mm = dt_precision_mm_type(o->precision);
+    e->lp = e->mm != DT_F32;
     dt_gpt_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
                       .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
                       .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp,
@@ -511,7 +513,11 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
 dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
     switch (e->zero) {
     case 0:
-        dt_adamw_step(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
+        /* the fused update writes bf16 copies only; an fp16 copy is one cast afterwards */
+        dt_adamw_step(e->opt, e->w_full, e->g_full, e->mm == DT_BF16 ? e->lp_full : NULL, lr,
+                      grad_scale);
+        if (e->mm == DT_F16)
+            dt_gpt_sync_lp(e->model);
         return DT_OK;
     case 3:
         dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);

@@ -74,7 +74,7 @@ static dt_status open_metrics(trainer *t) {
 static dt_status measure_peak(trainer *t) {
     dt_gemm *g = NULL;
     DT_TRY(dt_gemm_init(&g));
-    dt_dtype mm = t->cfg->plugin.precision == DT_PREC_BF16 ? DT_BF16 : DT_F32;
+    dt_dtype mm = dt_precision_mm_type(t->cfg->plugin.precision);
     dt_status st = dt_gemm_peak_flops(g, mm, 0.5, &t->peak_flops);
     dt_gemm_free(g);
     return st;
@@ -103,23 +103,36 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
                  t->peak_flops;
     size_t peak = dt_mem_peak_total(dt_booster_mem(t->booster));
     long long step = (long long)r->step;
-    if (step % c->train.log_every == 0 || step == c->train.steps || !isnan(val_loss))
-        dt_info("step %5lld/%d | loss %.4f | lr %.3e | norm %6.3f | %8.0f tok/s | MFU %5.1f%% | "
-                "mem %.0f MiB | comm %.1f MiB, %.1f ms exposed", step, c->train.steps, r->loss,
-                r->lr, r->grad_norm, tps, 100 * mfu, peak / 1048576.0, r->comm_bytes / 1048576.0,
-                1e3 * r->comm_exposed_s);
+    bool fp16 = c->plugin.precision == DT_PREC_FP16;
+    char scale[96] = "";
+    if (fp16)
+        snprintf(scale, sizeof scale, " | scale %.0f%s (%lld skipped)", (double)r->loss_scale,
+                 r->skipped ? ", SKIPPED: overflow" : "", (long long)r->skipped_steps);
+    if (step % c->train.log_every == 0 || step == c->train.steps || !isnan(val_loss) ||
+        r->skipped)
+        dt_info("step %5lld/%d | loss %.4f | lr %.3e | norm %6.3f%s | %8.0f tok/s | MFU %5.1f%% "
+                "| mem %.0f MiB | comm %.1f MiB, %.1f ms exposed", step, c->train.steps,
+                r->loss, r->lr, r->grad_norm, scale, tps, 100 * mfu, peak / 1048576.0,
+                r->comm_bytes / 1048576.0, 1e3 * r->comm_exposed_s);
     if (!isnan(val_loss))
         dt_info("step %5lld | val loss %.4f", step, val_loss);
     if (!t->metrics)
         return;
-    fprintf(t->metrics, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+    /* an overflowed fp16 step's norm is inf or NaN, which JSON cannot hold: null */
+    char norm[32] = "null";
+    if (isfinite(r->grad_norm))
+        snprintf(norm, sizeof norm, "%.9g", r->grad_norm);
+    fprintf(t->metrics, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
             "\"comm_bytes\": %llu, \"comm_bytes_grad\": %llu, \"comm_bytes_tp\": %llu, "
             "\"comm_bytes_sp\": %llu, \"comm_bytes_pp\": %llu, \"comm_exposed_ms\": %.3f",
-            step, r->loss, r->lr, r->grad_norm, tps, mfu, peak, 1e3 * r->seconds,
+            step, r->loss, r->lr, norm, tps, mfu, peak, 1e3 * r->seconds,
             (unsigned long long)r->comm_bytes, (unsigned long long)r->comm_bytes_grad,
             (unsigned long long)r->comm_bytes_tp, (unsigned long long)r->comm_bytes_sp,
             (unsigned long long)r->comm_bytes_pp, 1e3 * r->comm_exposed_s);
+    if (fp16)
+        fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped\": %d, \"skipped_steps\": %lld",
+                (double)r->loss_scale, (int)r->skipped, (long long)r->skipped_steps);
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     fputs("}\n", t->metrics);

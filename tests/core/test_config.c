@@ -327,6 +327,9 @@ static void test_validate(void) {
     BAD(A, "plugin.zero_stage=1 contradicts plugin.type=zero2", "plugin.type=zero2",
         "plugin.zero_stage=1");
     BAD(A, "plugin.zero_stage=2 needs plugin.type=zero2 or hybrid", "plugin.zero_stage=2");
+    BAD(A, "plugin.initial_scale=0.5 must be between 1 and 2^32", "plugin.precision=fp16",
+        "plugin.initial_scale=0.5");
+    BAD(A, "plugin.loss_scale_window=0 must be >= 1", "plugin.loss_scale_window=0");
     /* every problem is reported at once, and an ARG problem outranks an unsupported one */
     BAD(A,
         "model.n_embd=100 is not divisible by model.n_head=8; train.seq_len=256 is longer than "
@@ -338,6 +341,10 @@ static void test_validate(void) {
     DT_CHECK_OK(dt_config_set(&tp, "plugin.tp_size=2"));
     DT_CHECK_OK(dt_config_set(&tp, "plugin.sp_size=2"));
     DT_CHECK_OK(dt_config_validate(&tp));
+    dt_config f16;
+    dt_config_defaults(&f16);
+    DT_CHECK_OK(dt_config_set(&f16, "plugin.precision=fp16"));
+    DT_CHECK_OK(dt_config_validate(&f16));
 
     dt_config c;
     dt_config_defaults(&c);

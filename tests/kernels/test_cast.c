@@ -1,6 +1,9 @@
 /* Tests for kernels/cast.h: bf16 casts against the scalar rounding in core/dtype.h (and the
- * ties, NaN, Inf corner cases), and the reductions against double-precision loops, including
- * independence from the thread count. */
+ * ties, NaN, Inf corner cases); the fp16 _ref casts against independent definitions (the
+ * value formula of every fp16 pattern, and a search for the nearest fp16 with ties to even),
+ * and every fp16 variant this CPU runs against _ref, bit for bit (f16->f32 over all 65536
+ * inputs); the reductions against double-precision loops, including independence from the
+ * thread count. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -16,8 +19,128 @@ static float from_bits(uint32_t u) {
     return f;
 }
 
+/* the value of an fp16 pattern from its definition (NaN for NaNs) */
+static double f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return h & 0x8000 ? -v : v;
+}
+
+/* nearest fp16 to x by search, ties to the even pattern; past 65520 (halfway to 2^16, the
+ * next value an unbounded exponent would have) the result is inf */
+static uint16_t f16_nearest(float x) {
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    double a = fabs((double)x);
+    if (isnan(x))
+        return 0x7e00; /* compared as "some NaN" */
+    if (a >= 65520.0)
+        return sign | 0x7c00;
+    int lo = 0, hi = 0x7bff; /* largest pattern whose value <= a: values grow with the bits */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (f16_value((uint16_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    double below = f16_value((uint16_t)lo), above = lo < 0x7bff ? f16_value(lo + 1) : 65536.0;
+    int pick = a - below < above - a   ? lo
+               : a - below > above - a ? lo + 1
+                                       : (lo & 1 ? lo + 1 : lo);
+    return (uint16_t)(sign | pick);
+}
+
+static void check_f16(void) {
+    /* f16 -> f32: every pattern, the reference against the definition */
+    static uint16_t all[65536];
+    static float want[65536], got[65536];
+    for (int i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
+    dt_cast_f16_to_f32_ref(want, all, 65536);
+    int64_t bad = 0;
+    for (int i = 0; i < 65536; i++) {
+        double v = f16_value(all[i]);
+        bad += isnan(v) ? !isnan(want[i])
+                        : ((double)want[i] != v || !signbit(want[i]) != !signbit(v));
+    }
+    DT_CHECK(bad == 0, "f16->f32 ref: %lld of 65536 differ from the definition", (long long)bad);
+
+    /* f32 -> f16 inputs: edge cases, then random values over the whole fp16 range and beyond */
+    enum { N = 200003 };
+    float *x = malloc(sizeof(float) * N);
+    uint16_t *h = malloc(2 * N), *hr = malloc(2 * N);
+    float edge[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e30f,
+                    -1e30f, INFINITY, -INFINITY, NAN, -NAN, 6.1035156e-05f /* 2^-14 */,
+                    6.0975552e-05f, 5.9604645e-08f /* 2^-24 */, 2.9802322e-08f /* 2^-25: tie */,
+                    2.9802326e-08f, 8.9406967e-08f /* 1.5 * 2^-24: tie, to 2 */, 1e-45f,
+                    1.00048828125f /* 1 + 2^-11: tie to 1 */, 1.00146484375f /* tie to up */,
+                    2049.0f, 2051.0f, 3.0517578e-05f, 1.0009765625f, -2.5e-06f, 1e-10f};
+    int n_edge = (int)(sizeof edge / sizeof *edge);
+    for (int i = 0; i < N; i++) {
+        uint64_t r = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+        r ^= r >> 29;
+        r *= 0xbf58476d1ce4e5b9ull;
+        r ^= r >> 32;
+        if (i < n_edge) {
+            x[i] = edge[i];
+        } else if (i % 3 == 0) { /* exactly halfway between two neighbouring fp16 values */
+            uint16_t k = (uint16_t)(r % 0x7bff);
+            x[i] = (float)((f16_value(k) + f16_value(k + 1)) / 2) * (r & (1ull << 40) ? -1 : 1);
+        } else { /* any float whose magnitude is in [2^-30, 2^17) */
+            uint32_t u = (uint32_t)(r >> 16) & 0x807fffffu;
+            u |= (uint32_t)(97 + (r % 47)) << 23;
+            memcpy(&x[i], &u, 4);
+        }
+    }
+    dt_cast_f32_to_f16_ref(hr, x, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        uint16_t w = f16_nearest(x[i]);
+        bad += isnan(x[i]) ? (hr[i] & 0x7c00) != 0x7c00 || !(hr[i] & 0x3ff) : hr[i] != w;
+    }
+    DT_CHECK(bad == 0, "f32->f16 ref: %lld of %d differ from the nearest-even search",
+             (long long)bad, N);
+    DT_CHECK(hr[4] == 0x7bff && hr[5] == 0x7bff && hr[6] == 0x7c00 && hr[7] == 0xfc00 &&
+                 hr[17] == 0 && hr[19] == 2 && hr[21] == 0x3c00 && hr[22] == 0x3c02,
+             "f32->f16 edges: %04x %04x %04x %04x %04x %04x %04x %04x", hr[4], hr[5], hr[6],
+             hr[7], hr[17], hr[19], hr[21], hr[22]);
+
+    /* every variant the CPU runs against _ref, bit for bit, NaNs included; odd lengths and
+     * offsets reach the scalar tails */
+    dt_cast_f16_variant v[DT_CAST_F16_MAX_VARIANTS];
+    int nv = dt_cast_f16_variants(v);
+    DT_CHECK(nv >= 1 && strcmp(v[nv - 1].name, "ref") == 0, "variant list ends with ref");
+    for (int k = 0; k < nv; k++) {
+        printf("fp16 cast variant %s\n", v[k].name);
+        memset(got, 0, sizeof got);
+        v[k].to_f32(got, all, 65536);
+        DT_CHECK(memcmp(got, want, sizeof got) == 0, "%s f16->f32 differs from ref", v[k].name);
+        v[k].to_f32(got + 1, all + 3, 1001);
+        DT_CHECK(memcmp(got + 1, want + 3, 1001 * 4) == 0, "%s f16->f32 tail", v[k].name);
+        memset(h, 0, 2 * N);
+        v[k].to_f16(h, x, N);
+        DT_CHECK(memcmp(h, hr, 2 * N) == 0, "%s f32->f16 differs from ref", v[k].name);
+        v[k].to_f16(h + 1, x + 5, 37);
+        DT_CHECK(memcmp(h + 1, hr + 5, 2 * 37) == 0, "%s f32->f16 tail", v[k].name);
+    }
+    /* the threaded entry points (the best variant) over a multi-block array */
+    dt_cast_f32_to_f16(h, x, N);
+    DT_CHECK(memcmp(h, hr, 2 * N) == 0, "dt_cast_f32_to_f16 differs from ref");
+    float *y = malloc(sizeof(float) * N), *yr = malloc(sizeof(float) * N);
+    dt_cast_f16_to_f32(y, hr, N);
+    dt_cast_f16_to_f32_ref(yr, hr, N);
+    DT_CHECK(memcmp(y, yr, sizeof(float) * N) == 0, "dt_cast_f16_to_f32 differs from ref");
+    dt_cast_f32_to_lp(DT_F16, h, x, N);
+    DT_CHECK(memcmp(h, hr, 2 * N) == 0, "dt_cast_f32_to_lp(DT_F16)");
+    dt_cast_f32_to_lp(DT_BF16, h, x, 100);
+    DT_CHECK(h[2] == dt_bf16_from_f32(x[2]) && h[99] == dt_bf16_from_f32(x[99]),
+             "dt_cast_f32_to_lp(DT_BF16)");
+    free(x), free(h), free(hr), free(y), free(yr);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
+    check_f16();
     const int64_t n = 300001; /* several blocks plus a ragged tail */
     float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
     float *r = malloc(sizeof(float) * n);
@@ -92,6 +215,14 @@ int main(int argc, char **argv) {
             dt_cast_f32_to_bf16(b, a, big);
         t = (dt_test_seconds() - t) / 5;
         printf("perf cast f32->bf16 n=%lld: %.2f GB/s\n", (long long)big, 6.0 * big / t / 1e9);
+        dt_cast_f16_variant v[DT_CAST_F16_MAX_VARIANTS];
+        for (int k = 0, nv = dt_cast_f16_variants(v); k < nv; k++) {
+            t = dt_test_seconds();
+            v[k].to_f16(b, a, big);
+            t = dt_test_seconds() - t;
+            printf("perf cast f32->f16 %s n=%lld: %.2f GB/s\n", v[k].name, (long long)big,
+                   6.0 * big / t / 1e9);
+        }
         t = dt_test_seconds();
         volatile double s = 0;
         for (int k = 0; k < 5; k++)

@@ -1,6 +1,6 @@
 /* Tests for kernels/gemm.h: dt_gemm_run (oneDNN) against dt_gemm_ref and against a
  * double-precision product written here, over every transpose/accumulate/bias/stride case,
- * fp32 and bf16. --perf prints GFLOP/s at 1024x2304x768 and the implementation names.
+ * fp32, bf16 and fp16. --perf prints GFLOP/s at 1024x2304x768 and the implementation names.
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,10 +28,11 @@ static void gemm_double(const dt_gemm_shape *s, const float *A, const float *B,
         }
 }
 
-static void to_bf16(dt_bf16 *dst, float *src, int64_t n) {
+static void to_lp(dt_dtype dt, uint16_t *dst, float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        dst[i] = dt_bf16_from_f32(src[i]);
-        src[i] = dt_bf16_to_f32(dst[i]); /* the oracle sees the rounded operand */
+        dst[i] = dt == DT_F16 ? dt_f16_from_f32(src[i]) : dt_bf16_from_f32(src[i]);
+        /* the oracle sees the rounded operand */
+        src[i] = dt == DT_F16 ? dt_f16_to_f32(dst[i]) : dt_bf16_to_f32(dst[i]);
     }
 }
 
@@ -52,14 +53,15 @@ static void check_case(dt_gemm *g, int M, int N, int K, bool ta, bool tb, bool a
     dt_test_fill(B, rb * ldb, seed + 1, 1.0f);
     dt_test_fill(bv, N, seed + 2, 1.0f);
     dt_test_fill(C0, M * ldc, seed + 3, 1.0f);
-    if (dt == DT_BF16) {
-        to_bf16(Ah, A, ra * lda);
-        to_bf16(Bh, B, rb * ldb);
+    bool lp = dt != DT_F32;
+    if (lp) {
+        to_lp(dt, Ah, A, ra * lda);
+        to_lp(dt, Bh, B, rb * ldb);
     }
     memcpy(C1, C0, sizeof(float) * M * ldc);
     memcpy(C2, C0, sizeof(float) * M * ldc);
     memcpy(C3, C0, sizeof(float) * M * ldc);
-    const void *a = dt == DT_BF16 ? (const void *)Ah : A, *b = dt == DT_BF16 ? (const void *)Bh : B;
+    const void *a = lp ? (const void *)Ah : A, *b = lp ? (const void *)Bh : B;
     const float *bp = bias ? bv : NULL;
     DT_CHECK_OK(dt_gemm_run(g, &s, a, b, bp, C1));
     dt_gemm_ref(&s, a, b, bp, C2);
@@ -85,7 +87,7 @@ static void check_case(dt_gemm *g, int M, int N, int K, bool ta, bool tb, bool a
     dt_bf16 *Ah2 = malloc(sizeof(dt_bf16) * ra * lda);
     for (int64_t i = 0; i < ra * lda; i++)
         Ah2[i] = Ah[i] ^ 0x8000u;
-    DT_CHECK_OK(dt_gemm_run(g, &s, dt == DT_BF16 ? (const void *)Ah2 : A2, b, bp, C1));
+    DT_CHECK_OK(dt_gemm_run(g, &s, lp ? (const void *)Ah2 : A2, b, bp, C1));
     gemm_double(&s, A2, B, bp, C3, lda, ldb, ldc);
     e_dbl = dt_test_nmse(C1, C3, M * ldc);
     DT_CHECK(e_dbl < tol, "%s rerun ta=%d tb=%d acc=%d bias=%d pad=%d: nmse %.3g",
@@ -134,7 +136,7 @@ int main(int argc, char **argv) {
     if (!g)
         return DT_TEST_END();
     uint64_t seed = 100;
-    for (int d = 0; d < 2; d++)
+    for (int d = 0; d < DT_DTYPE_COUNT; d++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 for (int v = 0; v < 5; v++) {
@@ -145,14 +147,18 @@ int main(int argc, char **argv) {
     /* big enough for blocked kernels and several threads */
     check_case(g, 130, 257, 300, false, true, false, true, 0, DT_F32, 7);
     check_case(g, 130, 257, 300, true, false, true, false, 3, DT_BF16, 8);
+    check_case(g, 130, 257, 300, true, true, false, true, 5, DT_F16, 11);
+    check_case(g, 200, 64, 96, false, true, true, false, 0, DT_F16, 12); /* dense widening */
     check_case(g, 1, 1, 1, false, false, false, false, 0, DT_F32, 9);
     check_errors(g);
     const char *i32 = dt_gemm_impl_name(g, DT_F32), *i16 = dt_gemm_impl_name(g, DT_BF16);
-    DT_CHECK(i32[0] && i16[0], "impl names '%s' '%s'", i32, i16);
-    printf("impl fp32=%s bf16=%s\n", i32, i16);
+    const char *ih = dt_gemm_impl_name(g, DT_F16);
+    DT_CHECK(i32[0] && i16[0] && ih[0], "impl names '%s' '%s' '%s'", i32, i16, ih);
+    printf("impl fp32=%s bf16=%s fp16=%s\n", i32, i16, ih);
     if (dt_test.perf) {
         perf(g, DT_F32);
         perf(g, DT_BF16);
+        perf(g, DT_F16);
     }
     dt_gemm_free(g);
     dt_gemm_free(NULL);

@@ -1,5 +1,5 @@
-/* Linear layer forward and backward against double precision, in fp32 and bf16 matmul modes;
- * backward accumulates. */
+/* Linear layer forward and backward against double precision, in fp32, bf16 and fp16 matmul
+ * modes; backward accumulates. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +11,21 @@
 enum { N = 13, IN = 24, OUT = 17 };
 
 static void reference(const float *x, const float *w, const float *b, const float *dy,
-                      double *y, double *dx, double *dw, double *db, bool round_bf16) {
+                      double *y, double *dx, double *dw, double *db, dt_dtype mm) {
     float xr[N * IN], wr[OUT * IN], dyr[N * OUT];
     memcpy(xr, x, sizeof xr), memcpy(wr, w, sizeof wr), memcpy(dyr, dy, sizeof dyr);
-    if (round_bf16) { /* what bf16 operands keep */
+    if (mm == DT_BF16) { /* what bf16 operands keep */
         dt_round_bf16_inplace(xr, N * IN);
         dt_round_bf16_inplace(wr, OUT * IN);
         dt_round_bf16_inplace(dyr, N * OUT);
+    }
+    if (mm == DT_F16) { /* what fp16 operands keep (the scalar IEEE rounding) */
+        for (int i = 0; i < N * IN; i++)
+            xr[i] = dt_f16_to_f32(dt_f16_from_f32(xr[i]));
+        for (int i = 0; i < OUT * IN; i++)
+            wr[i] = dt_f16_to_f32(dt_f16_from_f32(wr[i]));
+        for (int i = 0; i < N * OUT; i++)
+            dyr[i] = dt_f16_to_f32(dt_f16_from_f32(dyr[i]));
     }
     for (int i = 0; i < N; i++)
         for (int o = 0; o < OUT; o++) {
@@ -54,7 +62,8 @@ static void check(dt_gemm *g, dt_dtype mm) {
     dt_test_fill(w, OUT * IN, 2, 0.5f);
     dt_test_fill(b, OUT, 3, 0.5f);
     dt_test_fill(dy, N * OUT, 4, 1.0f);
-    dt_cast_f32_to_bf16(w_lp, w, OUT * IN);
+    if (mm != DT_F32)
+        dt_cast_f32_to_lp(mm, w_lp, w, OUT * IN);
     /* pre-filled gradients: backward must add to them */
     for (int i = 0; i < N * IN; i++)
         dx[i] = 1.0f;
@@ -63,12 +72,12 @@ static void check(dt_gemm *g, dt_dtype mm) {
     for (int i = 0; i < OUT; i++)
         db[i] = 1.0f;
     dt_linear l = {.in = IN, .out = OUT, .w = w, .b = b, .dw = dw, .db = db,
-                   .w_lp = mm == DT_BF16 ? w_lp : NULL};
+                   .w_lp = mm != DT_F32 ? w_lp : NULL};
     dt_nn_ctx ctx = {.gemm = g, .mm_type = mm};
     DT_CHECK_OK(dt_linear_forward(&ctx, &l, x, x_lp, N, y));
     DT_CHECK_OK(dt_linear_backward(&ctx, &l, x, x_lp, dy, dy_lp, N, dx));
     static double ry[N * OUT], rdx[N * IN], rdw[OUT * IN], rdb[OUT];
-    reference(x, w, b, dy, ry, rdx, rdw, rdb, mm == DT_BF16);
+    reference(x, w, b, dy, ry, rdx, rdw, rdb, mm);
     const char *name = dt_dtype_name(mm);
     DT_CHECK(max_err(y, ry, N * OUT, 0) < 1e-5, "%s y err %g", name, max_err(y, ry, N * OUT, 0));
     DT_CHECK(max_err(dx, rdx, N * IN, 1) < 1e-5, "%s dx err %g", name,
@@ -84,6 +93,7 @@ int main(int argc, char **argv) {
     DT_CHECK_OK(dt_gemm_init(&g));
     check(g, DT_F32);
     check(g, DT_BF16);
+    check(g, DT_F16);
     dt_gemm_free(g);
     return DT_TEST_END();
 }

@@ -2,9 +2,11 @@
 """Compare two dtrain runs: per-step losses (metrics JSON lines) and exported weights.
 
   compare_runs.py REF_METRICS REF.safetensors RUN_METRICS RUN.safetensors RTOL [--losses-only]
+                 [--scales]
 
 Exit 0 when every loss and every tensor agrees within RTOL (relative; tensors by
-||a - b|| / ||b||), 1 otherwise, naming the worst offender.
+||a - b|| / ||b||), 1 otherwise, naming the worst offender. --scales: the fp16 loss scale and
+skipped flag of every step must also be equal.
 """
 import json
 import os
@@ -16,16 +18,29 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import st  # noqa: E402
 
 
-def losses(path):
+def records(path):
     with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if line.strip()]
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def losses(path):
+    return [r["loss"] for r in records(path)]
+
+
+def scale_diffs(ref_m, run_m):
+    out = []
+    for i, (x, y) in enumerate(zip(records(ref_m), records(run_m))):
+        for key in ("loss_scale", "skipped", "skipped_steps"):
+            if key not in x or x.get(key) != y.get(key):
+                out.append(f"step {i + 1} {key} {y.get(key)} vs {x.get(key)}")
+    return out
 
 
 def main():
     ref_m, ref_w, run_m, run_w, rtol = sys.argv[1:6]
     rtol = float(rtol)
     losses_only = "--losses-only" in sys.argv[6:]
-    bad = []
+    bad = scale_diffs(ref_m, run_m) if "--scales" in sys.argv[6:] else []
     a, b = losses(ref_m), losses(run_m)
     if len(a) != len(b):
         bad.append(f"{len(b)} steps logged, reference has {len(a)}")

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Resume is bit for bit (DESIGN invariant 4): 6 straight steps and (3 steps, checkpoint, a new
 # process resuming from it, 3 more steps) export byte-identical weights and log the same
-# losses. Also: a truncated checkpoint file is detected and named on resume.
+# losses (and under fp16 the same loss scales and skips). Also: a truncated checkpoint file is
+# detected and named on resume.
 #   resume.sh DTRAIN SRC_DIR ARCH [extra overrides...]
 set -euo pipefail
 dtrain=$1 src=$2 arch=$3
@@ -23,8 +24,9 @@ grep -q "resumed from ck/step-3 at step 3" resumed.log || { echo "FAIL: did not 
 passed=0 failed=0
 check() { if eval "$2"; then passed=$((passed + 1)); else echo "FAIL: $1"; failed=$((failed + 1)); fi; }
 check "exported weights differ after resume" "cmp -s straight.safetensors resumed.safetensors"
+fields='"loss": [^,]*\|"loss_scale": [^,]*\|"skipped[a-z_]*": [^,}]*' # fp16 adds the scale
 check "steps 4-6 losses differ after resume" \
-    "diff <(sed -n '4,6p' straight.jsonl | grep -o '\"loss\": [^,]*') <(grep -o '\"loss\": [^,]*' resumed.jsonl)"
+    "diff <(sed -n '4,6p' straight.jsonl | grep -o '$fields') <(grep -o '$fields' resumed.jsonl)"
 
 # a checkpoint cut short is named, not loaded
 rm -rf ck/step-6

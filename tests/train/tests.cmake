@@ -1,9 +1,11 @@
-# Bit-exact resume, for both architectures, with micro-batches, shuffling and bf16.
+# Bit-exact resume, for both architectures, with micro-batches, shuffling, bf16, and fp16 with
+# a loss scale that overflows and grows across the checkpoint.
 set(DT_RESUME_CASES
     "gpt2_plain|gpt2"
     "llama_plain|llama"
     "gpt2_micro_shuffle|gpt2|--train.micro_batch_size=2|--data.shuffle=true"
-    "llama_bf16|llama|--plugin.precision=bf16")
+    "llama_bf16|llama|--plugin.precision=bf16"
+    "gpt2_fp16|gpt2|--plugin.precision=fp16|--plugin.initial_scale=8388608|--plugin.loss_scale_window=2")
 foreach(case ${DT_RESUME_CASES})
   string(REPLACE "|" ";" parts "${case}")
   list(POP_FRONT parts name)
@@ -55,4 +57,12 @@ foreach(arch gpt2 llama)
   add_test(NAME train/sample_layouts_${arch}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/sample_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/sample_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+endforeach()
+
+# fp16 with dynamic loss scaling: tracks fp32, skips overflowed steps (nothing updated), and
+# every layout logs the same scale and skips (runs mpirun itself).
+foreach(arch gpt2 llama)
+  add_test(NAME train/fp16_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/fp16.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/fp16_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()

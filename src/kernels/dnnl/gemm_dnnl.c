@@ -2,8 +2,9 @@
  *
  * Each distinct shape key gets one primitive plus its memory objects, created on first use and
  * re-pointed at the caller's buffers with dnnl_memory_set_data_handle on every run. When the
- * CPU has no bf16 matmul (oneDNN answers "unimplemented", e.g. AVX2-only parts), bf16 operands
- * are widened into fp32 scratch shared by all shapes and the fp32 primitive runs instead.
+ * CPU has no bf16 or fp16 matmul (oneDNN answers "unimplemented": bf16 on AVX2-only parts, and
+ * fp16 everywhere in oneDNN 2.6 except AVX512-FP16 parts), the 16-bit operands are widened
+ * exactly into fp32 scratch shared by all shapes and the fp32 primitive runs instead.
  * A dt_gemm belongs to one thread of control; the primitives themselves use OpenMP threads.
  */
 #include <oneapi/dnnl/dnnl.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cast.h"
 #include "kernels/gemm.h"
 
 #define IMPL_LEN 64
@@ -27,7 +29,7 @@ typedef struct gemm_entry {
     gemm_key key;
     dnnl_primitive_t prim;
     dnnl_memory_t mem_a, mem_b, mem_c, mem_bias; /* mem_bias NULL without bias */
-    bool widen;       /* bf16 request served by the fp32 primitive on widened operands */
+    bool widen;       /* 16-bit request served by the fp32 primitive on widened operands */
 } gemm_entry;
 
 struct dt_gemm {
@@ -168,10 +170,11 @@ static dt_status entry_create(dt_gemm *g, const gemm_key *k, gemm_entry *e) {
     e->key = *k;
     const char *what = "";
     char impl[IMPL_LEN] = "";
-    dnnl_data_type_t dt = k->dtype == DT_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t dt = k->dtype == DT_BF16 ? dnnl_bf16 : k->dtype == DT_F16 ? dnnl_f16
+                                                                               : dnnl_f32;
     dnnl_status_t ds = build(g, k, dt, k->lda, k->ldb, e, impl, &what);
-    if (ds == dnnl_unimplemented && k->dtype == DT_BF16) {
-        /* No bf16 kernel on this CPU: same math on exactly widened operands. The scratch
+    if (ds == dnnl_unimplemented && k->dtype != DT_F32) {
+        /* No 16-bit kernel on this CPU: same math on exactly widened operands. The scratch
          * holds A and B as stored but dense, so its leading dimension is the column count. */
         entry_destroy(e);
         e->key = *k;
@@ -219,8 +222,20 @@ static dt_status lookup(dt_gemm *g, const gemm_key *k, gemm_entry **out) {
     return DT_OK;
 }
 
-/* bf16 rows x cols (row stride ld) -> dense fp32; exact, since bf16 is a truncated fp32. */
-static void widen(float *dst, const dt_bf16 *src, int64_t rows, int64_t cols, int64_t ld) {
+/* 16-bit rows x cols (row stride ld) -> dense fp32; exact, since every bf16 and fp16 value
+ * is an fp32 value. */
+static void widen(float *dst, const uint16_t *src, dt_dtype t, int64_t rows, int64_t cols,
+                  int64_t ld) {
+    if (t == DT_F16) {
+        if (ld == cols) {
+            dt_cast_f16_to_f32(dst, src, rows * cols);
+            return;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) /* inside a parallel region the cast runs serially */
+            dt_cast_f16_to_f32(dst + r * cols, src + r * ld, cols);
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const dt_bf16 *s = src + r * ld;
@@ -234,7 +249,7 @@ static void widen(float *dst, const dt_bf16 *src, int64_t rows, int64_t cols, in
 
 static dt_status check_shape(const dt_gemm_shape *s, const void *A, const void *B,
                              const float *bias, const float *C, gemm_key *k) {
-    if (s->M < 0 || s->N < 0 || s->K < 0 || (s->dtype != DT_F32 && s->dtype != DT_BF16))
+    if (s->M < 0 || s->N < 0 || s->K < 0 || (int)s->dtype < 0 || s->dtype >= DT_DTYPE_COUNT)
         return dt_err_set(DT_ERR_ARG, "dt_gemm_run: bad shape %dx%dx%d dtype %d", s->M, s->N,
                           s->K, (int)s->dtype);
     memset(k, 0, sizeof *k);
@@ -262,7 +277,7 @@ static dt_status grow(float **buf, size_t *cap, size_t n, const gemm_key *k) {
         return DT_OK;
     float *p = realloc(*buf, n * sizeof *p);
     if (!p)
-        return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for bf16 widening " KEY_FMT,
+        return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for 16-bit widening " KEY_FMT,
                           KEY_ARGS(k));
     *buf = p;
     *cap = n;
@@ -288,8 +303,8 @@ dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const v
     if (e->widen) {
         DT_TRY(grow(&g->wide_a, &g->cap_a, (size_t)(rows_a(&k) * cols_a(&k)), &k));
         DT_TRY(grow(&g->wide_b, &g->cap_b, (size_t)(rows_b(&k) * cols_b(&k)), &k));
-        widen(g->wide_a, A, rows_a(&k), cols_a(&k), k.lda);
-        widen(g->wide_b, B, rows_b(&k), cols_b(&k), k.ldb);
+        widen(g->wide_a, A, k.dtype, rows_a(&k), cols_a(&k), k.lda);
+        widen(g->wide_b, B, k.dtype, rows_b(&k), cols_b(&k), k.ldb);
         a = g->wide_a;
         b = g->wide_b;
     }
