@@ -265,6 +265,8 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
         DT_TRY(dt_trace_init(&b->trace, b->world));
         b->tracing = true;
     }
+    if (s->mem_timeline) /* before the engine: its arenas are the set-up's events */
+        DT_TRY(dt_mem_timeline_start(b->mem, DT_MEM_TIMELINE_MAX_EVENTS));
     b->optim = *s->optim;
     b->total_steps = s->total_steps;
     b->lr = s->lr;
@@ -328,6 +330,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     }
     for (int row = 0; row < b->rows; row += b->mb) {
         double part, t0 = trace_now(b);
+        dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
         dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets);
         DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
                                      row + b->mb >= b->rows, &part));
@@ -335,6 +338,14 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
         *loss_sum += part;
     }
     return DT_OK;
+}
+
+/* The timeline's room for a step or an evaluation, made before it: each held block's saved
+ * set is marked in use and unused once per micro-batch (the accountant also keeps twice the
+ * most events seen in one step). */
+static dt_status reserve_events(dt_booster *b) {
+    int n_mb = b->rows / b->mb;
+    return dt_mem_timeline_reserve(b->mem, 2 * n_mb * dt_gpt_n_units(b->model) + 64);
 }
 
 /* the loss is summed where it was computed: over dp x sp, and from the last pipeline stage */
@@ -353,9 +364,13 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* a failure from here to the update may be this rank's alone, with peers blocked in a
      * collective or a receive: the caller must not wait for them */
     b->stranded = true;
+    int step = (int)b->state.step + 1;
+    DT_TRY(reserve_events(b));
+    dt_mem_set_context(b->mem, step, DT_MEM_PHASE_FORWARD, -1);
     DT_TRY(dt_engine_begin_step(b->engine));
     DT_TRY(run_micro_batches(b, grad_scale, &loss_sum));
     double tc = trace_now(b);
+    dt_mem_set_context(b->mem, step, DT_MEM_PHASE_COLLECTIVE, -1);
     DT_TRY(dt_engine_finish(b->engine));
     dt_loader_advance(&b->train);
     DT_TRY(dt_engine_grad_norm(b->engine, &r->grad_norm));
@@ -363,6 +378,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     double to = trace_now(b);
+    dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
     DT_TRY(dt_engine_apply(b->engine, r->lr, dt_clip_coef(r->grad_norm, b->plugin.grad_clip)));
     DT_TRY(trace_span(b, DT_SPAN_OPTIMIZER, -1, to));
     DT_TRY(trace_span(b, DT_SPAN_STEP, -1, ts));
@@ -393,6 +409,8 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
     int row0 = b->dp->rank * b->rows;
     double sum = 0;
+    DT_TRY(reserve_events(b));
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EVAL, -1);
     b->stranded = true;
     dt_loader_rewind(&b->val);
     for (int i = 0; i < n_batches; i++) {
@@ -424,12 +442,42 @@ dt_status dt_booster_write_trace(dt_booster *b, const char *path) {
     return dt_trace_write(&b->trace, b->world, path);
 }
 
+/* rank 0: path; rank r: path with ".rank<r>" before the extension; "%d" in path: the rank */
+static dt_status timeline_path(const char *path, int rank, char *out, size_t n) {
+    const char *pct = strstr(path, "%d");
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    int len;
+    if (pct)
+        len = snprintf(out, n, "%.*s%d%s", (int)(pct - path), path, rank, pct + 2);
+    else if (rank == 0)
+        len = snprintf(out, n, "%s", path);
+    else if (dot && dot > path && (!slash || dot > slash + 1))
+        len = snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+    else
+        len = snprintf(out, n, "%s.rank%d", path, rank);
+    return len >= 0 && (size_t)len < n ? DT_OK
+                                       : dt_err_set(DT_ERR_ARG, "train.mem_timeline=%s: path "
+                                                    "too long", path);
+}
+
+dt_status dt_booster_write_mem_timeline(dt_booster *b, const char *path) {
+    char mine[4096];
+    dt_status st = timeline_path(path, b->world->rank, mine, sizeof mine);
+    if (st == DT_OK && !dt_mem_n_events(b->mem))
+        st = dt_err_set(DT_ERR_ARG, "booster: boost() was not asked for a memory timeline");
+    if (st == DT_OK)
+        st = dt_mem_write_timeline(b->mem, b->world->rank, mine);
+    return dt_comm_agree(b->world, st);
+}
+
 /* ---- state on disk ---------------------------------------------------------------------- */
 
 /* collective: gathers on every rank, rank 0 writes, everyone learns the outcome */
 static dt_status save(dt_booster *b, const char *dir, const dt_config *cfg, const char *path) {
     dt_ckpt_arenas a;
     bool with_optim = dir != NULL;
+    dt_mem_set_context(b->mem, (int)b->state.step,
+                       with_optim ? DT_MEM_PHASE_CHECKPOINT : DT_MEM_PHASE_EXPORT, -1);
     dt_status st = arenas_alloc(b, &a, with_optim);
     if (st == DT_OK)
         st = dt_engine_gather_state(b->engine, a.w, a.m, a.v);
@@ -449,6 +497,7 @@ dt_status dt_booster_export(dt_booster *b, const char *path) { return save(b, NU
 
 dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     dt_ckpt_arenas a;
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
     dt_status st = arenas_alloc(b, &a, true);
     if (st == DT_OK && is_root(b))
         st = dt_ckpt_load(folder, b->model, &a, &b->state);
