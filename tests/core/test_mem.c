@@ -28,10 +28,10 @@ static void test_timeline(void) {
         int step, phase, mb, slot, block;
         const char *name;
     } want[6] = {
-        {DT_MEM_EV_ALLOC, DT_MEM_PARAMS, 1000, 1000, 0, 7, 0, 0, DT_MEM_PHASE_SETUP, 0, -1, -1,
-         "w"},
-        {DT_MEM_EV_ALLOC, DT_MEM_ACTS, 600, 1000, 600, 7, 0, 0, DT_MEM_PHASE_SETUP, 0, -1, -1,
-         "arena"},
+        {DT_MEM_EV_ALLOC, DT_MEM_PARAMS, 1000, 1000, 0, 7, 0, 0, DT_MEM_PHASE_SETUP, -1, -1,
+         -1, "w"},
+        {DT_MEM_EV_ALLOC, DT_MEM_ACTS, 600, 1000, 600, 7, 0, 0, DT_MEM_PHASE_SETUP, -1, -1,
+         -1, "arena"},
         {DT_MEM_EV_USE, DT_MEM_ACTS, 250, 1000, 600, 7, 250, 1, DT_MEM_PHASE_FORWARD, 2, 1, 3,
          "block.saved"},
         {DT_MEM_EV_ALLOC, DT_MEM_TEMP, 40, 1000, 600, 47, 250, 1, DT_MEM_PHASE_BACKWARD, 2, -1,
