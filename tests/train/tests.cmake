@@ -49,3 +49,8 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/pp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/pp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 1200)
 endforeach()
+
+# Memory timelines (train.mem_timeline) on one process and a 2-stage pipeline, and dtrain plot.
+add_test(NAME train/mem_timeline
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/mem_timeline.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/mem_timeline PROPERTIES LABELS "train;mpi" TIMEOUT 600)
