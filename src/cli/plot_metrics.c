@@ -164,7 +164,7 @@ dt_status dt_plot_metrics(const char *in, const char *out) {
     dt_svg_text(svg, 90, 48, 11, DT_SVG_START, "#555555", 400, 0, "%s: %d steps logged (%g..%g)",
                 in, r.n, x_lo, x_hi);
     for (int i = 0; i < N_PANELS; i++) {
-        dt_plot_axes a = {.left = 90, .top = TOP + i * (PH + GAP), .width = W - 160,
+        dt_plot_axes a = {.left = 90, .top = TOP + i * (PH + GAP), .width = W - 190,
                           .height = PH, .x_lo = x_lo, .x_hi = x_hi, .x_whole = true};
         draw_panel(svg, a, &r, &panels[i], i == N_PANELS - 1);
     }
