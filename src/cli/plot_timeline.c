@@ -145,15 +145,21 @@ static void split_after(const timeline *tl, int step, int i0, int *i1, int *i_en
 
 /* ---- drawing ------------------------------------------------------------------------- */
 
+/* the value of `key` in a table of {key, value} rows ending in {NULL, default} */
+static const char *lookup(const char *const (*rows)[2], const char *key) {
+    for (; rows[0][0]; rows++)
+        if (!strcmp(key, rows[0][0]))
+            return rows[0][1];
+    return rows[0][1];
+}
+
 static const char *color_of(const char *cat, int i) {
-    static const char *named[][2] = {{"params", "#4e79a7"}, {"grads", "#f28e2b"},
-                                     {"optim", "#59a14f"}, {"comm", "#b07aa1"},
-                                     {"temp", "#9c755f"}};
+    static const char *const named[][2] = {{"params", "#4e79a7"}, {"grads", "#f28e2b"},
+                                           {"optim", "#59a14f"}, {"comm", "#b07aa1"},
+                                           {"temp", "#9c755f"}, {NULL, NULL}};
     static const char *other[] = {"#76b7b2", "#edc948", "#bab0ac", "#ff9da7"};
-    for (size_t k = 0; k < sizeof named / sizeof *named; k++)
-        if (!strcmp(cat, named[k][0]))
-            return named[k][1];
-    return other[i % 4];
+    const char *c = lookup(named, cat);
+    return c ? c : other[i % 4];
 }
 
 /* Band values of the state after event i: every category, the activations last, split in
@@ -163,9 +169,10 @@ static int bands(const timeline *tl, const event *e, double *v, series *s) {
     for (int c = 0; c < tl->n_cats; c++) {
         if (c == tl->acts)
             continue;
-        if (s)
-            snprintf(s[n].label, sizeof s[n].label, "%s", tl->cats[c]),
-                s[n].color = color_of(tl->cats[c], c);
+        if (s) {
+            snprintf(s[n].label, sizeof s[n].label, "%s", tl->cats[c]);
+            s[n].color = color_of(tl->cats[c], c);
+        }
         v[n++] = e->live[c];
     }
     if (tl->acts < 0)
@@ -236,24 +243,19 @@ static void draw_area(dt_svg *svg, const dt_plot_axes *a, const timeline *tl, in
 }
 
 static const char *phase_short(const char *phase) {
-    static const char *map[][2] = {{"forward", "F"}, {"head", "H"}, {"backward", "B"},
-                                   {"weights", "W"}, {"optimizer", "optim"},
-                                   {"checkpoint", "ckpt"}};
-    for (size_t k = 0; k < sizeof map / sizeof *map; k++)
-        if (!strcmp(phase, map[k][0]))
-            return map[k][1];
-    return phase;
+    static const char *const map[][2] = {{"forward", "F"}, {"head", "H"}, {"backward", "B"},
+                                         {"weights", "W"}, {"optimizer", "optim"},
+                                         {"checkpoint", "ckpt"}, {NULL, NULL}};
+    const char *s = lookup(map, phase);
+    return s ? s : phase;
 }
 
 static const char *phase_color(const char *phase) {
-    static const char *map[][2] = {{"forward", "#4e79a7"}, {"head", "#76b7b2"},
-                                   {"backward", "#e15759"}, {"weights", "#f28e2b"},
-                                   {"collective", "#b07aa1"}, {"optimizer", "#59a14f"},
-                                   {"eval", "#edc948"}, {"checkpoint", "#9c755f"}};
-    for (size_t k = 0; k < sizeof map / sizeof *map; k++)
-        if (!strcmp(phase, map[k][0]))
-            return map[k][1];
-    return "#bab0ac";
+    static const char *const map[][2] = {
+        {"forward", "#4e79a7"}, {"head", "#76b7b2"}, {"backward", "#e15759"},
+        {"weights", "#f28e2b"}, {"collective", "#b07aa1"}, {"optimizer", "#59a14f"},
+        {"eval", "#edc948"}, {"checkpoint", "#9c755f"}, {NULL, "#bab0ac"}};
+    return lookup(map, phase);
 }
 
 /* Runs of events with one (phase, micro-batch): a tinted column and a labelled tab above. */

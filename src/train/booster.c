@@ -9,7 +9,9 @@
  */
 #include "dtrain/booster.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +51,7 @@ struct dt_booster {
     dt_pipeline *pipeline;
     dt_trace trace;
     bool tracing;
+    char timeline[4096]; /* this rank's memory timeline file, "" = none */
     bool stranded; /* a step failed on this rank while peers may wait for it */
 };
 
@@ -249,6 +252,35 @@ static dt_status load_weights(dt_booster *b, const char *path) {
     return st;
 }
 
+/* rank 0: path; rank r: path with ".rank<r>" before the extension; "%d" in path: the rank */
+static dt_status timeline_path(const char *path, int rank, char *out, size_t n) {
+    const char *pct = strstr(path, "%d");
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    int len;
+    if (pct)
+        len = snprintf(out, n, "%.*s%d%s", (int)(pct - path), path, rank, pct + 2);
+    else if (rank == 0)
+        len = snprintf(out, n, "%s", path);
+    else if (dot && dot > path && (!slash || dot > slash + 1))
+        len = snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+    else
+        len = snprintf(out, n, "%s.rank%d", path, rank);
+    return len >= 0 && (size_t)len < n ? DT_OK
+                                       : dt_err_set(DT_ERR_ARG, "train.mem_timeline=%s: path "
+                                                    "too long", path);
+}
+
+/* This rank's file is writable (a full run must not fail at its end), then the log starts. */
+static dt_status start_timeline(dt_booster *b, const char *name) {
+    DT_TRY(timeline_path(name, b->world->rank, b->timeline, sizeof b->timeline));
+    FILE *f = fopen(b->timeline, "w");
+    if (!f)
+        return dt_err_set(DT_ERR_IO, "train.mem_timeline: cannot write %s: %s", b->timeline,
+                          strerror(errno));
+    fclose(f);
+    return dt_mem_timeline_start(b->mem, DT_MEM_TIMELINE_MAX_EVENTS);
+}
+
 dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
     if (b->engine)
         return dt_err_set(DT_ERR_ARG, "booster: boost() was already called");
@@ -265,8 +297,8 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
         DT_TRY(dt_trace_init(&b->trace, b->world));
         b->tracing = true;
     }
-    if (s->mem_timeline) /* before the engine: its arenas are the set-up's events */
-        DT_TRY(dt_mem_timeline_start(b->mem, DT_MEM_TIMELINE_MAX_EVENTS));
+    if (s->mem_timeline && s->mem_timeline[0]) /* before the engine: its arenas are events */
+        DT_TRY(dt_comm_agree(b->world, start_timeline(b, s->mem_timeline)));
     b->optim = *s->optim;
     b->total_steps = s->total_steps;
     b->lr = s->lr;
@@ -442,31 +474,10 @@ dt_status dt_booster_write_trace(dt_booster *b, const char *path) {
     return dt_trace_write(&b->trace, b->world, path);
 }
 
-/* rank 0: path; rank r: path with ".rank<r>" before the extension; "%d" in path: the rank */
-static dt_status timeline_path(const char *path, int rank, char *out, size_t n) {
-    const char *pct = strstr(path, "%d");
-    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-    int len;
-    if (pct)
-        len = snprintf(out, n, "%.*s%d%s", (int)(pct - path), path, rank, pct + 2);
-    else if (rank == 0)
-        len = snprintf(out, n, "%s", path);
-    else if (dot && dot > path && (!slash || dot > slash + 1))
-        len = snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
-    else
-        len = snprintf(out, n, "%s.rank%d", path, rank);
-    return len >= 0 && (size_t)len < n ? DT_OK
-                                       : dt_err_set(DT_ERR_ARG, "train.mem_timeline=%s: path "
-                                                    "too long", path);
-}
-
-dt_status dt_booster_write_mem_timeline(dt_booster *b, const char *path) {
-    char mine[4096];
-    dt_status st = timeline_path(path, b->world->rank, mine, sizeof mine);
-    if (st == DT_OK && !dt_mem_n_events(b->mem))
-        st = dt_err_set(DT_ERR_ARG, "booster: boost() was not asked for a memory timeline");
-    if (st == DT_OK)
-        st = dt_mem_write_timeline(b->mem, b->world->rank, mine);
+dt_status dt_booster_write_mem_timeline(dt_booster *b) {
+    dt_status st = b->timeline[0] ? dt_mem_write_timeline(b->mem, b->world->rank, b->timeline)
+                                  : dt_err_set(DT_ERR_ARG, "booster: boost() was not asked for "
+                                               "a memory timeline");
     return dt_comm_agree(b->world, st);
 }
 

@@ -35,7 +35,7 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .seq_len = c->train.seq_len, .shuffle = c->data.shuffle,
                            .seed = c->train.seed, .init_weights = c->model.init,
                            .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0',
-                           .mem_timeline = c->train.mem_timeline[0] != '\0'};
+                           .mem_timeline = c->train.mem_timeline};
 }
 
 static dt_status resume(trainer *t) {
@@ -198,7 +198,7 @@ static dt_status finish(trainer *t) {
         dt_info("weights exported to %s", c->train.export_path);
     }
     if (c->train.mem_timeline[0]) { /* last, so the export's temporaries are in it */
-        DT_TRY(dt_booster_write_mem_timeline(t->booster, c->train.mem_timeline));
+        DT_TRY(dt_booster_write_mem_timeline(t->booster));
         dt_info("memory timeline written to %s (other ranks: .rank<r> before the extension)",
                 c->train.mem_timeline);
     }

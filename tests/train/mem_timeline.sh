@@ -116,5 +116,15 @@ expect_error "step not a number" "--step: 'x'" --timeline t1.json --step x --out
 expect_error "missing metrics" "nothere.jsonl" --metrics nothere.jsonl --out bad.svg
 expect_error "metrics not JSON" "notjson.json line 1 is not a JSON object" --metrics notjson.json --out bad.svg
 expect_error "metrics without step" "nostep.jsonl line 1 has no \"step\"" --metrics nostep.jsonl --out bad.svg
+# a timeline that cannot be written fails before the first step, on every rank
+timeout 120 mpirun --oversubscribe -np 2 "$dtrain" "${tiny[@]}" --plugin.pp_size=2 \
+    --train.mem_timeline=nodir/t.json > out4.txt 2> err4.txt
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || grep -q "step *1/" out4.txt ||
+   [ "$(grep -c 'error: train.mem_timeline: cannot write nodir/t.json' err4.txt)" -ne 2 ]; then
+    echo "FAIL unwritable timeline: rc=$rc"; cat err4.txt; failed=$((failed + 1))
+else
+    passed=$((passed + 1))
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
