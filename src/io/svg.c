@@ -16,11 +16,21 @@ struct dt_svg {
 static void put_escaped(FILE *f, const char *s) {
     for (; *s; s++) {
         switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&apos;", f); break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&apos;", f);
+            break;
         default:
             if ((unsigned char)*s >= 0x20 || *s == '\n' || *s == '\t')
                 fputc(*s, f);
@@ -40,10 +50,11 @@ dt_status dt_svg_open(const char *path, double width, double height, const char 
         free(s);
         return dt_err_set(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     }
-    fprintf(s->f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    fprintf(s->f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-            "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n<title>", width, height,
-            width, height);
+            "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n<title>",
+            width, height, width, height);
     put_escaped(s->f, title);
     fputs("</title>\n", s->f);
     dt_svg_rect(s, 0, 0, width, height, &(dt_svg_paint){.fill = "white", .opacity = 1});
@@ -76,8 +87,8 @@ static void put_paint(FILE *f, const dt_svg_paint *p) {
 }
 
 void dt_svg_rect(dt_svg *s, double x, double y, double w, double h, const dt_svg_paint *p) {
-    fprintf(s->f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"", x, y,
-            w > 0 ? w : 0, h > 0 ? h : 0);
+    fprintf(s->f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"", x, y, w > 0 ? w : 0,
+            h > 0 ? h : 0);
     put_paint(s->f, p);
     fputs("/>\n", s->f);
 }
@@ -85,8 +96,8 @@ void dt_svg_rect(dt_svg *s, double x, double y, double w, double h, const dt_svg
 void dt_svg_line(dt_svg *s, double x1, double y1, double x2, double y2, const char *stroke,
                  double width, const char *dash) {
     fprintf(s->f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"", x1, y1, x2, y2);
-    put_paint(s->f, &(dt_svg_paint){.stroke = stroke, .stroke_width = width, .dash = dash,
-                                    .opacity = 1});
+    put_paint(s->f,
+              &(dt_svg_paint){.stroke = stroke, .stroke_width = width, .dash = dash, .opacity = 1});
     fputs("/>\n", s->f);
 }
 
@@ -108,8 +119,8 @@ void dt_svg_polyline(dt_svg *s, const double *xy, int n, const char *stroke, dou
                      const char *dash) {
     fputs("<polyline", s->f);
     put_points(s->f, xy, n);
-    put_paint(s->f, &(dt_svg_paint){.stroke = stroke, .stroke_width = width, .dash = dash,
-                                    .opacity = 1});
+    put_paint(s->f,
+              &(dt_svg_paint){.stroke = stroke, .stroke_width = width, .dash = dash, .opacity = 1});
     fputs(" stroke-linejoin=\"round\"/>\n", s->f);
 }
 
@@ -127,8 +138,8 @@ void dt_svg_text(dt_svg *s, double x, double y, double size, dt_svg_anchor ancho
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(s->f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"%.3g\" text-anchor=\"%s\" fill=\"",
-            x, y, size, anchors[anchor]);
+    fprintf(s->f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"%.3g\" text-anchor=\"%s\" fill=\"", x, y,
+            size, anchors[anchor]);
     put_escaped(s->f, color);
     fputc('"', s->f);
     if (weight > 400)

@@ -10,7 +10,12 @@
 
 typedef struct dt_svg dt_svg;
 
-typedef enum dt_svg_anchor { DT_SVG_START, DT_SVG_MIDDLE, DT_SVG_END, DT_SVG_ANCHOR_COUNT } dt_svg_anchor;
+typedef enum dt_svg_anchor {
+    DT_SVG_START,
+    DT_SVG_MIDDLE,
+    DT_SVG_END,
+    DT_SVG_ANCHOR_COUNT
+} dt_svg_anchor;
 
 /* Paint: colours are CSS strings ("#4e79a7", "none"); opacity in [0, 1]; a stroke width of 0
  * draws no outline; dash "" is solid, else an SVG dash array ("4 3"). */

@@ -437,7 +437,8 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->unit_g = calloc((size_t)n_units, sizeof *g->unit_g);
     g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
     g->pos_index = calloc((size_t)cfg->n_layer + 1, sizeof *g->pos_index);
-    if (!g->blocks || !g->acts || !g->saved_bytes || !g->saved_live || !g->unit_w || !g->unit_g || !g->unit_lp || !g->pos_index) {
+    if (!g->blocks || !g->acts || !g->saved_bytes || !g->saved_live || !g->unit_w ||
+        !g->unit_g || !g->unit_lp || !g->pos_index) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }

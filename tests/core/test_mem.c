@@ -105,7 +105,8 @@ static void test_timeline_cap(void) {
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     if (f)
         fclose(f);
-    DT_CHECK(n > 0 && strstr(buf, "\"first_dropped_step\": 4") && strstr(buf, "\"max_events\": 5000"),
+    DT_CHECK(n > 0 && strstr(buf, "\"first_dropped_step\": 4") &&
+                 strstr(buf, "\"max_events\": 5000"),
              "timeline header: %s", buf);
     remove(path);
     dt_mem_free(m);
