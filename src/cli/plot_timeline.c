@@ -357,8 +357,8 @@ static void draw_peak(dt_svg *svg, const dt_plot_axes *a, const timeline *tl, in
                 e->phase, where);
     if (w->largest_buf) {
         dt_plot_bytes(w->largest_buf->bytes, bb, sizeof bb);
-        dt_svg_text(svg, tx, y - 15, 11, an, "#333333", 400, 0, "largest buffer %s (%s, %s)",
-                    w->largest_buf->name, tl->cats[w->largest_buf->cat], bb);
+        dt_svg_text(svg, tx, y - 15, 11, an, "#333333", 400, 0,
+                    "largest buffer \"%s\" (%s, %s)", w->largest_buf->name, tl->cats[w->largest_buf->cat], bb);
     }
     if (w->largest_set) {
         dt_plot_bytes(w->sets_bytes, sb, sizeof sb);
