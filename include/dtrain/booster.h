@@ -52,6 +52,9 @@ typedef struct dt_boost_spec {
     dt_lr_schedule_fn lr;   /* NULL = default */
     void *lr_ctx;
     bool trace;             /* record each step's timeline (dt_booster_write_trace) */
+    /* log every allocation and saved activation set into this rank's file of this name
+     * (dt_booster_write_mem_timeline); NULL or "" = no log */
+    const char *mem_timeline;
 } dt_boost_spec;
 
 dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
@@ -77,6 +80,12 @@ typedef struct dt_step_stats {
 
 /* The recorded timeline of every step so far as Chrome-trace JSON (rank 0 writes). */
 dt_status dt_booster_write_trace(dt_booster *b, const char *path);
+
+/* Each rank's memory timeline (core/mem.h's JSON), named by spec.mem_timeline: rank 0 writes
+ * that name, rank r the name with ".rank<r>" before its extension, or, when the name holds
+ * "%d", every rank the name with its rank there. boost() checks every rank can write its file.
+ * Collective over all ranks (every rank learns every rank's outcome). */
+dt_status dt_booster_write_mem_timeline(dt_booster *b);
 
 /* One optimizer step on the next global batch. */
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *stats);

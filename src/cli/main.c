@@ -4,6 +4,7 @@
  *   dtrain prepare --input FILE|DIR --out DIR [--val-fraction F]
  *   dtrain sample  --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
  *   dtrain schedule --pp P --microbatches M --kind K [--chunks V] [--stats] | --check F --pp P
+ *   dtrain plot    --timeline FILE.json [--step N] --out FILE.svg | --metrics FILE.jsonl --out F
  *
  * The only place that turns a dt_status into an exit code.
  */
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -34,6 +36,9 @@ static int usage(FILE *f) {
             "          [--seed 1]\n"
             "  schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1 [--chunks V]\n"
             "          [--stats] | --check FILE --pp P: print or validate a pipeline schedule\n"
+            "  plot    --timeline FILE.json [--step N] --out FILE.svg: one step of a memory\n"
+            "          timeline (train.mem_timeline) as a picture; --metrics FILE.jsonl\n"
+            "          --out FILE.svg: the training curves of train.metrics\n"
             "config sections: [model] [data] [train] [optim] [plugin] [checkpoint]; see README\n");
     return f == stderr ? 2 : 0;
 }
@@ -178,10 +183,12 @@ int main(int argc, char **argv) {
         return cmd_sample(argc, argv);
     if (strcmp(argv[1], "schedule") == 0)
         return dt_cli_schedule(argc, argv);
+    if (strcmp(argv[1], "plot") == 0)
+        return dt_cli_plot(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0)
         return usage(stdout);
-    dt_error("unknown command '%s' (commands: train, prepare, sample; see dtrain --help)",
+    dt_error("unknown command '%s' (commands: train, prepare, sample, schedule, plot; see dtrain --help)",
              argv[1]);
     return 2;
 }

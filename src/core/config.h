@@ -77,7 +77,7 @@ typedef struct dt_train_config {
     int sample_tokens;    /* characters printed as a sample at the end; 0 = off */
     char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
     char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
-    char mem_timeline[DT_PATH_MAX]; /* JSON of every allocation and free; "" = off */
+    char mem_timeline[DT_PATH_MAX]; /* JSON log of allocations and saved sets per rank; "" = off */
 } dt_train_config;
 
 typedef struct dt_optim_config {

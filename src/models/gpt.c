@@ -184,6 +184,27 @@ static dt_status leave(dt_gpt *g, int unit, dt_gpt_phase phase) {
     return g->hooks.leave ? g->hooks.leave(g->hooks.ctx, unit, phase) : DT_OK;
 }
 
+/* A (slot, block)'s saved set is in use from its forward until its backward (split: its
+ * weight pass) has read it; the accountant's timeline shows the arena filling and emptying. */
+static void mark_saved(dt_gpt *g, int slot, int l, bool live) {
+    size_t k = (size_t)slot * g->cfg.n_layer + l;
+    if (g->saved_live[k] == live)
+        return; /* a forward over a set nobody read (evaluation) */
+    g->saved_live[k] = live;
+    char name[32];
+    snprintf(name, sizeof name, "block.%d", l);
+    if (live)
+        dt_mem_use(g->mem, DT_MEM_ACTS, name, g->saved_bytes[k], slot, l);
+    else
+        dt_mem_unuse(g->mem, DT_MEM_ACTS, name, g->saved_bytes[k], slot, l);
+}
+
+void dt_gpt_drop_saved(dt_gpt *g) {
+    for (int slot = 0; slot < g->n_slots; slot++)
+        for (int l = 0; l < g->cfg.n_layer; l++)
+            mark_saved(g, slot, l, false);
+}
+
 /* ---- activation and scratch arenas ----------------------------------------------------- */
 
 typedef struct carver {
@@ -231,11 +252,42 @@ static void plan_positions(dt_gpt *g) {
             g->pos_index[l] = g->n_pos++;
 }
 
-static void carve_acts(dt_gpt *g, carver *cv) {
+/* One (slot, block)'s saved set. */
+static void carve_block(dt_gpt *g, carver *cv, size_t slot, int l, dt_bf16 *ln_lp) {
     const dt_block_dims *d = &g->dims;
     rows_of r = rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
-    size_t heads = (size_t)d->NH / g->par.sp->size, S = (size_t)g->n_slots;
+    size_t heads = (size_t)d->NH / g->par.sp->size;
+    int L = g->cfg.n_layer;
+    bool lp = g->ctx.mm_type != DT_F32;
+    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    dt_block_acts *a = &g->acts[slot * L + l];
+    a->ln1_mean = carve(cv, r.Nr * f4);
+    a->ln1_rstd = carve(cv, r.Nr * f4);
+    a->qkv = carve(cv, r.Nt * W * f4);
+    a->att = carve(cv, r.Nt * A * f4);
+    a->lse = carve(cv, r.N * heads * f4);
+    a->x2 = carve(cv, r.Nr * C * f4);
+    a->ln2_mean = carve(cv, r.Nr * f4);
+    a->ln2_rstd = carve(cv, r.Nr * f4);
+    a->h = carve(cv, r.Nt * F * f4);
+    a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
+    a->ln1_lp = a->ln2_lp = ln_lp;
+    a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
+    a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
+    if (!g->wgrad)
+        return;
+    dt_block_wgrad *w = &g->wgrad[slot * L + l];
+    w->dqkv = carve(cv, r.Nt * W * f4);
+    w->dproj = carve(cv, r.Nt * C * f4);
+    w->dh = carve(cv, r.Nt * F * f4);
+    w->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
+    w->ddown = carve(cv, r.Nt * C * f4);
+}
+
+static void carve_acts(dt_gpt *g, carver *cv) {
+    rows_of r = rows_max(g);
+    size_t C = g->dims.C, S = (size_t)g->n_slots;
     int L = g->cfg.n_layer;
     bool lp = g->ctx.mm_type != DT_F32;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
@@ -245,28 +297,9 @@ static void carve_acts(dt_gpt *g, carver *cv) {
         for (int l = 0; l < L; l++) {
             if (!holds_block(g, l))
                 continue;
-            dt_block_acts *a = &g->acts[slot * L + l];
-            a->ln1_mean = carve(cv, r.Nr * f4);
-            a->ln1_rstd = carve(cv, r.Nr * f4);
-            a->qkv = carve(cv, r.Nt * W * f4);
-            a->att = carve(cv, r.Nt * A * f4);
-            a->lse = carve(cv, r.N * heads * f4);
-            a->x2 = carve(cv, r.Nr * C * f4);
-            a->ln2_mean = carve(cv, r.Nr * f4);
-            a->ln2_rstd = carve(cv, r.Nr * f4);
-            a->h = carve(cv, r.Nt * F * f4);
-            a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-            a->ln1_lp = a->ln2_lp = ln_lp;
-            a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
-            a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
-            if (!g->wgrad)
-                continue;
-            dt_block_wgrad *w = &g->wgrad[slot * L + l];
-            w->dqkv = carve(cv, r.Nt * W * f4);
-            w->dproj = carve(cv, r.Nt * C * f4);
-            w->dh = carve(cv, r.Nt * F * f4);
-            w->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-            w->ddown = carve(cv, r.Nt * C * f4);
+            size_t at = cv->used;
+            carve_block(g, cv, slot, l, ln_lp);
+            g->saved_bytes[slot * L + l] = cv->used - at + r.Nr * C * f4; /* + its input */
         }
     if (!holds_final(g))
         return;
@@ -392,6 +425,8 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
     g->acts = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->acts);
+    g->saved_bytes = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->saved_bytes);
+    g->saved_live = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->saved_live);
     if (o->split_backward && training) {
         g->wgrad = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->wgrad);
         if (!g->wgrad) {
@@ -403,7 +438,8 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->unit_g = calloc((size_t)n_units, sizeof *g->unit_g);
     g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
     g->pos_index = calloc((size_t)cfg->n_layer + 1, sizeof *g->pos_index);
-    if (!g->blocks || !g->acts || !g->unit_w || !g->unit_g || !g->unit_lp || !g->pos_index) {
+    if (!g->blocks || !g->acts || !g->saved_bytes || !g->saved_live || !g->unit_w ||
+        !g->unit_g || !g->unit_lp || !g->pos_index) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }
@@ -453,6 +489,8 @@ void dt_gpt_free(dt_gpt *g) {
     free(g->unit_global);
     free(g->local_full);
     free(g->acts);
+    free(g->saved_bytes);
+    free(g->saved_live);
     free(g->wgrad);
     free(g->blocks);
     if (g->full != g->params)
@@ -588,6 +626,7 @@ dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_
         DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
                                 res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
                                 res_at(g, slot, l + 1, N)));
+        mark_saved(g, slot, l, true);
         DT_TRY(leave(g, lu[u], DT_PHASE_FORWARD));
     }
     if (u1 < L + 2)
@@ -686,6 +725,8 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
         DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
                                  res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
                                  wg, dres));
+        if (!split)
+            mark_saved(g, slot, l, false);
         DT_TRY(leave(g, lu[u], DT_PHASE_BACKWARD));
     }
     if (u0 > 0)
@@ -711,6 +752,7 @@ dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T)
         DT_TRY(dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l],
                                         res_at(g, slot, l, N), B, T, acts_of(g, slot, l),
                                         &g->scratch, &g->wgrad[(size_t)slot * L + l]));
+        mark_saved(g, slot, l, false);
         DT_TRY(leave(g, g->unit_local[u], DT_PHASE_WEIGHTS));
     }
     return DT_OK;

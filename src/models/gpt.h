@@ -125,6 +125,9 @@ int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T);
 float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T);
 float *dt_gpt_boundary_grad(dt_gpt *g, int slot, int B, int T);
 void dt_gpt_zero_grad(dt_gpt *g);
+/* After forwards that no backward follows (evaluation): every slot's saved activations are
+ * no longer needed (only the accountant's in-use bytes change). */
+void dt_gpt_drop_saved(dt_gpt *g);
 /* Logits of the last position of one sequence tokens[0..T) (T <= the init T). */
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits);
 

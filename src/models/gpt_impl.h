@@ -62,6 +62,10 @@ struct dt_gpt {
     dt_block_scratch scratch;
     float *dpos;
     void *tmp_arena;
+    /* [slot][L]: bytes of a block's saved set (its acts, kept gradients and input residual)
+     * and whether it is live, marked on the memory accountant's timeline */
+    size_t *saved_bytes;
+    bool *saved_live;
 };
 
 /* The full (single-process) table in HuggingFace order, then this rank's local table: the

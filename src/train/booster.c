@@ -11,7 +11,9 @@
  */
 #include "dtrain/booster.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +55,7 @@ struct dt_booster {
     dt_pipeline *pipeline;
     dt_trace trace;
     bool tracing;
+    char timeline[4096]; /* this rank's memory timeline file, "" = none */
     bool stranded; /* a step failed on this rank while peers may wait for it */
 };
 
@@ -253,6 +256,35 @@ static dt_status load_weights(dt_booster *b, const char *path) {
     return st;
 }
 
+/* rank 0: path; rank r: path with ".rank<r>" before the extension; "%d" in path: the rank */
+static dt_status timeline_path(const char *path, int rank, char *out, size_t n) {
+    const char *pct = strstr(path, "%d");
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    int len;
+    if (pct)
+        len = snprintf(out, n, "%.*s%d%s", (int)(pct - path), path, rank, pct + 2);
+    else if (rank == 0)
+        len = snprintf(out, n, "%s", path);
+    else if (dot && dot > path && (!slash || dot > slash + 1))
+        len = snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+    else
+        len = snprintf(out, n, "%s.rank%d", path, rank);
+    return len >= 0 && (size_t)len < n ? DT_OK
+                                       : dt_err_set(DT_ERR_ARG, "train.mem_timeline=%s: path "
+                                                    "too long", path);
+}
+
+/* This rank's file is writable (a full run must not fail at its end), then the log starts. */
+static dt_status start_timeline(dt_booster *b, const char *name) {
+    DT_TRY(timeline_path(name, b->world->rank, b->timeline, sizeof b->timeline));
+    FILE *f = fopen(b->timeline, "w");
+    if (!f)
+        return dt_err_set(DT_ERR_IO, "train.mem_timeline: cannot write %s: %s", b->timeline,
+                          strerror(errno));
+    fclose(f);
+    return dt_mem_timeline_start(b->mem, DT_MEM_TIMELINE_MAX_EVENTS);
+}
+
 dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
     if (b->engine)
         return dt_err_set(DT_ERR_ARG, "booster: boost() was already called");
@@ -269,6 +301,8 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
         DT_TRY(dt_trace_init(&b->trace, b->world));
         b->tracing = true;
     }
+    if (s->mem_timeline && s->mem_timeline[0]) /* before the engine: its arenas are events */
+        DT_TRY(dt_comm_agree(b->world, start_timeline(b, s->mem_timeline)));
     b->optim = *s->optim;
     b->total_steps = s->total_steps;
     b->lr = s->lr;
@@ -333,6 +367,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     }
     for (int row = 0; row < b->rows; row += b->mb) {
         double part, t0 = trace_now(b);
+        dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
         dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets);
         DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
                                      row + b->mb >= b->rows, &part));
@@ -340,6 +375,14 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
         *loss_sum += part;
     }
     return DT_OK;
+}
+
+/* The timeline's room for a step or an evaluation, made before it: each held block's saved
+ * set is marked in use and unused once per micro-batch (the accountant also keeps twice the
+ * most events seen in one step). */
+static dt_status reserve_events(dt_booster *b) {
+    int n_mb = b->rows / b->mb;
+    return dt_mem_timeline_reserve(b->mem, 2 * n_mb * dt_gpt_n_units(b->model) + 64);
 }
 
 /* the loss is summed where it was computed: over dp x sp, and from the last pipeline stage */
@@ -373,9 +416,13 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* a failure from here to the update may be this rank's alone, with peers blocked in a
      * collective or a receive: the caller must not wait for them */
     b->stranded = true;
+    int step = (int)b->state.step + 1;
+    DT_TRY(reserve_events(b));
+    dt_mem_set_context(b->mem, step, DT_MEM_PHASE_FORWARD, -1);
     DT_TRY(dt_engine_begin_step(b->engine));
     DT_TRY(run_micro_batches(b, grad_scale, &loss_sum));
     double tc = trace_now(b);
+    dt_mem_set_context(b->mem, step, DT_MEM_PHASE_COLLECTIVE, -1);
     DT_TRY(dt_engine_finish(b->engine));
     dt_loader_advance(&b->train);
     DT_TRY(dt_engine_grad_norm(b->engine, &r->grad_norm));
@@ -393,6 +440,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     double to = trace_now(b);
+    dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
     if (!r->skipped)
         DT_TRY(dt_engine_apply(b->engine, r->lr,
                                dt_clip_coef(r->grad_norm, b->plugin.grad_clip) / loss_scale));
@@ -425,6 +473,8 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
     int row0 = b->dp->rank * b->rows;
     double sum = 0;
+    DT_TRY(reserve_events(b));
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EVAL, -1);
     b->stranded = true;
     dt_loader_rewind(&b->val);
     for (int i = 0; i < n_batches; i++) {
@@ -456,12 +506,21 @@ dt_status dt_booster_write_trace(dt_booster *b, const char *path) {
     return dt_trace_write(&b->trace, b->world, path);
 }
 
+dt_status dt_booster_write_mem_timeline(dt_booster *b) {
+    dt_status st = b->timeline[0] ? dt_mem_write_timeline(b->mem, b->world->rank, b->timeline)
+                                  : dt_err_set(DT_ERR_ARG, "booster: boost() was not asked for "
+                                               "a memory timeline");
+    return dt_comm_agree(b->world, st);
+}
+
 /* ---- state on disk ---------------------------------------------------------------------- */
 
 /* collective: gathers on every rank, rank 0 writes, everyone learns the outcome */
 static dt_status save(dt_booster *b, const char *dir, const dt_config *cfg, const char *path) {
     dt_ckpt_arenas a;
     bool with_optim = dir != NULL;
+    dt_mem_set_context(b->mem, (int)b->state.step,
+                       with_optim ? DT_MEM_PHASE_CHECKPOINT : DT_MEM_PHASE_EXPORT, -1);
     dt_status st = arenas_alloc(b, &a, with_optim);
     if (st == DT_OK)
         st = dt_engine_gather_state(b->engine, a.w, a.m, a.v);
@@ -508,6 +567,7 @@ dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt, 
 
 dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     dt_ckpt_arenas a;
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
     dt_status st = arenas_alloc(b, &a, true);
     if (st == DT_OK && is_root(b))
         st = dt_ckpt_load(folder, b->model, &a, &b->state);

@@ -157,8 +157,18 @@ static dt_status progress(dt_engine *e) {
 
 /* ---- hooks ------------------------------------------------------------------------------ */
 
+/* The memory timeline's phase follows the model's, except inside an evaluation. */
+static void set_mem_phase(dt_engine *e, dt_gpt_phase phase) {
+    static const dt_mem_phase of[DT_PHASE_COUNT] = {
+        [DT_PHASE_FORWARD] = DT_MEM_PHASE_FORWARD, [DT_PHASE_HEAD] = DT_MEM_PHASE_HEAD,
+        [DT_PHASE_BACKWARD] = DT_MEM_PHASE_BACKWARD, [DT_PHASE_WEIGHTS] = DT_MEM_PHASE_WEIGHTS};
+    if (dt_mem_phase_now(e->mem) != DT_MEM_PHASE_EVAL)
+        dt_mem_set_phase(e->mem, of[phase]);
+}
+
 static dt_status on_enter(void *ctx, int unit, dt_gpt_phase phase) {
     dt_engine *e = ctx;
+    set_mem_phase(e, phase);
     DT_TRY(progress(e));
     if (e->zero == 3) {
         DT_TRY(ensure_weights(e, unit));
@@ -537,7 +547,9 @@ dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
 dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *targets, int B,
                          int T, double *loss_sum) {
     DT_TRY(dt_gpt_forward(e->model, tokens, B, T));
-    return dt_gpt_loss(e->model, targets, B, T, 0.0f, false, loss_sum);
+    DT_TRY(dt_gpt_loss(e->model, targets, B, T, 0.0f, false, loss_sum));
+    dt_gpt_drop_saved(e->model);
+    return DT_OK;
 }
 
 /* ---- whole-arena state ------------------------------------------------------------------ */

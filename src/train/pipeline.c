@@ -238,6 +238,8 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
     const int32_t *in = b->inputs + tokens, *tg = b->targets + tokens;
     dt_gpt *g = p->model;
     double t0 = trace ? dt_trace_now(trace) : 0;
+    /* the model's hooks set the phase; trace steps count from 0, the timeline's from 1 */
+    dt_mem_set_context(p->mem, step + 1, dt_mem_phase_now(p->mem), mb);
     switch (a->op) {
     case DT_SCHED_OP_RECV_ACT: {
         int i = 0;
@@ -349,5 +351,6 @@ dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
             }
         }
     }
+    dt_gpt_drop_saved(g);
     return DT_OK;
 }

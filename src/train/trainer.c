@@ -34,7 +34,8 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .micro_batch_size = c->train.micro_batch_size,
                            .seq_len = c->train.seq_len, .shuffle = c->data.shuffle,
                            .seed = c->train.seed, .init_weights = c->model.init,
-                           .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0'};
+                           .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0',
+                           .mem_timeline = c->train.mem_timeline};
 }
 
 static dt_status resume(trainer *t) {
@@ -208,6 +209,11 @@ static dt_status finish(trainer *t) {
     if (c->train.export_path[0]) {
         DT_TRY(dt_booster_export(t->booster, c->train.export_path));
         dt_info("weights exported to %s", c->train.export_path);
+    }
+    if (c->train.mem_timeline[0]) { /* last, so the export's temporaries are in it */
+        DT_TRY(dt_booster_write_mem_timeline(t->booster));
+        dt_info("memory timeline written to %s (other ranks: .rank<r> before the extension)",
+                c->train.mem_timeline);
     }
     int n = c->train.sample_tokens;
     if (n <= 0 || c->model.vocab_size != 256)

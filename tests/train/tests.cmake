@@ -66,3 +66,8 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/fp16.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/fp16_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
+
+# Memory timelines (train.mem_timeline) on one process and a 2-stage pipeline, and dtrain plot.
+add_test(NAME train/mem_timeline
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/mem_timeline.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/mem_timeline PROPERTIES LABELS "train;mpi" TIMEOUT 600)
