@@ -184,9 +184,6 @@ static void check_plugin(const dt_config *c, problems *p) {
     if (g->precision == DT_PREC_FP16)
         problem(p, true, "plugin.precision=fp16 is not available yet");
 
-    if (g->ac != DT_AC_NONE)
-        problem(p, true, "plugin.ac=%s is not available yet", dt_ac_mode_name(g->ac));
-
     if (g->act_compress != DT_ACT_COMPRESS_NONE)
         problem(p, true, "plugin.act_compress=int8 is not available yet");
 

@@ -49,3 +49,10 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/pp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/pp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 1200)
 endforeach()
+
+# Activation checkpointing gives the same bits as without it, in every layout, with less memory.
+foreach(arch gpt2 llama)
+  add_test(NAME train/ac_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/ac_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/ac_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+endforeach()

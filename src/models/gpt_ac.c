@@ -1,0 +1,190 @@
+/* What each block keeps for its backward, and how the rest is rebuilt (plugin.ac).
+ *
+ * Block l is checkpointed when l % ac_every == 0. Per slot, a block keeps:
+ *   ac none, or not checkpointed   every tensor of dt_block_acts
+ *   ac full                        nothing but its input (a residual position, kept anyway):
+ *                                  its forward writes into the model's one shared set and is
+ *                                  rerun there right before its backward (and its W pass)
+ *   ac selective                   all but the attention core's output (att, lse) and the
+ *                                  bf16 copies att_lp, g_lp: rerun from the saved q|k|v (and
+ *                                  rebuilt from h, u) into the shared set before backward
+ * A field a slot does not keep points into the shared set (g->shared), so the forward, the
+ * reruns and the backward all see one complete dt_block_acts. The reruns are the forward's
+ * own kernels on the same inputs, thread count and collectives, so gradients are the same
+ * bits as without checkpointing. Single-threaded control, like the rest of the model.
+ */
+#include "models/gpt_impl.h"
+
+/* the fields of a dt_block_acts a slot or the shared set holds */
+enum {
+    F_LN = 1 << 0, /* ln1/ln2 mean and rstd */
+    F_QKV = 1 << 1,
+    F_ATT = 1 << 2,
+    F_LSE = 1 << 3,
+    F_X2 = 1 << 4,
+    F_H = 1 << 5,
+    F_U = 1 << 6,      /* Llama */
+    F_ATT_LP = 1 << 7, /* bf16 */
+    F_G_LP = 1 << 8,   /* bf16 */
+    F_ALL = (1 << 9) - 1,
+    F_ATTN_OUT = F_ATT | F_LSE | F_ATT_LP | F_G_LP, /* what selective does not keep */
+};
+
+typedef enum keep { KEEP_ALL, KEEP_NO_ATTN, KEEP_INPUT } keep;
+
+static keep keep_of(const dt_gpt *g, int l) {
+    if (g->ac == DT_AC_NONE || l % g->ac_every)
+        return KEEP_ALL;
+    return g->ac == DT_AC_FULL ? KEEP_INPUT : KEEP_NO_ATTN;
+}
+
+static bool holds_kept(const dt_gpt *g, keep k) {
+    for (int l = 0; l < g->cfg.n_layer; l++)
+        if (dt_gpt_holds_block(g, l) && keep_of(g, l) == k)
+            return true;
+    return false;
+}
+
+/* fields a slot keeps in fp32/bf16 for a block */
+static unsigned slot_fields(const dt_gpt *g, int l) {
+    switch (keep_of(g, l)) {
+    case KEEP_INPUT: return 0;
+    case KEEP_NO_ATTN: return F_ALL & ~F_ATTN_OUT;
+    default: return F_ALL;
+    }
+}
+
+/* fields of the shared set: everything when a held block reruns its whole forward, else the
+ * attention output and bf16 copies when one reruns its attention */
+static unsigned shared_fields(const dt_gpt *g) {
+    unsigned f = 0;
+    if (holds_kept(g, KEEP_INPUT))
+        f |= F_ALL;
+    if (holds_kept(g, KEEP_NO_ATTN))
+        f |= F_ATTN_OUT;
+    return f;
+}
+
+/* Carve the fields of `f` (sized for the largest micro-batch) in dt_block_acts order. */
+static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a) {
+    const dt_block_dims *d = &g->dims;
+    dt_gpt_rows r = dt_gpt_rows_max(g);
+    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
+    size_t heads = (size_t)d->NH / g->par.sp->size, f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    bool lp = g->ctx.mm_type == DT_BF16, llama = d->kind == DT_BLOCK_LLAMA;
+#define PIECE(bit, n) ((f & (bit)) ? dt_gpt_carve(cv, (n)) : NULL)
+    a->ln1_mean = PIECE(F_LN, r.Nr * f4);
+    a->ln1_rstd = PIECE(F_LN, r.Nr * f4);
+    a->qkv = PIECE(F_QKV, r.Nt * W * f4);
+    a->att = PIECE(F_ATT, r.Nt * A * f4);
+    a->lse = PIECE(F_LSE, r.N * heads * f4);
+    a->x2 = PIECE(F_X2, r.Nr * C * f4);
+    a->ln2_mean = PIECE(F_LN, r.Nr * f4);
+    a->ln2_rstd = PIECE(F_LN, r.Nr * f4);
+    a->h = PIECE(F_H, r.Nt * F * f4);
+    a->u = llama ? PIECE(F_U, r.Nt * F * f4) : NULL;
+    a->att_lp = lp ? PIECE(F_ATT_LP, r.Nt * A * h2) : NULL;
+    a->g_lp = lp ? PIECE(F_G_LP, r.Nt * F * h2) : NULL;
+#undef PIECE
+}
+
+void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
+    const dt_block_dims *d = &g->dims;
+    dt_gpt_rows r = dt_gpt_rows_max(g);
+    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), f4 = sizeof(float);
+    int L = g->cfg.n_layer;
+    /* the norm outputs' bf16 copies are rebuilt in backward: one buffer for all blocks */
+    dt_bf16 *ln_lp = g->ctx.mm_type == DT_BF16 ? dt_gpt_carve(cv, r.Nt * C * sizeof(dt_bf16))
+                                               : NULL;
+    for (size_t slot = 0; slot < (size_t)g->n_slots; slot++)
+        for (int l = 0; l < L; l++) {
+            if (!dt_gpt_holds_block(g, l))
+                continue;
+            dt_block_acts *a = &g->acts[slot * L + l];
+            carve_fields(g, cv, slot_fields(g, l), a);
+            a->ln1_lp = a->ln2_lp = ln_lp;
+            if (!g->wgrad)
+                continue;
+            dt_block_wgrad *w = &g->wgrad[slot * L + l];
+            w->dqkv = dt_gpt_carve(cv, r.Nt * W * f4);
+            w->dproj = dt_gpt_carve(cv, r.Nt * C * f4);
+            w->dh = dt_gpt_carve(cv, r.Nt * F * f4);
+            w->du = d->kind == DT_BLOCK_LLAMA ? dt_gpt_carve(cv, r.Nt * F * f4) : NULL;
+            w->ddown = dt_gpt_carve(cv, r.Nt * C * f4);
+        }
+    unsigned sf = shared_fields(g);
+    carve_fields(g, cv, sf, &g->shared);
+    g->shared.ln1_lp = g->shared.ln2_lp = ln_lp;
+    g->ac_out = sf == F_ALL ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
+}
+
+/* ---- running a block ------------------------------------------------------------------- */
+
+static dt_rope_cache rope_of(const dt_gpt *g) {
+    return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
+}
+
+/* The slot's own fields, the shared set's for the rest. */
+static dt_block_acts view(const dt_gpt *g, int slot, int l) {
+    const dt_block_acts *o = &g->acts[(size_t)slot * g->cfg.n_layer + l], *s = &g->shared;
+    return (dt_block_acts){
+        .ln1_mean = o->ln1_mean ? o->ln1_mean : s->ln1_mean,
+        .ln1_rstd = o->ln1_rstd ? o->ln1_rstd : s->ln1_rstd,
+        .qkv = o->qkv ? o->qkv : s->qkv,
+        .att = o->att ? o->att : s->att,
+        .lse = o->lse ? o->lse : s->lse,
+        .x2 = o->x2 ? o->x2 : s->x2,
+        .ln2_mean = o->ln2_mean ? o->ln2_mean : s->ln2_mean,
+        .ln2_rstd = o->ln2_rstd ? o->ln2_rstd : s->ln2_rstd,
+        .h = o->h ? o->h : s->h,
+        .u = o->u ? o->u : s->u,
+        .att_lp = o->att_lp ? o->att_lp : s->att_lp,
+        .g_lp = o->g_lp ? o->g_lp : s->g_lp,
+        .ln1_lp = o->ln1_lp ? o->ln1_lp : s->ln1_lp,
+        .ln2_lp = o->ln2_lp ? o->ln2_lp : s->ln2_lp,
+    };
+}
+
+dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                               float *out) {
+    dt_block_acts a = view(g, slot, l);
+    dt_rope_cache rope = rope_of(g);
+    return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                            &g->scratch, out);
+}
+
+/* Rebuild, into the shared set, what the slot did not keep for block l. Under ZeRO-3 this
+ * runs inside the backward's (or W pass's) enter/leave, where the weights are gathered. */
+static dt_status rebuild(dt_gpt *g, int l, const float *x, int B, int T, dt_block_acts *a) {
+    switch (keep_of(g, l)) {
+    case KEEP_INPUT: {
+        dt_rope_cache rope = rope_of(g);
+        return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, a,
+                                &g->scratch, g->ac_out);
+    }
+    case KEEP_NO_ATTN:
+        DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, B, T, a, &g->scratch));
+        dt_block_rebuild_mlp_lp(&g->ctx, &g->dims, &g->par, B * T, a, &g->scratch);
+        return DT_OK;
+    default:
+        return DT_OK;
+    }
+}
+
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                                dt_block_wgrad *wg, float *dres) {
+    dt_block_acts a = view(g, slot, l);
+    DT_TRY(rebuild(g, l, x, B, T, &a));
+    dt_rope_cache rope = rope_of(g);
+    return dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                             &g->scratch, wg, dres);
+}
+
+/* The W pass comes after other blocks reused the shared set: rebuild again. */
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                               dt_block_wgrad *wg) {
+    dt_block_acts a = view(g, slot, l);
+    DT_TRY(rebuild(g, l, x, B, T, &a));
+    return dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], x, B, T, &a,
+                                    &g->scratch, wg);
+}
