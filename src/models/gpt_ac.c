@@ -11,9 +11,18 @@
  * A field a slot does not keep points into the shared set (g->shared), so the forward, the
  * reruns and the backward all see one complete dt_block_acts. The reruns are the forward's
  * own kernels on the same inputs, thread count and collectives, so gradients are the same
- * bits as without checkpointing. Single-threaded control, like the rest of the model.
+ * bits as without checkpointing.
+ *
+ * With act_compress = int8 a slot keeps the fp32 tensors qkv, att, x2, h, u (those its mode
+ * keeps) as int8 rows with one scale each (kernels/quant.h): the forward writes them into the
+ * shared set, which is quantised when the block's forward is done (x2 is read by the block
+ * itself), and restored there before the block's backward and W pass; the bf16 copies are
+ * then rebuilt from the restored values. Norm statistics, lse and the residual positions
+ * stay fp32. Single-threaded control, like the rest of the model.
  */
 #include "models/gpt_impl.h"
+
+#include "kernels/quant.h"
 
 /* the fields of a dt_block_acts a slot or the shared set holds */
 enum {
@@ -28,6 +37,8 @@ enum {
     F_G_LP = 1 << 8,   /* bf16 */
     F_ALL = (1 << 9) - 1,
     F_ATTN_OUT = F_ATT | F_LSE | F_ATT_LP | F_G_LP, /* what selective does not keep */
+    F_INT8 = F_QKV | F_ATT | F_X2 | F_H | F_U,      /* what act_compress stores as int8 */
+    F_RESTORED = F_INT8 | F_ATT_LP | F_G_LP,        /* not kept per slot under int8 */
 };
 
 typedef enum keep { KEEP_ALL, KEEP_NO_ATTN, KEEP_INPUT } keep;
@@ -45,8 +56,8 @@ static bool holds_kept(const dt_gpt *g, keep k) {
     return false;
 }
 
-/* fields a slot keeps in fp32/bf16 for a block */
-static unsigned slot_fields(const dt_gpt *g, int l) {
+/* fields a slot keeps for a block, whatever their storage */
+static unsigned kept_fields(const dt_gpt *g, int l) {
     switch (keep_of(g, l)) {
     case KEEP_INPUT: return 0;
     case KEEP_NO_ATTN: return F_ALL & ~F_ATTN_OUT;
@@ -54,15 +65,64 @@ static unsigned slot_fields(const dt_gpt *g, int l) {
     }
 }
 
-/* fields of the shared set: everything when a held block reruns its whole forward, else the
- * attention output and bf16 copies when one reruns its attention */
+/* ... of which these in fp32 / bf16 */
+static unsigned slot_fields(const dt_gpt *g, int l) {
+    return kept_fields(g, l) & (g->compress ? ~(unsigned)F_RESTORED : F_ALL);
+}
+
+/* fields of the shared set: everything when a held block reruns its whole forward; the
+ * attention output and bf16 copies when one reruns its attention; the restored tensors and
+ * bf16 copies when a held block stores int8 */
 static unsigned shared_fields(const dt_gpt *g) {
     unsigned f = 0;
     if (holds_kept(g, KEEP_INPUT))
         f |= F_ALL;
     if (holds_kept(g, KEEP_NO_ATTN))
         f |= F_ATTN_OUT;
+    if (g->compress && (holds_kept(g, KEEP_ALL) || holds_kept(g, KEEP_NO_ATTN)))
+        f |= F_RESTORED;
     return f;
+}
+
+/* [rows, cols] of the int8-stored tensors for a micro-batch of N tokens */
+typedef struct q8_shape {
+    int64_t rows, cols;
+} q8_shape;
+
+static q8_shape q8_shape_of(const dt_gpt *g, unsigned bit, int64_t N) {
+    const dt_block_dims *d = &g->dims;
+    int64_t Nt = dt_block_rows_tp(&g->par, (int)N), Nr = dt_block_rows_res(&g->par, (int)N);
+    switch (bit) {
+    case F_QKV: return (q8_shape){N, dt_block_qkv_width(d) / g->par.sp->size};
+    case F_ATT: return (q8_shape){Nt, (int64_t)d->NH * d->hs};
+    case F_X2: return (q8_shape){Nr, d->C};
+    default: return (q8_shape){Nt, d->F}; /* h, u */
+    }
+}
+
+static const unsigned Q8_BITS[5] = {F_QKV, F_ATT, F_X2, F_H, F_U};
+
+static dt_gpt_q8 *q8_field(dt_gpt_q8_acts *q, int i) {
+    dt_gpt_q8 *f[5] = {&q->qkv, &q->att, &q->x2, &q->h, &q->u};
+    return f[i];
+}
+
+static float *acts_field(dt_block_acts *a, int i) {
+    float *f[5] = {a->qkv, a->att, a->x2, a->h, a->u};
+    return f[i];
+}
+
+/* int8 payload [rows, cols] and [rows] scales of each stored tensor, for the largest batch */
+static void carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
+    bool llama = g->dims.kind == DT_BLOCK_LLAMA;
+    for (int i = 0; i < 5; i++) {
+        if (!(f & Q8_BITS[i]) || (Q8_BITS[i] == F_U && !llama))
+            continue;
+        q8_shape sh = q8_shape_of(g, Q8_BITS[i], (int64_t)g->B * g->T);
+        dt_gpt_q8 *t = q8_field(q, i);
+        t->q = dt_gpt_carve(cv, (size_t)(sh.rows * sh.cols));
+        t->scale = dt_gpt_carve(cv, (size_t)sh.rows * sizeof(float));
+    }
 }
 
 /* Carve the fields of `f` (sized for the largest micro-batch) in dt_block_acts order. */
@@ -103,6 +163,8 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
             dt_block_acts *a = &g->acts[slot * L + l];
             carve_fields(g, cv, slot_fields(g, l), a);
             a->ln1_lp = a->ln2_lp = ln_lp;
+            if (g->compress)
+                carve_q8(g, cv, kept_fields(g, l), &g->q8[slot * L + l]);
             if (!g->wgrad)
                 continue;
             dt_block_wgrad *w = &g->wgrad[slot * L + l];
@@ -115,7 +177,7 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
     unsigned sf = shared_fields(g);
     carve_fields(g, cv, sf, &g->shared);
     g->shared.ln1_lp = g->shared.ln2_lp = ln_lp;
-    g->ac_out = sf == F_ALL ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
+    g->ac_out = holds_kept(g, KEEP_INPUT) ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
 }
 
 /* ---- running a block ------------------------------------------------------------------- */
@@ -145,36 +207,61 @@ static dt_block_acts view(const dt_gpt *g, int slot, int l) {
     };
 }
 
+static dt_gpt_q8_acts *q8_of(const dt_gpt *g, int slot, int l) {
+    return &g->q8[(size_t)slot * g->cfg.n_layer + l];
+}
+
+/* The int8-stored tensors of the view a, to (store) or from the slot's payloads. */
+static void int8_move(dt_gpt *g, int slot, int l, int N, dt_block_acts *a, bool store) {
+    dt_gpt_q8_acts *q = q8_of(g, slot, l);
+    for (int i = 0; i < 5; i++) {
+        dt_gpt_q8 *t = q8_field(q, i);
+        if (!t->q)
+            continue;
+        q8_shape sh = q8_shape_of(g, Q8_BITS[i], N);
+        if (store)
+            dt_quant_int8_rows(t->q, t->scale, acts_field(a, i), sh.rows, sh.cols);
+        else
+            dt_dequant_int8_rows(acts_field(a, i), t->q, t->scale, sh.rows, sh.cols);
+    }
+}
+
 dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                                float *out) {
     dt_block_acts a = view(g, slot, l);
     dt_rope_cache rope = rope_of(g);
-    return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
-                            &g->scratch, out);
+    DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                            &g->scratch, out));
+    if (g->compress)
+        int8_move(g, slot, l, B * T, &a, true);
+    return DT_OK;
 }
 
 /* Rebuild, into the shared set, what the slot did not keep for block l. Under ZeRO-3 this
  * runs inside the backward's (or W pass's) enter/leave, where the weights are gathered. */
-static dt_status rebuild(dt_gpt *g, int l, const float *x, int B, int T, dt_block_acts *a) {
-    switch (keep_of(g, l)) {
-    case KEEP_INPUT: {
+static dt_status rebuild(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                         dt_block_acts *a) {
+    keep k = keep_of(g, l);
+    if (k == KEEP_INPUT) {
         dt_rope_cache rope = rope_of(g);
         return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, a,
                                 &g->scratch, g->ac_out);
     }
-    case KEEP_NO_ATTN:
+    if (g->compress)
+        int8_move(g, slot, l, B * T, a, false);
+    if (k == KEEP_NO_ATTN)
         DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, B, T, a, &g->scratch));
+    else if (g->compress)
+        dt_block_rebuild_att_lp(&g->ctx, &g->dims, &g->par, B * T, a);
+    if (k == KEEP_NO_ATTN || g->compress)
         dt_block_rebuild_mlp_lp(&g->ctx, &g->dims, &g->par, B * T, a, &g->scratch);
-        return DT_OK;
-    default:
-        return DT_OK;
-    }
+    return DT_OK;
 }
 
 dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                                 dt_block_wgrad *wg, float *dres) {
     dt_block_acts a = view(g, slot, l);
-    DT_TRY(rebuild(g, l, x, B, T, &a));
+    DT_TRY(rebuild(g, slot, l, x, B, T, &a));
     dt_rope_cache rope = rope_of(g);
     return dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
                              &g->scratch, wg, dres);
@@ -184,7 +271,7 @@ dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int 
 dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                                dt_block_wgrad *wg) {
     dt_block_acts a = view(g, slot, l);
-    DT_TRY(rebuild(g, l, x, B, T, &a));
+    DT_TRY(rebuild(g, slot, l, x, B, T, &a));
     return dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], x, B, T, &a,
                                     &g->scratch, wg);
 }

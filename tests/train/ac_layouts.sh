@@ -70,4 +70,45 @@ layout pp2_interleaved 2 --plugin.pp_size=2 --plugin.pp_schedule=interleaved \
     --plugin.pp_chunks=2 --plugin.microbatches=2
 try="sel"
 layout sp2_bf16 2 --plugin.sp_size=2 --plugin.precision=bf16
+
+# act_compress=int8: 30 steps follow the fp32 curve (every loss within 1e-4 relative; not
+# restoring x2 alone, or a gradient that skipped compression, would fail: one is ~2e-4 off
+# by step 2, the other equal) with less activation memory, alone and with checkpointing;
+# then in other layouts (whose rows, hence scales, differ) within 1e-3 of the uncompressed
+# single process over 3 steps. Nothing to compress is a config error on every rank.
+long=(--train.steps=30 --optim.lr=1e-3 --optim.warmup_steps=5)
+near() { # NAME REF RTOL: losses within RTOL, and not all equal (compression did something)
+    check "$1 within $3 of $2" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
+        "$2.jsonl" "$2.safetensors" "$1.jsonl" "$1.safetensors" "$3" --losses-only
+    check "$1 differs from $2" /usr/bin/python3 - "$1.jsonl" "$2.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
+assert a != b, "int8 storage gave the fp32 losses bit for bit: nothing was compressed"
+PY
+}
+if ran q_fp32 1 "${long[@]}"; then
+    none=$(acts q_fp32)
+    for m in "int8|" "int8_sel|--plugin.ac=selective" "int8_full2|--plugin.ac=full --plugin.ac_every=2"; do
+        name=q_${m%%|*}
+        # shellcheck disable=SC2086
+        ran "$name" 1 "${long[@]}" --plugin.act_compress=int8 ${m#*|} || continue
+        near "$name" q_fp32 1e-4
+        got=$(acts "$name")
+        check "$name activations $got < $none" test "$got" -lt "$none"
+    done
+fi
+q8=(--plugin.act_compress=int8)
+if true; then
+    ran q_tp2_sg 2 "${q8[@]}" --plugin.tp_size=2 --plugin.sp_mode=split_gather && near q_tp2_sg ref 1e-3
+    ran q_sp2 2 "${q8[@]}" --plugin.sp_size=2 --plugin.ac=selective && near q_sp2 ref 1e-3
+    ran q_dp2_zero3 2 "${q8[@]}" --plugin.type=zero3 && near q_dp2_zero3 ref 1e-3
+    ran q_pp2_zbh1 2 "${q8[@]}" --plugin.pp_size=2 --plugin.pp_schedule=zbh1 \
+        --plugin.microbatches=4 --plugin.ac=full --plugin.ac_every=2 && near q_pp2_zbh1 ref 1e-3
+    ran q_pp2_bf16 2 "${q8[@]}" --plugin.pp_size=2 --plugin.precision=bf16 --plugin.microbatches=2 \
+        && check "q_pp2_bf16 near one_bf16" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
+            one_bf16.jsonl one_bf16.safetensors q_pp2_bf16.jsonl q_pp2_bf16.safetensors 1e-3 --losses-only
+fi
+check "int8 with nothing to compress is refused" /bin/bash -c "! timeout 60 mpirun \
+    --oversubscribe -np 2 '$dtrain' train ${base[*]} --plugin.ac=full --plugin.act_compress=int8 \
+    > bad.out 2> bad.err && [ \$(grep -c 'error:.*act_compress=int8 has nothing to compress' bad.err) -eq 2 ]"
 finish
