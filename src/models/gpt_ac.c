@@ -22,6 +22,9 @@
  */
 #include "models/gpt_impl.h"
 
+#include <stddef.h>
+#include <string.h>
+
 #include "kernels/quant.h"
 
 /* the fields of a dt_block_acts a slot or the shared set holds */
@@ -100,25 +103,36 @@ static q8_shape q8_shape_of(const dt_gpt *g, unsigned bit, int64_t N) {
     }
 }
 
-static const unsigned Q8_BITS[5] = {F_QKV, F_ATT, F_X2, F_H, F_U};
+/* The int8-stored tensors: their field bit, their payload and their fp32 view, by name. */
+static const struct {
+    unsigned bit;
+    size_t q8, acts; /* offsets in dt_gpt_q8_acts and dt_block_acts */
+} STORED[] = {
+    {F_QKV, offsetof(dt_gpt_q8_acts, qkv), offsetof(dt_block_acts, qkv)},
+    {F_ATT, offsetof(dt_gpt_q8_acts, att), offsetof(dt_block_acts, att)},
+    {F_X2, offsetof(dt_gpt_q8_acts, x2), offsetof(dt_block_acts, x2)},
+    {F_H, offsetof(dt_gpt_q8_acts, h), offsetof(dt_block_acts, h)},
+    {F_U, offsetof(dt_gpt_q8_acts, u), offsetof(dt_block_acts, u)},
+};
+enum { N_STORED = sizeof STORED / sizeof STORED[0] };
 
 static dt_gpt_q8 *q8_field(dt_gpt_q8_acts *q, int i) {
-    dt_gpt_q8 *f[5] = {&q->qkv, &q->att, &q->x2, &q->h, &q->u};
-    return f[i];
+    return (dt_gpt_q8 *)((char *)q + STORED[i].q8);
 }
 
-static float *acts_field(dt_block_acts *a, int i) {
-    float *f[5] = {a->qkv, a->att, a->x2, a->h, a->u};
-    return f[i];
+static float *acts_field(const dt_block_acts *a, int i) {
+    float *p;
+    memcpy(&p, (const char *)a + STORED[i].acts, sizeof p);
+    return p;
 }
 
 /* int8 payload [rows, cols] and [rows] scales of each stored tensor, for the largest batch */
 static void carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
     bool llama = g->dims.kind == DT_BLOCK_LLAMA;
-    for (int i = 0; i < 5; i++) {
-        if (!(f & Q8_BITS[i]) || (Q8_BITS[i] == F_U && !llama))
+    for (int i = 0; i < N_STORED; i++) {
+        if (!(f & STORED[i].bit) || (STORED[i].bit == F_U && !llama))
             continue;
-        q8_shape sh = q8_shape_of(g, Q8_BITS[i], (int64_t)g->B * g->T);
+        q8_shape sh = q8_shape_of(g, STORED[i].bit, (int64_t)g->B * g->T);
         dt_gpt_q8 *t = q8_field(q, i);
         t->q = dt_gpt_carve(cv, (size_t)(sh.rows * sh.cols));
         t->scale = dt_gpt_carve(cv, (size_t)sh.rows * sizeof(float));
@@ -214,11 +228,11 @@ static dt_gpt_q8_acts *q8_of(const dt_gpt *g, int slot, int l) {
 /* The int8-stored tensors of the view a, to (store) or from the slot's payloads. */
 static void int8_move(dt_gpt *g, int slot, int l, int N, dt_block_acts *a, bool store) {
     dt_gpt_q8_acts *q = q8_of(g, slot, l);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < N_STORED; i++) {
         dt_gpt_q8 *t = q8_field(q, i);
         if (!t->q)
             continue;
-        q8_shape sh = q8_shape_of(g, Q8_BITS[i], N);
+        q8_shape sh = q8_shape_of(g, STORED[i].bit, N);
         if (store)
             dt_quant_int8_rows(t->q, t->scale, acts_field(a, i), sh.rows, sh.cols);
         else
