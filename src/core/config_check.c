@@ -185,12 +185,6 @@ static void check_plugin(const dt_config *c, problems *p) {
         problem(p, false, "plugin.initial_scale=%g must be between 1 and 2^32 (4294967296)",
                 (double)g->initial_scale);
 
-    if (g->ac != DT_AC_NONE)
-        problem(p, true, "plugin.ac=%s is not available yet", dt_ac_mode_name(g->ac));
-
-    if (g->act_compress != DT_ACT_COMPRESS_NONE)
-        problem(p, true, "plugin.act_compress=int8 is not available yet");
-
     if (g->offload != DT_OFFLOAD_NONE)
         problem(p, true, "plugin.offload=disk is not available yet");
 
@@ -215,6 +209,18 @@ static void check_plugin(const dt_config *c, problems *p) {
     }
 }
 
+/* int8 storage compresses what the blocks keep for backward: under ac=full with every block
+ * checkpointed they keep nothing but their inputs, which stay fp32 */
+static void check_act_memory(const dt_config *c, problems *p) {
+    const dt_plugin_config *g = &c->plugin;
+    if (g->act_compress == DT_ACT_COMPRESS_INT8 && g->ac == DT_AC_FULL &&
+        (g->ac_every == 1 || c->model.n_layer == 1))
+        problem(p, false, "plugin.act_compress=int8 has nothing to compress under plugin.ac=full "
+                "with plugin.ac_every=%d and model.n_layer=%d (every block keeps only its "
+                "fp32 input); use ac_every >= 2, ac=selective, or act_compress=none",
+                g->ac_every, c->model.n_layer);
+}
+
 static void check_checkpoint(const dt_config *c, problems *p) {
     const dt_checkpoint_config *k = &c->checkpoint;
     NONNEG(p, checkpoint, every);
@@ -234,6 +240,7 @@ dt_status dt_config_validate(const dt_config *c) {
     check_train(c, &p);
     check_optim(c, &p);
     check_plugin(c, &p);
+    check_act_memory(c, &p);
     check_checkpoint(c, &p);
     if (!p.n_arg && !p.n_unsupported)
         return DT_OK;

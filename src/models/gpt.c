@@ -207,30 +207,6 @@ void dt_gpt_drop_saved(dt_gpt *g) {
 
 /* ---- activation and scratch arenas ----------------------------------------------------- */
 
-typedef struct carver {
-    char *base;
-    size_t used;
-} carver;
-
-/* Hands out 64-byte aligned pieces; with base == NULL it only measures. */
-static void *carve(carver *cv, size_t bytes) {
-    void *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += (bytes + 63) & ~(size_t)63;
-    return p;
-}
-
-/* Row counts of the largest micro-batch: all tokens, inside the tp region, in the residual. */
-typedef struct rows_of {
-    size_t N, Nt, Nr;
-} rows_of;
-
-static rows_of rows_max(const dt_gpt *g) {
-    int N = g->B * g->T;
-    return (rows_of){.N = (size_t)N, .Nt = (size_t)dt_block_rows_tp(&g->par, N),
-                     .Nr = (size_t)dt_block_rows_res(&g->par, N)};
-}
-
-static bool holds_block(const dt_gpt *g, int l) { return g->unit_local[l + 1] >= 0; }
 static bool holds_final(const dt_gpt *g) { return g->unit_local[g->cfg.n_layer + 1] >= 0; }
 
 /* Residual positions a slot keeps: each held block's input and output, the embedding's
@@ -240,7 +216,7 @@ static void plan_positions(dt_gpt *g) {
     for (int l = 0; l <= L; l++)
         g->pos_index[l] = -1;
     for (int l = 0; l < L; l++)
-        if (holds_block(g, l))
+        if (dt_gpt_holds_block(g, l))
             g->pos_index[l] = g->pos_index[l + 1] = 0;
     if (g->unit_local[0] >= 0)
         g->pos_index[0] = 0;
@@ -252,110 +228,67 @@ static void plan_positions(dt_gpt *g) {
             g->pos_index[l] = g->n_pos++;
 }
 
-/* One (slot, block)'s saved set. */
-static void carve_block(dt_gpt *g, carver *cv, size_t slot, int l, dt_bf16 *ln_lp) {
-    const dt_block_dims *d = &g->dims;
-    rows_of r = rows_max(g);
-    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
-    size_t heads = (size_t)d->NH / g->par.sp->size;
-    int L = g->cfg.n_layer;
+static void carve_acts(dt_gpt *g, dt_carver *cv) {
+    dt_gpt_rows r = dt_gpt_rows_max(g);
+    size_t C = g->dims.C, S = (size_t)g->n_slots, f4 = sizeof(float);
     bool lp = g->ctx.mm_type != DT_F32;
-    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    dt_block_acts *a = &g->acts[slot * L + l];
-    a->ln1_mean = carve(cv, r.Nr * f4);
-    a->ln1_rstd = carve(cv, r.Nr * f4);
-    a->qkv = carve(cv, r.Nt * W * f4);
-    a->att = carve(cv, r.Nt * A * f4);
-    a->lse = carve(cv, r.N * heads * f4);
-    a->x2 = carve(cv, r.Nr * C * f4);
-    a->ln2_mean = carve(cv, r.Nr * f4);
-    a->ln2_rstd = carve(cv, r.Nr * f4);
-    a->h = carve(cv, r.Nt * F * f4);
-    a->u = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-    a->ln1_lp = a->ln2_lp = ln_lp;
-    a->att_lp = lp ? carve(cv, r.Nt * A * h2) : NULL;
-    a->g_lp = lp ? carve(cv, r.Nt * F * h2) : NULL;
-    if (!g->wgrad)
-        return;
-    dt_block_wgrad *w = &g->wgrad[slot * L + l];
-    w->dqkv = carve(cv, r.Nt * W * f4);
-    w->dproj = carve(cv, r.Nt * C * f4);
-    w->dh = carve(cv, r.Nt * F * f4);
-    w->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-    w->ddown = carve(cv, r.Nt * C * f4);
-}
-
-static void carve_acts(dt_gpt *g, carver *cv) {
-    rows_of r = rows_max(g);
-    size_t C = g->dims.C, S = (size_t)g->n_slots;
-    int L = g->cfg.n_layer;
-    bool lp = g->ctx.mm_type != DT_F32;
-    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    g->res = carve(cv, S * g->n_pos * r.Nr * C * f4);
-    dt_bf16 *ln_lp = lp ? carve(cv, r.Nt * C * h2) : NULL; /* rebuilt in backward: shared */
-    for (size_t slot = 0; slot < S; slot++)
-        for (int l = 0; l < L; l++) {
-            if (!holds_block(g, l))
-                continue;
-            size_t at = cv->used;
-            carve_block(g, cv, slot, l, ln_lp);
-            g->saved_bytes[slot * L + l] = cv->used - at + r.Nr * C * f4; /* + its input */
-        }
+    g->res = dt_gpt_carve(cv, S * g->n_pos * r.Nr * C * f4);
+    dt_gpt_carve_block_acts(g, cv);
     if (!holds_final(g))
         return;
-    g->lnf_mean = carve(cv, S * r.Nr * f4);
-    g->lnf_rstd = carve(cv, S * r.Nr * f4);
-    g->lnf_out = carve(cv, r.Nr * C * f4);
-    g->lnf_lp = lp ? carve(cv, r.Nt * C * h2) : NULL;
-    g->losses = carve(cv, r.Nt * f4);
+    g->lnf_mean = dt_gpt_carve(cv, S * r.Nr * f4);
+    g->lnf_rstd = dt_gpt_carve(cv, S * r.Nr * f4);
+    g->lnf_out = dt_gpt_carve(cv, r.Nr * C * f4);
+    g->lnf_lp = lp ? dt_gpt_carve(cv, r.Nt * C * sizeof(dt_bf16)) : NULL;
+    g->losses = dt_gpt_carve(cv, r.Nt * f4);
 }
 
-static void carve_scratch(dt_gpt *g, carver *cv) {
+static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     const dt_block_dims *d = &g->dims;
-    rows_of r = rows_max(g);
+    dt_gpt_rows r = dt_gpt_rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
     size_t f4 = sizeof(float), S = (size_t)g->n_slots;
     bool lp = g->ctx.mm_type != DT_F32;
     if (dt_gpt_head_unit(g) >= 0) {
         size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
-        g->head.logits = carve(cv, chunk * V * f4);
-        g->head.logits_lp = lp ? carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
-        g->head.stats = carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
+        g->head.logits = dt_gpt_carve(cv, chunk * V * f4);
+        g->head.logits_lp = lp ? dt_gpt_carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
+        g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
     }
     dt_block_scratch *s = &g->scratch;
-    s->ln = carve(cv, r.Nr * C * f4);
-    s->ln_full = carve(cv, r.Nt * C * f4);
-    s->qkv_rows = carve(cv, r.Nt * W * f4);
-    s->packed = carve(cv, r.Nt * W * f4);
-    s->att_heads = carve(cv, r.Nt * A * f4);
-    s->part = carve(cv, r.Nt * C * f4);
-    s->g = carve(cv, r.Nt * F * f4);
-    s->work = carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
+    s->ln = dt_gpt_carve(cv, r.Nr * C * f4);
+    s->ln_full = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->qkv_rows = dt_gpt_carve(cv, r.Nt * W * f4);
+    s->packed = dt_gpt_carve(cv, r.Nt * W * f4);
+    s->att_heads = dt_gpt_carve(cv, r.Nt * A * f4);
+    s->part = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->g = dt_gpt_carve(cv, r.Nt * F * f4);
+    s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
     if (!g->training)
         return;
-    s->dln = carve(cv, r.Nr * C * f4);
-    s->dln_full = carve(cv, r.Nt * C * f4);
-    s->dqkv_heads = carve(cv, r.Nt * W * f4);
-    s->datt = carve(cv, r.Nt * A * f4);
-    s->datt_heads = carve(cv, r.Nt * A * f4);
-    s->dh = carve(cv, r.Nt * F * f4);
-    s->du = d->kind == DT_BLOCK_LLAMA ? carve(cv, r.Nt * F * f4) : NULL;
-    s->dg = carve(cv, r.Nt * F * f4);
-    s->pgrad = carve(cv, 6 * C * f4);
+    s->dln = dt_gpt_carve(cv, r.Nr * C * f4);
+    s->dln_full = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->dqkv_heads = dt_gpt_carve(cv, r.Nt * W * f4);
+    s->datt = dt_gpt_carve(cv, r.Nt * A * f4);
+    s->datt_heads = dt_gpt_carve(cv, r.Nt * A * f4);
+    s->dh = dt_gpt_carve(cv, r.Nt * F * f4);
+    s->du = d->kind == DT_BLOCK_LLAMA ? dt_gpt_carve(cv, r.Nt * F * f4) : NULL;
+    s->dg = dt_gpt_carve(cv, r.Nt * F * f4);
+    s->pgrad = dt_gpt_carve(cv, 6 * C * f4);
     size_t widest = C > W ? C : W;
     widest = widest > F ? widest : F;
-    s->dy_lp = lp ? carve(cv, r.Nt * widest * sizeof(dt_bf16)) : NULL;
-    g->dres = carve(cv, S * r.Nr * C * f4);
-    g->dlnf = holds_final(g) ? carve(cv, S * r.Nr * C * f4) : NULL;
-    g->dpos = g->cfg.arch == DT_ARCH_GPT2 ? carve(cv, (size_t)g->T * C * f4) : NULL;
+    s->dy_lp = lp ? dt_gpt_carve(cv, r.Nt * widest * sizeof(dt_bf16)) : NULL;
+    g->dres = dt_gpt_carve(cv, S * r.Nr * C * f4);
+    g->dlnf = holds_final(g) ? dt_gpt_carve(cv, S * r.Nr * C * f4) : NULL;
+    g->dpos = g->cfg.arch == DT_ARCH_GPT2 ? dt_gpt_carve(cv, (size_t)g->T * C * f4) : NULL;
 }
 
 static dt_status alloc_carved(dt_gpt *g, dt_mem_cat cat, const char *name,
-                              void (*layout)(dt_gpt *, carver *), void **arena) {
-    carver measure = {0};
+                              void (*layout)(dt_gpt *, dt_carver *), void **arena) {
+    dt_carver measure = {0};
     layout(g, &measure);
     DT_TRY(dt_mem_alloc(g->mem, cat, name, measure.used, arena));
-    carver real = {.base = *arena};
+    dt_carver real = {.base = *arena};
     layout(g, &real);
     return DT_OK;
 }
@@ -427,6 +360,14 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->acts = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->acts);
     g->saved_bytes = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->saved_bytes);
     g->saved_live = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->saved_live);
+    g->ac = o->ac;
+    g->ac_every = o->ac_every > 0 ? o->ac_every : 1;
+    g->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
+    if (g->compress &&
+        !(g->q8 = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->q8))) {
+        st = dt_err_set(DT_ERR_OOM, "model: out of memory");
+        goto fail;
+    }
     if (o->split_backward && training) {
         g->wgrad = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->wgrad);
         if (!g->wgrad) {
@@ -451,7 +392,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
         dt_gpt_bind_unit(g, u, g->w ? g->w + first : NULL, g->g ? g->g + first : NULL,
                          g->w_lp ? g->w_lp + first : NULL);
     }
-    g->head.chunk = dt_lm_head_chunk_rows((int)g->vocab_rows, (int)rows_max(g).Nt);
+    g->head.chunk = dt_lm_head_chunk_rows((int)g->vocab_rows, (int)dt_gpt_rows_max(g).Nt);
     g->head.vocab_size = cfg->vocab_size; /* rows past it are padding, never predicted */
     g->head.vocab_first = (int)(g->par.tp->rank * g->vocab_rows);
     g->head.tp = g->par.tp;
@@ -491,6 +432,7 @@ void dt_gpt_free(dt_gpt *g) {
     free(g->acts);
     free(g->saved_bytes);
     free(g->saved_live);
+    free(g->q8);
     free(g->wgrad);
     free(g->blocks);
     if (g->full != g->params)
@@ -531,10 +473,6 @@ static dt_status check_shape(const dt_gpt *g, int B, int T) {
     return DT_OK;
 }
 
-static dt_rope_cache rope_of(const dt_gpt *g) {
-    return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
-}
-
 /* Where this rank's rows start in the flattened [B*T] batch: inside the tp region (t0) and
  * in the residual stream (r0). */
 static void row_starts(const dt_gpt *g, int N, int64_t *t0, int64_t *r0) {
@@ -553,10 +491,6 @@ static float *res_at(const dt_gpt *g, int slot, int l, int N) {
 
 static float *dres_of(const dt_gpt *g, int slot, int N) {
     return g->dres + (size_t)slot * res_rows(g, N) * g->cfg.n_embd;
-}
-
-static dt_block_acts *acts_of(const dt_gpt *g, int slot, int l) {
-    return &g->acts[(size_t)slot * g->cfg.n_layer + l];
 }
 
 static dt_region_shape tp_shape(const dt_gpt *g, int N) {
@@ -619,13 +553,11 @@ dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_
         DT_TRY(embed_forward(g, tokens, N, T, res_at(g, slot, 0, N)));
         DT_TRY(leave(g, lu[0], DT_PHASE_FORWARD));
     }
-    dt_rope_cache rope = rope_of(g);
     for (int u = u0 > 1 ? u0 : 1; u < u1 && u <= L; u++) {
         int l = u - 1;
         DT_TRY(enter(g, lu[u], DT_PHASE_FORWARD));
-        DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
-                                res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
-                                res_at(g, slot, l + 1, N)));
+        DT_TRY(dt_gpt_block_forward(g, slot, l, res_at(g, slot, l, N), B, T,
+                                    res_at(g, slot, l + 1, N)));
         mark_saved(g, slot, l, true);
         DT_TRY(leave(g, lu[u], DT_PHASE_FORWARD));
     }
@@ -717,14 +649,11 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
         DT_TRY(final_norm_backward(g, slot, N, dres));
         DT_TRY(leave(g, lu[L + 1], DT_PHASE_BACKWARD));
     }
-    dt_rope_cache rope = rope_of(g);
     for (int u = (u1 <= L ? u1 - 1 : L); u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(g, lu[u], DT_PHASE_BACKWARD));
         dt_block_wgrad *wg = split ? &g->wgrad[(size_t)slot * L + l] : NULL;
-        DT_TRY(dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope,
-                                 res_at(g, slot, l, N), B, T, acts_of(g, slot, l), &g->scratch,
-                                 wg, dres));
+        DT_TRY(dt_gpt_block_backward(g, slot, l, res_at(g, slot, l, N), B, T, wg, dres));
         if (!split)
             mark_saved(g, slot, l, false);
         DT_TRY(leave(g, lu[u], DT_PHASE_BACKWARD));
@@ -749,9 +678,8 @@ dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T)
     for (int u = (u1 <= L ? u1 - 1 : L); u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(g, g->unit_local[u], DT_PHASE_WEIGHTS));
-        DT_TRY(dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l],
-                                        res_at(g, slot, l, N), B, T, acts_of(g, slot, l),
-                                        &g->scratch, &g->wgrad[(size_t)slot * L + l]));
+        DT_TRY(dt_gpt_block_weights(g, slot, l, res_at(g, slot, l, N), B, T,
+                                    &g->wgrad[(size_t)slot * L + l]));
         mark_saved(g, slot, l, false);
         DT_TRY(leave(g, g->unit_local[u], DT_PHASE_WEIGHTS));
     }

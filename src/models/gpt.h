@@ -45,6 +45,12 @@ typedef struct dt_gpt_opts {
     int n_slots;
     dt_comm *pp;
     bool split_backward; /* keep what dt_gpt_weight_units needs, per slot (zero-bubble) */
+    /* Activation memory (models/gpt_ac.c): checkpointing of block l when l % ac_every == 0
+     * (0 = 1), and int8 storage of the saved tensors. Gradients stay bit-identical to
+     * DT_AC_NONE; int8 storage approximates them. */
+    dt_ac_mode ac;
+    int ac_every;
+    dt_act_compress act_compress;
 } dt_gpt_opts;
 
 /* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error

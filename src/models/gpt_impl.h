@@ -8,6 +8,17 @@
 #include "nn/block.h"
 #include "nn/lm_head.h"
 
+/* An int8 copy of one saved [rows, cols] tensor: the bytes and one fp32 scale per row. */
+typedef struct dt_gpt_q8 {
+    int8_t *q;
+    float *scale;
+} dt_gpt_q8;
+
+/* A block's saved tensors stored as int8 (act_compress = int8), per slot; q NULL: not kept. */
+typedef struct dt_gpt_q8_acts {
+    dt_gpt_q8 qkv, att, x2, h, u; /* shapes as in dt_block_acts */
+} dt_gpt_q8_acts;
+
 struct dt_gpt {
     dt_model_config cfg;
     dt_block_dims dims; /* local widths (this tp rank's heads and MLP columns) */
@@ -57,6 +68,13 @@ struct dt_gpt {
     float *dres, *dlnf;           /* [slot][Nr, C]: gradient of the residual / final norm out */
     float *lnf_out, *losses;      /* shared */
     dt_bf16 *lnf_lp;
+    /* activation checkpointing and int8 storage (gpt_ac.c) */
+    dt_ac_mode ac;
+    int ac_every;
+    bool compress;
+    dt_block_acts shared;   /* one set of recompute / restore buffers, fields as needed */
+    float *ac_out;          /* [Nr, C] a rerun forward's output (discarded) */
+    dt_gpt_q8_acts *q8;     /* [slot][L] with act_compress, else NULL */
     void *act_arena;
     /* transients, and the backward's */
     dt_block_scratch scratch;
@@ -67,6 +85,44 @@ struct dt_gpt {
     size_t *saved_bytes;
     bool *saved_live;
 };
+
+/* Hands out 64-byte aligned pieces of an arena; with base == NULL it only measures. */
+typedef struct dt_carver {
+    char *base;
+    size_t used;
+} dt_carver;
+
+static inline void *dt_gpt_carve(dt_carver *cv, size_t bytes) {
+    void *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+
+/* Row counts of the largest micro-batch: all tokens, inside the tp region, in the residual. */
+typedef struct dt_gpt_rows {
+    size_t N, Nt, Nr;
+} dt_gpt_rows;
+
+static inline dt_gpt_rows dt_gpt_rows_max(const dt_gpt *g) {
+    int N = g->B * g->T;
+    return (dt_gpt_rows){.N = (size_t)N, .Nt = (size_t)dt_block_rows_tp(&g->par, N),
+                         .Nr = (size_t)dt_block_rows_res(&g->par, N)};
+}
+
+static inline bool dt_gpt_holds_block(const dt_gpt *g, int l) { return g->unit_local[l + 1] >= 0; }
+
+/* Activations of the held blocks, per slot, and the shared recompute / restore set: carved
+ * into the "activations" arena (gpt_ac.c). */
+void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv);
+/* One held block of a slot, by the checkpointing and storage modes (gpt_ac.c): forward from
+ * x into out; backward (wg: split backward's input pass) accumulating into dres; the split
+ * backward's weight pass. Same contracts as dt_block_forward/backward/weight_backward. */
+dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                               float *out);
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                                dt_block_wgrad *wg, float *dres);
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                               dt_block_wgrad *wg);
 
 /* The full (single-process) table in HuggingFace order, then this rank's local table: the
  * units in `held` (NULL: all), each tensor its tp shard (gpt_tables.c). */

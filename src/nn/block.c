@@ -154,12 +154,25 @@ static dt_status leave_add(const dt_block_dims *d, const dt_block_par *p, const 
     return DT_OK;
 }
 
+/* the attention core on the saved q|k|v: a->lse, s->att_heads, then a->att in row layout */
+static dt_status attention_core(const dt_block_dims *d, const dt_block_par *p, int B, int T,
+                                dt_block_acts *a, dt_block_scratch *s) {
+    int N = B * T, Nt = dt_block_rows_tp(p, N);
+    int64_t A = (int64_t)d->NH * d->hs;
+    dt_attn_shape as = attn_shape(d, p, B, T);
+    const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
+    dt_attention_forward(&as, s->att_heads, a->lse, q, k, v);
+    zero(a->att, (int64_t)Nt * A); /* heads -> rows is the all-to-all's adjoint (accumulates) */
+    return region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->att_heads, a->att,
+                      s->work);
+}
+
 static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, const dt_block *blk,
                                    const dt_rope_cache *rope, const float *x, int B, int T,
                                    dt_block_acts *a, dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
-    int64_t W = dt_block_qkv_width(d), A = (int64_t)d->NH * d->hs;
+    int64_t W = dt_block_qkv_width(d);
     DT_TRY(norm_enter(d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
     DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, s->qkv_rows));
     regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
@@ -167,11 +180,7 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                       s->work));
     dt_attn_shape as = attn_shape(d, p, B, T);
     rope_apply(&as, rope, a->qkv, false);
-    const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
-    dt_attention_forward(&as, s->att_heads, a->lse, q, k, v);
-    zero(a->att, (int64_t)Nt * A); /* heads -> rows is the all-to-all's adjoint (accumulates) */
-    DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->att_heads, a->att,
-                      s->work));
+    DT_TRY(attention_core(d, p, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);
     DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, s->part));
     return leave_add(d, p, blk->proj.b, x, N, s, a->x2);
@@ -200,6 +209,37 @@ dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const d
                            int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out) {
     DT_TRY(attention_forward(ctx, d, p, blk, rope, x, B, T, a, s));
     return mlp_forward(ctx, d, p, blk, B * T, a, s, out);
+}
+
+/* ---- rebuilding what was not kept ------------------------------------------------------- */
+
+/* The same kernels on the same inputs as the forward, so the results are the forward's bits:
+ * dt_linear_forward's 16-bit copy is dt_cast_f32_to_lp of its input, as here. */
+void dt_block_rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                             int N, dt_block_acts *a) {
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, a->att_lp, a->att,
+                          (int64_t)dt_block_rows_tp(p, N) * d->NH * d->hs);
+}
+
+dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                   const dt_block_par *p, int B, int T, dt_block_acts *a,
+                                   dt_block_scratch *s) {
+    DT_TRY(attention_core(d, p, B, T, a, s));
+    dt_block_rebuild_att_lp(ctx, d, p, B * T, a);
+    return DT_OK;
+}
+
+void dt_block_rebuild_mlp_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                             int N, dt_block_acts *a, dt_block_scratch *s) {
+    if (ctx->mm_type == DT_F32)
+        return;
+    int64_t nf = (int64_t)dt_block_rows_tp(p, N) * d->F;
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward(s->g, a->h, nf);
+    else
+        dt_swiglu_forward(s->g, a->h, a->u, nf);
+    dt_cast_f32_to_lp(ctx->mm_type, a->g_lp, s->g, nf);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */

@@ -135,6 +135,20 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    int B, int T, const dt_block_acts *a, dt_block_scratch *s,
                                    const dt_block_wgrad *wg);
 
+/* Rebuilding what selective checkpointing (or restoring compressed activations) did not
+ * keep, before a backward or weight pass, bit for bit as the forward made it:
+ * rerun_attention: from a->qkv (saved, after RoPE) the attention core again into a->lse and,
+ * back in row layout, a->att (and a->att_lp in bf16 mode); collective over sp (all-to-all).
+ * rebuild_mlp_lp: in bf16 mode a->g_lp from a->h (and a->u); nothing in fp32 mode. */
+dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                   const dt_block_par *p, int B, int T, dt_block_acts *a,
+                                   dt_block_scratch *s);
+void dt_block_rebuild_mlp_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                             int N, dt_block_acts *a, dt_block_scratch *s);
+/* in bf16 mode a->att_lp from a->att (restored); nothing in fp32 mode */
+void dt_block_rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                             int N, dt_block_acts *a);
+
 /* The block's norm (LayerNorm for GPT-2, RMSNorm for Llama), shared with the final norm.
  * Backward accumulates into dx and the norm's weight gradients. */
 void dt_block_norm_forward(dt_block_kind kind, const dt_norm_params *p, const float *x, int N,

@@ -192,7 +192,9 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
                          .overlap = b->plugin.overlap,
                          .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len,
                          .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
-                         .sequence_tp = sequence_tp(b)};
+                         .sequence_tp = sequence_tp(b), .ac = b->plugin.ac,
+                         .ac_every = b->plugin.ac_every,
+                         .act_compress = b->plugin.act_compress};
     bool held[DT_MAX_CHUNKS + 2];
     if (pipelined(b)) {
         dt_comm *pp = b->mesh->axis[DT_AXIS_PP];

@@ -330,7 +330,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                       .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
                       .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp,
                       .units = o->units, .n_slots = o->n_slots, .pp = o->pp,
-                      .split_backward = o->split_backward};
+                      .split_backward = o->split_backward, .ac = o->ac,
+                      .ac_every = o->ac_every, .act_compress = o->act_compress};
     DT_TRY_GOTO(dt_gpt_init(mc, &go, mem, &e->model));
     e->n_units = dt_gpt_n_units(e->model);
     e->n_total = dt_gpt_numel(e->model);

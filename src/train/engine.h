@@ -46,6 +46,9 @@ typedef struct dt_engine_opts {
     dt_comm *pp, *tied;
     bool split_backward; /* zero-bubble schedules (W actions); with ZeRO 2/3 the gradients
                           * are then kept whole over the step (see engine.c) */
+    dt_ac_mode ac;       /* activation checkpointing and storage, see dt_gpt_opts */
+    int ac_every;
+    dt_act_compress act_compress;
 } dt_engine_opts;
 
 /* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */

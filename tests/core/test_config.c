@@ -363,6 +363,27 @@ static void test_validate(void) {
     DT_CHECK_OK(dt_config_validate(&c));
 }
 
+/* plugin.ac / ac_every / act_compress: int8 with nothing left to compress is refused */
+static void test_validate_act_memory(void) {
+    BAD(DT_ERR_ARG, "plugin.act_compress=int8 has nothing to compress under plugin.ac=full "
+        "with plugin.ac_every=1", "plugin.ac=full", "plugin.act_compress=int8");
+    BAD(DT_ERR_ARG, "plugin.ac_every=2 and model.n_layer=1", "plugin.ac=full",
+        "plugin.ac_every=2", "model.n_layer=1", "plugin.act_compress=int8");
+    BAD(DT_ERR_ARG, "plugin.ac_every=0 must be >= 1", "plugin.ac=full", "plugin.ac_every=0");
+    const char *const good[][3] = {
+        {"plugin.ac=full", "plugin.ac_every=2", "plugin.act_compress=int8"},
+        {"plugin.ac=selective", "plugin.act_compress=int8", NULL},
+        {"plugin.ac=full", NULL, NULL},
+        {"plugin.act_compress=int8", NULL, NULL}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        dt_config c;
+        dt_config_defaults(&c);
+        for (int k = 0; k < 3 && good[i][k]; k++)
+            DT_CHECK_OK(dt_config_set(&c, good[i][k]));
+        DT_CHECK_OK(dt_config_validate(&c));
+    }
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_defaults();
@@ -372,5 +393,6 @@ int main(int argc, char **argv) {
     test_parse_errors();
     test_overrides();
     test_validate();
+    test_validate_act_memory();
     return DT_TEST_END();
 }

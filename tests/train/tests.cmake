@@ -71,3 +71,10 @@ endforeach()
 add_test(NAME train/mem_timeline
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/mem_timeline.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/mem_timeline PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# Activation checkpointing gives the same bits as without it, in every layout, with less memory.
+foreach(arch gpt2 llama)
+  add_test(NAME train/ac_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/ac_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/ac_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+endforeach()

@@ -1,0 +1,295 @@
+/* What each block keeps for its backward, and how the rest is rebuilt (plugin.ac).
+ *
+ * Block l is checkpointed when l % ac_every == 0. Per slot, a block keeps:
+ *   ac none, or not checkpointed   every tensor of dt_block_acts
+ *   ac full                        nothing but its input (a residual position, kept anyway):
+ *                                  its forward writes into the model's one shared set and is
+ *                                  rerun there right before its backward (and its W pass)
+ *   ac selective                   all but the attention core's output (att, lse) and the
+ *                                  bf16 copies att_lp, g_lp: rerun from the saved q|k|v (and
+ *                                  rebuilt from h, u) into the shared set before backward
+ * A field a slot does not keep points into the shared set (g->shared), so the forward, the
+ * reruns and the backward all see one complete dt_block_acts. The reruns are the forward's
+ * own kernels on the same inputs, thread count and collectives, so gradients are the same
+ * bits as without checkpointing.
+ *
+ * With act_compress = int8 a slot keeps the fp32 tensors qkv, att, x2, h, u (those its mode
+ * keeps) as int8 rows with one scale each (kernels/quant.h): the forward writes them into the
+ * shared set, which is quantised when the block's forward is done (x2 is read by the block
+ * itself), and restored there before the block's backward and W pass; the bf16 copies are
+ * then rebuilt from the restored values. Norm statistics, lse and the residual positions
+ * stay fp32. Single-threaded control, like the rest of the model.
+ */
+#include "models/gpt_impl.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+
+/* the fields of a dt_block_acts a slot or the shared set holds */
+enum {
+    F_LN = 1 << 0, /* ln1/ln2 mean and rstd */
+    F_QKV = 1 << 1,
+    F_ATT = 1 << 2,
+    F_LSE = 1 << 3,
+    F_X2 = 1 << 4,
+    F_H = 1 << 5,
+    F_U = 1 << 6,      /* Llama */
+    F_ATT_LP = 1 << 7, /* bf16 */
+    F_G_LP = 1 << 8,   /* bf16 */
+    F_ALL = (1 << 9) - 1,
+    F_ATTN_OUT = F_ATT | F_LSE | F_ATT_LP | F_G_LP, /* what selective does not keep */
+    F_INT8 = F_QKV | F_ATT | F_X2 | F_H | F_U,      /* what act_compress stores as int8 */
+    F_RESTORED = F_INT8 | F_ATT_LP | F_G_LP,        /* not kept per slot under int8 */
+};
+
+typedef enum keep { KEEP_ALL, KEEP_NO_ATTN, KEEP_INPUT } keep;
+
+static keep keep_of(const dt_gpt *g, int l) {
+    if (g->ac == DT_AC_NONE || l % g->ac_every)
+        return KEEP_ALL;
+    return g->ac == DT_AC_FULL ? KEEP_INPUT : KEEP_NO_ATTN;
+}
+
+static bool holds_kept(const dt_gpt *g, keep k) {
+    for (int l = 0; l < g->cfg.n_layer; l++)
+        if (dt_gpt_holds_block(g, l) && keep_of(g, l) == k)
+            return true;
+    return false;
+}
+
+/* fields a slot keeps for a block, whatever their storage */
+static unsigned kept_fields(const dt_gpt *g, int l) {
+    switch (keep_of(g, l)) {
+    case KEEP_INPUT: return 0;
+    case KEEP_NO_ATTN: return F_ALL & ~F_ATTN_OUT;
+    default: return F_ALL;
+    }
+}
+
+/* ... of which these in fp32 / bf16 */
+static unsigned slot_fields(const dt_gpt *g, int l) {
+    return kept_fields(g, l) & (g->compress ? ~(unsigned)F_RESTORED : F_ALL);
+}
+
+/* fields of the shared set: everything when a held block reruns its whole forward; the
+ * attention output and bf16 copies when one reruns its attention; the restored tensors and
+ * bf16 copies when a held block stores int8 */
+static unsigned shared_fields(const dt_gpt *g) {
+    unsigned f = 0;
+    if (holds_kept(g, KEEP_INPUT))
+        f |= F_ALL;
+    if (holds_kept(g, KEEP_NO_ATTN))
+        f |= F_ATTN_OUT;
+    if (g->compress && (holds_kept(g, KEEP_ALL) || holds_kept(g, KEEP_NO_ATTN)))
+        f |= F_RESTORED;
+    return f;
+}
+
+/* [rows, cols] of the int8-stored tensors for a micro-batch of N tokens */
+typedef struct q8_shape {
+    int64_t rows, cols;
+} q8_shape;
+
+static q8_shape q8_shape_of(const dt_gpt *g, unsigned bit, int64_t N) {
+    const dt_block_dims *d = &g->dims;
+    int64_t Nt = dt_block_rows_tp(&g->par, (int)N), Nr = dt_block_rows_res(&g->par, (int)N);
+    switch (bit) {
+    case F_QKV: return (q8_shape){N, dt_block_qkv_width(d) / g->par.sp->size};
+    case F_ATT: return (q8_shape){Nt, (int64_t)d->NH * d->hs};
+    case F_X2: return (q8_shape){Nr, d->C};
+    default: return (q8_shape){Nt, d->F}; /* h, u */
+    }
+}
+
+/* The int8-stored tensors: their field bit, their payload and their fp32 view, by name. */
+static const struct {
+    unsigned bit;
+    size_t q8, acts; /* offsets in dt_gpt_q8_acts and dt_block_acts */
+} STORED[] = {
+    {F_QKV, offsetof(dt_gpt_q8_acts, qkv), offsetof(dt_block_acts, qkv)},
+    {F_ATT, offsetof(dt_gpt_q8_acts, att), offsetof(dt_block_acts, att)},
+    {F_X2, offsetof(dt_gpt_q8_acts, x2), offsetof(dt_block_acts, x2)},
+    {F_H, offsetof(dt_gpt_q8_acts, h), offsetof(dt_block_acts, h)},
+    {F_U, offsetof(dt_gpt_q8_acts, u), offsetof(dt_block_acts, u)},
+};
+enum { N_STORED = sizeof STORED / sizeof STORED[0] };
+
+static dt_gpt_q8 *q8_field(dt_gpt_q8_acts *q, int i) {
+    return (dt_gpt_q8 *)((char *)q + STORED[i].q8);
+}
+
+static float *acts_field(const dt_block_acts *a, int i) {
+    float *p;
+    memcpy(&p, (const char *)a + STORED[i].acts, sizeof p);
+    return p;
+}
+
+/* int8 payload [rows, cols] and [rows] scales of each stored tensor, for the largest batch */
+static void carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
+    bool llama = g->dims.kind == DT_BLOCK_LLAMA;
+    for (int i = 0; i < N_STORED; i++) {
+        if (!(f & STORED[i].bit) || (STORED[i].bit == F_U && !llama))
+            continue;
+        q8_shape sh = q8_shape_of(g, STORED[i].bit, (int64_t)g->B * g->T);
+        dt_gpt_q8 *t = q8_field(q, i);
+        t->q = dt_gpt_carve(cv, (size_t)(sh.rows * sh.cols));
+        t->scale = dt_gpt_carve(cv, (size_t)sh.rows * sizeof(float));
+    }
+}
+
+/* Carve the fields of `f` (sized for the largest micro-batch) in dt_block_acts order. */
+static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a) {
+    const dt_block_dims *d = &g->dims;
+    dt_gpt_rows r = dt_gpt_rows_max(g);
+    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
+    size_t heads = (size_t)d->NH / g->par.sp->size, f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    bool lp = g->ctx.mm_type != DT_F32, llama = d->kind == DT_BLOCK_LLAMA;
+#define PIECE(bit, n) ((f & (bit)) ? dt_gpt_carve(cv, (n)) : NULL)
+    a->ln1_mean = PIECE(F_LN, r.Nr * f4);
+    a->ln1_rstd = PIECE(F_LN, r.Nr * f4);
+    a->qkv = PIECE(F_QKV, r.Nt * W * f4);
+    a->att = PIECE(F_ATT, r.Nt * A * f4);
+    a->lse = PIECE(F_LSE, r.N * heads * f4);
+    a->x2 = PIECE(F_X2, r.Nr * C * f4);
+    a->ln2_mean = PIECE(F_LN, r.Nr * f4);
+    a->ln2_rstd = PIECE(F_LN, r.Nr * f4);
+    a->h = PIECE(F_H, r.Nt * F * f4);
+    a->u = llama ? PIECE(F_U, r.Nt * F * f4) : NULL;
+    a->att_lp = lp ? PIECE(F_ATT_LP, r.Nt * A * h2) : NULL;
+    a->g_lp = lp ? PIECE(F_G_LP, r.Nt * F * h2) : NULL;
+#undef PIECE
+}
+
+void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
+    const dt_block_dims *d = &g->dims;
+    dt_gpt_rows r = dt_gpt_rows_max(g);
+    size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), f4 = sizeof(float);
+    int L = g->cfg.n_layer;
+    /* the norm outputs' bf16 copies are rebuilt in backward: one buffer for all blocks */
+    dt_bf16 *ln_lp = g->ctx.mm_type != DT_F32 ? dt_gpt_carve(cv, r.Nt * C * sizeof(dt_bf16))
+                                              : NULL;
+    for (size_t slot = 0; slot < (size_t)g->n_slots; slot++)
+        for (int l = 0; l < L; l++) {
+            if (!dt_gpt_holds_block(g, l))
+                continue;
+            size_t at = cv->used;
+            dt_block_acts *a = &g->acts[slot * L + l];
+            carve_fields(g, cv, slot_fields(g, l), a);
+            a->ln1_lp = a->ln2_lp = ln_lp;
+            if (g->compress)
+                carve_q8(g, cv, kept_fields(g, l), &g->q8[slot * L + l]);
+            if (g->wgrad) {
+                dt_block_wgrad *w = &g->wgrad[slot * L + l];
+                w->dqkv = dt_gpt_carve(cv, r.Nt * W * f4);
+                w->dproj = dt_gpt_carve(cv, r.Nt * C * f4);
+                w->dh = dt_gpt_carve(cv, r.Nt * F * f4);
+                w->du = d->kind == DT_BLOCK_LLAMA ? dt_gpt_carve(cv, r.Nt * F * f4) : NULL;
+                w->ddown = dt_gpt_carve(cv, r.Nt * C * f4);
+            }
+            /* what the timeline marks in use from this block's forward to its backward:
+             * its saved set and its input */
+            g->saved_bytes[slot * L + l] = cv->used - at + r.Nr * C * f4;
+        }
+    unsigned sf = shared_fields(g);
+    carve_fields(g, cv, sf, &g->shared);
+    g->shared.ln1_lp = g->shared.ln2_lp = ln_lp;
+    g->ac_out = holds_kept(g, KEEP_INPUT) ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
+}
+
+/* ---- running a block ------------------------------------------------------------------- */
+
+static dt_rope_cache rope_of(const dt_gpt *g) {
+    return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
+}
+
+/* The slot's own fields, the shared set's for the rest. */
+static dt_block_acts view(const dt_gpt *g, int slot, int l) {
+    const dt_block_acts *o = &g->acts[(size_t)slot * g->cfg.n_layer + l], *s = &g->shared;
+    return (dt_block_acts){
+        .ln1_mean = o->ln1_mean ? o->ln1_mean : s->ln1_mean,
+        .ln1_rstd = o->ln1_rstd ? o->ln1_rstd : s->ln1_rstd,
+        .qkv = o->qkv ? o->qkv : s->qkv,
+        .att = o->att ? o->att : s->att,
+        .lse = o->lse ? o->lse : s->lse,
+        .x2 = o->x2 ? o->x2 : s->x2,
+        .ln2_mean = o->ln2_mean ? o->ln2_mean : s->ln2_mean,
+        .ln2_rstd = o->ln2_rstd ? o->ln2_rstd : s->ln2_rstd,
+        .h = o->h ? o->h : s->h,
+        .u = o->u ? o->u : s->u,
+        .att_lp = o->att_lp ? o->att_lp : s->att_lp,
+        .g_lp = o->g_lp ? o->g_lp : s->g_lp,
+        .ln1_lp = o->ln1_lp ? o->ln1_lp : s->ln1_lp,
+        .ln2_lp = o->ln2_lp ? o->ln2_lp : s->ln2_lp,
+    };
+}
+
+static dt_gpt_q8_acts *q8_of(const dt_gpt *g, int slot, int l) {
+    return &g->q8[(size_t)slot * g->cfg.n_layer + l];
+}
+
+/* The int8-stored tensors of the view a, to (store) or from the slot's payloads. */
+static void int8_move(dt_gpt *g, int slot, int l, int N, dt_block_acts *a, bool store) {
+    dt_gpt_q8_acts *q = q8_of(g, slot, l);
+    for (int i = 0; i < N_STORED; i++) {
+        dt_gpt_q8 *t = q8_field(q, i);
+        if (!t->q)
+            continue;
+        q8_shape sh = q8_shape_of(g, STORED[i].bit, N);
+        if (store)
+            dt_quant_int8_rows(t->q, t->scale, acts_field(a, i), sh.rows, sh.cols);
+        else
+            dt_dequant_int8_rows(acts_field(a, i), t->q, t->scale, sh.rows, sh.cols);
+    }
+}
+
+dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                               float *out) {
+    dt_block_acts a = view(g, slot, l);
+    dt_rope_cache rope = rope_of(g);
+    DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                            &g->scratch, out));
+    if (g->compress)
+        int8_move(g, slot, l, B * T, &a, true);
+    return DT_OK;
+}
+
+/* Rebuild, into the shared set, what the slot did not keep for block l. Under ZeRO-3 this
+ * runs inside the backward's (or W pass's) enter/leave, where the weights are gathered. */
+static dt_status rebuild(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                         dt_block_acts *a) {
+    keep k = keep_of(g, l);
+    if (k == KEEP_INPUT) {
+        dt_rope_cache rope = rope_of(g);
+        return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, a,
+                                &g->scratch, g->ac_out);
+    }
+    if (g->compress)
+        int8_move(g, slot, l, B * T, a, false);
+    if (k == KEEP_NO_ATTN)
+        DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, B, T, a, &g->scratch));
+    else if (g->compress)
+        dt_block_rebuild_att_lp(&g->ctx, &g->dims, &g->par, B * T, a);
+    if (k == KEEP_NO_ATTN || g->compress)
+        dt_block_rebuild_mlp_lp(&g->ctx, &g->dims, &g->par, B * T, a, &g->scratch);
+    return DT_OK;
+}
+
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                                dt_block_wgrad *wg, float *dres) {
+    dt_block_acts a = view(g, slot, l);
+    DT_TRY(rebuild(g, slot, l, x, B, T, &a));
+    dt_rope_cache rope = rope_of(g);
+    return dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                             &g->scratch, wg, dres);
+}
+
+/* The W pass comes after other blocks reused the shared set: rebuild again. */
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B, int T,
+                               dt_block_wgrad *wg) {
+    dt_block_acts a = view(g, slot, l);
+    DT_TRY(rebuild(g, slot, l, x, B, T, &a));
+    return dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], x, B, T, &a,
+                                    &g->scratch, wg);
+}
