@@ -4,6 +4,7 @@
  *   dtrain prepare --input FILE|DIR --out DIR [--val-fraction F]
  *   dtrain sample  --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
  *   dtrain schedule --pp P --microbatches M --kind K [--chunks V] [--stats] | --check F --pp P
+ *   dtrain plan    --config FILE --world N [--mem SIZE] [--device NAME] [--top K] [--json]
  *
  * The only place that turns a dt_status into an exit code.
  */
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/plan_cmd.h"
 #include "cli/schedule_cmd.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -34,6 +36,9 @@ static int usage(FILE *f) {
             "          [--seed 1]\n"
             "  schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1 [--chunks V]\n"
             "          [--stats] | --check FILE --pp P: print or validate a pipeline schedule\n"
+            "  plan    --config FILE --world N [--mem 80GiB] [--device a100-80gb|h100-80gb|this]\n"
+            "          [--flops 312T] [--bandwidth 300G] [--top K] [--json]: the layouts that\n"
+            "          fit, ranked by predicted step time\n"
             "config sections: [model] [data] [train] [optim] [plugin] [checkpoint]; see README\n");
     return f == stderr ? 2 : 0;
 }
@@ -178,10 +183,13 @@ int main(int argc, char **argv) {
         return cmd_sample(argc, argv);
     if (strcmp(argv[1], "schedule") == 0)
         return dt_cli_schedule(argc, argv);
+    if (strcmp(argv[1], "plan") == 0)
+        return dt_cli_plan(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0)
         return usage(stdout);
-    dt_error("unknown command '%s' (commands: train, prepare, sample; see dtrain --help)",
+    dt_error("unknown command '%s' (commands: train, prepare, sample, schedule, plan; see "
+             "dtrain --help)",
              argv[1]);
     return 2;
 }

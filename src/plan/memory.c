@@ -310,10 +310,10 @@ int dt_plan_pipeline_inbox(const dt_schedule *s, int rank) {
     return peak;
 }
 
-static dt_status make_schedule(const dt_plugin_config *p, int n_mb, dt_schedule **out) {
+dt_status dt_plan_schedule_make(const dt_plugin_config *p, int n_mb, dt_schedule **out) {
     const char *k = p->pp_schedule;
     if (strncmp(k, "file:", 5) == 0)
-        return dt_err_set(DT_ERR_ARG, "memory model: plugin.pp_schedule=%s: give the schedule "
+        return dt_err_set(DT_ERR_ARG, "planner: plugin.pp_schedule=%s: give the schedule "
                           "read from the file", k);
     if (strcmp(k, "gpipe") == 0)
         return dt_sched_gpipe(p->pp_size, n_mb, out);
@@ -453,7 +453,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
         dt_schedule *own = NULL;
         const dt_schedule *sch = o->schedule;
         if (!sch) {
-            DT_TRY(make_schedule(&c->plugin, s.rows / s.mb, &own));
+            DT_TRY(dt_plan_schedule_make(&c->plugin, s.rows / s.mb, &own));
             sch = own;
         }
         n_slots = dt_plan_pipeline_slots(sch, s.pp_rank);
