@@ -2,6 +2,7 @@
  *
  *   dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] [--flops F]
  *               [--bandwidth B] [--top K] [--json] [--section.key=value ...]
+ *   dtrain plan ... --explain [--rank R]    the layout as given, on one rank: one JSON line
  *
  * Every layout dtrain can run on N ranks (dp, tp, pp with each schedule, sp and its mode,
  * ZeRO stage, activation checkpointing, precision, micro-batches, activation compression,
@@ -23,6 +24,7 @@
 #include "cli/plan_device.h"
 #include "core/log.h"
 #include "models/gpt.h"
+#include "plan/comm.h"
 #include "plan/cost.h"
 #include "plan/memory.h"
 #include "plan/mesh.h"
@@ -30,7 +32,8 @@
 
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
-             "[--flops F] [--bandwidth B] [--top K] [--json] [--section.key=value ...]\n"
+             "[--flops F] [--bandwidth B] [--top K] [--json] [--explain [--rank R]] "
+             "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
              "  devices: %s", dt_plan_device_names());
     return 2;
@@ -283,26 +286,29 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
     printf("memory in GiB per rank (the largest pipeline stage); budget %.2f GiB\n", gib(mem));
 }
 
+/* One JSON line; `extra` (may be "") goes inside the object, after "rank". */
+static void print_one(const cand *x, int rank, const char *extra) {
+    const dt_plugin_config *p = &x->c.plugin;
+    printf("{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
+           "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
+           "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.type\": \"%s\", "
+           "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.precision\": \"%s\", "
+           "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
+           "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
+           x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode),
+           p->pp_schedule, p->pp_chunks, dt_plugin_type_name(p->type), p->zero_stage,
+           dt_ac_mode_name(p->ac), dt_precision_name(p->precision), p->microbatches,
+           x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
+           dt_offload_name(p->offload));
+    for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
+        printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
+    printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d%s}\n",
+           (long long)x->total, 1e3 * x->step_s, x->fits ? "true" : "false", rank, extra);
+}
+
 static void print_json(const cand *v, int n, int top) {
-    for (int i = 0; i < n && i < top; i++) {
-        const cand *x = &v[i];
-        const dt_plugin_config *p = &x->c.plugin;
-        printf("{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
-               "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
-               "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.type\": \"%s\", "
-               "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.precision\": \"%s\", "
-               "\"plugin.microbatches\": %d, \"plugin.act_compress\": \"%s\", "
-               "\"plugin.offload\": \"%s\"}, \"predicted\": {",
-               x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode),
-               p->pp_schedule, p->pp_chunks, dt_plugin_type_name(p->type), p->zero_stage,
-               dt_ac_mode_name(p->ac), dt_precision_name(p->precision), p->microbatches,
-               dt_act_compress_name(p->act_compress), dt_offload_name(p->offload));
-        for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
-            printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
-        printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d}\n",
-               (long long)x->total, 1e3 * x->step_s, x->fits ? "true" : "false",
-               x->fits ? i + 1 : 0);
-    }
+    for (int i = 0; i < n && i < top; i++)
+        print_one(&v[i], v[i].fits ? i + 1 : 0, "");
 }
 
 static void print_nothing_fits(const cands *l, int64_t mem) {
@@ -320,12 +326,44 @@ static void print_nothing_fits(const cands *l, int64_t mem) {
              gib(best->total), lay);
 }
 
+/* --explain: the configuration's own layout on one rank, memory, time and bytes per comm. */
+static int explain(const dt_config *c, int world, int rank, const dt_plan_device *dev,
+                   int64_t mem) {
+    dt_status st = check_layout(c, world);
+    dt_plan_mem m;
+    dt_plan_time t;
+    dt_plan_mem_opts o = {0};
+    if (st == DT_OK)
+        st = dt_plan_memory(c, world, rank, &o, &m);
+    if (st == DT_OK)
+        st = dt_plan_step_time(c, world, dev, NULL, &t);
+    if (st != DT_OK) {
+        dt_error("%s", dt_err_msg());
+        return 2;
+    }
+    cand x = {.c = *c, .dp = world / (c->plugin.tp_size * c->plugin.sp_size * c->plugin.pp_size),
+              .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
+    memcpy(x.cat, m.cat, sizeof x.cat);
+    char extra[512];
+    int k = snprintf(extra, sizeof extra, ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
+                     "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
+                     "\"bubble\": %.4f", rank, m.n_slots, m.n_inbox, (long long)m.n_local,
+                     1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble);
+    dt_plan_comm b;
+    if (dt_plan_comm_bytes(c, world, rank, &b) == DT_OK) /* pipelines: not in the ledger */
+        snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld, "
+                 "\"comm_bytes_tp\": %lld, \"comm_bytes_sp\": %lld", (long long)b.grad,
+                 (long long)b.tp, (long long)b.sp);
+    print_one(&x, 0, extra);
+    return 0;
+}
+
 /* ---- arguments ----------------------------------------------------------------------------- */
 
 typedef struct args {
     dt_config cfg;
-    int world, top;
-    bool json, have_config;
+    int world, top, rank;
+    bool json, explain;
     const char *device;
     double flops, bandwidth;
     int64_t mem;
@@ -352,7 +390,6 @@ static int parse(int argc, char **argv, args *a) {
                 dt_error("%s", dt_err_msg());
                 return 2;
             }
-            a->have_config = true;
         }
     for (int i = 2; i < argc; i++) {
         bool ok = true;
@@ -370,8 +407,12 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_plan_parse_rate(v, &a->bandwidth) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
             a->device = v;
+        else if ((v = dt_cli_option(argc, argv, &i, "--rank")))
+            ok = to_int("--rank", v, &a->rank) || !strcmp(v, "0");
         else if (!strcmp(argv[i], "--json"))
             a->json = true;
+        else if (!strcmp(argv[i], "--explain"))
+            a->explain = true;
         else if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '.'))
             ok = dt_config_set(&a->cfg, argv[i] + 2) == DT_OK;
         else {
@@ -383,9 +424,13 @@ static int parse(int argc, char **argv, args *a) {
             return 2;
         }
     }
-    if (!a->have_config || a->world < 1) {
-        dt_error("plan needs --config FILE and --world N");
+    if (a->world < 1) {
+        dt_error("plan needs --world N (and --config FILE, or the built-in default model)");
         return usage();
+    }
+    if (a->rank >= a->world) {
+        dt_error("plan: --rank %d is not one of the %d ranks", a->rank, a->world);
+        return 2;
     }
     return 0;
 }
@@ -408,6 +453,8 @@ int dt_cli_plan(int argc, char **argv) {
     if (a.bandwidth > 0)
         dev.bandwidth = a.bandwidth;
     int64_t mem = a.mem > 0 ? a.mem : dev_mem;
+    if (a.explain)
+        return explain(&a.cfg, a.world, a.rank, &dev, mem);
     cands l = {0};
     space sp = {.base = &a.cfg, .world = a.world, .dev = &dev, .mem = mem, .out = &l};
     st = enumerate(&sp);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "plan/mesh.h"
+#include "plan/plan_impl.h"
 #include "plan/stages.h"
 
 static int64_t pad64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -82,17 +83,14 @@ static int64_t unit_floats(const dt_model_config *m, int u, int tp) {
            pad16(C * (C / tp)) + 2 * pad16(cdiv(F, tp) * C) + pad16(C * (F / tp));
 }
 
-/* This rank's local units in order, their sizes (GPT-2: a stage holding the head but not the
- * embedding keeps its own copy of the tied wte after the final norm). Returns the count. */
-static int local_units(const shape *s, int64_t *ucount) {
-    const dt_model_config *m = &s->c->model;
-    int n = 0;
-    for (int u = 0; u < s->L + 2; u++) {
-        if (!s->held[u])
+int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int64_t *ucount) {
+    int n = 0, L = m->n_layer;
+    for (int u = 0; u < L + 2; u++) {
+        if (held && !held[u])
             continue;
-        ucount[n] = unit_floats(m, u, s->tp);
-        if (u == s->L + 1 && s->gpt2 && !s->held[0])
-            ucount[n] += pad16(s->vocab_rows * s->C);
+        ucount[n] = unit_floats(m, u, tp);
+        if (u == L + 1 && m->arch == DT_ARCH_GPT2 && held && !held[0])
+            ucount[n] += pad16(cdiv(m->vocab_size, tp) * m->n_embd);
         n++;
     }
     return n;
@@ -331,6 +329,9 @@ static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
     const dt_plugin_config *p = &c->plugin;
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
+    if (m->n_layer < 1 || m->n_layer > DT_MAX_CHUNKS)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "memory model: model.n_layer=%d (1 to %d)",
+                          m->n_layer, DT_MAX_CHUNKS);
     if (rank < 0 || rank >= world)
         return dt_err_set(DT_ERR_ARG, "memory model: rank %d of %d", rank, world);
     int xy[DT_AXIS_COUNT];
@@ -371,8 +372,6 @@ static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
             s->held[u] = true;
         return DT_OK;
     }
-    if (m->n_layer > DT_MAX_CHUNKS)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: at most %d layers", DT_MAX_CHUNKS);
     dt_stage_plan sp;
     DT_TRY(dt_stage_plan_make(m->n_layer, s->pp, p->pp_chunks, p->pp_layers, &sp));
     dt_stage_plan_held(&sp, s->pp_rank, s->held);
@@ -469,7 +468,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     out->n_slots = n_slots;
     out->n_inbox = n_inbox;
     int64_t ucount[DT_MAX_CHUNKS + 2];
-    int n_units = local_units(&s, ucount);
+    int n_units = dt_plan_local_units(&c->model, s.tp, s.held, ucount);
     predict_state(&s, ucount, n_units, split, out);
     for (int u = 0; u < s.L + 2; u++)
         out->n_full += unit_floats(&c->model, u, 1);

@@ -1,0 +1,26 @@
+/* The communication ledger: the bytes one training step moves on each of a rank's comms, as
+ * the run's metrics count them (comm_bytes_grad, _tp, _sp; core/comm.c's bus-bytes
+ * convention), from every collective the algorithm makes, in the order it makes them
+ * (nn/block.c, models/gpt.c, nn/lm_head.c, train/engine.c). Pure; thread-safe.
+ */
+#ifndef DT_PLAN_COMM_H
+#define DT_PLAN_COMM_H
+
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/status.h"
+
+typedef struct dt_plan_comm {
+    int64_t grad; /* over dp x sp: gradient buckets or ZeRO reductions and gathers */
+    int64_t tp;   /* tensor-parallel region ops, the loss statistics, Megatron-SP row grads */
+    int64_t sp;   /* Ulysses all-to-alls */
+    int64_t calls_grad, calls_tp, calls_sp; /* collective calls that move bytes */
+} dt_plan_comm;
+
+/* Rank `rank` of a `world`-rank run of c, one step. DT_ERR_UNSUPPORTED under a pipeline
+ * (pp > 1: the boundary messages and the split gradient reductions are not in the ledger);
+ * DT_ERR_ARG when the layout does not split. */
+dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, dt_plan_comm *out);
+
+#endif
