@@ -3,6 +3,7 @@
  *   dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] [--flops F]
  *               [--bandwidth B] [--top K] [--json] [--section.key=value ...]
  *   dtrain plan ... --explain [--rank R]    the layout as given, on one rank: one JSON line
+ *   dtrain plan --device this --show-device  the measured figures, as flags to reuse
  *
  * Every layout dtrain can run on N ranks (dp, tp, pp with each schedule, sp and its mode,
  * ZeRO stage, activation checkpointing, precision, micro-batches, activation compression,
@@ -32,9 +33,12 @@
 
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
-             "[--flops F] [--bandwidth B] [--top K] [--json] [--explain [--rank R]] "
+             "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
+             "[--top K] [--json] [--explain [--rank R]] [--show-device] "
              "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
+             "  --flops sets both matmul rates, --flops16 the bf16/fp16 one; --show-device "
+             "prints the device's figures as these flags\n"
              "  devices: %s", dt_plan_device_names());
     return 2;
 }
@@ -365,7 +369,8 @@ typedef struct args {
     int world, top, rank;
     bool json, explain;
     const char *device;
-    double flops, bandwidth;
+    double flops, flops16, bandwidth, mem_bandwidth, latency;
+    bool show_device;
     int64_t mem;
 } args;
 
@@ -403,8 +408,16 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_plan_parse_size(v, &a->mem) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--flops")))
             ok = dt_plan_parse_rate(v, &a->flops) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--flops16")))
+            ok = dt_plan_parse_rate(v, &a->flops16) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--bandwidth")))
             ok = dt_plan_parse_rate(v, &a->bandwidth) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--mem-bandwidth")))
+            ok = dt_plan_parse_rate(v, &a->mem_bandwidth) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--latency")))
+            ok = dt_plan_parse_rate(v, &a->latency) == DT_OK;
+        else if (!strcmp(argv[i], "--show-device"))
+            a->show_device = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
             a->device = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--rank")))
@@ -450,9 +463,21 @@ int dt_cli_plan(int argc, char **argv) {
     }
     if (a.flops > 0)
         dev.flops_16 = a.flops, dev.flops_fp32 = a.flops;
+    if (a.flops16 > 0)
+        dev.flops_16 = a.flops16;
     if (a.bandwidth > 0)
         dev.bandwidth = a.bandwidth;
+    if (a.mem_bandwidth > 0)
+        dev.mem_bandwidth = a.mem_bandwidth;
+    if (a.latency > 0)
+        dev.latency = a.latency;
     int64_t mem = a.mem > 0 ? a.mem : dev_mem;
+    if (a.show_device) { /* the flags that reproduce this device without measuring again */
+        printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency "
+               "%.6g --mem %lld\n", dev.flops_fp32, dev.flops_16, dev.bandwidth,
+               dev.mem_bandwidth, dev.latency, (long long)mem);
+        return 0;
+    }
     if (a.explain)
         return explain(&a.cfg, a.world, a.rank, &dev, mem);
     cands l = {0};
