@@ -270,6 +270,11 @@ static void layout_text(const cand *x, char *buf, size_t n) {
 static double gib(int64_t b) { return b / 1073741824.0; }
 
 static void print_table(const cand *v, int n, int top, int64_t mem, const dt_config *base) {
+    int64_t largest = 0; /* GiB columns, or MiB when every row shown is under 1 GiB */
+    for (int i = 0; i < n && i < top; i++)
+        largest = v[i].total > largest ? v[i].total : largest;
+    double unit = largest >= ((int64_t)1 << 30) ? 1073741824.0 : 1048576.0;
+    const char *unit_name = unit > 1048576.0 ? "GiB" : "MiB";
     printf("%4s  %-44s %8s %8s %8s %8s %8s %8s %9s %4s %10s %10s\n", "rank", "layout",
            "params", "grads", "optim", "acts", "comm", "temp", "total", "fits", "step ms",
            "tokens/s");
@@ -282,12 +287,14 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
         char r[16] = "-";
         if (x->fits)
             snprintf(r, sizeof r, "%d", i + 1);
-        printf("%4s  %-44s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %4s %10.1f %10.0f\n", r, lay,
-               gib(x->cat[DT_MEM_PARAMS]), gib(x->cat[DT_MEM_GRADS]), gib(x->cat[DT_MEM_OPTIM]),
-               gib(x->cat[DT_MEM_ACTS]), gib(x->cat[DT_MEM_COMM]), gib(x->cat[DT_MEM_TEMP]),
-               gib(x->total), x->fits ? "yes" : "no", 1e3 * x->step_s, tps);
+        printf("%4s  %-44s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %4s %10.3f %10.0f\n", r, lay,
+               x->cat[DT_MEM_PARAMS] / unit, x->cat[DT_MEM_GRADS] / unit,
+               x->cat[DT_MEM_OPTIM] / unit, x->cat[DT_MEM_ACTS] / unit,
+               x->cat[DT_MEM_COMM] / unit, x->cat[DT_MEM_TEMP] / unit, x->total / unit,
+               x->fits ? "yes" : "no", 1e3 * x->step_s, tps);
     }
-    printf("memory in GiB per rank (the largest pipeline stage); budget %.2f GiB\n", gib(mem));
+    printf("memory in %s per rank (the largest pipeline stage); budget %.2f GiB\n", unit_name,
+           gib(mem));
 }
 
 /* One JSON line; `extra` (may be "") goes inside the object, after "rank". */
