@@ -99,7 +99,8 @@ static dt_status check_layout(const dt_config *c, int world) {
     int rows = c->train.batch_size / d.size[DT_AXIS_DP];
     int n_mb = p->microbatches > 0 ? p->microbatches : 1;
     if (rows % n_mb)
-        return dt_err_set(DT_ERR_ARG, "microbatches");
+        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
+                          "of a data-parallel rank", n_mb, rows);
     dt_schedule *s = NULL;
     DT_TRY(dt_plan_schedule_make(p, n_mb, &s));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};

@@ -228,7 +228,7 @@ static int64_t head_chunk_rows(int64_t V, int64_t N) {
 /* Scratch of the region ops: entering (copy: the whole [Nt, C]; gather: its own rows),
  * leaving (reduce: in place; reduce-scatter: the whole), and the Ulysses all-to-alls. */
 static int64_t region_work(const shape *s) {
-    bool sg = s->rows_split > 1 || s->c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
+    bool sg = s->c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
     int64_t enter = sg ? s->Nt * s->C / s->tp : s->Nt * s->C;
     int64_t leave = sg ? s->Nt * s->C : 0;
     int64_t q = s->N * s->W / s->sp, a = s->N * s->A / s->sp;
