@@ -28,6 +28,10 @@ static int64_t allreduce(int p, int64_t n) { return p > 1 ? 2 * n * (p - 1) / p 
 static void tp_op(ledger *g, int64_t b) { add(&g->out->tp, &g->out->calls_tp, b); }
 static void sp_op(ledger *g, int64_t b) { add(&g->out->sp, &g->out->calls_sp, b); }
 static void grad_op(ledger *g, int64_t b) { add(&g->out->grad, &g->out->calls_grad, b); }
+static void gather_op(ledger *g, int64_t b) {
+    grad_op(g, b);
+    add(&g->out->grad_gather, &g->out->calls_grad_gather, b);
+}
 
 /* ---- inside the tp region: [Nt, C] enters (copy | all-gather rows) and leaves (all-reduce |
  * reduce-scatter rows); their adjoints in backward ---------------------------------------- */
@@ -123,7 +127,7 @@ static void zero3_gathers(ledger *g, const arena *a) {
     do {                                                                                        \
         if (held[BUF(u)] != (u)) {                                                              \
             held[BUF(u)] = (u);                                                                 \
-            grad_op(g, others(g, a, a->first[u], a->size[u]));                                  \
+            gather_op(g, others(g, a, a->first[u], a->size[u]));                                \
         }                                                                                       \
     } while (0)
     for (int m = 0; m < g->n_mb; m++) {
@@ -163,7 +167,7 @@ static void grad_step(ledger *g, const dt_config *c, const arena *a) {
         grad_op(g, allreduce(g->grad_p, 8)); /* the gradient norm's partial sums */
     }
     if (g->zero == 1 || g->zero == 2) /* updated shards all-gathered into the whole arena */
-        grad_op(g, others(g, a, 0, a->n));
+        gather_op(g, others(g, a, 0, a->n));
     if (g->zero == 3)
         zero3_gathers(g, a);
 }

@@ -16,6 +16,7 @@ typedef struct dt_plan_comm {
     int64_t tp;   /* tensor-parallel region ops, the loss statistics, Megatron-SP row grads */
     int64_t sp;   /* Ulysses all-to-alls */
     int64_t calls_grad, calls_tp, calls_sp; /* collective calls that move bytes */
+    int64_t grad_gather, calls_grad_gather; /* of grad: the weights' all-gathers (ZeRO 1-3) */
 } dt_plan_comm;
 
 /* Rank `rank` of a `world`-rank run of c, one step. DT_ERR_UNSUPPORTED under a pipeline

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/comm.h"
 #include "plan/memory.h"
 #include "plan/mesh.h"
 #include "plan/stages.h"
@@ -183,30 +184,60 @@ static double offload_disk_time(const work *w, double floats) {
     return 4 * floats * 4 / w->d->disk_bandwidth;
 }
 
-/* Gradient reduction (hideable behind the backward), gathers that cannot hide, and the
- * optimizer step, for a rank whose local arena has n floats. */
-static void cost_dp(const work *w, double n, double backward_s, double compute_s, bool split,
-                    double *exposed, double *optimizer) {
-    int p = w->grad_p;
-    double bytes = 4 * n, t_reduce, t_hidden_gather = 0, t_gather = 0;
-    bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
-    int units = w->L + 2;
+/* The gradient group's traffic of a step: reductions (hideable behind the backward), the
+ * weights' all-gathers, and the calls. Without a pipeline, the communication ledger's exact
+ * bytes (plan/comm.c); under one (not in the ledger) the same collectives counted per unit:
+ * ZeRO 0/1 all-reduce the arena once, ZeRO 2/3 reduce-scatter it every micro-batch, ZeRO 1/2
+ * all-gather it after the update, ZeRO 3 gathers every unit for forward and backward. */
+typedef struct dp_traffic {
+    double reduce_bytes, gather_bytes;
+    int64_t reduce_calls, gather_calls;
+} dp_traffic;
+
+static dp_traffic dp_traffic_of(const work *w, int world, double n) {
+    dp_traffic t = {0};
+    dt_plan_comm led;
+    if (w->pp == 1 && dt_plan_comm_bytes(w->c, world, 0, &led) == DT_OK) {
+        t.gather_bytes = (double)led.grad_gather;
+        t.gather_calls = led.calls_grad_gather;
+        t.reduce_bytes = (double)(led.grad - led.grad_gather);
+        t.reduce_calls = led.calls_grad - led.calls_grad_gather;
+        return t;
+    }
+    int p = w->grad_p, units = w->L + 2;
+    if (p < 2)
+        return t;
+    double share = 4 * n * (p - 1) / p;
     if (w->zero < 2) {
-        double bucket = w->c->plugin.bucket_mb > 0 ? w->c->plugin.bucket_mb * 1048576.0 : bytes;
-        int calls = (int)(bytes / bucket) + 1;
-        t_reduce = p > 1 ? calls * w->d->latency + 2 * bytes * (p - 1) / p / w->d->bandwidth : 0;
+        double bucket = w->c->plugin.bucket_mb > 0 ? w->c->plugin.bucket_mb * 1048576.0 : 4 * n;
+        t.reduce_bytes = 2 * share;
+        t.reduce_calls = (int64_t)(4 * n / bucket) + 1;
     } else {
-        t_reduce = w->n_mb * (p > 1 ? units * w->d->latency + bytes * (p - 1) / p / w->d->bandwidth
-                                    : 0);
+        t.reduce_bytes = w->n_mb * share;
+        t.reduce_calls = (int64_t)w->n_mb * units + 1;
     }
     if (w->zero == 1 || w->zero == 2)
-        t_gather = gather_like(w, p, bytes);
-    if (w->zero == 3) /* every unit gathered for the forward and again for the backward */
-        t_hidden_gather = w->n_mb * 2 * (p > 1 ? units * w->d->latency +
-                                                     bytes * (p - 1) / p / w->d->bandwidth : 0);
+        t.gather_bytes = share, t.gather_calls = 1;
+    if (w->zero == 3)
+        t.gather_bytes = 2.0 * w->n_mb * share, t.gather_calls = 2 * (int64_t)w->n_mb * units;
+    return t;
+}
+
+/* Exposed data-parallel communication and the optimizer step of a rank whose local arena has
+ * n floats: reductions hide behind its backward when plugin.overlap (ZeRO 0/1 under a
+ * pipeline and split backwards reduce after it); ZeRO-3's gathers are prefetched behind its
+ * compute; ZeRO 1/2's gather of the updated arena waits for the update. */
+static void cost_dp(const work *w, int world, double n, double backward_s, double compute_s,
+                    bool split, double *exposed, double *optimizer) {
+    int p = w->grad_p;
+    dp_traffic t = dp_traffic_of(w, world, n);
+    double bw = w->d->bandwidth, lat = w->d->latency;
+    double t_reduce = t.reduce_bytes / bw + (double)t.reduce_calls * lat;
+    double t_gather = t.gather_bytes / bw + (double)t.gather_calls * lat;
+    bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
     double red = can_hide ? (t_reduce > backward_s ? t_reduce - backward_s : 0) : t_reduce;
-    double gat = t_hidden_gather > compute_s ? t_hidden_gather - compute_s : 0;
-    *exposed = red + gat + t_gather + allreduce(w, p, 8) + allreduce(w, w->tp, 8);
+    double gat = w->zero == 3 ? (t_gather > compute_s ? t_gather - compute_s : 0) : t_gather;
+    *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats */
     double opt = w->zero == 0 ? n : n / p;
     *optimizer = opt * 4 * 7 / w->d->mem_bandwidth;
@@ -295,7 +326,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         for (int k = r; k < n_chunks; k += w.pp)
             backward += w.n_mb * (cc[k].b + cc[k].wgt);
         double exposed, opt;
-        cost_dp(&w, (double)m.n_local, backward, busy[r], split, &exposed, &opt);
+        cost_dp(&w, world, (double)m.n_local, backward, busy[r], split, &exposed, &opt);
         double step = makespan + exposed + opt;
         if (step > out->step_s) {
             out->step_s = step;
