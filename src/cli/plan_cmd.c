@@ -24,6 +24,7 @@
 #include "cli/args.h"
 #include "cli/plan_device.h"
 #include "core/log.h"
+#include "io/atomic.h"
 #include "models/gpt.h"
 #include "plan/comm.h"
 #include "plan/cost.h"
@@ -85,7 +86,8 @@ static dt_status validate_layout(const dt_config *c) {
     return dt_config_validate(&v);
 }
 
-static dt_status check_layout(const dt_config *c, int world) {
+/* sched: the schedule to run (borrowed), or NULL: the one plugin.pp_schedule names. */
+static dt_status check_layout(const dt_config *c, int world, const dt_schedule *sched) {
     const dt_plugin_config *p = &c->plugin;
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
@@ -101,11 +103,20 @@ static dt_status check_layout(const dt_config *c, int world) {
     if (rows % n_mb)
         return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
                           "of a data-parallel rank", n_mb, rows);
-    dt_schedule *s = NULL;
-    DT_TRY(dt_plan_schedule_make(p, n_mb, &s));
+    dt_schedule *own = NULL;
+    if (!sched)
+        DT_TRY(dt_plan_schedule_make(p, n_mb, &own));
+    const dt_schedule *s = sched ? sched : own;
+    dt_status st = DT_OK;
+    if (s->pp != p->pp_size || s->n_chunks != p->pp_chunks || s->n_mb != n_mb)
+        st = dt_err_set(DT_ERR_ARG, "plugin.pp_schedule %s is for pp %d, %d chunks per rank, %d "
+                        "micro-batches; the layout has pp_size %d, pp_chunks %d, %d "
+                        "micro-batches", p->pp_schedule, s->pp, s->n_chunks, s->n_mb,
+                        p->pp_size, p->pp_chunks, n_mb);
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
-    dt_status st = dt_sched_validate(s, &lim);
-    dt_sched_free(s);
+    if (st == DT_OK)
+        st = dt_sched_validate(s, &lim);
+    dt_sched_free(own);
     return st;
 }
 
@@ -143,7 +154,7 @@ typedef struct space {
 } space;
 
 static dt_status consider(const space *sp, cand *x) {
-    if (check_layout(&x->c, sp->world) != DT_OK)
+    if (check_layout(&x->c, sp->world, NULL) != DT_OK)
         return DT_OK; /* not a layout dtrain runs */
     x->dp = sp->world / (x->c.plugin.tp_size * x->c.plugin.sp_size * x->c.plugin.pp_size);
     if (predict(x, sp->world, sp->dev, sp->mem) != DT_OK)
@@ -341,14 +352,25 @@ static void print_nothing_fits(const cands *l, int64_t mem) {
 /* --explain: the configuration's own layout on one rank, memory, time and bytes per comm. */
 static int explain(const dt_config *c, int world, int rank, const dt_plan_device *dev,
                    int64_t mem) {
-    dt_status st = check_layout(c, world);
+    dt_schedule *sched = NULL; /* a file: schedule is read as the run reads it */
+    dt_status st = DT_OK;
+    if (c->plugin.pp_size > 1 && strncmp(c->plugin.pp_schedule, "file:", 5) == 0) {
+        char *text = NULL;
+        st = dt_read_text(c->plugin.pp_schedule + 5, "pipeline schedule", 16 << 20, &text);
+        if (st == DT_OK)
+            st = dt_sched_parse(text, &sched);
+        free(text);
+    }
+    if (st == DT_OK)
+        st = check_layout(c, world, sched);
     dt_plan_mem m;
     dt_plan_time t;
-    dt_plan_mem_opts o = {0};
+    dt_plan_mem_opts o = {.schedule = sched};
     if (st == DT_OK)
         st = dt_plan_memory(c, world, rank, &o, &m);
     if (st == DT_OK)
-        st = dt_plan_step_time(c, world, dev, NULL, &t);
+        st = dt_plan_step_time(c, world, dev, sched, &t);
+    dt_sched_free(sched);
     if (st != DT_OK) {
         dt_error("%s", dt_err_msg());
         return 2;

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Memory is what the planner says (DESIGN invariant 3): a matrix of layouts (ZeRO 0-3 over dp,
-# tp, Megatron-SP, Ulysses, pipelines under GPipe, 1F1B, interleaved and ZB-H1, fp32 and bf16,
-# micro-batches, checkpoints, GPT-2 and Llama) is run for one step, and on every rank every
-# memory category above 2% of the total, and the total, must be within 5% of the measured peak
+# tp, Megatron-SP, Ulysses, pipelines under GPipe, 1F1B, interleaved and ZB-H1 and one read
+# from a file, fp32 and bf16, micro-batches, checkpoints, GPT-2 and Llama) is run for one
+# step, and on every rank every memory category above 2% of the total, and the total, must be within 5% of the measured peak
 # (plan/memory.c predicts it to the byte; the worst ratio is printed). Without a pipeline, the
 # bytes rank 0 moved per comm in the last step (metrics comm_bytes_grad/_tp/_sp) must equal
 # the communication ledger's (plan/comm.c, through dtrain plan --explain).
@@ -54,5 +54,8 @@ case_ gpt2_pp2_zbh1_bf16 gpt2 2 $(pp zbh1 4) $bf16
 case_ llama_pp2_interleaved llama 2 $(pp interleaved 2) --plugin.pp_chunks=2
 case_ gpt2_pp2_zbh1_dp2_zero2 gpt2 4 $(pp zbh1 2) $(z 2)
 case_ llama_pp2_tp2_zero3 llama 4 $(pp 1f1b 2) --plugin.tp_size=2 $(z 3) --model.n_layer=3
+"$dtrain" schedule --pp 2 --microbatches 4 --kind zbh1 > zbh1.txt
+case_ llama_pp2_file_schedule llama 2 --plugin.pp_size=2 --plugin.pp_schedule=file:zbh1.txt \
+    --plugin.microbatches=4
 case_ gpt2_checkpoint_tp2 gpt2 2 --plugin.tp_size=2 --checkpoint.every=1 --checkpoint.dir=ck
 finish
