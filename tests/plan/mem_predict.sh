@@ -2,8 +2,9 @@
 # Memory is what the planner says (DESIGN invariant 3): a matrix of layouts (ZeRO 0-3 over dp,
 # tp, Megatron-SP, Ulysses, pipelines under GPipe, 1F1B, interleaved and ZB-H1 and one read
 # from a file, fp32 and bf16, micro-batches, checkpoints, GPT-2 and Llama) is run for one
-# step, and on every rank every memory category above 2% of the total, and the total, must be within 5% of the measured peak
-# (plan/memory.c predicts it to the byte; the worst ratio is printed). Without a pipeline, the
+# step, and on every rank every memory category above 2% of the total, and the total, must be
+# within 5% of the measured peak (plan/memory.c predicts it to the byte; the worst ratio is
+# printed). Without a pipeline, the
 # bytes rank 0 moved per comm in the last step (metrics comm_bytes_grad/_tp/_sp) must equal
 # the communication ledger's (plan/comm.c, through dtrain plan --explain).
 #   mem_predict.sh DTRAIN SRC_DIR
