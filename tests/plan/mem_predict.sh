@@ -4,9 +4,9 @@
 # from a file, fp32 and bf16, micro-batches, checkpoints, GPT-2 and Llama) is run for one
 # step, and on every rank every memory category above 2% of the total, and the total, must be
 # within 5% of the measured peak (plan/memory.c predicts it to the byte; the worst ratio is
-# printed). Without a pipeline, the
-# bytes rank 0 moved per comm in the last step (metrics comm_bytes_grad/_tp/_sp) must equal
-# the communication ledger's (plan/comm.c, through dtrain plan --explain).
+# printed). Without a pipeline, the bytes rank 0 moved per comm in the last step (metrics
+# comm_bytes_grad/_tp/_sp) must equal the communication ledger's (plan/comm.c, through
+# dtrain plan --explain).
 #   mem_predict.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
 base=(--data.train=data/train.bin --train.batch_size=8 --train.steps=1 --model.n_layer=4
