@@ -334,13 +334,22 @@ static void print_json(const cand *v, int n, int top) {
         print_one(&v[i], v[i].fits ? i + 1 : 0, "");
 }
 
-static void print_nothing_fits(const cands *l, int64_t mem) {
+static void print_nothing_fits(const cands *l, int64_t mem, const dt_config *base, int world) {
     const cand *best = NULL;
     for (int i = 0; i < l->n; i++)
         if (!best || l->v[i].total < best->total)
             best = &l->v[i];
-    if (!best) {
-        dt_error("no layout of this model runs on these ranks");
+    if (!best) { /* say why through the plainest layout: data parallelism over every rank */
+        dt_config dp = *base;
+        dp.plugin.tp_size = dp.plugin.sp_size = dp.plugin.pp_size = 1;
+        dp.plugin.microbatches = 0;
+        dt_plan_mem m;
+        dt_status st = check_layout(&dp, world, NULL);
+        if (st == DT_OK)
+            st = dt_plan_memory(&dp, world, 0, NULL, &m);
+        dt_error("no layout of this model runs on %d ranks%s%s", world,
+                 st != DT_OK ? "; with data parallelism alone: " : "",
+                 st != DT_OK ? dt_err_msg() : "");
         return;
     }
     char lay[160];
@@ -525,7 +534,7 @@ int dt_cli_plan(int argc, char **argv) {
     else if (any)
         print_table(l.v, l.n, a.top, mem, &a.cfg);
     if (!any)
-        print_nothing_fits(&l, mem);
+        print_nothing_fits(&l, mem, &a.cfg, a.world);
     free(l.v);
     return any ? 0 : 1;
 }
