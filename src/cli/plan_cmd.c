@@ -379,8 +379,8 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
         st = dt_plan_memory(c, world, rank, &o, &m);
     if (st == DT_OK)
         st = dt_plan_step_time(c, world, dev, sched, &t);
-    dt_sched_free(sched);
     if (st != DT_OK) {
+        dt_sched_free(sched);
         dt_error("%s", dt_err_msg());
         return 2;
     }
@@ -393,10 +393,15 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                      "\"bubble\": %.4f", rank, m.n_slots, m.n_inbox, (long long)m.n_local,
                      1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble);
     dt_plan_comm b;
-    if (dt_plan_comm_bytes(c, world, rank, &b) == DT_OK) /* pipelines: not in the ledger */
-        snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld, "
-                 "\"comm_bytes_tp\": %lld, \"comm_bytes_sp\": %lld", (long long)b.grad,
-                 (long long)b.tp, (long long)b.sp);
+    if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
+        k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "
+                      "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld", (long long)b.tp,
+                      (long long)b.sp, (long long)b.pp);
+        if (b.grad_known) /* not for ZeRO-3 under a pipeline */
+            snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld",
+                     (long long)b.grad);
+    }
+    dt_sched_free(sched);
     print_one(&x, 0, extra);
     return 0;
 }

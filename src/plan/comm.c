@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "plan/memory.h"
 #include "plan/mesh.h"
 #include "plan/plan_impl.h"
 #include "plan/stages.h"
@@ -17,7 +18,9 @@ typedef struct ledger {
     int tp, sp, rows, grad_p, grad_rank;
     bool sg, gpt2;
     int64_t N, Nt, C, W, A, hs, NH, T, vocab_rows;
-    int n_mb, L, zero;
+    int n_mb, L, zero, pp;
+    bool held[DT_MAX_CHUNKS + 2], first, last; /* units here; the embedding's / head's stage */
+    bool split, lp;                              /* split backward; 16-bit matmuls */
 } ledger;
 
 static void add(int64_t *bytes, int64_t *calls, int64_t b) {
@@ -66,8 +69,11 @@ static int64_t head_chunk(int64_t V, int64_t N) {
 static void micro_batch(ledger *g) {
     int64_t a2a_qkv = g->sp > 1 ? (g->N / g->sp) * (g->W / g->sp) * (g->sp - 1) * 4 : 0;
     int64_t a2a_att = g->sp > 1 ? (g->N / g->sp) * (g->NH / g->sp) * g->hs * (g->sp - 1) * 4 : 0;
-    leave_fwd(g); /* the vocabulary-parallel embedding */
+    if (g->first)
+        leave_fwd(g); /* the vocabulary-parallel embedding */
     for (int l = 0; l < g->L; l++) {
+        if (!g->held[l + 1])
+            continue;
         enter_fwd(g);
         sp_op(g, a2a_qkv);
         sp_op(g, a2a_att);
@@ -75,15 +81,19 @@ static void micro_batch(ledger *g) {
         enter_fwd(g);
         leave_fwd(g);
     }
-    enter_fwd(g); /* the head, then (max, sum, target logit) per row and chunk */
-    int64_t chunk = head_chunk(g->vocab_rows, g->Nt);
-    for (int64_t r0 = 0; r0 < g->Nt; r0 += chunk) {
-        int64_t n = g->Nt - r0 < chunk ? g->Nt - r0 : chunk;
-        tp_op(g, g->tp > 1 ? 3 * n * (g->tp - 1) * 4 : 0);
+    if (g->last) { /* the head, then (max, sum, target logit) per row and chunk */
+        enter_fwd(g);
+        int64_t chunk = head_chunk(g->vocab_rows, g->Nt);
+        for (int64_t r0 = 0; r0 < g->Nt; r0 += chunk) {
+            int64_t n = g->Nt - r0 < chunk ? g->Nt - r0 : chunk;
+            tp_op(g, g->tp > 1 ? 3 * n * (g->tp - 1) * 4 : 0);
+        }
+        enter_bwd(g);
+        rows_grads(g, 2 * g->C); /* final norm */
     }
-    enter_bwd(g);
-    rows_grads(g, 2 * g->C); /* final norm */
     for (int l = 0; l < g->L; l++) {
+        if (!g->held[l + 1])
+            continue;
         enter_fwd(g); /* the norm output is rebuilt: its entering op runs again */
         leave_bwd(g);
         enter_bwd(g);
@@ -94,10 +104,15 @@ static void micro_batch(ledger *g) {
         enter_fwd(g);
         enter_bwd(g);
         rows_grads(g, 6 * g->C);
+        if (g->split && !g->lp) { /* W rebuilds both norm outputs in fp32 */
+            enter_fwd(g);
+            enter_fwd(g);
+        }
     }
-    if (g->gpt2)
+    if (g->gpt2 && g->first)
         rows_grads(g, g->T * g->C); /* wpe */
-    leave_bwd(g);
+    if (g->first)
+        leave_bwd(g);
 }
 
 /* ---- over the gradient group (train/engine.c) -------------------------------------------- */
@@ -147,8 +162,33 @@ static void zero3_gathers(ledger *g, const arena *a) {
 #undef BUF
 }
 
+/* ZeRO 2 under a pipeline: inner units reduce-scattered after each micro-batch's backward,
+ * the first and last unit (and, split backward, the whole arena) once in finish; GPT-2's
+ * end stages then gather the tied embedding's reduced gradient to sum it across them. */
+static void grad_step_pipelined_zero2(ledger *g, const arena *a) {
+    int U = a->U;
+    if (g->split) {
+        grad_op(g, others(g, a, 0, a->n));
+    } else {
+        for (int u = 0; u < U; u++)
+            for (int m = 0; m < (u == 0 || u == U - 1 ? 1 : g->n_mb); m++)
+                grad_op(g, others(g, a, a->first[u], a->size[u]));
+    }
+    if (g->gpt2 && (g->first || g->last)) {
+        int64_t wte = g->vocab_rows * g->C; /* unpadded; after ln_f on the last stage */
+        int64_t at = g->first ? 0 : a->first[U - 1] + 2 * ((g->C + 15) / 16 * 16);
+        grad_op(g, others(g, a, at, wte));
+    }
+    grad_op(g, allreduce(g->grad_p, 8));
+    gather_op(g, others(g, a, 0, a->n));
+}
+
 static void grad_step(ledger *g, const dt_config *c, const arena *a) {
     int U = a->U;
+    if (g->pp > 1 && g->zero == 2) {
+        grad_step_pipelined_zero2(g, a);
+        return;
+    }
     if (g->zero < 2) { /* buckets of whole units in backward order, all-reduced once */
         double bucket = c->plugin.bucket_mb * 1048576.0, acc = 0;
         int hi = U - 1;
@@ -172,15 +212,30 @@ static void grad_step(ledger *g, const dt_config *c, const arena *a) {
         zero3_gathers(g, a);
 }
 
-dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, dt_plan_comm *out) {
+/* Boundary messages this rank sends in one step (activations forward, gradients back). */
+static int pipeline_sends(const dt_schedule *s, int rank) {
+    int n, k = 0;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++)
+        k += a[i].op == DT_SCHED_OP_SEND_ACT || a[i].op == DT_SCHED_OP_SEND_GRAD;
+    return k;
+}
+
+static bool schedule_split(const dt_schedule *s) {
+    for (int i = 0; i < s->row[s->pp]; i++)
+        if (s->actions[i].op == DT_SCHED_OP_W)
+            return true;
+    return false;
+}
+
+dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_schedule *sched,
+                             dt_plan_comm *out) {
     memset(out, 0, sizeof *out);
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
-    if (p->pp_size > 1)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: pipelines are not in it");
-    if (m->n_layer > DT_MAX_CHUNKS)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: at most %d layers",
-                          DT_MAX_CHUNKS);
+    if (m->n_layer < 1 || m->n_layer > DT_MAX_CHUNKS)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: model.n_layer=%d (1 to %d)",
+                          m->n_layer, DT_MAX_CHUNKS);
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
     int xy[DT_AXIS_COUNT], dp = d.size[DT_AXIS_DP];
@@ -199,20 +254,42 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, dt_plan_co
                 .sg = p->sp_mode == DT_SP_SPLIT_GATHER, .gpt2 = m->arch == DT_ARCH_GPT2,
                 .C = m->n_embd, .hs = hs, .NH = m->n_head / tp, .T = c->train.seq_len,
                 .vocab_rows = (m->vocab_size + tp - 1) / tp, .n_mb = rows / mb, .L = m->n_layer,
-                .zero = dt_config_zero_stage(c)};
+                .zero = dt_config_zero_stage(c), .pp = p->pp_size,
+                .lp = p->precision != DT_PREC_FP32};
     g.rows = g.sg ? tp : 1;
     g.N = (int64_t)mb * g.T;
     g.Nt = g.N / g.sp;
     g.W = (g.NH + 2 * (nkv / tp)) * hs;
     g.A = g.NH * hs;
+    for (int u = 0; u < g.L + 2; u++)
+        g.held[u] = true;
+    int sends = 0;
+    if (g.pp > 1) {
+        dt_stage_plan stages;
+        DT_TRY(dt_stage_plan_make(g.L, g.pp, p->pp_chunks, p->pp_layers, &stages));
+        dt_stage_plan_held(&stages, xy[DT_AXIS_PP], g.held);
+        dt_schedule *own = NULL;
+        if (!sched)
+            DT_TRY(dt_plan_schedule_make(p, g.n_mb, &own));
+        const dt_schedule *s = sched ? sched : own;
+        sends = pipeline_sends(s, xy[DT_AXIS_PP]);
+        g.split = schedule_split(s);
+        dt_sched_free(own);
+    }
+    g.first = g.held[0];
+    g.last = g.held[g.L + 1];
     arena a = {0};
-    a.U = dt_plan_local_units(m, tp, NULL, a.size);
+    a.U = dt_plan_local_units(m, tp, g.held, a.size);
     for (int u = 0; u < a.U; u++)
         a.first[u] = a.n, a.n += a.size[u];
     a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
     for (int k = 0; k < g.n_mb; k++)
         micro_batch(&g);
-    grad_step(&g, c, &a);
-    tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp */
+    out->grad_known = !(g.pp > 1 && g.zero == 3);
+    if (out->grad_known)
+        grad_step(&g, c, &a);
+    tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp (and pp) */
+    int64_t boundary = (g.Nt / g.rows) * g.C * 4;
+    out->pp = sends * boundary + allreduce(g.pp, 8);
     return DT_OK;
 }

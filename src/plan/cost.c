@@ -185,8 +185,8 @@ static double offload_disk_time(const work *w, double floats) {
 }
 
 /* The gradient group's traffic of a step: reductions (hideable behind the backward), the
- * weights' all-gathers, and the calls. Without a pipeline, the communication ledger's exact
- * bytes (plan/comm.c); under one (not in the ledger) the same collectives counted per unit:
+ * weights' all-gathers, and the calls: the communication ledger's exact bytes (plan/comm.c);
+ * for ZeRO-3 under a pipeline (not in the ledger) the same collectives counted per unit:
  * ZeRO 0/1 all-reduce the arena once, ZeRO 2/3 reduce-scatter it every micro-batch, ZeRO 1/2
  * all-gather it after the update, ZeRO 3 gathers every unit for forward and backward. */
 typedef struct dp_traffic {
@@ -194,10 +194,11 @@ typedef struct dp_traffic {
     int64_t reduce_calls, gather_calls;
 } dp_traffic;
 
-static dp_traffic dp_traffic_of(const work *w, int world, double n) {
+static dp_traffic dp_traffic_of(const work *w, int world, int rank, const dt_schedule *sched,
+                                double n) {
     dp_traffic t = {0};
     dt_plan_comm led;
-    if (w->pp == 1 && dt_plan_comm_bytes(w->c, world, 0, &led) == DT_OK) {
+    if (dt_plan_comm_bytes(w->c, world, rank, sched, &led) == DT_OK && led.grad_known) {
         t.gather_bytes = (double)led.grad_gather;
         t.gather_calls = led.calls_grad_gather;
         t.reduce_bytes = (double)(led.grad - led.grad_gather);
@@ -227,10 +228,11 @@ static dp_traffic dp_traffic_of(const work *w, int world, double n) {
  * n floats: reductions hide behind its backward when plugin.overlap (ZeRO 0/1 under a
  * pipeline and split backwards reduce after it); ZeRO-3's gathers are prefetched behind its
  * compute; ZeRO 1/2's gather of the updated arena waits for the update. */
-static void cost_dp(const work *w, int world, double n, double backward_s, double compute_s,
-                    bool split, double *exposed, double *optimizer) {
+static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched, double n,
+                    double backward_s, double compute_s, bool split, double *exposed,
+                    double *optimizer) {
     int p = w->grad_p;
-    dp_traffic t = dp_traffic_of(w, world, n);
+    dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
     double bw = w->d->bandwidth, lat = w->d->latency;
     double t_reduce = t.reduce_bytes / bw + (double)t.reduce_calls * lat;
     double t_gather = t.gather_bytes / bw + (double)t.gather_calls * lat;
@@ -326,7 +328,8 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         for (int k = r; k < n_chunks; k += w.pp)
             backward += w.n_mb * (cc[k].b + cc[k].wgt);
         double exposed, opt;
-        cost_dp(&w, world, (double)m.n_local, backward, busy[r], split, &exposed, &opt);
+        cost_dp(&w, world, rank, sched, (double)m.n_local, backward, busy[r], split, &exposed,
+                &opt);
         double step = makespan + exposed + opt;
         if (step > out->step_s) {
             out->step_s = step;
