@@ -2,9 +2,10 @@
 # Tensor and sequence parallelism benchmark (issue 4, item 8). Not a test.
 #   1. bytes: communication bytes per step per rank (metrics comm_bytes_tp / _sp / _grad, rank
 #      0) of tp 2/4, split_gather at tp 2/4, Ulysses sp 2/4, tp2 x sp2, tp2 x dp2 with ZeRO 0-3,
-#      a run with micro-batches, bf16 and Llama, against bench/tp_model.py's analytical count:
-#      they must be equal, every step. The same runs' activation peak (--train.mem_report)
-#      against the model's count of what carve_acts() saves.
+#      a run with micro-batches, bf16 and Llama, against the planner's communication ledger
+#      (`dtrain plan --explain`, src/plan/comm.c): they must be equal, every step. The same
+#      runs' activation peak (--train.mem_report) on every rank against the planner's
+#      prediction beside it in the report (src/plan/memory.c).
 #      Shape: GPT-2 L6 H12 C384 V256, T 256, global batch 8 (H12 so tp 4 and sp 4 divide).
 #   2. time: the small shape of bench/run_scaling.sh (GPT-2 L6 H6 C384 V256, T 256), global
 #      batch 8, 1 thread per rank: 1 x 1 vs 2 ranks as dp2 (ddp), tp2, tp2 split_gather, sp2,
@@ -25,7 +26,6 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=/usr/bin/python3
-MODEL=$REPO/bench/tp_model.py
 WORK=${TP_WORK:-$(mktemp -d /tmp/dtrain-tp.XXXXXX)}
 mkdir -p "$WORK"
 REV=${TP_REV:-HEAD}
@@ -73,70 +73,77 @@ dargs() {
 }
 
 # ---- 1. bytes and activations vs the model --------------------------------------------------
-# name | ranks | dtrain plugin arguments | tp_model.py arguments (layout only)
+# name | ranks | dtrain plugin arguments
 BYTES_RUNS=(
-    "none|1|--plugin.type=none|"
-    "tp2|2|--plugin.type=hybrid --plugin.tp_size=2|--tp 2"
-    "tp4|4|--plugin.type=hybrid --plugin.tp_size=4|--tp 4"
-    "tp2 split_gather|2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather|--tp 2 --mode split_gather"
-    "tp4 split_gather|4|--plugin.type=hybrid --plugin.tp_size=4 --plugin.sp_mode=split_gather|--tp 4 --mode split_gather"
-    "sp2|2|--plugin.type=hybrid --plugin.sp_size=2|--sp 2"
-    "sp4|4|--plugin.type=hybrid --plugin.sp_size=4|--sp 4"
-    "tp2 x sp2|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_size=2|--tp 2 --sp 2"
-    "tp2 x dp2 zero0|4|--plugin.type=hybrid --plugin.tp_size=2|--tp 2 --dp 2 --zero 0"
-    "tp2 x dp2 zero1|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.zero_stage=1|--tp 2 --dp 2 --zero 1"
-    "tp2 x dp2 zero2|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.zero_stage=2|--tp 2 --dp 2 --zero 2"
-    "tp2 x dp2 zero3|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.zero_stage=3|--tp 2 --dp 2 --zero 3"
-    "sp2 x dp2 zero3, 2 micro-batches|4|--plugin.type=hybrid --plugin.sp_size=2 --plugin.zero_stage=3 --train.micro_batch_size=2|--sp 2 --dp 2 --zero 3 --micro 2"
-    "tp2 split_gather x dp2 zero2, 2 micro-batches|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.zero_stage=2 --train.micro_batch_size=2|--tp 2 --mode split_gather --dp 2 --zero 2 --micro 2"
-    "tp2 split_gather, bf16|2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.precision=bf16|--tp 2 --mode split_gather --prec bf16"
-    "llama kv4, tp2 x sp2|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_size=2 --model.arch=llama --model.n_kv_head=4|--arch llama --kv-heads 4 --tp 2 --sp 2"
-    "llama kv4, tp2 split_gather|2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --model.arch=llama --model.n_kv_head=4|--arch llama --kv-heads 4 --tp 2 --mode split_gather"
+    "none|1|--plugin.type=none"
+    "tp2|2|--plugin.type=hybrid --plugin.tp_size=2"
+    "tp4|4|--plugin.type=hybrid --plugin.tp_size=4"
+    "tp2 split_gather|2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather"
+    "tp4 split_gather|4|--plugin.type=hybrid --plugin.tp_size=4 --plugin.sp_mode=split_gather"
+    "sp2|2|--plugin.type=hybrid --plugin.sp_size=2"
+    "sp4|4|--plugin.type=hybrid --plugin.sp_size=4"
+    "tp2 x sp2|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_size=2"
+    "tp2 x dp2 zero0|4|--plugin.type=hybrid --plugin.tp_size=2"
+    "tp2 x dp2 zero1|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.zero_stage=1"
+    "tp2 x dp2 zero2|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.zero_stage=2"
+    "tp2 x dp2 zero3|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.zero_stage=3"
+    "sp2 x dp2 zero3, 2 micro-batches|4|--plugin.type=hybrid --plugin.sp_size=2 --plugin.zero_stage=3 --train.micro_batch_size=2"
+    "tp2 split_gather x dp2 zero2, 2 micro-batches|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.zero_stage=2 --train.micro_batch_size=2"
+    "tp2 split_gather, bf16|2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.precision=bf16"
+    "llama kv4, tp2 x sp2|4|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_size=2 --model.arch=llama --model.n_kv_head=4"
+    "llama kv4, tp2 split_gather|2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --model.arch=llama --model.n_kv_head=4"
 )
 BL=6 BH=12 BC=384 BV=256 BT=256 BB=8
 part_bytes() {
-    local res=$WORK/bytes.jsonl i=0 spec name np dargs_ margs tag arch
+    local res=$WORK/bytes.jsonl i=0 spec name np dargs_ tag common
     : >"$res"
     log "waiting for $LOCK"; flock 9
     for spec in "${BYTES_RUNS[@]}"; do
-        IFS='|' read -r name np dargs_ margs <<<"$spec"
+        IFS='|' read -r name np dargs_ <<<"$spec"
         tag=bytes$i; i=$((i + 1))
-        arch=gpt2; [[ "$margs" == *"--arch llama"* ]] && arch=llama
         log "$name ($np ranks)"
+        common="$(dargs gpt2 $BL $BH $BC $BV $BT $BB $BSTEPS) --train.micro_batch_size=0 --plugin.precision=fp32"
         # shellcheck disable=SC2086  # word splitting of the argument lists is intended
-        "${MPIRUN[@]}" -np "$np" "$DTRAIN" train $(dargs gpt2 $BL $BH $BC $BV $BT $BB $BSTEPS) \
-            --train.micro_batch_size=0 --plugin.precision=fp32 $dargs_ \
+        "${MPIRUN[@]}" -np "$np" "$DTRAIN" train $common $dargs_ \
             --train.metrics="$WORK/$tag.jsonl" --train.mem_report="$WORK/$tag.mem.json" \
             >"$WORK/$tag.log" 2>&1 || { tail "$WORK/$tag.log" >&2; exit 1; }
         # shellcheck disable=SC2086
-        j=$($PY "$MODEL" --layers $BL --heads $BH --embd $BC --vocab $BV --seq $BT --batch $BB \
-            $margs --metrics "$WORK/$tag.jsonl" --mem-report "$WORK/$tag.mem.json")
-        echo "{\"name\": \"$name\", \"ranks\": $np, \"r\": $j}" >>"$res"
+        "$DTRAIN" plan --world "$np" --explain $common $dargs_ >"$WORK/$tag.plan.json"
+        echo "{\"name\": \"$name\", \"ranks\": $np, \"plan\": \"$WORK/$tag.plan.json\", \"metrics\": \"$WORK/$tag.jsonl\", \"mem\": \"$WORK/$tag.mem.json\"}" >>"$res"
     done
     flock -u 9
     $PY - "$res" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+KEYS = ("comm_bytes_tp", "comm_bytes_sp", "comm_bytes_grad")
 f = lambda v: f"{v:,}" if isinstance(v, int) else ", ".join(f"{x:,}" for x in v)
-print("Bytes per step, rank 0 (every step of the run):\n")
+for r in rows:
+    p = json.load(open(r["plan"]))
+    steps = [json.loads(l) for l in open(r["metrics"])]
+    meas = {k: sorted({s[k] for s in steps}) for k in KEYS}
+    r["p"] = {k: p[k] for k in KEYS}
+    r["m"] = {k: v[0] if len(v) == 1 else v for k, v in meas.items()}
+    rep = json.load(open(r["mem"]))
+    acts = sorted({x["activations"] for x in rep["per_rank"]})
+    pred = sorted({x["predicted"]["activations"] for x in rep["per_rank"]})
+    r["acts"] = (pred[0] if len(pred) == 1 else pred, acts[0] if len(acts) == 1 else acts)
+print("Bytes per step, rank 0 (every step of the run), against `dtrain plan --explain`:\n")
 print("| layout | ranks | tp predicted | tp measured | sp predicted | sp measured | grad predicted | grad measured | equal |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 for r in rows:
-    p, m = r["r"]["predicted"], r["r"]["measured"]
-    eq = all(p[k] == m[k] for k in ("comm_bytes_tp", "comm_bytes_sp", "comm_bytes_grad"))
-    print(f"| {r['name']} | {r['ranks']} | " + " | ".join(
-        f"{f(p[k])} | {f(m[k])}" for k in ("comm_bytes_tp", "comm_bytes_sp", "comm_bytes_grad"))
-        + f" | {'yes' if eq else '**NO**'} |")
-print("\nActivations (the `activations` peak of --train.mem_report, every rank):\n")
-print("| layout | per layer (exact) | per layer (formula) | predicted total | measured total | equal | vs none |")
-print("|---|---:|---:|---:|---:|---|---:|")
-base = rows[0]["r"]["measured"]["activations"]
+    p, m = r["p"], r["m"]
+    eq = all(p[k] == m[k] for k in KEYS)
+    print(f"| {r['name']} | {r['ranks']} | " + " | ".join(f"{f(p[k])} | {f(m[k])}" for k in KEYS)
+          + f" | {'yes' if eq else '**NO**'} |")
+print("\nActivations (the `activations` peak of --train.mem_report and the prediction beside it, "
+      "every rank):\n")
+print("| layout | predicted | measured | equal | vs none |")
+print("|---|---:|---:|---|---:|")
+base = rows[0]["acts"][1]
 for r in rows:
-    p, m = r["r"]["predicted"], r["r"]["measured"]
-    fl = f"{p['formula_per_layer']:,.0f}" if p.get("formula_per_layer") else "-"
-    ratio = f"{m['activations'] / base:.3f}" if isinstance(m["activations"], int) else "-"
-    print(f"| {r['name']} | {p['activations_per_layer']:,} | {fl} | {p['activations']:,} | "
-          f"{f(m['activations'])} | {'yes' if p['activations'] == m['activations'] else '**NO**'} | {ratio} |")
+    p, m = r["acts"]
+    ratio = f"{m / base:.3f}" if isinstance(m, int) and isinstance(base, int) else "-"
+    print(f"| {r['name']} | {f(p)} | {f(m)} | {'yes' if p == m else '**NO**'} | {ratio} |")
 EOF
 }
 

@@ -5,6 +5,7 @@
  *   dtrain sample  --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
  *   dtrain schedule --pp P --microbatches M --kind K [--chunks V] [--stats] | --check F --pp P
  *   dtrain plot    --timeline FILE.json [--step N] --out FILE.svg | --metrics FILE.jsonl --out F
+ *   dtrain plan    --config FILE --world N [--mem SIZE] [--device NAME] [--top K] [--json]
  *
  * The only place that turns a dt_status into an exit code.
  */
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/plan_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
 #include "core/config.h"
@@ -39,6 +41,9 @@ static int usage(FILE *f) {
             "  plot    --timeline FILE.json [--step N] --out FILE.svg: one step of a memory\n"
             "          timeline (train.mem_timeline) as a picture; --metrics FILE.jsonl\n"
             "          --out FILE.svg: the training curves of train.metrics\n"
+            "  plan    --config FILE --world N [--mem 80GiB] [--device a100-80gb|h100-80gb|this]\n"
+            "          [--flops 312T] [--bandwidth 300G] [--top K] [--json]: the layouts that\n"
+            "          fit, ranked by predicted step time\n"
             "config sections: [model] [data] [train] [optim] [plugin] [checkpoint]; see README\n");
     return f == stderr ? 2 : 0;
 }
@@ -185,10 +190,13 @@ int main(int argc, char **argv) {
         return dt_cli_schedule(argc, argv);
     if (strcmp(argv[1], "plot") == 0)
         return dt_cli_plot(argc, argv);
+    if (strcmp(argv[1], "plan") == 0)
+        return dt_cli_plan(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0)
         return usage(stdout);
-    dt_error("unknown command '%s' (commands: train, prepare, sample, schedule, plot; see dtrain --help)",
+    dt_error("unknown command '%s' (commands: train, prepare, sample, schedule, plan, plot; "
+             "see dtrain --help)",
              argv[1]);
     return 2;
 }

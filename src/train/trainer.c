@@ -13,7 +13,9 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "dtrain/booster.h"
+#include "io/atomic.h"
 #include "kernels/gemm_peak.h"
+#include "plan/memory.h"
 #include "train/checkpoint.h"
 
 typedef struct trainer {
@@ -158,7 +160,43 @@ static void write_json_cats(FILE *f, const double *v, int K) {
                 c < DT_MEM_CAT_COUNT ? dt_mem_cat_name(c) : "total", v[c]);
 }
 
-/* per-rank peaks of every category; "peak" is the largest rank's */
+/* The planner's prediction for every rank of this layout (a pure function, so rank 0 makes
+ * all of them): table[r * K + c] as write_mem_report's. The run's own schedule is read again
+ * when it came from a file. */
+static dt_status predict_all(const trainer *t, double *table, int K) {
+    const dt_config *c = t->cfg;
+    dt_schedule *sched = NULL;
+    if (strncmp(c->plugin.pp_schedule, "file:", 5) == 0 && c->plugin.pp_size > 1) {
+        char *text;
+        DT_TRY(dt_read_text(c->plugin.pp_schedule + 5, "pipeline schedule", 16 << 20, &text));
+        dt_status st = dt_sched_parse(text, &sched);
+        free(text);
+        DT_TRY(st);
+    }
+    dt_plan_mem_opts o = {.schedule = sched};
+    dt_status st = DT_OK;
+    for (int r = 0; st == DT_OK && r < t->world->size; r++) {
+        dt_plan_mem m;
+        st = dt_plan_memory(c, t->world->size, r, &o, &m);
+        for (int k = 0; st == DT_OK && k < DT_MEM_CAT_COUNT; k++)
+            table[r * K + k] = (double)m.cat[k];
+        table[r * K + DT_MEM_CAT_COUNT] = (double)m.total;
+    }
+    dt_sched_free(sched);
+    return st;
+}
+
+static void write_rank_entry(FILE *f, const double *measured, const double *predicted, int K) {
+    write_json_cats(f, measured, K);
+    if (!predicted)
+        return;
+    fputs(", \"predicted\": {", f);
+    write_json_cats(f, predicted, K);
+    fputs("}", f);
+}
+
+/* per-rank peaks of every category; "peak" is the largest rank's. "predicted" beside them
+ * is the planner's (plan/memory.h) for the same layout and rank. */
 static dt_status write_mem_report(trainer *t, const char *path) {
     const dt_mem *mem = dt_booster_mem(t->booster);
     int n = t->world->size, K = DT_MEM_CAT_COUNT + 1;
@@ -170,10 +208,20 @@ static dt_status write_mem_report(trainer *t, const char *path) {
         table[t->world->rank * K + c] = (double)dt_mem_peak(mem, c);
     table[t->world->rank * K + DT_MEM_CAT_COUNT] = (double)dt_mem_peak_total(mem);
     dt_status st = dt_comm_allreduce_f64(t->world, table, (int64_t)n * K);
+    double *pred = NULL;
     if (st == DT_OK && is_root(t)) {
+        pred = calloc((size_t)(n + 1) * K, sizeof *pred);
+        if (pred && predict_all(t, pred, K) != DT_OK) {
+            dt_warn("memory report: no prediction: %s", dt_err_msg());
+            free(pred);
+            pred = NULL;
+        }
         for (int r = 0; r < n; r++)
-            for (int c = 0; c < K; c++)
+            for (int c = 0; c < K; c++) {
                 max[c] = table[r * K + c] > max[c] ? table[r * K + c] : max[c];
+                if (pred && pred[r * K + c] > pred[n * K + c])
+                    pred[n * K + c] = pred[r * K + c];
+            }
         FILE *f = fopen(path, "w");
         if (!f) {
             st = dt_err_set(DT_ERR_IO, "cannot write memory report %s: %s", path,
@@ -181,10 +229,14 @@ static dt_status write_mem_report(trainer *t, const char *path) {
         } else {
             fputs("{\"peak\": {", f);
             write_json_cats(f, max, K);
+            if (pred) {
+                fputs("}, \"predicted\": {", f);
+                write_json_cats(f, pred + (size_t)n * K, K);
+            }
             fputs("}, \"per_rank\": [", f);
             for (int r = 0; r < n; r++) {
                 fputs(r ? ", {" : "{", f);
-                write_json_cats(f, table + r * K, K);
+                write_rank_entry(f, table + r * K, pred ? pred + r * K : NULL, K);
                 fputs("}", f);
             }
             fputs("]}\n", f);
@@ -192,6 +244,7 @@ static dt_status write_mem_report(trainer *t, const char *path) {
                 st = dt_err_set(DT_ERR_IO, "short write to memory report %s", path);
         }
     }
+    free(pred);
     free(table);
     return dt_comm_agree(t->world, st);
 }

@@ -1,0 +1,531 @@
+/* `dtrain plan`: the layouts of a model on N ranks, ranked.
+ *
+ *   dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] [--flops F]
+ *               [--bandwidth B] [--top K] [--json] [--section.key=value ...]
+ *   dtrain plan ... --explain [--rank R]    the layout as given, on one rank: one JSON line
+ *   dtrain plan --device this --show-device  the measured figures, as flags to reuse
+ *
+ * Every layout dtrain can run on N ranks (dp, tp, pp with each schedule, sp and its mode,
+ * ZeRO stage, activation checkpointing, precision, micro-batches, activation compression,
+ * optimizer offload) is checked with dtrain's own rules (dt_mesh_infer, dt_gpt_check_split,
+ * dt_config_validate, the schedule validator), its memory predicted on every pipeline stage
+ * (plan/memory.h) and its step time (plan/cost.h), and the layouts that fit in --mem are
+ * ranked by step time (ties: less memory). Single process, no MPI.
+ */
+#include "cli/plan_cmd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/plan_device.h"
+#include "core/log.h"
+#include "io/atomic.h"
+#include "models/gpt.h"
+#include "plan/comm.h"
+#include "plan/cost.h"
+#include "plan/memory.h"
+#include "plan/mesh.h"
+#include "plan/stages.h"
+
+static int usage(void) {
+    dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
+             "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
+             "[--top K] [--json] [--explain [--rank R]] [--show-device] "
+             "[--section.key=value ...]\n"
+             "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
+             "  --flops sets both matmul rates, --flops16 the bf16/fp16 one; --show-device "
+             "prints the device's figures as these flags\n"
+             "  devices: %s", dt_plan_device_names());
+    return 2;
+}
+
+/* One candidate: its config, its predictions. */
+typedef struct cand {
+    dt_config c;
+    int dp;
+    int64_t cat[DT_MEM_CAT_COUNT], total; /* the largest rank's (over pipeline stages) */
+    double step_s;
+    bool fits;
+} cand;
+
+typedef struct cands {
+    cand *v;
+    int n, cap;
+} cands;
+
+static dt_status push(cands *l, const cand *x) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        cand *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return dt_err_set(DT_ERR_OOM, "plan: out of memory");
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = *x;
+    return DT_OK;
+}
+
+/* ---- which layouts are valid ------------------------------------------------------------ */
+
+/* sched: the schedule to run (borrowed), or NULL: the one plugin.pp_schedule names. */
+static dt_status check_layout(const dt_config *c, int world, const dt_schedule *sched) {
+    const dt_plugin_config *p = &c->plugin;
+    dt_mesh_dims d;
+    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
+    DT_TRY(dt_config_validate(c));
+    DT_TRY(dt_gpt_check_split(&c->model, p->tp_size, p->sp_size,
+                              p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));
+    if (p->pp_size < 2)
+        return DT_OK;
+    dt_stage_plan sp;
+    DT_TRY(dt_stage_plan_make(c->model.n_layer, p->pp_size, p->pp_chunks, p->pp_layers, &sp));
+    int rows = c->train.batch_size / d.size[DT_AXIS_DP];
+    int n_mb = p->microbatches > 0 ? p->microbatches : 1;
+    if (rows % n_mb)
+        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
+                          "of a data-parallel rank", n_mb, rows);
+    dt_schedule *own = NULL;
+    if (!sched)
+        DT_TRY(dt_plan_schedule_make(p, n_mb, &own));
+    const dt_schedule *s = sched ? sched : own;
+    dt_status st = DT_OK;
+    if (s->pp != p->pp_size || s->n_chunks != p->pp_chunks || s->n_mb != n_mb)
+        st = dt_err_set(DT_ERR_ARG, "plugin.pp_schedule %s is for pp %d, %d chunks per rank, %d "
+                        "micro-batches; the layout has pp_size %d, pp_chunks %d, %d "
+                        "micro-batches", p->pp_schedule, s->pp, s->n_chunks, s->n_mb,
+                        p->pp_size, p->pp_chunks, n_mb);
+    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
+    if (st == DT_OK)
+        st = dt_sched_validate(s, &lim);
+    dt_sched_free(own);
+    return st;
+}
+
+/* ---- predictions -------------------------------------------------------------------------- */
+
+static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t mem) {
+    const dt_plugin_config *p = &x->c.plugin;
+    int stride = world / p->pp_size; /* rank (pp r, 0, 0, 0) = r * dp * sp * tp */
+    memset(x->cat, 0, sizeof x->cat);
+    x->total = 0;
+    dt_plan_mem_opts o = {.at_export = true};
+    for (int r = 0; r < p->pp_size; r++) {
+        dt_plan_mem m;
+        DT_TRY(dt_plan_memory(&x->c, world, r * stride, &o, &m));
+        if (m.total > x->total) {
+            x->total = m.total;
+            memcpy(x->cat, m.cat, sizeof x->cat);
+        }
+    }
+    dt_plan_time t;
+    DT_TRY(dt_plan_step_time(&x->c, world, dev, NULL, &t));
+    x->step_s = t.step_s;
+    x->fits = x->total <= mem;
+    return DT_OK;
+}
+
+/* ---- enumeration ------------------------------------------------------------------------ */
+
+typedef struct space {
+    const dt_config *base;
+    int world;
+    const dt_plan_device *dev;
+    int64_t mem;
+    cands *out;
+} space;
+
+static dt_status consider(const space *sp, cand *x) {
+    if (check_layout(&x->c, sp->world, NULL) != DT_OK)
+        return DT_OK; /* not a layout dtrain runs */
+    x->dp = sp->world / (x->c.plugin.tp_size * x->c.plugin.sp_size * x->c.plugin.pp_size);
+    if (predict(x, sp->world, sp->dev, sp->mem) != DT_OK)
+        return DT_OK;
+    return push(sp->out, x);
+}
+
+/* The memory levers on one mesh and schedule: ZeRO stage, checkpointing, precision,
+ * activation compression, offload. Pruned: compression only where activations are kept (not
+ * with full checkpointing of every block), offload only with a sharded optimizer. */
+static dt_status levers(const space *sp, cand *x) {
+    static const dt_precision precs[] = {DT_PREC_BF16, DT_PREC_FP32};
+    static const dt_ac_mode acs[] = {DT_AC_NONE, DT_AC_SELECTIVE, DT_AC_FULL};
+    int grad_p = sp->world / (x->c.plugin.tp_size * x->c.plugin.pp_size);
+    for (int z = 0; z <= (grad_p > 1 ? 3 : 0); z++)
+        for (int pi = 0; pi < 2; pi++)
+            for (int ai = 0; ai < 3; ai++)
+                for (int q = 0; q < 2; q++)
+                    for (int off = 0; off < 2; off++) {
+                        if ((q && acs[ai] == DT_AC_FULL) || (off && z == 0))
+                            continue;
+                        dt_plugin_config *p = &x->c.plugin;
+                        p->type = z ? DT_PLUGIN_HYBRID : DT_PLUGIN_NONE;
+                        p->zero_stage = z;
+                        p->precision = precs[pi];
+                        p->ac = acs[ai];
+                        p->ac_every = 1;
+                        p->act_compress = q ? DT_ACT_COMPRESS_INT8 : DT_ACT_COMPRESS_NONE;
+                        p->offload = off ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
+                        if (off && !p->offload_dir[0])
+                            snprintf(p->offload_dir, sizeof p->offload_dir, "offload");
+                        DT_TRY(consider(sp, x));
+                    }
+    return DT_OK;
+}
+
+/* Micro-batch counts: 1, 2, 4, ... up to the rows of a dp rank (a pipeline: pp, 2 pp, 4 pp). */
+static dt_status micro_batches(const space *sp, cand *x, int dp) {
+    int rows = sp->base->train.batch_size / dp, pp = x->c.plugin.pp_size;
+    if (rows < 1 || sp->base->train.batch_size % dp)
+        return DT_OK;
+    x->c.train.micro_batch_size = 0;
+    int tried = 0;
+    for (int m = pp > 1 ? pp : 1; m <= rows && tried < (pp > 1 ? 3 : 4); m *= 2) {
+        if (rows % m)
+            continue;
+        x->c.plugin.microbatches = m;
+        DT_TRY(levers(sp, x));
+        tried++;
+    }
+    return DT_OK;
+}
+
+static dt_status schedules(const space *sp, cand *x, int dp) {
+    static const char *kinds[] = {"1f1b", "gpipe", "zbh1", "interleaved"};
+    dt_plugin_config *p = &x->c.plugin;
+    if (p->pp_size == 1) {
+        snprintf(p->pp_schedule, sizeof p->pp_schedule, "1f1b");
+        p->pp_chunks = 1;
+        return micro_batches(sp, x, dp);
+    }
+    for (int k = 0; k < 4; k++) {
+        snprintf(p->pp_schedule, sizeof p->pp_schedule, "%s", kinds[k]);
+        p->pp_chunks = k == 3 ? 2 : 1;
+        DT_TRY(micro_batches(sp, x, dp));
+    }
+    return DT_OK;
+}
+
+static dt_status enumerate(const space *sp) {
+    cand x = {.c = *sp->base};
+    x.c.plugin.pp_layers[0] = '\0';
+    int W = sp->world;
+    for (int tp = 1; tp <= W; tp++)
+        for (int s = 1; tp * s <= W; s++)
+            for (int pp = 1; tp * s * pp <= W; pp++) {
+                if (W % (tp * s * pp))
+                    continue;
+                dt_plugin_config *p = &x.c.plugin;
+                p->tp_size = tp, p->sp_size = s, p->pp_size = pp;
+                for (int mode = 0; mode < 2; mode++) {
+                    /* Megatron-SP splits rows over tp ranks: only with tp > 1 and no Ulysses */
+                    if (mode == 1 && (tp == 1 || s > 1))
+                        continue;
+                    p->sp_mode = mode ? DT_SP_SPLIT_GATHER : DT_SP_ALL_TO_ALL;
+                    DT_TRY(schedules(sp, &x, W / (tp * s * pp)));
+                }
+            }
+    return DT_OK;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+static int by_rank(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->fits != y->fits)
+        return x->fits ? -1 : 1;
+    if (x->fits && x->step_s != y->step_s)
+        return x->step_s < y->step_s ? -1 : 1;
+    return x->total < y->total ? -1 : x->total > y->total;
+}
+
+static void layout_text(const cand *x, char *buf, size_t n) {
+    const dt_plugin_config *p = &x->c.plugin;
+    size_t k = (size_t)snprintf(buf, n, "dp%d", x->dp);
+    if (p->tp_size > 1)
+        k += (size_t)snprintf(buf + k, n - k, " tp%d%s", p->tp_size,
+                              p->sp_mode == DT_SP_SPLIT_GATHER ? "+sp" : "");
+    if (p->sp_size > 1)
+        k += (size_t)snprintf(buf + k, n - k, " ulysses%d", p->sp_size);
+    if (p->pp_size > 1)
+        k += (size_t)snprintf(buf + k, n - k, " pp%d %s", p->pp_size, p->pp_schedule);
+    k += (size_t)snprintf(buf + k, n - k, " m%d", p->microbatches);
+    if (p->zero_stage)
+        k += (size_t)snprintf(buf + k, n - k, " z%d", p->zero_stage);
+    if (p->ac != DT_AC_NONE)
+        k += (size_t)snprintf(buf + k, n - k, " ac=%s", dt_ac_mode_name(p->ac));
+    if (p->act_compress)
+        k += (size_t)snprintf(buf + k, n - k, " int8");
+    if (p->offload)
+        k += (size_t)snprintf(buf + k, n - k, " offload");
+    snprintf(buf + k, n - k, " %s", dt_precision_name(p->precision));
+}
+
+static double gib(int64_t b) { return b / 1073741824.0; }
+
+static void print_table(const cand *v, int n, int top, int64_t mem, const dt_config *base) {
+    int64_t largest = 0; /* GiB columns, or MiB when every row shown is under 1 GiB */
+    for (int i = 0; i < n && i < top; i++)
+        largest = v[i].total > largest ? v[i].total : largest;
+    double unit = largest >= ((int64_t)1 << 30) ? 1073741824.0 : 1048576.0;
+    const char *unit_name = unit > 1048576.0 ? "GiB" : "MiB";
+    printf("%4s  %-44s %8s %8s %8s %8s %8s %8s %9s %4s %10s %10s\n", "rank", "layout",
+           "params", "grads", "optim", "acts", "comm", "temp", "total", "fits", "step ms",
+           "tokens/s");
+    int shown = 0;
+    for (int i = 0; i < n && shown < top; i++, shown++) {
+        const cand *x = &v[i];
+        char lay[160];
+        layout_text(x, lay, sizeof lay);
+        double tps = (double)base->train.batch_size * base->train.seq_len / x->step_s;
+        char r[16] = "-";
+        if (x->fits)
+            snprintf(r, sizeof r, "%d", i + 1);
+        printf("%4s  %-44s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %4s %10.3f %10.0f\n", r, lay,
+               x->cat[DT_MEM_PARAMS] / unit, x->cat[DT_MEM_GRADS] / unit,
+               x->cat[DT_MEM_OPTIM] / unit, x->cat[DT_MEM_ACTS] / unit,
+               x->cat[DT_MEM_COMM] / unit, x->cat[DT_MEM_TEMP] / unit, x->total / unit,
+               x->fits ? "yes" : "no", 1e3 * x->step_s, tps);
+    }
+    printf("memory in %s per rank (the largest pipeline stage); budget %.2f GiB\n", unit_name,
+           gib(mem));
+}
+
+/* One JSON line; `extra` (may be "") goes inside the object, after "rank". */
+static void print_one(const cand *x, int rank, const char *extra) {
+    const dt_plugin_config *p = &x->c.plugin;
+    printf("{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
+           "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
+           "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.type\": \"%s\", "
+           "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.precision\": \"%s\", "
+           "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
+           "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
+           x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode),
+           p->pp_schedule, p->pp_chunks, dt_plugin_type_name(p->type), p->zero_stage,
+           dt_ac_mode_name(p->ac), dt_precision_name(p->precision), p->microbatches,
+           x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
+           dt_offload_name(p->offload));
+    for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
+        printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
+    printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d%s}\n",
+           (long long)x->total, 1e3 * x->step_s, x->fits ? "true" : "false", rank, extra);
+}
+
+static void print_json(const cand *v, int n, int top) {
+    for (int i = 0; i < n && i < top; i++)
+        print_one(&v[i], v[i].fits ? i + 1 : 0, "");
+}
+
+static void print_nothing_fits(const cands *l, int64_t mem, const dt_config *base, int world) {
+    const cand *best = NULL;
+    for (int i = 0; i < l->n; i++)
+        if (!best || l->v[i].total < best->total)
+            best = &l->v[i];
+    if (!best) { /* say why through the plainest layout: data parallelism over every rank */
+        dt_config dp = *base;
+        dp.plugin.tp_size = dp.plugin.sp_size = dp.plugin.pp_size = 1;
+        dp.plugin.microbatches = 0;
+        dt_plan_mem m;
+        dt_status st = check_layout(&dp, world, NULL);
+        if (st == DT_OK)
+            st = dt_plan_memory(&dp, world, 0, NULL, &m);
+        dt_error("no layout of this model runs on %d ranks%s%s", world,
+                 st != DT_OK ? "; with data parallelism alone: " : "",
+                 st != DT_OK ? dt_err_msg() : "");
+        return;
+    }
+    char lay[160];
+    layout_text(best, lay, sizeof lay);
+    dt_error("no layout fits in %.1f GiB; the smallest needs %.1f GiB: %s", gib(mem),
+             gib(best->total), lay);
+}
+
+/* --explain: the configuration's own layout on one rank, memory, time and bytes per comm. */
+static int explain(const dt_config *c, int world, int rank, const dt_plan_device *dev,
+                   int64_t mem) {
+    dt_schedule *sched = NULL; /* a file: schedule is read as the run reads it */
+    dt_status st = DT_OK;
+    if (c->plugin.pp_size > 1 && strncmp(c->plugin.pp_schedule, "file:", 5) == 0) {
+        char *text = NULL;
+        st = dt_read_text(c->plugin.pp_schedule + 5, "pipeline schedule", 16 << 20, &text);
+        if (st == DT_OK)
+            st = dt_sched_parse(text, &sched);
+        free(text);
+    }
+    if (st == DT_OK)
+        st = check_layout(c, world, sched);
+    dt_plan_mem m;
+    dt_plan_time t;
+    dt_plan_mem_opts o = {.schedule = sched};
+    if (st == DT_OK)
+        st = dt_plan_memory(c, world, rank, &o, &m);
+    if (st == DT_OK)
+        st = dt_plan_step_time(c, world, dev, sched, &t);
+    if (st != DT_OK) {
+        dt_sched_free(sched);
+        dt_error("%s", dt_err_msg());
+        return 2;
+    }
+    cand x = {.c = *c, .dp = world / (c->plugin.tp_size * c->plugin.sp_size * c->plugin.pp_size),
+              .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
+    memcpy(x.cat, m.cat, sizeof x.cat);
+    char extra[512];
+    int k = snprintf(extra, sizeof extra, ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
+                     "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
+                     "\"bubble\": %.4f", rank, m.n_slots, m.n_inbox, (long long)m.n_local,
+                     1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble);
+    dt_plan_comm b;
+    if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
+        k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "
+                      "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld", (long long)b.tp,
+                      (long long)b.sp, (long long)b.pp);
+        if (b.grad_known) /* not for ZeRO-3 under a pipeline */
+            snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld",
+                     (long long)b.grad);
+    }
+    dt_sched_free(sched);
+    print_one(&x, 0, extra);
+    return 0;
+}
+
+/* ---- arguments ----------------------------------------------------------------------------- */
+
+typedef struct args {
+    dt_config cfg;
+    int world, top, rank;
+    bool json, explain;
+    const char *device;
+    double flops, flops16, bandwidth, mem_bandwidth, latency;
+    bool show_device;
+    int64_t mem;
+} args;
+
+static bool to_int(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > 1 << 20) {
+        dt_error("%s: '%s' is not a positive integer", flag, v);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+static int parse(int argc, char **argv, args *a) {
+    const char *v;
+    dt_status st;
+    for (int i = 2; i < argc; i++) /* the file first, so overrides win wherever they stand */
+        if ((v = dt_cli_option(argc, argv, &i, "--config"))) {
+            if ((st = dt_config_load_file(&a->cfg, v)) != DT_OK) {
+                dt_error("%s", dt_err_msg());
+                return 2;
+            }
+        }
+    for (int i = 2; i < argc; i++) {
+        bool ok = true;
+        if (dt_cli_option(argc, argv, &i, "--config"))
+            continue;
+        if ((v = dt_cli_option(argc, argv, &i, "--world")))
+            ok = to_int("--world", v, &a->world);
+        else if ((v = dt_cli_option(argc, argv, &i, "--top")))
+            ok = to_int("--top", v, &a->top);
+        else if ((v = dt_cli_option(argc, argv, &i, "--mem")))
+            ok = dt_plan_parse_size(v, &a->mem) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--flops")))
+            ok = dt_plan_parse_rate(v, &a->flops) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--flops16")))
+            ok = dt_plan_parse_rate(v, &a->flops16) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--bandwidth")))
+            ok = dt_plan_parse_rate(v, &a->bandwidth) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--mem-bandwidth")))
+            ok = dt_plan_parse_rate(v, &a->mem_bandwidth) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--latency")))
+            ok = dt_plan_parse_rate(v, &a->latency) == DT_OK;
+        else if (!strcmp(argv[i], "--show-device"))
+            a->show_device = true;
+        else if ((v = dt_cli_option(argc, argv, &i, "--device")))
+            a->device = v;
+        else if ((v = dt_cli_option(argc, argv, &i, "--rank")))
+            ok = to_int("--rank", v, &a->rank) || !strcmp(v, "0");
+        else if (!strcmp(argv[i], "--json"))
+            a->json = true;
+        else if (!strcmp(argv[i], "--explain"))
+            a->explain = true;
+        else if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '.'))
+            ok = dt_config_set(&a->cfg, argv[i] + 2) == DT_OK;
+        else {
+            dt_error("plan: unexpected argument '%s'", argv[i]);
+            return usage();
+        }
+        if (!ok) {
+            dt_error("%s", dt_err_msg()[0] ? dt_err_msg() : "bad value");
+            return 2;
+        }
+    }
+    if (a->world < 1) {
+        dt_error("plan needs --world N (and --config FILE, or the built-in default model)");
+        return usage();
+    }
+    if (a->rank >= a->world) {
+        dt_error("plan: --rank %d is not one of the %d ranks", a->rank, a->world);
+        return 2;
+    }
+    return 0;
+}
+
+int dt_cli_plan(int argc, char **argv) {
+    args a = {.top = 20};
+    dt_config_defaults(&a.cfg);
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    dt_plan_device dev;
+    int64_t dev_mem;
+    dt_status st = dt_plan_device_get(a.device ? a.device : "a100-80gb", a.world, &dev, &dev_mem);
+    if (st != DT_OK) {
+        dt_error("%s", dt_err_msg());
+        return 2;
+    }
+    if (a.flops > 0)
+        dev.flops_16 = a.flops, dev.flops_fp32 = a.flops;
+    if (a.flops16 > 0)
+        dev.flops_16 = a.flops16;
+    if (a.bandwidth > 0)
+        dev.bandwidth = a.bandwidth;
+    if (a.mem_bandwidth > 0)
+        dev.mem_bandwidth = a.mem_bandwidth;
+    if (a.latency > 0)
+        dev.latency = a.latency;
+    int64_t mem = a.mem > 0 ? a.mem : dev_mem;
+    if (a.show_device) { /* the flags that reproduce this device without measuring again */
+        printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency "
+               "%.6g --mem %lld\n", dev.flops_fp32, dev.flops_16, dev.bandwidth,
+               dev.mem_bandwidth, dev.latency, (long long)mem);
+        return 0;
+    }
+    if (a.explain)
+        return explain(&a.cfg, a.world, a.rank, &dev, mem);
+    cands l = {0};
+    space sp = {.base = &a.cfg, .world = a.world, .dev = &dev, .mem = mem, .out = &l};
+    st = enumerate(&sp);
+    if (st != DT_OK) {
+        free(l.v);
+        dt_error("%s", dt_err_msg());
+        return 1;
+    }
+    qsort(l.v, (size_t)l.n, sizeof *l.v, by_rank);
+    bool any = l.n > 0 && l.v[0].fits;
+    if (a.json)
+        print_json(l.v, l.n, a.top);
+    else if (any)
+        print_table(l.v, l.n, a.top, mem, &a.cfg);
+    if (!any)
+        print_nothing_fits(&l, mem, &a.cfg, a.world);
+    free(l.v);
+    return any ? 0 : 1;
+}

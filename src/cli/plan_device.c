@@ -1,0 +1,146 @@
+/* Devices for `dtrain plan`. See plan_device.h.
+ *
+ * The presets are the vendors' published figures (NVIDIA A100 and H100 datasheets): memory,
+ * dense matrix throughput without sparsity (bf16/fp16 tensor cores; fp32 without TF32), NVLink
+ * bandwidth per direction (half the quoted bidirectional figure), and HBM bandwidth. The disk
+ * the optimizer state is offloaded to is assumed to be one NVMe drive at 2 GB/s per rank. They
+ * describe what a layout would cost on such a device; dtrain itself runs on CPUs.
+ *
+ * `this` is measured here and now: the matmul peak the trainer reports MFU against
+ * (kernels/gemm_peak.h, fp32 and bf16), and a memory-copy probe. Ranks on one machine talk
+ * through shared memory, where Open MPI copies a message twice (into a shared segment and
+ * out), so a rank's collective bandwidth is taken as half the copy rate; the latency (5 us)
+ * and the offload disk's rate (1 GB/s) are defaults, not measured. No MPI is started: `dtrain plan` is one process.
+ */
+#include "cli/plan_device.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_peak.h"
+
+#define GIB ((int64_t)1 << 30)
+
+typedef struct preset {
+    const char *name;
+    int64_t mem;
+    dt_plan_device d;
+} preset;
+
+static const preset PRESETS[] = {
+    /* A100 SXM 80GB: 80 GiB HBM2e at 2039 GB/s; bf16 dense 312 TFLOP/s, fp32 19.5 TFLOP/s;
+     * third-generation NVLink 600 GB/s bidirectional */
+    {"a100-80gb", 80 * GIB,
+     {.flops_fp32 = 19.5e12, .flops_16 = 312e12, .bandwidth = 300e9, .latency = 10e-6,
+      .mem_bandwidth = 2039e9, .disk_bandwidth = 2e9}},
+    /* H100 SXM 80GB: 80 GiB HBM3 at 3.35 TB/s; bf16 dense 989 TFLOP/s, fp32 67 TFLOP/s;
+     * fourth-generation NVLink 900 GB/s bidirectional */
+    {"h100-80gb", 80 * GIB,
+     {.flops_fp32 = 67e12, .flops_16 = 989e12, .bandwidth = 450e9, .latency = 10e-6,
+      .mem_bandwidth = 3350e9, .disk_bandwidth = 2e9}},
+};
+enum { N_PRESETS = sizeof PRESETS / sizeof PRESETS[0] };
+
+const char *dt_plan_device_names(void) { return "a100-80gb, h100-80gb, this"; }
+
+/* best of a few copies of 64 MiB */
+static double copy_rate(void) {
+    size_t n = (size_t)64 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (!a || !b) {
+        free(a), free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    for (int i = 0; i < 5; i++) {
+        double t0 = dt_now();
+        memcpy(i % 2 ? a : b, i % 2 ? b : a, n);
+        double dt = dt_now() - t0;
+        if (dt > 0 && n / dt > best)
+            best = n / dt;
+    }
+    free(a), free(b);
+    return best;
+}
+
+static dt_status measure_this(int world, dt_plan_device *d, int64_t *mem) {
+    dt_gemm *g = NULL;
+    DT_TRY(dt_gemm_init(&g));
+    dt_status st = dt_gemm_peak_flops(g, DT_F32, 0.3, &d->flops_fp32);
+    if (st == DT_OK)
+        st = dt_gemm_peak_flops(g, DT_BF16, 0.3, &d->flops_16);
+    dt_gemm_free(g);
+    DT_TRY(st);
+    double copy = copy_rate();
+    if (!(copy > 0))
+        return dt_err_set(DT_ERR_OOM, "plan: device this: the memory probe failed");
+    d->mem_bandwidth = copy;
+    d->bandwidth = copy / 2;
+    d->latency = 5e-6;
+    d->disk_bandwidth = 1e9;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    *mem = pages > 0 && page > 0 ? (int64_t)pages * page / world : 0;
+    return DT_OK;
+}
+
+dt_status dt_plan_device_get(const char *name, int world, dt_plan_device *out, int64_t *mem) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(name, PRESETS[i].name) == 0) {
+            *out = PRESETS[i].d;
+            *mem = PRESETS[i].mem;
+            return DT_OK;
+        }
+    if (strcmp(name, "this") == 0)
+        return measure_this(world, out, mem);
+    return dt_err_set(DT_ERR_ARG, "plan: --device %s is not known; use one of %s", name,
+                      dt_plan_device_names());
+}
+
+static dt_status number(const char *text, const char *what, double *x, const char **rest) {
+    char *end;
+    *x = strtod(text, &end);
+    if (end == text || !(*x >= 0))
+        return dt_err_set(DT_ERR_ARG, "plan: %s '%s' does not start with a number", what, text);
+    while (isspace((unsigned char)*end))
+        end++;
+    *rest = end;
+    return DT_OK;
+}
+
+dt_status dt_plan_parse_size(const char *text, int64_t *bytes) {
+    static const char *units[] = {"", "KiB", "MiB", "GiB", "TiB"};
+    double x;
+    const char *u = "";
+    DT_TRY(number(text, "size", &x, &u));
+    for (int i = 0; i < 5; i++)
+        if (strcmp(u, units[i]) == 0) {
+            *bytes = (int64_t)(x * (double)((int64_t)1 << (10 * i)));
+            return DT_OK;
+        }
+    return dt_err_set(DT_ERR_ARG, "plan: size '%s': the unit must be KiB, MiB, GiB or TiB (or "
+                      "none: bytes)", text);
+}
+
+dt_status dt_plan_parse_rate(const char *text, double *rate) {
+    static const char units[] = "KMGT";
+    double x;
+    const char *u = "";
+    DT_TRY(number(text, "rate", &x, &u));
+    if (!*u) {
+        *rate = x;
+        return DT_OK;
+    }
+    const char *at = u[1] == '\0' ? strchr(units, u[0]) : NULL;
+    if (!at || !*u)
+        return dt_err_set(DT_ERR_ARG, "plan: rate '%s': the multiple must be K, M, G or T", text);
+    *rate = x;
+    for (int i = 0; i <= at - units; i++)
+        *rate *= 1e3;
+    return DT_OK;
+}

@@ -1,0 +1,21 @@
+/* The devices `dtrain plan` knows (presets with their published figures, and `this`, measured
+ * on this machine now) and the size/rate arguments it reads. */
+#ifndef DT_CLI_PLAN_DEVICE_H
+#define DT_CLI_PLAN_DEVICE_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "plan/cost.h"
+
+/* The rates and the memory per rank of device `name` for a run of `world` ranks (`this`
+ * shares the machine's memory among them). DT_ERR_ARG naming the known devices. */
+dt_status dt_plan_device_get(const char *name, int world, dt_plan_device *out, int64_t *mem);
+const char *dt_plan_device_names(void); /* "a100-80gb, h100-80gb, this" */
+
+/* "80GiB", "512 MiB", "1.5TiB", "4096" (bytes) -> bytes */
+dt_status dt_plan_parse_size(const char *text, int64_t *bytes);
+/* "312T", "200G", "1.5e12", "25M" (decimal multiples) -> per second */
+dt_status dt_plan_parse_rate(const char *text, double *rate);
+
+#endif

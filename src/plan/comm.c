@@ -1,0 +1,295 @@
+/* The communication ledger. See comm.h.
+ *
+ * Per call, for a group of p ranks (a group of one moves nothing): all-reduce of n bytes
+ * 2 n (p-1) / p (integer division, as counted); all-gather and reduce-scatter: the total less
+ * this rank's own piece; all-to-all: the p-1 blocks sent.
+ */
+#include "plan/comm.h"
+
+#include <string.h>
+
+#include "plan/memory.h"
+#include "plan/mesh.h"
+#include "plan/plan_impl.h"
+#include "plan/stages.h"
+
+typedef struct ledger {
+    dt_plan_comm *out;
+    int tp, sp, rows, grad_p, grad_rank;
+    bool sg, gpt2;
+    int64_t N, Nt, C, W, A, hs, NH, T, vocab_rows;
+    int n_mb, L, zero, pp;
+    bool held[DT_MAX_CHUNKS + 2], first, last; /* units here; the embedding's / head's stage */
+    bool split, lp;                              /* split backward; 16-bit matmuls */
+} ledger;
+
+static void add(int64_t *bytes, int64_t *calls, int64_t b) {
+    if (b > 0)
+        *bytes += b, (*calls)++;
+}
+static int64_t allreduce(int p, int64_t n) { return p > 1 ? 2 * n * (p - 1) / p : 0; }
+static void tp_op(ledger *g, int64_t b) { add(&g->out->tp, &g->out->calls_tp, b); }
+static void sp_op(ledger *g, int64_t b) { add(&g->out->sp, &g->out->calls_sp, b); }
+static void grad_op(ledger *g, int64_t b) { add(&g->out->grad, &g->out->calls_grad, b); }
+static void gather_op(ledger *g, int64_t b) {
+    grad_op(g, b);
+    add(&g->out->grad_gather, &g->out->calls_grad_gather, b);
+}
+
+/* ---- inside the tp region: [Nt, C] enters (copy | all-gather rows) and leaves (all-reduce |
+ * reduce-scatter rows); their adjoints in backward ---------------------------------------- */
+
+static int64_t rows_piece(const ledger *g) { /* other ranks' rows of [Nt, C], as bytes */
+    return g->tp > 1 ? (g->Nt / g->tp) * g->C * (g->tp - 1) * 4 : 0;
+}
+static void enter_fwd(ledger *g) { if (g->sg) tp_op(g, rows_piece(g)); }
+static void enter_bwd(ledger *g) {
+    tp_op(g, g->sg ? rows_piece(g) : allreduce(g->tp, g->Nt * g->C * 4));
+}
+static void leave_fwd(ledger *g) {
+    tp_op(g, g->sg ? rows_piece(g) : allreduce(g->tp, g->Nt * g->C * 4));
+}
+static void leave_bwd(ledger *g) { if (g->sg) tp_op(g, rows_piece(g)); }
+/* parameters applied to split rows (norms, row-parallel biases): gradients summed over tp */
+static void rows_grads(ledger *g, int64_t floats) {
+    if (g->sg)
+        tp_op(g, allreduce(g->rows, floats * 4));
+}
+
+/* LM head chunk rows: about 16 Mi floats of logits, at least 64 rows, equal chunks */
+static int64_t head_chunk(int64_t V, int64_t N) {
+    int64_t rows = ((int64_t)16 << 20) / (V > 0 ? V : 1);
+    rows = rows < 64 ? 64 : rows;
+    if (rows >= N)
+        return N;
+    int64_t n = (N + rows - 1) / rows;
+    return (N + n - 1) / n;
+}
+
+static void micro_batch(ledger *g) {
+    int64_t a2a_qkv = g->sp > 1 ? (g->N / g->sp) * (g->W / g->sp) * (g->sp - 1) * 4 : 0;
+    int64_t a2a_att = g->sp > 1 ? (g->N / g->sp) * (g->NH / g->sp) * g->hs * (g->sp - 1) * 4 : 0;
+    if (g->first)
+        leave_fwd(g); /* the vocabulary-parallel embedding */
+    for (int l = 0; l < g->L; l++) {
+        if (!g->held[l + 1])
+            continue;
+        enter_fwd(g);
+        sp_op(g, a2a_qkv);
+        sp_op(g, a2a_att);
+        leave_fwd(g);
+        enter_fwd(g);
+        leave_fwd(g);
+    }
+    if (g->last) { /* the head, then (max, sum, target logit) per row and chunk */
+        enter_fwd(g);
+        int64_t chunk = head_chunk(g->vocab_rows, g->Nt);
+        for (int64_t r0 = 0; r0 < g->Nt; r0 += chunk) {
+            int64_t n = g->Nt - r0 < chunk ? g->Nt - r0 : chunk;
+            tp_op(g, g->tp > 1 ? 3 * n * (g->tp - 1) * 4 : 0);
+        }
+        enter_bwd(g);
+        rows_grads(g, 2 * g->C); /* final norm */
+    }
+    for (int l = 0; l < g->L; l++) {
+        if (!g->held[l + 1])
+            continue;
+        enter_fwd(g); /* the norm output is rebuilt: its entering op runs again */
+        leave_bwd(g);
+        enter_bwd(g);
+        leave_bwd(g);
+        sp_op(g, a2a_att);
+        sp_op(g, a2a_att);
+        sp_op(g, a2a_qkv);
+        enter_fwd(g);
+        enter_bwd(g);
+        rows_grads(g, 6 * g->C);
+        if (g->split && !g->lp) { /* W rebuilds both norm outputs in fp32 */
+            enter_fwd(g);
+            enter_fwd(g);
+        }
+    }
+    if (g->gpt2 && g->first)
+        rows_grads(g, g->T * g->C); /* wpe */
+    if (g->first)
+        leave_bwd(g);
+}
+
+/* ---- over the gradient group (train/engine.c) -------------------------------------------- */
+
+static int64_t overlap(int64_t a0, int64_t n0, int64_t a1, int64_t n1) {
+    int64_t lo = a0 > a1 ? a0 : a1, hi = a0 + n0 < a1 + n1 ? a0 + n0 : a1 + n1;
+    return hi > lo ? hi - lo : 0;
+}
+
+typedef struct arena {
+    int U;
+    int64_t size[DT_MAX_CHUNKS + 2], first[DT_MAX_CHUNKS + 2], n, S;
+} arena;
+
+/* all-gather or reduce-scatter of [first, first + count): what the other ranks own */
+static int64_t others(const ledger *g, const arena *a, int64_t first, int64_t count) {
+    if (g->grad_p < 2)
+        return 0;
+    return (count - overlap(first, count, (int64_t)g->grad_rank * a->S, a->S)) * 4;
+}
+
+static void zero3_gathers(ledger *g, const arena *a) {
+    int U = a->U, held[4] = {-1, -1, -1, -1}; /* buffers: block a, block b, first, last */
+    int head = g->gpt2 ? 0 : U - 1;
+#define BUF(u) ((u) == 0 ? 2 : (u) == U - 1 ? 3 : (u) % 2)
+#define ENSURE(u)                                                                               \
+    do {                                                                                        \
+        if (held[BUF(u)] != (u)) {                                                              \
+            held[BUF(u)] = (u);                                                                 \
+            gather_op(g, others(g, a, a->first[u], a->size[u]));                                \
+        }                                                                                       \
+    } while (0)
+    for (int m = 0; m < g->n_mb; m++) {
+        for (int u = 0; u < U; u++) { /* forward: each unit, prefetching the next block */
+            ENSURE(u);
+            if (u + 1 >= 1 && u + 1 <= U - 2)
+                ENSURE(u + 1);
+        }
+        ENSURE(head);
+        for (int u = U - 1; u >= 0; u--) { /* backward, prefetching the previous block */
+            ENSURE(u);
+            if (u - 1 >= 1 && u - 1 <= U - 2)
+                ENSURE(u - 1);
+        }
+    }
+#undef ENSURE
+#undef BUF
+}
+
+/* ZeRO 2 under a pipeline: inner units reduce-scattered after each micro-batch's backward,
+ * the first and last unit (and, split backward, the whole arena) once in finish; GPT-2's
+ * end stages then gather the tied embedding's reduced gradient to sum it across them. */
+static void grad_step_pipelined_zero2(ledger *g, const arena *a) {
+    int U = a->U;
+    if (g->split) {
+        grad_op(g, others(g, a, 0, a->n));
+    } else {
+        for (int u = 0; u < U; u++)
+            for (int m = 0; m < (u == 0 || u == U - 1 ? 1 : g->n_mb); m++)
+                grad_op(g, others(g, a, a->first[u], a->size[u]));
+    }
+    if (g->gpt2 && (g->first || g->last)) {
+        int64_t wte = g->vocab_rows * g->C; /* unpadded; after ln_f on the last stage */
+        int64_t at = g->first ? 0 : a->first[U - 1] + 2 * ((g->C + 15) / 16 * 16);
+        grad_op(g, others(g, a, at, wte));
+    }
+    grad_op(g, allreduce(g->grad_p, 8));
+    gather_op(g, others(g, a, 0, a->n));
+}
+
+static void grad_step(ledger *g, const dt_config *c, const arena *a) {
+    int U = a->U;
+    if (g->pp > 1 && g->zero == 2) {
+        grad_step_pipelined_zero2(g, a);
+        return;
+    }
+    if (g->zero < 2) { /* buckets of whole units in backward order, all-reduced once */
+        double bucket = c->plugin.bucket_mb * 1048576.0, acc = 0;
+        int hi = U - 1;
+        for (int u = U - 1; u >= 0; u--) {
+            acc += 4.0 * a->size[u];
+            if (acc < bucket && u > 0)
+                continue;
+            int64_t n = a->first[hi] + a->size[hi] - a->first[u];
+            grad_op(g, allreduce(g->grad_p, n * 4));
+            hi = u - 1, acc = 0;
+        }
+    } else { /* each unit reduce-scattered after its backward, every micro-batch */
+        for (int m = 0; m < g->n_mb; m++)
+            for (int u = 0; u < U; u++)
+                grad_op(g, others(g, a, a->first[u], a->size[u]));
+        grad_op(g, allreduce(g->grad_p, 8)); /* the gradient norm's partial sums */
+    }
+    if (g->zero == 1 || g->zero == 2) /* updated shards all-gathered into the whole arena */
+        gather_op(g, others(g, a, 0, a->n));
+    if (g->zero == 3)
+        zero3_gathers(g, a);
+}
+
+/* Boundary messages this rank sends in one step (activations forward, gradients back). */
+static int pipeline_sends(const dt_schedule *s, int rank) {
+    int n, k = 0;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++)
+        k += a[i].op == DT_SCHED_OP_SEND_ACT || a[i].op == DT_SCHED_OP_SEND_GRAD;
+    return k;
+}
+
+static bool schedule_split(const dt_schedule *s) {
+    for (int i = 0; i < s->row[s->pp]; i++)
+        if (s->actions[i].op == DT_SCHED_OP_W)
+            return true;
+    return false;
+}
+
+dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_schedule *sched,
+                             dt_plan_comm *out) {
+    memset(out, 0, sizeof *out);
+    const dt_model_config *m = &c->model;
+    const dt_plugin_config *p = &c->plugin;
+    if (m->n_layer < 1 || m->n_layer > DT_MAX_CHUNKS)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: model.n_layer=%d (1 to %d)",
+                          m->n_layer, DT_MAX_CHUNKS);
+    dt_mesh_dims d;
+    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
+    int xy[DT_AXIS_COUNT], dp = d.size[DT_AXIS_DP];
+    dt_mesh_coords(&d, rank, xy);
+    int rows = c->train.batch_size / dp;
+    int mb = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : rows;
+    if (p->microbatches > 0)
+        mb = rows / p->microbatches;
+    if (rows < 1 || mb < 1 || rows % mb || c->train.batch_size % dp)
+        return dt_err_set(DT_ERR_ARG, "communication ledger: train.batch_size=%d does not split "
+                          "over %d data-parallel ranks", c->train.batch_size, dp);
+    int tp = p->tp_size, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    int64_t hs = m->n_embd / m->n_head;
+    ledger g = {.out = out, .tp = tp, .sp = p->sp_size, .grad_p = dp * p->sp_size,
+                .grad_rank = xy[DT_AXIS_DP] * p->sp_size + xy[DT_AXIS_SP],
+                .sg = p->sp_mode == DT_SP_SPLIT_GATHER, .gpt2 = m->arch == DT_ARCH_GPT2,
+                .C = m->n_embd, .hs = hs, .NH = m->n_head / tp, .T = c->train.seq_len,
+                .vocab_rows = (m->vocab_size + tp - 1) / tp, .n_mb = rows / mb, .L = m->n_layer,
+                .zero = dt_config_zero_stage(c), .pp = p->pp_size,
+                .lp = p->precision != DT_PREC_FP32};
+    g.rows = g.sg ? tp : 1;
+    g.N = (int64_t)mb * g.T;
+    g.Nt = g.N / g.sp;
+    g.W = (g.NH + 2 * (nkv / tp)) * hs;
+    g.A = g.NH * hs;
+    for (int u = 0; u < g.L + 2; u++)
+        g.held[u] = true;
+    int sends = 0;
+    if (g.pp > 1) {
+        dt_stage_plan stages;
+        DT_TRY(dt_stage_plan_make(g.L, g.pp, p->pp_chunks, p->pp_layers, &stages));
+        dt_stage_plan_held(&stages, xy[DT_AXIS_PP], g.held);
+        dt_schedule *own = NULL;
+        if (!sched)
+            DT_TRY(dt_plan_schedule_make(p, g.n_mb, &own));
+        const dt_schedule *s = sched ? sched : own;
+        sends = pipeline_sends(s, xy[DT_AXIS_PP]);
+        g.split = schedule_split(s);
+        dt_sched_free(own);
+    }
+    g.first = g.held[0];
+    g.last = g.held[g.L + 1];
+    arena a = {0};
+    a.U = dt_plan_local_units(m, tp, g.held, a.size);
+    for (int u = 0; u < a.U; u++)
+        a.first[u] = a.n, a.n += a.size[u];
+    a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
+    for (int k = 0; k < g.n_mb; k++)
+        micro_batch(&g);
+    out->grad_known = !(g.pp > 1 && g.zero == 3);
+    if (out->grad_known)
+        grad_step(&g, c, &a);
+    tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp (and pp) */
+    int64_t boundary = (g.Nt / g.rows) * g.C * 4;
+    out->pp = sends * boundary + allreduce(g.pp, 8);
+    return DT_OK;
+}

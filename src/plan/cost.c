@@ -1,0 +1,345 @@
+/* The time model. See cost.h.
+ *
+ * Bytes follow core/comm.c's bus convention for a group of p ranks: an all-reduce of n bytes
+ * moves 2 n (p-1)/p, an all-gather or reduce-scatter of a whole of n bytes moves n (p-1)/p,
+ * an all-to-all of blocks of k bytes moves k (p-1). A group of one moves nothing and costs
+ * no latency.
+ */
+#include "plan/cost.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/comm.h"
+#include "plan/memory.h"
+#include "plan/mesh.h"
+#include "plan/stages.h"
+
+typedef struct work {
+    const dt_config *c;
+    const dt_plan_device *d;
+    double rate;
+    int tp, sp, dp, pp, v, L, T, n_mb, zero, grad_p;
+    bool gpt2, sg;
+    double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles */
+} work;
+
+static double coll(const work *w, int p, double bytes) {
+    return p > 1 ? w->d->latency + bytes / w->d->bandwidth : 0;
+}
+static double allreduce(const work *w, int p, double n) { return coll(w, p, 2 * n * (p - 1) / p); }
+static double gather_like(const work *w, int p, double n) { return coll(w, p, n * (p - 1) / p); }
+
+/* ---- one block, one micro-batch ------------------------------------------------------------- */
+
+static double block_matmul_flops(const work *w) { /* forward: 2 flops per weight and token */
+    double mlp = w->gpt2 ? 2 * w->C * w->F : 3 * w->C * w->F;
+    return 2 * w->Nt * (w->C * w->W + w->A * w->C + mlp);
+}
+
+static double block_attention_flops(const work *w) { /* QK^T and PV, causal: half of 4 T hs */
+    return 2 * w->N * w->T * w->A / w->sp;
+}
+
+/* tensor-parallel region ops and Ulysses all-to-alls of a block's forward (and backward) */
+static double block_comm(const work *w, bool backward) {
+    double n = w->Nt * w->C * 4, t = 0;
+    if (w->sg) /* forward: 2 gathers in, 2 reduce-scatters out; backward: 4 gathers, 2 RS */
+        t += (backward ? 6 : 4) * gather_like(w, w->tp, n);
+    else       /* forward: 2 all-reduces out; backward: 2 all-reduces in */
+        t += 2 * allreduce(w, w->tp, n);
+    if (w->sp > 1) {
+        double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
+        double one = w->d->latency;
+        t += backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->d->bandwidth
+                      : 2 * one + (att + qkv) * (w->sp - 1) / w->d->bandwidth;
+    }
+    return t;
+}
+
+typedef struct block_cost {
+    double f, b, wgt; /* forward, backward (input half when split), weight half */
+} block_cost;
+
+/* plugin.act_compress = int8 (design): each kept fp32 tensor is read (4 bytes) and written
+ * as int8 (1 byte) after the forward, and read and written back before the backward. */
+static double act_compress_int8_time(const work *w, int l) {
+    if (w->c->plugin.act_compress != DT_ACT_COMPRESS_INT8)
+        return 0;
+    int every = w->c->plugin.ac_every > 0 ? w->c->plugin.ac_every : 1;
+    if (w->c->plugin.ac == DT_AC_FULL && l % every == 0)
+        return 0;
+    double n = w->Nt * w->W + w->Nr * w->C + w->Nt * w->F * (w->gpt2 ? 1 : 2);
+    if (w->c->plugin.ac != DT_AC_SELECTIVE)
+        n += w->Nt * w->A;
+    return 2 * 5 * n / w->d->mem_bandwidth;
+}
+
+static block_cost cost_block(const work *w, int l, bool split) {
+    double mm = block_matmul_flops(w) / w->rate, at = block_attention_flops(w) / w->rate;
+    block_cost k = {.f = mm + at + block_comm(w, false) + act_compress_int8_time(w, l) / 2};
+    double recompute = 0;
+    int every = w->c->plugin.ac_every > 0 ? w->c->plugin.ac_every : 1;
+    if (w->c->plugin.ac == DT_AC_FULL && l % every == 0)
+        recompute = k.f;
+    else if (w->c->plugin.ac == DT_AC_SELECTIVE)
+        recompute = at;
+    double bwd = 2 * (mm + at) + block_comm(w, true) + recompute + act_compress_int8_time(w, l) / 2;
+    if (split) {
+        k.wgt = mm;
+        k.b = bwd - mm;
+    } else {
+        k.b = bwd;
+    }
+    return k;
+}
+
+/* ---- chunks and the schedule ------------------------------------------------------------- */
+
+typedef struct chunk_cost {
+    double f, b, wgt;
+} chunk_cost;
+
+static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chunk_cost *out) {
+    int n = w->pp * w->v;
+    for (int c = 0; c < n; c++) {
+        chunk_cost k = {0};
+        for (int u = sp->first[c]; u < sp->first[c + 1]; u++) {
+            if (u < 1 || u > w->L)
+                continue;
+            block_cost b = cost_block(w, u - 1, split);
+            k.f += b.f, k.b += b.b, k.wgt += b.wgt;
+        }
+        if (c == 0) { /* the embedding leaves the tp region */
+            k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
+        }
+        if (c == n - 1) { /* LM head: logits, cross-entropy statistics, gradients */
+            double head = 2 * w->Nt * w->V * w->C / w->rate;
+            k.f += head + gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
+            k.b += 2 * head + (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
+                                     : allreduce(w, w->tp, w->Nt * w->C * 4));
+        }
+        out[c] = k;
+    }
+}
+
+/* Replays every rank's actions with these costs: a send leaves at once (its message arrives
+ * latency + bytes / bandwidth later), a receive waits for its message. busy[r]: compute. */
+static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *cc,
+                        double *end, double *busy) {
+    int pairs = s->pp * s->n_chunks * s->n_mb;
+    double *act = malloc((size_t)pairs * sizeof *act), *grad = malloc((size_t)pairs * sizeof *grad);
+    int *at = calloc((size_t)s->pp, sizeof *at);
+    if (!act || !grad || !at) {
+        free(act), free(grad), free(at);
+        return dt_err_set(DT_ERR_OOM, "time model: out of memory");
+    }
+    for (int i = 0; i < pairs; i++)
+        act[i] = grad[i] = -1;
+    double msg = w->d->latency + w->Nr * w->C * 4 / w->d->bandwidth;
+    for (int r = 0; r < s->pp; r++)
+        end[r] = busy[r] = 0;
+    bool progress = true;
+    int left = s->row[s->pp];
+    while (left > 0 && progress) {
+        progress = false;
+        for (int r = 0; r < s->pp; r++) {
+            int n;
+            const dt_sched_action *a = dt_sched_row(s, r, &n);
+            for (; at[r] < n; at[r]++, left--, progress = true) {
+                dt_sched_action x = a[at[r]];
+                int k = x.stage * s->n_mb + x.mb;
+                double t = 0;
+                if (x.op == DT_SCHED_OP_RECV_ACT || x.op == DT_SCHED_OP_RECV_GRAD) {
+                    double arrive = x.op == DT_SCHED_OP_RECV_ACT ? act[k] : grad[k];
+                    if (arrive < 0)
+                        break;
+                    end[r] = arrive > end[r] ? arrive : end[r];
+                    continue;
+                }
+                if (x.op == DT_SCHED_OP_SEND_ACT)
+                    act[k + s->n_mb] = end[r] + msg; /* the next chunk's input */
+                else if (x.op == DT_SCHED_OP_SEND_GRAD)
+                    grad[k - s->n_mb] = end[r] + msg;
+                else
+                    t = x.op == DT_SCHED_OP_F ? cc[x.stage].f
+                        : x.op == DT_SCHED_OP_B ? cc[x.stage].b : cc[x.stage].wgt;
+                end[r] += t;
+                busy[r] += t;
+            }
+        }
+    }
+    free(act), free(grad), free(at);
+    return left == 0 ? DT_OK : dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
+}
+
+/* ---- data parallelism and the optimizer ------------------------------------------------- */
+
+/* plugin.offload = disk (design): m and v of the optimizer's floats read from and written back
+ * to the files every step, through the window, not overlapped with anything. */
+static double offload_disk_time(const work *w, double floats) {
+    if (w->c->plugin.offload != DT_OFFLOAD_DISK)
+        return 0;
+    return 4 * floats * 4 / w->d->disk_bandwidth;
+}
+
+/* The gradient group's traffic of a step: reductions (hideable behind the backward), the
+ * weights' all-gathers, and the calls: the communication ledger's exact bytes (plan/comm.c);
+ * for ZeRO-3 under a pipeline (not in the ledger) the same collectives counted per unit:
+ * ZeRO 0/1 all-reduce the arena once, ZeRO 2/3 reduce-scatter it every micro-batch, ZeRO 1/2
+ * all-gather it after the update, ZeRO 3 gathers every unit for forward and backward. */
+typedef struct dp_traffic {
+    double reduce_bytes, gather_bytes;
+    int64_t reduce_calls, gather_calls;
+} dp_traffic;
+
+static dp_traffic dp_traffic_of(const work *w, int world, int rank, const dt_schedule *sched,
+                                double n) {
+    dp_traffic t = {0};
+    dt_plan_comm led;
+    if (dt_plan_comm_bytes(w->c, world, rank, sched, &led) == DT_OK && led.grad_known) {
+        t.gather_bytes = (double)led.grad_gather;
+        t.gather_calls = led.calls_grad_gather;
+        t.reduce_bytes = (double)(led.grad - led.grad_gather);
+        t.reduce_calls = led.calls_grad - led.calls_grad_gather;
+        return t;
+    }
+    int p = w->grad_p, units = w->L + 2;
+    if (p < 2)
+        return t;
+    double share = 4 * n * (p - 1) / p;
+    if (w->zero < 2) {
+        double bucket = w->c->plugin.bucket_mb > 0 ? w->c->plugin.bucket_mb * 1048576.0 : 4 * n;
+        t.reduce_bytes = 2 * share;
+        t.reduce_calls = (int64_t)(4 * n / bucket) + 1;
+    } else {
+        t.reduce_bytes = w->n_mb * share;
+        t.reduce_calls = (int64_t)w->n_mb * units + 1;
+    }
+    if (w->zero == 1 || w->zero == 2)
+        t.gather_bytes = share, t.gather_calls = 1;
+    if (w->zero == 3)
+        t.gather_bytes = 2.0 * w->n_mb * share, t.gather_calls = 2 * (int64_t)w->n_mb * units;
+    return t;
+}
+
+/* Exposed data-parallel communication and the optimizer step of a rank whose local arena has
+ * n floats: reductions hide behind its backward when plugin.overlap (ZeRO 0/1 under a
+ * pipeline and split backwards reduce after it); ZeRO-3's gathers are prefetched behind its
+ * compute; ZeRO 1/2's gather of the updated arena waits for the update. */
+static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched, double n,
+                    double backward_s, double compute_s, bool split, double *exposed,
+                    double *optimizer) {
+    int p = w->grad_p;
+    dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
+    double bw = w->d->bandwidth, lat = w->d->latency;
+    double t_reduce = t.reduce_bytes / bw + (double)t.reduce_calls * lat;
+    double t_gather = t.gather_bytes / bw + (double)t.gather_calls * lat;
+    bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
+    double red = can_hide ? (t_reduce > backward_s ? t_reduce - backward_s : 0) : t_reduce;
+    double gat = w->zero == 3 ? (t_gather > compute_s ? t_gather - compute_s : 0) : t_gather;
+    *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
+    /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats */
+    double opt = w->zero == 0 ? n : n / p;
+    *optimizer = opt * 4 * 7 / w->d->mem_bandwidth;
+    if (w->c->plugin.precision != DT_PREC_FP32)
+        *optimizer += n * 2 / w->d->mem_bandwidth; /* the 16-bit copy */
+    *optimizer += offload_disk_time(w, opt);
+}
+
+static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, work *w) {
+    const dt_model_config *m = &c->model;
+    const dt_plugin_config *p = &c->plugin;
+    dt_mesh_dims dims;
+    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &dims));
+    int dp = dims.size[DT_AXIS_DP];
+    int rows = c->train.batch_size / dp, mb = c->train.micro_batch_size > 0
+                                                 ? c->train.micro_batch_size : rows;
+    if (p->microbatches > 0)
+        mb = rows / p->microbatches;
+    if (rows < 1 || mb < 1 || rows % mb || c->train.batch_size % dp)
+        return dt_err_set(DT_ERR_ARG, "time model: train.batch_size=%d does not split into "
+                          "micro-batches over %d data-parallel ranks", c->train.batch_size, dp);
+    int tp = p->tp_size, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    int F = m->arch == DT_ARCH_GPT2 ? 4 * m->n_embd
+            : m->ffn_hidden > 0     ? m->ffn_hidden
+                                    : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
+    double hs = (double)m->n_embd / m->n_head;
+    *w = (work){.c = c, .d = d, .tp = tp, .sp = p->sp_size, .dp = dp, .pp = p->pp_size,
+                .v = p->pp_size > 1 ? p->pp_chunks : 1, .L = m->n_layer, .T = c->train.seq_len,
+                .n_mb = rows / mb, .zero = dt_config_zero_stage(c), .grad_p = dp * p->sp_size,
+                .gpt2 = m->arch == DT_ARCH_GPT2, .sg = p->sp_mode == DT_SP_SPLIT_GATHER,
+                .rate = p->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16};
+    w->N = (double)mb * w->T;
+    w->Nt = w->N / w->sp;
+    w->Nr = w->sg ? w->Nt / tp : w->Nt;
+    w->C = m->n_embd, w->hs = hs;
+    w->NH = (double)(m->n_head / tp);
+    w->A = w->NH * hs;
+    w->W = (w->NH + 2.0 * (nkv / tp)) * hs;
+    w->F = (double)(F / tp);
+    w->V = (double)((m->vocab_size + tp - 1) / tp);
+    if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
+        (p->offload == DT_OFFLOAD_DISK && !(d->disk_bandwidth > 0)))
+        return dt_err_set(DT_ERR_ARG, "time model: the device's rates must be positive");
+    return DT_OK;
+}
+
+dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
+                            const dt_schedule *sched, dt_plan_time *out) {
+    memset(out, 0, sizeof *out);
+    work w = {0};
+    DT_TRY(fill(c, world, d, &w));
+    dt_stage_plan sp;
+    DT_TRY(dt_stage_plan_make(w.L, w.pp, w.v, c->plugin.pp_layers, &sp));
+    dt_schedule *own = NULL;
+    if (w.pp > 1 && !sched) {
+        DT_TRY(dt_plan_schedule_make(&c->plugin, w.n_mb, &own));
+        sched = own;
+    }
+    bool split = false;
+    for (int i = 0; sched && i < sched->row[sched->pp]; i++)
+        split |= sched->actions[i].op == DT_SCHED_OP_W;
+    int n_chunks = w.pp * w.v;
+    chunk_cost *cc = calloc((size_t)n_chunks, sizeof *cc);
+    double *end = calloc((size_t)w.pp, sizeof *end), *busy = calloc((size_t)w.pp, sizeof *busy);
+    dt_status st = cc && end && busy ? DT_OK : dt_err_set(DT_ERR_OOM, "time model: out of memory");
+    if (st == DT_OK) {
+        cost_chunks(&w, &sp, split, cc);
+        if (w.pp > 1) {
+            st = replay(&w, sched, cc, end, busy);
+        } else {
+            end[0] = busy[0] = w.n_mb * (cc[0].f + cc[0].b + cc[0].wgt);
+        }
+    }
+    double makespan = 0, idle = 0;
+    for (int r = 0; st == DT_OK && r < w.pp; r++)
+        makespan = end[r] > makespan ? end[r] : makespan;
+    for (int r = 0; st == DT_OK && r < w.pp; r++) {
+        idle += makespan - busy[r];
+        dt_plan_mem m;
+        int rank = r * w.dp * w.sp * w.tp; /* (pp r, dp 0, sp 0, tp 0) */
+        dt_plan_mem_opts mo = {.schedule = sched};
+        st = dt_plan_memory(c, world, rank, &mo, &m);
+        if (st != DT_OK)
+            break;
+        double backward = 0;
+        for (int k = r; k < n_chunks; k += w.pp)
+            backward += w.n_mb * (cc[k].b + cc[k].wgt);
+        double exposed, opt;
+        cost_dp(&w, world, rank, sched, (double)m.n_local, backward, busy[r], split, &exposed,
+                &opt);
+        double step = makespan + exposed + opt;
+        if (step > out->step_s) {
+            out->step_s = step;
+            out->compute_s = busy[r];
+            out->comm_s = exposed;
+        }
+    }
+    if (st == DT_OK && w.pp > 1 && makespan > 0)
+        out->bubble = idle / (w.pp * makespan);
+    free(cc), free(end), free(busy);
+    dt_sched_free(own);
+    return st;
+}

@@ -1,0 +1,489 @@
+/* The memory model. See memory.h.
+ *
+ * Every count here is written from what the algorithm must keep, category by category:
+ *   params   fp32 weights of the local arena (+ its 16-bit copy), or the ZeRO-3 shard
+ *   grads    the local gradient arena, or the ZeRO-2/3 shard (+ the whole arena when a
+ *            split-backward pipeline completes gradients long after their backward)
+ *   optim    AdamW's m and v over the arena or this rank's part of the shard
+ *   activations  one carved arena (per micro-batch slot: the residual positions and each
+ *            held block's saved tensors; shared: norm/loss buffers) + rope tables + tokens
+ *   comm     ZeRO-2/3 unit buffers (two rotating block buffers, first and last unit) and
+ *            the pipeline's inbox buffers
+ *   temp     one carved arena of transients (the LM head's logits chunk, the block's
+ *            scratch, gradient rows) + the whole-state buffers a checkpoint, resume, load or
+ *            export allocates for the time it runs
+ * The features still being built (plugin.ac, act_compress, offload, fp16) are modelled from
+ * their designs, each in one function named after it.
+ */
+#include "plan/memory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/mesh.h"
+#include "plan/plan_impl.h"
+#include "plan/stages.h"
+
+static int64_t pad64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+static int64_t pad16(int64_t floats) { return (floats + 15) / 16 * 16; }
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+enum { F4 = 4, H2 = 2 };
+
+/* The layout as one rank sees it. */
+typedef struct shape {
+    const dt_config *c;
+    bool gpt2, lp;
+    int L, C, hs, T, tp, sp, pp, zero;
+    int rows_split;           /* ranks the residual rows split over: tp under Megatron-SP */
+    int grad_p, grad_rank;    /* gradient group (dp x sp) size and this rank's place in it */
+    int pp_rank, mb, rows;    /* micro-batch and step rows per data-parallel rank */
+    int64_t N, Nt, Nr;        /* tokens of a micro-batch: all, inside the tp region, residual */
+    int64_t NH, NKV, F, W, A; /* local widths (this tp rank's) */
+    int64_t vocab_rows;       /* vocabulary rows per tp rank, rounded up */
+    bool held[DT_MAX_CHUNKS + 2];
+} shape;
+
+static int ffn_width(const dt_model_config *m) {
+    if (m->arch == DT_ARCH_GPT2)
+        return 4 * m->n_embd;
+    if (m->ffn_hidden > 0)
+        return m->ffn_hidden;
+    return ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64; /* Llama: 8C/3 rounded up to 64 */
+}
+
+static int kv_heads(const dt_model_config *m) {
+    return m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+}
+
+/* ---- the parameter arena: the table, padded, sharded over tp ---------------------------- */
+
+/* Floats unit u takes in an arena split over `tp` (1: the whole model's table). Tensors in
+ * HuggingFace order, each padded to 16 floats; vocabulary and column-parallel matrices split
+ * by rows (rounded up), row-parallel ones by columns, GPT-2's fused c_attn by thirds. */
+static int64_t unit_floats(const dt_model_config *m, int u, int tp) {
+    int64_t C = m->n_embd, V = cdiv(m->vocab_size, tp), F = ffn_width(m);
+    int64_t kv = (int64_t)kv_heads(m) * (C / m->n_head);
+    int L = m->n_layer;
+    if (m->arch == DT_ARCH_GPT2) {
+        if (u == 0)
+            return pad16(V * C) + pad16((int64_t)m->max_seq_len * C);
+        if (u > L)
+            return 2 * pad16(C);
+        return 4 * pad16(C) + pad16(3 * C / tp * C) + pad16(3 * C / tp) + pad16(C * (C / tp)) +
+               pad16(C) + pad16(cdiv(F, tp) * C) + pad16(cdiv(F, tp)) + pad16(C * (F / tp)) +
+               pad16(C);
+    }
+    if (u == 0)
+        return pad16(V * C);
+    if (u > L)
+        return pad16(C) + pad16(V * C);
+    return 2 * pad16(C) + pad16(cdiv(C, tp) * C) + 2 * pad16(cdiv(kv, tp) * C) +
+           pad16(C * (C / tp)) + 2 * pad16(cdiv(F, tp) * C) + pad16(C * (F / tp));
+}
+
+int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int64_t *ucount) {
+    int n = 0, L = m->n_layer;
+    for (int u = 0; u < L + 2; u++) {
+        if (held && !held[u])
+            continue;
+        ucount[n] = unit_floats(m, u, tp);
+        if (u == L + 1 && m->arch == DT_ARCH_GPT2 && held && !held[0])
+            ucount[n] += pad16(cdiv(m->vocab_size, tp) * m->n_embd);
+        n++;
+    }
+    return n;
+}
+
+/* ---- activations: per slot, per held block, and shared --------------------------------- */
+
+static bool holds_block(const shape *s, int l) { return s->held[l + 1]; }
+static bool holds_final(const shape *s) { return s->held[s->L + 1]; }
+
+/* plugin.ac = full (design): block l is checkpointed iff l % ac_every == 0, and then keeps no
+ * per-slot saved tensors (its input stays among the residual positions). */
+static bool ac_full_checkpointed(const shape *s, int l) {
+    int every = s->c->plugin.ac_every > 0 ? s->c->plugin.ac_every : 1;
+    return s->c->plugin.ac == DT_AC_FULL && l % every == 0;
+}
+
+/* A saved fp32 tensor of n elements in `rows` rows: fp32, or under plugin.act_compress = int8
+ * (design) an int8 payload and one fp32 scale per row, each piece 64-byte carved. */
+static int64_t act_compress_int8_piece(const shape *s, int64_t n, int64_t rows) {
+    if (s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8)
+        return pad64(n) + pad64(rows * F4);
+    return pad64(n * F4);
+}
+
+/* plugin.ac = selective (design): attention's output (and its 16-bit copy) and the MLP
+ * activation's 16-bit copy are recomputed, not kept. */
+static bool ac_selective(const shape *s) { return s->c->plugin.ac == DT_AC_SELECTIVE; }
+
+/* One block's saved tensors for one micro-batch (carve order of the block's cache). */
+static int64_t block_slot_bytes(const shape *s, int l) {
+    if (ac_full_checkpointed(s, l))
+        return 0;
+    bool int8 = s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8, sel = ac_selective(s);
+    int64_t heads = s->NH / s->sp;
+    int64_t b = 4 * pad64(s->Nr * F4);                          /* ln1, ln2 mean and rstd */
+    b += act_compress_int8_piece(s, s->Nt * s->W, s->N);       /* qkv [N, W/sp] */
+    if (!sel)
+        b += act_compress_int8_piece(s, s->Nt * s->A, s->Nt);  /* att */
+    b += pad64(s->N * heads * F4);                              /* lse */
+    b += act_compress_int8_piece(s, s->Nr * s->C, s->Nr);      /* x2 */
+    b += act_compress_int8_piece(s, s->Nt * s->F, s->Nt);      /* h */
+    if (!s->gpt2)
+        b += act_compress_int8_piece(s, s->Nt * s->F, s->Nt);  /* u */
+    if (s->lp && !int8) {
+        if (!sel)
+            b += pad64(s->Nt * s->A * H2); /* att_lp */
+        b += sel ? 0 : pad64(s->Nt * s->F * H2); /* g_lp */
+    }
+    return b;
+}
+
+/* Split backward (zero-bubble schedules): the matmuls' output gradients kept per slot until W. */
+static int64_t block_wgrad_bytes(const shape *s) {
+    int64_t b = pad64(s->Nt * s->W * F4) + pad64(s->Nt * s->C * F4) + pad64(s->Nt * s->F * F4) +
+                pad64(s->Nt * s->C * F4);
+    return s->gpt2 ? b : b + pad64(s->Nt * s->F * F4);
+}
+
+/* plugin.ac = full (design): one shared set of a block's saved tensors for the block being
+ * recomputed (uncompressed, the largest micro-batch) and its [Nr, C] output, once. */
+static int64_t ac_full_shared(const shape *s) {
+    int64_t heads = s->NH / s->sp;
+    int64_t b = 4 * pad64(s->Nr * F4) + pad64(s->Nt * s->W * F4) + pad64(s->Nt * s->A * F4) +
+                pad64(s->N * heads * F4) + pad64(s->Nr * s->C * F4) + pad64(s->Nt * s->F * F4);
+    if (!s->gpt2)
+        b += pad64(s->Nt * s->F * F4);
+    if (s->lp)
+        b += pad64(s->Nt * s->A * H2) + pad64(s->Nt * s->F * H2);
+    return b + pad64(s->Nr * s->C * F4);
+}
+
+/* plugin.ac = selective (design): one shared buffer for the recomputed attention output. */
+static int64_t ac_selective_shared(const shape *s) {
+    return pad64(s->Nt * s->A * F4) + (s->lp ? pad64(s->Nt * s->A * H2) : 0);
+}
+
+/* plugin.act_compress = int8 (design): one fp32 restore buffer per kept tensor. */
+static int64_t act_compress_int8_shared(const shape *s) {
+    int64_t b = pad64(s->Nt * s->W * F4) + pad64(s->Nr * s->C * F4) + pad64(s->Nt * s->F * F4);
+    if (!ac_selective(s))
+        b += pad64(s->Nt * s->A * F4);
+    return s->gpt2 ? b : b + pad64(s->Nt * s->F * F4);
+}
+
+/* Residual positions a slot keeps: each held block's input and output, the embedding's
+ * output and the final norm's input (distinct positions of 0..L). */
+static int residual_positions(const shape *s) {
+    int n = 0;
+    for (int p = 0; p <= s->L; p++) {
+        bool keep = (p < s->L && holds_block(s, p)) || (p > 0 && holds_block(s, p - 1)) ||
+                    (p == 0 && s->held[0]) || (p == s->L && holds_final(s));
+        n += keep;
+    }
+    return n;
+}
+
+static int64_t acts_arena(const shape *s, int n_slots, bool split) {
+    int64_t S = n_slots, b = pad64(S * residual_positions(s) * s->Nr * s->C * F4);
+    if (s->lp)
+        b += pad64(s->Nt * s->C * H2); /* the norm outputs' 16-bit copy, rebuilt: shared */
+    bool any_ckpt = false, any_kept = false;
+    for (int l = 0; l < s->L; l++) {
+        if (!holds_block(s, l))
+            continue;
+        b += S * block_slot_bytes(s, l);
+        if (split)
+            b += S * block_wgrad_bytes(s);
+        any_ckpt |= ac_full_checkpointed(s, l);
+        any_kept |= !ac_full_checkpointed(s, l);
+    }
+    if (any_ckpt)
+        b += ac_full_shared(s);
+    if (any_kept && ac_selective(s))
+        b += ac_selective_shared(s);
+    if (any_kept && s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8)
+        b += act_compress_int8_shared(s);
+    if (holds_final(s))
+        b += 2 * pad64(S * s->Nr * F4) + pad64(s->Nr * s->C * F4) +
+             (s->lp ? pad64(s->Nt * s->C * H2) : 0) + pad64(s->Nt * F4);
+    return b;
+}
+
+/* ---- transients ------------------------------------------------------------------------- */
+
+/* Rows of the LM head's logits chunk: about 16 Mi floats, at least 64 rows, in equal chunks. */
+static int64_t head_chunk_rows(int64_t V, int64_t N) {
+    int64_t rows = ((int64_t)16 << 20) / (V > 0 ? V : 1);
+    rows = rows < 64 ? 64 : rows;
+    if (rows >= N)
+        return N;
+    return cdiv(N, cdiv(N, rows));
+}
+
+/* Scratch of the region ops: entering (copy: the whole [Nt, C]; gather: its own rows),
+ * leaving (reduce: in place; reduce-scatter: the whole), and the Ulysses all-to-alls. */
+static int64_t region_work(const shape *s) {
+    bool sg = s->c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
+    int64_t enter = sg ? s->Nt * s->C / s->tp : s->Nt * s->C;
+    int64_t leave = sg ? s->Nt * s->C : 0;
+    int64_t q = s->N * s->W / s->sp, a = s->N * s->A / s->sp;
+    return max64(max64(enter, leave), max64(q, a));
+}
+
+static int64_t temp_arena(const shape *s, int n_slots) {
+    int64_t b = 0, S = n_slots;
+    bool head = (s->gpt2 && s->held[0]) || holds_final(s);
+    if (head) {
+        int64_t chunk = head_chunk_rows(s->vocab_rows, s->Nt);
+        b += pad64(chunk * s->vocab_rows * F4) + (s->lp ? pad64(chunk * s->vocab_rows * H2) : 0) +
+             pad64(chunk * (3 * (int64_t)s->tp + 1) * F4);
+    }
+    int64_t rc = pad64(s->Nr * s->C * F4), tc = pad64(s->Nt * s->C * F4);
+    int64_t tw = pad64(s->Nt * s->W * F4), ta = pad64(s->Nt * s->A * F4);
+    int64_t tf = pad64(s->Nt * s->F * F4);
+    b += rc + tc + 2 * tw + ta + tc + tf + pad64(region_work(s) * F4); /* forward */
+    b += rc + tc + tw + 2 * ta + 2 * tf + (s->gpt2 ? 0 : tf) + pad64(6 * (int64_t)s->C * F4);
+    if (s->lp) {
+        int64_t widest = max64(max64(s->C, s->W), s->F);
+        b += pad64(s->Nt * widest * H2);
+    }
+    b += pad64(S * s->Nr * s->C * F4); /* residual gradient per slot */
+    if (holds_final(s))
+        b += pad64(S * s->Nr * s->C * F4);
+    if (s->gpt2)
+        b += pad64((int64_t)s->T * s->C * F4); /* wpe gradient rows */
+    return b;
+}
+
+/* ---- pipeline slots and inbox, replayed from the schedule ------------------------------- */
+
+static bool schedule_split(const dt_schedule *s) {
+    for (int i = 0; i < s->row[s->pp]; i++)
+        if (s->actions[i].op == DT_SCHED_OP_W)
+            return true;
+    return false;
+}
+
+int dt_plan_pipeline_slots(const dt_schedule *s, int rank) {
+    int n, live = 0, peak = 0, pairs = s->pp * s->n_chunks * s->n_mb;
+    bool split = schedule_split(s);
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    char *in_flight = calloc((size_t)pairs, 1);
+    if (!in_flight)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int k = a[i].stage * s->n_mb + a[i].mb;
+        bool release = split ? a[i].op == DT_SCHED_OP_W
+                             : a[i].op == DT_SCHED_OP_SEND_GRAD ||
+                                   (a[i].op == DT_SCHED_OP_B && a[i].stage == 0);
+        if (a[i].op == DT_SCHED_OP_F && !in_flight[k]) {
+            in_flight[k] = 1;
+            live++;
+            peak = live > peak ? live : peak;
+        } else if (release && in_flight[k]) {
+            in_flight[k] = 0;
+            live--;
+        }
+    }
+    free(in_flight);
+    return peak;
+}
+
+int dt_plan_pipeline_inbox(const dt_schedule *s, int rank) {
+    int n, waiting = 0, peak = 0;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) {
+        if (a[i].op == DT_SCHED_OP_RECV_ACT) {
+            waiting++;
+            peak = waiting > peak ? waiting : peak;
+        } else if (a[i].op == DT_SCHED_OP_F && a[i].stage > 0 && waiting > 0) {
+            waiting--;
+        }
+    }
+    return peak;
+}
+
+dt_status dt_plan_schedule_make(const dt_plugin_config *p, int n_mb, dt_schedule **out) {
+    const char *k = p->pp_schedule;
+    if (strncmp(k, "file:", 5) == 0)
+        return dt_err_set(DT_ERR_ARG, "planner: plugin.pp_schedule=%s: give the schedule "
+                          "read from the file", k);
+    if (strcmp(k, "gpipe") == 0)
+        return dt_sched_gpipe(p->pp_size, n_mb, out);
+    if (strcmp(k, "interleaved") == 0)
+        return dt_sched_interleaved(p->pp_size, n_mb, p->pp_chunks, out);
+    if (strcmp(k, "zbh1") == 0)
+        return dt_sched_zbh1(p->pp_size, n_mb, out);
+    return dt_sched_1f1b(p->pp_size, n_mb, out);
+}
+
+/* ---- the rank ------------------------------------------------------------------------------ */
+
+static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
+    const dt_model_config *m = &c->model;
+    const dt_plugin_config *p = &c->plugin;
+    dt_mesh_dims d;
+    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
+    if (m->n_layer < 1 || m->n_layer > DT_MAX_CHUNKS)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "memory model: model.n_layer=%d (1 to %d)",
+                          m->n_layer, DT_MAX_CHUNKS);
+    if (rank < 0 || rank >= world)
+        return dt_err_set(DT_ERR_ARG, "memory model: rank %d of %d", rank, world);
+    int xy[DT_AXIS_COUNT];
+    dt_mesh_coords(&d, rank, xy);
+    int dp = d.size[DT_AXIS_DP];
+    *s = (shape){.c = c, .gpt2 = m->arch == DT_ARCH_GPT2,
+                 .lp = p->precision == DT_PREC_BF16 || p->precision == DT_PREC_FP16,
+                 .L = m->n_layer, .C = m->n_embd, .hs = m->n_embd / m->n_head,
+                 .T = c->train.seq_len, .tp = p->tp_size, .sp = p->sp_size, .pp = p->pp_size,
+                 .zero = dt_config_zero_stage(c),
+                 .rows_split = p->sp_mode == DT_SP_SPLIT_GATHER ? p->tp_size : 1,
+                 .grad_p = dp * p->sp_size,
+                 .grad_rank = xy[DT_AXIS_DP] * p->sp_size + xy[DT_AXIS_SP],
+                 .pp_rank = xy[DT_AXIS_PP]};
+    int B = c->train.batch_size, mbs = c->train.micro_batch_size, n_mb = p->microbatches;
+    if (B < 1 || B % dp)
+        return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
+                          "data-parallel ranks", B, dp);
+    s->rows = B / dp;
+    s->mb = mbs > 0 ? mbs : s->rows;
+    if (n_mb > 0)
+        s->mb = s->rows % n_mb ? 0 : s->rows / n_mb;
+    if (s->mb < 1 || s->rows % s->mb)
+        return dt_err_set(DT_ERR_ARG, "the %d sequences of a data-parallel rank do not split "
+                          "into micro-batches (train.micro_batch_size=%d, plugin.microbatches="
+                          "%d)", s->rows, mbs, n_mb);
+    s->N = (int64_t)s->mb * s->T;
+    s->Nt = s->N / s->sp;
+    s->Nr = s->Nt / s->rows_split;
+    s->NH = m->n_head / s->tp;
+    s->NKV = kv_heads(m) / s->tp;
+    s->F = ffn_width(m) / s->tp;
+    s->W = (s->NH + 2 * s->NKV) * s->hs;
+    s->A = s->NH * s->hs;
+    s->vocab_rows = cdiv(m->vocab_size, s->tp);
+    if (s->pp == 1) {
+        for (int u = 0; u < s->L + 2; u++)
+            s->held[u] = true;
+        return DT_OK;
+    }
+    dt_stage_plan sp;
+    DT_TRY(dt_stage_plan_make(m->n_layer, s->pp, p->pp_chunks, p->pp_layers, &sp));
+    dt_stage_plan_held(&sp, s->pp_rank, s->held);
+    return DT_OK;
+}
+
+/* The persistent state: params, grads, optim and comm (ZeRO unit buffers). */
+static void predict_state(const shape *s, const int64_t *ucount, int n_units, bool split,
+                          dt_plan_mem *out) {
+    int64_t n = 0;
+    for (int u = 0; u < n_units; u++)
+        n += ucount[u];
+    int64_t S = pad16(cdiv(n, s->grad_p)), first = (int64_t)s->grad_rank * S;
+    int64_t own = n - first < S ? n - first : S;
+    own = own > 0 ? own : 0;
+    out->n_local = n;
+    int64_t *cat = out->cat;
+    cat[DT_MEM_PARAMS] = s->zero == 3 ? S * F4 : n * F4 + (s->lp ? n * H2 : 0);
+    cat[DT_MEM_GRADS] = s->zero >= 2 ? S * F4 + (split ? n * F4 : 0) : n * F4;
+    int64_t opt_floats = s->zero == 0 ? n : own;
+    cat[DT_MEM_OPTIM] = 2 * opt_floats * F4;
+    if (s->c->plugin.offload == DT_OFFLOAD_DISK) /* design: only the streaming window */
+        cat[DT_MEM_OPTIM] = 2 * DT_PLAN_OFFLOAD_WINDOW_BYTES;
+    if (s->zero < 2)
+        return;
+    /* two rotating buffers as wide as the widest inner unit, one each for the first and last
+     * unit: gathered weights (ZeRO-3, + 16-bit copy), gradient and its reduced piece */
+    int64_t widest = 16;
+    for (int u = 1; u < n_units - 1; u++)
+        widest = max64(widest, ucount[u]);
+    int64_t bufs[4] = {widest, widest, ucount[0], n_units > 1 ? ucount[n_units - 1] : -1};
+    for (int i = 0; i < 4; i++) {
+        int64_t k = bufs[i];
+        if (k < 0)
+            continue;
+        if (s->zero == 3)
+            cat[DT_MEM_COMM] += k * F4 + (s->lp ? k * H2 : 0);
+        if (!split)
+            cat[DT_MEM_COMM] += k * F4 + (k < S ? k : S) * F4;
+    }
+}
+
+/* The largest buffer allocated for a while and released: whole-state buffers of a save (checkpoint: weights, m, v; export: weights), with the local
+ * arena gathered over dp and the tp ranks' arenas side by side; a resume or a load from
+ * model.init: the state buffers and the local arena. */
+static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local, bool export_) {
+    const dt_config *c = s->c;
+    int64_t save_ckpt = 3 * n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
+    int64_t save_export = n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
+    int64_t resume = 3 * n_full * F4 + n_local * F4, load = n_full * F4 + n_local * F4;
+    int64_t b = 0;
+    if (c->checkpoint.every > 0 && c->train.steps > 0)
+        b = max64(b, save_ckpt);
+    if (c->checkpoint.resume[0])
+        b = max64(b, resume);
+    if (c->model.init[0])
+        b = max64(b, load);
+    if (export_ && c->train.export_path[0])
+        b = max64(b, save_export);
+    /* GPT-2 under a pipeline with ZeRO 2/3: the end stages sum the tied embedding's gradient
+     * through a gathered copy of the tensor (unpadded), every step */
+    bool tied_end = s->held[0] || holds_final(s);
+    if (s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end)
+        b = max64(b, s->vocab_rows * s->C * F4);
+    return b;
+}
+
+dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,
+                         dt_plan_mem *out) {
+    memset(out, 0, sizeof *out);
+    dt_plan_mem_opts none = {0};
+    o = o ? o : &none;
+    shape s;
+    DT_TRY(fill_shape(c, world, rank, &s));
+    int n_slots = 1, n_inbox = 0;
+    bool split = false;
+    if (s.pp > 1) {
+        dt_schedule *own = NULL;
+        const dt_schedule *sch = o->schedule;
+        if (!sch) {
+            DT_TRY(dt_plan_schedule_make(&c->plugin, s.rows / s.mb, &own));
+            sch = own;
+        }
+        n_slots = dt_plan_pipeline_slots(sch, s.pp_rank);
+        n_inbox = dt_plan_pipeline_inbox(sch, s.pp_rank);
+        split = schedule_split(sch);
+        dt_sched_free(own);
+        if (n_slots < 0)
+            return dt_err_set(DT_ERR_OOM, "memory model: out of memory");
+        n_slots = n_slots > 0 ? n_slots : 1;
+    }
+    out->pp_rank = s.pp_rank;
+    out->grad_rank = s.grad_rank;
+    out->n_slots = n_slots;
+    out->n_inbox = n_inbox;
+    int64_t ucount[DT_MAX_CHUNKS + 2];
+    int n_units = dt_plan_local_units(&c->model, s.tp, s.held, ucount);
+    predict_state(&s, ucount, n_units, split, out);
+    for (int u = 0; u < s.L + 2; u++)
+        out->n_full += unit_floats(&c->model, u, 1);
+
+    out->acts_arena = acts_arena(&s, n_slots, split);
+    int64_t tokens = (int64_t)(s.pp > 1 ? s.rows : s.mb) * s.T * 4; /* int32 ids */
+    int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
+    out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
+    out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
+    out->temp_arena = temp_arena(&s, n_slots);
+    int64_t event = state_event_bytes(&s, out->n_full, out->n_local, o->at_export);
+    out->cat[DT_MEM_TEMP] = out->temp_arena + event;
+    /* everything but the state events lives from set-up to the end, so the largest sum is the
+     * persistent buffers plus the largest event */
+    for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
+        out->total += out->cat[k];
+    return DT_OK;
+}

@@ -1,0 +1,62 @@
+/* The memory model: the bytes every accountant category (core/mem.h) peaks at on one rank of a
+ * layout, predicted from the configuration alone, before anything is allocated.
+ *
+ * Derived from the algorithm, not fitted and not by calling the allocating code: the parameter
+ * arena is the HuggingFace tensor table padded to 16 floats per tensor (tp shards, vocabulary
+ * rows rounded up), ZeRO shards are ceil(n / p) rounded to 16 floats, activations and
+ * transients are 64-byte pieces, and the pipeline's activation slots and inbox buffers come
+ * from replaying the schedule the run executes. Pure: no MPI, no tensors; thread-safe.
+ */
+#ifndef DT_PLAN_MEMORY_H
+#define DT_PLAN_MEMORY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/mem.h"
+#include "core/status.h"
+#include "plan/schedule.h"
+
+/* The optimizer's streaming window under plugin.offload = disk, in bytes, per buffer; the
+ * window is double-buffered (two buffers). */
+#define DT_PLAN_OFFLOAD_WINDOW_BYTES ((int64_t)64 << 20)
+
+typedef struct dt_plan_mem_opts {
+    const dt_schedule *schedule; /* the pipeline schedule run (borrowed); NULL: generated from
+                                  * plugin.pp_schedule (a file: schedule must be given) */
+    bool at_export;              /* count train.export's gather buffers in temp (the run's
+                                  * mem_report is written before export: false there) */
+} dt_plan_mem_opts;
+
+/* One rank's prediction. cat[] are per-category peaks (bytes as requested from the
+ * accountant), total the peak of their sum at one instant. */
+typedef struct dt_plan_mem {
+    int64_t cat[DT_MEM_CAT_COUNT];
+    int64_t total;
+    /* what the prediction rests on, for --explain and tests */
+    int pp_rank, grad_rank; /* coordinates: pipeline stage, rank in the gradient group */
+    int n_slots, n_inbox;   /* micro-batches of activations held; pipeline inbox buffers */
+    int64_t n_local;        /* floats of this rank's padded parameter arena */
+    int64_t n_full;         /* floats of the whole model's padded arena (checkpoints) */
+    int64_t acts_arena, temp_arena; /* the carved activation and transient arenas */
+} dt_plan_mem;
+
+/* Predict rank `rank` of a `world`-rank run of c. DT_ERR_ARG naming the key when the layout
+ * does not split (world, batch, micro-batches, stages); the model's own split rules (heads,
+ * MLP width over tp and sp) are the caller's to check (dt_gpt_check_split). */
+dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,
+                         dt_plan_mem *out);
+
+/* The schedule plugin.pp_schedule names (gpipe, 1f1b, interleaved with pp_chunks, zbh1) for
+ * n_mb micro-batches; DT_ERR_ARG for file: schedules, which the caller reads. */
+dt_status dt_plan_schedule_make(const dt_plugin_config *p, int n_mb, dt_schedule **out);
+
+/* Micro-batches whose activations rank `rank` holds at once when it runs schedule s: a
+ * (chunk, mb) takes a slot at its F and gives it back when its input gradient has been sent
+ * (chunk 0: after its B), or after its W when the backward is split. */
+int dt_plan_pipeline_slots(const dt_schedule *s, int rank);
+/* Most inputs received ahead of their forward at once on `rank` (pipeline inbox buffers). */
+int dt_plan_pipeline_inbox(const dt_schedule *s, int rank);
+
+#endif

@@ -1,0 +1,55 @@
+#!/bin/bash
+# dtrain plan from the command line: the Llama-7B plan on 8 A100s answers in seconds with a
+# ranked table whose every layout fits; --json lines parse and agree with the table's order;
+# a budget nothing fits exits 1 naming the smallest layout; bad sizes, rates and devices are
+# one clear error (exit 2); every --json layout is one dtrain's own config check accepts
+# (a sample of them is trained for one step on the tiny model elsewhere: mem_predict.sh).
+#   plan_cmd.sh DTRAIN SRC_DIR
+dtrain=$1 src=$2
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+cfg="$src/configs/llama-7b.ini"
+
+start=$(date +%s.%N)
+table=$("$dtrain" plan --config "$cfg" --world 8 --device a100-80gb --top 10) || bad "7b plan exit"
+secs=$(echo "$(date +%s.%N) - $start" | bc)
+[ "$(echo "$secs < 10" | bc)" = 1 ] && ok "7b plan in ${secs}s" || bad "7b plan took ${secs}s"
+echo "$table" | head -3
+rows=$(echo "$table" | grep -c " yes ")
+[ "$rows" = 10 ] && ok "10 fitting rows" || bad "fitting rows: $rows"
+
+json=$("$dtrain" plan --config "$cfg" --world 8 --device h100-80gb --json --top 50)
+echo "$json" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+keys = {"params", "grads", "optim", "activations", "comm", "temp", "total", "step_ms"}
+assert rows and all(keys <= set(r["predicted"]) for r in rows), "predicted keys"
+fit = [r for r in rows if r["fits"]]
+assert all(r["predicted"]["total"] <= 80 * 2**30 for r in fit), "fits means under the budget"
+t = [r["predicted"]["step_ms"] for r in fit]
+assert t == sorted(t), "ranked by step time"
+assert all(sum(r["predicted"][k] for k in keys - {"total", "step_ms"}) == r["predicted"]["total"]
+           for r in rows), "total = sum of categories"
+' && ok "json lines" || bad "json lines"
+
+out=$("$dtrain" plan --config "$cfg" --world 8 --device a100-80gb --mem 2GiB 2>&1)
+rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "no layout fits in 2.0 GiB; the smallest needs" \
+    && ok "nothing fits: $out" || bad "nothing fits (rc $rc): $out"
+
+for a in "--mem 80GB" "--flops 3X" "--device tpu" "--world 0" "--bandwidth fast"; do
+    out=$("$dtrain" plan --config "$cfg" --world 8 $a 2>&1)
+    rc=$?
+    [ $rc = 2 ] && [ "$(echo "$out" | grep -c error)" -ge 1 ] && ok "$a refused: $(echo "$out" | head -1)" \
+        || bad "$a (rc $rc): $out"
+done
+# --flops and --bandwidth scale the time, not the memory
+a=$("$dtrain" plan --config "$cfg" --world 8 --json --top 1 --flops 100T --bandwidth 100G)
+b=$("$dtrain" plan --config "$cfg" --world 8 --json --top 1 --flops 200T --bandwidth 200G)
+/usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert b["predicted"]["step_ms"] < a["predicted"]["step_ms"]
+' "$a" "$b" && ok "faster device, shorter step" || bad "rates"
+exit $fail

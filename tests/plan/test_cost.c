@@ -1,0 +1,98 @@
+/* plan/cost: the time model against a step worked out by hand (one GPT-2 layer, FLOPs / rate),
+ * the pipeline bubble of the replayed schedules against the closed forms, and the directions
+ * its levers must move the step (overlap hides the gradient reduction, recomputation costs a
+ * forward, tensor parallelism divides the matmuls). */
+#include <math.h>
+#include <stdio.h>
+
+#include "core/config.h"
+#include "harness.h"
+#include "plan/cost.h"
+
+static dt_config tiny(void) {
+    dt_config c;
+    dt_config_defaults(&c);
+    c.model.arch = DT_ARCH_GPT2;
+    c.model.n_layer = 1, c.model.n_head = 1, c.model.n_embd = 16;
+    c.model.vocab_size = 16, c.model.max_seq_len = 16;
+    c.train.batch_size = 1, c.train.micro_batch_size = 0, c.train.seq_len = 16;
+    return c;
+}
+
+/* matmuls at 1 GFLOP/s, communication and memory passes free */
+static const dt_plan_device FAST_NET = {.flops_fp32 = 1e9, .flops_16 = 1e9, .bandwidth = 1e30,
+                                        .latency = 0, .mem_bandwidth = 1e30,
+                                        .disk_bandwidth = 1e30};
+
+static double step(const dt_config *c, int world, const dt_plan_device *d, double *bubble) {
+    dt_plan_time t;
+    DT_CHECK_OK(dt_plan_step_time(c, world, d, NULL, &t));
+    if (bubble)
+        *bubble = t.bubble;
+    return t.step_s;
+}
+
+static void test_by_hand(void) {
+    dt_config c = tiny();
+    /* 16 tokens: block matmuls 2 x 16 x (16 x 48 + 16 x 16 + 2 x 16 x 64) = 98304, causal
+     * attention 2 x 16 x 16 x 16 = 8192, LM head 2 x 16 x 16 x 16 = 8192; backward twice */
+    double want = 3.0 * (98304 + 8192 + 8192) / 1e9;
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), want, 1e-9);
+    c.train.batch_size = 4, c.train.micro_batch_size = 1;
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), 4 * want, 1e-9);
+}
+
+static void test_pipeline(void) {
+    dt_config c = tiny();
+    c.model.n_layer = 8, c.model.n_embd = 64, c.model.n_head = 4, c.model.vocab_size = 4;
+    c.train.batch_size = 8;
+    c.plugin.pp_size = 2;
+    c.plugin.microbatches = 8;
+    double b_gpipe, b_1f1b, b_zb, b_int;
+    snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "gpipe");
+    step(&c, 2, &FAST_NET, &b_gpipe);
+    snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "1f1b");
+    step(&c, 2, &FAST_NET, &b_1f1b);
+    snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "zbh1");
+    step(&c, 2, &FAST_NET, &b_zb);
+    snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "interleaved");
+    c.plugin.pp_chunks = 2;
+    step(&c, 2, &FAST_NET, &b_int);
+    /* equal stages (a tiny head): (p - 1) / (m + p - 1) = 1/9 for GPipe and 1F1B */
+    DT_CHECK(fabs(b_gpipe - 1.0 / 9) < 0.01, "gpipe bubble %.4f, theory %.4f", b_gpipe, 1.0 / 9);
+    DT_CHECK(fabs(b_1f1b - b_gpipe) < 0.01, "1f1b bubble %.4f = gpipe's", b_1f1b);
+    DT_CHECK(b_zb < b_1f1b, "zbh1 bubble %.4f < 1f1b %.4f", b_zb, b_1f1b);
+    DT_CHECK(b_int < b_1f1b, "interleaved bubble %.4f < 1f1b %.4f", b_int, b_1f1b);
+}
+
+static void test_levers(void) {
+    dt_config c = tiny();
+    c.model.n_layer = 4, c.model.n_embd = 64, c.model.n_head = 4;
+    c.train.batch_size = 4, c.train.micro_batch_size = 1;
+    dt_plan_device slow = FAST_NET;
+    slow.bandwidth = 1e7, slow.latency = 1e-5;
+    c.plugin.overlap = true;
+    double hidden = step(&c, 2, &slow, NULL);
+    c.plugin.overlap = false;
+    double exposed = step(&c, 2, &slow, NULL);
+    DT_CHECK(hidden < exposed, "overlap hides the reduction: %g < %g", hidden, exposed);
+    double none = step(&c, 1, &FAST_NET, NULL);
+    c.plugin.ac = DT_AC_SELECTIVE;
+    double sel = step(&c, 1, &FAST_NET, NULL);
+    c.plugin.ac = DT_AC_FULL, c.plugin.ac_every = 1;
+    double full = step(&c, 1, &FAST_NET, NULL);
+    DT_CHECK(none < sel && sel < full, "recompute: none %g < selective %g < full %g", none, sel,
+             full);
+    c.plugin.ac = DT_AC_NONE;
+    c.plugin.tp_size = 2;
+    double tp2 = step(&c, 2, &FAST_NET, NULL);
+    DT_CHECK(tp2 < 0.6 * none, "tp 2 halves the matmuls: %g vs %g", tp2, none);
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    test_by_hand();
+    test_pipeline();
+    test_levers();
+    return DT_TEST_END();
+}

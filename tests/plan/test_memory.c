@@ -1,0 +1,157 @@
+/* plan/memory: the memory model against sizes worked out by hand for a one-layer GPT-2, the
+ * pipeline slot counts each schedule implies, and the directions every feature must move
+ * memory in (ZeRO shards, ranks past the end of a shard, activation checkpointing, int8
+ * activations, 16-bit copies, optimizer offload). The byte-exact comparison with measured
+ * runs is tests/plan/mem_predict.sh. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "harness.h"
+#include "plan/memory.h"
+
+static dt_config tiny(void) {
+    dt_config c;
+    dt_config_defaults(&c);
+    c.model.arch = DT_ARCH_GPT2;
+    c.model.n_layer = 1, c.model.n_head = 1, c.model.n_embd = 16;
+    c.model.vocab_size = 16, c.model.max_seq_len = 16;
+    c.train.batch_size = 1, c.train.micro_batch_size = 0, c.train.seq_len = 16;
+    c.checkpoint.every = 0;
+    c.train.export_path[0] = c.checkpoint.resume[0] = c.model.init[0] = '\0';
+    return c;
+}
+
+static dt_plan_mem predict(const dt_config *c, int world, int rank) {
+    dt_plan_mem m;
+    DT_CHECK_OK(dt_plan_memory(c, world, rank, NULL, &m));
+    return m;
+}
+
+/* C = 16, one head, F = 64, V = T = 16, one sequence of 16 tokens, fp32, one process. */
+static void test_by_hand(void) {
+    dt_config c = tiny();
+    dt_plan_mem m = predict(&c, 1, 0);
+    /* wte 256 + wpe 256 | ln 4 x 16, c_attn 768 + 48, proj 256 + 16, fc 1024 + 64, down 1024
+     * + 16 | ln_f 2 x 16 */
+    int64_t n = 512 + 3280 + 32;
+    DT_CHECK(m.n_local == n, "local arena %lld floats, want %lld", (long long)m.n_local,
+             (long long)n);
+    DT_CHECK(m.cat[DT_MEM_PARAMS] == 4 * n && m.cat[DT_MEM_GRADS] == 4 * n, "params/grads");
+    DT_CHECK(m.cat[DT_MEM_OPTIM] == 8 * n, "optim %lld", (long long)m.cat[DT_MEM_OPTIM]);
+    /* residual 2 x 1024 | stats 4 x 64, qkv 3072, att 1024, lse 64, x2 1024, h 4096 | final
+     * norm stats 2 x 64, output 1024, losses 64 | tokens 2 x 64 */
+    int64_t acts = 2048 + 9536 + 1216;
+    DT_CHECK(m.acts_arena == acts, "activation arena %lld, want %lld", (long long)m.acts_arena,
+             (long long)acts);
+    DT_CHECK(m.cat[DT_MEM_ACTS] == acts + 128, "activations %lld", (long long)m.cat[DT_MEM_ACTS]);
+    DT_CHECK(m.cat[DT_MEM_COMM] == 0, "no comm buffers in one process");
+    int64_t sum = 0;
+    for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
+        sum += m.cat[k];
+    DT_CHECK(m.total == sum, "total is the sum of the persistent peaks");
+    /* bf16 adds the 16-bit weights and the 16-bit copies of the saved tensors */
+    c.plugin.precision = DT_PREC_BF16;
+    dt_plan_mem b = predict(&c, 1, 0);
+    DT_CHECK(b.cat[DT_MEM_PARAMS] == 6 * n, "bf16 params %lld", (long long)b.cat[DT_MEM_PARAMS]);
+    DT_CHECK(b.acts_arena == acts + 512 + 512 + 2048 + 512, "bf16 arena %lld",
+             (long long)b.acts_arena);
+    c.plugin.precision = DT_PREC_FP16;
+    dt_plan_mem h = predict(&c, 1, 0);
+    DT_CHECK(h.total == b.total, "fp16 takes bf16's memory");
+}
+
+static void test_zero(void) {
+    dt_config c = tiny();
+    c.train.batch_size = 4;
+    c.plugin.type = DT_PLUGIN_HYBRID;
+    int64_t prev_params = -1, prev_optim = -1;
+    for (int z = 0; z <= 3; z++) {
+        c.plugin.zero_stage = z;
+        dt_plan_mem m = predict(&c, 4, 0);
+        if (z == 1)
+            DT_CHECK(m.cat[DT_MEM_OPTIM] < prev_optim, "ZeRO-1 shards the optimizer");
+        if (z == 2)
+            DT_CHECK(m.cat[DT_MEM_GRADS] < 4 * m.n_local, "ZeRO-2 shards the gradients");
+        if (z == 3)
+            DT_CHECK(m.cat[DT_MEM_PARAMS] < prev_params && m.cat[DT_MEM_COMM] > 0,
+                     "ZeRO-3 params %lld < ZeRO-0's %lld, with gather buffers",
+                     (long long)m.cat[DT_MEM_PARAMS], (long long)prev_params);
+        if (z == 0)
+            prev_params = m.cat[DT_MEM_PARAMS], prev_optim = m.cat[DT_MEM_OPTIM];
+    }
+    /* 3824 floats over 3 ranks: shards of 1280, the last rank owns 1264 */
+    c.plugin.zero_stage = 1;
+    c.train.batch_size = 3;
+    dt_plan_mem first = predict(&c, 3, 0), last = predict(&c, 3, 2);
+    DT_CHECK(first.cat[DT_MEM_OPTIM] == 8 * 1280 && last.cat[DT_MEM_OPTIM] == 8 * 1264,
+             "optim shards %lld, %lld", (long long)first.cat[DT_MEM_OPTIM],
+             (long long)last.cat[DT_MEM_OPTIM]);
+}
+
+static void test_pipeline_slots(void) {
+    for (int pp = 2; pp <= 4; pp += 2)
+        for (int m = pp; m <= 2 * pp; m += pp)
+            for (int r = 0; r < pp; r++) {
+                dt_schedule *g = NULL, *f = NULL, *z = NULL;
+                DT_CHECK_OK(dt_sched_gpipe(pp, m, &g));
+                DT_CHECK_OK(dt_sched_1f1b(pp, m, &f));
+                DT_CHECK_OK(dt_sched_zbh1(pp, m, &z));
+                if (!g || !f || !z)
+                    return;
+                int want_1f1b = pp - r < m ? pp - r : m;
+                DT_CHECK(dt_plan_pipeline_slots(g, r) == m, "gpipe pp %d m %d rank %d: %d", pp,
+                         m, r, dt_plan_pipeline_slots(g, r));
+                DT_CHECK(dt_plan_pipeline_slots(f, r) == want_1f1b, "1f1b pp %d m %d rank %d: %d",
+                         pp, m, r, dt_plan_pipeline_slots(f, r));
+                /* ZB-H1 keeps a micro-batch until its W: more than 1F1B on late ranks */
+                DT_CHECK(dt_plan_pipeline_slots(z, r) >= want_1f1b, "zbh1 pp %d m %d rank %d",
+                         pp, m, r);
+                DT_CHECK(dt_plan_pipeline_inbox(g, 0) == 0, "the first stage receives nothing");
+                dt_sched_free(g);
+                dt_sched_free(f);
+                dt_sched_free(z);
+            }
+}
+
+static void test_features(void) {
+    dt_config c = tiny();
+    c.model.n_layer = 4;
+    c.train.batch_size = 2;
+    dt_plan_mem base = predict(&c, 1, 0);
+    c.plugin.ac = DT_AC_FULL;
+    c.plugin.ac_every = 1;
+    dt_plan_mem full = predict(&c, 1, 0);
+    c.plugin.ac_every = 2;
+    dt_plan_mem half = predict(&c, 1, 0);
+    DT_CHECK(full.acts_arena < half.acts_arena && half.acts_arena < base.acts_arena,
+             "full AC %lld < every 2nd %lld < none %lld", (long long)full.acts_arena,
+             (long long)half.acts_arena, (long long)base.acts_arena);
+    c.plugin.ac = DT_AC_SELECTIVE;
+    dt_plan_mem sel = predict(&c, 1, 0);
+    DT_CHECK(sel.acts_arena < base.acts_arena && sel.acts_arena > full.acts_arena,
+             "selective between none and full");
+    c.plugin.ac = DT_AC_NONE;
+    c.plugin.act_compress = DT_ACT_COMPRESS_INT8;
+    dt_plan_mem q = predict(&c, 1, 0);
+    DT_CHECK(q.acts_arena < base.acts_arena, "int8 activations are smaller");
+    c.plugin.act_compress = DT_ACT_COMPRESS_NONE;
+    c.plugin.offload = DT_OFFLOAD_DISK;
+    dt_plan_mem off = predict(&c, 1, 0);
+    DT_CHECK(off.cat[DT_MEM_OPTIM] == 2 * DT_PLAN_OFFLOAD_WINDOW_BYTES, "offload window");
+    /* checkpoints gather the whole state for a moment: weights, m, v + the local arena x 2 */
+    c.plugin.offload = DT_OFFLOAD_NONE;
+    c.checkpoint.every = 1;
+    dt_plan_mem ck = predict(&c, 1, 0);
+    DT_CHECK(ck.cat[DT_MEM_TEMP] - base.cat[DT_MEM_TEMP] == 4 * (3 * base.n_full + 2 * base.n_local),
+             "checkpoint temporaries");
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    test_by_hand();
+    test_zero();
+    test_pipeline_slots();
+    test_features();
+    return DT_TEST_END();
+}

@@ -1,0 +1,9 @@
+# The memory model equals measurement on every rank of a layout matrix (runs mpirun itself).
+add_test(NAME plan/mem_predict
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/mem_predict.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(plan/mem_predict PROPERTIES LABELS "plan;mpi" TIMEOUT 600)
+
+# dtrain plan from the command line: ranked table, JSON lines, nothing-fits, bad arguments.
+add_test(NAME plan/plan_cmd
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/plan_cmd.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(plan/plan_cmd PROPERTIES LABELS "plan;cli")
