@@ -53,6 +53,8 @@ static double mib(double bytes) { return bytes / 1048576.0; }
 /* mkdir -p */
 static dt_status make_dir(const char *dir) {
     char p[DT_PATH_MAX];
+    if (!dir[0])
+        return dt_err_set(DT_ERR_ARG, "offload_dir is empty");
     if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
         return dt_err_set(DT_ERR_ARG, "offload_dir %s: path too long", dir);
     for (char *s = p + 1;; s++) {
@@ -60,9 +62,11 @@ static dt_status make_dir(const char *dir) {
         if (*s != '/' && !end)
             continue;
         *s = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+        struct stat sb; /* an existing folder is fine, even where mkdir says EROFS or EACCES */
+        int err = mkdir(p, 0700) == 0 ? 0 : errno;
+        if (err && err != EEXIST && !(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)))
             return dt_err_set(DT_ERR_IO, "offload_dir %s cannot be created: mkdir %s: %s", dir,
-                              p, strerror(errno));
+                              p, strerror(err));
         if (end)
             break;
         *s = '/';
