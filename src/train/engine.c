@@ -593,12 +593,14 @@ dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
     dt_status st = DT_OK;
     if (w)
         st = gather_one(e, e->zero < 3 ? e->w_full : e->w_shard, e->zero == 3, local, w);
+    /* both moments' collectives run even when reading the first from its file failed */
+    dt_status sm = DT_OK, sv = DT_OK;
     if (st == DT_OK && m)
-        st = gather_moment(e, false, local, m);
+        sm = gather_moment(e, false, local, m);
     if (st == DT_OK && v)
-        st = gather_moment(e, true, local, v);
+        sv = gather_moment(e, true, local, v);
     dt_mem_release(e->mem, local);
-    return st;
+    return st != DT_OK ? st : sm != DT_OK ? sm : sv;
 }
 
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v) {
