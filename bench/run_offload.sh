@@ -14,7 +14,8 @@
 #   OFFL_WORK=DIR        scratch folder (default: a new /tmp/dtrain-offload.XXXXXX)
 #   OFFL_DIR=DIR         plugin.offload_dir (default $OFFL_WORK/offload): put it on the disk to
 #                        measure
-#   OFFL_WINDOW_MB=64    plugin.offload_window_mb
+#   OFFL_WINDOW_MB=16    plugin.offload_window_mb (1 Mi floats per chunk: the state streams in
+#                        11 chunks under ZeRO 0, 6 under ZeRO 2)
 #   OFFL_STEPS=7 (the first 2 are warm-up)   OFFL_REPS=2   OFFL_THREADS=1 (per rank)
 #   OFFL_MAX_LOAD=0.8    wait (poll 30 s, at most 600 s) for the 1-minute load to drop below it
 # The file goes through the page cache: with memory to spare the kernel keeps its pages, and
@@ -27,7 +28,7 @@ PY=/usr/bin/python3
 WORK=${OFFL_WORK:-$(mktemp -d /tmp/dtrain-offload.XXXXXX)}
 mkdir -p "$WORK"
 OFFDIR=${OFFL_DIR:-$WORK/offload}
-WINDOW=${OFFL_WINDOW_MB:-64}
+WINDOW=${OFFL_WINDOW_MB:-16}
 STEPS=${OFFL_STEPS:-7}
 REPS=${OFFL_REPS:-2}
 THREADS=${OFFL_THREADS:-1}
@@ -80,14 +81,16 @@ for spec in "${layouts[@]}"; do
 done
 [ -z "$(ls -A "$OFFDIR" 2>/dev/null)" ] || log "WARNING: files left in $OFFDIR"
 
-echo "dtrain $COMMIT, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
+echo "dtrain $COMMIT, $cpu, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "small shape (L6 H6 C384 V256, fp32), batch 8 x 256 per rank, $THREADS thread(s) per rank," \
      "offload_window_mb=$WINDOW, offload_dir=$OFFDIR ($(df -P "$OFFDIR" | awk 'NR==2 {print $1}'))"
 $PY - "$WORK" "$REPS" "$WARM" "$WINDOW" <<'PY'
 import json, math, os, statistics, sys
 work, reps, warm, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 print()
-print("| layout | offload | step ms (median) | vs none | optim MiB per rank (accountant) | file MiB per rank |")
+print("| layout | offload | step ms (median) | vs none | optim MiB per rank (accountant) "
+      "| file MiB per rank |")
 print("| --- | --- | ---: | ---: | ---: | ---: |")
 for lay, np in (("zero0", 1), ("zero2", 2)):
     med = {}
@@ -101,7 +104,8 @@ for lay, np in (("zero0", 1), ("zero2", 2)):
         optim = max(m["optim"] for m in mem)
         none_mem = json.load(open(os.path.join(work, f"{lay}_none_1.mem.json")))["per_rank"]
         count = max(m["optim"] for m in none_mem) // 8
-        chunk = max(16, min(math.floor(window * 1048576 / 256) * 16, (count + 15) // 16 * 16))
+        chunk = max(16, min(math.floor(window * 1048576 / 256) * 16,
+                             ((count + 1) // 2 + 15) // 16 * 16))
         file_mib = (count + chunk - 1) // chunk * chunk * 8 / 1048576 if off == "disk" else 0
         rel = f"{med[off] / med['none']:.3f}x"
         print(f"| {lay}, {np} rank{'s' if np > 1 else ''} | {off} | {med[off]:.1f} | {rel} | "

@@ -38,7 +38,7 @@ struct dt_offload_store {
 
 int64_t dt_offload_chunk_for(int64_t count, double window_bytes) {
     double fit = floor(window_bytes / 256.0) * 16.0; /* 16 bytes per chunk float */
-    int64_t need = (count + 15) / 16 * 16;
+    int64_t need = ((count + 1) / 2 + 15) / 16 * 16; /* two chunks at least: see offload.h */
     int64_t c = fit < (double)need ? (int64_t)fit : need;
     return c < 16 ? 16 : c;
 }

@@ -29,9 +29,10 @@ typedef struct dt_offload_opts {
 
 /* Floats per chunk for `count` elements and a window of `window_bytes`: the window holds two
  * slots of (m, v) chunks, 16 bytes per chunk float, so
- *   chunk = max(16, min(floor(window_bytes / 256) * 16, ceil16(count)))
+ *   chunk = max(16, min(floor(window_bytes / 256) * 16, ceil16(ceil(count / 2))))
  * and the accountant's buffer is exactly 16 * chunk bytes. Chunk boundaries are multiples of
- * 16 floats. */
+ * 16 floats. The cap at half the state keeps the window within 16 x 16 bytes of the moments
+ * it replaces (8 * count), and gives the double buffer at least two chunks to overlap. */
 int64_t dt_offload_chunk_for(int64_t count, double window_bytes);
 
 /* Creates dir when missing and the file in it, reserves 8 * ceil(count / chunk) * chunk bytes

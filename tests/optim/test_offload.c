@@ -38,7 +38,9 @@ static double window_for_chunk(int64_t chunk) { return 16.0 * (double)chunk; }
 
 static void check_chunk_formula(void) {
     DT_CHECK(dt_offload_chunk_for(1 << 24, 64.0 * 1048576) == 4194304, "64 MiB -> 4 Mi floats");
-    DT_CHECK(dt_offload_chunk_for(1000, 64.0 * 1048576) == 1008, "capped at ceil16(count)");
+    DT_CHECK(dt_offload_chunk_for(1000, 64.0 * 1048576) == 512, "capped at ceil16(count / 2)");
+    DT_CHECK(dt_offload_chunk_for(1001, 64.0 * 1048576) == 512, "ceil(1001 / 2) = 501 -> 512");
+    DT_CHECK(dt_offload_chunk_for(1000, 4096) == 256, "4096 bytes: 256 floats");
     DT_CHECK(dt_offload_chunk_for(1000, 1000) == 48, "1000 bytes: floor(1000/256)*16 = 48");
     DT_CHECK(dt_offload_chunk_for(1000, 10) == 16, "at least 16");
     DT_CHECK(dt_offload_chunk_for(0, 1e6) == 16, "empty: 16");

@@ -3,11 +3,11 @@
 # changes nothing else: against the same run with offload=none, the logged losses and grad
 # norms are the same digits and the exported weights the same bytes, on one process (fp32 and
 # bf16), dp2 x ZeRO 1, 2, 3 and pp2; the mem_report's optim category is exactly the window,
-# 16 x chunk bytes with chunk = max(16, min(floor(window / 256) x 16, ceil16(count))) and count
-# the floats each moment has in memory (from the offload=none run's 8 x count). A dp2 ZeRO-2
-# checkpoint saved with offload resumes bit-exactly with and without it, and one saved without
-# resumes with it. No file is left in offload_dir. A folder that cannot be created or written
-# is one clear error on both ranks of mpirun -np 2, before any step.
+# 16 x chunk bytes, chunk = max(16, min(floor(window / 256) x 16, ceil16(ceil(count / 2)))),
+# count = the floats each moment has in memory (the offload=none run's optim bytes / 8). A
+# dp2 ZeRO-2 checkpoint saved with offload resumes bit-exactly with and without it, and one
+# saved without resumes with it. No file is left in offload_dir. A folder that cannot be
+# created or written is one clear error on both ranks of mpirun -np 2, before any step.
 #   offload.sh DTRAIN SRC_DIR ARCH
 dtrain=$1 src=$2 arch=$3
 base=(--config "$src/configs/tiny-$arch.ini" --data.train=data/train.bin --data.val=data/val.bin
@@ -26,14 +26,15 @@ identical() {
 
 # NAME_NONE NAME_DISK: the disk run's optim bytes are the window the formula gives
 window() {
-    check "$2: optim is the window" /usr/bin/python3 - "$1.mem.json" "$2.mem.json" "$window_mb" <<'PY'
+    check "$2: optim is the window" \
+        /usr/bin/python3 - "$1.mem.json" "$2.mem.json" "$window_mb" <<'PY'
 import json, math, sys
 none, disk = (json.load(open(p))["per_rank"] for p in sys.argv[1:3])
 ok = len(none) == len(disk)
 for r, (a, b) in enumerate(zip(none, disk)):
     count = a["optim"] // 8  # m and v, one float each per element
     fit = math.floor(float(sys.argv[3]) * 1048576 / 256) * 16
-    want = 16 * max(16, min(fit, (count + 15) // 16 * 16))
+    want = 16 * max(16, min(fit, ((count + 1) // 2 + 15) // 16 * 16))
     ok &= b["optim"] == want
     print(f"rank {r}: optim {b['optim']} bytes (none: {a['optim']}), want {want}")
 sys.exit(0 if ok else 1)
@@ -71,7 +72,8 @@ for resume in "disk disk" "disk none" "none disk"; do
     set -- $resume
     extra=(); [ "$2" = disk ] && extra=("${disk[@]}")
     name=from_$1_to_$2
-    if run "$name" 2 "${z2[@]}" --checkpoint.dir=ck_$1 --checkpoint.resume=ck_$1/step-2 "${extra[@]}"; then
+    if run "$name" 2 "${z2[@]}" --checkpoint.dir=ck_$1 --checkpoint.resume=ck_$1/step-2 \
+            "${extra[@]}"; then
         check "$name: resumed at step 2" grep -q "resumed from ck_$1/step-2 at step 2" "$name.log"
         check "$name: weights identical to the straight run" \
             cmp dp2_zero2_disk.safetensors "$name.safetensors"
