@@ -4,7 +4,8 @@
 # L6 H6 C384 V256, ~11M parameters, batch 8 x T 256 per rank, fp32), under ZeRO 0 on one rank
 # and ZeRO 2 on two ranks (mpirun -np 2, one thread each); plus the optim bytes the accountant
 # counts per rank for both, and the size of each rank's file. The two settings alternate,
-# OFFL_REPS times each, and each cell is the median step time over every timed step.
+# OFFL_REPS times each; each cell is the median over every timed step: the step time (metrics)
+# and the optimizer span of rank 0 (train.trace), where the offload's I/O happens.
 #
 #   bash bench/run_offload.sh
 #
@@ -60,7 +61,8 @@ shape=(--model.arch=gpt2 --model.n_layer=6 --model.n_head=6 --model.n_embd=384
 one_run() {
     local name=$1 np=$2; shift 2
     local cmd=("$DTRAIN" train "${shape[@]}" --train.batch_size=$((8 * np))
-               --train.metrics="$WORK/$name.jsonl" --train.mem_report="$WORK/$name.mem.json" "$@")
+               --train.metrics="$WORK/$name.jsonl" --train.mem_report="$WORK/$name.mem.json"
+               --train.trace="$WORK/$name.trace.json" "$@")
     if [ "$np" -gt 1 ]; then
         cmd=(mpirun --oversubscribe --bind-to none -np "$np" "${cmd[@]}")
     fi
@@ -82,32 +84,43 @@ done
 [ -z "$(ls -A "$OFFDIR" 2>/dev/null)" ] || log "WARNING: files left in $OFFDIR"
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
-echo "dtrain $COMMIT, $cpu, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "dtrain $COMMIT, $cpu, $(nproc --all) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "small shape (L6 H6 C384 V256, fp32), batch 8 x 256 per rank, $THREADS thread(s) per rank," \
      "offload_window_mb=$WINDOW, offload_dir=$OFFDIR ($(df -P "$OFFDIR" | awk 'NR==2 {print $1}'))"
 $PY - "$WORK" "$REPS" "$WARM" "$WINDOW" <<'PY'
 import json, math, os, statistics, sys
 work, reps, warm, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 print()
-print("| layout | offload | step ms (median) | vs none | optim MiB per rank (accountant) "
-      "| file MiB per rank |")
-print("| --- | --- | ---: | ---: | ---: | ---: |")
+print("| layout | offload | step ms | vs none | optimizer ms | vs none | optim MiB per rank "
+      "(accountant) | file MiB per rank |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+def optimizer_ms(path):
+    """rank 0's optimizer spans (the update; under ZeRO 2 also the weights' all-gather)"""
+    ev = json.load(open(path))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    return [e["dur"] / 1000 for e in ev if e.get("name") == "optimizer" and e.get("tid") == 0
+            and e["args"]["step"] >= warm]
+
 for lay, np in (("zero0", 1), ("zero2", 2)):
-    med = {}
+    step, opt = {}, {}
     for off in ("none", "disk"):
-        ms = []
+        ms, om = [], []
         for r in range(1, reps + 1):
             with open(os.path.join(work, f"{lay}_{off}_{r}.jsonl")) as f:
                 ms += [json.loads(l)["step_ms"] for l in f if l.strip()][warm:]
-        med[off] = statistics.median(ms)
-        mem = json.load(open(os.path.join(work, f"{lay}_{off}_1.mem.json")))["per_rank"]
-        optim = max(m["optim"] for m in mem)
+            om += optimizer_ms(os.path.join(work, f"{lay}_{off}_{r}.trace.json"))
+        step[off], opt[off] = statistics.median(ms), statistics.median(om)
+        optim = max(m["optim"] for m in
+                    json.load(open(os.path.join(work, f"{lay}_{off}_1.mem.json")))["per_rank"])
         none_mem = json.load(open(os.path.join(work, f"{lay}_none_1.mem.json")))["per_rank"]
         count = max(m["optim"] for m in none_mem) // 8
         chunk = max(16, min(math.floor(window * 1048576 / 256) * 16,
                              ((count + 1) // 2 + 15) // 16 * 16))
         file_mib = (count + chunk - 1) // chunk * chunk * 8 / 1048576 if off == "disk" else 0
-        rel = f"{med[off] / med['none']:.3f}x"
-        print(f"| {lay}, {np} rank{'s' if np > 1 else ''} | {off} | {med[off]:.1f} | {rel} | "
+        print(f"| {lay}, {np} rank{'s' if np > 1 else ''} | {off} | {step[off]:.1f} | "
+              f"{step[off] / step['none']:.3f}x | {opt[off]:.1f} | {opt[off] / opt['none']:.2f}x | "
               f"{optim / 1048576:.2f} | {file_mib:.1f} |")
+print()
+print(f"medians over {reps} runs x the timed steps (after {warm} warm-up steps) of each setting")
 PY
