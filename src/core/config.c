@@ -94,6 +94,7 @@ static const field fields[] = {
     F_ENUM(plugin, act_compress, dt_act_compress, act_compress_names),
     F_ENUM(plugin, offload, dt_offload, offload_names), F_STR(plugin, "offload_dir", offload_dir),
     F_INT(plugin, loss_scale_window), F_FLOAT(plugin, initial_scale),
+    F_FLOAT(plugin, offload_window_mb),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
     F_INT(checkpoint, keep),
 };
@@ -158,6 +159,7 @@ void dt_config_defaults(dt_config *c) {
     set_str(p->offload_dir, "offload");
     p->loss_scale_window = 2000;
     p->initial_scale = 65536.0f;
+    p->offload_window_mb = 64.0f;
     set_str(p->pp_schedule, "1f1b");
     set_str(c->checkpoint.dir, "runs/fortunes/ckpt");
     c->checkpoint.every = 300, c->checkpoint.keep = 2;

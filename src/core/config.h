@@ -108,6 +108,7 @@ typedef struct dt_plugin_config {
     char offload_dir[DT_PATH_MAX];
     int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
     float initial_scale;   /* fp16: the loss scale of the first step (65536) */
+    float offload_window_mb; /* offload=disk: memory window the moments stream through */
 } dt_plugin_config;
 
 typedef struct dt_checkpoint_config {

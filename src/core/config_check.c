@@ -185,8 +185,11 @@ static void check_plugin(const dt_config *c, problems *p) {
         problem(p, false, "plugin.initial_scale=%g must be between 1 and 2^32 (4294967296)",
                 (double)g->initial_scale);
 
-    if (g->offload != DT_OFFLOAD_NONE)
-        problem(p, true, "plugin.offload=disk is not available yet");
+    if ((int)g->offload < 0 || g->offload >= DT_OFFLOAD_COUNT)
+        problem(p, false, "plugin.offload=%d is not a known mode", (int)g->offload);
+    if (!(g->offload_window_mb > 0))
+        problem(p, false, "plugin.offload_window_mb=%g must be > 0",
+                (double)g->offload_window_mb);
 
     if (!(g->bucket_mb > 0))
         problem(p, false, "plugin.bucket_mb=%g must be > 0", (double)g->bucket_mb);

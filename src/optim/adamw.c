@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/adamw.h"
 
@@ -11,13 +12,15 @@ struct dt_adamw {
     const dt_param *params; /* borrowed */
     int n_params;
     int64_t first, count;
-    float *m, *v;
+    float *m, *v;     /* in memory, or NULL when offloaded */
+    dt_offload_store *disk; /* offloaded moments, or NULL */
     int t;
     dt_mem *mem; /* borrowed */
 };
 
-dt_status dt_adamw_init(const dt_optim_config *cfg, const dt_param *params, int n_params,
-                        int64_t first, int64_t count, dt_mem *mem, dt_adamw **out) {
+static dt_status make(const dt_optim_config *cfg, const dt_param *params, int n_params,
+                      int64_t first, int64_t count, const dt_offload_opts *off, dt_mem *mem,
+                      dt_adamw **out) {
     *out = NULL;
     dt_adamw *o = calloc(1, sizeof *o);
     if (!o)
@@ -29,10 +32,14 @@ dt_status dt_adamw_init(const dt_optim_config *cfg, const dt_param *params, int 
     o->first = first;
     o->count = count;
     dt_status st;
-    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.m", (size_t)count * sizeof(float),
-                             (void **)&o->m));
-    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.v", (size_t)count * sizeof(float),
-                             (void **)&o->v));
+    if (off) {
+        DT_TRY_GOTO(dt_offload_init(off, count, mem, &o->disk));
+    } else {
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.m", (size_t)count * sizeof(float),
+                                 (void **)&o->m));
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.v", (size_t)count * sizeof(float),
+                                 (void **)&o->v));
+    }
     *out = o;
     return DT_OK;
 fail:
@@ -40,39 +47,93 @@ fail:
     return st;
 }
 
+dt_status dt_adamw_init(const dt_optim_config *cfg, const dt_param *params, int n_params,
+                        int64_t first, int64_t count, dt_mem *mem, dt_adamw **out) {
+    return make(cfg, params, n_params, first, count, NULL, mem, out);
+}
+
+dt_status dt_adamw_init_offload(const dt_optim_config *cfg, const dt_param *params,
+                                int n_params, int64_t first, int64_t count,
+                                const dt_offload_opts *off, dt_mem *mem, dt_adamw **out) {
+    return make(cfg, params, n_params, first, count, off, mem, out);
+}
+
 void dt_adamw_free(dt_adamw *o) {
     if (!o)
         return;
+    dt_offload_free(o->disk);
     dt_mem_release(o->mem, o->v);
     dt_mem_release(o->mem, o->m);
     free(o);
 }
 
-void dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
-                   float grad_scale) {
-    o->t++;
-    int64_t end = o->first + o->count;
+/* One step's arguments, for the update of a piece of the owned range. */
+typedef struct step_args {
+    const dt_adamw *o;
+    float *w;
+    const float *g;
+    dt_bf16 *w_lp;
+    float lr, grad_scale;
+} step_args;
+
+/* The update of owned elements [at, at + n) (relative to `first`), moments m, v: [n]. The
+ * kernel is element-wise, so cutting the range anywhere (tensors, shards, offload chunks)
+ * gives the same bits as one call over it. */
+static void update_range(void *ctx, int64_t at, int64_t n, float *m, float *v) {
+    const step_args *s = ctx;
+    const dt_adamw *o = s->o;
+    int64_t lo = o->first + at, hi = lo + n;
     for (int i = 0; i < o->n_params; i++) {
         const dt_param *p = &o->params[i];
-        /* the part of this tensor inside the owned range (a shard may cut tensors) */
-        int64_t a = p->offset > o->first ? p->offset : o->first;
-        int64_t b = p->offset + p->numel < end ? p->offset + p->numel : end;
+        /* the part of this tensor inside the range (a shard or a chunk may cut tensors) */
+        int64_t a = p->offset > lo ? p->offset : lo;
+        int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b)
             continue;
-        dt_adamw_hparams h = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2,
+        dt_adamw_hparams h = {.lr = s->lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2,
                               .eps = o->cfg.eps,
                               .weight_decay = p->decay ? o->cfg.weight_decay : 0.0f,
-                              .grad_scale = grad_scale, .step = o->t};
-        int64_t off = a - o->first;
-        dt_adamw_update(w + off, g + off, o->m + off, o->v + off, w_lp ? w_lp + off : NULL,
+                              .grad_scale = s->grad_scale, .step = o->t};
+        int64_t off = a - o->first, in = a - lo;
+        dt_adamw_update(s->w + off, s->g + off, m + in, v + in, s->w_lp ? s->w_lp + off : NULL,
                         b - a, &h);
     }
+}
+
+dt_status dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
+                        float grad_scale) {
+    o->t++;
+    step_args s = {.o = o, .w = w, .g = g, .w_lp = w_lp, .lr = lr, .grad_scale = grad_scale};
+    if (o->disk)
+        return dt_offload_stream(o->disk, update_range, &s);
+    update_range(&s, 0, o->count, o->m, o->v);
+    return DT_OK;
 }
 
 int dt_adamw_steps_taken(const dt_adamw *o) { return o->t; }
 void dt_adamw_set_steps_taken(dt_adamw *o, int t) { o->t = t; }
 float *dt_adamw_m(dt_adamw *o) { return o->m; }
 float *dt_adamw_v(dt_adamw *o) { return o->v; }
+
+dt_status dt_adamw_get_moments(dt_adamw *o, float *m, float *v) {
+    if (o->disk)
+        return dt_offload_read(o->disk, m, v);
+    if (m)
+        memcpy(m, o->m, (size_t)o->count * sizeof *m);
+    if (v)
+        memcpy(v, o->v, (size_t)o->count * sizeof *v);
+    return DT_OK;
+}
+
+dt_status dt_adamw_set_moments(dt_adamw *o, const float *m, const float *v) {
+    if (o->disk)
+        return dt_offload_write(o->disk, m, v);
+    if (m)
+        memcpy(o->m, m, (size_t)o->count * sizeof *m);
+    if (v)
+        memcpy(o->v, v, (size_t)o->count * sizeof *v);
+    return DT_OK;
+}
 
 float dt_lr_at(const dt_optim_config *c, int s, int total) {
     if (s < c->warmup_steps)

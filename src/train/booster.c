@@ -194,7 +194,10 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
                          .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
                          .sequence_tp = sequence_tp(b), .ac = b->plugin.ac,
                          .ac_every = b->plugin.ac_every,
-                         .act_compress = b->plugin.act_compress};
+                         .act_compress = b->plugin.act_compress, .offload = b->plugin.offload,
+                         .offload_dir = b->plugin.offload_dir,
+                         .offload_window_mb = b->plugin.offload_window_mb,
+                         .world_rank = b->world->rank};
     bool held[DT_MAX_CHUNKS + 2];
     if (pipelined(b)) {
         dt_comm *pp = b->mesh->axis[DT_AXIS_PP];
@@ -590,6 +593,7 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
         dt_engine_set_adam_steps(b->engine, a.adam_steps);
         b->train.pos = b->state.data_pos;
         b->train.step = b->state.data_step;
+        st = dt_comm_agree(b->world, st); /* offloaded moments are written to files */
     }
     arenas_free(b, &a);
     return st;

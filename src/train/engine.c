@@ -343,8 +343,21 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     DT_TRY_GOTO(setup_storage(e, o->split_backward));
     int64_t first = e->zero == 0 ? 0 : e->own_first;
     int64_t count = e->zero == 0 ? e->n_total : e->own_count;
-    DT_TRY_GOTO(dt_adamw_init(oc, dt_gpt_param(e->model, 0), dt_gpt_n_params(e->model), first,
-                              count, mem, &e->opt));
+    const dt_param *params = dt_gpt_param(e->model, 0);
+    int n_params = dt_gpt_n_params(e->model);
+    if (o->offload == DT_OFFLOAD_DISK) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "r%d", o->world_rank);
+        dt_offload_opts off = {.dir = o->offload_dir, .tag = tag,
+                               .window_bytes = (double)o->offload_window_mb * 1048576.0};
+        st = dt_adamw_init_offload(oc, params, n_params, first, count, &off, mem, &e->opt);
+        if (st != DT_OK) {
+            dt_err_wrap(st, "plugin.offload=disk: ");
+            goto fail;
+        }
+    } else {
+        DT_TRY_GOTO(dt_adamw_init(oc, params, n_params, first, count, mem, &e->opt));
+    }
     dt_gpt_hooks h = {.ctx = e, .enter = on_enter, .leave = on_leave};
     dt_gpt_set_hooks(e->model, &h);
     *out = e;
@@ -525,18 +538,17 @@ dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
     switch (e->zero) {
     case 0:
         /* the fused update writes bf16 copies only; an fp16 copy is one cast afterwards */
-        dt_adamw_step(e->opt, e->w_full, e->g_full, e->mm == DT_BF16 ? e->lp_full : NULL, lr,
-                      grad_scale);
+        DT_TRY(dt_adamw_step(e->opt, e->w_full, e->g_full, e->mm == DT_BF16 ? e->lp_full : NULL,
+                             lr, grad_scale));
         if (e->mm == DT_F16)
             dt_gpt_sync_lp(e->model);
         return DT_OK;
     case 3:
-        dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);
         invalidate_weights(e);
-        return DT_OK;
+        return dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);
     default: {
         const float *g = e->zero == 1 ? e->g_full + e->own_first : e->g_shard;
-        dt_adamw_step(e->opt, e->w_full + e->own_first, g, NULL, lr, grad_scale);
+        DT_TRY(dt_adamw_step(e->opt, e->w_full + e->own_first, g, NULL, lr, grad_scale));
         DT_TRY(dt_comm_allgather_f32(e->dp, e->w_full + e->own_first, e->w_full,
                                      counts_of(e, e->n_units), NULL));
         dt_gpt_sync_lp(e->model);
@@ -575,18 +587,40 @@ static dt_status gather_one(dt_engine *e, const float *src, bool sharded, float 
     return dt_gpt_gather_full(e->model, local, full);
 }
 
+/* One moment (v: the second): in memory it is gathered as it is; offloaded it is first read
+ * from the file, straight into the local arena under ZeRO 0, else into a temporary of this
+ * rank's shard ("state.offload", own_count floats). The collectives run even after a failed
+ * read, so no peer waits; the caller's agreement then fails every rank with the read's error. */
+static dt_status gather_moment(dt_engine *e, bool v, float *local, float *full) {
+    float *mine = v ? dt_adamw_v(e->opt) : dt_adamw_m(e->opt), *tmp = NULL;
+    if (mine)
+        return gather_one(e, mine, e->zero > 0, local, full);
+    if (e->zero == 0) {
+        dt_status read = dt_adamw_get_moments(e->opt, v ? NULL : local, v ? local : NULL);
+        dt_status st = dt_gpt_gather_full(e->model, local, full);
+        return read != DT_OK ? read : st;
+    }
+    DT_TRY(alloc(e, DT_MEM_TEMP, "state.offload", (size_t)e->own_count * sizeof(float), &tmp));
+    dt_status read = dt_adamw_get_moments(e->opt, v ? NULL : tmp, v ? tmp : NULL);
+    dt_status st = gather_one(e, tmp, true, local, full);
+    dt_mem_release(e->mem, tmp);
+    return read != DT_OK ? read : st;
+}
+
 dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
     float *local = NULL;
     DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
     dt_status st = DT_OK;
     if (w)
         st = gather_one(e, e->zero < 3 ? e->w_full : e->w_shard, e->zero == 3, local, w);
+    /* both moments' collectives run even when reading the first from its file failed */
+    dt_status sm = DT_OK, sv = DT_OK;
     if (st == DT_OK && m)
-        st = gather_one(e, dt_adamw_m(e->opt), e->zero > 0, local, m);
+        sm = gather_moment(e, false, local, m);
     if (st == DT_OK && v)
-        st = gather_one(e, dt_adamw_v(e->opt), e->zero > 0, local, v);
+        sv = gather_moment(e, true, local, v);
     dt_mem_release(e->mem, local);
-    return st;
+    return st != DT_OK ? st : sm != DT_OK ? sm : sv;
 }
 
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v) {
@@ -604,17 +638,17 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
         }
     }
     int64_t first = e->zero == 0 ? 0 : e->own_first;
-    size_t n = e->zero == 0 ? all : own;
+    dt_status st = DT_OK;
     if (m) {
         dt_gpt_take_shard(e->model, m, local);
-        memcpy(dt_adamw_m(e->opt), local + first, n);
+        st = dt_adamw_set_moments(e->opt, local + first, NULL);
     }
-    if (v) {
+    if (st == DT_OK && v) {
         dt_gpt_take_shard(e->model, v, local);
-        memcpy(dt_adamw_v(e->opt), local + first, n);
+        st = dt_adamw_set_moments(e->opt, NULL, local + first);
     }
     dt_mem_release(e->mem, local);
-    return DT_OK;
+    return st;
 }
 
 int dt_engine_adam_steps(const dt_engine *e) { return dt_adamw_steps_taken(e->opt); }

@@ -49,6 +49,14 @@ typedef struct dt_engine_opts {
     dt_ac_mode ac;       /* activation checkpointing and storage, see dt_gpt_opts */
     int ac_every;
     dt_act_compress act_compress;
+
+    /* plugin.offload=disk: this rank's AdamW moments (the whole arena under ZeRO 0, its shard
+     * under 1-3) live in a file under offload_dir, streamed through a window of
+     * offload_window_mb MiB (optim/offload.h); world_rank names the file. */
+    dt_offload offload;
+    const char *offload_dir; /* borrowed for init */
+    float offload_window_mb;
+    int world_rank;
 } dt_engine_opts;
 
 /* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */
@@ -73,7 +81,7 @@ dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *tar
 
 /* Full-arena copies (dt_gpt_full_numel floats) of weights and AdamW moments (collective over
  * dp and tp; any pointer may be NULL) and their inverse, so checkpoints are the same files
- * whatever the layout. */
+ * whatever the layout, offloaded or not. */
 dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v);
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v);
 int dt_engine_adam_steps(const dt_engine *e);

@@ -361,6 +361,14 @@ static void test_validate(void) {
     DT_CHECK_OK(dt_config_set(&c, "model.n_kv_head=1"));
     DT_CHECK_OK(dt_config_set(&c, "train.micro_batch_size=4"));
     DT_CHECK_OK(dt_config_validate(&c));
+
+    /* optimizer offload */
+    BAD(A, "plugin.offload_window_mb=0 must be > 0", "plugin.offload_window_mb=0");
+    BAD(A, "plugin.offload=disk needs plugin.offload_dir", "plugin.offload=disk",
+        "plugin.offload_dir=");
+    DT_CHECK_OK(dt_config_set(&c, "plugin.offload=disk"));
+    DT_CHECK_OK(dt_config_set(&c, "plugin.offload_window_mb=0.5"));
+    DT_CHECK_OK(dt_config_validate(&c));
 }
 
 /* plugin.ac / ac_every / act_compress: int8 with nothing left to compress is refused */

@@ -78,3 +78,11 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/ac_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/ac_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 600)
 endforeach()
+
+# Optimizer state on disk gives the bits of offload=none at 1 process, dp2 x ZeRO 1-3 and
+# pp2; optim memory is the window; resume through the files; bad offload_dir on every rank.
+foreach(arch gpt2 llama)
+  add_test(NAME train/offload_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/offload.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/offload_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()
