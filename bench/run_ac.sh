@@ -30,7 +30,7 @@ log() { echo "[ac $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
 
 [ -f "$WORK/tok.bin" ] ||
     $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok.bin" --vocab "$V" --count 200000 --seed 1
-CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, \
+CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores, \
 avx512_bf16=$(grep -qw avx512_bf16 /proc/cpuinfo && echo yes || echo no)"
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
