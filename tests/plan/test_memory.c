@@ -138,7 +138,9 @@ static void test_features(void) {
     c.plugin.act_compress = DT_ACT_COMPRESS_NONE;
     c.plugin.offload = DT_OFFLOAD_DISK;
     dt_plan_mem off = predict(&c, 1, 0);
-    DT_CHECK(off.cat[DT_MEM_OPTIM] == 2 * DT_PLAN_OFFLOAD_WINDOW_BYTES, "offload window");
+    DT_CHECK(off.cat[DT_MEM_OPTIM] ==
+                 16 * dt_plan_offload_chunk(base.n_local, c.plugin.offload_window_mb),
+             "offload window");
     /* checkpoints gather the whole state for a moment: weights, m, v + the local arena x 2 */
     c.plugin.offload = DT_OFFLOAD_NONE;
     c.checkpoint.every = 1;
