@@ -86,11 +86,10 @@ for row in "${ROWS[@]}"; do
     done_rows+=("$name|$flags")
 done
 
-echo "Memory per rank, GPT-2 124M (L12 C768 V50257), T 256, 4 sequences per rank, 2 ranks, one"
-echo "step; commit $COMMIT, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
-    sed 's/^ //'). Rank 0's peak per category in MiB, measured (a cell shows the prediction"
-echo "in brackets only where it differs); ratio: the worst predicted/measured over every"
-echo "category of both ranks."
+echo "Memory per rank, GPT-2 124M (L12 C768 V50257), T 256, 4 sequences per rank, 2 ranks, one step."
+echo "Commit $COMMIT, $(date -u +%F), CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')."
+echo "Rank 0's peak per category in MiB as measured (a cell shows the prediction in parentheses"
+echo "only where it differs); ratio: the worst predicted/measured over every category of both ranks."
 echo
 $PY - "$WORK" "${done_rows[@]}" <<'EOF'
 import json, sys
