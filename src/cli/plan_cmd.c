@@ -131,16 +131,45 @@ static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t 
 
 /* ---- enumeration ------------------------------------------------------------------------ */
 
+enum { MAX_PINS = 32 };
+
+/* The --plugin.KEY=VALUE assignments of the command line: the enumeration keeps them. */
+typedef struct pins {
+    const char *set[MAX_PINS];
+    int n;
+} pins;
+
 typedef struct space {
     const dt_config *base;
     int world;
     const dt_plan_device *dev;
     int64_t mem;
     cands *out;
+    const pins *pinned;
 } space;
 
+/* Whether the command line pinned plugin.`key`. */
+static bool is_pinned(const space *sp, const char *key) {
+    size_t n = strlen(key);
+    for (int i = 0; i < sp->pinned->n; i++)
+        if (!strncmp(sp->pinned->set[i], key, n) && sp->pinned->set[i][n] == '=')
+            return true;
+    return false;
+}
+
+/* A candidate keeps every pinned key when assigning it again changes nothing. */
+static bool keeps_pins(const space *sp, const dt_config *c) {
+    for (int i = 0; i < sp->pinned->n; i++) {
+        dt_config again = *c;
+        if (dt_config_set(&again, sp->pinned->set[i]) != DT_OK ||
+            memcmp(&again.plugin, &c->plugin, sizeof again.plugin))
+            return false;
+    }
+    return true;
+}
+
 static dt_status consider(const space *sp, cand *x) {
-    if (check_layout(&x->c, sp->world, NULL) != DT_OK)
+    if (!keeps_pins(sp, &x->c) || check_layout(&x->c, sp->world, NULL) != DT_OK)
         return DT_OK; /* not a layout dtrain runs */
     x->dp = sp->world / (x->c.plugin.tp_size * x->c.plugin.sp_size * x->c.plugin.pp_size);
     if (predict(x, sp->world, sp->dev, sp->mem) != DT_OK)
@@ -148,26 +177,34 @@ static dt_status consider(const space *sp, cand *x) {
     return push(sp->out, x);
 }
 
-/* The memory levers on one mesh and schedule: ZeRO stage, checkpointing, precision,
- * activation compression, offload. Pruned: compression only where activations are kept (not
- * with full checkpointing of every block), offload only with a sharded optimizer. */
+/* The memory levers on one mesh and schedule: ZeRO stage, precision (fp32 and one 16-bit
+ * format: the config's when it names one, else bf16; fp16 has bf16's memory), checkpointing
+ * (none, selective, full, full every 2nd block), activation compression, offload. Pruned:
+ * compression only where a block keeps activations (not under full checkpointing of every
+ * block). plugin.ac_every given on the command line replaces the levers' 1 and 2. */
 static dt_status levers(const space *sp, cand *x) {
-    static const dt_precision precs[] = {DT_PREC_BF16, DT_PREC_FP32};
-    static const dt_ac_mode acs[] = {DT_AC_NONE, DT_AC_SELECTIVE, DT_AC_FULL};
+    dt_precision lp = sp->base->plugin.precision == DT_PREC_FP16 ? DT_PREC_FP16 : DT_PREC_BF16;
+    const dt_precision precs[] = {lp, DT_PREC_FP32};
+    static const struct { dt_ac_mode ac; int every; } acs[] = {
+        {DT_AC_NONE, 1}, {DT_AC_SELECTIVE, 1}, {DT_AC_FULL, 1}, {DT_AC_FULL, 2}};
+    bool every_pinned = is_pinned(sp, "plugin.ac_every");
     int grad_p = sp->world / (x->c.plugin.tp_size * x->c.plugin.pp_size);
     for (int z = 0; z <= (grad_p > 1 ? 3 : 0); z++)
         for (int pi = 0; pi < 2; pi++)
-            for (int ai = 0; ai < 3; ai++)
+            for (int ai = 0; ai < 4; ai++)
                 for (int q = 0; q < 2; q++)
                     for (int off = 0; off < 2; off++) {
-                        if ((q && acs[ai] == DT_AC_FULL) || (off && z == 0))
+                        int every = every_pinned ? sp->base->plugin.ac_every : acs[ai].every;
+                        if ((every_pinned && acs[ai].every == 2) ||
+                            (acs[ai].every == 2 && x->c.model.n_layer < 2) ||
+                            (q && acs[ai].ac == DT_AC_FULL && every == 1))
                             continue;
                         dt_plugin_config *p = &x->c.plugin;
                         p->type = z ? DT_PLUGIN_HYBRID : DT_PLUGIN_NONE;
                         p->zero_stage = z;
                         p->precision = precs[pi];
-                        p->ac = acs[ai];
-                        p->ac_every = 1;
+                        p->ac = acs[ai].ac;
+                        p->ac_every = every;
                         p->act_compress = q ? DT_ACT_COMPRESS_INT8 : DT_ACT_COMPRESS_NONE;
                         p->offload = off ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
                         if (off && !p->offload_dir[0])
@@ -258,6 +295,8 @@ static void layout_text(const cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " z%d", p->zero_stage);
     if (p->ac != DT_AC_NONE)
         k += (size_t)snprintf(buf + k, n - k, " ac=%s", dt_ac_mode_name(p->ac));
+    if (p->ac != DT_AC_NONE && p->ac_every > 1)
+        k += (size_t)snprintf(buf + k, n - k, "/%d", p->ac_every);
     if (p->act_compress)
         k += (size_t)snprintf(buf + k, n - k, " int8");
     if (p->offload)
@@ -301,12 +340,13 @@ static void print_one(const cand *x, int rank, const char *extra) {
     printf("{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
            "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
            "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.type\": \"%s\", "
-           "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.precision\": \"%s\", "
+           "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.ac_every\": %d, "
+           "\"plugin.precision\": \"%s\", "
            "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
            "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
            x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode),
            p->pp_schedule, p->pp_chunks, dt_plugin_type_name(p->type), p->zero_stage,
-           dt_ac_mode_name(p->ac), dt_precision_name(p->precision), p->microbatches,
+           dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
            x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
            dt_offload_name(p->offload));
     for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
@@ -396,6 +436,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
 
 typedef struct args {
     dt_config cfg;
+    pins pinned;
     int world, top, rank;
     bool json, explain;
     const char *device;
@@ -456,8 +497,11 @@ static int parse(int argc, char **argv, args *a) {
             a->json = true;
         else if (!strcmp(argv[i], "--explain"))
             a->explain = true;
-        else if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '.'))
+        else if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '.')) {
             ok = dt_config_set(&a->cfg, argv[i] + 2) == DT_OK;
+            if (ok && !strncmp(argv[i], "--plugin.", 9) && a->pinned.n < MAX_PINS)
+                a->pinned.set[a->pinned.n++] = argv[i] + 2;
+        }
         else {
             dt_error("plan: unexpected argument '%s'", argv[i]);
             return usage();
@@ -511,7 +555,8 @@ int dt_cli_plan(int argc, char **argv) {
     if (a.explain)
         return explain(&a.cfg, a.world, a.rank, &dev, mem);
     cands l = {0};
-    space sp = {.base = &a.cfg, .world = a.world, .dev = &dev, .mem = mem, .out = &l};
+    space sp = {.base = &a.cfg, .world = a.world, .dev = &dev, .mem = mem, .out = &l,
+                .pinned = &a.pinned};
     st = enumerate(&sp);
     if (st != DT_OK) {
         free(l.v);

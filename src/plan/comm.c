@@ -21,6 +21,7 @@ typedef struct ledger {
     int n_mb, L, zero, pp;
     bool held[DT_MAX_CHUNKS + 2], first, last; /* units here; the embedding's / head's stage */
     bool split, lp;                              /* split backward; 16-bit matmuls */
+    const dt_plugin_config *plugin;              /* plugin.ac, ac_every */
 } ledger;
 
 static void add(int64_t *bytes, int64_t *calls, int64_t b) {
@@ -66,21 +67,39 @@ static int64_t head_chunk(int64_t V, int64_t N) {
     return (N + n - 1) / n;
 }
 
+static int64_t a2a_qkv(const ledger *g) {
+    return g->sp > 1 ? (g->N / g->sp) * (g->W / g->sp) * (g->sp - 1) * 4 : 0;
+}
+static int64_t a2a_att(const ledger *g) {
+    return g->sp > 1 ? (g->N / g->sp) * (g->NH / g->sp) * g->hs * (g->sp - 1) * 4 : 0;
+}
+
+static void block_fwd(ledger *g) {
+    enter_fwd(g);
+    sp_op(g, a2a_qkv(g));
+    sp_op(g, a2a_att(g));
+    leave_fwd(g);
+    enter_fwd(g);
+    leave_fwd(g);
+}
+
+/* plugin.ac: what block l reruns before its backward, and again before its W pass: the whole
+ * forward, or the attention core (whose heads -> rows all-to-all runs again). */
+static void rerun(ledger *g, int l) {
+    dt_plan_rerun r = dt_plan_ac_rerun(g->plugin, l);
+    if (r == DT_PLAN_RERUN_BLOCK)
+        block_fwd(g);
+    else if (r == DT_PLAN_RERUN_ATTENTION)
+        sp_op(g, a2a_att(g));
+}
+
 static void micro_batch(ledger *g) {
-    int64_t a2a_qkv = g->sp > 1 ? (g->N / g->sp) * (g->W / g->sp) * (g->sp - 1) * 4 : 0;
-    int64_t a2a_att = g->sp > 1 ? (g->N / g->sp) * (g->NH / g->sp) * g->hs * (g->sp - 1) * 4 : 0;
+    int64_t a2a_qkv_b = a2a_qkv(g), a2a_att_b = a2a_att(g);
     if (g->first)
         leave_fwd(g); /* the vocabulary-parallel embedding */
-    for (int l = 0; l < g->L; l++) {
-        if (!g->held[l + 1])
-            continue;
-        enter_fwd(g);
-        sp_op(g, a2a_qkv);
-        sp_op(g, a2a_att);
-        leave_fwd(g);
-        enter_fwd(g);
-        leave_fwd(g);
-    }
+    for (int l = 0; l < g->L; l++)
+        if (g->held[l + 1])
+            block_fwd(g);
     if (g->last) { /* the head, then (max, sum, target logit) per row and chunk */
         enter_fwd(g);
         int64_t chunk = head_chunk(g->vocab_rows, g->Nt);
@@ -94,16 +113,19 @@ static void micro_batch(ledger *g) {
     for (int l = 0; l < g->L; l++) {
         if (!g->held[l + 1])
             continue;
+        rerun(g, l);
         enter_fwd(g); /* the norm output is rebuilt: its entering op runs again */
         leave_bwd(g);
         enter_bwd(g);
         leave_bwd(g);
-        sp_op(g, a2a_att);
-        sp_op(g, a2a_att);
-        sp_op(g, a2a_qkv);
+        sp_op(g, a2a_att_b);
+        sp_op(g, a2a_att_b);
+        sp_op(g, a2a_qkv_b);
         enter_fwd(g);
         enter_bwd(g);
         rows_grads(g, 6 * g->C);
+        if (g->split)
+            rerun(g, l);
         if (g->split && !g->lp) { /* W rebuilds both norm outputs in fp32 */
             enter_fwd(g);
             enter_fwd(g);
@@ -255,7 +277,7 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
                 .C = m->n_embd, .hs = hs, .NH = m->n_head / tp, .T = c->train.seq_len,
                 .vocab_rows = (m->vocab_size + tp - 1) / tp, .n_mb = rows / mb, .L = m->n_layer,
                 .zero = dt_config_zero_stage(c), .pp = p->pp_size,
-                .lp = p->precision != DT_PREC_FP32};
+                .lp = p->precision != DT_PREC_FP32, .plugin = p};
     g.rows = g.sg ? tp : 1;
     g.N = (int64_t)mb * g.T;
     g.Nt = g.N / g.sp;

@@ -14,6 +14,7 @@
 #include "plan/comm.h"
 #include "plan/memory.h"
 #include "plan/mesh.h"
+#include "plan/plan_impl.h"
 #include "plan/stages.h"
 
 typedef struct work {
@@ -62,32 +63,51 @@ typedef struct block_cost {
     double f, b, wgt; /* forward, backward (input half when split), weight half */
 } block_cost;
 
-/* plugin.act_compress = int8 (design): each kept fp32 tensor is read (4 bytes) and written
- * as int8 (1 byte) after the forward, and read and written back before the backward. */
-static double act_compress_int8_time(const work *w, int l) {
-    if (w->c->plugin.act_compress != DT_ACT_COMPRESS_INT8)
-        return 0;
-    int every = w->c->plugin.ac_every > 0 ? w->c->plugin.ac_every : 1;
-    if (w->c->plugin.ac == DT_AC_FULL && l % every == 0)
+/* plugin.act_compress = int8: each fp32 tensor block l keeps (qkv, att unless the attention
+ * is rerun, x2, h, u) is quantised after the forward (4 bytes read, 1 written) and restored
+ * before the backward and again before a split backward's W pass (1 read, 4 written); in
+ * 16-bit modes the copies att_lp, g_lp are rebuilt from the restored values (4 read, 2
+ * written). Returns one pass's seconds. */
+static double act_compress_int8_pass(const work *w, dt_plan_rerun r) {
+    if (w->c->plugin.act_compress != DT_ACT_COMPRESS_INT8 || r == DT_PLAN_RERUN_BLOCK)
         return 0;
     double n = w->Nt * w->W + w->Nr * w->C + w->Nt * w->F * (w->gpt2 ? 1 : 2);
-    if (w->c->plugin.ac != DT_AC_SELECTIVE)
+    if (r == DT_PLAN_RERUN_NONE)
         n += w->Nt * w->A;
-    return 2 * 5 * n / w->d->mem_bandwidth;
+    return 5 * n / w->d->mem_bandwidth;
+}
+
+/* 16-bit modes: rebuilding att_lp and g_lp from fp32 (selective reruns, int8 restores). */
+static double lp_rebuild(const work *w) {
+    bool lp = w->c->plugin.precision != DT_PREC_FP32;
+    return lp ? 6 * w->Nt * (w->A + w->F) / w->d->mem_bandwidth : 0;
+}
+
+/* plugin.ac: the attention core rerun (its FLOPs, its heads -> rows all-to-all under
+ * Ulysses, the 16-bit copies rebuilt), or the whole block's forward. */
+static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double forward) {
+    if (r == DT_PLAN_RERUN_BLOCK)
+        return forward;
+    if (r != DT_PLAN_RERUN_ATTENTION)
+        return 0;
+    double t = at + lp_rebuild(w);
+    if (w->sp > 1)
+        t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->d->bandwidth;
+    return t;
 }
 
 static block_cost cost_block(const work *w, int l, bool split) {
     double mm = block_matmul_flops(w) / w->rate, at = block_attention_flops(w) / w->rate;
-    block_cost k = {.f = mm + at + block_comm(w, false) + act_compress_int8_time(w, l) / 2};
-    double recompute = 0;
-    int every = w->c->plugin.ac_every > 0 ? w->c->plugin.ac_every : 1;
-    if (w->c->plugin.ac == DT_AC_FULL && l % every == 0)
-        recompute = k.f;
-    else if (w->c->plugin.ac == DT_AC_SELECTIVE)
-        recompute = at;
-    double bwd = 2 * (mm + at) + block_comm(w, true) + recompute + act_compress_int8_time(w, l) / 2;
+    dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
+    double q8 = act_compress_int8_pass(w, r);
+    double restore = q8 > 0 ? q8 + (r == DT_PLAN_RERUN_NONE ? lp_rebuild(w) : 0) : 0;
+    double fwd = mm + at + block_comm(w, false);
+    block_cost k = {.f = fwd + q8};
+    /* what the slot did not keep is rebuilt before the backward (and before W when split) */
+    double rebuild = ac_rerun_time(w, r, at, fwd) + restore;
+    double bwd = 2 * (mm + at) + block_comm(w, true) + rebuild;
     if (split) {
-        k.wgt = mm;
+        k.wgt = mm + rebuild;
         k.b = bwd - mm;
     } else {
         k.b = bwd;
@@ -176,12 +196,17 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
 
 /* ---- data parallelism and the optimizer ------------------------------------------------- */
 
-/* plugin.offload = disk (design): m and v of the optimizer's floats read from and written back
- * to the files every step, through the window, not overlapped with anything. */
-static double offload_disk_time(const work *w, double floats) {
+/* The optimizer step over `floats`, whose memory passes take update_s: under plugin.offload =
+ * disk m and v are read from and written back to the file every step (16 bytes a float)
+ * through the window's two chunk slots, the I/O of one chunk beside the update of the next
+ * (optim/offload.c), so the step is the slower of the two plus one chunk's read and write. */
+static double offload_disk_time(const work *w, double floats, double update_s) {
     if (w->c->plugin.offload != DT_OFFLOAD_DISK)
-        return 0;
-    return 4 * floats * 4 / w->d->disk_bandwidth;
+        return update_s;
+    double chunk = (double)dt_plan_offload_chunk((int64_t)floats, w->c->plugin.offload_window_mb);
+    chunk = chunk < floats ? chunk : floats;
+    double io = 16 * floats / w->d->disk_bandwidth;
+    return (io > update_s ? io : update_s) + 16 * chunk / w->d->disk_bandwidth;
 }
 
 /* The gradient group's traffic of a step: reductions (hideable behind the backward), the
@@ -242,10 +267,11 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats */
     double opt = w->zero == 0 ? n : n / p;
-    *optimizer = opt * 4 * 7 / w->d->mem_bandwidth;
+    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->d->mem_bandwidth);
     if (w->c->plugin.precision != DT_PREC_FP32)
         *optimizer += n * 2 / w->d->mem_bandwidth; /* the 16-bit copy */
-    *optimizer += offload_disk_time(w, opt);
+    if (w->c->plugin.precision == DT_PREC_FP16) /* loss scaling: the overflow flag, world-wide */
+        *exposed += allreduce(w, world, 8);
 }
 
 static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, work *w) {

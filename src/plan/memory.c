@@ -12,11 +12,13 @@
  *   temp     one carved arena of transients (the LM head's logits chunk, the block's
  *            scratch, gradient rows) + the whole-state buffers a checkpoint, resume, load or
  *            export allocates for the time it runs
- * The features still being built (plugin.ac, act_compress, offload, fp16) are modelled from
- * their designs, each in one function named after it.
+ * The memory features are each counted in the function named after them, from what their
+ * code carves: plugin.ac (ac_kind_of, ac_shared_bytes), act_compress (act_compress_int8_payload),
+ * offload (dt_plan_offload_chunk, optim_bytes); fp16 has bf16's sizes.
  */
 #include "plan/memory.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,46 +103,96 @@ int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int6
 static bool holds_block(const shape *s, int l) { return s->held[l + 1]; }
 static bool holds_final(const shape *s) { return s->held[s->L + 1]; }
 
-/* plugin.ac = full (design): block l is checkpointed iff l % ac_every == 0, and then keeps no
- * per-slot saved tensors (its input stays among the residual positions). */
-static bool ac_full_checkpointed(const shape *s, int l) {
-    int every = s->c->plugin.ac_every > 0 ? s->c->plugin.ac_every : 1;
-    return s->c->plugin.ac == DT_AC_FULL && l % every == 0;
+/* The saved fields of a block (the carve of models/gpt_ac.c), as bits. */
+enum {
+    A_LN = 1 << 0, /* ln1/ln2 mean and rstd: four [Nr] */
+    A_QKV = 1 << 1,
+    A_ATT = 1 << 2,
+    A_LSE = 1 << 3,
+    A_X2 = 1 << 4,
+    A_H = 1 << 5,
+    A_U = 1 << 6,      /* Llama */
+    A_ATT_LP = 1 << 7, /* 16-bit modes */
+    A_G_LP = 1 << 8,   /* 16-bit modes */
+    A_ALL = (1 << 9) - 1,
+    A_ATTN_OUT = A_ATT | A_LSE | A_ATT_LP | A_G_LP, /* what selective reruns */
+    A_INT8 = A_QKV | A_ATT | A_X2 | A_H | A_U,      /* what act_compress stores as int8 */
+    A_RESTORED = A_INT8 | A_ATT_LP | A_G_LP,        /* not kept per slot under int8 */
+};
+
+dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l) {
+    int every = p->ac_every > 0 ? p->ac_every : 1;
+    if (p->ac == DT_AC_NONE || l % every)
+        return DT_PLAN_RERUN_NONE;
+    return p->ac == DT_AC_FULL ? DT_PLAN_RERUN_BLOCK : DT_PLAN_RERUN_ATTENTION;
 }
 
-/* A saved fp32 tensor of n elements in `rows` rows: fp32, or under plugin.act_compress = int8
- * (design) an int8 payload and one fp32 scale per row, each piece 64-byte carved. */
-static int64_t act_compress_int8_piece(const shape *s, int64_t n, int64_t rows) {
-    if (s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8)
-        return pad64(n) + pad64(rows * F4);
-    return pad64(n * F4);
+typedef enum ac_kind { AC_KEEP_ALL, AC_KEEP_NO_ATTN, AC_KEEP_INPUT } ac_kind;
+
+/* plugin.ac: a fully checkpointed block keeps only its input (a residual position, kept
+ * anyway), a selective one all but the attention core's output (att, lse) and the 16-bit
+ * copies att_lp, g_lp. */
+static ac_kind ac_kind_of(const shape *s, int l) {
+    static const ac_kind of[] = {[DT_PLAN_RERUN_NONE] = AC_KEEP_ALL,
+                                 [DT_PLAN_RERUN_ATTENTION] = AC_KEEP_NO_ATTN,
+                                 [DT_PLAN_RERUN_BLOCK] = AC_KEEP_INPUT};
+    return of[dt_plan_ac_rerun(&s->c->plugin, l)];
 }
 
-/* plugin.ac = selective (design): attention's output (and its 16-bit copy) and the MLP
- * activation's 16-bit copy are recomputed, not kept. */
-static bool ac_selective(const shape *s) { return s->c->plugin.ac == DT_AC_SELECTIVE; }
+static bool holds_kind(const shape *s, ac_kind k) {
+    for (int l = 0; l < s->L; l++)
+        if (holds_block(s, l) && ac_kind_of(s, l) == k)
+            return true;
+    return false;
+}
 
-/* One block's saved tensors for one micro-batch (carve order of the block's cache). */
-static int64_t block_slot_bytes(const shape *s, int l) {
-    if (ac_full_checkpointed(s, l))
-        return 0;
-    bool int8 = s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8, sel = ac_selective(s);
-    int64_t heads = s->NH / s->sp;
-    int64_t b = 4 * pad64(s->Nr * F4);                          /* ln1, ln2 mean and rstd */
-    b += act_compress_int8_piece(s, s->Nt * s->W, s->N);       /* qkv [N, W/sp] */
-    if (!sel)
-        b += act_compress_int8_piece(s, s->Nt * s->A, s->Nt);  /* att */
-    b += pad64(s->N * heads * F4);                              /* lse */
-    b += act_compress_int8_piece(s, s->Nr * s->C, s->Nr);      /* x2 */
-    b += act_compress_int8_piece(s, s->Nt * s->F, s->Nt);      /* h */
-    if (!s->gpt2)
-        b += act_compress_int8_piece(s, s->Nt * s->F, s->Nt);  /* u */
-    if (s->lp && !int8) {
-        if (!sel)
-            b += pad64(s->Nt * s->A * H2); /* att_lp */
-        b += sel ? 0 : pad64(s->Nt * s->F * H2); /* g_lp */
+static unsigned ac_kept_fields(const shape *s, int l) {
+    switch (ac_kind_of(s, l)) {
+    case AC_KEEP_INPUT: return 0;
+    case AC_KEEP_NO_ATTN: return A_ALL & ~(unsigned)A_ATTN_OUT;
+    default: return A_ALL;
     }
+}
+
+static bool int8_on(const shape *s) {
+    return s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8;
+}
+
+/* Bytes of the fields f in fp32 (16-bit for the copies), each piece 64-byte carved. */
+static int64_t fields_bytes(const shape *s, unsigned f) {
+    int64_t heads = s->NH / s->sp, b = 0;
+    b += f & A_LN ? 4 * pad64(s->Nr * F4) : 0;
+    b += f & A_QKV ? pad64(s->Nt * s->W * F4) : 0;
+    b += f & A_ATT ? pad64(s->Nt * s->A * F4) : 0;
+    b += f & A_LSE ? pad64(s->N * heads * F4) : 0;
+    b += f & A_X2 ? pad64(s->Nr * s->C * F4) : 0;
+    b += f & A_H ? pad64(s->Nt * s->F * F4) : 0;
+    b += (f & A_U) && !s->gpt2 ? pad64(s->Nt * s->F * F4) : 0;
+    b += (f & A_ATT_LP) && s->lp ? pad64(s->Nt * s->A * H2) : 0;
+    b += (f & A_G_LP) && s->lp ? pad64(s->Nt * s->F * H2) : 0;
     return b;
+}
+
+/* plugin.act_compress = int8: each kept tensor of A_INT8 as an int8 [rows, cols] payload and
+ * one fp32 scale per row; qkv [N, W/sp], att [Nt, A], x2 [Nr, C], h and u [Nt, F]. */
+static int64_t act_compress_int8_payload(const shape *s, unsigned kept) {
+    struct { unsigned bit; int64_t rows, cols; } t[] = {
+        {A_QKV, s->N, s->W / s->sp}, {A_ATT, s->Nt, s->A}, {A_X2, s->Nr, s->C},
+        {A_H, s->Nt, s->F}, {A_U, s->Nt, s->F}};
+    int64_t b = 0;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if ((kept & t[i].bit) && !(t[i].bit == A_U && s->gpt2))
+            b += pad64(t[i].rows * t[i].cols) + pad64(t[i].rows * F4);
+    return b;
+}
+
+/* One block's saved tensors for one micro-batch: the kept fields, of which those restored
+ * under int8 as payloads. */
+static int64_t block_slot_bytes(const shape *s, int l) {
+    unsigned kept = ac_kept_fields(s, l);
+    if (!int8_on(s))
+        return fields_bytes(s, kept);
+    return fields_bytes(s, kept & ~(unsigned)A_RESTORED) + act_compress_int8_payload(s, kept);
 }
 
 /* Split backward (zero-bubble schedules): the matmuls' output gradients kept per slot until W. */
@@ -150,30 +202,19 @@ static int64_t block_wgrad_bytes(const shape *s) {
     return s->gpt2 ? b : b + pad64(s->Nt * s->F * F4);
 }
 
-/* plugin.ac = full (design): one shared set of a block's saved tensors for the block being
- * recomputed (uncompressed, the largest micro-batch) and its [Nr, C] output, once. */
-static int64_t ac_full_shared(const shape *s) {
-    int64_t heads = s->NH / s->sp;
-    int64_t b = 4 * pad64(s->Nr * F4) + pad64(s->Nt * s->W * F4) + pad64(s->Nt * s->A * F4) +
-                pad64(s->N * heads * F4) + pad64(s->Nr * s->C * F4) + pad64(s->Nt * s->F * F4);
-    if (!s->gpt2)
-        b += pad64(s->Nt * s->F * F4);
-    if (s->lp)
-        b += pad64(s->Nt * s->A * H2) + pad64(s->Nt * s->F * H2);
-    return b + pad64(s->Nr * s->C * F4);
-}
-
-/* plugin.ac = selective (design): one shared buffer for the recomputed attention output. */
-static int64_t ac_selective_shared(const shape *s) {
-    return pad64(s->Nt * s->A * F4) + (s->lp ? pad64(s->Nt * s->A * H2) : 0);
-}
-
-/* plugin.act_compress = int8 (design): one fp32 restore buffer per kept tensor. */
-static int64_t act_compress_int8_shared(const shape *s) {
-    int64_t b = pad64(s->Nt * s->W * F4) + pad64(s->Nr * s->C * F4) + pad64(s->Nt * s->F * F4);
-    if (!ac_selective(s))
-        b += pad64(s->Nt * s->A * F4);
-    return s->gpt2 ? b : b + pad64(s->Nt * s->F * F4);
+/* The shared set, carved once, that reruns and restores write into: every field when a held
+ * block is fully checkpointed (+ its [Nr, C] output, ac_out), the attention output when one
+ * is selective, the restored tensors when int8 is on and a held block keeps any. */
+static int64_t ac_shared_bytes(const shape *s) {
+    unsigned f = 0;
+    bool full = holds_kind(s, AC_KEEP_INPUT);
+    if (full)
+        f |= A_ALL;
+    if (holds_kind(s, AC_KEEP_NO_ATTN))
+        f |= A_ATTN_OUT;
+    if (int8_on(s) && (holds_kind(s, AC_KEEP_ALL) || holds_kind(s, AC_KEEP_NO_ATTN)))
+        f |= A_RESTORED;
+    return fields_bytes(s, f) + (full ? pad64(s->Nr * s->C * F4) : 0);
 }
 
 /* Residual positions a slot keeps: each held block's input and output, the embedding's
@@ -192,22 +233,14 @@ static int64_t acts_arena(const shape *s, int n_slots, bool split) {
     int64_t S = n_slots, b = pad64(S * residual_positions(s) * s->Nr * s->C * F4);
     if (s->lp)
         b += pad64(s->Nt * s->C * H2); /* the norm outputs' 16-bit copy, rebuilt: shared */
-    bool any_ckpt = false, any_kept = false;
     for (int l = 0; l < s->L; l++) {
         if (!holds_block(s, l))
             continue;
         b += S * block_slot_bytes(s, l);
         if (split)
             b += S * block_wgrad_bytes(s);
-        any_ckpt |= ac_full_checkpointed(s, l);
-        any_kept |= !ac_full_checkpointed(s, l);
     }
-    if (any_ckpt)
-        b += ac_full_shared(s);
-    if (any_kept && ac_selective(s))
-        b += ac_selective_shared(s);
-    if (any_kept && s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8)
-        b += act_compress_int8_shared(s);
+    b += ac_shared_bytes(s);
     if (holds_final(s))
         b += 2 * pad64(S * s->Nr * F4) + pad64(s->Nr * s->C * F4) +
              (s->lp ? pad64(s->Nt * s->C * H2) : 0) + pad64(s->Nt * F4);
@@ -378,6 +411,22 @@ static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
     return DT_OK;
 }
 
+/* plugin.offload = disk: the moments stream through one window of two chunk slots, each
+ * holding a chunk's m and v (16 bytes per chunk float; optim/offload.c). */
+int64_t dt_plan_offload_chunk(int64_t count, float window_mb) {
+    double fit = floor((double)window_mb * 1048576.0 / 256.0) * 16.0;
+    int64_t need = pad16(cdiv(count, 2));
+    int64_t c = fit < (double)need ? (int64_t)fit : need;
+    return c < 16 ? 16 : c;
+}
+
+/* AdamW's m and v over the `count` floats this rank's optimizer owns, or their window. */
+static int64_t optim_bytes(const shape *s, int64_t count) {
+    if (s->c->plugin.offload == DT_OFFLOAD_DISK)
+        return 16 * dt_plan_offload_chunk(count, s->c->plugin.offload_window_mb);
+    return 2 * count * F4;
+}
+
 /* The persistent state: params, grads, optim and comm (ZeRO unit buffers). */
 static void predict_state(const shape *s, const int64_t *ucount, int n_units, bool split,
                           dt_plan_mem *out) {
@@ -388,13 +437,11 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
     int64_t own = n - first < S ? n - first : S;
     own = own > 0 ? own : 0;
     out->n_local = n;
+    out->own_count = own;
     int64_t *cat = out->cat;
     cat[DT_MEM_PARAMS] = s->zero == 3 ? S * F4 : n * F4 + (s->lp ? n * H2 : 0);
     cat[DT_MEM_GRADS] = s->zero >= 2 ? S * F4 + (split ? n * F4 : 0) : n * F4;
-    int64_t opt_floats = s->zero == 0 ? n : own;
-    cat[DT_MEM_OPTIM] = 2 * opt_floats * F4;
-    if (s->c->plugin.offload == DT_OFFLOAD_DISK) /* design: only the streaming window */
-        cat[DT_MEM_OPTIM] = 2 * DT_PLAN_OFFLOAD_WINDOW_BYTES;
+    cat[DT_MEM_OPTIM] = optim_bytes(s, s->zero == 0 ? n : own);
     if (s->zero < 2)
         return;
     /* two rotating buffers as wide as the widest inner unit, one each for the first and last
@@ -417,9 +464,13 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
 /* The largest buffer allocated for a while and released: whole-state buffers of a save (checkpoint: weights, m, v; export: weights), with the local
  * arena gathered over dp and the tp ranks' arenas side by side; a resume or a load from
  * model.init: the state buffers and the local arena. */
-static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local, bool export_) {
+static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local,
+                                 int64_t own_count, bool export_) {
     const dt_config *c = s->c;
     int64_t save_ckpt = 3 * n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
+    /* offloaded moments under ZeRO 1-3 are read into a shard-sized temporary to be gathered */
+    if (c->plugin.offload == DT_OFFLOAD_DISK && s->zero > 0)
+        save_ckpt += own_count * F4;
     int64_t save_export = n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
     int64_t resume = 3 * n_full * F4 + n_local * F4, load = n_full * F4 + n_local * F4;
     int64_t b = 0;
@@ -479,7 +530,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
     out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
     out->temp_arena = temp_arena(&s, n_slots);
-    int64_t event = state_event_bytes(&s, out->n_full, out->n_local, o->at_export);
+    int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
     out->cat[DT_MEM_TEMP] = out->temp_arena + event;
     /* everything but the state events lives from set-up to the end, so the largest sum is the
      * persistent buffers plus the largest event */

@@ -18,9 +18,11 @@
 #include "core/status.h"
 #include "plan/schedule.h"
 
-/* The optimizer's streaming window under plugin.offload = disk, in bytes, per buffer; the
- * window is double-buffered (two buffers). */
-#define DT_PLAN_OFFLOAD_WINDOW_BYTES ((int64_t)64 << 20)
+/* Floats per chunk of the optimizer's window under plugin.offload = disk, for an optimizer of
+ * `count` floats and plugin.offload_window_mb = window_mb: as many 16-byte chunk floats as two
+ * slots fit in the window (multiple of 16, at least 16), at most half the count rounded up to
+ * 16. The window ("adamw.offload_window", optim) is 16 x chunk bytes. */
+int64_t dt_plan_offload_chunk(int64_t count, float window_mb);
 
 typedef struct dt_plan_mem_opts {
     const dt_schedule *schedule; /* the pipeline schedule run (borrowed); NULL: generated from
@@ -38,6 +40,7 @@ typedef struct dt_plan_mem {
     int pp_rank, grad_rank; /* coordinates: pipeline stage, rank in the gradient group */
     int n_slots, n_inbox;   /* micro-batches of activations held; pipeline inbox buffers */
     int64_t n_local;        /* floats of this rank's padded parameter arena */
+    int64_t own_count;      /* floats of the arena this rank's ZeRO shard owns */
     int64_t n_full;         /* floats of the whole model's padded arena (checkpoints) */
     int64_t acts_arena, temp_arena; /* the carved activation and transient arenas */
 } dt_plan_mem;

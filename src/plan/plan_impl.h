@@ -1,5 +1,5 @@
-/* Shared inside plan/ (memory.c, comm.c): the padded parameter arena unit by unit. Nothing
- * outside plan/ includes it. */
+/* Shared inside plan/ (memory.c, comm.c, cost.c): the padded parameter arena unit by unit,
+ * and what activation checkpointing reruns. Nothing outside plan/ includes it. */
 #ifndef DT_PLAN_PLAN_IMPL_H
 #define DT_PLAN_PLAN_IMPL_H
 
@@ -12,5 +12,12 @@
  * each tensor its tp shard padded to 16 floats (GPT-2: a stage with the head but not the
  * embedding adds its copy of wte to the final unit). Returns the number of units. */
 int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int64_t *ucount);
+
+/* What block l reruns before its backward (and again before its W pass under a split
+ * backward) under plugin.ac: nothing, the attention core (selective: from the saved q|k|v), or
+ * the whole block forward (full). Block l is checkpointed iff l % ac_every == 0. */
+typedef enum dt_plan_rerun { DT_PLAN_RERUN_NONE, DT_PLAN_RERUN_ATTENTION, DT_PLAN_RERUN_BLOCK }
+    dt_plan_rerun;
+dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l);
 
 #endif

@@ -52,4 +52,26 @@ import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert b["predicted"]["step_ms"] < a["predicted"]["step_ms"]
 ' "$a" "$b" && ok "faster device, shorter step" || bad "rates"
+# a --plugin.KEY= on the command line pins that key; the others are still enumerated
+json=$("$dtrain" plan --config "$cfg" --world 8 --json --top 200 --plugin.ac=selective \
+    --plugin.act_compress=int8)
+echo "$json" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l)["layout"] for l in sys.stdin]
+assert rows and all(r["plugin.ac"] == "selective" and r["plugin.act_compress"] == "int8"
+                    for r in rows), "pinned ac, act_compress"
+assert len({r["plugin.zero_stage"] for r in rows}) > 1, "zero stages still enumerated"
+' && ok "pinned keys" || bad "pinned keys"
+# unpinned, the memory levers are all enumerated: ac modes, int8, offload, fp32 and bf16
+# (fp16 when the command line names it)
+"$dtrain" plan --config "$cfg" --world 8 --json --top 100000 --mem 1TiB | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l)["layout"] for l in sys.stdin]
+seen = lambda k: {r[k] for r in rows}
+assert seen("plugin.ac") == {"none", "selective", "full"}, seen("plugin.ac")
+assert seen("plugin.act_compress") == {"none", "int8"} and seen("plugin.offload") == {"none", "disk"}
+assert seen("plugin.precision") == {"fp32", "bf16"}, seen("plugin.precision")
+' && ok "levers enumerated" || bad "levers enumerated"
+"$dtrain" plan --config "$cfg" --world 8 --json --top 100000 --mem 1TiB --plugin.precision=fp16 \
+    | grep -q '"plugin.precision": "fp16"' && ok "fp16 pinned" || bad "fp16 pinned"
 exit $fail

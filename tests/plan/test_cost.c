@@ -89,10 +89,51 @@ static void test_levers(void) {
     DT_CHECK(tp2 < 0.6 * none, "tp 2 halves the matmuls: %g vs %g", tp2, none);
 }
 
+/* The memory features' time, by hand on the one-layer model of test_by_hand (block matmuls
+ * 98304 FLOPs, attention 8192, head 8192, at 1 GFLOP/s). */
+static void test_features(void) {
+    dt_config c = tiny();
+    double mm = 98304 / 1e9, at = 8192 / 1e9, head = 8192 / 1e9, base = 3 * (mm + at + head);
+    c.plugin.ac = DT_AC_SELECTIVE, c.plugin.ac_every = 1;
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), base + at, 1e-12); /* attention core again */
+    c.plugin.ac = DT_AC_FULL;
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), base + mm + at, 1e-12); /* the forward again */
+    c.plugin.ac_every = 2; /* block 0 is still checkpointed: 0 % 2 == 0 */
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), base + mm + at, 1e-12);
+    c.model.n_layer = 2; /* block 1 is not */
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), base + 3 * (mm + at) + mm + at, 1e-12);
+    c.plugin.ac = DT_AC_SELECTIVE;
+    DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), base + 3 * (mm + at) + at, 1e-12);
+    /* int8, compute free, memory at 1 GB/s: per block 5 bytes per element of qkv (16 x 48),
+     * att (16 x 16), x2 (16 x 16), h (16 x 64) to quantise, 5 again to restore */
+    c = tiny();
+    dt_plan_device mem = FAST_NET;
+    mem.flops_fp32 = mem.flops_16 = 1e30, mem.mem_bandwidth = 1e9;
+    double opt_s = step(&c, 1, &mem, NULL); /* the optimizer's passes */
+    c.plugin.act_compress = DT_ACT_COMPRESS_INT8;
+    double q8 = 5.0 * 16 * (48 + 16 + 16 + 64) / 1e9;
+    DT_CHECK_CLOSE(step(&c, 1, &mem, NULL) - opt_s, 2 * q8, 1e-12);
+    /* selective: att is rerun, not stored */
+    c.plugin.ac = DT_AC_SELECTIVE;
+    DT_CHECK_CLOSE(step(&c, 1, &mem, NULL) - opt_s, 2 * 5.0 * 16 * (48 + 16 + 64) / 1e9, 1e-12);
+    /* offload, the disk at 1 GB/s: 16 bytes per optimizer float, the update beside it, plus
+     * one chunk (half the floats, rounded up to 16) */
+    c = tiny();
+    dt_plan_device disk = FAST_NET;
+    disk.disk_bandwidth = 1e9;
+    double fast = step(&c, 1, &disk, NULL);
+    c.plugin.offload = DT_OFFLOAD_DISK;
+    double n = 16 * 16 + 16 * 16 + 4 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 +
+               64 * 16 + 16 + 2 * 16; /* the padded arena of tiny() */
+    DT_CHECK_CLOSE(n, 3824, 0);
+    DT_CHECK_CLOSE(step(&c, 1, &disk, NULL) - fast, 16 * (n + 1920) / 1e9, 1e-12);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_by_hand();
     test_pipeline();
     test_levers();
+    test_features();
     return DT_TEST_END();
 }

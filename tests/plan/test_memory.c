@@ -138,7 +138,9 @@ static void test_features(void) {
     c.plugin.act_compress = DT_ACT_COMPRESS_NONE;
     c.plugin.offload = DT_OFFLOAD_DISK;
     dt_plan_mem off = predict(&c, 1, 0);
-    DT_CHECK(off.cat[DT_MEM_OPTIM] == 2 * DT_PLAN_OFFLOAD_WINDOW_BYTES, "offload window");
+    DT_CHECK(off.cat[DT_MEM_OPTIM] ==
+                 16 * dt_plan_offload_chunk(base.n_local, c.plugin.offload_window_mb),
+             "offload window");
     /* checkpoints gather the whole state for a moment: weights, m, v + the local arena x 2 */
     c.plugin.offload = DT_OFFLOAD_NONE;
     c.checkpoint.every = 1;
@@ -147,11 +149,91 @@ static void test_features(void) {
              "checkpoint temporaries");
 }
 
+/* The activation features by hand on the one-layer model (N = 16 tokens, W = 48, A = 16,
+ * F = 64, one head): the block's saved fields are ln stats 4 x 64, qkv 3072, att 1024, lse
+ * 64, x2 1024, h 4096 (9536 bytes); bf16 adds att_lp 512 and g_lp 2048. */
+static void test_features_by_hand(void) {
+    dt_config c = tiny();
+    int64_t none = predict(&c, 1, 0).acts_arena;
+    /* full: the slot keeps nothing; the shared set holds every field and the output [16, 16] */
+    c.plugin.ac = DT_AC_FULL, c.plugin.ac_every = 1;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none + 1024, "ac=full");
+    /* selective on the only block: slot 8448 (no att, lse), shared att + lse 1088 */
+    c.plugin.ac = DT_AC_SELECTIVE;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none, "ac=selective, one block");
+    /* int8: the slot keeps ln stats and lse (320) in fp32 and payload + row scales of qkv
+     * [16, 48] 768 + 64, att [16, 16] 256 + 64, x2 256 + 64, h [16, 64] 1024 + 64 (2560); the
+     * shared set restores qkv, att, x2, h (9216) */
+    c.plugin.ac = DT_AC_NONE;
+    c.plugin.act_compress = DT_ACT_COMPRESS_INT8;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none - 9536 + 320 + 2560 + 9216, "int8");
+    /* int8 + selective: slot ln 256 + payloads of qkv, x2, h 2240; shared att, lse, qkv, x2,
+     * h 9280 */
+    c.plugin.ac = DT_AC_SELECTIVE;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none - 9536 + 256 + 2240 + 9280,
+             "int8 + selective");
+    /* three blocks, selective every 2nd (0 and 2): each drops att + lse (1088), shared once;
+     * bf16 also drops att_lp and g_lp (2560) */
+    c = tiny();
+    c.model.n_layer = 3;
+    int64_t none3 = predict(&c, 1, 0).acts_arena;
+    c.plugin.ac = DT_AC_SELECTIVE, c.plugin.ac_every = 2;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none3 - 1088, "selective every 2nd");
+    c.plugin.precision = DT_PREC_BF16;
+    c.plugin.ac = DT_AC_NONE;
+    int64_t none3_bf16 = predict(&c, 1, 0).acts_arena;
+    c.plugin.ac = DT_AC_SELECTIVE;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 - 1088 - 2560, "selective bf16");
+    c.plugin.precision = DT_PREC_FP16;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 - 1088 - 2560, "selective fp16");
+    /* int8 + full every 2nd of two blocks: block 0 keeps nothing, block 1 stores int8 (2880);
+     * the shared set is every field (9536) + the output (1024) */
+    c = tiny();
+    c.model.n_layer = 2;
+    int64_t none2 = predict(&c, 1, 0).acts_arena;
+    c.plugin.ac = DT_AC_FULL, c.plugin.ac_every = 2;
+    c.plugin.act_compress = DT_ACT_COMPRESS_INT8;
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none2 - 2 * 9536 + 2880 + 9536 + 1024,
+             "int8 + full every 2nd");
+}
+
+/* offload = disk: the window of 16 bytes per chunk float; the chunk from the window's MiB as
+ * a float (0.01f MiB = 10485.76 bytes: 40 x 256, 640 floats) or half the count rounded up
+ * to 16; a checkpoint save under ZeRO 1-3 adds the shard read back from the file. */
+static void test_offload(void) {
+    DT_CHECK(dt_plan_offload_chunk(3824, 64.0f) == 1920, "half of 3824, to 16");
+    DT_CHECK(dt_plan_offload_chunk(100000, 0.01f) == 640, "0.01 MiB");
+    DT_CHECK(dt_plan_offload_chunk(100000, 0.1f) == 6544, "0.1f MiB: 409 x 16");
+    DT_CHECK(dt_plan_offload_chunk(10, 64.0f) == 16 && dt_plan_offload_chunk(1000, 1e-4f) == 16,
+             "at least 16");
+    dt_config c = tiny();
+    c.plugin.offload = DT_OFFLOAD_DISK;
+    c.plugin.offload_window_mb = 0.01f;
+    DT_CHECK(predict(&c, 1, 0).cat[DT_MEM_OPTIM] == 16 * 640, "ZeRO 0 window");
+    c.train.batch_size = 2;
+    c.plugin.type = DT_PLUGIN_HYBRID, c.plugin.zero_stage = 2;
+    dt_plan_mem z2 = predict(&c, 2, 1); /* 3824 floats: shards of 1920, rank 1 owns 1904 */
+    DT_CHECK(z2.own_count == 1904 && z2.cat[DT_MEM_OPTIM] == 16 * 640, "ZeRO 2 window");
+    c.plugin.offload_window_mb = 64.0f;
+    DT_CHECK(predict(&c, 2, 1).cat[DT_MEM_OPTIM] == 16 * 960, "ZeRO 2: half of 1904, to 16");
+    c.checkpoint.every = 1;
+    int64_t ck_off = predict(&c, 2, 1).cat[DT_MEM_TEMP];
+    c.plugin.offload = DT_OFFLOAD_NONE;
+    int64_t ck = predict(&c, 2, 1).cat[DT_MEM_TEMP];
+    DT_CHECK(ck_off - ck == 4 * 1904, "state.offload: the shard, %lld", (long long)(ck_off - ck));
+    c.plugin.type = DT_PLUGIN_NONE, c.plugin.zero_stage = 0;
+    ck = predict(&c, 2, 1).cat[DT_MEM_TEMP];
+    c.plugin.offload = DT_OFFLOAD_DISK;
+    DT_CHECK(predict(&c, 2, 1).cat[DT_MEM_TEMP] == ck, "ZeRO 0 reads into the local arena");
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_by_hand();
     test_zero();
     test_pipeline_slots();
     test_features();
+    test_features_by_hand();
+    test_offload();
     return DT_TEST_END();
 }
