@@ -12,13 +12,13 @@ declare -A allowed=(
     [kernels]="core kernels"
     [io]="core io"
     [plan]="core plan"
-    [dist]="core plan dist"
+    [dist]="core plan dist dtrain"
     [optim]="core kernels optim"
     [nn]="core kernels nn"
     [models]="core kernels io nn models"
     [train]="core kernels io nn models plan dist optim train dtrain"
     [cli]="core kernels io nn models plan dist optim train cli dtrain"
-    [dtrain]="core"
+    [dtrain]="dtrain"
 )
 passed=0 failed=0
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }
