@@ -5,16 +5,31 @@
  *     model, optimizer, _, dataloader, lr_scheduler = booster.boost(...)
  *     for step ...: loss = booster.step(...)
  *
- * Build: part of the CMake build (build/booster_train). Run:
+ * Build: part of the CMake build (build/booster_train), or against an installed dtrain:
+ *     cc booster_train.c -o booster_train $(pkg-config --cflags --libs dtrain)
+ * Run:
  *     dtrain prepare --input /usr/share/games/fortunes --out data/fortunes
- *     mpirun -np 2 build/booster_train data/fortunes/train.bin data/fortunes/val.bin
+ *     mpirun -np 2 ./booster_train data/fortunes/train.bin data/fortunes/val.bin
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 
-#include "core/log.h"
-#include "dist/dist.h"
-#include "dtrain/booster.h"
+#include <dtrain/dtrain.h>
+
+static int my_rank;
+
+/* One line from rank 0. */
+static void say(const char *fmt, ...) {
+    if (my_rank != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
 
 /* Your own schedule: linear warmup, then constant. */
 static float my_lr(void *ctx, int step) {
@@ -48,17 +63,17 @@ static int run(dt_comm *world, const char *train, const char *val) {
         if (i == 0)
             first = s.loss;
         if (st == DT_OK && s.step % 10 == 0)
-            dt_info("step %lld loss %.4f lr %.2e grad norm %.3f", (long long)s.step, s.loss, s.lr,
+            say("step %lld loss %.4f lr %.2e grad norm %.3f", (long long)s.step, s.loss, s.lr,
                     s.grad_norm);
     }
     if (st == DT_OK && val)
         st = dt_booster_eval(booster, 4, &val_loss);
     if (st == DT_OK)
-        dt_info("first loss %.4f, last loss %.4f, val loss %.4f on %d data-parallel ranks",
+        say("first loss %.4f, last loss %.4f, val loss %.4f on %d data-parallel ranks",
                 first, s.loss, val_loss, dt_booster_dp_size(booster));
     dt_booster_free(booster);
     if (st != DT_OK)
-        dt_error("%s", dt_err_msg());
+        fprintf(stderr, "booster_train[rank %d]: error: %s\n", my_rank, dt_err_msg());
     return st == DT_OK ? 0 : 1;
 }
 
@@ -72,7 +87,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "booster_train: %s\n", dt_err_msg());
         return 1;
     }
-    dt_log_setup(world->rank, world->size, DT_LOG_INFO);
+    my_rank = dt_comm_rank(world);
     int rc = run(world, argv[1], argc > 2 ? argv[2] : NULL);
     dt_dist_finalize(world);
     return rc;

@@ -11,7 +11,12 @@
  * zero_stage; tp_size, sp_size (sp_mode) and pp_size (microbatches, pp_layers, pp_schedule,
  * pp_chunks) split the model. Every call is
  * collective over the world communicator (all ranks call it, in the same order); errors come
- * back on every rank with the same message. The world comes from dt_dist_init (dist/dist.h).
+ * back on every rank with the same message. The world comes from dt_dist_init (dtrain/dist.h).
+ * Ownership: dt_booster_init's booster is the caller's until dt_booster_free, which frees
+ * everything boost() built (the model, optimizer state, data loader); pointers passed in are
+ * borrowed for the call only; dt_booster_model/_mem return views owned by the booster.
+ * Thread-safety: one thread drives a booster (the thread that called dt_dist_init); the
+ * library runs its own OpenMP threads inside a call (OMP_NUM_THREADS).
  */
 #ifndef DTRAIN_BOOSTER_H
 #define DTRAIN_BOOSTER_H
@@ -19,16 +24,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/comm.h"
-#include "core/config.h"
-#include "core/mem.h"
-#include "core/status.h"
+#include "dtrain/config.h"
+#include "dtrain/dist.h"
+#include "dtrain/mem.h"
+#include "dtrain/status.h"
 
 typedef struct dt_booster dt_booster;
 typedef struct dt_gpt dt_gpt;
 
-dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_booster **out);
-void dt_booster_free(dt_booster *b);
+DT_API dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world,
+                                 dt_booster **out);
+DT_API void dt_booster_free(dt_booster *b);
 
 /* Learning rate for 0-based optimizer step `step` (NULL: warmup + cosine/constant from the
  * optimizer config, as dtrain train does). */
@@ -57,7 +63,7 @@ typedef struct dt_boost_spec {
     const char *mem_timeline;
 } dt_boost_spec;
 
-dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
+DT_API dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
 
 typedef struct dt_step_stats {
     int64_t step;          /* optimizer steps completed, after this one */
@@ -79,41 +85,42 @@ typedef struct dt_step_stats {
 } dt_step_stats;
 
 /* The recorded timeline of every step so far as Chrome-trace JSON (rank 0 writes). */
-dt_status dt_booster_write_trace(dt_booster *b, const char *path);
+DT_API dt_status dt_booster_write_trace(dt_booster *b, const char *path);
 
 /* Each rank's memory timeline (core/mem.h's JSON), named by spec.mem_timeline: rank 0 writes
  * that name, rank r the name with ".rank<r>" before its extension, or, when the name holds
  * "%d", every rank the name with its rank there. boost() checks every rank can write its file.
  * Collective over all ranks (every rank learns every rank's outcome). */
-dt_status dt_booster_write_mem_timeline(dt_booster *b);
+DT_API dt_status dt_booster_write_mem_timeline(dt_booster *b);
 
 /* One optimizer step on the next global batch. */
-dt_status dt_booster_step(dt_booster *b, dt_step_stats *stats);
+DT_API dt_status dt_booster_step(dt_booster *b, dt_step_stats *stats);
 /* True after a step or evaluation failed part-way on this rank: the other ranks may be
  * blocked waiting for it (a receive, a collective), so the caller should abort the job
  * (dt_dist_abort) rather than return. Errors of every other call reach all ranks alike. */
-bool dt_booster_stranded(const dt_booster *b);
+DT_API bool dt_booster_stranded(const dt_booster *b);
 
 /* Mean validation loss over the first n_batches global batches of the val shard. */
-dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss);
+DT_API dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss);
 
 /* Full training state to DIR/step-N (rank 0 writes; layout-independent files). */
-dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg);
+DT_API dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir,
+                                            const dt_config *cfg);
 /* Resume from a step folder written by any layout. */
-dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
+DT_API dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
 /* Final weights as HuggingFace safetensors (rank 0 writes). */
-dt_status dt_booster_export(dt_booster *b, const char *path);
+DT_API dt_status dt_booster_export(dt_booster *b, const char *path);
 /* Temperature sampling of n_new tokens after the prompt, in any layout: the weights are
  * gathered, rank 0 runs a one-process copy of the model, and every rank receives the tokens
  * in out[n_new]. Collective over the world; reproducible from the seed. */
-dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt, int n_new,
-                            float temperature, uint64_t seed, int32_t *out);
+DT_API dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt,
+                                   int n_new, float temperature, uint64_t seed, int32_t *out);
 
-int64_t dt_booster_steps_done(const dt_booster *b);
-dt_gpt *dt_booster_model(dt_booster *b);
-int dt_booster_dp_size(const dt_booster *b);
-int dt_booster_micro_batch(const dt_booster *b);
+DT_API int64_t dt_booster_steps_done(const dt_booster *b);
+DT_API dt_gpt *dt_booster_model(dt_booster *b);
+DT_API int dt_booster_dp_size(const dt_booster *b);
+DT_API int dt_booster_micro_batch(const dt_booster *b);
 /* Rank's own memory accountant (peaks by category). */
-dt_mem *dt_booster_mem(dt_booster *b);
+DT_API dt_mem *dt_booster_mem(dt_booster *b);
 
 #endif

@@ -6,8 +6,10 @@
  *   dtrain schedule --pp P --microbatches M --kind K [--chunks V] [--stats] | --check F --pp P
  *   dtrain plot    --timeline FILE.json [--step N] --out FILE.svg | --metrics FILE.jsonl --out F
  *   dtrain plan    --config FILE --world N [--mem SIZE] [--device NAME] [--top K] [--json]
+ *   dtrain help COMMAND | dtrain COMMAND --help | dtrain --version
  *
- * The only place that turns a dt_status into an exit code.
+ * The only place that turns a dt_status into an exit code: 0 done, 1 the run failed, 2 a usage
+ * or config error (cli/help.h, README "Command line").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,42 +17,28 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/help.h"
 #include "cli/plan_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "dist/dist.h"
+#include "dtrain/version.h"
 #include "io/tokens.h"
 #include "train/trainer.h"
 
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 
-static int usage(FILE *f) {
-    fprintf(f,
-            "usage: dtrain <command> [options]\n"
-            "  train   [--config FILE] [--section.key=value ...]\n"
-            "          with no config: the built-in small character-level GPT on the text of\n"
-            "          Debian's fortunes package (prepared on first use)\n"
-            "  prepare --input FILE|DIR --out DIR [--val-fraction 0.1]\n"
-            "          byte-level tokenisation into DIR/train.bin and DIR/val.bin\n"
-            "  sample  --checkpoint PATH [--prompt TEXT] [--tokens 300] [--temperature 0.8]\n"
-            "          [--seed 1]\n"
-            "  schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1 [--chunks V]\n"
-            "          [--stats] | --check FILE --pp P: print or validate a pipeline schedule\n"
-            "  plot    --timeline FILE.json [--step N] --out FILE.svg: one step of a memory\n"
-            "          timeline (train.mem_timeline) as a picture; --metrics FILE.jsonl\n"
-            "          --out FILE.svg: the training curves of train.metrics\n"
-            "  plan    --config FILE --world N [--mem 80GiB] [--device a100-80gb|h100-80gb|this]\n"
-            "          [--flops 312T] [--bandwidth 300G] [--top K] [--json]: the layouts that\n"
-            "          fit, ranked by predicted step time\n"
-            "config sections: [model] [data] [train] [optim] [plugin] [checkpoint]; see README\n");
-    return f == stderr ? 2 : 0;
-}
-
 static int fail(dt_status st) {
     dt_error("%s", dt_err_msg());
-    return st == DT_ERR_ARG ? 2 : 1;
+    return st == DT_ERR_ARG ? DT_EXIT_USAGE : DT_EXIT_RUN;
+}
+
+/* A config that cannot be read or parsed is a config error whatever the status says. */
+static int fail_config(void) {
+    dt_error("%s", dt_err_msg());
+    return DT_EXIT_USAGE;
 }
 
 
@@ -80,25 +68,37 @@ static dt_status prepare_default_data(const dt_config *c) {
 static int cmd_train(int argc, char **argv) {
     dt_config cfg;
     dt_config_defaults(&cfg);
-    dt_status st;
-    bool have_file = false;
+    bool have_file = false, print_config = false;
     for (int i = 2; i < argc; i++) { /* the file first, so overrides win wherever they stand */
         const char *v = dt_cli_option(argc, argv, &i, "--config");
         if (v) {
-            if ((st = dt_config_load_file(&cfg, v)) != DT_OK)
-                return fail(st);
+            if (dt_config_load_file(&cfg, v) != DT_OK)
+                return fail_config();
             have_file = true;
         }
     }
     for (int i = 2; i < argc; i++) {
         if (dt_cli_option(argc, argv, &i, "--config"))
             continue;
-        if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '.')) {
-            dt_error("unexpected argument '%s' (overrides look like --train.steps=100)", argv[i]);
-            return 2;
+        if (!strcmp(argv[i], "--print-config")) {
+            print_config = true;
+            continue;
         }
-        if ((st = dt_config_set(&cfg, argv[i] + 2)) != DT_OK)
-            return fail(st);
+        if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '.')) {
+            dt_error("train: unexpected argument '%s' (overrides look like --train.steps=100; "
+                     "see dtrain train --help)",
+                     argv[i]);
+            return DT_EXIT_USAGE;
+        }
+        if (dt_config_set(&cfg, argv[i] + 2) != DT_OK)
+            return fail_config();
+    }
+    dt_status st;
+    if (print_config) { /* a file that reproduces the run: only a config that could run */
+        if (dt_config_validate(&cfg) != DT_OK)
+            return fail_config();
+        dt_config_print(&cfg, stdout);
+        return fflush(stdout) == 0 ? DT_EXIT_OK : DT_EXIT_RUN;
     }
     dt_comm *world = NULL;
     if ((st = dt_dist_init(&argc, &argv, &world)) != DT_OK)
@@ -126,8 +126,10 @@ static int cmd_prepare(int argc, char **argv) {
             out = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--val-fraction")))
             frac = v;
-        else
-            return usage(stderr);
+        else {
+            dt_error("prepare: unexpected argument '%s' (see dtrain prepare --help)", argv[i]);
+            return DT_EXIT_USAGE;
+        }
     }
     char *end;
     double f = strtod(frac, &end);
@@ -161,8 +163,10 @@ static int cmd_sample(int argc, char **argv) {
             temperature = strtof(v, &end);
         else if ((v = dt_cli_option(argc, argv, &i, "--seed")))
             seed = strtoull(v, &end, 10);
-        else
-            return usage(stderr);
+        else {
+            dt_error("sample: unexpected argument '%s' (see dtrain sample --help)", argv[i]);
+            return DT_EXIT_USAGE;
+        }
         if (end && (*end || end == v)) {
             dt_error("'%s' is not a number (%s)", v, argv[i]);
             return 2;
@@ -179,24 +183,33 @@ static int cmd_sample(int argc, char **argv) {
 int main(int argc, char **argv) {
     dt_log_setup(0, 1, DT_LOG_INFO);
     if (argc < 2)
-        return usage(stderr);
-    if (strcmp(argv[1], "train") == 0)
-        return cmd_train(argc, argv);
-    if (strcmp(argv[1], "prepare") == 0)
-        return cmd_prepare(argc, argv);
-    if (strcmp(argv[1], "sample") == 0)
-        return cmd_sample(argc, argv);
-    if (strcmp(argv[1], "schedule") == 0)
-        return dt_cli_schedule(argc, argv);
-    if (strcmp(argv[1], "plot") == 0)
-        return dt_cli_plot(argc, argv);
-    if (strcmp(argv[1], "plan") == 0)
-        return dt_cli_plan(argc, argv);
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0)
-        return usage(stdout);
-    dt_error("unknown command '%s' (commands: train, prepare, sample, schedule, plan, plot; "
-             "see dtrain --help)",
-             argv[1]);
-    return 2;
+        return dt_cli_usage(stderr);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h"))
+        return dt_cli_usage(stdout);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("dtrain %s\n", dt_version());
+        return DT_EXIT_OK;
+    }
+    if (!strcmp(cmd, "help")) {
+        if (argc == 2)
+            return dt_cli_usage(stdout);
+        if (argc > 3) {
+            dt_error("help takes one command (commands: " DT_CLI_COMMANDS ")");
+            return DT_EXIT_USAGE;
+        }
+        return dt_cli_help(argv[2]);
+    }
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } table[] = {
+        {"train", cmd_train},         {"prepare", cmd_prepare}, {"sample", cmd_sample},
+        {"schedule", dt_cli_schedule}, {"plan", dt_cli_plan},    {"plot", dt_cli_plot},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strcmp(cmd, table[i].name))
+            return dt_cli_wants_help(argc, argv) ? dt_cli_help(cmd) : table[i].run(argc, argv);
+    dt_error("unknown command '%s' (commands: " DT_CLI_COMMANDS "; see dtrain --help)", cmd);
+    return DT_EXIT_USAGE;
 }

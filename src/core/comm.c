@@ -102,6 +102,10 @@ dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done) {
 
 dt_status dt_comm_barrier(dt_comm *c) { return c->ops->barrier(c); }
 
+int dt_comm_rank(const dt_comm *c) { return c->rank; }
+
+int dt_comm_size(const dt_comm *c) { return c->size; }
+
 void dt_comm_free(dt_comm *c) {
     if (c)
         c->ops->free(c);

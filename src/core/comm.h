@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "dtrain/dist.h" /* dt_comm, dt_comm_rank/size/barrier/agree */
 
 typedef enum dt_comm_op {
     DT_COMM_ALLREDUCE,
@@ -36,7 +37,6 @@ typedef struct dt_comm_stats {
     double wait_seconds;              /* time in dt_comm_wait and dt_comm_test (progress) */
 } dt_comm_stats;
 
-typedef struct dt_comm dt_comm;
 
 /* A pending non-blocking operation; zero-initialised = nothing pending. An implementation
  * sets `active` (and `op`) when it posts; the request is completed through the communicator
@@ -104,11 +104,9 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
                        dt_comm_req *req);
 dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req); /* no-op on an inactive req */
 dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done);
-dt_status dt_comm_barrier(dt_comm *c);
 
-/* Error agreement, collective: every rank passes its own status; all return the first
+/* dt_comm_agree (dtrain/dist.h): every rank passes its own status; all return the first
  * failure (lowest failing rank), with that rank's message, so every rank reports the same
  * error and none is left waiting in a later collective. */
-dt_status dt_comm_agree(dt_comm *c, dt_status local);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <ini.h>
 
@@ -542,6 +543,11 @@ dt_status dt_config_load_file(dt_config *c, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return dt_err_set(DT_ERR_IO, "cannot open config file '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return dt_err_set(DT_ERR_ARG, "config file '%s' is a directory, not a file", path);
+    }
     enum { MAX_BYTES = 1 << 20 };
     char *buf = malloc(MAX_BYTES + 1);
     if (!buf) {

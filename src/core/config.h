@@ -1,163 +1,17 @@
-/* The run configuration: one struct per file section, [model] [data] [train] [optim]
- * [plugin] [checkpoint], keys named as in the file (ColossalAI's names under [plugin]).
- *
- * Values come from, in order: built-in defaults (dt_config_defaults), a config file (INI/TOML
- * style, read with inih), then `--section.key=value` overrides. Parsing is table-driven: one
- * table lists every key with its type and field, so the parser, the override path, the
- * printer and the error messages can never disagree. An unknown section or key, or a value
- * that does not parse (\"12x\" for an int, \"maybe\" for a bool, an unknown enum name) is an
- * error naming the file, line, section and key.
+/* The run configuration: the structs, defaults, parser and printer are public
+ * (dtrain/config.h: every key, where values come from, the error rules). Parsing is
+ * table-driven (config.c): one table lists every key with its type and field, so the parser,
+ * the override path, the printer and the error messages can never disagree. This adds what
+ * only the library uses.
  */
 #ifndef DT_CORE_CONFIG_H
 #define DT_CORE_CONFIG_H
 
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-
 #include "core/dtype.h"
 #include "core/status.h"
+#include "dtrain/config.h"
 
-#define DT_PATH_MAX 512
-
-typedef enum dt_arch { DT_ARCH_GPT2, DT_ARCH_LLAMA, DT_ARCH_COUNT } dt_arch;
-/* fp16: IEEE half operands with fp32 master weights and a dynamic loss scale */
-typedef enum dt_precision { DT_PREC_FP32, DT_PREC_BF16, DT_PREC_FP16, DT_PREC_COUNT } dt_precision;
-typedef enum dt_lr_schedule { DT_SCHED_COSINE, DT_SCHED_CONSTANT, DT_SCHED_COUNT } dt_lr_schedule;
-typedef enum dt_plugin_type {
-    DT_PLUGIN_NONE,
-    DT_PLUGIN_DDP,
-    DT_PLUGIN_ZERO1,
-    DT_PLUGIN_ZERO2,
-    DT_PLUGIN_ZERO3,
-    DT_PLUGIN_HYBRID,
-    DT_PLUGIN_COUNT
-} dt_plugin_type;
-/* How the sequence is split (plugin.sp_mode):
- *   all_to_all    Ulysses: sp_size ranks of their own each hold seq_len/sp tokens; an
- *                 all-to-all around attention switches to whole sequences, heads split
- *   split_gather  Megatron-SP: the tp ranks hold seq_len/tp tokens outside the tensor-
- *                 parallel regions (all-gather in, reduce-scatter out); sp_size must be 1 */
-typedef enum dt_sp_mode { DT_SP_ALL_TO_ALL, DT_SP_SPLIT_GATHER, DT_SP_MODE_COUNT } dt_sp_mode;
-/* Activation checkpointing (plugin.ac): none; full (a checkpointed block keeps only its input
- * and reruns its forward in backward); selective (keeps the matmul outputs, recomputes the
- * attention core and the pointwise functions). */
-typedef enum dt_ac_mode { DT_AC_NONE, DT_AC_FULL, DT_AC_SELECTIVE, DT_AC_COUNT } dt_ac_mode;
-/* How activations saved for backward are stored (plugin.act_compress). */
-typedef enum dt_act_compress {
-    DT_ACT_COMPRESS_NONE,
-    DT_ACT_COMPRESS_INT8,
-    DT_ACT_COMPRESS_COUNT
-} dt_act_compress;
-/* Where the optimizer state lives (plugin.offload): in memory, or in files streamed through a
- * bounded window during the optimizer step. */
-typedef enum dt_offload { DT_OFFLOAD_NONE, DT_OFFLOAD_DISK, DT_OFFLOAD_COUNT } dt_offload;
-
-typedef struct dt_model_config {
-    dt_arch arch;                 /* gpt2 | llama */
-    int n_layer, n_head, n_kv_head; /* n_kv_head 0 = n_head (llama); gpt2 requires n_head */
-    int n_embd, vocab_size, max_seq_len;
-    int ffn_hidden;               /* llama SwiGLU width; 0 = derived (8C/3 rounded up to 64) */
-    float rope_theta;             /* llama */
-    float norm_eps;               /* 1e-5 */
-    char init[DT_PATH_MAX];       /* safetensors to start from; "" = random init */
-} dt_model_config;
-
-typedef struct dt_data_config {
-    char train[DT_PATH_MAX], val[DT_PATH_MAX]; /* token shards (.bin) */
-    bool shuffle;
-} dt_data_config;
-
-typedef struct dt_train_config {
-    int batch_size;       /* global batch, in sequences */
-    int micro_batch_size; /* sequences per forward/backward; 0 = batch_size (no accumulation) */
-    int seq_len, steps;
-    uint64_t seed;
-    int log_every, eval_every, eval_batches; /* eval_every 0 = off */
-    int sample_tokens;    /* characters printed as a sample at the end; 0 = off */
-    char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
-    char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
-    char mem_timeline[DT_PATH_MAX]; /* JSON log of allocations and saved sets per rank; "" = off */
-} dt_train_config;
-
-typedef struct dt_optim_config {
-    float lr, min_lr;
-    int warmup_steps;
-    dt_lr_schedule schedule;
-    float beta1, beta2, eps, weight_decay;
-} dt_optim_config;
-
-typedef struct dt_plugin_config {
-    dt_plugin_type type;
-    dt_precision precision;
-    float grad_clip; /* 0 = off */
-    int tp_size, sp_size, pp_size, zero_stage;
-    dt_sp_mode sp_mode;
-    /* pipeline: micro-batches per step per dp rank (0 = batch rows / train.micro_batch_size),
-     * layers per stage ("3,3,2"; "" = even), schedule (gpipe | 1f1b | interleaved | zbh1 |
-     * file:PATH) and model chunks per rank (interleaved) */
-    int microbatches;
-    char pp_layers[DT_PATH_MAX], pp_schedule[DT_PATH_MAX];
-    int pp_chunks;
-    float bucket_mb;
-    bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
-    dt_ac_mode ac;
-    int ac_every;    /* checkpoint block l (0-based) when l % ac_every == 0; 1 = every block */
-    dt_act_compress act_compress;
-    dt_offload offload;
-    char offload_dir[DT_PATH_MAX];
-    int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
-    float initial_scale;   /* fp16: the loss scale of the first step (65536) */
-    float offload_window_mb; /* offload=disk: memory window the moments stream through */
-} dt_plugin_config;
-
-typedef struct dt_checkpoint_config {
-    char dir[DT_PATH_MAX];
-    int every;              /* 0 = off */
-    char resume[DT_PATH_MAX]; /* "" = start fresh, "auto" = newest in dir, or a step folder */
-    int keep;               /* newest folders to keep; 0 = all */
-} dt_checkpoint_config;
-
-typedef struct dt_config {
-    dt_model_config model;
-    dt_data_config data;
-    dt_train_config train;
-    dt_optim_config optim;
-    dt_plugin_config plugin;
-    dt_checkpoint_config checkpoint;
-} dt_config;
-
-/* The built-in default: the small character-level GPT trained on the fortunes text. */
-void dt_config_defaults(dt_config *c);
-/* Read a file over *c (keys not in the file keep their values). */
-dt_status dt_config_load_file(dt_config *c, const char *path);
-/* Parse from a string (the same grammar); `origin` names it in errors. */
-dt_status dt_config_load_string(dt_config *c, const char *text, const char *origin);
-/* One "section.key=value" (the leading "--" already stripped). */
-dt_status dt_config_set(dt_config *c, const char *assignment);
-/* Cross-field checks (positive sizes, n_embd % n_head, batch % micro_batch, ...);
- * the message names every offending key. */
-dt_status dt_config_validate(const dt_config *c);
-/* Full config as a parseable file (written into checkpoints and printed with --verbose). */
-void dt_config_print(const dt_config *c, FILE *f);
-
-/* The ZeRO stage in effect: plugin.type zero1/zero2/zero3 imply 1/2/3; otherwise
- * plugin.zero_stage (validate rejects a zero_stage that contradicts the type). */
-int dt_config_zero_stage(const dt_config *c);
-/* The first key ("section.key", a static string) whose value differs between a and b, or
- * NULL when every key agrees (string fields compare up to their terminator, floats bitwise).
- * Used by the tests' print/parse round trip and to report a resume with a changed config. */
-const char *dt_config_diff(const dt_config *a, const dt_config *b);
-
-const char *dt_arch_name(dt_arch a);
-const char *dt_precision_name(dt_precision p);
 /* The matmul operand type of a precision: DT_F32, DT_BF16 or DT_F16. */
 dt_dtype dt_precision_mm_type(dt_precision p);
-const char *dt_plugin_type_name(dt_plugin_type t);
-const char *dt_lr_schedule_name(dt_lr_schedule s);
-const char *dt_sp_mode_name(dt_sp_mode m);
-const char *dt_ac_mode_name(dt_ac_mode m);
-const char *dt_act_compress_name(dt_act_compress m);
-const char *dt_offload_name(dt_offload m);
 
 #endif

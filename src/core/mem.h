@@ -17,18 +17,7 @@
 #include <stdio.h>
 
 #include "core/status.h"
-
-typedef enum dt_mem_cat {
-    DT_MEM_PARAMS,
-    DT_MEM_GRADS,
-    DT_MEM_OPTIM,
-    DT_MEM_ACTS,
-    DT_MEM_COMM,
-    DT_MEM_TEMP,
-    DT_MEM_CAT_COUNT
-} dt_mem_cat;
-
-typedef struct dt_mem dt_mem;
+#include "dtrain/mem.h" /* dt_mem, dt_mem_cat, live/peak figures */
 
 dt_status dt_mem_init(dt_mem **out);
 void dt_mem_free(dt_mem *m); /* releases every buffer still live */
@@ -37,11 +26,6 @@ void dt_mem_free(dt_mem *m); /* releases every buffer still live */
 dt_status dt_mem_alloc(dt_mem *m, dt_mem_cat cat, const char *name, size_t bytes, void **out);
 void dt_mem_release(dt_mem *m, void *p); /* NULL is a no-op */
 
-size_t dt_mem_live(const dt_mem *m, dt_mem_cat cat);
-size_t dt_mem_peak(const dt_mem *m, dt_mem_cat cat);
-size_t dt_mem_live_total(const dt_mem *m);
-size_t dt_mem_peak_total(const dt_mem *m);
-const char *dt_mem_cat_name(dt_mem_cat cat); /* "params", "grads", "optim", ... (JSON keys) */
 
 /* ---- timeline ------------------------------------------------------------------------- */
 

@@ -9,16 +9,11 @@
 #define DT_DIST_DIST_H
 
 #include "core/comm.h"
+#include "dtrain/dist.h" /* dt_dist_init, dt_dist_finalize, dt_dist_abort */
 #include "plan/mesh.h"
 
-/* MPI_Init_thread (if not yet initialised) and a dt_comm for MPI_COMM_WORLD. */
-dt_status dt_dist_init(int *argc, char ***argv, dt_comm **world);
-/* MPI_Finalize after freeing `world` (NULL allowed). */
-void dt_dist_finalize(dt_comm *world);
 /* Collective: split `parent` by (color, key) into a new communicator named `name`. */
 dt_status dt_dist_split(dt_comm *parent, int color, int key, const char *name, dt_comm **out);
-/* Abort every rank (cli only, when peers would otherwise hang). */
-void dt_dist_abort(dt_comm *world, int code);
 
 typedef struct dt_mesh {
     dt_mesh_dims dims;

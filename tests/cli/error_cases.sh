@@ -72,6 +72,8 @@ expect_error "absurd header length" "header" -- train "${tiny[@]}" --model.init=
 expect_error "missing init" "nope.safetensors" -- train "${tiny[@]}" --model.init=nope.safetensors
 expect_error "sample: truncated weights" "truncated" -- sample --checkpoint truncated.safetensors
 expect_error "unknown command" "frobnicate" -- frobnicate
+mkdir -p a_dir.ini
+expect_error "config path is a directory" "a_dir.ini. is a directory" -- train --config a_dir.ini
 expect_error "tp not available yet" "tp_size" -- train "${tiny[@]}" --plugin.tp_size=2
 
 echo "$passed passed, $failed failed"

@@ -8,3 +8,10 @@ set_tests_properties(cli/error_cases PROPERTIES LABELS "cli"
 add_test(NAME cli/mpi_errors
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/mpi_errors.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli/mpi_errors PROPERTIES LABELS "cli;mpi" TIMEOUT 400)
+
+# --version, help for every command, --print-config round trip, exit codes.
+add_test(NAME cli/commands
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/commands.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR}
+                 ${PROJECT_VERSION})
+set_tests_properties(cli/commands PROPERTIES LABELS "cli"
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")

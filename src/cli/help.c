@@ -1,0 +1,99 @@
+/* The help of every dtrain command. See help.h.
+ *
+ * One table holds each command's name and text, so `dtrain --help`, `dtrain help COMMAND`,
+ * `dtrain COMMAND --help` and the commands an error lists cannot drift apart.
+ */
+#include "cli/help.h"
+
+#include <string.h>
+
+#include "core/log.h"
+#include "dtrain/version.h"
+
+typedef struct command_help {
+    const char *name, *summary, *text;
+} command_help;
+
+static const command_help commands[] = {
+    {"train", "train a model (one process or under mpirun/srun)",
+     "usage: dtrain train [--config FILE] [--section.key=value ...] [--print-config]\n"
+     "\n"
+     "Trains the model of the config on the ranks of the job. Values come from the built-in\n"
+     "defaults, then FILE, then the overrides (which win wherever they stand). With no\n"
+     "config: the small character-level GPT on the text of Debian's fortunes package\n"
+     "(prepared into data/fortunes on first use).\n"
+     "\n"
+     "  --config FILE         an INI file with sections [model] [data] [train] [optim]\n"
+     "                        [plugin] [checkpoint] (see configs/default.ini)\n"
+     "  --section.key=value   one key, e.g. --train.steps=100 --plugin.tp_size=2\n"
+     "  --print-config        print the resolved config (file + overrides) in the config\n"
+     "                        format and exit; the output is itself a valid --config FILE\n"
+     "\n"
+     "Under mpirun or srun every rank runs the same command line.\n"},
+    {"prepare", "tokenise text into token shards",
+     "usage: dtrain prepare --input FILE|DIR --out DIR [--val-fraction 0.1]\n"
+     "\n"
+     "Byte-level tokenisation of a text file (or every file under DIR) into DIR/train.bin and\n"
+     "DIR/val.bin; the last --val-fraction of the tokens (in (0, 1)) go to val.bin.\n"},
+    {"sample", "generate text from weights",
+     "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
+     "                     [--temperature 0.8] [--seed 1]\n"
+     "\n"
+     "Generates --tokens tokens after --prompt from a checkpoint step folder or an exported\n"
+     ".safetensors file (train.export), on one process.\n"},
+    {"schedule", "print or check a pipeline schedule",
+     "usage: dtrain schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1\n"
+     "                       [--chunks V] [--stats]\n"
+     "       dtrain schedule --check FILE --pp P [--max-in-flight N] [--rendezvous] [--stats]\n"
+     "\n"
+     "The first form prints the schedule of P pipeline ranks, one row per rank; the second\n"
+     "validates a schedule file (every F before its B, every send matched, in-flight limits).\n"
+     "--stats adds the simulated bubble as '#' lines.\n"},
+    {"plan", "rank the layouts that fit a model on N ranks",
+     "usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] [--flops F]\n"
+     "                   [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S]\n"
+     "                   [--top K] [--json] [--section.key=value ...]\n"
+     "       dtrain plan ... --explain [--rank R]\n"
+     "       dtrain plan --device this --show-device\n"
+     "\n"
+     "Every layout dtrain can run on N ranks, checked with dtrain's own rules, its memory\n"
+     "predicted per pipeline stage and its step time modelled; the layouts that fit in --mem\n"
+     "are ranked by predicted step time. SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers\n"
+     "with K/M/G/T (312T, 200G); --device a100-80gb|h100-80gb|this.\n"},
+    {"plot", "draw a memory timeline or training curves as SVG",
+     "usage: dtrain plot --timeline FILE.json [--step N] --out FILE.svg\n"
+     "       dtrain plot --metrics FILE.jsonl --out FILE.svg\n"
+     "\n"
+     "The first form draws one step of a memory timeline (train.mem_timeline); the second\n"
+     "the training curves of a metrics log (train.metrics).\n"},
+};
+enum { N_COMMANDS = (int)(sizeof commands / sizeof *commands) };
+
+int dt_cli_usage(FILE *f) {
+    fprintf(f, "dtrain %s: distributed training on CPUs\n"
+               "usage: dtrain <command> [options]\n"
+               "       dtrain help <command> | dtrain <command> --help | dtrain --version\n"
+               "\ncommands:\n",
+            DTRAIN_VERSION);
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit codes: 0 done, 1 the run failed, 2 usage or config error\n");
+    return f == stderr ? DT_EXIT_USAGE : DT_EXIT_OK;
+}
+
+int dt_cli_help(const char *command) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(command, commands[i].name)) {
+            fputs(commands[i].text, stdout);
+            return DT_EXIT_OK;
+        }
+    dt_error("help: unknown command '%s' (commands: " DT_CLI_COMMANDS ")", command);
+    return DT_EXIT_USAGE;
+}
+
+bool dt_cli_wants_help(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return true;
+    return false;
+}
