@@ -3,13 +3,18 @@
  * is alg. 2 (recompute P from q, k, lse one tile pair at a time). Scratch tiles live on each
  * thread's stack; nothing is allocated. Every output element is produced by one thread in a
  * fixed order, so results do not depend on the OpenMP thread count. The tile bodies are
- * compiled twice, for AVX2+FMA and for the baseline ISA, and picked at run time.
+ * compiled for AVX-512 (16-wide, an 8 x 32 micro-kernel), AVX2+FMA and the baseline ISA, and
+ * picked at run time (kernels/isa.h). In bf16 mode the AVX-512-BF16 variant forms QK^T and PV
+ * with vdpbf16ps from operands packed as bf16 pairs; the other variants round the same operands
+ * to bf16 and multiply in fp32, which gives the same exact products.
  */
 #include "kernels/attention.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "core/dtype.h"
+#include "kernels/isa.h"
 #include "kernels/kernels_impl.h"
 
 #define BR 64      /* query rows per tile */
@@ -18,6 +23,10 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TARGET_AVX512 \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
+
+enum { V_BASE, V_AVX2, V_AVX512, V_BF16 }; /* compile-time variant of the tile bodies */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -100,6 +109,37 @@ INLINE void kernel_4x16(float *out, int64_t os, const float *a, int64_t ars, int
     ST8(out + 3 * os + 8, c31);
 }
 
+/* The AVX-512 micro-kernel: an 8 x 32 block of out in sixteen 16-float accumulators (of 32 zmm
+ * registers), each step 2 loads of x_j, 8 broadcasts and 16 multiply-adds. The terms are added
+ * in the same order as kernel_4x16's, so both give the same bits. */
+typedef float v16sf __attribute__((vector_size(64)));
+#define LD16(v, p) memcpy(&(v), (p), sizeof(v16sf))
+#define ST16(p, v) memcpy((p), &(v), sizeof(v16sf))
+
+INLINE void kernel_8x32(float *out, int64_t os, const float *a, int64_t ars, int64_t acs,
+                        const float *x, int64_t xs, int m) {
+    v16sf c[8][2];
+    for (int r = 0; r < 8; r++) {
+        LD16(c[r][0], out + r * os);
+        LD16(c[r][1], out + r * os + 16);
+    }
+    for (int j = 0; j < m; j++) {
+        const float *xj = x + j * xs, *aj = a + j * acs;
+        v16sf x0, x1;
+        LD16(x0, xj);
+        LD16(x1, xj + 16);
+        for (int r = 0; r < 8; r++) {
+            const float ar = aj[r * ars];
+            c[r][0] += ar * x0;
+            c[r][1] += ar * x1;
+        }
+    }
+    for (int r = 0; r < 8; r++) {
+        ST16(out + r * os, c[r][0]);
+        ST16(out + r * os + 16, c[r][1]);
+    }
+}
+
 /* out[r][0:n] += sum_{j<m} A[r][j] x_j[0:n] for r < nrows: a small GEMM, out += A X, with
  * A[r][j] = a[r * ars + j * acs] (either orientation of a stored tile) and x_j = x + j * xs. */
 /* Causal tiles on the diagonal are half zeros. A band says which part of the product can be
@@ -112,8 +152,18 @@ typedef struct band {
 #define NO_BAND ((band){1 << 29, 1 << 29, 1 << 29})
 
 INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t ars, int64_t acs,
-                     const float *x, int64_t xs, int m, int n, band bd) {
+                     const float *x, int64_t xs, int m, int n, band bd, const int isa) {
     int r = 0;
+    if (isa >= V_AVX512 && n % 32 == 0)
+        for (; r + 8 <= nrows; r += 8) {
+            const int jlo = r - bd.lo > 0 ? r - bd.lo : 0;
+            const int jhi = imin(m, r + 7 + bd.hi + 1), chi = imin(n, r + 7 + bd.col + 1);
+            if (jhi <= jlo)
+                continue;
+            for (int c0 = 0; c0 < chi; c0 += 32)
+                kernel_8x32(out + r * os + c0, os, a + r * ars + jlo * acs, ars, acs,
+                            x + jlo * xs + c0, xs, jhi - jlo);
+        }
     if (n % 16 == 0)
         for (; r + 4 <= nrows; r += 4) {
             const int jlo = r - bd.lo > 0 ? r - bd.lo : 0;
@@ -158,17 +208,61 @@ INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t 
 /* s[i][0:BC] = sum_d a_i[d] bt[d][0:BC] for i < nr: one [nr, hs] x [hs, BC] tile product,
  * with bt the transposed key (or value) tile packed by pack_t. */
 INLINE void tile_abt(float *restrict s, const float *a, int64_t a_stride, const float *bt,
-                     int nr, int hs, band bd) {
+                     int nr, int hs, band bd, const int isa) {
     memset(s, 0, sizeof(float) * nr * BC);
-    gemm_acc(s, BC, nr, a, a_stride, 1, bt, BC, hs, BC, bd);
+    gemm_acc(s, BC, nr, a, a_stride, 1, bt, BC, hs, BC, bd, isa);
 }
 
-/* bt[d][c] = src[c][d]: the transpose makes the score rows contiguous over keys. Columns past
- * nc are zeroed so whole-vector loops over BC read defined values. */
-INLINE void pack_t(float *restrict bt, const float *src, int64_t stride, int nc, int hs) {
+/* x rounded to bf16 (nearest even) and back: the operand a bf16 matmul would see */
+static inline float bf16_round(float x) { return dt_bf16_to_f32(dt_bf16_from_f32(x)); }
+static inline uint32_t bf16_pair(float lo, float hi) {
+    return (uint32_t)dt_bf16_from_f32(lo) | (uint32_t)dt_bf16_from_f32(hi) << 16;
+}
+
+/* dst[i][0:n] = bf16(src[i][0:n]) for i < nr: a tile of operand rows, rounded (bf16 mode) */
+INLINE void pack_round(float *restrict dst, const float *src, int64_t stride, int nr, int n) {
+    for (int i = 0; i < nr; i++)
+        for (int d = 0; d < n; d++)
+            dst[i * n + d] = bf16_round(src[i * stride + d]);
+}
+
+/* dst[i][j] = the bf16 pair (src[i][2j], src[i][2j+1]) for j < n/2 (n even): rows of the left
+ * operand of dt_attn_dpbf16 */
+INLINE void pack_pairs_rows(uint32_t *restrict dst, const float *src, int64_t stride, int nr,
+                            int n) {
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < n / 2; j++)
+            dst[i * (n / 2) + j] = bf16_pair(src[i * stride + 2 * j], src[i * stride + 2 * j + 1]);
+}
+
+/* dst[j][c] = the bf16 pair (src[c][2j], src[c][2j+1]) for c < nc, 0 for nc <= c < BC: the key
+ * tile as the right operand of QK^T */
+INLINE void pack_pairs_t(uint32_t *restrict dst, const float *src, int64_t stride, int nc,
+                         int hs) {
+    for (int j = 0; j < hs / 2; j++)
+        for (int c = 0; c < BC; c++)
+            dst[j * BC + c] =
+                c < nc ? bf16_pair(src[c * stride + 2 * j], src[c * stride + 2 * j + 1]) : 0;
+}
+
+/* dst[j][d] = the bf16 pair (src[2j][d], src[2j+1][d]), rows past nc zero: the value tile as
+ * the right operand of PV */
+INLINE void pack_pairs_cols(uint32_t *restrict dst, const float *src, int64_t stride, int nc,
+                            int hs) {
+    for (int j = 0; j < (nc + 1) / 2; j++)
+        for (int d = 0; d < hs; d++)
+            dst[j * hs + d] = bf16_pair(src[2 * j * stride + d],
+                                        2 * j + 1 < nc ? src[(2 * j + 1) * stride + d] : 0.0f);
+}
+
+/* bt[d][c] = src[c][d] (rounded to bf16 when `round`): the transpose makes the score rows
+ * contiguous over keys. Columns past nc are zeroed so whole-vector loops over BC read defined
+ * values. */
+INLINE void pack_t(float *restrict bt, const float *src, int64_t stride, int nc, int hs,
+                   bool round) {
     for (int c = 0; c < nc; c++)
         for (int d = 0; d < hs; d++)
-            bt[d * BC + c] = src[c * stride + d];
+            bt[d * BC + c] = round ? bf16_round(src[c * stride + d]) : src[c * stride + d];
     if (nc < BC)
         for (int d = 0; d < hs; d++)
             memset(bt + d * BC + nc, 0, (BC - nc) * sizeof *bt);
@@ -195,7 +289,7 @@ INLINE void exp_row(float *row, float scale, float sub, int lim) {
  * The running max m and sum l rescale the output accumulator whenever the max grows, so the
  * result equals softmax(S) V without keeping S. */
 INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, float *lse,
-                     const float *q, const float *k, const float *v) {
+                     const float *q, const float *k, const float *v, const int isa) {
     const int T = s->T, hs = s->hs, nr = imin(BR, T - q0);
     const int kvh = h / (s->NH / s->NKV);
     const float *qb = q + ((int64_t)b * T + q0) * s->q_stride + (int64_t)h * hs;
@@ -203,6 +297,21 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
     const float *vb = v + (int64_t)b * T * s->kv_stride + (int64_t)kvh * hs;
     float kt[hs * BC], o[BR * hs];
     float sc[BR * BC], m[BR], l[BR];
+    /* bf16 mode: q, k, P and v rounded (qr, vr), or packed as pairs for vdpbf16ps (qp, kp, pp,
+     * vp) when the variant has it and hs fits its 16-float vectors */
+    const bool bf = s->bf16, dp = isa == V_BF16 && bf && hs % 16 == 0;
+    float qr[bf && !dp ? BR * hs : 1], vr[bf && !dp ? BC * hs : 1];
+    uint32_t qp[dp ? BR * hs / 2 : 1], kp[dp ? BC * hs / 2 : 1], pp[dp ? BR * BC / 2 : 1],
+        vp[dp ? BC * hs / 2 : 1];
+    const float *qa = qb;
+    int64_t qas = s->q_stride;
+    if (dp)
+        pack_pairs_rows(qp, qb, s->q_stride, nr, hs);
+    else if (bf) {
+        pack_round(qr, qb, s->q_stride, nr, hs);
+        qa = qr;
+        qas = hs;
+    }
     memset(o, 0, sizeof(float) * nr * hs);
     for (int i = 0; i < nr; i++) {
         m[i] = -INFINITY;
@@ -211,13 +320,20 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
     const int kend = s->causal ? q0 + nr : T;
     for (int k0 = 0; k0 < kend; k0 += BC) {
         const int nc = imin(BC, kend - k0);
-        pack_t(kt, kb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs);
+        const float *kb0 = kb + (int64_t)k0 * s->kv_stride, *vb0 = vb + (int64_t)k0 * s->kv_stride;
+        if (dp)
+            pack_pairs_t(kp, kb0, s->kv_stride, nc, hs);
+        else
+            pack_t(kt, kb0, s->kv_stride, nc, hs, bf);
         /* query q0+i sees key k0+c iff c <= i + (q0 - k0): that bounds the score columns,
          * and the keys j summed over in P v */
         const int off = q0 - k0;
         const band cols = s->causal ? (band){1 << 29, 1 << 29, off} : NO_BAND;
         const band diag = s->causal ? (band){1 << 29, off, 1 << 29} : NO_BAND;
-        tile_abt(sc, qb, s->q_stride, kt, nr, hs, cols);
+        if (dp)
+            dt_attn_dpbf16(sc, BC, nr, qp, hs / 2, kp, hs / 2, BC, false);
+        else
+            tile_abt(sc, qa, qas, kt, nr, hs, cols, isa);
         for (int i = 0; i < nr; i++) {
             float *row = sc + i * BC;
             const int lim = visible(i, nc, q0, k0, s->causal);
@@ -235,6 +351,11 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                 sum += row[c];
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
+            if (dp)
+                pack_pairs_rows(pp + i * (BC / 2), row, 0, 1, BC);
+            else if (bf)
+                for (int c = 0; c < lim; c++)
+                    row[c] = bf16_round(row[c]);
             if (alpha != 1.0f) {
                 float *oi = o + i * hs;
 #pragma omp simd
@@ -242,8 +363,14 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                     oi[d] *= alpha;
             }
         }
-        gemm_acc(o, hs, nr, sc, BC, 1, vb + (int64_t)k0 * s->kv_stride, s->kv_stride, nc, hs,
-                 diag);
+        if (dp) {
+            pack_pairs_cols(vp, vb0, s->kv_stride, nc, hs);
+            dt_attn_dpbf16(o, hs, nr, pp, BC / 2, vp, (nc + 1) / 2, hs, true);
+        } else if (bf) {
+            pack_round(vr, vb0, s->kv_stride, nc, hs);
+            gemm_acc(o, hs, nr, sc, BC, 1, vr, hs, nc, hs, diag, isa);
+        } else
+            gemm_acc(o, hs, nr, sc, BC, 1, vb0, s->kv_stride, nc, hs, diag, isa);
     }
     const int C = s->NH * hs;
     for (int i = 0; i < nr; i++) {
@@ -260,17 +387,24 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
  * query tiles inner. dq rows of those heads are touched by this task only, so no races. */
 INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv,
                      const float *dy, const float *y, const float *lse, const float *q,
-                     const float *k, const float *v) {
+                     const float *k, const float *v, const int isa) {
     const int T = s->T, hs = s->hs, C = s->NH * hs, group = s->NH / s->NKV;
     const int64_t qs = s->q_stride, kvs = s->kv_stride;
     const int64_t kv_off = (int64_t)b * T * kvs + (int64_t)g * hs;
     float kt[hs * BC], vt[hs * BC], dkt[BC * hs], dvt[BC * hs];
     float p[BR * BC], ds[BR * BC], dd[BR];
+    /* bf16 mode: P is rebuilt from the same bf16-rounded q and k as the forward's scores */
+    const bool bf = s->bf16, dp = isa == V_BF16 && bf && hs % 16 == 0;
+    float qr[bf && !dp ? BR * hs : 1];
+    uint32_t qp[dp ? BR * hs / 2 : 1], kp[dp ? BC * hs / 2 : 1];
     for (int k0 = 0; k0 < T; k0 += BC) {
         const int nc = imin(BC, T - k0);
         const float *kb = k + kv_off + (int64_t)k0 * kvs, *vb = v + kv_off + (int64_t)k0 * kvs;
-        pack_t(kt, kb, kvs, nc, hs);
-        pack_t(vt, vb, kvs, nc, hs);
+        if (dp)
+            pack_pairs_t(kp, kb, kvs, nc, hs);
+        else
+            pack_t(kt, kb, kvs, nc, hs, bf);
+        pack_t(vt, vb, kvs, nc, hs, false);
         memset(dkt, 0, sizeof(float) * nc * hs);
         memset(dvt, 0, sizeof(float) * nc * hs);
         for (int h = g * group; h < (g + 1) * group; h++) {
@@ -291,7 +425,14 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                 const band cols = s->causal ? (band){1 << 29, 1 << 29, off} : NO_BAND;
                 const band qrows = s->causal ? (band){1 << 29, off, 1 << 29} : NO_BAND;
                 const band krows = s->causal ? (band){off, 1 << 29, 1 << 29} : NO_BAND;
-                tile_abt(p, qb, qs, kt, nr, hs, cols);
+                if (dp) {
+                    pack_pairs_rows(qp, qb, qs, nr, hs);
+                    dt_attn_dpbf16(p, BC, nr, qp, hs / 2, kp, hs / 2, BC, false);
+                } else if (bf) {
+                    pack_round(qr, qb, qs, nr, hs);
+                    tile_abt(p, qr, hs, kt, nr, hs, cols, isa);
+                } else
+                    tile_abt(p, qb, qs, kt, nr, hs, cols, isa);
                 for (int i = 0; i < nr; i++) {
                     exp_row(p + i * BC, s->scale, lb[i], visible(i, nc, q0, k0, s->causal));
                     /* D_i = rowsum(dy_i * y_i) = sum_j P_ij dP_ij (alg. 2, line 19) */
@@ -302,7 +443,7 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                     dd[i] = acc;
                 }
                 /* dP = dy v^T, then dS = P (dP - D), pre-multiplied by scale for dq and dk */
-                tile_abt(ds, dyb, C, vt, nr, hs, cols);
+                tile_abt(ds, dyb, C, vt, nr, hs, cols, isa);
                 for (int i = 0; i < nr; i++) {
                     float *dsr = ds + i * BC;
                     const float *pr = p + i * BC, di = dd[i], sc = s->scale;
@@ -310,9 +451,9 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                     for (int c = 0; c < BC; c++)
                         dsr[c] = pr[c] * (dsr[c] - di) * sc;
                 }
-                gemm_acc(dqb, qs, nr, ds, BC, 1, kb, kvs, nc, hs, qrows); /* dq += dS k */
-                gemm_acc(dvt, hs, nc, p, 1, BC, dyb, C, nr, hs, krows);   /* dv += P^T dy */
-                gemm_acc(dkt, hs, nc, ds, 1, BC, qb, qs, nr, hs, krows);  /* dk += dS^T q */
+                gemm_acc(dqb, qs, nr, ds, BC, 1, kb, kvs, nc, hs, qrows, isa); /* dq += dS k */
+                gemm_acc(dvt, hs, nc, p, 1, BC, dyb, C, nr, hs, krows, isa); /* dv += P^T dy */
+                gemm_acc(dkt, hs, nc, ds, 1, BC, qb, qs, nr, hs, krows, isa); /* dk += dS^T q */
             }
         }
         for (int c = 0; c < nc; c++) {
@@ -324,69 +465,66 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
 
 /* Heavy causal tiles (late queries) are handed out first for a better dynamic balance. */
 INLINE void fwd_task(const dt_attn_shape *s, int task, float *y, float *lse, const float *q,
-                     const float *k, const float *v) {
+                     const float *k, const float *v, const int isa) {
     const int nqt = (s->T + BR - 1) / BR;
     const int qt = nqt - 1 - task % nqt, bh = task / nqt;
-    fwd_tile(s, bh / s->NH, bh % s->NH, qt * BR, y, lse, q, k, v);
+    fwd_tile(s, bh / s->NH, bh % s->NH, qt * BR, y, lse, q, k, v, isa);
 }
 
-TARGET_AVX2 static void fwd_task_avx2(const dt_attn_shape *s, int task, float *y, float *lse,
-                                      const float *q, const float *k, const float *v) {
-    fwd_task(s, task, y, lse, q, k, v);
+/* One clone of the task bodies per variant; the AVX-512-BF16 one differs from the AVX-512 one
+ * only in bf16 mode (its dt_attn_dpbf16 calls). */
+#define FWD_ARGS const dt_attn_shape *s, int t, float *y, float *lse, const float *q, \
+                 const float *k, const float *v
+#define BWD_ARGS const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv, \
+                 const float *dy, const float *y, const float *lse, const float *q,    \
+                 const float *k, const float *v
+static void fwd_base(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_BASE); }
+TARGET_AVX2 static void fwd_avx2(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_AVX2); }
+TARGET_AVX512 static void fwd_avx512(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_AVX512); }
+TARGET_AVX512 static void fwd_bf16(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_BF16); }
+static void bwd_base(BWD_ARGS) { bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_BASE); }
+TARGET_AVX2 static void bwd_avx2(BWD_ARGS) {
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_AVX2);
 }
-static void fwd_task_base(const dt_attn_shape *s, int task, float *y, float *lse,
-                          const float *q, const float *k, const float *v) {
-    fwd_task(s, task, y, lse, q, k, v);
+TARGET_AVX512 static void bwd_avx512(BWD_ARGS) {
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_AVX512);
 }
-TARGET_AVX2 static void bwd_task_avx2(const dt_attn_shape *s, int b, int g, float *dq,
-                                      float *dk, float *dv, const float *dy, const float *y,
-                                      const float *lse, const float *q, const float *k,
-                                      const float *v) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v);
-}
-static void bwd_task_base(const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv,
-                          const float *dy, const float *y, const float *lse, const float *q,
-                          const float *k, const float *v) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v);
+TARGET_AVX512 static void bwd_bf16(BWD_ARGS) {
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_BF16);
 }
 
-static int have_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+static void (*const FWD[DT_ISA_COUNT])(FWD_ARGS) = {fwd_base, fwd_avx2, fwd_avx512, fwd_bf16};
+static void (*const BWD[DT_ISA_COUNT])(BWD_ARGS) = {bwd_base, bwd_avx2, bwd_avx512, bwd_bf16};
+
+static bool use_ref(const dt_attn_shape *s) {
+    return s->hs > MAX_HS || s->hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0;
 }
 
 void dt_attention_forward(const dt_attn_shape *s, float *y, float *lse, const float *q,
                           const float *k, const float *v) {
-    if (s->hs > MAX_HS || s->hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0) {
+    if (use_ref(s)) {
         dt_attention_forward_ref(s, y, lse, q, k, v);
         return;
     }
     const int n_tasks = s->B * s->NH * ((s->T + BR - 1) / BR);
-    const int avx2 = have_avx2();
+    void (*const f)(FWD_ARGS) = FWD[dt_isa_pick(DT_ISA_AVX512BF16)];
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < n_tasks; t++) {
-        if (avx2)
-            fwd_task_avx2(s, t, y, lse, q, k, v);
-        else
-            fwd_task_base(s, t, y, lse, q, k, v);
-    }
+    for (int t = 0; t < n_tasks; t++)
+        f(s, t, y, lse, q, k, v);
 }
 
 void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                            const float *dy, const float *y, const float *lse, const float *q,
                            const float *k, const float *v) {
-    if (s->hs > MAX_HS || s->hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0) {
+    if (use_ref(s)) {
         dt_attention_backward_ref(s, dq, dk, dv, dy, y, lse, q, k, v);
         return;
     }
     const int n_tasks = s->B * s->NKV;
-    const int avx2 = have_avx2();
+    void (*const f)(BWD_ARGS) = BWD[dt_isa_pick(DT_ISA_AVX512BF16)];
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < n_tasks; t++) {
-        if (avx2)
-            bwd_task_avx2(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v);
-        else
-            bwd_task_base(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v);
-    }
+    for (int t = 0; t < n_tasks; t++)
+        f(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v);
 }
 
 /* ---- reference: plain loops, double accumulation, one score row at a time ---- */
@@ -395,6 +533,16 @@ static double dot_d(const float *a, const float *b, int n) {
     double acc = 0.0;
     for (int d = 0; d < n; d++)
         acc += (double)a[d] * b[d];
+    return acc;
+}
+
+/* the score dot product: of the bf16-rounded operands in bf16 mode */
+static double dot_qk(const float *a, const float *b, int n, bool bf) {
+    if (!bf)
+        return dot_d(a, b, n);
+    double acc = 0.0;
+    for (int d = 0; d < n; d++)
+        acc += (double)bf16_round(a[d]) * bf16_round(b[d]);
     return acc;
 }
 
@@ -413,17 +561,28 @@ void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, cons
                 const int n = s->causal ? t + 1 : T;
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = 0; j < n; j++) {
-                    row[j] = s->scale * dot_d(qt, k + kv0 + j * s->kv_stride, hs);
+                    row[j] = s->scale * dot_qk(qt, k + kv0 + j * s->kv_stride, hs, s->bf16);
                     mx = row[j] > mx ? row[j] : mx;
                 }
                 for (int d = 0; d < hs; d++)
                     acc[d] = 0.0;
+                double mt = -INFINITY; /* bf16 mode: the row max up to the end of j's key tile */
                 for (int j = 0; j < n; j++) {
                     double pj = exp(row[j] - mx);
                     const float *vj = v + kv0 + j * s->kv_stride;
                     sum += pj;
-                    for (int d = 0; d < hs; d++)
-                        acc[d] += pj * vj[d];
+                    if (j % BC == 0)
+                        for (int c = j; c < j + BC && c < n; c++)
+                            mt = row[c] > mt ? row[c] : mt;
+                    /* PV of bf16 operands, P rounded relative to mt as the tiled kernel holds
+                     * it; the sum stays unrounded */
+                    const double pr = bf16_round((float)exp(row[j] - mt)) * exp(mt - mx);
+                    if (s->bf16)
+                        for (int d = 0; d < hs; d++)
+                            acc[d] += pr * bf16_round(vj[d]);
+                    else
+                        for (int d = 0; d < hs; d++)
+                            acc[d] += pj * vj[d];
                 }
                 float *yt = y + ((int64_t)b * T + t) * C + (int64_t)h * hs;
                 for (int d = 0; d < hs; d++)
@@ -455,7 +614,7 @@ void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, flo
                     acc[d] = 0.0;
                 for (int j = 0; j < (s->causal ? t + 1 : T); j++) {
                     const float *kj = k + kv0 + j * kvs;
-                    double pj = exp(s->scale * dot_d(qt, kj, hs) - lt);
+                    double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
                     double dsj = pj * (dot_d(dyt, v + kv0 + j * kvs, hs) - D);
                     for (int d = 0; d < hs; d++)
                         acc[d] += dsj * kj[d];
@@ -475,7 +634,7 @@ void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, flo
                         const int64_t r = (int64_t)b * T + t;
                         const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
                         const double lt = lse[((int64_t)b * s->NH + h) * T + t];
-                        double pj = exp(s->scale * dot_d(qt, kj, hs) - lt);
+                        double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
                         double dsj = pj * (dot_d(dyt, vj, hs) - dot_d(dyt, y + r * C + h * hs, hs));
                         for (int d = 0; d < hs; d++) {
                             acc[d] += dsj * qt[d];

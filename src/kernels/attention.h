@@ -20,7 +20,19 @@ typedef struct dt_attn_shape {
     int64_t kv_stride; /* floats between consecutive tokens of k, v (and dk, dv) */
     float scale;       /* usually 1/sqrt(hs) */
     bool causal;       /* query t sees keys 0..t */
+    bool bf16;         /* bf16 mode: QK^T and PV of bf16 operands (see below) */
 } dt_attn_shape;
+
+/* bf16 mode (the run's matmuls are bf16): q and k are rounded to bf16 (nearest even) before
+ * the scores QK^T, and P and v before PV, as a bf16 matmul rounds its operands; the products
+ * of bf16 values are exact, every sum and the softmax stay fp32. So the scores carry a
+ * relative error of about 2^-8 (q, k each rounded by 2^-9), and y one of about 2^-9 of the
+ * terms of PV; lse is of the rounded scores. P is rounded as the online softmax holds it:
+ * e^(s - m) with m the row maximum up to the end of its tile of 64 keys (then rescaled). The backward rebuilds P from the same
+ * rounded q and k (so it is the forward's P); dP = dy v^T, dq, dk and dv are fp32 and take the
+ * rounding as the identity (straight-through). With AVX512_BF16 the two products run on
+ * vdpbf16ps (head sizes that are multiples of 16); elsewhere the operands are rounded and
+ * multiplied in fp32. The _ref twins round the same operands. */
 
 /* q: token (b,t) head h at q[(b*T+t)*q_stride + h*hs]; k, v likewise with kv_stride and NKV.
  * y: [B, T, NH*hs] dense; lse: [B, NH, T]. */

@@ -9,6 +9,7 @@
 #ifndef DT_KERNELS_IMPL_H
 #define DT_KERNELS_IMPL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -48,5 +49,12 @@ static inline __attribute__((always_inline)) float dt_vexp(float x) {
     memcpy(&scale, &ni, 4);
     return p * scale;
 }
+
+/* out[r][0:n] (+)= sum_{j<K2} dot2(a[r*as + j], b[j*n + 0:n]) for r < nr, with AVX512_BF16's
+ * vdpbf16ps: each uint32 holds two bf16 (element 2j in the low half, 2j+1 in the high half), a
+ * pair of a times the pairs of a row of b. n % 16 == 0; `acc` adds to out, else overwrites it.
+ * Only for CPUs with avx512bf16 (attn_bf16.c). */
+void dt_attn_dpbf16(float *out, int64_t os, int nr, const uint32_t *a, int64_t as,
+                    const uint32_t *b, int K2, int n, bool acc);
 
 #endif

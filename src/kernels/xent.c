@@ -1,11 +1,12 @@
 /* Softmax cross-entropy over a window of each logit row, in the three steps of xent.h: window
  * statistics, their combination over windows, and the gradient. Stateless; rows are split
  * over OpenMP threads and each row is done by one thread in a fixed order, so results do not
- * depend on the thread count. The row bodies are compiled for AVX2+FMA and for the baseline
- * ISA and picked at run time.
+ * depend on the thread count. The row bodies are compiled for AVX-512 (16-wide), AVX2+FMA and
+ * the baseline ISA and picked at run time (kernels/isa.h).
  */
 #include "kernels/xent.h"
 
+#include "kernels/isa.h"
 #include "kernels/kernels_impl.h"
 
 #include <math.h>
@@ -13,11 +14,9 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TARGET_AVX512 \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
 #define SUM_BLOCK 512 /* float partial sums over this many exps, then added in double */
-
-static int has_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 
 /* One row's window in two passes: the max, then e^(x - max) summed (and stored in place when
  * `store`, a constant after inlining). Subtracting the max keeps every exp <= 1, so logits of
@@ -60,17 +59,27 @@ TARGET_AVX2 static void stats_avx2(float *x, int V, int t, int store, float *m, 
     else
         stats_body(x, V, t, 0, m, s, z);
 }
+TARGET_AVX512 static void stats_avx512(float *x, int V, int t, int store, float *m, float *s,
+                                       float *z) {
+    if (store)
+        stats_body(x, V, t, 1, m, s, z);
+    else
+        stats_body(x, V, t, 0, m, s, z);
+}
 static void stats_base(float *x, int V, int t, int store, float *m, float *s, float *z) {
     if (store)
         stats_body(x, V, t, 1, m, s, z);
     else
         stats_body(x, V, t, 0, m, s, z);
 }
+static void (*const STATS[DT_ISA_AVX512 + 1])(float *, int, int, int, float *, float *,
+                                              float *) = {stats_base, stats_avx2, stats_avx512};
 
 /* The logits are written only when store != 0 (the _exp entry point owns them mutably). */
 static void stats_rows(float *logits, int64_t ld, int n, int V, int first,
                        const int32_t *targets, int store, float *mx, float *sum, float *zt) {
-    const int avx2 = has_avx2();
+    void (*const f)(float *, int, int, int, float *, float *, float *) =
+        STATS[dt_isa_pick(DT_ISA_AVX512)];
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         if (targets[r] < 0) { /* ignored: no work, and the combination skips the row */
@@ -78,10 +87,7 @@ static void stats_rows(float *logits, int64_t ld, int n, int V, int first,
             continue;
         }
         const int t = targets[r] - first; /* both >= 0: no overflow */
-        if (avx2)
-            stats_avx2(logits + r * ld, V, t, store, mx + r, sum + r, zt + r);
-        else
-            stats_base(logits + r * ld, V, t, store, mx + r, sum + r, zt + r);
+        f(logits + r * ld, V, t, store, mx + r, sum + r, zt + r);
     }
 }
 
@@ -186,13 +192,18 @@ INLINE void grad_body(float *e, int V, int width, int t, float f, float gs) {
 TARGET_AVX2 static void grad_avx2(float *e, int V, int width, int t, float f, float gs) {
     grad_body(e, V, width, t, f, gs);
 }
+TARGET_AVX512 static void grad_avx512(float *e, int V, int width, int t, float f, float gs) {
+    grad_body(e, V, width, t, f, gs);
+}
 static void grad_base(float *e, int V, int width, int t, float f, float gs) {
     grad_body(e, V, width, t, f, gs);
 }
+static void (*const GRAD[DT_ISA_AVX512 + 1])(float *, int, int, int, float, float) = {
+    grad_base, grad_avx2, grad_avx512};
 
 void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
                   const int32_t *targets, const float *scale, float grad_scale) {
-    const int avx2 = has_avx2();
+    void (*const f)(float *, int, int, int, float, float) = GRAD[dt_isa_pick(DT_ISA_AVX512)];
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         float *x = e + r * ld;
@@ -201,10 +212,7 @@ void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
             continue;
         }
         const int t = targets[r] - first;
-        if (avx2)
-            grad_avx2(x, V, width, t, scale[r], grad_scale);
-        else
-            grad_base(x, V, width, t, scale[r], grad_scale);
+        f(x, V, width, t, scale[r], grad_scale);
     }
 }
 

@@ -108,12 +108,13 @@ static void regroup_qkv(const dt_block_dims *d, int sp, const float *src, float 
             }
 }
 
-static dt_attn_shape attn_shape(const dt_block_dims *d, const dt_block_par *p, int B, int T) {
+static dt_attn_shape attn_shape(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                const dt_block_par *p, int B, int T) {
     int sp = p->sp->size;
     int64_t w = dt_block_qkv_width(d) / sp;
     return (dt_attn_shape){.B = B, .T = T, .NH = d->NH / sp, .NKV = d->NKV / sp, .hs = d->hs,
                            .q_stride = w, .kv_stride = w, .scale = 1.0f / sqrtf((float)d->hs),
-                           .causal = true};
+                           .causal = true, .bf16 = ctx->mm_type == DT_BF16};
 }
 
 static void rope_apply(const dt_attn_shape *as, const dt_rope_cache *rope, float *qkv,
@@ -155,11 +156,12 @@ static dt_status leave_add(const dt_block_dims *d, const dt_block_par *p, const 
 }
 
 /* the attention core on the saved q|k|v: a->lse, s->att_heads, then a->att in row layout */
-static dt_status attention_core(const dt_block_dims *d, const dt_block_par *p, int B, int T,
-                                dt_block_acts *a, dt_block_scratch *s) {
+static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                const dt_block_par *p, int B, int T, dt_block_acts *a,
+                                dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     int64_t A = (int64_t)d->NH * d->hs;
-    dt_attn_shape as = attn_shape(d, p, B, T);
+    dt_attn_shape as = attn_shape(ctx, d, p, B, T);
     const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
     dt_attention_forward(&as, s->att_heads, a->lse, q, k, v);
     zero(a->att, (int64_t)Nt * A); /* heads -> rows is the all-to-all's adjoint (accumulates) */
@@ -178,9 +180,9 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
     DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, a->qkv,
                       s->work));
-    dt_attn_shape as = attn_shape(d, p, B, T);
+    dt_attn_shape as = attn_shape(ctx, d, p, B, T);
     rope_apply(&as, rope, a->qkv, false);
-    DT_TRY(attention_core(d, p, B, T, a, s));
+    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);
     DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, s->part));
     return leave_add(d, p, blk->proj.b, x, N, s, a->x2);
@@ -225,7 +227,7 @@ void dt_block_rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const
 dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, int B, int T, dt_block_acts *a,
                                    dt_block_scratch *s) {
-    DT_TRY(attention_core(d, p, B, T, a, s));
+    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
     dt_block_rebuild_att_lp(ctx, d, p, B * T, a);
     return DT_OK;
 }
@@ -380,7 +382,7 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
                       s->datt_heads, s->work));
     DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), a->att,
                       s->att_heads, s->work));
-    dt_attn_shape as = attn_shape(d, p, B, T);
+    dt_attn_shape as = attn_shape(ctx, d, p, B, T);
     int64_t wa = as.q_stride;
     zero(s->dqkv_heads, (int64_t)N * wa);
     const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;

@@ -15,6 +15,7 @@
 #include "dtrain/booster.h"
 #include "io/atomic.h"
 #include "kernels/gemm_peak.h"
+#include "kernels/isa.h"
 #include "plan/memory.h"
 #include "train/checkpoint.h"
 
@@ -295,6 +296,9 @@ static dt_status run(trainer *t) {
             t->world->size, dt_booster_dp_size(t->booster), dt_config_zero_stage(c));
     dt_info("matmul peak measured now: %.1f GFLOP/s per rank (%s)", t->peak_flops / 1e9,
             dt_precision_name(c->plugin.precision));
+    char kernels[256];
+    dt_kernels_describe(kernels, sizeof kernels);
+    dt_info("kernel variants on this CPU: %s", kernels);
     bool eval = c->train.eval_every > 0 && c->data.val[0];
     while (dt_booster_steps_done(t->booster) < c->train.steps) {
         dt_step_stats r;

@@ -1,7 +1,9 @@
 /* Tests for kernels/attention.c: the flash-attention kernels against their double-precision
  * _ref twins (several shapes, partial tiles, GQA, causal and not, fused-qkv strides,
  * accumulate semantics, thread-count independence), and the gradients against central finite
- * differences of a naive double attention written here. --perf times fwd+bwd. */
+ * differences of a naive double attention written here. Every ISA variant the CPU runs is
+ * checked (the others are skipped, and say so), in fp32 and in bf16 mode, where the _ref twin
+ * rounds the same operands. --perf times fwd+bwd of each variant. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 
 #include "harness.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 
 /* A fused qkv buffer [B, T, (NH + 2 NKV) hs] as the attention layer passes it. */
 typedef struct fused {
@@ -59,11 +62,25 @@ static void run_bwd(fused *f, bool ref) {
 
 /* fast vs ref on one shape; the fast backward gets the fast forward's y and lse, and starts
  * from a pre-filled dqkv to check that it accumulates. */
-static void check_vs_ref(int B, int T, int NH, int NKV, int hs, bool causal, float qk_scale) {
+/* bf16 mode: the _ref twin rounds the same operands, so the two agree to the fp32 sums and
+ * the one rounding the twin cannot mirror (P relative to the running max, not the final one);
+ * an fp32 reference of the same inputs must be much further away (the test compares like with
+ * like, and bf16 mode really rounds). */
+static void check_vs_ref_mode(int B, int T, int NH, int NKV, int hs, bool causal, float qk_scale,
+                              bool bf16) {
     fused a = fused_make(B, T, NH, NKV, hs, causal, qk_scale, 100 + T + NH * 7 + NKV);
     fused r = fused_make(B, T, NH, NKV, hs, causal, qk_scale, 100 + T + NH * 7 + NKV);
+    a.s.bf16 = r.s.bf16 = bf16;
     run_fwd(&a, false);
     run_fwd(&r, true);
+    if (bf16 && hs <= 256) {
+        fused f = fused_make(B, T, NH, NKV, hs, causal, qk_scale, 100 + T + NH * 7 + NKV);
+        run_fwd(&f, true);
+        double e_bf = dt_test_nmse(a.y, r.y, a.n_y), e_32 = dt_test_nmse(a.y, f.y, a.n_y);
+        DT_CHECK(e_32 > 30 * e_bf, "bf16 mode: y nmse vs the bf16 ref %.3g, vs the fp32 ref %.3g",
+                 e_bf, e_32);
+        fused_free(&f);
+    }
     double e_y = dt_test_nmse(a.y, r.y, a.n_y), e_l = dt_test_nmse(a.lse, r.lse, a.n_lse);
     float *pre = malloc(sizeof(float) * a.n_qkv);
     dt_test_fill(pre, a.n_qkv, 7, 0.5f);
@@ -83,17 +100,20 @@ static void check_vs_ref(int B, int T, int NH, int NKV, int hs, bool causal, flo
             den[part] += (double)r.dqkv[t * W + c] * r.dqkv[t * W + c];
         }
     const char *cs = causal ? "causal" : "full";
-    DT_CHECK(e_y < 1e-10, "y nmse %.3g B%d T%d NH%d NKV%d hs%d %s", e_y, B, T, NH, NKV, hs, cs);
-    DT_CHECK(e_l < 1e-12, "lse nmse %.3g B%d T%d NH%d NKV%d %s", e_l, B, T, NH, NKV, cs);
+    const double tol_y = bf16 ? 1e-8 : 1e-10, tol_l = 1e-12;
+    const double tol_g = bf16 ? 1e-6 : 1e-9; /* bf16: dP - D cancels to v - bf16(v) */
+    DT_CHECK(e_y < tol_y, "y nmse %.3g B%d T%d NH%d NKV%d hs%d %s", e_y, B, T, NH, NKV, hs, cs);
+    DT_CHECK(e_l < tol_l, "lse nmse %.3g B%d T%d NH%d NKV%d %s", e_l, B, T, NH, NKV, cs);
     const char *names[3] = {"dq", "dk", "dv"};
     double e3[3];
     for (int p = 0; p < 3; p++)
         e3[p] = den[p] > 0 ? num[p] / den[p] : num[p];
-    printf("attention B%d T%d NH%d NKV%d hs%d %s: nmse y %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n",
-           B, T, NH, NKV, hs, cs, e_y, e_l, e3[0], e3[1], e3[2]);
+    printf("attention %s%s B%d T%d NH%d NKV%d hs%d %s: nmse y %.2g lse %.2g dq %.2g dk %.2g "
+           "dv %.2g\n", dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), bf16 ? " bf16" : "", B, T,
+           NH, NKV, hs, cs, e_y, e_l, e3[0], e3[1], e3[2]);
     for (int p = 0; p < 3; p++) {
         double e = e3[p];
-        DT_CHECK(e < 1e-9, "%s nmse %.3g B%d T%d NH%d NKV%d hs%d %s", names[p], e, B, T, NH, NKV,
+        DT_CHECK(e < tol_g, "%s nmse %.3g B%d T%d NH%d NKV%d hs%d %s", names[p], e, B, T, NH, NKV,
                  hs, cs);
     }
     free(pre);
@@ -101,10 +121,16 @@ static void check_vs_ref(int B, int T, int NH, int NKV, int hs, bool causal, flo
     fused_free(&r);
 }
 
+static void check_vs_ref(int B, int T, int NH, int NKV, int hs, bool causal, float qk_scale) {
+    check_vs_ref_mode(B, T, NH, NKV, hs, causal, qk_scale, false);
+    check_vs_ref_mode(B, T, NH, NKV, hs, causal, qk_scale, true);
+}
+
 /* Results must not depend on the number of threads: bitwise equal at 1 and 2 threads. */
-static void check_thread_independence(void) {
+static void check_thread_independence(bool bf16) {
     fused a = fused_make(2, 100, 4, 2, 32, true, 1.0f, 5);
     fused b = fused_make(2, 100, 4, 2, 32, true, 1.0f, 5);
+    a.s.bf16 = b.s.bf16 = bf16;
     int nt = omp_get_max_threads();
     omp_set_num_threads(1);
     run_fwd(&a, false);
@@ -182,8 +208,9 @@ static void check_fd(int B, int T, int NH, int NKV, int hs, bool causal) {
     fused_free(&f);
 }
 
-static void perf(int B, int T, int NH, int NKV, int hs) {
+static void perf(int B, int T, int NH, int NKV, int hs, bool bf16) {
     fused f = fused_make(B, T, NH, NKV, hs, true, 1.0f, 3);
+    f.s.bf16 = bf16;
     run_fwd(&f, false);
     run_bwd(&f, false);
     double tf = 1e30, tb = 1e30;
@@ -198,32 +225,44 @@ static void perf(int B, int T, int NH, int NKV, int hs) {
     }
     /* forward: QK^T and PV, 4 B NH T^2 hs, halved for causal; backward 2.5x (5 products) */
     double fl = 4.0 * B * NH * (double)T * T * hs / 2;
-    printf("perf attention causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd %.2f ms "
+    printf("perf attention %s%s causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd %.2f ms "
            "(%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s), fwd+bwd %.2f ms (%.1f GFLOP/s)\n",
-           B, T, NH, NKV, hs, omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3,
+           dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), bf16 ? " bf16" : "", B, T, NH, NKV, hs,
+           omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3,
            2.5 * fl / tb * 1e-9, (tf + tb) * 1e3, 3.5 * fl / (tf + tb) * 1e-9);
     fused_free(&f);
 }
 
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
-    for (int causal = 0; causal <= 1; causal++) {
-        check_vs_ref(1, 37, 2, 2, 16, causal, 1.0f);     /* one partial tile */
-        check_vs_ref(2, 100, 4, 2, 64, causal, 1.0f);    /* GQA 2:1, partial second tile */
-        check_vs_ref(1, 100, 4, 1, 32, causal, 2.0f);    /* MQA, peaked softmax */
-        check_vs_ref(1, 128, 3, 3, 64, causal, 1.0f);    /* whole tiles */
-        check_vs_ref(1, 70, 2, 1, 13, causal, 1.0f);     /* odd head size */
-        check_vs_ref(1, 5, 2, 2, 300, causal, 1.0f);     /* hs > MAX_HS: reference path */
+    for (int isa = 0; isa < DT_ISA_COUNT; isa++) {
+        if (!dt_isa_supported((dt_isa)isa)) {
+            printf("SKIP attention variant %s: this CPU does not run it\n",
+                   dt_isa_name((dt_isa)isa));
+            continue;
+        }
+        dt_isa_set_cap((dt_isa)isa);
+        for (int causal = 0; causal <= 1; causal++) {
+            check_vs_ref(1, 37, 2, 2, 16, causal, 1.0f);  /* one partial tile */
+            check_vs_ref(2, 100, 4, 2, 64, causal, 1.0f); /* GQA 2:1, partial second tile */
+            check_vs_ref(1, 100, 4, 1, 32, causal, 2.0f); /* MQA, peaked softmax */
+            check_vs_ref(1, 128, 3, 3, 64, causal, 1.0f); /* whole tiles */
+            check_vs_ref(1, 70, 2, 1, 13, causal, 1.0f);  /* odd head size */
+            check_vs_ref(1, 5, 2, 2, 300, causal, 1.0f);  /* hs > MAX_HS: reference path */
+        }
+        check_vs_ref(1, 1, 2, 1, 64, true, 1.0f);
+        check_thread_independence(false);
+        check_thread_independence(true);
+        if (dt_test.perf)
+            for (int bf16 = 0; bf16 <= 1; bf16++) {
+                perf(4, 256, 12, 12, 64, bf16);
+                perf(8, 256, 6, 6, 64, bf16);
+                perf(1, 1024, 12, 12, 64, bf16);
+            }
     }
-    check_vs_ref(1, 1, 2, 1, 64, true, 1.0f);
-    check_thread_independence();
+    dt_isa_set_cap(DT_ISA_COUNT - 1);
     check_fd(1, 37, 2, 2, 8, true);
     check_fd(1, 100, 4, 2, 8, true);
     check_fd(2, 70, 4, 1, 8, false);
-    if (dt_test.perf) {
-        perf(4, 256, 12, 12, 64);
-        perf(8, 256, 6, 6, 64);
-        perf(1, 1024, 12, 12, 64);
-    }
     return DT_TEST_END();
 }

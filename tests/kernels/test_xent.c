@@ -4,8 +4,9 @@
  * pipeline on a row split into p windows with an offset and padding columns (empty windows
  * included), as the vocab-parallel LM head runs it, against the unsplit definition; ignored
  * and out-of-range targets, huge logits (+-1e4), columns past the window untouched, the
- * loss-only path leaving the logits alone, and thread-count independence. --perf times a
- * chunk of LM-head rows.
+ * loss-only path leaving the logits alone, and thread-count independence; all of it for every
+ * ISA variant the CPU runs (the others are skipped, and say so). --perf times a chunk of
+ * LM-head rows with each variant.
  */
 #include <math.h>
 #include <omp.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/isa.h"
 #include "kernels/xent.h"
 
 /* loss of one row in double, straight from the definition */
@@ -308,8 +310,8 @@ static void perf(int n, int V) {
         xent_full(x, l, tg, n, V, V, 1.0f / n, false);
         best = fmin(best, dt_test_seconds() - t0);
     }
-    printf("perf xent n=%d V=%d threads=%d: %.3f ms, %.2f ns/logit\n", n, V,
-           omp_get_max_threads(), best * 1e3, best * 1e9 / ((double)n * V));
+    printf("perf xent %s n=%d V=%d threads=%d: %.3f ms, %.2f ns/logit\n",
+           dt_isa_name(dt_isa_pick(DT_ISA_AVX512)), n, V, omp_get_max_threads(), best * 1e3, best * 1e9 / ((double)n * V));
     free(x);
     free(x0);
     free(l);
@@ -318,22 +320,31 @@ static void perf(int n, int V) {
 
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
-    check_vs_ref(7, 1000, 0, 4.0f, 1.0f / 7);
-    check_vs_ref(13, 50257, 3, 8.0f, 1.0f / 13); /* GPT-2 vocab, padded rows */
-    check_vs_ref(5, 100, 4, 1e4f, 1.0f);         /* logits +-1e4: one-hot softmax, no NaN */
-    check_vs_ref(6, 31, 0, 0.0f, 2.0f);          /* all-equal logits: uniform softmax */
-    check_stats_vs_ref();
-    for (int ref = 0; ref < 2; ref++) {
-        check_windows(12, 1000, 1, 4.0f, ref);
-        check_windows(12, 37, 2, 4.0f, ref);   /* 19 + 18 valid, 1 padding column */
-        check_windows(12, 50, 4, 4.0f, ref);   /* 13 x 3 + 11 valid */
-        check_windows(12, 5, 4, 3.0f, ref);    /* w = 2: the last window is all padding */
-        check_windows(12, 3001, 3, 1e4f, ref); /* huge logits: other windows' exps underflow */
+    for (int isa = 0; isa <= DT_ISA_AVX512; isa++) {
+        if (!dt_isa_supported((dt_isa)isa)) {
+            printf("SKIP xent variant %s: this CPU does not run it\n", dt_isa_name((dt_isa)isa));
+            continue;
+        }
+        dt_isa_set_cap((dt_isa)isa);
+        printf("xent variant %s\n", dt_isa_name(dt_isa_pick(DT_ISA_AVX512)));
+        check_vs_ref(7, 1000, 0, 4.0f, 1.0f / 7);
+        check_vs_ref(13, 50257, 3, 8.0f, 1.0f / 13); /* GPT-2 vocab, padded rows */
+        check_vs_ref(5, 100, 4, 1e4f, 1.0f);         /* logits +-1e4: one-hot softmax, no NaN */
+        check_vs_ref(6, 31, 0, 0.0f, 2.0f);          /* all-equal logits: uniform softmax */
+        check_stats_vs_ref();
+        for (int ref = 0; ref < 2; ref++) {
+            check_windows(12, 1000, 1, 4.0f, ref);
+            check_windows(12, 37, 2, 4.0f, ref);   /* 19 + 18 valid, 1 padding column */
+            check_windows(12, 50, 4, 4.0f, ref);   /* 13 x 3 + 11 valid */
+            check_windows(12, 5, 4, 3.0f, ref);    /* w = 2: the last window is all padding */
+            check_windows(12, 3001, 3, 1e4f, ref); /* huge logits: other windows' exps underflow */
+        }
+        check_loss_only();
+        check_fd();
+        check_thread_independence();
+        if (dt_test.perf)
+            perf(64, 50257);
     }
-    check_loss_only();
-    check_fd();
-    check_thread_independence();
-    if (dt_test.perf)
-        perf(64, 50257);
+    dt_isa_set_cap(DT_ISA_COUNT - 1);
     return DT_TEST_END();
 }
