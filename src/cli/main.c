@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/convert_cmd.h"
 #include "cli/plan_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
@@ -192,6 +193,8 @@ int main(int argc, char **argv) {
         return dt_cli_plot(argc, argv);
     if (strcmp(argv[1], "plan") == 0)
         return dt_cli_plan(argc, argv);
+    if (strcmp(argv[1], "convert") == 0)
+        return dt_cli_convert(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0)
         return usage(stdout);

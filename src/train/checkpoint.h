@@ -87,5 +87,15 @@ dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io
  * after checking the model shape against the manifest's; state and AdamW step count too. */
 dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
                                dt_train_state *s, int *adam_steps);
+/* The model shape the manifest records (arch, sizes, max_seq_len, rope_theta, norm_eps). */
+dt_status dt_ckpt_model_config(const char *folder, dt_model_config *cfg);
+/* A one-process model's weights (g built with no splits; w: dt_gpt_numel floats). */
+dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w);
+
+/* dtrain convert: a sharded checkpoint -> one HuggingFace safetensors file (the weights;
+ * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero
+ * moments, data position 0, seed `seed`) that any layout resumes. One process. */
+dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out);
+dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t seed);
 
 #endif

@@ -423,3 +423,56 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_eng
     cJSON_Delete(man);
     return st;
 }
+
+dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
+    cJSON *man = NULL;
+    DT_TRY(read_manifest(folder, &man));
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(man, "model");
+    const char *arch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "arch"));
+    int k = 0;
+    while (arch && k < DT_ARCH_COUNT && strcmp(arch, dt_arch_name((dt_arch)k)) != 0)
+        k++;
+    bool ok = arch && k < DT_ARCH_COUNT;
+    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size",
+                          "ffn_hidden", "max_seq_len"};
+    int64_t v[7];
+    for (int i = 0; i < 7; i++) {
+        v[i] = num(m, keys[i], &ok);
+        ok = ok && v[i] >= 1 && v[i] <= (1 << 24);
+    }
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(m, "rope_theta");
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(m, "norm_eps");
+    ok = ok && cJSON_IsNumber(theta) && cJSON_IsNumber(eps);
+    dt_status st = DT_OK;
+    if (!ok) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"model\" lacks a known arch or a "
+                        "positive %s..%s", folder, keys[0], keys[6]);
+    } else {
+        c->arch = (dt_arch)k;
+        c->n_layer = (int)v[0];
+        c->n_head = (int)v[1];
+        c->n_kv_head = c->arch == DT_ARCH_LLAMA ? (int)v[2] : 0;
+        c->n_embd = (int)v[3];
+        c->vocab_size = (int)v[4];
+        c->ffn_hidden = c->arch == DT_ARCH_LLAMA ? (int)v[5] : 0;
+        c->max_seq_len = (int)v[6];
+        c->rope_theta = (float)theta->valuedouble;
+        c->norm_eps = (float)eps->valuedouble;
+    }
+    cJSON_Delete(man);
+    return st;
+}
+
+dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
+    cJSON *man = NULL;
+    DT_TRY(read_manifest(folder, &man));
+    loader L = {.folder = folder, .g = g};
+    dt_status st = check_model(man, folder, g);
+    if (st == DT_OK)
+        st = loader_open(&L, man);
+    if (st == DT_OK)
+        st = fill(&L, 0, 0, dt_gpt_numel(g), w);
+    loader_close(&L);
+    cJSON_Delete(man);
+    return st;
+}

@@ -145,6 +145,7 @@ static cJSON *model_json(const dt_model_config *c) {
     cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
     cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(j, "ffn_hidden", dt_gpt_ffn_hidden(c));
+    cJSON_AddNumberToObject(j, "max_seq_len", c->max_seq_len);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
     return j;

@@ -6,6 +6,7 @@
 # checkpoint is damaged, resume is an error naming them, not a silent fresh start. A save
 # that cannot be written (a full 1 MiB tmpfs) is a clear error and
 # leaves neither step-N nor a partial folder; so does an unwritable folder.
+# Also dtrain convert (sharded <-> one HF file, byte-exact) and sample from a step folder.
 #   ckpt_faults.sh DTRAIN SRC_DIR ARCH
 set -uo pipefail
 dtrain=$1 src=$2 arch=$3
@@ -37,6 +38,18 @@ check "flipped: checksum named" "grep -q \"$file: checksum\" flipped.log"
 damaged missing "rm $file"
 damaged edited "sed -i 's/\"step\":[[:space:]]*4,/\"step\": 5,/' manifest.json && grep -q '\"step\": 5' manifest.json"
 check "edited: manifest named" "grep -q 'manifest.json: checksum' edited.log"
+
+# convert: the step-4 folder to one HF file equals the run's export byte for byte, and back
+# to a step-0 checkpoint and out again; sample reads a step folder as it reads the export
+check "convert to HF equals the export" \
+    "$dtrain convert --from good/step-4 --to conv.safetensors > /dev/null && cmp -s straight.safetensors conv.safetensors"
+check "convert from HF and back round-trips" \
+    "$dtrain convert --from conv.safetensors --to conv_ck > /dev/null && [ -f conv_ck/step-0/manifest.json ] &&
+     $dtrain convert --from conv_ck/step-0 --to back.safetensors > /dev/null && cmp -s conv.safetensors back.safetensors"
+check "sample from a step folder" \
+    "$dtrain sample --checkpoint good/step-4 --tokens 20 > s1.txt && $dtrain sample --checkpoint straight.safetensors --tokens 20 > s2.txt && cmp -s s1.txt s2.txt"
+check "convert of a folder without a manifest is an error" \
+    "! $dtrain convert --from data --to x.safetensors 2> conv_err.log && grep -q 'not a sharded checkpoint' conv_err.log"
 
 # every checkpoint damaged: an error, not a fresh start
 rm -rf ck && mkdir ck && cp -r good/step-4 ck/ && truncate -s -100 ck/step-4/$file
