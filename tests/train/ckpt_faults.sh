@@ -6,6 +6,7 @@
 # checkpoint is damaged, resume is an error naming them, not a silent fresh start. A save
 # that cannot be written (a full 1 MiB tmpfs) is a clear error and
 # leaves neither step-N nor a partial folder; so does an unwritable folder.
+# A checkpoint in the whole format of older dtrain still resumes bit for bit.
 # Also dtrain convert (sharded <-> one HF file, byte-exact) and sample from a step folder.
 #   ckpt_faults.sh DTRAIN SRC_DIR ARCH
 set -uo pipefail
@@ -50,6 +51,14 @@ check "sample from a step folder" \
     "$dtrain sample --checkpoint good/step-4 --tokens 20 > s1.txt && $dtrain sample --checkpoint straight.safetensors --tokens 20 > s2.txt && cmp -s s1.txt s2.txt"
 check "convert of a folder without a manifest is an error" \
     "! $dtrain convert --from data --to x.safetensors 2> conv_err.log && grep -q 'not a sharded checkpoint' conv_err.log"
+
+# the whole format of older dtrain still resumes, exactly (built from step 3 by a script)
+"$dtrain" convert --from good/step-3 --to w3.safetensors > /dev/null &&
+    /usr/bin/python3 "$src/tests/train/make_whole_ckpt.py" good/step-3 w3.safetensors whole/step-3
+"${run[@]}" --checkpoint.dir=whole --checkpoint.resume=auto --train.export=whole.safetensors \
+    > whole.log 2>&1
+check "whole format: resumed" "grep -q 'resumed from whole/step-3 at step 3' whole.log"
+check "whole format: export byte-identical" "cmp -s straight.safetensors whole.safetensors"
 
 # every checkpoint damaged: an error, not a fresh start
 rm -rf ck && mkdir ck && cp -r good/step-4 ck/ && truncate -s -100 ck/step-4/$file
