@@ -103,11 +103,15 @@ DT_API bool dt_booster_stranded(const dt_booster *b);
 /* Mean validation loss over the first n_batches global batches of the val shard. */
 DT_API dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss);
 
-/* Full training state to DIR/step-N (rank 0 writes; layout-independent files). */
-DT_API dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir,
-                                            const dt_config *cfg);
-/* Resume from a step folder written by any layout. */
+/* Training state to DIR/step-N, sharded: every rank writes what it owns, rank 0 the
+ * manifest (see src/train/checkpoint.h). cfg (may be NULL) is recorded in the manifest. */
+DT_API dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg);
+/* Resume from a step folder written by any layout (sharded, or the older whole format). */
 DT_API dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
+/* Collective: the newest step folder in dir whose manifest and checksums verify, into out
+ * ("" when dir has none); damaged ones are named in a warning and skipped. An error when
+ * every one is damaged. */
+DT_API dt_status dt_booster_find_checkpoint(dt_booster *b, const char *dir, char *out, size_t n);
 /* Final weights as HuggingFace safetensors (rank 0 writes). */
 DT_API dt_status dt_booster_export(dt_booster *b, const char *path);
 /* Temperature sampling of n_new tokens after the prompt, in any layout: the weights are

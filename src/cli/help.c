@@ -66,6 +66,13 @@ static const command_help commands[] = {
      "\n"
      "The first form draws one step of a memory timeline (train.mem_timeline); the second\n"
      "the training curves of a metrics log (train.metrics).\n"},
+    {"convert", "turn a sharded checkpoint into one HF safetensors file, or back",
+     "usage: dtrain convert --from STEP_FOLDER --to FILE.safetensors\n"
+     "       dtrain convert --from FILE.safetensors --to CHECKPOINT_DIR [--seed S]\n"
+     "\n"
+     "The first form gathers a sharded checkpoint's weights (saved in any layout) into one\n"
+     "HuggingFace safetensors file; the second writes CHECKPOINT_DIR/step-0, a sharded\n"
+     "checkpoint with zero AdamW moments that any layout resumes (checkpoint.dir=DIR).\n"},
 };
 enum { N_COMMANDS = (int)(sizeof commands / sizeof *commands) };
 

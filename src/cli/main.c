@@ -18,6 +18,7 @@
 
 #include "cli/args.h"
 #include "cli/help.h"
+#include "cli/convert_cmd.h"
 #include "cli/plan_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
@@ -206,6 +207,7 @@ int main(int argc, char **argv) {
     } table[] = {
         {"train", cmd_train},         {"prepare", cmd_prepare}, {"sample", cmd_sample},
         {"schedule", dt_cli_schedule}, {"plan", dt_cli_plan},    {"plot", dt_cli_plot},
+        {"convert", dt_cli_convert},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(cmd, table[i].name))

@@ -622,6 +622,15 @@ fail:
     return text;
 }
 
+dt_status dt_st_writer_data_start(const dt_st_writer *w, int64_t *start) {
+    char *hdr = build_header(w);
+    if (!hdr)
+        return dt_err_set(DT_ERR_OOM, "safetensors: out of memory building the header");
+    *start = 8 + (int64_t)(strlen(hdr) + 7) / 8 * 8; /* as dt_st_writer_commit pads it */
+    free(hdr);
+    return DT_OK;
+}
+
 dt_status dt_st_writer_commit(dt_st_writer *w, const char *path) {
     if (!w || !path)
         return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);

@@ -57,5 +57,9 @@ dt_status dt_st_writer_add(dt_st_writer *w, const char *name, dt_st_dtype dtype,
                            const int64_t *shape, const void *data);
 dt_status dt_st_writer_set_metadata(dt_st_writer *w, const char *key, const char *value);
 dt_status dt_st_writer_commit(dt_st_writer *w, const char *path);
+/* The byte where the data section of the file dt_st_writer_commit would write now begins:
+ * tensor i's bytes then start at that plus the sizes of tensors 0..i-1 (added in order, no
+ * gaps), so a reader can pread a tensor without parsing the header. */
+dt_status dt_st_writer_data_start(const dt_st_writer *w, int64_t *start);
 
 #endif

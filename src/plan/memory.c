@@ -461,18 +461,25 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
     }
 }
 
-/* The largest buffer allocated for a while and released: whole-state buffers of a save (checkpoint: weights, m, v; export: weights), with the local
- * arena gathered over dp and the tp ranks' arenas side by side; a resume or a load from
- * model.init: the state buffers and the local arena. */
+/* Sharded checkpoints (train/checkpoint.h): the checksum buffer "ckpt.io"
+ * (DT_CKPT_IO_BYTES), and with the moments offloaded their copy "state.offload" (2 x the
+ * optimizer's floats). */
+#define CKPT_IO_BYTES ((int64_t)8 << 20)
+
+/* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io and the
+ * offloaded moments' copy together), a resume (the copy; resume=auto first checksums through
+ * ckpt.io alone); export's whole-state weights, with the local arena gathered over dp and
+ * the tp ranks' arenas side by side; a load from model.init: the weights and the local arena. */
 static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local,
                                  int64_t own_count, bool export_) {
     const dt_config *c = s->c;
-    int64_t save_ckpt = 3 * n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
-    /* offloaded moments under ZeRO 1-3 are read into a shard-sized temporary to be gathered */
-    if (c->plugin.offload == DT_OFFLOAD_DISK && s->zero > 0)
-        save_ckpt += own_count * F4;
+    int64_t moments = c->plugin.offload == DT_OFFLOAD_DISK
+                          ? 2 * (s->zero == 0 ? n_local : own_count) * F4 : 0;
+    int64_t save_ckpt = CKPT_IO_BYTES + moments;
     int64_t save_export = n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
-    int64_t resume = 3 * n_full * F4 + n_local * F4, load = n_full * F4 + n_local * F4;
+    int64_t resume = strcmp(c->checkpoint.resume, "auto") == 0 ? max64(CKPT_IO_BYTES, moments)
+                                                               : moments;
+    int64_t load = n_full * F4 + n_local * F4;
     int64_t b = 0;
     if (c->checkpoint.every > 0 && c->train.steps > 0)
         b = max64(b, save_ckpt);

@@ -520,28 +520,59 @@ dt_status dt_booster_write_mem_timeline(dt_booster *b) {
 
 /* ---- state on disk ---------------------------------------------------------------------- */
 
-/* collective: gathers on every rank, rank 0 writes, everyone learns the outcome */
-static dt_status save(dt_booster *b, const char *dir, const dt_config *cfg, const char *path) {
+/* collective: export gathers the weights on every rank and rank 0 writes them */
+static dt_status export_weights(dt_booster *b, const char *path) {
     dt_ckpt_arenas a;
-    bool with_optim = dir != NULL;
-    dt_mem_set_context(b->mem, (int)b->state.step,
-                       with_optim ? DT_MEM_PHASE_CHECKPOINT : DT_MEM_PHASE_EXPORT, -1);
-    dt_status st = arenas_alloc(b, &a, with_optim);
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EXPORT, -1);
+    dt_status st = arenas_alloc(b, &a, false);
     if (st == DT_OK)
-        st = dt_engine_gather_state(b->engine, a.w, a.m, a.v);
-    a.adam_steps = dt_engine_adam_steps(b->engine);
+        st = dt_engine_gather_state(b->engine, a.w, NULL, NULL);
     if (st == DT_OK && is_root(b))
-        st = with_optim ? dt_ckpt_save(dir, b->model, &a, &b->state, cfg)
-                        : dt_gpt_save(b->model, a.w, path);
+        st = dt_gpt_save(b->model, a.w, path);
     arenas_free(b, &a);
     return dt_comm_agree(b->world, st);
 }
 
-dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
-    return save(b, dir, cfg, NULL);
+/* the layout, for the manifest */
+static void layout_text(const dt_booster *b, char *out, size_t n) {
+    const dt_plugin_config *p = &b->plugin;
+    snprintf(out, n, "world=%d dp=%d tp=%d pp=%d sp=%d zero=%d microbatches=%d precision=%s",
+             b->world->size, b->dp->size, b->mesh->axis[DT_AXIS_TP]->size,
+             b->mesh->axis[DT_AXIS_PP]->size, b->mesh->axis[DT_AXIS_SP]->size, zero_stage(p),
+             b->rows / b->mb, dt_precision_name(p->precision));
 }
 
-dt_status dt_booster_export(dt_booster *b, const char *path) { return save(b, NULL, NULL, path); }
+/* collective: every rank writes what it owns (checkpoint.h's sharded format) */
+dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
+    void *io = NULL;
+    char *config = NULL, layout[256];
+    size_t config_len = 0;
+    dt_engine_view v = {0};
+    dt_status st = dt_mem_alloc(b->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES, &io);
+    if (st == DT_OK && cfg && is_root(b)) {
+        FILE *f = open_memstream(&config, &config_len);
+        if (f) {
+            dt_config_print(cfg, f);
+            fclose(f);
+        }
+    }
+    layout_text(b, layout, sizeof layout);
+    if (st == DT_OK)
+        st = dt_engine_view_begin(b->engine, false, &v);
+    st = dt_comm_agree(b->world, st);
+    if (st == DT_OK) {
+        dt_ckpt_meta meta = {.state = &b->state, .adam_steps = dt_engine_adam_steps(b->engine),
+                             .layout = layout, .config = config};
+        st = dt_ckpt_save_sharded(dir, b->world, b->model, &v, &meta, io, DT_CKPT_IO_BYTES);
+    }
+    dt_engine_view_end(b->engine, &v, false);
+    free(config);
+    dt_mem_release(b->mem, io);
+    return st;
+}
+
+dt_status dt_booster_export(dt_booster *b, const char *path) { return export_weights(b, path); }
 
 /* rank 0 only: a one-process copy of the model (no tp, sp or pipeline) from the full weights */
 static dt_status sample_on_root(dt_booster *b, const float *full, const int32_t *prompt,
@@ -570,9 +601,9 @@ dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt, 
     return dt_comm_broadcast(b->world, out, (int64_t)n_new * sizeof *out, 0);
 }
 
-dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
+/* a checkpoint in the whole format (older dtrain): rank 0 reads, everyone gets it all */
+static dt_status load_whole(dt_booster *b, const char *folder) {
     dt_ckpt_arenas a;
-    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
     dt_status st = arenas_alloc(b, &a, true);
     if (st == DT_OK && is_root(b))
         st = dt_ckpt_load(folder, b->model, &a, &b->state);
@@ -591,12 +622,79 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     if (st == DT_OK) {
         st = dt_engine_scatter_state(b->engine, a.w, a.m, a.v);
         dt_engine_set_adam_steps(b->engine, a.adam_steps);
-        b->train.pos = b->state.data_pos;
-        b->train.step = b->state.data_step;
-        st = dt_comm_agree(b->world, st); /* offloaded moments are written to files */
     }
     arenas_free(b, &a);
     return st;
+}
+
+/* a sharded checkpoint: each rank reads the slices its layout holds */
+static dt_status load_sharded(dt_booster *b, const char *folder) {
+    dt_engine_view v;
+    int adam_steps = 0;
+    dt_train_state s = b->state;
+    dt_status st = dt_engine_view_begin(b->engine, true, &v);
+    if (st == DT_OK)
+        st = dt_ckpt_load_sharded(folder, b->model, &v, &s, &adam_steps);
+    dt_status end = dt_engine_view_end(b->engine, &v, st == DT_OK);
+    st = st != DT_OK ? st : end;
+    if (st == DT_OK) {
+        b->state = s;
+        dt_engine_set_adam_steps(b->engine, adam_steps);
+    }
+    return st;
+}
+
+dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
+    int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
+    DT_TRY(dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0));
+    dt_status st = sharded ? load_sharded(b, folder) : load_whole(b, folder);
+    st = dt_comm_agree(b->world, st); /* offloaded moments are written to files */
+    if (st == DT_OK) {
+        b->train.pos = b->state.data_pos;
+        b->train.step = b->state.data_step;
+    }
+    return st;
+}
+
+dt_status dt_booster_find_checkpoint(dt_booster *b, const char *dir, char *out, size_t n) {
+    long long *steps = NULL;
+    int count = 0, damaged = 0;
+    dt_status st = is_root(b) ? dt_ckpt_list(dir, &steps, &count) : DT_OK;
+    DT_TRY(dt_comm_agree(b->world, st));
+    DT_TRY(dt_comm_broadcast(b->world, &count, sizeof count, 0));
+    out[0] = 0;
+    void *io = NULL;
+    st = dt_comm_agree(b->world, dt_mem_alloc(b->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES,
+                                              &io));
+    for (int i = count - 1; st == DT_OK && i >= 0 && !out[0]; i--) {
+        long long step = is_root(b) ? steps[i] : 0;
+        DT_TRY(dt_comm_broadcast(b->world, &step, sizeof step, 0));
+        char folder[4096 + 32];
+        snprintf(folder, sizeof folder, "%s/step-%lld", dir, step);
+        int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
+        st = dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0);
+        dt_status ok = st == DT_OK && sharded ? dt_ckpt_verify(folder, b->world, io,
+                                                                DT_CKPT_IO_BYTES)
+                                              : DT_OK;
+        if (st == DT_OK && ok != DT_OK) {
+            damaged++;
+            if (is_root(b))
+                dt_warn("resume=auto: skipping damaged checkpoint %s: %s", folder,
+                        dt_err_msg());
+            continue;
+        }
+        if (st == DT_OK)
+            snprintf(out, n, "%s", folder);
+    }
+    dt_mem_release(b->mem, io);
+    free(steps);
+    DT_TRY(st);
+    if (!out[0] && damaged)
+        return dt_err_set(DT_ERR_FORMAT, "resume=auto: every checkpoint in %s is damaged (%d; "
+                          "see the warnings above); remove them or set checkpoint.resume to a "
+                          "folder", dir, damaged);
+    return DT_OK;
 }
 
 int64_t dt_booster_steps_done(const dt_booster *b) { return b->state.step; }

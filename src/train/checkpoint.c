@@ -12,37 +12,14 @@
 
 #include "io/atomic.h"
 #include "io/safetensors.h"
+#include "train/checkpoint_impl.h"
 
 #define PATH_LEN 4096
 
-static dt_status save_optim(const char *path, const dt_gpt *g, const dt_ckpt_arenas *a) {
-    dt_st_writer *w = NULL;
-    DT_TRY(dt_st_writer_init(&w));
-    dt_status st = DT_OK;
-    int n = dt_gpt_n_full_params(g);
-    char (*names)[2][128] = malloc((size_t)n * sizeof *names); /* borrowed until commit */
-    if (!names) {
-        dt_st_writer_free(w);
-        return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
-    }
-    const float *m = a->m, *v = a->v;
-    for (int i = 0; i < n && st == DT_OK; i++) {
-        const dt_param *p = dt_gpt_full_param(g, i);
-        snprintf(names[i][0], sizeof names[i][0], "exp_avg.%s", p->name);
-        snprintf(names[i][1], sizeof names[i][1], "exp_avg_sq.%s", p->name);
-        st = dt_st_writer_add(w, names[i][0], DT_ST_F32, p->ndim, p->shape, m + p->offset);
-        if (st == DT_OK)
-            st = dt_st_writer_add(w, names[i][1], DT_ST_F32, p->ndim, p->shape, v + p->offset);
-    }
-    if (st == DT_OK)
-        st = dt_st_writer_commit(w, path);
-    dt_st_writer_free(w);
-    free(names);
-    return st;
-}
-
-static dt_status save_state(const char *path, const dt_train_state *s, int adam_steps) {
+cJSON *dt_ckpt_state_json(const dt_train_state *s, int adam_steps) {
     cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return NULL;
     cJSON_AddNumberToObject(j, "step", (double)s->step);
     cJSON_AddNumberToObject(j, "data_pos", (double)s->data_pos);
     cJSON_AddNumberToObject(j, "data_step", (double)s->data_step);
@@ -53,29 +30,10 @@ static dt_status save_state(const char *path, const dt_train_state *s, int adam_
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed); /* exact as a string */
     cJSON_AddStringToObject(j, "seed", seed);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text)
-        return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
-    dt_status st = dt_atomic_write_file(path, text, strlen(text));
-    free(text);
-    return st;
+    return j;
 }
 
-static dt_status save_config(const char *path, const dt_config *cfg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
-    dt_config_print(cfg, f);
-    fclose(f);
-    dt_status st = dt_atomic_write_file(path, buf, len);
-    free(buf);
-    return st;
-}
-
-static void remove_folder(const char *path) {
+void dt_ckpt_remove_folder(const char *path) {
     DIR *d = opendir(path);
     if (!d)
         return;
@@ -91,40 +49,23 @@ static void remove_folder(const char *path) {
     rmdir(path);
 }
 
-dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_ckpt_arenas *a,
-                       const dt_train_state *s, const dt_config *cfg) {
-    char final[PATH_LEN], tmp[PATH_LEN + 16], file[PATH_LEN + 64];
-    snprintf(final, sizeof final, "%s/step-%lld", dir, (long long)s->step);
-    snprintf(tmp, sizeof tmp, "%s.partial", final);
-    remove_folder(tmp); /* left by a run that died while writing */
-    DT_TRY(dt_mkdirs(tmp));
-    snprintf(file, sizeof file, "%s/model.safetensors", tmp);
-    DT_TRY(dt_gpt_save(g, a->w, file));
-    snprintf(file, sizeof file, "%s/optim.safetensors", tmp);
-    DT_TRY(save_optim(file, g, a));
-    snprintf(file, sizeof file, "%s/config.ini", tmp);
-    DT_TRY(save_config(file, cfg));
-    snprintf(file, sizeof file, "%s/state.json", tmp); /* last: its presence marks completion */
-    DT_TRY(save_state(file, s, a->adam_steps));
-    remove_folder(final);
-    if (rename(tmp, final) != 0)
-        return dt_err_set(DT_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final,
-                          strerror(errno));
-    return DT_OK;
-}
-
-/* step number of a complete "step-N" folder name, or -1 */
+/* step number of a complete "step-N" folder name (N in canonical decimal, no leading zeros,
+ * below 2^62), or -1. Complete: its manifest (sharded) or state.json (whole format) exists. */
 static long long folder_step(const char *dir, const char *name) {
     char *end;
-    if (strncmp(name, "step-", 5) != 0)
+    if (strncmp(name, "step-", 5) != 0 || !(name[5] >= '0' && name[5] <= '9'))
         return -1;
+    errno = 0;
     long long n = strtoll(name + 5, &end, 10);
-    if (*end || end == name + 5 || n < 0)
+    if (*end || errno || n < 0 || n > (1LL << 62) || (name[5] == '0' && name[6]))
         return -1;
-    char state[PATH_LEN + 300];
-    snprintf(state, sizeof state, "%s/%s/state.json", dir, name);
+    char path[PATH_LEN + 300];
     struct stat sb;
-    return stat(state, &sb) == 0 ? n : -1;
+    snprintf(path, sizeof path, "%s/%s/manifest.json", dir, name);
+    if (stat(path, &sb) == 0)
+        return n;
+    snprintf(path, sizeof path, "%s/%s/state.json", dir, name);
+    return stat(path, &sb) == 0 ? n : -1;
 }
 
 static int by_step(const void *a, const void *b) {
@@ -133,7 +74,7 @@ static int by_step(const void *a, const void *b) {
 }
 
 /* sorted steps of the complete folders; *steps malloc'ed */
-static dt_status list_steps(const char *dir, long long **steps, int *n) {
+dt_status dt_ckpt_list(const char *dir, long long **steps, int *n) {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(dir);
@@ -165,27 +106,16 @@ static dt_status list_steps(const char *dir, long long **steps, int *n) {
     return st;
 }
 
-dt_status dt_ckpt_latest(const char *dir, char *out, size_t out_len) {
-    long long *steps;
-    int n;
-    out[0] = 0;
-    DT_TRY(list_steps(dir, &steps, &n));
-    if (n)
-        snprintf(out, out_len, "%s/step-%lld", dir, steps[n - 1]);
-    free(steps);
-    return DT_OK;
-}
-
 dt_status dt_ckpt_prune(const char *dir, int keep) {
     if (keep <= 0)
         return DT_OK;
     long long *steps;
     int n;
-    DT_TRY(list_steps(dir, &steps, &n));
+    DT_TRY(dt_ckpt_list(dir, &steps, &n));
     char path[PATH_LEN + 32];
     for (int i = 0; i + keep < n; i++) {
         snprintf(path, sizeof path, "%s/step-%lld", dir, steps[i]);
-        remove_folder(path);
+        dt_ckpt_remove_folder(path);
     }
     free(steps);
     return DT_OK;
@@ -211,23 +141,17 @@ static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a
 
 static dt_status json_int(const cJSON *j, const char *path, const char *key, int64_t *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(x) || x->valuedouble < 0)
-        return dt_err_set(DT_ERR_FORMAT, "%s: \"%s\" is missing or not a non-negative number",
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 9007199254740992.0) ||
+        x->valuedouble != (double)(int64_t)x->valuedouble)
+        return dt_err_set(DT_ERR_FORMAT, "%s: \"%s\" is missing or not a whole number in "
+                          "[0, 2^53]",
                           path, key);
     *out = (int64_t)x->valuedouble;
     return DT_OK;
 }
 
-static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps_out) {
-    char *text;
-    DT_TRY(dt_read_text(path, "checkpoint state", 1 << 20, &text));
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return dt_err_set(DT_ERR_FORMAT, "%s: not a JSON object (corrupt checkpoint state)",
-                          path);
-    }
+dt_status dt_ckpt_state_from_json(const cJSON *j, const char *path, dt_train_state *s,
+                                  int *adam_steps_out) {
     int64_t adam_steps = 0;
     dt_status st = json_int(j, path, "step", &s->step);
     if (st == DT_OK)
@@ -260,6 +184,20 @@ static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps
             s->scaler.skipped = skipped;
         }
     }
+    return st;
+}
+
+static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps_out) {
+    char *text;
+    DT_TRY(dt_read_text(path, "checkpoint state", 1 << 20, &text));
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return dt_err_set(DT_ERR_FORMAT, "%s: not a JSON object (corrupt checkpoint state)",
+                          path);
+    }
+    dt_status st = dt_ckpt_state_from_json(j, path, s, adam_steps_out);
     cJSON_Delete(j);
     return st;
 }

@@ -1,4 +1,22 @@
-/* Full training state on disk, for exact resume: DIR/step-N/ holds
+/* Training state on disk, for exact resume.
+ *
+ * Sharded format (what dtrain writes): DIR/step-N/ holds
+ *   rank-R.safetensors  what world rank R owned: for each tensor slice, three 1-D F32 tensors
+ *                       "<HF name>", "exp_avg.<HF name>", "exp_avg_sq.<HF name>" (internal
+ *                       [out, in] layout, the slice's elements of its tp shard)
+ *   manifest.json       step, data position, AdamW step count, seed, loss scale; the model
+ *                       shape, the layout and config that wrote it; every tensor's global
+ *                       shape and dtype; for every file its size, CRC32C and slices (tensor,
+ *                       tp split/parts/index, the shard's rows and cols, first element and
+ *                       count, and the byte offsets of the three pieces in the file)
+ *   manifest.crc32c     the manifest's own CRC32C
+ * Each rank writes its file (fsync'ed) into a folder named for this writer alone
+ * (step-N.partial-<pid>-<nonce>), rank 0 then the manifest, and renames the folder to step-N
+ * when every rank has succeeded (then fsyncs DIR): step-N is complete or absent. Each rank
+ * loads only the slices its own layout holds, by pread, straight into its arenas, so any
+ * layout resumes any other's checkpoint.
+ *
+ * Whole format (older dtrain, still loaded): DIR/step-N/ holds
  *   model.safetensors  weights, HuggingFace names (usable by dtrain sample and transformers)
  *   optim.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>" (internal layout)
  *   state.json         step, data-loader position, AdamW step count, seed, fp16 loss scale
@@ -12,9 +30,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/config.h"
 #include "models/gpt.h"
 #include "optim/loss_scale.h"
+#include "train/engine.h"
 
 typedef struct dt_train_state {
     int64_t step;               /* optimizer steps completed */
@@ -30,13 +50,52 @@ typedef struct dt_ckpt_arenas {
     int adam_steps;
 } dt_ckpt_arenas;
 
-dt_status dt_ckpt_save(const char *dir, const dt_gpt *g, const dt_ckpt_arenas *a,
-                       const dt_train_state *s, const dt_config *cfg);
 /* Remove all but the newest `keep` complete folders (keep 0 = keep all). */
 dt_status dt_ckpt_prune(const char *dir, int keep);
-/* Path of the newest complete step-N folder in dir into out ("" when there is none). */
-dt_status dt_ckpt_latest(const char *dir, char *out, size_t out_len);
 dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
                        dt_train_state *s);
+
+/* Every step-N folder with a manifest or state.json in dir, ascending; *steps malloc'ed. */
+dt_status dt_ckpt_list(const char *dir, long long **steps, int *n);
+void dt_ckpt_remove_folder(const char *path);
+
+/* ---- sharded format --------------------------------------------------------------------- */
+
+/* The accountant's buffer for checksumming (temp, "ckpt.io"): the only memory a sharded save
+ * or load adds beyond training (plus the offloaded moments' copy of dt_engine_view). */
+#define DT_CKPT_IO_BYTES ((size_t)8 << 20)
+
+typedef struct dt_ckpt_meta {
+    const dt_train_state *state;
+    int adam_steps;
+    const char *layout; /* "dp=2 tp=1 ..." or NULL */
+    const char *config; /* the run's configuration as INI text, or NULL */
+} dt_ckpt_meta;
+
+/* Collective over world: every rank writes its view (dt_engine_view_begin with load =
+ * false), rank 0 the manifest and the rename. On failure no step-N appears and the partial
+ * folder is removed; the training state is untouched. io: io_len bytes of scratch. */
+dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
+                               const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
+                               size_t io_len);
+/* Whether folder holds a sharded checkpoint (its manifest.json exists). */
+bool dt_ckpt_is_sharded(const char *folder);
+/* Collective: the manifest's checksum and parse, every file's presence, size and CRC32C
+ * (rank r checksums files r, r + world, ...). The error names the folder and what is wrong. */
+dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io_len);
+/* Local: fill the view (dt_engine_view_begin with load = true) from the slices that hold it,
+ * after checking the model shape against the manifest's; state and AdamW step count too. */
+dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
+                               dt_train_state *s, int *adam_steps);
+/* The model shape the manifest records (arch, sizes, max_seq_len, rope_theta, norm_eps). */
+dt_status dt_ckpt_model_config(const char *folder, dt_model_config *cfg);
+/* A one-process model's weights (g built with no splits; w: dt_gpt_numel floats). */
+dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w);
+
+/* dtrain convert: a sharded checkpoint -> one HuggingFace safetensors file (the weights;
+ * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero
+ * moments, data position 0, seed `seed`) that any layout resumes. One process. */
+dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out);
+dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t seed);
 
 #endif

@@ -84,6 +84,23 @@ dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *tar
  * whatever the layout, offloaded or not. */
 dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v);
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v);
+/* A rank's own part of the state, for sharded checkpoints (train/checkpoint.h): weights of
+ * local-arena elements [w_first, w_first + w_count) at w, moments of [m_first, m_first +
+ * m_count) at m and v (each pointer at its range's first element). To save, both ranges are
+ * the rank's ZeRO partition of the local arena (also under ZeRO 0, so the data-parallel ranks
+ * share the writing); to load, they are everything the rank holds. Offloaded moments are
+ * copied into a temporary (accountant: temp, "state.offload", 2 x the optimizer's range:
+ * n_total floats under ZeRO 0, own_count otherwise) that
+ * dt_engine_view_end releases, after writing it back to the file when loading. */
+typedef struct dt_engine_view {
+    int64_t w_first, w_count, m_first, m_count;
+    float *w, *m, *v;
+    float *tmp; /* NULL unless the moments are offloaded */
+} dt_engine_view;
+dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out);
+/* loaded: the view's contents were replaced (the bf16 copy and ZeRO-3's gathered units are
+ * refreshed, offloaded moments written back). Always releases the temporary. */
+dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded);
 int dt_engine_adam_steps(const dt_engine *e);
 void dt_engine_set_adam_steps(dt_engine *e, int t);
 

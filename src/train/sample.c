@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 static int32_t draw(const float *logits, int V, float temperature, uint64_t seed, int i) {
@@ -82,9 +83,11 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
         snprintf(path, sizeof path, "%s/model.safetensors", checkpoint);
     else
         snprintf(path, sizeof path, "%s", checkpoint);
+    bool sharded = S_ISDIR(sb.st_mode) && dt_ckpt_is_sharded(checkpoint);
     dt_config cfg;
     dt_config_defaults(&cfg);
-    DT_TRY(dt_gpt_config_from_file(path, &cfg.model));
+    DT_TRY(sharded ? dt_ckpt_model_config(checkpoint, &cfg.model)
+                   : dt_gpt_config_from_file(path, &cfg.model));
     dt_mem *mem = NULL;
     dt_gpt *g = NULL;
     int32_t *tok = NULL, *out = NULL;
@@ -93,7 +96,10 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
     int T = cfg.model.max_seq_len;
     dt_gpt_opts opts = {.B = 1, .T = T, .precision = DT_PREC_FP32};
     DT_TRY_GOTO(dt_gpt_init(&cfg.model, &opts, mem, &g));
-    DT_TRY_GOTO(dt_gpt_load(g, dt_gpt_weights(g), path));
+    if (sharded)
+        DT_TRY_GOTO(dt_ckpt_load_weights(checkpoint, g, dt_gpt_weights(g)));
+    else
+        DT_TRY_GOTO(dt_gpt_load(g, dt_gpt_weights(g), path));
     int n_prompt = prompt && *prompt ? (int)strlen(prompt) : 1;
     tok = malloc((size_t)n_prompt * sizeof *tok);
     out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);

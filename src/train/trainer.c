@@ -46,13 +46,10 @@ static dt_status resume(trainer *t) {
     char folder[4096] = "";
     if (!k->resume[0])
         return DT_OK;
-    dt_status st = DT_OK;
     if (strcmp(k->resume, "auto") != 0)
         snprintf(folder, sizeof folder, "%s", k->resume);
-    else if (is_root(t))
-        st = dt_ckpt_latest(k->dir, folder, sizeof folder);
-    DT_TRY(dt_comm_agree(t->world, st));
-    DT_TRY(dt_comm_broadcast(t->world, folder, sizeof folder, 0));
+    else
+        DT_TRY(dt_booster_find_checkpoint(t->booster, k->dir, folder, sizeof folder));
     if (!folder[0]) {
         dt_info("resume=auto: no checkpoint in %s yet, starting from step 0", k->dir);
         return DT_OK;

@@ -16,7 +16,7 @@ run=("$dtrain" train --config "$src/configs/tiny-$arch.ini" --data.train=data/tr
 
 "${run[@]}" --train.export=straight.safetensors --train.metrics=straight.jsonl > /dev/null
 "${run[@]}" --checkpoint.dir=ck --checkpoint.every=3 > /dev/null
-[ -f ck/step-3/state.json ] || { echo "FAIL: no checkpoint ck/step-3"; exit 1; }
+[ -f ck/step-3/manifest.json ] || { echo "FAIL: no checkpoint ck/step-3"; exit 1; }
 rm -rf ck/step-6 # as if the run had been killed after its step-3 checkpoint
 "${run[@]}" --checkpoint.dir=ck --checkpoint.every=3 --checkpoint.resume=auto \
     --train.export=resumed.safetensors --train.metrics=resumed.jsonl > resumed.log
@@ -30,12 +30,12 @@ check "steps 4-6 losses differ after resume" \
 
 # a checkpoint cut short is named, not loaded
 rm -rf ck/step-6
-size=$(stat -c %s ck/step-3/optim.safetensors)
-truncate -s $((size - 64)) ck/step-3/optim.safetensors
+size=$(stat -c %s ck/step-3/rank-00000.safetensors)
+truncate -s $((size - 64)) ck/step-3/rank-00000.safetensors
 if "${run[@]}" --checkpoint.dir=ck --checkpoint.resume=auto > out.log 2> err.log; then
     check "truncated checkpoint was accepted" false
 else
-    check "truncated checkpoint not named: $(cat err.log)" "grep -q 'optim.safetensors.*truncated' err.log"
+    check "truncated checkpoint not named: $(cat err.log)" "grep -q 'rank-00000.safetensors.*truncated' err.log"
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -86,3 +86,17 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/offload.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/offload_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
+
+# Sharded checkpoints: saved in dp2 ZeRO-3, tp2, pp2, sp2, bf16 and offload=disk, resumed in
+# one process, the same layout (byte-identical) and another layout (1e-5).
+foreach(arch gpt2 llama)
+  add_test(NAME train/ckpt_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/ckpt_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()
+
+# Damaged checkpoints are skipped by resume=auto; a save on a full disk or into an unwritable
+# folder fails cleanly and leaves nothing resume=auto could take.
+add_test(NAME train/ckpt_faults
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
+set_tests_properties(train/ckpt_faults PROPERTIES LABELS "train" TIMEOUT 300)

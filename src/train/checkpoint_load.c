@@ -1,0 +1,478 @@
+/* Sharded checkpoints: verify (checksums) and load into any layout (each rank reads the
+ * slices it needs by pread). See checkpoint.h. */
+#include "train/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/atomic.h"
+#include "io/crc32c.h"
+#include "train/checkpoint_impl.h"
+
+#define PATH_LEN 4096
+#define MANIFEST_MAX ((size_t)256 << 20)
+
+bool dt_ckpt_is_sharded(const char *folder) {
+    char path[PATH_LEN + 32];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/manifest.json", folder);
+    return stat(path, &sb) == 0;
+}
+
+/* The manifest, parsed, after its text matched manifest.crc32c. */
+static dt_status read_manifest(const char *folder, cJSON **out) {
+    char path[PATH_LEN + 32], *text = NULL, *sum = NULL;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/manifest.json", folder);
+    DT_TRY(dt_read_text(path, "checkpoint manifest", MANIFEST_MAX, &text));
+    snprintf(path, sizeof path, "%s/manifest.crc32c", folder);
+    dt_status st = dt_read_text(path, "checkpoint manifest checksum", 64, &sum);
+    if (st == DT_OK) {
+        unsigned long want = strtoul(sum, NULL, 16);
+        uint32_t got = dt_crc32c(0, text, strlen(text));
+        if (got != (uint32_t)want)
+            st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: checksum %08x, expected %08lx "
+                            "(the manifest was changed or damaged)", folder, got, want);
+    }
+    if (st == DT_OK) {
+        *out = cJSON_Parse(text);
+        if (!cJSON_IsObject(*out))
+            st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: not a JSON object", folder);
+    }
+    free(text);
+    free(sum);
+    if (st != DT_OK) {
+        cJSON_Delete(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static const cJSON *files_of(const cJSON *man, const char *folder, dt_status *st) {
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(man, "files");
+    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) < 1)
+        *st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"files\" is missing", folder);
+    return files;
+}
+
+/* a file entry's name (a plain name inside the folder), size and checksum */
+static dt_status file_entry(const cJSON *f, const char *folder, const char **name,
+                            double *bytes, uint32_t *crc) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "file");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(f, "crc32c");
+    if (!cJSON_IsString(n) || strchr(n->valuestring, '/') || !n->valuestring[0] ||
+        !cJSON_IsNumber(b) || !(b->valuedouble >= 0) || !cJSON_IsString(c))
+        return dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: a file entry lacks a plain "
+                          "\"file\" name, \"bytes\" or \"crc32c\"", folder);
+    *name = n->valuestring;
+    *bytes = b->valuedouble;
+    *crc = (uint32_t)strtoul(c->valuestring, NULL, 16);
+    return DT_OK;
+}
+
+dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io_len) {
+    cJSON *man = NULL;
+    dt_status st = read_manifest(folder, &man);
+    const cJSON *files = st == DT_OK ? files_of(man, folder, &st) : NULL;
+    for (int i = 0; st == DT_OK && i < cJSON_GetArraySize(files); i++) {
+        const char *name;
+        double bytes;
+        uint32_t want, crc;
+        uint64_t size;
+        char path[PATH_LEN + 300];
+        struct stat sb;
+        st = file_entry(cJSON_GetArrayItem(files, i), folder, &name, &bytes, &want);
+        if (st != DT_OK)
+            break;
+        snprintf(path, sizeof path, "%s/%s", folder, name);
+        if (stat(path, &sb) != 0) {
+            st = dt_err_set(DT_ERR_IO, "%s: missing (%s)", path, strerror(errno));
+        } else if ((double)sb.st_size != bytes) {
+            st = dt_err_set(DT_ERR_FORMAT, "%s: %lld bytes, the manifest says %.0f (truncated "
+                            "or damaged)", path, (long long)sb.st_size, bytes);
+        } else if (i % world->size == world->rank) {
+            st = dt_crc32c_file(path, io, io_len, &crc, &size);
+            if (st == DT_OK && crc != want)
+                st = dt_err_set(DT_ERR_FORMAT, "%s: checksum %08x, the manifest says %08x "
+                                "(damaged)", path, crc, want);
+        }
+    }
+    cJSON_Delete(man);
+    return dt_comm_agree(world, st);
+}
+
+/* ---- load ------------------------------------------------------------------------------- */
+
+typedef struct piece {
+    int file;
+    dt_shard spec; /* kind, parts, index, full shape (from the model) */
+    int64_t rows, cols, first, count, at[3];
+} piece;
+
+typedef struct loader {
+    const char *folder;
+    const dt_gpt *g;
+    int n_files, n_pieces;
+    int *fd;
+    double *bytes;
+    char **names;
+    piece *pieces;
+    int *by_tensor; /* [n_full + 1]: pieces of full tensor t are by_tensor[t]..[t+1] */
+} loader;
+
+static int64_t num(const cJSON *o, const char *key, bool *ok) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < 9.0e15) ||
+        x->valuedouble != (double)(int64_t)x->valuedouble) {
+        *ok = false;
+        return 0;
+    }
+    return (int64_t)x->valuedouble;
+}
+
+static int full_index(const dt_gpt *g, const char *name) {
+    for (int i = 0; i < dt_gpt_n_full_params(g); i++)
+        if (strcmp(dt_gpt_full_param(g, i)->name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* The model in the manifest is the run's: shape fields and every tensor's global shape. */
+static dt_status check_model(const cJSON *man, const char *folder, const dt_gpt *g) {
+    const dt_model_config *c = dt_gpt_config(g);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(man, "model");
+    const char *arch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "arch"));
+    if (!arch || strcmp(arch, dt_arch_name(c->arch)) != 0)
+        return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.arch is %s, the run's %s",
+                          folder, arch ? arch : "missing", dt_arch_name(c->arch));
+    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "ffn_hidden"};
+    int mine[] = {c->n_layer, c->n_head, dt_gpt_kv_heads(c), c->n_embd, c->vocab_size,
+                  dt_gpt_ffn_hidden(c)};
+    for (int i = 0; i < 6; i++) {
+        bool ok = true;
+        int64_t v = num(m, keys[i], &ok);
+        if (!ok || v != mine[i])
+            return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.%s is %lld, the run's %d",
+                              folder, keys[i], ok ? (long long)v : -1LL, mine[i]);
+    }
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(man, "tensors");
+    if (cJSON_GetArraySize(ts) != dt_gpt_n_full_params(g))
+        return dt_err_set(DT_ERR_ARG, "%s: the checkpoint has %d tensors, the run's model %d",
+                          folder, cJSON_GetArraySize(ts), dt_gpt_n_full_params(g));
+    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
+        const dt_param *p = dt_gpt_full_param(g, i);
+        const cJSON *t = cJSON_GetArrayItem(ts, i), *sh = cJSON_GetObjectItem(t, "shape");
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
+        bool same = name && strcmp(name, p->name) == 0 && cJSON_GetArraySize(sh) == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++)
+            same = cJSON_GetArrayItem(sh, d)->valuedouble == (double)p->shape[d];
+        if (!same)
+            return dt_err_set(DT_ERR_ARG, "%s: tensor %d is %s in the checkpoint, %s [%lld, %lld]"
+                              " in the run's model", folder, i, name ? name : "unnamed",
+                              p->name, (long long)p->shape[0],
+                              (long long)(p->ndim > 1 ? p->shape[1] : 1));
+    }
+    return DT_OK;
+}
+
+/* One slice entry, checked against the model and its file's size. */
+static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, int *tensor) {
+    bool ok = true;
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "tensor"));
+    const char *split = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "split"));
+    *tensor = name ? full_index(L->g, name) : -1;
+    int kind = -1;
+    for (int k = 0; split && k < DT_SHARD_KIND_COUNT; k++)
+        if (strcmp(split, (const char *[]){"none", "rows", "cols", "qkv"}[k]) == 0)
+            kind = k;
+    if (*tensor < 0 || kind < 0)
+        return dt_err_set(DT_ERR_FORMAT, "%s/%s: a slice names an unknown tensor or split "
+                          "(%s, %s)", L->folder, L->names[file], name ? name : "?",
+                          split ? split : "?");
+    const dt_param *p = dt_gpt_full_param(L->g, *tensor);
+    out->file = file;
+    out->spec = p->shard;
+    out->spec.kind = (dt_shard_kind)kind;
+    out->spec.parts = (int)num(s, "parts", &ok);
+    out->spec.index = (int)num(s, "index", &ok);
+    out->rows = num(s, "rows", &ok);
+    out->cols = num(s, "cols", &ok);
+    out->first = num(s, "first", &ok);
+    out->count = num(s, "count", &ok);
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(s, "offsets");
+    for (int k = 0; k < 3; k++) {
+        const cJSON *x = cJSON_GetArrayItem(at, k);
+        ok = ok && cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 9.0e15;
+        out->at[k] = ok ? (int64_t)x->valuedouble : 0;
+        ok = ok && (double)out->at[k] + 4.0 * (double)out->count <= L->bytes[file];
+    }
+    int64_t rows = 0, cols = 0;
+    if (ok && out->spec.parts >= 1 && out->spec.index < out->spec.parts &&
+        (kind != DT_SHARD_NONE || out->spec.parts == 1) &&
+        (kind != DT_SHARD_COLS || p->shard.full_cols % out->spec.parts == 0) &&
+        (kind != DT_SHARD_QKV || p->shard.sec[0] % out->spec.parts == 0))
+        dt_shard_local_shape(&out->spec, &rows, &cols);
+    if (!ok || rows != out->rows || cols != out->cols || out->count < 1 ||
+        out->first + out->count > rows * cols)
+        return dt_err_set(DT_ERR_FORMAT, "%s/%s: slice of %s: its split, shape, range or "
+                          "offsets do not fit the tensor or the file", L->folder,
+                          L->names[file], p->name);
+    return DT_OK;
+}
+
+static void loader_close(loader *L) {
+    for (int i = 0; L->fd && i < L->n_files; i++)
+        if (L->fd[i] >= 0)
+            close(L->fd[i]);
+    free(L->fd);
+    free(L->bytes);
+    free(L->names);
+    free(L->pieces);
+    free(L->by_tensor);
+}
+
+/* The files and their slices, grouped by full tensor (counting sort). */
+static dt_status loader_open(loader *L, const cJSON *man) {
+    dt_status st = DT_OK;
+    const cJSON *files = files_of(man, L->folder, &st);
+    DT_TRY(st);
+    int nf = cJSON_GetArraySize(files), nt = dt_gpt_n_full_params(L->g), total = 0;
+    for (int i = 0; i < nf; i++)
+        total += cJSON_GetArraySize(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(files, i), "slices"));
+    L->n_files = nf;
+    L->fd = malloc((size_t)nf * sizeof *L->fd);
+    L->bytes = malloc((size_t)nf * sizeof *L->bytes);
+    L->names = malloc((size_t)nf * sizeof *L->names);
+    L->pieces = malloc((size_t)(total + 1) * sizeof *L->pieces);
+    L->by_tensor = calloc((size_t)nt + 2, sizeof *L->by_tensor);
+    piece *tmp = malloc((size_t)(total + 1) * sizeof *tmp);
+    int *tid = malloc((size_t)(total + 1) * sizeof *tid);
+    if (!L->fd || !L->bytes || !L->names || !L->pieces || !L->by_tensor || !tmp || !tid)
+        st = dt_err_set(DT_ERR_OOM, "checkpoint: out of memory for the manifest's slices");
+    for (int i = 0; L->fd && i < nf; i++)
+        L->fd[i] = -1;
+    int n = 0;
+    for (int i = 0; st == DT_OK && i < nf; i++) {
+        const cJSON *f = cJSON_GetArrayItem(files, i);
+        uint32_t crc;
+        st = file_entry(f, L->folder, (const char **)&L->names[i], &L->bytes[i], &crc);
+        const cJSON *sl = cJSON_GetObjectItemCaseSensitive(f, "slices");
+        for (int k = 0; st == DT_OK && k < cJSON_GetArraySize(sl); k++, n++)
+            st = parse_piece(L, cJSON_GetArrayItem(sl, k), i, &tmp[n], &tid[n]);
+    }
+    if (st == DT_OK) {
+        for (int i = 0; i < n; i++)
+            L->by_tensor[tid[i] + 1]++;
+        for (int t = 0; t < nt; t++)
+            L->by_tensor[t + 1] += L->by_tensor[t];
+        int *at = calloc((size_t)nt + 1, sizeof *at);
+        if (!at)
+            st = dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
+        for (int i = 0; at && i < n; i++)
+            L->pieces[L->by_tensor[tid[i]] + at[tid[i]]++] = tmp[i];
+        free(at);
+        L->n_pieces = n;
+    }
+    free(tmp);
+    free(tid);
+    return st;
+}
+
+static dt_status file_fd(loader *L, int file, int *fd) {
+    if (L->fd[file] < 0) {
+        char path[PATH_LEN + 300];
+        size_t size;
+        snprintf(path, sizeof path, "%s/%s", L->folder, L->names[file]);
+        DT_TRY(dt_file_open_regular(path, "checkpoint shard", &L->fd[file], &size));
+        if ((double)size != L->bytes[file])
+            return dt_err_set(DT_ERR_FORMAT, "%s: %zu bytes, the manifest says %.0f (truncated "
+                              "or damaged)", path, size, L->bytes[file]);
+    }
+    *fd = L->fd[file];
+    return DT_OK;
+}
+
+/* Where full element (r, c) lies in shard `index` of a saved spec: local (i, j), and how many
+ * columns from there stay in that shard's row. */
+static int64_t saved_place(const piece *pc, int64_t r, int64_t c, int *index, int64_t *i,
+                           int64_t *j) {
+    const dt_shard *s = &pc->spec;
+    *index = 0;
+    *i = r;
+    *j = c;
+    switch (s->kind) {
+    case DT_SHARD_ROWS: {
+        int64_t rows = (s->full_rows + s->parts - 1) / s->parts;
+        *index = (int)(r / rows);
+        *i = r % rows;
+        return s->full_cols - c;
+    }
+    case DT_SHARD_COLS: {
+        int64_t cols = s->full_cols / s->parts;
+        *index = (int)(c / cols);
+        *j = c % cols;
+        return cols - *j;
+    }
+    case DT_SHARD_QKV: {
+        int64_t start = 0, before = 0;
+        for (int k = 0; k < 3; k++) {
+            int64_t per = s->sec[k] / s->parts;
+            if (r < start + s->sec[k]) {
+                *index = (int)((r - start) / per);
+                *i = before + (r - start) % per;
+                break;
+            }
+            start += s->sec[k];
+            before += per;
+        }
+        return s->full_cols - c;
+    }
+    default:
+        return s->full_cols - c;
+    }
+}
+
+/* n floats of full tensor t from (r, c) on (one row), kind k (0 weights, 1 m, 2 v) */
+static dt_status read_run(loader *L, int t, int64_t r, int64_t c, int64_t n, int k, float *dst) {
+    while (n > 0) {
+        int64_t got = 0;
+        for (int q = L->by_tensor[t]; q < L->by_tensor[t + 1] && !got; q++) {
+            const piece *pc = &L->pieces[q];
+            int index;
+            int64_t i, j, left = saved_place(pc, r, c, &index, &i, &j), flat = i * pc->cols + j;
+            if (index != pc->spec.index || flat < pc->first || flat >= pc->first + pc->count)
+                continue;
+            got = n < left ? n : left;
+            if (got > pc->first + pc->count - flat)
+                got = pc->first + pc->count - flat;
+            int fd;
+            DT_TRY(file_fd(L, pc->file, &fd));
+            size_t want = (size_t)got * sizeof(float);
+            off_t off = (off_t)(pc->at[k] + (flat - pc->first) * (int64_t)sizeof(float));
+            for (size_t done = 0; done < want;) {
+                ssize_t x = pread(fd, (char *)dst + done, want - done, off + (off_t)done);
+                if (x <= 0)
+                    return dt_err_set(DT_ERR_IO, "%s/%s: read failed at byte %lld: %s",
+                                      L->folder, L->names[pc->file], (long long)off + (long long)done,
+                                      x < 0 ? strerror(errno) : "end of file");
+                done += (size_t)x;
+            }
+        }
+        if (!got)
+            return dt_err_set(DT_ERR_FORMAT, "%s: element [%lld, %lld] of %s is in no file of "
+                              "the checkpoint (a shard is missing)", L->folder, (long long)r,
+                              (long long)c, dt_gpt_full_param(L->g, t)->name);
+        n -= got;
+        c += got;
+        dst += got;
+    }
+    return DT_OK;
+}
+
+/* Local-arena elements [first, first + count) of kind k into dst: each local tensor's part,
+ * row by row of its tp shard, zeros in padding. */
+static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst) {
+    memset(dst, 0, (size_t)count * sizeof *dst);
+    for (int pi = 0; pi < dt_gpt_n_params(L->g); pi++) {
+        const dt_param *p = dt_gpt_param(L->g, pi);
+        int64_t a = first > p->offset ? first : p->offset;
+        int64_t b = first + count < p->offset + p->numel ? first + count : p->offset + p->numel;
+        int t = full_index(L->g, p->name);
+        int64_t rows, cols;
+        dt_shard_local_shape(&p->shard, &rows, &cols);
+        for (int64_t e = a - p->offset; e < b - p->offset;) {
+            int64_t i = e / cols, j = e % cols, end = (i + 1) * cols, col0;
+            if (end > b - p->offset)
+                end = b - p->offset;
+            int64_t r = dt_shard_full_row(&p->shard, p->shard.index, i, &col0);
+            if (r >= 0)
+                DT_TRY(read_run(L, t, r, col0 + j, end - e, k, dst + (p->offset + e - first)));
+            e = end;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
+                               dt_train_state *s, int *adam_steps) {
+    cJSON *man = NULL;
+    DT_TRY(read_manifest(folder, &man));
+    loader L = {.folder = folder, .g = g};
+    char path[PATH_LEN + 32];
+    snprintf(path, sizeof path, "%s/manifest.json", folder);
+    dt_status st = dt_ckpt_state_from_json(man, path, s, adam_steps);
+    if (st == DT_OK)
+        st = check_model(man, folder, g);
+    if (st == DT_OK)
+        st = loader_open(&L, man);
+    if (st == DT_OK)
+        st = fill(&L, 0, v->w_first, v->w_count, v->w);
+    if (st == DT_OK)
+        st = fill(&L, 1, v->m_first, v->m_count, v->m);
+    if (st == DT_OK)
+        st = fill(&L, 2, v->m_first, v->m_count, v->v);
+    loader_close(&L);
+    cJSON_Delete(man);
+    return st;
+}
+
+dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
+    cJSON *man = NULL;
+    DT_TRY(read_manifest(folder, &man));
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(man, "model");
+    const char *arch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "arch"));
+    int k = 0;
+    while (arch && k < DT_ARCH_COUNT && strcmp(arch, dt_arch_name((dt_arch)k)) != 0)
+        k++;
+    bool ok = arch && k < DT_ARCH_COUNT;
+    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size",
+                          "ffn_hidden", "max_seq_len"};
+    int64_t v[7];
+    for (int i = 0; i < 7; i++) {
+        v[i] = num(m, keys[i], &ok);
+        ok = ok && v[i] >= 1 && v[i] <= (1 << 24);
+    }
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(m, "rope_theta");
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(m, "norm_eps");
+    ok = ok && cJSON_IsNumber(theta) && cJSON_IsNumber(eps);
+    dt_status st = DT_OK;
+    if (!ok) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"model\" lacks a known arch or a "
+                        "positive %s..%s", folder, keys[0], keys[6]);
+    } else {
+        c->arch = (dt_arch)k;
+        c->n_layer = (int)v[0];
+        c->n_head = (int)v[1];
+        c->n_kv_head = c->arch == DT_ARCH_LLAMA ? (int)v[2] : 0;
+        c->n_embd = (int)v[3];
+        c->vocab_size = (int)v[4];
+        c->ffn_hidden = c->arch == DT_ARCH_LLAMA ? (int)v[5] : 0;
+        c->max_seq_len = (int)v[6];
+        c->rope_theta = (float)theta->valuedouble;
+        c->norm_eps = (float)eps->valuedouble;
+    }
+    cJSON_Delete(man);
+    return st;
+}
+
+dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
+    cJSON *man = NULL;
+    DT_TRY(read_manifest(folder, &man));
+    loader L = {.folder = folder, .g = g};
+    dt_status st = check_model(man, folder, g);
+    if (st == DT_OK)
+        st = loader_open(&L, man);
+    if (st == DT_OK)
+        st = fill(&L, 0, 0, dt_gpt_numel(g), w);
+    loader_close(&L);
+    cJSON_Delete(man);
+    return st;
+}

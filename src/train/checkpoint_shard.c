@@ -1,0 +1,273 @@
+/* Sharded checkpoints: every rank writes the part it owns, rank 0 the manifest; each rank
+ * reads back only the slices its own layout needs. See checkpoint.h. */
+#define _GNU_SOURCE /* renameat2 */
+#include "train/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/atomic.h"
+#include "io/crc32c.h"
+#include "io/safetensors.h"
+#include "train/checkpoint_impl.h"
+
+#define PATH_LEN 4096
+#define MANIFEST_MAX ((size_t)256 << 20)
+
+static const char *const split_names[DT_SHARD_KIND_COUNT] = {"none", "rows", "cols", "qkv"};
+
+static void rank_file(char *out, size_t n, const char *folder, int rank, const char *ext) {
+    snprintf(out, n, "%s/rank-%05d.%s", folder, rank, ext);
+}
+
+/* ---- save ------------------------------------------------------------------------------- */
+
+/* The slices of one rank: for every tensor of its local table that its saving range
+ * overlaps (GPT-2's tied copy and, off tp rank 0, replicated tensors excluded), the local
+ * elements [a, b) of the tensor, as three 1-D tensors: weights, exp_avg, exp_avg_sq. */
+typedef struct slice {
+    const dt_param *p;
+    int64_t a, b;
+    int64_t at[3]; /* byte offsets in the file */
+} slice;
+
+static int collect_slices(const dt_gpt *g, const dt_engine_view *v, slice *out) {
+    int n = 0, tied = dt_gpt_tied_copy(g);
+    int64_t lo = v->w_first, hi = v->w_first + v->w_count;
+    for (int i = 0; i < dt_gpt_n_params(g); i++) {
+        const dt_param *p = dt_gpt_param(g, i);
+        if (i == tied || (p->shard.kind == DT_SHARD_NONE && dt_gpt_par(g)->tp->rank != 0))
+            continue;
+        int64_t a = lo > p->offset ? lo : p->offset;
+        int64_t b = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+        if (a < b)
+            out[n++] = (slice){.p = p, .a = a - p->offset, .b = b - p->offset};
+    }
+    return n;
+}
+
+static cJSON *slice_json(const slice *s) {
+    cJSON *j = cJSON_CreateObject();
+    int64_t rows, cols;
+    dt_shard_local_shape(&s->p->shard, &rows, &cols);
+    cJSON_AddStringToObject(j, "tensor", s->p->name);
+    cJSON_AddStringToObject(j, "split", split_names[s->p->shard.kind]);
+    cJSON_AddNumberToObject(j, "parts", s->p->shard.parts);
+    cJSON_AddNumberToObject(j, "index", s->p->shard.index);
+    cJSON_AddNumberToObject(j, "rows", (double)rows);
+    cJSON_AddNumberToObject(j, "cols", (double)cols);
+    cJSON_AddNumberToObject(j, "first", (double)s->a);
+    cJSON_AddNumberToObject(j, "count", (double)(s->b - s->a));
+    cJSON *o = cJSON_AddArrayToObject(j, "offsets");
+    for (int k = 0; k < 3; k++)
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)s->at[k]));
+    return j;
+}
+
+/* This rank's safetensors file (fsync'ed) and its description rank-R.json: the slices, the
+ * file's size and CRC32C. */
+static dt_status write_rank(const char *tmp, int rank, const dt_gpt *g, const dt_engine_view *v,
+                            void *io, size_t io_len) {
+    slice *sl = malloc((size_t)(dt_gpt_n_params(g) + 1) * sizeof *sl);
+    char (*names)[2][128] = malloc((size_t)(dt_gpt_n_params(g) + 1) * sizeof *names);
+    dt_st_writer *w = NULL;
+    cJSON *desc = NULL;
+    dt_status st = !sl || !names ? dt_err_set(DT_ERR_OOM, "checkpoint: out of memory")
+                                : dt_st_writer_init(&w);
+    int n = st == DT_OK ? collect_slices(g, v, sl) : 0;
+    const float *src[3] = {v->w - v->w_first, v->m - v->m_first, v->v - v->m_first};
+    for (int i = 0; i < n && st == DT_OK; i++) {
+        int64_t count = sl[i].b - sl[i].a, at = sl[i].p->offset + sl[i].a;
+        snprintf(names[i][0], sizeof names[i][0], "exp_avg.%s", sl[i].p->name);
+        snprintf(names[i][1], sizeof names[i][1], "exp_avg_sq.%s", sl[i].p->name);
+        const char *nm[3] = {sl[i].p->name, names[i][0], names[i][1]};
+        for (int k = 0; k < 3 && st == DT_OK; k++)
+            st = dt_st_writer_add(w, nm[k], DT_ST_F32, 1, &count, src[k] + at);
+    }
+    char path[2 * PATH_LEN];
+    int64_t data = 0;
+    if (st == DT_OK)
+        st = dt_st_writer_set_metadata(w, "format", "dtrain-shard");
+    if (st == DT_OK)
+        st = dt_st_writer_data_start(w, &data);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++) {
+            sl[i].at[k] = data;
+            data += (sl[i].b - sl[i].a) * (int64_t)sizeof(float);
+        }
+    rank_file(path, sizeof path, tmp, rank, "safetensors");
+    if (st == DT_OK)
+        st = dt_st_writer_commit(w, path);
+    uint32_t crc = 0;
+    uint64_t size = 0;
+    if (st == DT_OK)
+        st = dt_crc32c_file(path, io, io_len, &crc, &size);
+    if (st == DT_OK && (int64_t)size != data)
+        st = dt_err_set(DT_ERR_IO, "%s: wrote %llu bytes, expected %lld", path,
+                        (unsigned long long)size, (long long)data);
+    if (st == DT_OK) {
+        desc = cJSON_CreateObject();
+        char file[64], hex[16];
+        snprintf(file, sizeof file, "rank-%05d.safetensors", rank);
+        snprintf(hex, sizeof hex, "%08x", crc);
+        cJSON_AddStringToObject(desc, "file", file);
+        cJSON_AddNumberToObject(desc, "bytes", (double)size);
+        cJSON_AddStringToObject(desc, "crc32c", hex);
+        cJSON *arr = cJSON_AddArrayToObject(desc, "slices");
+        for (int i = 0; i < n; i++)
+            cJSON_AddItemToArray(arr, slice_json(&sl[i]));
+        char *text = cJSON_PrintUnformatted(desc);
+        rank_file(path, sizeof path, tmp, rank, "json");
+        st = text ? dt_atomic_write_file(path, text, strlen(text))
+                  : dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
+        free(text);
+    }
+    cJSON_Delete(desc);
+    dt_st_writer_free(w);
+    free(names);
+    free(sl);
+    return st;
+}
+
+static cJSON *model_json(const dt_model_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "arch", dt_arch_name(c->arch));
+    cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
+    cJSON_AddNumberToObject(j, "n_head", c->n_head);
+    cJSON_AddNumberToObject(j, "n_kv_head", dt_gpt_kv_heads(c));
+    cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(j, "ffn_hidden", dt_gpt_ffn_hidden(c));
+    cJSON_AddNumberToObject(j, "max_seq_len", c->max_seq_len);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
+    return j;
+}
+
+/* rank 0: the manifest from the ranks' descriptions (which are then removed), and its
+ * checksum file. */
+static dt_status write_manifest(const char *tmp, int world, const dt_gpt *g,
+                                const dt_ckpt_meta *meta) {
+    cJSON *j = dt_ckpt_state_json(meta->state, meta->adam_steps);
+    if (!j)
+        return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
+    dt_status st = DT_OK;
+    cJSON_AddStringToObject(j, "format", "dtrain-sharded");
+    cJSON_AddNumberToObject(j, "version", 1);
+    cJSON_AddItemToObject(j, "model", model_json(dt_gpt_config(g)));
+    if (meta->layout)
+        cJSON_AddStringToObject(j, "layout", meta->layout);
+    if (meta->config)
+        cJSON_AddStringToObject(j, "config", meta->config);
+    cJSON *ts = cJSON_AddArrayToObject(j, "tensors");
+    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
+        const dt_param *p = dt_gpt_full_param(g, i);
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "name", p->name);
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        cJSON *sh = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < p->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)p->shape[d]));
+        cJSON_AddItemToArray(ts, t);
+    }
+    cJSON *files = cJSON_AddArrayToObject(j, "files");
+    char path[2 * PATH_LEN];
+    for (int r = 0; r < world && st == DT_OK; r++) {
+        char *text = NULL;
+        rank_file(path, sizeof path, tmp, r, "json");
+        st = dt_read_text(path, "checkpoint rank description", MANIFEST_MAX, &text);
+        cJSON *d = st == DT_OK ? cJSON_Parse(text) : NULL;
+        free(text);
+        if (st == DT_OK && !d)
+            st = dt_err_set(DT_ERR_FORMAT, "%s: not JSON", path);
+        if (d)
+            cJSON_AddItemToArray(files, d);
+    }
+    char *text = st == DT_OK ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (st == DT_OK && !text)
+        st = dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
+    if (st == DT_OK) {
+        snprintf(path, sizeof path, "%s/manifest.json", tmp);
+        st = dt_atomic_write_file(path, text, strlen(text));
+    }
+    if (st == DT_OK) {
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x\n", dt_crc32c(0, text, strlen(text)));
+        snprintf(path, sizeof path, "%s/manifest.crc32c", tmp);
+        st = dt_atomic_write_file(path, hex, strlen(hex));
+    }
+    free(text);
+    for (int r = 0; r < world && st == DT_OK; r++) {
+        rank_file(path, sizeof path, tmp, r, "json");
+        unlink(path);
+    }
+    return st;
+}
+
+static dt_status fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) {
+        dt_status st = dt_err_set(DT_ERR_IO, "checkpoint: cannot sync folder %s: %s", dir,
+                                  strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return st;
+    }
+    close(fd);
+    return DT_OK;
+}
+
+/* tmp -> final; an existing final (the same step saved again) is swapped out atomically
+ * first and removed after, so step-N is at every moment either the old or the new one. */
+static dt_status publish(const char *dir, const char *tmp, const char *final) {
+    struct stat sb;
+    if (stat(final, &sb) == 0) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+            return dt_err_set(DT_ERR_IO, "checkpoint: cannot replace %s: %s", final,
+                              strerror(errno));
+        dt_ckpt_remove_folder(tmp); /* now the old one */
+    } else if (rename(tmp, final) != 0) {
+        return dt_err_set(DT_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final,
+                          strerror(errno));
+    }
+    return fsync_dir(dir);
+}
+
+dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
+                               const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
+                               size_t io_len) {
+    char final[PATH_LEN], tmp[PATH_LEN + 64];
+    snprintf(final, sizeof final, "%s/step-%lld", dir, (long long)meta->state->step);
+    dt_status st = DT_OK;
+    if (world->rank == 0) {
+        /* a name of this writer's own: two runs given one folder never share a partial one */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(tmp, sizeof tmp, "%s.partial-%d-%lx", final, (int)getpid(),
+                 (unsigned long)(ts.tv_nsec ^ ts.tv_sec));
+        st = dt_mkdirs(dir);
+        if (st == DT_OK && mkdir(tmp, 0777) != 0)
+            st = dt_err_set(DT_ERR_IO, "checkpoint: cannot create %s: %s", tmp,
+                            strerror(errno));
+    }
+    DT_TRY(dt_comm_agree(world, st));
+    DT_TRY(dt_comm_broadcast(world, tmp, sizeof tmp, 0));
+    st = dt_comm_agree(world, write_rank(tmp, world->rank, g, v, io, io_len));
+    if (st == DT_OK && world->rank == 0) {
+        st = write_manifest(tmp, world->size, g, meta);
+        if (st == DT_OK)
+            st = publish(dir, tmp, final);
+    }
+    st = dt_comm_agree(world, st);
+    if (st != DT_OK && world->rank == 0)
+        dt_ckpt_remove_folder(tmp); /* never a folder resume could take */
+    return st;
+}
