@@ -209,7 +209,9 @@ INLINE void gemm_acc(float *out, int64_t os, int nrows, const float *a, int64_t 
  * with bt the transposed key (or value) tile packed by pack_t. */
 INLINE void tile_abt(float *restrict s, const float *a, int64_t a_stride, const float *bt,
                      int nr, int hs, band bd, const int isa) {
-    memset(s, 0, sizeof(float) * nr * BC);
+    if (nr <= 0) /* also tells GCC the memset size cannot be negative */
+        return;
+    memset(s, 0, sizeof(float) * (size_t)nr * BC);
     gemm_acc(s, BC, nr, a, a_stride, 1, bt, BC, hs, BC, bd, isa);
 }
 
