@@ -77,6 +77,7 @@ typedef struct dt_train_config {
     char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
     char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
     char mem_timeline[DT_PATH_MAX]; /* JSON log of allocations and saved sets per rank; "" = off */
+    int comm_timeout; /* seconds a collective or pipeline receive may wait; 0 = no watchdog */
 } dt_train_config;
 
 typedef struct dt_optim_config {
@@ -115,6 +116,7 @@ typedef struct dt_checkpoint_config {
     int every;              /* 0 = off */
     char resume[DT_PATH_MAX]; /* "" = start fresh, "auto" = newest in dir, or a step folder */
     int keep;               /* newest folders to keep; 0 = all */
+    bool async;             /* write shards from a background thread while training goes on */
 } dt_checkpoint_config;
 
 typedef struct dt_config {

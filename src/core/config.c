@@ -81,6 +81,7 @@ static const field fields[] = {
     F_INT(train, eval_batches), F_INT(train, sample_tokens), F_STR(train, "metrics", metrics),
     F_STR(train, "export", export_path), F_STR(train, "mem_report", mem_report),
     F_STR(train, "trace", trace), F_STR(train, "mem_timeline", mem_timeline),
+    F_INT(train, comm_timeout),
     F_FLOAT(optim, lr), F_FLOAT(optim, min_lr), F_INT(optim, warmup_steps),
     F_ENUM(optim, schedule, dt_lr_schedule, schedule_names), F_FLOAT(optim, beta1),
     F_FLOAT(optim, beta2), F_FLOAT(optim, eps), F_FLOAT(optim, weight_decay),
@@ -97,7 +98,7 @@ static const field fields[] = {
     F_INT(plugin, loss_scale_window), F_FLOAT(plugin, initial_scale),
     F_FLOAT(plugin, offload_window_mb),
     F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
-    F_INT(checkpoint, keep),
+    F_INT(checkpoint, keep), F_BOOL(checkpoint, async),
 };
 enum { N_FIELDS = (int)(sizeof fields / sizeof *fields) };
 
@@ -164,6 +165,7 @@ void dt_config_defaults(dt_config *c) {
     set_str(p->pp_schedule, "1f1b");
     set_str(c->checkpoint.dir, "runs/fortunes/ckpt");
     c->checkpoint.every = 300, c->checkpoint.keep = 2;
+    t->comm_timeout = 300;
 }
 
 /* ---- lookup and "did you mean" ---- */
