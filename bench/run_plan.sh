@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The planner's step time against measurement (not a test). Runs a set of layouts of one small
 # GPT-2 on this machine (2 ranks, 1 thread each) and, for each, asks `dtrain plan --explain`
-# for its predicted step time on `--device this` (matmul peaks and memory-copy rate measured
-# once, at the start, with one thread, see src/cli/plan_device.c; reused as flags). Reports predicted vs measured (median step_ms of steps 3-6 of
+# for its predicted step time on `--device this`, measured with one thread right after the
+# run (src/cli/plan_device.c, plan_probe.c: the matmul peaks and the rate of every product
+# shape the layout runs, the attention kernel, norm and activation rates at the model's
+# shapes, a memory-copy rate). Reports predicted vs measured (median step_ms of steps 3-6 of
 # the metrics JSONL), their ratio, and whether the planner ranks the layouts as measurement
 # does (Spearman's rank correlation, and the share of layout pairs ordered alike).
 #
@@ -54,7 +56,8 @@ RUNS=(
     "pp2 ZB-H1 m4|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=4"
     "pp2 interleaved v2 m4|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4"
 )
-DEVICE=$(OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --device this --show-device)
+# shellcheck disable=SC2086
+DEVICE=$(OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --device this --show-device $common)
 echo "device this: $DEVICE" | tee -a "$WORK/env.txt" >&2
 res=$WORK/runs.jsonl
 : >"$res"
@@ -68,7 +71,8 @@ for spec in "${RUNS[@]}"; do
         $common $args --train.metrics="$WORK/$tag.jsonl" >"$WORK/$tag.log" 2>&1 ||
         { tail "$WORK/$tag.log" >&2; exit 1; }
     # shellcheck disable=SC2086
-    "$DTRAIN" plan --world 2 --explain $DEVICE $common $args >"$WORK/$tag.plan.json"
+    OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this $common $args \
+        >"$WORK/$tag.plan.json"
     echo "{\"name\": \"$name\", \"metrics\": \"$WORK/$tag.jsonl\", \"plan\": \"$WORK/$tag.plan.json\"}" >>"$res"
 done
 $PY - "$res" <<'PYEOF'

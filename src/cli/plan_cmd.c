@@ -23,6 +23,7 @@
 
 #include "cli/args.h"
 #include "cli/plan_device.h"
+#include "cli/plan_probe.h"
 #include "core/log.h"
 #include "io/atomic.h"
 #include "models/gpt.h"
@@ -35,11 +36,13 @@
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
              "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
-             "[--top K] [--json] [--explain [--rank R]] [--show-device] "
+             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--top K] [--json] [--explain [--rank R]] [--show-device] "
              "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
-             "  --flops sets both matmul rates, --flops16 the bf16/fp16 one; --show-device "
-             "prints the device's figures as these flags\n"
+             "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
+             "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
+             "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; "
+             "--show-device prints the device's figures as these flags\n"
              "  devices: %s", dt_plan_device_names());
     return 2;
 }
@@ -441,6 +444,7 @@ typedef struct args {
     bool json, explain;
     const char *device;
     double flops, flops16, bandwidth, mem_bandwidth, latency;
+    dt_plan_rate2 attn, attn16, norm, act;
     bool show_device;
     int64_t mem;
 } args;
@@ -487,6 +491,14 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_plan_parse_rate(v, &a->mem_bandwidth) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--latency")))
             ok = dt_plan_parse_rate(v, &a->latency) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--attn")))
+            ok = dt_plan_parse_rate2(v, &a->attn) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--attn16")))
+            ok = dt_plan_parse_rate2(v, &a->attn16) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--norm")))
+            ok = dt_plan_parse_rate2(v, &a->norm) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--act")))
+            ok = dt_plan_parse_rate2(v, &a->act) == DT_OK;
         else if (!strcmp(argv[i], "--show-device"))
             a->show_device = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
@@ -522,6 +534,40 @@ static int parse(int argc, char **argv, args *a) {
     return 0;
 }
 
+static void set2(dt_plan_rate2 *dst, dt_plan_rate2 v) {
+    if (v.fwd > 0 && v.bwd > 0)
+        *dst = v;
+}
+
+/* The device's rates: the named one (`this`: measured now, at the config's shapes), then
+ * the flags. */
+static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_plan_probe **probe) {
+    const char *name = a->device ? a->device : "a100-80gb";
+    *probe = NULL;
+    DT_TRY(dt_plan_device_get(name, a->world, dev, dev_mem));
+    if (!strcmp(name, "this"))
+        DT_TRY(dt_plan_probe_this(&a->cfg, dev, probe));
+    if (a->flops > 0 || a->flops16 > 0)
+        dev->gemm_rate = NULL; /* the rates given hold for every shape */
+    if (a->flops > 0)
+        dev->flops_16 = a->flops, dev->flops_fp32 = a->flops;
+    if (a->flops16 > 0)
+        dev->flops_16 = a->flops16;
+    if (a->bandwidth > 0)
+        dev->bandwidth = a->bandwidth;
+    if (a->mem_bandwidth > 0)
+        dev->mem_bandwidth = a->mem_bandwidth;
+    if (a->latency > 0)
+        dev->latency = a->latency;
+    set2(&dev->attn_fp32, a->attn);
+    set2(&dev->attn_16, a->attn16);
+    set2(&dev->norm, a->norm);
+    set2(&dev->act, a->act);
+    return DT_OK;
+}
+
+static int plan_with(args *a, const dt_plan_device *dev, int64_t dev_mem);
+
 int dt_cli_plan(int argc, char **argv) {
     args a = {.top = 20};
     dt_config_defaults(&a.cfg);
@@ -530,26 +576,36 @@ int dt_cli_plan(int argc, char **argv) {
         return rc;
     dt_plan_device dev;
     int64_t dev_mem;
-    dt_status st = dt_plan_device_get(a.device ? a.device : "a100-80gb", a.world, &dev, &dev_mem);
-    if (st != DT_OK) {
+    dt_plan_probe *probe = NULL;
+    if (device_of(&a, &dev, &dev_mem, &probe) != DT_OK) {
         dt_error("%s", dt_err_msg());
+        dt_plan_probe_free(probe);
         return 2;
     }
-    if (a.flops > 0)
-        dev.flops_16 = a.flops, dev.flops_fp32 = a.flops;
-    if (a.flops16 > 0)
-        dev.flops_16 = a.flops16;
-    if (a.bandwidth > 0)
-        dev.bandwidth = a.bandwidth;
-    if (a.mem_bandwidth > 0)
-        dev.mem_bandwidth = a.mem_bandwidth;
-    if (a.latency > 0)
-        dev.latency = a.latency;
+    rc = plan_with(&a, &dev, dev_mem);
+    dt_plan_probe_free(probe);
+    return rc;
+}
+
+static void print_device(const dt_plan_device *d, int64_t mem) {
+    printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency %.6g "
+           "--mem %lld", d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency,
+           (long long)mem);
+    const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm, &d->act};
+    const char *flag[] = {"--attn", "--attn16", "--norm", "--act"};
+    for (int i = 0; i < 4; i++)
+        if (r[i]->fwd > 0 && r[i]->bwd > 0)
+            printf(" %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
+    printf("\n");
+}
+
+static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
+    args a = *a_;
+    const dt_plan_device dev = *dev_;
+    dt_status st;
     int64_t mem = a.mem > 0 ? a.mem : dev_mem;
     if (a.show_device) { /* the flags that reproduce this device without measuring again */
-        printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency "
-               "%.6g --mem %lld\n", dev.flops_fp32, dev.flops_16, dev.bandwidth,
-               dev.mem_bandwidth, dev.latency, (long long)mem);
+        print_device(&dev, mem);
         return 0;
     }
     if (a.explain)

@@ -144,3 +144,15 @@ dt_status dt_plan_parse_rate(const char *text, double *rate) {
         *rate *= 1e3;
     return DT_OK;
 }
+
+dt_status dt_plan_parse_rate2(const char *text, dt_plan_rate2 *r) {
+    const char *comma = strchr(text, ',');
+    char first[64];
+    if (!comma || comma == text || (size_t)(comma - text) >= sizeof first)
+        return dt_err_set(DT_ERR_ARG, "plan: '%s' is not two rates 'FORWARD,BACKWARD' (200G,150G)",
+                          text);
+    memcpy(first, text, (size_t)(comma - text));
+    first[comma - text] = '\0';
+    DT_TRY(dt_plan_parse_rate(first, &r->fwd));
+    return dt_plan_parse_rate(comma + 1, &r->bwd);
+}

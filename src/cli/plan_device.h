@@ -17,5 +17,7 @@ const char *dt_plan_device_names(void); /* "a100-80gb, h100-80gb, this" */
 dt_status dt_plan_parse_size(const char *text, int64_t *bytes);
 /* "312T", "200G", "1.5e12", "25M" (decimal multiples) -> per second */
 dt_status dt_plan_parse_rate(const char *text, double *rate);
+/* "200G,150G": a forward and a backward rate */
+dt_status dt_plan_parse_rate2(const char *text, dt_plan_rate2 *r);
 
 #endif

@@ -6,7 +6,12 @@
 
 #include "kernels/gemm.h"
 
-/* Best-of-repetitions FLOP/s over about `seconds` of running. */
+/* dt_gemm's best FLOP/s at one shape (operands zero, leading dimensions dense): best of at
+ * least min_runs repetitions and of about `seconds` of running. */
+dt_status dt_gemm_rate(dt_gemm *g, const dt_gemm_shape *shape, double seconds, int min_runs,
+                       double *flops);
+
+/* Best-of-repetitions FLOP/s of the peak shape over about `seconds` of running. */
 dt_status dt_gemm_peak_flops(dt_gemm *g, dt_dtype dtype, double seconds, double *flops);
 
 #endif

@@ -20,7 +20,9 @@
 typedef struct work {
     const dt_config *c;
     const dt_plan_device *d;
-    double rate;
+    double rate;                 /* the matmul peak of the run's operand type */
+    dt_plan_rate2 attn, norm, act; /* resolved: no zero left */
+    bool lp;                     /* 16-bit matmul operands */
     int tp, sp, dp, pp, v, L, T, n_mb, zero, grad_p;
     bool gpt2, sg;
     double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles */
@@ -34,13 +36,59 @@ static double gather_like(const work *w, int p, double n) { return coll(w, p, n 
 
 /* ---- one block, one micro-batch ------------------------------------------------------------- */
 
-static double block_matmul_flops(const work *w) { /* forward: 2 flops per weight and token */
-    double mlp = w->gpt2 ? 2 * w->C * w->F : 3 * w->C * w->F;
-    return 2 * w->Nt * (w->C * w->W + w->A * w->C + mlp);
+/* seconds of an m x k by k x n product */
+static double gemm_s(const work *w, double m, double n, double k) {
+    double rate = w->d->gemm_rate ? w->d->gemm_rate(w->d->gemm_ctx, w->lp, m, n, k) : 0;
+    return 2 * m * n * k / (rate > 0 ? rate : w->rate);
+}
+
+/* A linear layer [m, in] -> [m, out]: its forward, and its backward's two products. */
+typedef struct linear_s {
+    double fwd, dx, dw;
+} linear_s;
+
+static void add_linear(const work *w, double m, double in, double out, linear_s *acc) {
+    acc->fwd += gemm_s(w, m, out, in);
+    acc->dx += gemm_s(w, m, in, out);
+    acc->dw += gemm_s(w, out, in, m);
+}
+
+static linear_s block_linears(const work *w) {
+    linear_s t = {0};
+    add_linear(w, w->Nt, w->C, w->W, &t); /* qkv */
+    add_linear(w, w->Nt, w->A, w->C, &t); /* attention projection */
+    add_linear(w, w->Nt, w->C, w->F, &t); /* fc (llama: the gate) */
+    if (!w->gpt2)
+        add_linear(w, w->Nt, w->C, w->F, &t); /* llama: up */
+    add_linear(w, w->Nt, w->F, w->C, &t); /* down */
+    return t;
 }
 
 static double block_attention_flops(const work *w) { /* QK^T and PV, causal: half of 4 T hs */
     return 2 * w->N * w->T * w->A / w->sp;
+}
+
+/* The pointwise work of a block: two norms over its rows, the MLP activation, and the
+ * memory passes between the kernels: the two residual adds (and their gradients), the
+ * bias gradients (GPT-2), and in 16-bit modes each matmul operand cast (4 bytes read, 2
+ * written). Forward, backward (input half), and what a split backward's W repeats. */
+typedef struct pointwise_s {
+    double fwd, bwd, wgt;
+} pointwise_s;
+
+static pointwise_s block_pointwise(const work *w) {
+    const dt_plan_device *d = w->d;
+    double rows = w->Nr * w->C, hidden = w->Nt * w->F, bw = d->mem_bandwidth;
+    double lp = w->lp ? 6 : 0, mlp_in = w->gpt2 ? 1 : 2;
+    double dy_cast = lp * w->Nt * (w->W + w->C + mlp_in * w->F + w->C) / bw;
+    pointwise_s p = {0};
+    p.fwd = 2 * rows / w->norm.fwd + hidden / w->act.fwd + 2 * 12 * rows / bw +
+            lp * w->Nt * (2 * w->C + w->A + w->F) / bw;
+    p.bwd = 2 * rows / w->norm.bwd + hidden / w->act.bwd + 2 * 12 * rows / bw + dy_cast;
+    if (w->gpt2)
+        p.bwd += 4 * w->Nt * (w->W + w->C + w->F + w->C) / bw;
+    p.wgt = dy_cast;
+    return p;
 }
 
 /* tensor-parallel region ops and Ulysses all-to-alls of a block's forward (and backward) */
@@ -97,20 +145,23 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
 }
 
 static block_cost cost_block(const work *w, int l, bool split) {
-    double mm = block_matmul_flops(w) / w->rate, at = block_attention_flops(w) / w->rate;
+    linear_s mm = block_linears(w);
+    pointwise_s pw = block_pointwise(w);
+    double flops = block_attention_flops(w);
+    double at_f = flops / w->attn.fwd, at_b = 2 * flops / w->attn.bwd;
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8 > 0 ? q8 + (r == DT_PLAN_RERUN_NONE ? lp_rebuild(w) : 0) : 0;
-    double fwd = mm + at + block_comm(w, false);
+    double fwd = mm.fwd + at_f + pw.fwd + block_comm(w, false);
     block_cost k = {.f = fwd + q8};
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
-    double rebuild = ac_rerun_time(w, r, at, fwd) + restore;
-    double bwd = 2 * (mm + at) + block_comm(w, true) + rebuild;
+    double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
+    double b_in = mm.dx + at_b + pw.bwd + block_comm(w, true) + rebuild;
     if (split) {
-        k.wgt = mm + rebuild;
-        k.b = bwd - mm;
+        k.wgt = mm.dw + pw.wgt + rebuild;
+        k.b = b_in;
     } else {
-        k.b = bwd;
+        k.b = b_in + mm.dw;
     }
     return k;
 }
@@ -131,14 +182,23 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
             block_cost b = cost_block(w, u - 1, split);
             k.f += b.f, k.b += b.b, k.wgt += b.wgt;
         }
-        if (c == 0) { /* the embedding leaves the tp region */
+        double bw = w->d->mem_bandwidth;
+        if (c == 0) { /* the embedding (a gather and the positions, 12 bytes an element each
+                       * way) leaves the tp region */
             k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
+            k.f += 12 * w->Nt * w->C / bw;
+            k.b += 12 * w->Nt * w->C / bw;
         }
-        if (c == n - 1) { /* LM head: logits, cross-entropy statistics, gradients */
-            double head = 2 * w->Nt * w->V * w->C / w->rate;
-            k.f += head + gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
-            k.b += 2 * head + (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
-                                     : allreduce(w, w->tp, w->Nt * w->C * 4));
+        if (c == n - 1) { /* LM head: final norm, logits, cross-entropy (its passes over the
+                           * logits: max, exp-sum, gradient), statistics, gradients */
+            linear_s head = {0};
+            add_linear(w, w->Nt, w->C, w->V, &head);
+            double lp = w->lp ? 6 * w->Nt * (w->C + w->V) / bw : 0;
+            k.f += head.fwd + w->Nr * w->C / w->norm.fwd + 12 * w->Nt * w->V / bw + lp +
+                   gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
+            k.b += head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
+                   (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
+                          : allreduce(w, w->tp, w->Nt * w->C * 4));
         }
         out[c] = k;
     }
@@ -265,13 +325,30 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     double red = can_hide ? (t_reduce > backward_s ? t_reduce - backward_s : 0) : t_reduce;
     double gat = w->zero == 3 ? (t_gather > compute_s ? t_gather - compute_s : 0) : t_gather;
     *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
-    /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats */
+    /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
+     * gradient norm reads the gradients once more */
     double opt = w->zero == 0 ? n : n / p;
-    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->d->mem_bandwidth);
+    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->d->mem_bandwidth) +
+                 opt * 4 / w->d->mem_bandwidth;
     if (w->c->plugin.precision != DT_PREC_FP32)
         *optimizer += n * 2 / w->d->mem_bandwidth; /* the 16-bit copy */
     if (w->c->plugin.precision == DT_PREC_FP16) /* loss scaling: the overflow flag, world-wide */
         *exposed += allreduce(w, world, 8);
+}
+
+static double positive_or(double x, double fallback) { return x > 0 ? x : fallback; }
+
+/* Rates left 0: attention at the matmul rate; a norm streams 8 bytes an element forward
+ * (x in, y out) and 12 back (x, dy in, dx out), GELU 8 and 12, SwiGLU 12 and 20 (two
+ * inputs), all at mem_bandwidth. */
+static void resolve_rates(work *w, const dt_model_config *m) {
+    const dt_plan_device *d = w->d;
+    dt_plan_rate2 at = w->lp ? d->attn_16 : d->attn_fp32;
+    double bw = d->mem_bandwidth, swiglu = m->arch != DT_ARCH_GPT2;
+    w->attn = (dt_plan_rate2){positive_or(at.fwd, w->rate), positive_or(at.bwd, w->rate)};
+    w->norm = (dt_plan_rate2){positive_or(d->norm.fwd, bw / 8), positive_or(d->norm.bwd, bw / 12)};
+    w->act = (dt_plan_rate2){positive_or(d->act.fwd, bw / (swiglu ? 12 : 8)),
+                             positive_or(d->act.bwd, bw / (swiglu ? 20 : 12))};
 }
 
 static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, work *w) {
@@ -306,6 +383,8 @@ static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, wo
     w->W = (w->NH + 2.0 * (nkv / tp)) * hs;
     w->F = (double)(F / tp);
     w->V = (double)((m->vocab_size + tp - 1) / tp);
+    w->lp = p->precision != DT_PREC_FP32;
+    resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
         (p->offload == DT_OFFLOAD_DISK && !(d->disk_bandwidth > 0)))
         return dt_err_set(DT_ERR_ARG, "time model: the device's rates must be positive");

@@ -1,22 +1,30 @@
-/* The time model: one training step's time on a device described by three rates, from the
+/* The time model: one training step's time on a device described by its rates, from the
  * work the layout gives each rank.
  *
- *   compute   matmul FLOPs / the device's matmul rate: forward 2 x (weights) per token plus
- *             attention's two matmuls (causal: half of 4 T hs per head and token) and the LM
- *             head; backward twice the forward (split backward: input half B and weight half
- *             W, one forward each); full activation checkpointing reruns the checkpointed
- *             blocks' forward, selective reruns the attention core
+ *   matmuls   FLOPs / the matmul rate: forward 2 x (weights) per token and the LM head;
+ *             backward twice the forward, as two products (input and weight gradients; a
+ *             split backward runs them as B and W). The rate is the device's peak, or, where
+ *             the device can say (dt_plan_device.gemm_rate), its rate at that very shape:
+ *             small products run well below the peak
+ *   attention the core's FLOPs (causal: half of 4 T hs per head and token; backward twice)
+ *             at the attention kernel's own rates, forward and backward apart
+ *   pointwise norms and the MLP activation at their measured elements/s; the rest
+ *             (residual adds, bias gradients, 16-bit casts of matmul operands, the cross-
+ *             entropy, the embedding) as bytes / mem_bandwidth
+ *   recompute full activation checkpointing reruns the checkpointed blocks' forward,
+ *             selective reruns the attention core
  *   comm      every collective's bus bytes (the convention of core/comm.c) / bandwidth, plus a
  *             latency per call: tensor-parallel region ops and Ulysses all-to-alls inside the
  *             blocks (never hidden), ZeRO's reductions and gathers over dp x sp (hidden behind
  *             the backward when plugin.overlap), pipeline boundary messages
  *   pipeline  the bubble is what the schedule itself gives: every rank's actions are replayed
  *             with these per-action costs, a receive waiting for its send
- * Memory-bound passes: the optimizer step (its state streamed once), plugin.offload = disk
- * (the optimizer state read and written through the disk every step) and plugin.act_compress
- * = int8 (each kept tensor read and written once to compress, once to restore).
- * Pure: no MPI, no tensors; thread-safe. Kernels that are not matmuls (norms, softmax,
- * pointwise) are left out, which makes small models look faster than they run.
+ * Memory-bound passes: the optimizer step (its state streamed once, and the gradient norm),
+ * plugin.offload = disk (the optimizer state read and written through the disk every step)
+ * and plugin.act_compress = int8 (each kept tensor read and written once to compress, once to
+ * restore). A rate left 0 falls back: attention to the matmul rate, norms and activations to
+ * their bytes / mem_bandwidth.
+ * Pure: no MPI, no tensors; thread-safe when gemm_rate is.
  */
 #ifndef DT_PLAN_COST_H
 #define DT_PLAN_COST_H
@@ -27,12 +35,26 @@
 #include "core/status.h"
 #include "plan/schedule.h"
 
+/* Forward and backward rates of one kernel. */
+typedef struct dt_plan_rate2 {
+    double fwd, bwd;
+} dt_plan_rate2;
+
+/* FLOP/s of one m x k by k x n product (lp: bf16/fp16 operands); <= 0: use the peak. */
+typedef double (*dt_plan_gemm_rate)(void *ctx, int lp, double m, double n, double k);
+
 typedef struct dt_plan_device {
     double flops_fp32, flops_16; /* matmul FLOP/s per rank: fp32, and bf16/fp16 operands */
     double bandwidth;            /* bytes/s one rank moves in a collective or a message */
     double latency;              /* seconds per collective call or message */
     double mem_bandwidth;        /* bytes/s of memory (the optimizer step streams its state) */
     double disk_bandwidth;       /* bytes/s to the offload files (plugin.offload = disk) */
+    dt_plan_rate2 attn_fp32, attn_16; /* attention core FLOP/s (fwd counts 2 T hs a token and
+                                       * head, bwd twice that); 0: the matmul rate */
+    dt_plan_rate2 norm, act;     /* elements/s: a norm over [tokens, C]; the MLP activation
+                                  * over [tokens, F]; 0: from mem_bandwidth */
+    dt_plan_gemm_rate gemm_rate; /* NULL: every product at the peak */
+    void *gemm_ctx;
 } dt_plan_device;
 
 typedef struct dt_plan_time {

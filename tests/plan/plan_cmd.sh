@@ -38,7 +38,8 @@ rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "no layout fits in 2.0 GiB; the smallest needs" \
     && ok "nothing fits: $out" || bad "nothing fits (rc $rc): $out"
 
-for a in "--mem 80GB" "--flops 3X" "--device tpu" "--world 0" "--bandwidth fast"; do
+for a in "--mem 80GB" "--flops 3X" "--device tpu" "--world 0" "--bandwidth fast" "--attn 1T" \
+    "--norm 1G,x"; do
     out=$("$dtrain" plan --config "$cfg" --world 8 $a 2>&1)
     rc=$?
     [ $rc = 2 ] && [ "$(echo "$out" | grep -c error)" -ge 1 ] && ok "$a refused: $(echo "$out" | head -1)" \
@@ -52,6 +53,20 @@ import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert b["predicted"]["step_ms"] < a["predicted"]["step_ms"]
 ' "$a" "$b" && ok "faster device, shorter step" || bad "rates"
+# a slower attention kernel lengthens the step; --device this measures its kernels and prints
+# them as flags
+a=$("$dtrain" plan --config "$cfg" --world 8 --json --top 1 --attn 100T,100T --attn16 100T,100T)
+b=$("$dtrain" plan --config "$cfg" --world 8 --json --top 1 --attn 10T,10T --attn16 10T,10T)
+/usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert b["predicted"]["step_ms"] > a["predicted"]["step_ms"]
+' "$a" "$b" && ok "slower attention, longer step" || bad "attention rates"
+dev=$(OMP_NUM_THREADS=1 "$dtrain" plan --world 1 --device this --show-device --model.n_layer=1)
+for f in --flops --flops16 --mem-bandwidth --attn --attn16 --norm --act; do
+    echo "$dev" | grep -qe "$f [0-9]" || bad "--show-device lacks $f: $dev"
+done
+ok "device this: $dev"
 # a --plugin.KEY= on the command line pins that key; the others are still enumerated
 json=$("$dtrain" plan --config "$cfg" --world 8 --json --top 200 --plugin.ac=selective \
     --plugin.act_compress=int8)

@@ -129,11 +129,46 @@ static void test_features(void) {
     DT_CHECK_CLOSE(step(&c, 1, &disk, NULL) - fast, 16 * (n + 1920) / 1e9, 1e-12);
 }
 
+/* The kernels that are not a matmul peak's, by hand on tiny() (16 tokens, C 16, F 64). */
+static double tokens_rate(void *ctx, int lp, double m, double n, double k) {
+    (void)ctx, (void)lp, (void)n, (void)k;
+    return m == 16 ? 1e9 : 5e8; /* a weight gradient's product (m = the layer's width) is slow */
+}
+
+static void test_kernel_rates(void) {
+    dt_config c = tiny();
+    /* attention at its own rates: 8192 FLOPs forward at 1e8, 2 x 8192 backward at 4e8 */
+    dt_plan_device d = FAST_NET;
+    double base = step(&c, 1, &d, NULL);
+    d.attn_fp32 = (dt_plan_rate2){1e8, 4e8};
+    DT_CHECK_CLOSE(step(&c, 1, &d, NULL) - base, 8192 / 1e8 + 2 * 8192 / 4e8 - 3 * 8192 / 1e9,
+                   1e-12);
+    /* bf16 runs use the 16-bit attention rates */
+    c.plugin.precision = DT_PREC_BF16;
+    DT_CHECK_CLOSE(step(&c, 1, &d, NULL), base, 1e-12);
+    c.plugin.precision = DT_PREC_FP32;
+    /* norms and GELU at 1e9 elements/s (matmuls and memory free): two norms of 16 x 16 and
+     * GELU over 16 x 64 each way, and the final norm each way */
+    d = FAST_NET;
+    d.flops_fp32 = d.flops_16 = 1e30;
+    d.norm = d.act = (dt_plan_rate2){1e9, 1e9};
+    DT_CHECK_CLOSE(step(&c, 1, &d, NULL), (2 * (2 * 256 + 1024) + 2 * 256) / 1e9, 1e-15);
+    /* matmul rates by shape: forward and input-gradient products at 1e9, the weight
+     * gradients of qkv (48 wide, 2 x 16 x 48 x 16 FLOPs) and fc (64 wide, 2 x 16 x 64 x 16)
+     * at 5e8, the 16-wide ones (projection, down, head) at 1e9; attention at the peak */
+    d = FAST_NET;
+    d.gemm_rate = tokens_rate;
+    double slow = 2 * 16 * 48 * 16 + 2 * 16 * 64 * 16;
+    double want = 3 * 98304 / 1e9 + slow / 5e8 - slow / 1e9 + 3 * 8192 / 1e9 + 3 * 8192 / 1e9;
+    DT_CHECK_CLOSE(step(&c, 1, &d, NULL), want, 1e-12);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_by_hand();
     test_pipeline();
     test_levers();
     test_features();
+    test_kernel_rates();
     return DT_TEST_END();
 }

@@ -1,0 +1,201 @@
+/* Measuring this machine for `dtrain plan --device this`. See plan_probe.h.
+ *
+ * Each probe runs the trainer's own kernel on buffers shaped like the model's (so they sit in
+ * the same level of the cache as in training) and keeps the best of a few repetitions: the
+ * planner wants the rate the kernel reaches when it has the core, as the trainer's steady
+ * state does. Buffers are written before timing so each page is the process's own.
+ */
+#include "cli/plan_probe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "kernels/act.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_peak.h"
+#include "kernels/norm.h"
+
+enum { REPS = 5, MAX_SHAPES = 512 };
+
+static float *filled(int64_t n, float v) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    for (int64_t i = 0; p && i < n; i++)
+        p[i] = v * (float)((i % 7) + 1);
+    return p;
+}
+
+/* the rows one micro-batch of the config puts through a block (capped: the probe is quick) */
+static int probe_rows(const dt_config *c) {
+    int per = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size;
+    int64_t rows = (int64_t)(per > 0 ? per : 1) * c->train.seq_len;
+    return (int)(rows < 4096 ? rows : 4096);
+}
+
+static double best_of(double t[REPS]) {
+    double b = t[0];
+    for (int i = 1; i < REPS; i++)
+        b = t[i] < b ? t[i] : b;
+    return b;
+}
+
+static dt_status probe_norm(const dt_config *c, dt_plan_rate2 *out) {
+    int N = probe_rows(c), C = c->model.n_embd;
+    int64_t n = (int64_t)N * C;
+    float *x = filled(n, 0.01f), *y = filled(n, 0), *dy = filled(n, 0.001f), *dx = filled(n, 0);
+    float *w = filled(C, 1), *b = filled(C, 0), *dw = filled(C, 0), *db = filled(C, 0);
+    float *mean = filled(N, 0), *rstd = filled(N, 0);
+    if (!x || !y || !dy || !dx || !w || !b || !dw || !db || !mean || !rstd) {
+        free(x), free(y), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean),
+            free(rstd);
+        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing the norms");
+    }
+    double tf[REPS], tb[REPS];
+    bool llama = c->model.arch != DT_ARCH_GPT2;
+    for (int i = 0; i < REPS; i++) {
+        double t0 = dt_now();
+        if (llama)
+            dt_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f);
+        else
+            dt_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+        double t1 = dt_now();
+        if (llama)
+            dt_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+        else
+            dt_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+        tf[i] = t1 - t0, tb[i] = dt_now() - t1;
+    }
+    out->fwd = (double)n / best_of(tf);
+    out->bwd = (double)n / best_of(tb);
+    free(x), free(y), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean),
+        free(rstd);
+    return DT_OK;
+}
+
+static int ffn_hidden(const dt_model_config *m) {
+    if (m->arch == DT_ARCH_GPT2)
+        return 4 * m->n_embd;
+    return m->ffn_hidden > 0 ? m->ffn_hidden : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
+}
+
+static dt_status probe_act(const dt_config *c, dt_plan_rate2 *out) {
+    int64_t n = (int64_t)probe_rows(c) * ffn_hidden(&c->model);
+    float *x = filled(n, 0.01f), *u = filled(n, 0.02f), *y = filled(n, 0), *dy = filled(n, 0.001f);
+    float *dx = filled(n, 0), *du = filled(n, 0);
+    if (!x || !u || !y || !dy || !dx || !du) {
+        free(x), free(u), free(y), free(dy), free(dx), free(du);
+        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing the activation");
+    }
+    double tf[REPS], tb[REPS];
+    bool gelu = c->model.arch == DT_ARCH_GPT2;
+    for (int i = 0; i < REPS; i++) {
+        double t0 = dt_now();
+        if (gelu)
+            dt_gelu_forward(y, x, n);
+        else
+            dt_swiglu_forward(y, x, u, n);
+        double t1 = dt_now();
+        if (gelu)
+            dt_gelu_backward(dx, x, dy, n);
+        else
+            dt_swiglu_backward(dx, du, x, u, dy, n);
+        tf[i] = t1 - t0, tb[i] = dt_now() - t1;
+    }
+    out->fwd = (double)n / best_of(tf);
+    out->bwd = (double)n / best_of(tb);
+    free(x), free(u), free(y), free(dy), free(dx), free(du);
+    return DT_OK;
+}
+
+/* One micro-batch's attention of the config (all heads, causal), in fp32 or bf16 mode; FLOPs
+ * counted as the time model does: 2 T hs per query head and token forward, twice backward. */
+static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *out) {
+    const dt_model_config *m = &c->model;
+    int T = c->train.seq_len, B = probe_rows(c) / T;
+    int NH = m->n_head, NKV = m->n_kv_head > 0 ? m->n_kv_head : NH, hs = m->n_embd / NH;
+    B = B > 0 ? B : 1;
+    int64_t tok = (int64_t)B * T, q_n = tok * NH * hs, kv_n = tok * NKV * hs;
+    float *q = filled(q_n, 0.01f), *k = filled(kv_n, 0.02f), *v = filled(kv_n, 0.03f);
+    float *y = filled(q_n, 0), *dy = filled(q_n, 0.001f), *lse = filled(tok * NH, 0);
+    float *dq = filled(q_n, 0), *dk = filled(kv_n, 0), *dv = filled(kv_n, 0);
+    if (!q || !k || !v || !y || !dy || !lse || !dq || !dk || !dv) {
+        free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);
+        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing attention");
+    }
+    dt_attn_shape s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs,
+                       .q_stride = (int64_t)NH * hs, .kv_stride = (int64_t)NKV * hs,
+                       .scale = 0.125f, .causal = true, .bf16 = bf16};
+    double tf[REPS], tb[REPS];
+    for (int i = 0; i < REPS; i++) {
+        double t0 = dt_now();
+        dt_attention_forward(&s, y, lse, q, k, v);
+        double t1 = dt_now();
+        dt_attention_backward(&s, dq, dk, dv, dy, y, lse, q, k, v);
+        tf[i] = t1 - t0, tb[i] = dt_now() - t1;
+    }
+    double flops = 2.0 * tok * T * NH * hs;
+    out->fwd = flops / best_of(tf);
+    out->bwd = 2 * flops / best_of(tb);
+    free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);
+    return DT_OK;
+}
+
+/* ---- matmul rates by shape, measured on first use ---------------------------------------- */
+
+typedef struct shape_rate {
+    int lp, m, n, k;
+    double flops;
+} shape_rate;
+
+struct dt_plan_probe {
+    dt_gemm *gemm;
+    shape_rate seen[MAX_SHAPES];
+    int n_seen;
+};
+
+/* dt_plan_gemm_rate for `this`: a linear layer's forward product is x [m, k] by the weight
+ * stored [n, k], as dt_linear runs it. 0 (the peak) if the shape cannot be measured. */
+static double gemm_rate(void *ctx, int lp, double m, double n, double k) {
+    dt_plan_probe *p = ctx;
+    shape_rate key = {lp, (int)m, (int)n, (int)k, 0};
+    if (key.m < 1 || key.n < 1 || key.k < 1)
+        return 0;
+    for (int i = 0; i < p->n_seen; i++)
+        if (!memcmp(&p->seen[i], &key, 4 * sizeof(int)))
+            return p->seen[i].flops;
+    dt_gemm_shape s = {.M = key.m, .N = key.n, .K = key.k, .trans_b = true,
+                       .dtype = lp ? DT_BF16 : DT_F32};
+    if (dt_gemm_rate(p->gemm, &s, 0.01, 3, &key.flops) != DT_OK)
+        key.flops = 0;
+    if (p->n_seen < MAX_SHAPES)
+        p->seen[p->n_seen++] = key;
+    return key.flops;
+}
+
+dt_status dt_plan_probe_this(const dt_config *c, dt_plan_device *d, dt_plan_probe **out) {
+    *out = NULL;
+    DT_TRY(probe_attention(c, false, &d->attn_fp32));
+    DT_TRY(probe_attention(c, true, &d->attn_16));
+    DT_TRY(probe_norm(c, &d->norm));
+    DT_TRY(probe_act(c, &d->act));
+    dt_plan_probe *p = calloc(1, sizeof *p);
+    if (!p)
+        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory");
+    dt_status st = dt_gemm_init(&p->gemm);
+    if (st != DT_OK) {
+        free(p);
+        return st;
+    }
+    d->gemm_rate = gemm_rate;
+    d->gemm_ctx = p;
+    *out = p;
+    return DT_OK;
+}
+
+void dt_plan_probe_free(dt_plan_probe *p) {
+    if (!p)
+        return;
+    dt_gemm_free(p->gemm);
+    free(p);
+}
