@@ -11,7 +11,11 @@
  * A field a slot does not keep points into the shared set (g->shared), so the forward, the
  * reruns and the backward all see one complete dt_block_acts. The reruns are the forward's
  * own kernels on the same inputs, thread count and collectives, so gradients are the same
- * bits as without checkpointing.
+ * bits as without checkpointing. The shared set remembers whose forward it holds: a block
+ * whose backward comes right after its own forward (the last checkpointed block of a micro-
+ * batch's forward, with no other forward between) finds its set there and reruns nothing.
+ * int8 restores are never skipped: the backward must see the stored values, not the
+ * forward's unrounded ones, or layouts would differ with their schedules.
  *
  * With act_compress = int8 a slot keeps the fp32 tensors qkv, att, x2, h, u (those its mode
  * keeps) as int8 rows with one scale each (kernels/quant.h): the forward writes them into the
@@ -194,6 +198,7 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
         }
     unsigned sf = shared_fields(g);
     carve_fields(g, cv, sf, &g->shared);
+    g->shared_slot = g->shared_block = -1;
     g->shared.ln1_lp = g->shared.ln2_lp = ln_lp;
     g->ac_out = holds_kept(g, KEEP_INPUT) ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
 }
@@ -244,14 +249,29 @@ static void int8_move(dt_gpt *g, int slot, int l, int N, dt_block_acts *a, bool 
     }
 }
 
+/* Does block l's forward or backward write the shared set? */
+static bool uses_shared(const dt_gpt *g, int l) {
+    return g->compress || keep_of(g, l) != KEEP_ALL;
+}
+
+/* The shared set now holds block l's complete set of this slot (or, invalid, nobody's). */
+static void shared_holds(dt_gpt *g, int slot, int l, bool complete) {
+    g->shared_slot = complete ? slot : -1;
+    g->shared_block = complete ? l : -1;
+}
+
 dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                                float *out) {
     dt_block_acts a = view(g, slot, l);
     dt_rope_cache rope = rope_of(g);
+    if (uses_shared(g, l))
+        shared_holds(g, slot, l, false);
     DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
                             &g->scratch, out));
     if (g->compress)
         int8_move(g, slot, l, B * T, &a, true);
+    else if (uses_shared(g, l))
+        shared_holds(g, slot, l, true);
     return DT_OK;
 }
 
@@ -260,6 +280,9 @@ dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B
 static dt_status rebuild(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                          dt_block_acts *a) {
     keep k = keep_of(g, l);
+    if (!uses_shared(g, l) || (g->shared_slot == slot && g->shared_block == l))
+        return DT_OK;
+    shared_holds(g, slot, l, false); /* until the backward is done with it */
     if (k == KEEP_INPUT) {
         dt_rope_cache rope = rope_of(g);
         return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, a,
@@ -280,6 +303,8 @@ dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int 
                                 dt_block_wgrad *wg, float *dres) {
     dt_block_acts a = view(g, slot, l);
     DT_TRY(rebuild(g, slot, l, x, B, T, &a));
+    if (uses_shared(g, l))
+        shared_holds(g, slot, l, false);
     dt_rope_cache rope = rope_of(g);
     return dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
                              &g->scratch, wg, dres);
@@ -290,6 +315,8 @@ dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B
                                dt_block_wgrad *wg) {
     dt_block_acts a = view(g, slot, l);
     DT_TRY(rebuild(g, slot, l, x, B, T, &a));
+    if (uses_shared(g, l))
+        shared_holds(g, slot, l, false);
     return dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], x, B, T, &a,
                                     &g->scratch, wg);
 }

@@ -73,6 +73,7 @@ struct dt_gpt {
     int ac_every;
     bool compress;
     dt_block_acts shared;   /* one set of recompute / restore buffers, fields as needed */
+    int shared_slot, shared_block; /* whose complete set the shared buffers hold; -1: none */
     float *ac_out;          /* [Nr, C] a rerun forward's output (discarded) */
     dt_gpt_q8_acts *q8;     /* [slot][L] with act_compress, else NULL */
     void *act_arena;

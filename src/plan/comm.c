@@ -6,6 +6,7 @@
  */
 #include "plan/comm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/memory.h"
@@ -93,7 +94,9 @@ static void rerun(ledger *g, int l) {
         sp_op(g, a2a_att(g));
 }
 
-static void micro_batch(ledger *g) {
+/* One micro-batch through the rank's units; skip[l]: block l's rerun before its backward is
+ * skipped (dt_plan_fresh_block). */
+static void micro_batch(ledger *g, const bool *skip) {
     int64_t a2a_qkv_b = a2a_qkv(g), a2a_att_b = a2a_att(g);
     if (g->first)
         leave_fwd(g); /* the vocabulary-parallel embedding */
@@ -113,7 +116,8 @@ static void micro_batch(ledger *g) {
     for (int l = 0; l < g->L; l++) {
         if (!g->held[l + 1])
             continue;
-        rerun(g, l);
+        if (!skip[l])
+            rerun(g, l);
         enter_fwd(g); /* the norm output is rebuilt: its entering op runs again */
         leave_bwd(g);
         enter_bwd(g);
@@ -286,17 +290,38 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     for (int u = 0; u < g.L + 2; u++)
         g.held[u] = true;
     int sends = 0;
+    /* skip[k][l]: micro-batch k's block l finds its forward still in the shared set */
+    static const int MB_MAX = 4096;
+    if (g.n_mb > MB_MAX)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: %d micro-batches (at most "
+                          "%d)", g.n_mb, MB_MAX);
+    bool(*skip)[DT_MAX_CHUNKS] = calloc((size_t)g.n_mb, sizeof *skip);
+    if (!skip)
+        return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
     if (g.pp > 1) {
         dt_stage_plan stages;
-        DT_TRY(dt_stage_plan_make(g.L, g.pp, p->pp_chunks, p->pp_layers, &stages));
-        dt_stage_plan_held(&stages, xy[DT_AXIS_PP], g.held);
+        dt_status st = dt_stage_plan_make(g.L, g.pp, p->pp_chunks, p->pp_layers, &stages);
         dt_schedule *own = NULL;
-        if (!sched)
-            DT_TRY(dt_plan_schedule_make(p, g.n_mb, &own));
+        if (st == DT_OK && !sched)
+            st = dt_plan_schedule_make(p, g.n_mb, &own);
+        if (st != DT_OK) {
+            free(skip);
+            return st;
+        }
+        dt_stage_plan_held(&stages, xy[DT_AXIS_PP], g.held);
         const dt_schedule *s = sched ? sched : own;
         sends = pipeline_sends(s, xy[DT_AXIS_PP]);
         g.split = schedule_split(s);
+        for (int c = xy[DT_AXIS_PP]; c < stages.n_chunks; c += g.pp) {
+            int l = dt_plan_fresh_block(p, stages.first[c], stages.first[c + 1], g.L);
+            for (int k = 0; l >= 0 && k < g.n_mb; k++)
+                skip[k][l] = dt_plan_fresh_pair(s, xy[DT_AXIS_PP], c, k);
+        }
         dt_sched_free(own);
+    } else {
+        int l = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
+        for (int k = 0; l >= 0 && k < g.n_mb; k++)
+            skip[k][l] = true;
     }
     g.first = g.held[0];
     g.last = g.held[g.L + 1];
@@ -306,7 +331,8 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
         a.first[u] = a.n, a.n += a.size[u];
     a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
     for (int k = 0; k < g.n_mb; k++)
-        micro_batch(&g);
+        micro_batch(&g, skip[k]);
+    free(skip);
     out->grad_known = !(g.pp > 1 && g.zero == 3);
     if (out->grad_known)
         grad_step(&g, c, &a);

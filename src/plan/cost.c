@@ -109,6 +109,7 @@ static double block_comm(const work *w, bool backward) {
 
 typedef struct block_cost {
     double f, b, wgt; /* forward, backward (input half when split), weight half */
+    double rerun;     /* of b: the rerun, skipped when the backward follows the forward */
 } block_cost;
 
 /* plugin.act_compress = int8: each fp32 tensor block l keeps (qkv, att unless the attention
@@ -157,6 +158,7 @@ static block_cost cost_block(const work *w, int l, bool split) {
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
     double b_in = mm.dx + at_b + pw.bwd + block_comm(w, true) + rebuild;
+    k.rerun = rebuild;
     if (split) {
         k.wgt = mm.dw + pw.wgt + rebuild;
         k.b = b_in;
@@ -170,17 +172,21 @@ static block_cost cost_block(const work *w, int l, bool split) {
 
 typedef struct chunk_cost {
     double f, b, wgt;
+    double b_fresh; /* b when it follows the chunk's own F at once (dt_plan_fresh_block) */
 } chunk_cost;
 
 static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chunk_cost *out) {
     int n = w->pp * w->v;
     for (int c = 0; c < n; c++) {
         chunk_cost k = {0};
+        int fresh = dt_plan_fresh_block(&w->c->plugin, sp->first[c], sp->first[c + 1], w->L);
+        double saved = 0;
         for (int u = sp->first[c]; u < sp->first[c + 1]; u++) {
             if (u < 1 || u > w->L)
                 continue;
             block_cost b = cost_block(w, u - 1, split);
             k.f += b.f, k.b += b.b, k.wgt += b.wgt;
+            saved += u - 1 == fresh ? b.rerun : 0;
         }
         double bw = w->d->mem_bandwidth;
         if (c == 0) { /* the embedding (a gather and the positions, 12 bytes an element each
@@ -200,6 +206,7 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
                    (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
                           : allreduce(w, w->tp, w->Nt * w->C * 4));
         }
+        k.b_fresh = k.b - saved;
         out[c] = k;
     }
 }
@@ -222,6 +229,13 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
         end[r] = busy[r] = 0;
     bool progress = true;
     int left = s->row[s->pp];
+    int *prev = malloc((size_t)s->pp * sizeof *prev); /* each rank's last F, B or W */
+    if (!prev) {
+        free(act), free(grad), free(at);
+        return dt_err_set(DT_ERR_OOM, "time model: out of memory");
+    }
+    for (int r = 0; r < s->pp; r++)
+        prev[r] = -1;
     while (left > 0 && progress) {
         progress = false;
         for (int r = 0; r < s->pp; r++) {
@@ -242,15 +256,21 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
                     act[k + s->n_mb] = end[r] + msg; /* the next chunk's input */
                 else if (x.op == DT_SCHED_OP_SEND_GRAD)
                     grad[k - s->n_mb] = end[r] + msg;
-                else
+                else {
+                    bool fresh = x.op == DT_SCHED_OP_B && prev[r] >= 0 &&
+                                 a[prev[r]].op == DT_SCHED_OP_F &&
+                                 a[prev[r]].stage == x.stage && a[prev[r]].mb == x.mb;
                     t = x.op == DT_SCHED_OP_F ? cc[x.stage].f
-                        : x.op == DT_SCHED_OP_B ? cc[x.stage].b : cc[x.stage].wgt;
+                        : x.op == DT_SCHED_OP_B ? (fresh ? cc[x.stage].b_fresh : cc[x.stage].b)
+                                                : cc[x.stage].wgt;
+                    prev[r] = at[r];
+                }
                 end[r] += t;
                 busy[r] += t;
             }
         }
     }
-    free(act), free(grad), free(at);
+    free(act), free(grad), free(at), free(prev);
     return left == 0 ? DT_OK : dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
 }
 
@@ -415,7 +435,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         if (w.pp > 1) {
             st = replay(&w, sched, cc, end, busy);
         } else {
-            end[0] = busy[0] = w.n_mb * (cc[0].f + cc[0].b + cc[0].wgt);
+            end[0] = busy[0] = w.n_mb * (cc[0].f + cc[0].b_fresh + cc[0].wgt);
         }
     }
     double makespan = 0, idle = 0;

@@ -127,6 +127,30 @@ dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l) {
     return p->ac == DT_AC_FULL ? DT_PLAN_RERUN_BLOCK : DT_PLAN_RERUN_ATTENTION;
 }
 
+int dt_plan_fresh_block(const dt_plugin_config *p, int u0, int u1, int n_layer) {
+    if (p->act_compress != DT_ACT_COMPRESS_NONE)
+        return -1;
+    for (int u = u1 - 1; u >= u0; u--)
+        if (u >= 1 && u <= n_layer && dt_plan_ac_rerun(p, u - 1) != DT_PLAN_RERUN_NONE)
+            return u - 1;
+    return -1;
+}
+
+bool dt_plan_fresh_pair(const dt_schedule *s, int rank, int chunk, int mb) {
+    int n, prev = -1;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) {
+        dt_sched_op op = a[i].op;
+        if (op != DT_SCHED_OP_F && op != DT_SCHED_OP_B && op != DT_SCHED_OP_W)
+            continue;
+        if (op == DT_SCHED_OP_B && a[i].stage == chunk && a[i].mb == mb)
+            return prev >= 0 && a[prev].op == DT_SCHED_OP_F && a[prev].stage == chunk &&
+                   a[prev].mb == mb;
+        prev = i;
+    }
+    return false;
+}
+
 typedef enum ac_kind { AC_KEEP_ALL, AC_KEEP_NO_ATTN, AC_KEEP_INPUT } ac_kind;
 
 /* plugin.ac: a fully checkpointed block keeps only its input (a residual position, kept

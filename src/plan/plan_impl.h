@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "plan/schedule.h"
 
 /* Floats of each unit this tp rank holds (held[u] for u in 0..L+1; NULL: all), in unit order,
  * each tensor its tp shard padded to 16 floats (GPT-2: a stage with the head but not the
@@ -19,5 +20,14 @@ int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int6
 typedef enum dt_plan_rerun { DT_PLAN_RERUN_NONE, DT_PLAN_RERUN_ATTENTION, DT_PLAN_RERUN_BLOCK }
     dt_plan_rerun;
 dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l);
+
+/* The block of units [u0, u1) whose rerun is skipped when its backward follows its own
+ * forward at once (models/gpt_ac.c: the shared set still holds the last checkpointed block's
+ * forward); -1 when none is (no checkpointed block, or act_compress, which always restores). */
+int dt_plan_fresh_block(const dt_plugin_config *p, int u0, int u1, int n_layer);
+
+/* Does `rank`'s B of (chunk, mb) come right after its F of the same pair (no F, B or W of
+ * another between)? */
+bool dt_plan_fresh_pair(const dt_schedule *s, int rank, int chunk, int mb);
 
 #endif

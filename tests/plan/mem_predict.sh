@@ -87,6 +87,10 @@ case_ llama_pp2_1f1b_full_bf16 llama 2 $(pp 1f1b 4) $(ac full) $bf16
 case_ gpt2_pp2_interleaved_int8_fp16 gpt2 2 $(pp interleaved 2) --plugin.pp_chunks=2 $int8 $fp16
 case_ llama_pp2_zbh1_full_every2_int8 llama 2 $(pp zbh1 4) $(ac full 2) $int8
 case_ gpt2_pp2_zbh1_selective_bf16 gpt2 2 $(pp zbh1 4) $(ac selective) $bf16
+# the reruns a backward skips (right after its own forward) leave the tp and sp bytes
+case_ gpt2_pp2_tp2_1f1b_full gpt2 4 $(pp 1f1b 4) $(ac full) --plugin.tp_size=2
+case_ llama_pp2_sp2_interleaved_selective llama 4 $(pp interleaved 4) --plugin.pp_chunks=2 \
+    $(ac selective) --plugin.sp_size=2
 # optimizer offload: the chunk formula (a 0.01 MiB window: 2 slots of 640-float chunks), the
 # state.offload temporary of a checkpoint save under a sharded optimizer
 case_ gpt2_offload_zero0 gpt2 2 $(z 0) $(off 0.01)
