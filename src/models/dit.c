@@ -373,6 +373,7 @@ void dt_dit_free(dt_dit *d) {
 }
 
 const dt_dit_config *dt_dit_config_of(const dt_dit *d) { return &d->cfg; }
+int dt_dit_max_batch(const dt_dit *d) { return d->B; }
 
 void dt_dit_init_weights(dt_dit *d, uint64_t seed) {
     dt_param_init_range(d->params, d->n_params, seed, 0, d->n_total, d->w);

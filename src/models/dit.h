@@ -61,6 +61,7 @@ dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem 
                       dt_dit **out);
 void dt_dit_free(dt_dit *d);
 const dt_dit_config *dt_dit_config_of(const dt_dit *d);
+int dt_dit_max_batch(const dt_dit *d); /* the init B */
 
 /* DiT initialisation from the seed alone: linears N(0, 2/(in+out)) (Xavier's variance),
  * the label table N(0, 0.02^2), every adaLN modulation and the final linear zero (so each
