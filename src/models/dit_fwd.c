@@ -62,29 +62,33 @@ static void permute_rows(const dt_dit *d, float *dst, const float *src, int widt
             }
 }
 
-/* clip [B, frames, channels, height, width] <-> tokens [B S, P], a token's patch flattened
- * (channel, dt, dh, dw) as a Conv3d weight is. to_tokens: patchify; else unpatchify. */
-static void patchify(const dt_dit *d, float *tok, float *clip, int B, bool to_tokens) {
+/* Where element j of token `tok` of clip b lives in the clip tensor [B, frames, channels,
+ * height, width]: a token's patch is flattened (channel, dt, dh, dw) as a Conv3d weight is. */
+static size_t clip_at(const dt_dit *d, int b, int tok, int j) {
     const dt_dit_config *c = &d->cfg;
-    int pt = c->pt, ph = c->ph, pw = c->pw, Ch = c->channels, H = c->height, W = c->width;
+    int tt = tok / (d->Th * d->Tw), hh = tok / d->Tw % d->Th, ww = tok % d->Tw;
+    int f = j % c->pw, e = j / c->pw % c->ph, a = j / (c->pw * c->ph) % c->pt;
+    int ch = j / (c->pw * c->ph * c->pt);
+    size_t fr = (size_t)b * c->frames + tt * c->pt + a;
+    return ((fr * c->channels + ch) * c->height + hh * c->ph + e) * c->width + ww * c->pw + f;
+}
+
+/* clip [B, frames, channels, height, width] -> tokens [B S, P] */
+static void patchify(const dt_dit *d, float *tok, const float *clip, int B) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int tok_i = 0; tok_i < d->S; tok_i++) {
-            int tt = tok_i / (d->Th * d->Tw), hh = tok_i / d->Tw % d->Th, ww = tok_i % d->Tw;
-            float *row = tok + ((size_t)b * d->S + tok_i) * d->P;
-            int j = 0;
-            for (int ch = 0; ch < Ch; ch++)
-                for (int a = 0; a < pt; a++)
-                    for (int e = 0; e < ph; e++)
-                        for (int f = 0; f < pw; f++, j++) {
-                            size_t fr = (size_t)b * c->frames + tt * pt + a;
-                            size_t at = ((fr * Ch + ch) * H + hh * ph + e) * W + ww * pw + f;
-                            if (to_tokens)
-                                row[j] = clip[at];
-                            else
-                                clip[at] = row[j];
-                        }
-        }
+        for (int t = 0; t < d->S; t++)
+            for (int j = 0; j < d->P; j++)
+                tok[((size_t)b * d->S + t) * d->P + j] = clip[clip_at(d, b, t, j)];
+}
+
+/* the adjoint (and inverse): tokens [B S, P] -> clip */
+static void unpatchify(const dt_dit *d, float *clip, const float *tok, int B) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < d->S; t++)
+            for (int j = 0; j < d->P; j++)
+                clip[clip_at(d, b, t, j)] = tok[((size_t)b * d->S + t) * d->P + j];
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -290,7 +294,7 @@ dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_
                 d->c[(size_t)b * C + j] += d->y_table[(size_t)d->labels[b] * C + j];
     silu(d->sc, d->c, (int64_t)B * C);
     /* tokens: patch embedding plus the fixed 3-D positions */
-    patchify(d, d->patches, (float *)x, B, true);
+    patchify(d, d->patches, x, B);
     DT_TRY(dt_linear_forward(&d->ctx, &d->x_emb, d->patches, NULL, N, d->res));
     dt_rows_add_positions(d->res, d->pos, 0, d->S, N, C);
     for (int l = 0; l < L; l++)
@@ -300,7 +304,7 @@ dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_
     make_affine(d->afff, 2 * C, d->modf, 2 * C, 0, C, B, C);
     ln_clips(d, d->mf, d->meanf, d->rstdf, d->res + L * NC, d->afff, 2 * C, B);
     DT_TRY(dt_linear_forward(&d->ctx, &d->final_lin, d->mf, NULL, N, d->tok_out));
-    patchify(d, d->tok_out, d->out, B, false);
+    unpatchify(d, d->out, d->tok_out, B);
     return DT_OK;
 }
 
@@ -315,7 +319,7 @@ dt_status dt_dit_backward(dt_dit *d, const float *dout, int B) {
     size_t NC = (size_t)N * C, BC = (size_t)B * C;
     memset(d->dsc, 0, BC * sizeof *d->dsc);
     /* final layer */
-    patchify(d, d->dtok, (float *)dout, B, true);
+    patchify(d, d->dtok, dout, B);
     memset(d->dA, 0, NC * sizeof *d->dA);
     DT_TRY(dt_linear_backward(&d->ctx, &d->final_lin, d->mf, NULL, d->dtok, NULL, N, d->dA));
     memset(d->dmod, 0, (size_t)B * 2 * C * sizeof *d->dmod);

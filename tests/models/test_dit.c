@@ -8,6 +8,8 @@
  *   - adaLN-Zero: at initialisation every block is the identity (a 1-block and a 3-block
  *     model give bit-identical outputs) and only the modulation weights get gradients;
  *   - two half batches accumulate the gradient of the full batch;
+ *   - units tile the arena in order, and a unit bound to other storage is read and written
+ *     there (the seam a distributed engine uses); FLOPs per clip against a hand count;
  *   - bad shapes and labels are clear errors.
  */
 #include <math.h>
@@ -347,6 +349,74 @@ static void check_identity_at_init(void) {
     dt_mem_free(mem);
 }
 
+/* Units tile the arena; binding one to outside storage moves its reads and gradient writes. */
+static void check_units(void) {
+    dt_dit_config c = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL, 3);
+    int B = 2;
+    int64_t n = dt_dit_clip_numel(&c) * B;
+    dt_mem *mem;
+    dt_dit *d = NULL;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    DT_CHECK_OK(dt_dit_init(&c, &(dt_dit_opts){.B = B, .training = true}, mem, &d));
+    if (!d)
+        return;
+    int U = dt_dit_n_units(d);
+    DT_CHECK(U == c.n_layer + 2, "%d units, want %d", U, c.n_layer + 2);
+    int64_t at = 0;
+    for (int u = 0; u < U; u++) {
+        int64_t first, count;
+        dt_dit_unit_range(d, u, &first, &count);
+        DT_CHECK(first == at && count > 0, "unit %d at %lld (+%lld), want %lld", u,
+                 (long long)first, (long long)count, (long long)at);
+        at = first + count;
+    }
+    DT_CHECK(at == dt_dit_numel(d), "units end at %lld of %lld", (long long)at,
+             (long long)dt_dit_numel(d));
+    int64_t nw = dt_dit_numel(d);
+    float *w = dt_dit_weights(d);
+    dt_test_fill(w, nw, 21, 0.3f);
+    float *x = malloc(sizeof(float) * n), *R = malloc(sizeof(float) * n);
+    float *y0 = malloc(sizeof(float) * n), *g0 = malloc(sizeof(float) * nw);
+    dt_test_fill(x, n, 22, 1.0f);
+    dt_test_fill(R, n, 23, 1.0f);
+    float t[2] = {0.2f, 0.7f};
+    int32_t lab[2] = {0, 2};
+    dt_dit_zero_grad(d);
+    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, B));
+    DT_CHECK_OK(dt_dit_backward(d, R, B));
+    memcpy(y0, dt_dit_output(d), sizeof(float) * n);
+    memcpy(g0, dt_dit_grads(d), sizeof(float) * nw);
+    /* block 1 (global unit 2) moves out: its own arena range is poisoned, so a result equal to
+     * the first one proves the model reads the bound copy and writes gradients there */
+    int64_t first, count;
+    dt_dit_unit_range(d, 2, &first, &count);
+    float *wb = malloc(sizeof(float) * count), *gb = calloc((size_t)count, sizeof(float));
+    memcpy(wb, w + first, sizeof(float) * count);
+    for (int64_t i = 0; i < count; i++)
+        w[first + i] = NAN;
+    dt_dit_bind_unit(d, 2, wb, gb);
+    dt_dit_zero_grad(d);
+    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, B));
+    DT_CHECK_OK(dt_dit_backward(d, R, B));
+    DT_CHECK(!memcmp(y0, dt_dit_output(d), sizeof(float) * n), "bound unit: another output");
+    DT_CHECK(!memcmp(gb, g0 + first, sizeof(float) * count), "bound unit: another gradient");
+    double stray = 0;
+    for (int64_t i = 0; i < count; i++)
+        stray += fabs(dt_dit_grads(d)[first + i]);
+    DT_CHECK(stray == 0, "the unit's own gradient range was written (%g)", stray);
+    /* FLOPs: 6 x (S (per-token MACs + attention MACs) + per-clip MACs), counted by hand for
+     * this shape: S = 24 tokens, P = 8, C = 12, F = 48, spatial T' = 12, temporal T' = 2 */
+    DT_CHECK_CLOSE(dt_dit_flops_per_sample(d), 6.0 * (24 * (3648 + 336) + 5232), 1e-12);
+    free(wb), free(gb), free(x), free(R), free(y0), free(g0);
+    dt_dit_free(d);
+    c.attn = DT_DIT_ATTN_FULL;
+    DT_CHECK_OK(dt_dit_init(&c, &(dt_dit_opts){.B = 1, .training = false}, mem, &d));
+    if (d)
+        DT_CHECK_CLOSE(dt_dit_flops_per_sample(d), 6.0 * (24 * (3648 + 1152) + 5232), 1e-12);
+    dt_dit_free(d);
+    dt_mem_free(mem);
+}
+
 static void expect_error(dt_dit_config c, const char *needle) {
     dt_status st = dt_dit_check_config(&c);
     DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), needle), "want an error naming '%s', got %s",
@@ -400,6 +470,7 @@ int main(int argc, char **argv) {
     check_model(DT_DIT_ATTN_SPATIAL_TEMPORAL, 3, true);
     check_model(DT_DIT_ATTN_SPATIAL_TEMPORAL, 3, false);
     check_identity_at_init();
+    check_units();
     check_errors();
     return DT_TEST_END();
 }
