@@ -9,7 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config git ca-certificates \
-    libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev libinih-dev \
+    libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev libinih-dev libgif-dev \
     fortunes python3 python3-numpy python3-torch iproute2 time \
     slurmctld slurmd slurm-client munge > /dev/null
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null

@@ -1,0 +1,166 @@
+/* Rectified flow training and Euler sampling over a dt_dit (see flow.h). */
+#include "models/flow.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+struct dt_flow {
+    dt_dit *d; /* borrowed */
+    dt_mem *mem;
+    dt_flow_opts opts;
+    int B;
+    int64_t clip;
+    float *xt, *v, *dpred, *t;
+    int32_t *labels;
+};
+
+float dt_flow_timestep(uint64_t seed, int64_t index) {
+    float n;
+    dt_rng_fill_normal(seed, "flow.t", index, 1, 0.0f, 1.0f, &n);
+    return 1.0f / (1.0f + expf(-n));
+}
+
+void dt_flow_noise(uint64_t seed, int64_t index, int64_t n, float *out) {
+    dt_rng_fill_normal(seed, "flow.noise", index * n, n, 0.0f, 1.0f, out);
+}
+
+bool dt_flow_drop_label(uint64_t seed, int64_t index, float p) {
+    float u;
+    dt_rng_fill_uniform(seed, "flow.drop", index, 1, &u);
+    return u < p;
+}
+
+double dt_flow_mse(const float *pred, const float *v, int64_t n, float grad_scale, float *dpred) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)pred[i] - v[i];
+        s += e * e;
+        if (dpred)
+            dpred[i] = (float)(2.0 * grad_scale * e / (double)n);
+    }
+    return s / (double)n;
+}
+
+dt_status dt_flow_init(dt_dit *d, const dt_flow_opts *opts, dt_mem *mem, dt_flow **out) {
+    *out = NULL;
+    if (opts->p_uncond < 0 || opts->p_uncond > 1)
+        return dt_err_set(DT_ERR_ARG, "flow: p_uncond = %g is not in [0, 1]",
+                          (double)opts->p_uncond);
+    dt_flow *f = calloc(1, sizeof *f);
+    if (!f)
+        return dt_err_set(DT_ERR_OOM, "flow: out of memory");
+    dt_status st = DT_OK;
+    f->d = d;
+    f->mem = mem;
+    f->opts = *opts;
+    /* the model's B, from how many clips its output holds */
+    const dt_dit_config *c = dt_dit_config_of(d);
+    f->clip = dt_dit_clip_numel(c);
+    f->B = dt_dit_max_batch(d);
+    size_t n = (size_t)f->B * f->clip * sizeof(float);
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_TEMP, "flow.xt", n, (void **)&f->xt));
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_TEMP, "flow.v", n, (void **)&f->v));
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_TEMP, "flow.dpred", n, (void **)&f->dpred));
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_TEMP, "flow.t", (size_t)f->B * sizeof(float),
+                             (void **)&f->t));
+    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_TEMP, "flow.labels", (size_t)f->B * sizeof(int32_t),
+                             (void **)&f->labels));
+    *out = f;
+    return DT_OK;
+fail:
+    dt_flow_free(f);
+    return st;
+}
+
+void dt_flow_free(dt_flow *f) {
+    if (!f)
+        return;
+    dt_mem_release(f->mem, f->labels);
+    dt_mem_release(f->mem, f->t);
+    dt_mem_release(f->mem, f->dpred);
+    dt_mem_release(f->mem, f->v);
+    dt_mem_release(f->mem, f->xt);
+    free(f);
+}
+
+static dt_status check_batch(const dt_flow *f, int B) {
+    if (B <= 0 || B > f->B)
+        return dt_err_set(DT_ERR_ARG, "flow: B = %d clips, the model holds 1..%d", B, f->B);
+    return DT_OK;
+}
+
+/* x_t, v, t and the (possibly dropped) labels of B clips; returns the labels to use. */
+static const int32_t *make_batch(dt_flow *f, const float *x0, const int32_t *labels, int B,
+                                 uint64_t seed, int64_t index0) {
+    int64_t n = f->clip;
+    for (int b = 0; b < B; b++) {
+        int64_t idx = index0 + b;
+        float t = f->t[b] = dt_flow_timestep(seed, idx);
+        float *eps = f->v + b * n, *xt = f->xt + b * n;
+        const float *x = x0 + b * n;
+        dt_flow_noise(seed, idx, n, eps);
+        for (int64_t i = 0; i < n; i++) {
+            xt[i] = (1.0f - t) * x[i] + t * eps[i];
+            eps[i] -= x[i]; /* v = eps - x0 */
+        }
+    }
+    if (!labels)
+        return NULL;
+    int null = dt_dit_config_of(f->d)->n_classes;
+    for (int b = 0; b < B; b++)
+        f->labels[b] = dt_flow_drop_label(seed, index0 + b, f->opts.p_uncond) ? null : labels[b];
+    return f->labels;
+}
+
+dt_status dt_flow_train(dt_flow *f, const float *x0, const int32_t *labels, int B,
+                        uint64_t seed, int64_t index0, float grad_scale, double *loss) {
+    DT_TRY(check_batch(f, B));
+    const int32_t *lab = make_batch(f, x0, labels, B, seed, index0);
+    DT_TRY(dt_dit_forward(f->d, f->xt, f->t, lab, B));
+    *loss = dt_flow_mse(dt_dit_output(f->d), f->v, B * f->clip, grad_scale, f->dpred);
+    return dt_dit_backward(f->d, f->dpred, B);
+}
+
+dt_status dt_flow_eval(dt_flow *f, const float *x0, const int32_t *labels, int B,
+                       uint64_t seed, int64_t index0, double *loss) {
+    DT_TRY(check_batch(f, B));
+    /* evaluation uses the labels as given (no drop) */
+    const int32_t *lab = labels;
+    make_batch(f, x0, NULL, B, seed, index0);
+    DT_TRY(dt_dit_forward(f->d, f->xt, f->t, lab, B));
+    *loss = dt_flow_mse(dt_dit_output(f->d), f->v, B * f->clip, 1.0f, NULL);
+    return DT_OK;
+}
+
+dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int32_t *labels,
+                         float guidance, float *out) {
+    DT_TRY(check_batch(f, B));
+    if (steps < 1)
+        return dt_err_set(DT_ERR_ARG, "flow: steps = %d, want at least 1", steps);
+    int64_t n = f->clip, all = B * n;
+    bool cfg = labels && guidance > 0;
+    int null = dt_dit_config_of(f->d)->n_classes;
+    for (int b = 0; b < B; b++) {
+        dt_flow_noise(seed, b, n, out + b * n);
+        f->labels[b] = null;
+    }
+    const float *vel = dt_dit_output(f->d);
+    for (int s = 0; s < steps; s++) {
+        float t = 1.0f - (float)s / (float)steps, dt = 1.0f / (float)steps;
+        for (int b = 0; b < B; b++)
+            f->t[b] = t;
+        if (cfg) { /* v(null) first, kept in f->v */
+            DT_TRY(dt_dit_forward(f->d, out, f->t, f->labels, B));
+            memcpy(f->v, vel, (size_t)all * sizeof *f->v);
+        }
+        DT_TRY(dt_dit_forward(f->d, out, f->t, labels, B));
+        for (int64_t i = 0; i < all; i++) {
+            float v = cfg ? f->v[i] + guidance * (vel[i] - f->v[i]) : vel[i];
+            out[i] -= dt * v; /* t decreases: x_{t - dt} = x_t - dt v */
+        }
+    }
+    return DT_OK;
+}

@@ -1,0 +1,65 @@
+/* Rectified flow (Liu et al., ICLR'23), the objective of Open-Sora 1.2+, and its Euler
+ * sampler, over a dt_dit.
+ *
+ * Training: for clip x_0 with noise eps ~ N(0, I) and t in (0, 1),
+ *     x_t = (1 - t) x_0 + t eps,   target v = eps - x_0 (dx_t / dt),   loss = mean (v_pred - v)^2.
+ * t is logit-normal, t = sigmoid(n), n ~ N(0, 1) (Esser et al., SD3, section 3.1; Open-Sora
+ * 1.2's choice), which puts most samples at mid noise levels where the velocity is hardest.
+ * Everything random is a pure function of (seed, the clip's global index): a clip gets the
+ * same t, noise and label drop whatever the batch, micro-batch or rank it lands in.
+ *
+ * Sampling integrates dx/dt = v from pure noise at t = 1 to t = 0 in N Euler steps, with
+ * optional classifier-free guidance v = v(null) + s (v(label) - v(null)).
+ *
+ * A dt_flow owns the batch buffers it needs (sized for the model's B at init, through the
+ * accountant); single-threaded control.
+ */
+#ifndef DT_MODELS_FLOW_H
+#define DT_MODELS_FLOW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/mem.h"
+#include "core/status.h"
+#include "models/dit.h"
+
+/* t of the clip with global index `index`: sigmoid of a standard normal, in (0, 1). */
+float dt_flow_timestep(uint64_t seed, int64_t index);
+/* Noise of the clip with global index `index`: n standard normals. */
+void dt_flow_noise(uint64_t seed, int64_t index, int64_t n, float *out);
+/* Whether clip `index`'s label is dropped (replaced by the null class) with probability p. */
+bool dt_flow_drop_label(uint64_t seed, int64_t index, float p);
+
+/* Mean squared error of pred against v over n values; with dpred (may be NULL) its gradient
+ * times grad_scale, 2 grad_scale (pred - v) / n (overwritten). */
+double dt_flow_mse(const float *pred, const float *v, int64_t n, float grad_scale, float *dpred);
+
+typedef struct dt_flow dt_flow;
+
+typedef struct dt_flow_opts {
+    float p_uncond; /* probability of training a clip with the null label (guidance) */
+} dt_flow_opts;
+
+/* Buffers for the model's B clips: x_t, v, the loss gradient, t and labels (B x clip floats
+ * three times, category temporaries). d is borrowed and must outlive the flow. */
+dt_status dt_flow_init(dt_dit *d, const dt_flow_opts *opts, dt_mem *mem, dt_flow **out);
+void dt_flow_free(dt_flow *f);
+
+/* One training micro-batch: clips x0 [B, clip] (global indices index0 ..), labels [B] or
+ * NULL. Forward, loss (*loss = the batch's mean squared error) and backward, whose
+ * gradients of grad_scale * loss accumulate into the model's. */
+dt_status dt_flow_train(dt_flow *f, const float *x0, const int32_t *labels, int B,
+                        uint64_t seed, int64_t index0, float grad_scale, double *loss);
+/* The same without backward (evaluation). */
+dt_status dt_flow_eval(dt_flow *f, const float *x0, const int32_t *labels, int B,
+                       uint64_t seed, int64_t index0, double *loss);
+
+/* B clips into out [B, clip], from noise dt_flow_noise(seed, b) in `steps` Euler steps.
+ * labels [B] or NULL (null class); guidance <= 0 or no labels: plain conditional velocity,
+ * else classifier-free guidance with that scale (two forwards per step). DT_ERR_ARG for
+ * steps < 1 or B beyond the model's. */
+dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int32_t *labels,
+                         float guidance, float *out);
+
+#endif
