@@ -100,3 +100,9 @@ endforeach()
 add_test(NAME train/ckpt_faults
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
 set_tests_properties(train/ckpt_faults PROPERTIES LABELS "train" TIMEOUT 300)
+
+# No rank waits forever: a stalled rank (DT_TEST_STALL) ends the job with the watchdog's report
+# (dp all-reduce, pp receive), a short stall is waited out, a SIGKILLed rank ends the job.
+add_test(NAME train/faults
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/faults PROPERTIES LABELS "train;mpi" TIMEOUT 300)
