@@ -8,7 +8,7 @@
 #   equals an undisturbed run's;
 # - a rank killed with SIGKILL mid-run: mpirun ends the job within a bound, non-zero, naming
 #   the lost rank;
-# - a malformed DT_TEST_STALL is a clear error.
+# - a malformed DT_TEST_STALL, and a negative comm_timeout, are clear errors.
 #   faults.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
 base=(--config "$src/configs/tiny-gpt2.ini" --data.train=data/train.bin)
@@ -79,4 +79,7 @@ echo "SIGKILL: mpirun ended $(cat kill.s 2> /dev/null) s after the kill"
 DT_TEST_STALL=1:zero "$dtrain" train "${base[@]}" --train.steps=1 > bad.log 2>&1
 check "malformed DT_TEST_STALL: exit 2" test $? -eq 2
 check "malformed DT_TEST_STALL: named" grep -q "DT_TEST_STALL=1:zero: expected rank:step" bad.log
+"$dtrain" train "${base[@]}" --train.comm_timeout=-1 > neg.log 2>&1
+check "negative comm_timeout: exit 2" test $? -eq 2
+check "negative comm_timeout: named" grep -q "train.comm_timeout=-1 must be >= 0" neg.log
 finish
