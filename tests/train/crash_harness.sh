@@ -46,7 +46,7 @@ strike() {
         return
     fi
     for p in $ranks; do
-        local r=$(tr '\0' '\n' < /proc/$p/environ 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        local r=$({ tr '\0' '\n' < /proc/$p/environ; } 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
         [ "$kind" = all ] || [ "$kind" = "$r" ] && victims+=($p)
     done
     [ ${#victims[@]} -gt 0 ] && kill -9 "${victims[@]}" 2> /dev/null
@@ -61,22 +61,24 @@ for trial in $(seq "$trials"); do
         timeout -s KILL 120 "${train[@]}" --checkpoint.dir=ck --checkpoint.resume=auto \
             --train.export=out.safetensors > run.log 2>&1 &
         mp=$!
+        struck=""
         if [ "$attempt" -le "$kills" ]; then
             delay=$((RANDOM * 32768 + RANDOM)) kind=$((RANDOM % 3))
             delay=$((delay % span_ms))
             [ $kind -eq 2 ] && kind=all
             sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
-            if kill -0 "$mp" 2> /dev/null; then
-                strike "$mp" "$kind"
-                kinds+=" ${kind}@${delay}ms"
-                n_kills=$((n_kills + 1))
-            fi
+            kill -0 "$mp" 2> /dev/null && strike "$mp" "$kind" && struck=" ${kind}@${delay}ms"
         fi
         wait "$mp"
         rc=$?
+        if [ "$rc" -ne 0 ] && [ -n "$struck" ]; then # the kill ended this start
+            kinds+=$struck
+            n_kills=$((n_kills + 1))
+        fi
         cat run.log >> trial.log
         grep -q "resumed from" run.log && n_resumed=$((n_resumed + 1))
         [ "$rc" -eq 0 ] && [ -f out.safetensors ] && break
+        [ -z "$struck" ] && break # a start nobody killed must succeed
     done
     if [ "$rc" -eq 0 ] && cmp -s ref.safetensors out.safetensors; then
         passed=$((passed + 1))
