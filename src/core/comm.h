@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "dtrain/dist.h" /* dt_comm, dt_comm_rank/size/barrier/agree */
+#include "dtrain/mem.h"  /* dt_mem: where the rank is, for the watchdog's report */
 
 typedef enum dt_comm_op {
     DT_COMM_ALLREDUCE,
@@ -76,12 +77,46 @@ typedef struct dt_comm_ops {
     void (*free)(dt_comm *c);
 } dt_comm_ops;
 
+/* The collective watchdog: one record per process, shared (borrowed) by the communicators of
+ * a run. An implementation that can wait with a deadline (dist/) completes every blocking call
+ * and dt_comm_wait by polling, sleeping between polls once a wait is no longer short, so a
+ * rank waiting for a stalled peer neither spins a core nor waits forever: after timeout_s it
+ * fails with DT_ERR_MPI and a report naming this rank, the group, the operation (and peer),
+ * and the step, micro-batch and phase read from `where`. After that, `expired` is set and
+ * every later wait fails at once with the same report, because peers can no longer be
+ * trusted to arrive: the caller must end the job (cli/ calls MPI_Abort), not agree on it.
+ *
+ * Test-only: DT_TEST_STALL=rank:step[:seconds] (read by dt_comm_watch_init) makes world rank
+ * `rank` sleep `seconds` (default 3600) inside its first wait of step `step`, so tests can
+ * show that the others end with the report instead of hanging. */
+typedef struct dt_comm_watch {
+    double timeout_s;     /* 0 = wait forever (then blocking calls stay blocking) */
+    int rank;             /* this process's world rank */
+    const dt_mem *where;  /* borrowed, may be NULL: its context is the step and micro-batch */
+    int stall_rank;       /* DT_TEST_STALL: -1 = none */
+    int stall_step;
+    double stall_s;
+    bool stalled;         /* the stall has happened */
+    bool expired;         /* a wait timed out */
+    char report[640];     /* the first timeout's report */
+} dt_comm_watch;
+
+/* Fills *w (timeout in seconds, 0 = off) and reads DT_TEST_STALL; a malformed value is
+ * DT_ERR_ARG. Attach with c->watch = w on the world before splitting it: dt_dist_split hands
+ * the parent's watch to the new communicator. */
+dt_status dt_comm_watch_init(dt_comm_watch *w, double timeout_s, int rank);
+/* "step 3, micro-batch 1, backward" from w->where ("set-up" before the first step). */
+void dt_comm_watch_where(const dt_comm_watch *w, char *buf, size_t n);
+/* Test-only: sleeps here when DT_TEST_STALL names this rank and the current step, once. */
+void dt_comm_watch_stall(dt_comm_watch *w);
+
 struct dt_comm {
     const dt_comm_ops *ops;
     void *impl;
     int rank, size;
     char name[16]; /* "world", "dp", "tp", ... */
     dt_comm_stats stats;
+    dt_comm_watch *watch; /* borrowed; NULL = no watchdog */
 };
 
 /* A communicator of one rank (no MPI). */

@@ -101,6 +101,7 @@ static void check_train(const dt_config *c, problems *p) {
     NONNEG(p, train, micro_batch_size);
     NONNEG(p, train, eval_every);
     NONNEG(p, train, sample_tokens);
+    NONNEG(p, train, comm_timeout);
     if (t->log_every < 1)
         problem(p, false, "train.log_every=%d must be >= 1", t->log_every);
     if (t->eval_batches < 1)

@@ -241,6 +241,12 @@ void dt_mem_set_context(dt_mem *m, int step, dt_mem_phase phase, int mb) {
 void dt_mem_set_phase(dt_mem *m, dt_mem_phase phase) { m->phase = phase; }
 dt_mem_phase dt_mem_phase_now(const dt_mem *m) { return m->phase; }
 
+void dt_mem_context(const dt_mem *m, int *step, dt_mem_phase *phase, int *mb) {
+    *step = m->step;
+    *phase = m->phase;
+    *mb = m->mb;
+}
+
 /* Where memory is allocated anyway, a full log may grow; elsewhere it drops the event. */
 static bool may_grow(const dt_mem *m) {
     return m->phase == DT_MEM_PHASE_SETUP || m->phase == DT_MEM_PHASE_CHECKPOINT ||

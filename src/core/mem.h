@@ -78,6 +78,8 @@ dt_status dt_mem_timeline_reserve(dt_mem *m, int n);
 void dt_mem_set_context(dt_mem *m, int step, dt_mem_phase phase, int mb);
 void dt_mem_set_phase(dt_mem *m, dt_mem_phase phase);
 dt_mem_phase dt_mem_phase_now(const dt_mem *m);
+/* The context last set: step (0 = set-up), phase, micro-batch (-1 = none). */
+void dt_mem_context(const dt_mem *m, int *step, dt_mem_phase *phase, int *mb);
 /* Logical occupancy of an allocated buffer of category cat: `bytes` of it start (use) or stop
  * (unuse) holding data needed later, e.g. a block's saved activations for its backward.
  * Counted in dt_mem_in_use (never more than the category's live bytes is a caller's duty). */

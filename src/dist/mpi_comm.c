@@ -4,14 +4,31 @@
  * a 2 x size int scratch for the displacements of blocking "v" collectives, and a pool of
  * request slots for non-blocking ones. After warm-up no call here allocates.
  * Threading: MPI_THREAD_FUNNELED; a communicator is used by one thread (the main one).
+ *
+ * Under a watchdog (comm.h, dt_comm_watch) every blocking call is posted in its non-blocking
+ * form and completed by the same timed polling wait as dt_comm_wait: MPI_Test in a tight loop
+ * for the first SPIN_S seconds (a wait that short is a transfer, not a stall, and sleeping
+ * would add latency), then napping between polls for 1/NAP_SHARE of the time waited so far,
+ * within [NAP_MIN_NS, NAP_MAX_NS]: a message is noticed at most ~1.5% (plus the kernel's
+ * timer slack) later than by spinning, and a rank waiting for a stalled peer wakes ~500 times
+ * a second instead of spinning a core; past the timeout the wait fails with the report.
  */
 #include "dist/dist.h"
 
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "core/clock.h"
+
+#define SPIN_S 1e-3
+#define NAP_SHARE 64
+#define NAP_MIN_NS 20000L
+#define NAP_MAX_NS 2000000L
 
 /* A pending non-blocking operation. MPI requires the count and displacement arrays of a
  * non-blocking v-collective to stay untouched until it completes, so each slot carries its
@@ -19,6 +36,8 @@
 typedef struct slot {
     MPI_Request mreq;
     int expect; /* recv: bytes the caller asked for, checked at completion; -1 otherwise */
+    const char *what; /* the operation, for the watchdog's report: "all-reduce", "recv from" */
+    int peer;         /* p2p: the other rank in this communicator; -1 otherwise */
     int *ints;  /* 2 x size: counts then displacements */
     struct slot *next_free;
 } slot;
@@ -112,6 +131,7 @@ static dt_status slot_get(dt_comm *c, dt_comm_req *req, slot **out) {
     m->free_slots = s->next_free;
     s->mreq = MPI_REQUEST_NULL;
     s->expect = -1;
+    s->peer = -1;
     *out = s;
     return DT_OK;
 }
@@ -124,15 +144,32 @@ static void slot_put(dt_comm *c, slot *s) {
 
 /* After the MPI call that filled s->mreq: publish the slot in req, or recycle it on failure. */
 static dt_status posted(dt_comm *c, dt_comm_req *req, dt_comm_op op, slot *s, int rc,
-                        const char *call) {
+                        const char *call, const char *what) {
     if (rc != MPI_SUCCESS) {
         slot_put(c, s);
         return mpi_fail(c->name, call, rc);
     }
+    s->what = what;
     req->impl = s;
     req->op = op;
     req->active = true;
     return DT_OK;
+}
+
+/* Blocking calls stay blocking (MPI's own tuned algorithms) unless a watchdog must be able to
+ * give up on them, or the test-only stall is armed. */
+static bool watched(const dt_comm *c) {
+    return c->watch && (c->watch->timeout_s > 0 || c->watch->stall_rank >= 0);
+}
+
+static dt_status op_wait(dt_comm *c, dt_comm_req *req);
+
+/* The end of an op: a caller's request is left pending; a blocking call (req == NULL, its
+ * own request in `own`) is completed here by the timed wait. */
+static dt_status complete(dt_comm *c, dt_comm_req *req, dt_comm_req *own, dt_status st) {
+    if (st != DT_OK || req)
+        return st;
+    return op_wait(c, own);
 }
 
 /* A receive that completed with fewer bytes than asked is a protocol bug; say so. */
@@ -149,28 +186,31 @@ static dt_status check_recv(dt_comm *c, const MPI_Status *st, int expect) {
 
 /* ---- the ops ------------------------------------------------------------------------------ */
 
-static dt_status op_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req) {
+static dt_status allreduce(dt_comm *c, void *buf, int64_t n, MPI_Datatype type, MPI_Op mop,
+                           dt_comm_req *req) {
     DT_TRY(check_count(c, "allreduce", n));
-    if (!req) {
-        MPI_TRY(c, MPI_Allreduce, MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, mcomm(c));
+    if (!req && !watched(c)) {
+        MPI_TRY(c, MPI_Allreduce, MPI_IN_PLACE, buf, (int)n, type, mop, mcomm(c));
         return DT_OK;
     }
+    dt_comm_req own = {0}, *r = req ? req : &own;
     slot *s = NULL;
-    DT_TRY(slot_get(c, req, &s));
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, mcomm(c), &s->mreq);
-    return posted(c, req, DT_COMM_ALLREDUCE, s, rc, "MPI_Iallreduce");
+    DT_TRY(slot_get(c, r, &s));
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, type, mop, mcomm(c), &s->mreq);
+    return complete(c, req, r,
+                    posted(c, r, DT_COMM_ALLREDUCE, s, rc, "MPI_Iallreduce", "all-reduce"));
+}
+
+static dt_status op_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req) {
+    return allreduce(c, buf, n, MPI_FLOAT, MPI_SUM, req);
 }
 
 static dt_status op_allreduce_f64(dt_comm *c, double *buf, int64_t n) {
-    DT_TRY(check_count(c, "allreduce", n));
-    MPI_TRY(c, MPI_Allreduce, MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, mcomm(c));
-    return DT_OK;
+    return allreduce(c, buf, n, MPI_DOUBLE, MPI_SUM, NULL);
 }
 
 static dt_status op_allreduce_max_i32(dt_comm *c, int32_t *buf, int64_t n) {
-    DT_TRY(check_count(c, "allreduce", n));
-    MPI_TRY(c, MPI_Allreduce, MPI_IN_PLACE, buf, (int)n, MPI_INT32_T, MPI_MAX, mcomm(c));
-    return DT_OK;
+    return allreduce(c, buf, n, MPI_INT32_T, MPI_MAX, NULL);
 }
 
 static dt_status op_reduce_scatter_f32(dt_comm *c, const float *send, float *recv,
@@ -181,15 +221,17 @@ static dt_status op_reduce_scatter_f32(dt_comm *c, const float *send, float *rec
     if (send && send == recv)
         return dt_err_set(DT_ERR_ARG, "%s: reduce_scatter needs separate send and recv buffers",
                           c->name);
-    if (!req) {
+    if (!req && !watched(c)) {
         MPI_TRY(c, MPI_Reduce_scatter, send, recv, counts, MPI_FLOAT, MPI_SUM, mcomm(c));
         return DT_OK;
     }
+    dt_comm_req own = {0}, *r = req ? req : &own;
     slot *s = NULL;
-    DT_TRY(slot_get(c, req, &s));
+    DT_TRY(slot_get(c, r, &s));
     memcpy(s->ints, counts, (size_t)c->size * sizeof *counts);
     int rc = MPI_Ireduce_scatter(send, recv, s->ints, MPI_FLOAT, MPI_SUM, mcomm(c), &s->mreq);
-    return posted(c, req, DT_COMM_REDUCE_SCATTER, s, rc, "MPI_Ireduce_scatter");
+    return complete(c, req, r, posted(c, r, DT_COMM_REDUCE_SCATTER, s, rc,
+                                      "MPI_Ireduce_scatter", "reduce-scatter"));
 }
 
 static dt_status op_allgather_f32(dt_comm *c, const float *send, float *recv, const int *counts,
@@ -197,8 +239,11 @@ static dt_status op_allgather_f32(dt_comm *c, const float *send, float *recv, co
     mpi_impl *m = c->impl;
     slot *s = NULL;
     int *cnt = m->scratch, *displ = m->scratch + c->size;
-    if (req) {
-        DT_TRY(slot_get(c, req, &s));
+    dt_comm_req own = {0}, *r = req;
+    if (!req && watched(c))
+        r = &own;
+    if (r) {
+        DT_TRY(slot_get(c, r, &s));
         cnt = s->ints;
         displ = s->ints + c->size;
     }
@@ -214,13 +259,14 @@ static dt_status op_allgather_f32(dt_comm *c, const float *send, float *recv, co
      * separate, aliased send buffer */
     const void *sbuf = recv && send == recv + displ[c->rank] ? MPI_IN_PLACE : (const void *)send;
     int scount = counts[c->rank];
-    if (!req) {
+    if (!r) {
         MPI_TRY(c, MPI_Allgatherv, sbuf, scount, MPI_FLOAT, recv, cnt, displ, MPI_FLOAT, mcomm(c));
         return DT_OK;
     }
     int rc =
         MPI_Iallgatherv(sbuf, scount, MPI_FLOAT, recv, cnt, displ, MPI_FLOAT, mcomm(c), &s->mreq);
-    return posted(c, req, DT_COMM_ALLGATHER, s, rc, "MPI_Iallgatherv");
+    return complete(c, req, r,
+                    posted(c, r, DT_COMM_ALLGATHER, s, rc, "MPI_Iallgatherv", "all-gather"));
 }
 
 static dt_status op_alltoall_f32(dt_comm *c, const float *send, float *recv, int64_t n,
@@ -228,14 +274,16 @@ static dt_status op_alltoall_f32(dt_comm *c, const float *send, float *recv, int
     DT_TRY(check_count(c, "alltoall", n));
     if (send && send == recv)
         return dt_err_set(DT_ERR_ARG, "%s: alltoall needs separate send and recv buffers", c->name);
-    if (!req) {
+    if (!req && !watched(c)) {
         MPI_TRY(c, MPI_Alltoall, send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, mcomm(c));
         return DT_OK;
     }
+    dt_comm_req own = {0}, *r = req ? req : &own;
     slot *s = NULL;
-    DT_TRY(slot_get(c, req, &s));
+    DT_TRY(slot_get(c, r, &s));
     int rc = MPI_Ialltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, mcomm(c), &s->mreq);
-    return posted(c, req, DT_COMM_ALLTOALL, s, rc, "MPI_Ialltoall");
+    return complete(c, req, r,
+                    posted(c, r, DT_COMM_ALLTOALL, s, rc, "MPI_Ialltoall", "all-to-all"));
 }
 
 static dt_status check_peer(const dt_comm *c, const char *what, int peer) {
@@ -248,38 +296,50 @@ static dt_status check_peer(const dt_comm *c, const char *what, int peer) {
 static dt_status op_broadcast(dt_comm *c, void *buf, int64_t bytes, int root) {
     DT_TRY(check_count(c, "broadcast", bytes));
     DT_TRY(check_peer(c, "broadcast root", root));
-    MPI_TRY(c, MPI_Bcast, buf, (int)bytes, MPI_BYTE, root, mcomm(c));
-    return DT_OK;
+    if (!watched(c)) {
+        MPI_TRY(c, MPI_Bcast, buf, (int)bytes, MPI_BYTE, root, mcomm(c));
+        return DT_OK;
+    }
+    dt_comm_req own = {0};
+    slot *s = NULL;
+    DT_TRY(slot_get(c, &own, &s));
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, mcomm(c), &s->mreq);
+    return complete(c, NULL, &own,
+                    posted(c, &own, DT_COMM_BROADCAST, s, rc, "MPI_Ibcast", "broadcast"));
 }
 
 static dt_status op_send(dt_comm *c, const void *buf, int64_t bytes, int peer, int tag,
                          dt_comm_req *req) {
     DT_TRY(check_count(c, "send", bytes));
     DT_TRY(check_peer(c, "send peer", peer));
-    if (!req) {
+    if (!req && !watched(c)) {
         MPI_TRY(c, MPI_Send, buf, (int)bytes, MPI_BYTE, peer, tag, mcomm(c));
         return DT_OK;
     }
+    dt_comm_req own = {0}, *r = req ? req : &own;
     slot *s = NULL;
-    DT_TRY(slot_get(c, req, &s));
+    DT_TRY(slot_get(c, r, &s));
+    s->peer = peer;
     int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, mcomm(c), &s->mreq);
-    return posted(c, req, DT_COMM_P2P, s, rc, "MPI_Isend");
+    return complete(c, req, r, posted(c, r, DT_COMM_P2P, s, rc, "MPI_Isend", "send to"));
 }
 
 static dt_status op_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
                          dt_comm_req *req) {
     DT_TRY(check_count(c, "recv", bytes));
     DT_TRY(check_peer(c, "recv peer", peer));
-    if (!req) {
+    if (!req && !watched(c)) {
         MPI_Status st;
         MPI_TRY(c, MPI_Recv, buf, (int)bytes, MPI_BYTE, peer, tag, mcomm(c), &st);
         return check_recv(c, &st, (int)bytes);
     }
+    dt_comm_req own = {0}, *r = req ? req : &own;
     slot *s = NULL;
-    DT_TRY(slot_get(c, req, &s));
+    DT_TRY(slot_get(c, r, &s));
     s->expect = (int)bytes;
+    s->peer = peer;
     int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, mcomm(c), &s->mreq);
-    return posted(c, req, DT_COMM_P2P, s, rc, "MPI_Irecv");
+    return complete(c, req, r, posted(c, r, DT_COMM_P2P, s, rc, "MPI_Irecv", "recv from"));
 }
 
 /* The slot is recycled whatever MPI says: after a failed wait the request is dead anyway. */
@@ -296,13 +356,99 @@ static dt_status finish(dt_comm *c, dt_comm_req *req, int rc, const char *call,
     return DT_OK;
 }
 
+/* ---- the watchdog's wait ------------------------------------------------------------------ */
+
+/* World rank of this communicator's rank r (for the report; MPI_PROC_NULL when unknown). */
+static int world_rank_of(const dt_comm *c, int r) {
+    MPI_Group g, wg;
+    int out = MPI_PROC_NULL;
+    if (MPI_Comm_group(mcomm(c), &g) != MPI_SUCCESS)
+        return out;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
+        MPI_Group_translate_ranks(g, 1, &r, wg, &out);
+        MPI_Group_free(&wg);
+    }
+    MPI_Group_free(&g);
+    return out;
+}
+
+/* The group as world ranks: "0,1" (the first 8, then "..."). */
+static void group_ranks(const dt_comm *c, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < c->size && len + 16 < n; r++) {
+        if (r == 8) {
+            snprintf(buf + len, n - len, ",...");
+            break;
+        }
+        len += (size_t)snprintf(buf + len, n - len, r ? ",%d" : "%d", world_rank_of(c, r));
+    }
+}
+
+/* The first timeout: compose the report once, keep it in the watch and fail with it. */
+static dt_status expire(dt_comm *c, const slot *s, double waited) {
+    dt_comm_watch *w = c->watch;
+    char where[96], op[64], ranks[96];
+    dt_comm_watch_where(w, where, sizeof where);
+    group_ranks(c, ranks, sizeof ranks);
+    if (s->peer >= 0)
+        snprintf(op, sizeof op, "%s rank %d (%s rank %d)", s->what, world_rank_of(c, s->peer),
+                 c->name, s->peer);
+    else
+        snprintf(op, sizeof op, "%s", s->what);
+    snprintf(w->report, sizeof w->report,
+             "watchdog: rank %d waited %.0f s (train.comm_timeout) in %s on group %s (%s rank %d "
+             "of %d; world ranks %s) at %s: a peer rank is stalled or gone; ending the job",
+             w->rank, waited, op, c->name, c->name, c->rank, c->size, ranks, where);
+    w->expired = true;
+    return dt_err_set(DT_ERR_MPI, "%s", w->report);
+}
+
+/* Poll s to completion or the watch's deadline; *late when the deadline passed first. */
+static int poll_wait(dt_comm *c, slot *s, MPI_Status *st, bool *late, double *waited) {
+    double t0 = dt_now(), limit = c->watch->timeout_s > 0 ? c->watch->timeout_s : INFINITY;
+    *late = false;
+    for (;;) {
+        int flag = 0, rc = MPI_Test(&s->mreq, &flag, st);
+        if (rc != MPI_SUCCESS || flag)
+            return rc;
+        *waited = dt_now() - t0;
+        if (*waited >= limit) {
+            *late = true;
+            return MPI_SUCCESS;
+        }
+        if (*waited < SPIN_S)
+            continue;
+        long nap = (long)(*waited * 1e9 / NAP_SHARE);
+        nap = nap < NAP_MIN_NS ? NAP_MIN_NS : nap > NAP_MAX_NS ? NAP_MAX_NS : nap;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = nap};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static dt_status op_wait(dt_comm *c, dt_comm_req *req) {
     slot *s = req->impl;
     if (!s)
         return DT_OK;
     MPI_Status st;
-    int rc = MPI_Wait(&s->mreq, &st);
-    return finish(c, req, rc, "MPI_Wait", &st);
+    if (!watched(c)) {
+        int rc = MPI_Wait(&s->mreq, &st);
+        return finish(c, req, rc, "MPI_Wait", &st);
+    }
+    /* after a timeout, or on one: MPI still owns the request and the slot's arrays, so the
+     * slot is dropped (freed with the communicator), never reused */
+    if (c->watch->expired) {
+        req->impl = NULL;
+        return dt_err_set(DT_ERR_MPI, "%s", c->watch->report);
+    }
+    dt_comm_watch_stall(c->watch);
+    bool late = false;
+    double waited = 0;
+    int rc = poll_wait(c, s, &st, &late, &waited);
+    if (!late)
+        return finish(c, req, rc, "MPI_Test", &st);
+    req->impl = NULL;
+    return expire(c, s, waited);
 }
 
 static dt_status op_test(dt_comm *c, dt_comm_req *req, bool *done) {
@@ -322,8 +468,16 @@ static dt_status op_test(dt_comm *c, dt_comm_req *req, bool *done) {
 }
 
 static dt_status op_barrier(dt_comm *c) {
-    MPI_TRY(c, MPI_Barrier, mcomm(c));
-    return DT_OK;
+    if (!watched(c)) {
+        MPI_TRY(c, MPI_Barrier, mcomm(c));
+        return DT_OK;
+    }
+    dt_comm_req own = {0};
+    slot *s = NULL;
+    DT_TRY(slot_get(c, &own, &s));
+    int rc = MPI_Ibarrier(mcomm(c), &s->mreq);
+    return complete(c, NULL, &own,
+                    posted(c, &own, DT_COMM_ALLREDUCE, s, rc, "MPI_Ibarrier", "barrier"));
 }
 
 /* Requests must be completed before free: MPI forbids MPI_Request_free on collectives, so
@@ -467,7 +621,9 @@ dt_status dt_dist_split(dt_comm *parent, int color, int key, const char *name, d
     int rc = MPI_Comm_split(mcomm(parent), color, key, &sub);
     if (rc != MPI_SUCCESS)
         return mpi_fail(parent->name, "MPI_Comm_split", rc);
-    return wrap(sub, name, out);
+    DT_TRY(wrap(sub, name, out));
+    (*out)->watch = parent->watch;
+    return DT_OK;
 }
 
 void dt_dist_abort(dt_comm *world, int code) {

@@ -26,6 +26,7 @@ typedef struct trainer {
     dt_gpt *model;  /* borrowed */
     FILE *metrics;
     double peak_flops;
+    dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
 } trainer;
 
 static bool is_root(const trainer *t) { return t->world->rank == 0; }
@@ -86,6 +87,7 @@ static dt_status setup(trainer *t) {
     /* the same checks on every rank give the same message everywhere, before any collective */
     DT_TRY(dt_config_validate(c));
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
+    t->watch.where = dt_booster_mem(t->booster); /* step and micro-batch for its report */
     dt_boost_spec spec = spec_of(c);
     DT_TRY(dt_booster_boost(t->booster, &spec));
     t->model = dt_booster_model(t->booster);
@@ -312,10 +314,21 @@ static dt_status run(trainer *t) {
 
 dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
     trainer t = {.cfg = cfg, .world = world};
-    dt_status st = run(&t);
-    *stranded = st != DT_OK && dt_booster_stranded(t.booster);
+    /* a negative timeout is left to dt_config_validate's message */
+    int timeout = cfg->train.comm_timeout > 0 ? cfg->train.comm_timeout : 0;
+    dt_status st = dt_comm_watch_init(&t.watch, timeout, world->rank);
+    if (st == DT_OK) {
+        world->watch = &t.watch; /* before the booster splits the world into the mesh */
+        st = run(&t);
+    }
+    /* after a timeout no peer can be trusted to take part in anything: end the job, with
+     * the watchdog's report whatever failed after it */
+    if (t.watch.expired)
+        st = dt_err_set(DT_ERR_MPI, "%s", t.watch.report);
+    *stranded = st != DT_OK && (t.watch.expired || dt_booster_stranded(t.booster));
     if (t.metrics)
         fclose(t.metrics);
     dt_booster_free(t.booster);
+    world->watch = NULL;
     return st;
 }

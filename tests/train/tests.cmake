@@ -100,3 +100,16 @@ endforeach()
 add_test(NAME train/ckpt_faults
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
 set_tests_properties(train/ckpt_faults PROPERTIES LABELS "train" TIMEOUT 300)
+
+# No rank waits forever: a stalled rank (DT_TEST_STALL) ends the job with the watchdog's report
+# (dp all-reduce, pp receive), a short stall is waited out, a SIGKILLed rank ends the job.
+add_test(NAME train/faults
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/faults PROPERTIES LABELS "train;mpi" TIMEOUT 300)
+
+# Crash harness: kill -9 at seeded random moments, restart with resume = auto, and the final
+# export equals an uninterrupted run's byte for byte (more trials by hand: --trials N --seed S).
+add_test(NAME train/crash_harness
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/crash_harness.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR}
+                 --trials 3 --seed 11 --kills 2)
+set_tests_properties(train/crash_harness PROPERTIES LABELS "train;mpi" TIMEOUT 300)
