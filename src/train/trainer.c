@@ -26,6 +26,7 @@ typedef struct trainer {
     dt_gpt *model;  /* borrowed */
     FILE *metrics;
     double peak_flops;
+    int64_t ckpt_seen; /* the newest completed checkpoint already pruned for and logged */
 } trainer;
 
 static bool is_root(const trainer *t) { return t->world->rank == 0; }
@@ -140,16 +141,29 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     fflush(t->metrics);
 }
 
+/* Collective: a checkpoint completed since the last look (a sync save, or an async one that
+ * a step, a save or the end of the run completed): prune the older ones and say so. */
+static dt_status checkpoint_done(trainer *t) {
+    const dt_checkpoint_config *k = &t->cfg->checkpoint;
+    int64_t step = dt_booster_last_checkpoint(t->booster);
+    if (step == t->ckpt_seen)
+        return DT_OK;
+    t->ckpt_seen = step;
+    dt_status st = is_root(t) ? dt_ckpt_prune(k->dir, k->keep) : DT_OK;
+    DT_TRY(dt_comm_agree(t->world, st));
+    dt_info("checkpoint %s/step-%lld", k->dir, (long long)step);
+    return DT_OK;
+}
+
 static dt_status maybe_checkpoint(trainer *t, bool last) {
     const dt_checkpoint_config *k = &t->cfg->checkpoint;
     int64_t step = dt_booster_steps_done(t->booster);
     if (k->every <= 0 || (step % k->every != 0 && !last))
         return DT_OK;
     DT_TRY(dt_booster_save_checkpoint(t->booster, k->dir, t->cfg));
-    dt_status st = is_root(t) ? dt_ckpt_prune(k->dir, k->keep) : DT_OK;
-    DT_TRY(dt_comm_agree(t->world, st));
-    dt_info("checkpoint %s/step-%lld", k->dir, (long long)step);
-    return DT_OK;
+    if (k->async)
+        dt_info("checkpoint %s/step-%lld: writing in the background", k->dir, (long long)step);
+    return checkpoint_done(t);
 }
 
 static void write_json_cats(FILE *f, const double *v, int K) {
@@ -249,6 +263,8 @@ static dt_status write_mem_report(trainer *t, const char *path) {
 
 static dt_status finish(trainer *t) {
     const dt_config *c = t->cfg;
+    DT_TRY(dt_booster_wait_checkpoint(t->booster)); /* an async save still in flight */
+    DT_TRY(checkpoint_done(t));
     if (c->train.mem_report[0]) /* before export, whose gather buffers are temporaries */
         DT_TRY(write_mem_report(t, c->train.mem_report));
     if (c->train.trace[0]) {
@@ -300,6 +316,7 @@ static dt_status run(trainer *t) {
     while (dt_booster_steps_done(t->booster) < c->train.steps) {
         dt_step_stats r;
         DT_TRY(dt_booster_step(t->booster, &r));
+        DT_TRY(checkpoint_done(t)); /* the step may have completed an async save */
         double val_loss = NAN;
         bool last = r.step == c->train.steps;
         if (eval && (r.step % c->train.eval_every == 0 || last))
@@ -311,7 +328,7 @@ static dt_status run(trainer *t) {
 }
 
 dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
-    trainer t = {.cfg = cfg, .world = world};
+    trainer t = {.cfg = cfg, .world = world, .ckpt_seen = -1};
     dt_status st = run(&t);
     *stranded = st != DT_OK && dt_booster_stranded(t.booster);
     if (t.metrics)
