@@ -100,3 +100,17 @@ endforeach()
 add_test(NAME train/ckpt_faults
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
 set_tests_properties(train/ckpt_faults PROPERTIES LABELS "train" TIMEOUT 300)
+
+# Async checkpoint save: folders byte-identical to the sync save's (dp2 ZeRO-2, offloaded
+# moments, pp2 x tp2), exact resume from one, a failed background write reported on every
+# rank with no step-N or partial folder left.
+add_test(NAME train/ckpt_async
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_async.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
+set_tests_properties(train/ckpt_async PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# A checkpoint's save and load add at most the 8 MiB ckpt.io buffer to each rank's temporary
+# memory (moments in memory or offloaded, 1, 2 and 4 ranks); async's staging copy is counted
+# and predicted to the byte.
+add_test(NAME train/ckpt_memory
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_memory.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
+set_tests_properties(train/ckpt_memory PROPERTIES LABELS "train;mpi" TIMEOUT 600)
