@@ -88,7 +88,8 @@ foreach(arch gpt2 llama)
 endforeach()
 
 # Sharded checkpoints: saved in dp2 ZeRO-3, tp2, pp2, sp2, bf16 and offload=disk, resumed in
-# one process, the same layout (byte-identical) and another layout (1e-5).
+# one process, the same layout (byte-identical) and another layout (1e-5); and saved in
+# pp2 x tp2 x dp2 (8 ranks), resumed in dp4 x ZeRO-3, tp4, pp4 and one process.
 foreach(arch gpt2 llama)
   add_test(NAME train/ckpt_layouts_${arch}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
