@@ -467,8 +467,9 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
 
 /* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io; async:
  * its own ckpt.io and the staging copy "ckpt.staging" of the rank's partition, weights, m
- * and v, 12 x own_count bytes, which live on while the next steps run, so the steps'
- * transients add to them), a resume (ckpt.io when the moments are offloaded; resume=auto
+ * and v, 12 x own_count bytes, which live on while the next steps run, so a step's
+ * transient adds to them: the worst case, measured when the write is still in flight then),
+ * a resume (ckpt.io when the moments are offloaded; resume=auto
  * first checksums through it); export's whole-state weights, with the local arena gathered
  * over dp and the tp ranks' arenas side by side; a load from model.init: the weights and the
  * local arena. */

@@ -67,6 +67,9 @@ case_ llama_pp2_tp2_zero3 llama 4 $(pp 1f1b 2) --plugin.tp_size=2 $(z 3) --model
 case_ llama_pp2_file_schedule llama 2 --plugin.pp_size=2 --plugin.pp_schedule=file:zbh1.txt \
     --plugin.microbatches=4
 case_ gpt2_checkpoint_tp2 gpt2 2 --plugin.tp_size=2 --checkpoint.every=1 --checkpoint.dir=ck
+# an async save: its staging copy (12 bytes per float of the rank's partition) and ckpt.io
+case_ llama_dp2_zero2_async_checkpoint llama 2 $(z 2) --checkpoint.every=1 --checkpoint.dir=ck3 \
+    --checkpoint.async=true
 # activation checkpointing x precision, each over a different layout
 case_ gpt2_ac_full gpt2 1 $(ac full)
 case_ llama_ac_selective llama 1 $(ac selective)
