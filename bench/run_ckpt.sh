@@ -5,21 +5,19 @@
 #
 #   bash bench/run_ckpt.sh            # ~5-10 minutes on 2 cores at the default sizes
 #
-# Part 1 (timed). GPT-2 shapes L:C (head size 64, V 50257, T 64, one sequence per rank),
-# 1 rank (plugin none) and 2 ranks (zero3: each rank writes half), 6 steps with a checkpoint
-# every 2 (steps 2, 4, 6), run three ways: no checkpoints, sync and async; then a resume from
-# the sync step-6 folder. Per row:
+# Part 1 (timed). GPT-2 shapes L:C (head size 64, V 50257, T 256, one sequence per rank),
+# 1 rank (plugin none) and 2 ranks (zero3: each rank writes half), 9 steps with a checkpoint
+# every 3 (steps 3, 6, 9), run three ways: no checkpoints, sync and async; then a resume from
+# the sync step-9 folder. Per row:
 #   size        the step folder on disk (du)
-#   save s      sync: the whole save, mean of steps 2 and 4 (the trainer's "saved in")
+#   save s      sync: one whole save, mean of the three (the trainer's "saved in")
 #   load s      the resume (the trainer's "loaded in"; one folder, no resume=auto checksums)
-#   held s      sync vs async: what a save costs the training loop, for the saves at steps 2
-#               and 4 (mean): the time in the save call ("training held" for async: the copy
-#               to the staging buffer) plus how much longer the two steps after it took than
-#               the same steps of the run without checkpoints (async: the writer thread
-#               competing for the cores)
-#   async       the time in the save call (the copy to the staging buffer, and any wait for
-#               the save before it), and the sync save time minus that: the share of the
-#               write that runs beside training
+#   held s      sync vs async: what a save costs the training loop, i.e. the run's steps plus
+#               its time in the save calls plus (async) the wait at the end for the last save,
+#               less the steps of the run without checkpoints, per save. Async's includes the
+#               writer thread competing for the cores, its waits when a save comes before the
+#               one before it is written, and the last save, which nothing can hide.
+#   async copy  the first save's time in the save call: the copy to the staging buffer
 # Part 2 (planned; the planner is exact to the byte against the accountant, see
 # plan/mem_predict). For the two layouts of bench/run_largest.sh (toolkit off: ddp fp32;
 # on: zero3 bf16 ac=full offload=disk), the largest candidate shape whose per-rank peak with
@@ -36,7 +34,7 @@
 # Knobs (environment):
 #   CKPT_DTRAIN=PATH     the dtrain binary (default: build/dtrain of this checkout)
 #   CKPT_WORK=DIR        scratch (default: a new /tmp/dtrain-ckpt.XXXXXX); checkpoints go here
-#   CKPT_SIZES="6:384 12:768 24:1024"   L:C of the timed shapes
+#   CKPT_SIZES="4:256 6:384 12:768"   L:C of the timed shapes
 #   CKPT_RANKS="1 2"
 #   CKPT_CAP_GIB=10      part 2's budget per rank (2 ranks)
 #   CKPT_PARTS="1 2"
@@ -46,7 +44,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=/usr/bin/python3
 DTRAIN=${CKPT_DTRAIN:-$REPO/build/dtrain}
 WORK=${CKPT_WORK:-$(mktemp -d /tmp/dtrain-ckpt.XXXXXX)}
-SIZES=${CKPT_SIZES:-"6:384 12:768 24:1024"}
+SIZES=${CKPT_SIZES:-"4:256 6:384 12:768"}
 RANKS=${CKPT_RANKS:-"1 2"}
 CAP=${CKPT_CAP_GIB:-10}
 PARTS=${CKPT_PARTS:-"1 2"}
@@ -71,7 +69,7 @@ shape_args() { # L C
 part1() {
     [ -f "$WORK/tok.bin" ] ||
         $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok.bin" --vocab 50257 --count 100000 --seed 1
-    echo "| parameters | ranks | layout | checkpoint size | save s (sync) | load s | held per save: sync / async s | async: held in the save call / sync save minus that, s | ms/step (no checkpoints) | CPU |"
+    echo "| parameters | ranks | layout | checkpoint size | save s (sync) | load s | training held per save: sync / async, s | async copy s | s/step (no checkpoints) | CPU |"
     echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"
     for size in $SIZES; do
         L=${size%:*} C=${size#*:}
@@ -79,17 +77,17 @@ part1() {
             local layout=none tag=L$L-C$C-np$np
             [ "$np" -gt 1 ] && layout=zero3
             local args=($(shape_args "$L" "$C") --config "$REPO/configs/default.ini"
-                        --data.train="$WORK/tok.bin" --train.seq_len=64 --train.batch_size="$np"
-                        --train.micro_batch_size=1 --train.steps=6 --plugin.type=$layout
+                        --data.train="$WORK/tok.bin" --train.seq_len=256 --train.batch_size="$np"
+                        --train.micro_batch_size=1 --train.steps=9 --plugin.type=$layout
                         --checkpoint.keep=1)
             for way in none sync async load; do
                 local extra=()
                 case $way in
                 none) extra=(--checkpoint.every=0) ;;
-                sync) extra=(--checkpoint.every=2 --checkpoint.dir="$WORK/ck-sync") ;;
-                async) extra=(--checkpoint.every=2 --checkpoint.dir="$WORK/ck-async"
+                sync) extra=(--checkpoint.every=3 --checkpoint.dir="$WORK/ck-sync") ;;
+                async) extra=(--checkpoint.every=3 --checkpoint.dir="$WORK/ck-async"
                               --checkpoint.async=true) ;;
-                load) extra=(--checkpoint.every=0 --checkpoint.resume="$WORK/ck-sync/step-6") ;;
+                load) extra=(--checkpoint.every=0 --checkpoint.resume="$WORK/ck-sync/step-9") ;;
                 esac
                 log "$tag $way"
                 mpirun --oversubscribe -np "$np" "$DTRAIN" train "${args[@]}" "${extra[@]}" \
@@ -97,7 +95,7 @@ part1() {
                     { log "$tag $way failed: $(tail -1 "$WORK/$tag.$way.log")"; continue 2; }
             done
             local bytes
-            bytes=$(du -sb "$WORK/ck-sync/step-6" | cut -f1)
+            bytes=$(du -sb "$WORK/ck-sync/step-9" | cut -f1)
             rm -rf "$WORK/ck-sync" "$WORK/ck-async"
             $PY - "$WORK/$tag" "$np" "$layout" "$bytes" "$CPU" <<'EOF'
 import json, re, statistics, sys
@@ -111,14 +109,14 @@ held = {int(s): float(t) for s, t in re.findall(r"step-(\d+): writing in the bac
                                                  r"\(training held ([0-9.]+) s\)", text("async"))}
 load = float(re.search(r"loaded in ([0-9.]+) s", text("load")).group(1))
 params = float(re.search(r"\| ([0-9.]+)M parameters", text("none")).group(1)) * 1e6
-after = lambda run, s: sum(run[k] - none[k] for k in (s + 1, s + 2))
-held_sync = statistics.mean(saved[s] + after(sync, s) for s in (2, 4))
-held_async = statistics.mean(held[s] + after(asy, s) for s in (2, 4))
-copy = statistics.mean(held[s] for s in (2, 4))
-save = statistics.mean(saved[s] for s in (2, 4))
+end = float(re.search(r"waited ([0-9.]+) s at the end", text("async")).group(1))
+loop = lambda run: sum(run.values())
+held_sync = (loop(sync) + sum(saved.values()) - loop(none)) / len(saved)
+held_async = (loop(asy) + sum(held.values()) + end - loop(none)) / len(held)
+save, copy = statistics.mean(saved.values()), held[min(held)]
 print(f"| {params / 1e6:.1f} M | {np} | {layout} | {int(size) / 2**20:.1f} MiB | {save:.2f} | "
-      f"{load:.2f} | {held_sync:.2f} / {held_async:.2f} | {copy:.2f} / {save - copy:.2f} | "
-      f"{statistics.median(none.values()) * 1e3:.0f} | {cpu} |")
+      f"{load:.2f} | {held_sync:.2f} / {held_async:.2f} | {copy:.2f} | "
+      f"{statistics.median(none.values()):.2f} | {cpu} |")
 EOF
         done
     done

@@ -273,7 +273,10 @@ static dt_status write_mem_report(trainer *t, const char *path) {
 
 static dt_status finish(trainer *t) {
     const dt_config *c = t->cfg;
+    double t0 = dt_now();
     DT_TRY(dt_booster_wait_checkpoint(t->booster)); /* an async save still in flight */
+    if (c->checkpoint.async && c->checkpoint.every > 0)
+        dt_info("checkpoint: waited %.3f s at the end for the save in flight", dt_now() - t0);
     DT_TRY(checkpoint_done(t, -1));
     if (c->train.mem_report[0]) /* before export, whose gather buffers are temporaries */
         DT_TRY(write_mem_report(t, c->train.mem_report));
