@@ -12,12 +12,14 @@
 #   size        the step folder on disk (du)
 #   save s      sync: one whole save, mean of the three (the trainer's "saved in")
 #   load s      the resume (the trainer's "loaded in"; one folder, no resume=auto checksums)
-#   held s      sync vs async: what a save costs the training loop, i.e. the run's steps plus
-#               its time in the save calls plus (async) the wait at the end for the last save,
-#               less the steps of the run without checkpoints, per save. Async's includes the
-#               writer thread competing for the cores, its waits when a save comes before the
-#               one before it is written, and the last save, which nothing can hide.
-#   async copy  the first save's time in the save call: the copy to the staging buffer
+#   held s      per save, the time the training loop stood still for it: sync, the save
+#               itself; async, the time in the save calls (the copy to the staging buffer, and
+#               the wait when a save comes before the one before it is written) plus the
+#               wait at the end for the last one, divided by the number of saves
+#   async copy  the first save's time in the save call: the copy alone
+#   step ratio  async: the median step time of the async run over that of the run without
+#               checkpoints (the writer thread competing for the cores; on a loaded machine
+#               mostly noise, so it is a ratio of medians, not a sum of differences)
 # Part 2 (planned; the planner is exact to the byte against the accountant, see
 # plan/mem_predict). For the two layouts of bench/run_largest.sh (toolkit off: ddp fp32;
 # on: zero3 bf16 ac=full offload=disk), the largest candidate shape whose per-rank peak with
@@ -69,8 +71,8 @@ shape_args() { # L C
 part1() {
     [ -f "$WORK/tok.bin" ] ||
         $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok.bin" --vocab 50257 --count 100000 --seed 1
-    echo "| parameters | ranks | layout | checkpoint size | save s (sync) | load s | training held per save: sync / async, s | async copy s | s/step (no checkpoints) | CPU |"
-    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"
+    echo "| parameters | ranks | layout | checkpoint size | save s (sync) | load s | training held per save: sync / async, s | async copy s | async: step time ratio | s/step (no checkpoints) | CPU |"
+    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
     for size in $SIZES; do
         L=${size%:*} C=${size#*:}
         for np in $RANKS; do
@@ -103,19 +105,18 @@ base, np, layout, size, cpu = sys.argv[1:]
 steps = lambda way: {json.loads(l)["step"]: json.loads(l)["step_ms"] / 1e3
                      for l in open(f"{base}.{way}.jsonl")}
 text = lambda way: open(f"{base}.{way}.log").read()
-none, sync, asy = steps("none"), steps("sync"), steps("async")
+none, asy = steps("none"), steps("async")
 saved = {int(s): float(t) for s, t in re.findall(r"step-(\d+) \(saved in ([0-9.]+) s\)", text("sync"))}
 held = {int(s): float(t) for s, t in re.findall(r"step-(\d+): writing in the background "
                                                  r"\(training held ([0-9.]+) s\)", text("async"))}
 load = float(re.search(r"loaded in ([0-9.]+) s", text("load")).group(1))
 params = float(re.search(r"\| ([0-9.]+)M parameters", text("none")).group(1)) * 1e6
 end = float(re.search(r"waited ([0-9.]+) s at the end", text("async")).group(1))
-loop = lambda run: sum(run.values())
-held_sync = (loop(sync) + sum(saved.values()) - loop(none)) / len(saved)
-held_async = (loop(asy) + sum(held.values()) + end - loop(none)) / len(held)
 save, copy = statistics.mean(saved.values()), held[min(held)]
+held_async = (sum(held.values()) + end) / len(held)
+ratio = statistics.median(asy.values()) / statistics.median(none.values())
 print(f"| {params / 1e6:.1f} M | {np} | {layout} | {int(size) / 2**20:.1f} MiB | {save:.2f} | "
-      f"{load:.2f} | {held_sync:.2f} / {held_async:.2f} | {copy:.2f} | "
+      f"{load:.2f} | {save:.2f} / {held_async:.2f} | {copy:.2f} | {ratio:.2f} | "
       f"{statistics.median(none.values()):.2f} | {cpu} |")
 EOF
         done

@@ -90,8 +90,8 @@ case_ llama_pp2_1f1b_full_bf16 llama 2 $(pp 1f1b 4) $(ac full) $bf16
 case_ gpt2_pp2_interleaved_int8_fp16 gpt2 2 $(pp interleaved 2) --plugin.pp_chunks=2 $int8 $fp16
 case_ llama_pp2_zbh1_full_every2_int8 llama 2 $(pp zbh1 4) $(ac full 2) $int8
 case_ gpt2_pp2_zbh1_selective_bf16 gpt2 2 $(pp zbh1 4) $(ac selective) $bf16
-# optimizer offload: the chunk formula (a 0.01 MiB window: 2 slots of 640-float chunks), the
-# state.offload temporary of a checkpoint save under a sharded optimizer
+# optimizer offload: the chunk formula (a 0.01 MiB window: 2 slots of 640-float chunks); a
+# checkpoint save streams the offloaded moments through ckpt.io (no copy of their size)
 case_ gpt2_offload_zero0 gpt2 2 $(z 0) $(off 0.01)
 case_ llama_offload_zero2_checkpoint llama 2 $(z 2) $(off 0.01) --checkpoint.every=1 \
     --checkpoint.dir=ck
