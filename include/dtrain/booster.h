@@ -104,8 +104,20 @@ DT_API bool dt_booster_stranded(const dt_booster *b);
 DT_API dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss);
 
 /* Training state to DIR/step-N, sharded: every rank writes what it owns, rank 0 the
- * manifest (see src/train/checkpoint.h). cfg (may be NULL) is recorded in the manifest. */
+ * manifest (see src/train/checkpoint.h). cfg (may be NULL) is recorded in the manifest.
+ * With cfg->checkpoint.async, each rank copies its part to a staging buffer and a background
+ * thread writes it while training goes on: the call returns after the copy, and step-N
+ * appears when a later dt_booster_step (each asks, in one tiny all-reduce, whether every
+ * rank's write has ended), the next save or dt_booster_wait_checkpoint completes it; a failed
+ * write is that call's error, on every rank, and leaves no step-N. One save at a time: a save
+ * first waits for the one in flight. Collective. */
 DT_API dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg);
+/* Collective: waits for an async save in flight, if any, and completes it (or returns its
+ * error). Call it before the end of the run; dt_booster_free only abandons a save in flight
+ * (no step-N appears). */
+DT_API dt_status dt_booster_wait_checkpoint(dt_booster *b);
+/* The step of the newest checkpoint this booster completed, -1 when none yet. */
+DT_API int64_t dt_booster_last_checkpoint(const dt_booster *b);
 /* Resume from a step folder written by any layout (sharded, or the older whole format). */
 DT_API dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
 /* Collective: the newest step folder in dir whose manifest and checksums verify, into out

@@ -44,6 +44,8 @@ typedef struct wentry {
     int64_t shape[NDIM_MAX];
     size_t nbytes;
     const void *data; /* borrowed until commit */
+    dt_st_source_fn source; /* or the bytes come from here, piece by piece, at commit */
+    void *source_ctx;
 } wentry;
 
 typedef struct kv {
@@ -544,6 +546,34 @@ dt_status dt_st_writer_add(dt_st_writer *w, const char *name, dt_st_dtype dtype,
     return DT_OK;
 }
 
+dt_status dt_st_writer_add_source(dt_st_writer *w, const char *name, dt_st_dtype dtype,
+                                  int ndim, const int64_t *shape, dt_st_source_fn fn,
+                                  void *ctx) {
+    static const char none; /* add() wants data; commit reads the source instead */
+    if (!fn)
+        return dt_err_set(DT_ERR_ARG, "%s: tensor \"%s\": NULL source", __func__,
+                          name ? name : "?");
+    DT_TRY(dt_st_writer_add(w, name, dtype, ndim, shape, &none));
+    w->e[w->n - 1].source = fn;
+    w->e[w->n - 1].source_ctx = ctx;
+    return DT_OK;
+}
+
+/* A source tensor's bytes, in the pieces its callback hands out. */
+static dt_status write_source(dt_atomic_file *a, const wentry *e) {
+    for (size_t at = 0; at < e->nbytes;) {
+        const void *piece = NULL;
+        size_t len = 0;
+        DT_TRY(e->source(e->source_ctx, (int64_t)at, &piece, &len));
+        if (!piece || len == 0 || len > e->nbytes - at)
+            return dt_err_set(DT_ERR_ARG, "tensor \"%s\": its source gave a piece of %zu bytes "
+                              "at byte %zu of %zu", e->name, len, at, e->nbytes);
+        DT_TRY(dt_atomic_write(a, piece, len));
+        at += len;
+    }
+    return DT_OK;
+}
+
 dt_status dt_st_writer_set_metadata(dt_st_writer *w, const char *key, const char *value) {
     if (!w || !key || !value)
         return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
@@ -650,7 +680,8 @@ dt_status dt_st_writer_commit(dt_st_writer *w, const char *path) {
     DT_TRY_GOTO(dt_atomic_write(&a, hdr, hlen));
     DT_TRY_GOTO(dt_atomic_write(&a, spaces, padded - hlen));
     for (int i = 0; i < w->n; i++)
-        DT_TRY_GOTO(dt_atomic_write(&a, w->e[i].data, w->e[i].nbytes));
+        DT_TRY_GOTO(w->e[i].source ? write_source(&a, &w->e[i])
+                                   : dt_atomic_write(&a, w->e[i].data, w->e[i].nbytes));
     free(hdr);
     return dt_atomic_commit(&a);
 

@@ -55,6 +55,13 @@ dt_status dt_st_writer_init(dt_st_writer **out);
 void dt_st_writer_free(dt_st_writer *w);
 dt_status dt_st_writer_add(dt_st_writer *w, const char *name, dt_st_dtype dtype, int ndim,
                            const int64_t *shape, const void *data);
+/* The same for a tensor whose bytes are made at commit, in order, piece by piece: fn gives
+ * the piece that starts at byte `offset` of the tensor (*data, *len: 1 to the bytes left;
+ * valid until the next call), so a tensor larger than memory streams through a buffer. */
+typedef dt_status (*dt_st_source_fn)(void *ctx, int64_t offset, const void **data, size_t *len);
+dt_status dt_st_writer_add_source(dt_st_writer *w, const char *name, dt_st_dtype dtype,
+                                  int ndim, const int64_t *shape, dt_st_source_fn fn,
+                                  void *ctx);
 dt_status dt_st_writer_set_metadata(dt_st_writer *w, const char *key, const char *value);
 dt_status dt_st_writer_commit(dt_st_writer *w, const char *path);
 /* The byte where the data section of the file dt_st_writer_commit would write now begins:

@@ -135,6 +135,25 @@ dt_status dt_adamw_set_moments(dt_adamw *o, const float *m, const float *v) {
     return DT_OK;
 }
 
+dt_status dt_adamw_read_moment(dt_adamw *o, int which, int64_t first, int64_t n, float *out) {
+    if (o->disk)
+        return dt_offload_read_range(o->disk, which, first, n, out);
+    if (first < 0 || n < 0 || first + n > o->count)
+        return dt_err_set(DT_ERR_ARG, "%s: range outside the owned moments", __func__);
+    memcpy(out, (which ? o->v : o->m) + first, (size_t)n * sizeof *out);
+    return DT_OK;
+}
+
+dt_status dt_adamw_write_moment(dt_adamw *o, int which, int64_t first, int64_t n,
+                                const float *in) {
+    if (o->disk)
+        return dt_offload_write_range(o->disk, which, first, n, in);
+    if (first < 0 || n < 0 || first + n > o->count)
+        return dt_err_set(DT_ERR_ARG, "%s: range outside the owned moments", __func__);
+    memcpy((which ? o->v : o->m) + first, in, (size_t)n * sizeof *in);
+    return DT_OK;
+}
+
 float dt_lr_at(const dt_optim_config *c, int s, int total) {
     if (s < c->warmup_steps)
         return c->lr * (float)(s + 1) / (float)c->warmup_steps;

@@ -41,6 +41,12 @@ float *dt_adamw_v(dt_adamw *o);
  * (m, v: [count] or NULL to skip one). */
 dt_status dt_adamw_get_moments(dt_adamw *o, float *m, float *v);
 dt_status dt_adamw_set_moments(dt_adamw *o, const float *m, const float *v);
+/* Elements [first, first + n) of the owned range of one moment (which: 0 m, 1 v), copied out
+ * of / into the optimizer wherever they live; offloaded, straight from / to the file (no
+ * memory beyond the caller's buffer). */
+dt_status dt_adamw_read_moment(dt_adamw *o, int which, int64_t first, int64_t n, float *out);
+dt_status dt_adamw_write_moment(dt_adamw *o, int which, int64_t first, int64_t n,
+                                const float *in);
 
 /* Learning rate for 0-based step s of `total`: linear warmup over warmup_steps to lr, then
  * cosine decay to min_lr at the last step, or constant. */

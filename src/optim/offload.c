@@ -307,3 +307,44 @@ dt_status dt_offload_write(dt_offload_store *f, const float *m, const float *v) 
     copy_ctx c = {.in_m = m, .in_v = v};
     return run(f, !(m && v), true, copy_in, &c); /* keeps the moment not given */
 }
+
+/* ---- ranges ------------------------------------------------------------------------------ */
+
+/* element i of moment `which` lies in chunk i / C at float (i / C) 2 C + which C + i % C */
+static dt_status range_io(dt_offload_store *f, int which, int64_t first, int64_t n, char *buf,
+                          bool write) {
+    if (first < 0 || n < 0 || first + n > f->count || which < 0 || which > 1)
+        return dt_err_set(DT_ERR_ARG, "optimizer offload: range [%lld, +%lld) of moment %d "
+                          "outside the %lld elements", (long long)first, (long long)n, which,
+                          (long long)f->count);
+    int64_t C = f->chunk;
+    for (int64_t e = first; e < first + n;) {
+        int64_t k = e / C, j = e % C, len = C - j < first + n - e ? C - j : first + n - e;
+        off_t at = (off_t)((k * 2 * C + which * C + j) * (int64_t)sizeof(float));
+        size_t left = (size_t)len * sizeof(float);
+        while (left > 0) {
+            ssize_t r = write ? pwrite(f->fd, buf, left, at) : pread(f->fd, buf, left, at);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return dt_err_set(DT_ERR_IO, "optimizer offload: %s %s at byte %lld failed: %s",
+                                  write ? "writing" : "reading", f->path, (long long)at,
+                                  r < 0 ? strerror(errno) : "short transfer");
+            buf += r;
+            at += r;
+            left -= (size_t)r;
+        }
+        e += len;
+    }
+    return DT_OK;
+}
+
+dt_status dt_offload_read_range(dt_offload_store *f, int which, int64_t first, int64_t n,
+                                float *out) {
+    return range_io(f, which, first, n, (char *)out, false);
+}
+
+dt_status dt_offload_write_range(dt_offload_store *f, int which, int64_t first, int64_t n,
+                                 const float *in) {
+    return range_io(f, which, first, n, (char *)(uintptr_t)in, true);
+}

@@ -60,4 +60,13 @@ dt_status dt_offload_stream(dt_offload_store *f, dt_offload_fn fn, void *ctx);
 dt_status dt_offload_read(dt_offload_store *f, float *m, float *v);
 dt_status dt_offload_write(dt_offload_store *f, const float *m, const float *v);
 
+/* Elements [first, first + n) of one moment (which: 0 m, 1 v) straight between the file and
+ * the caller's buffer, by pread/pwrite, with no window and no thread: for checkpoints, which
+ * stream a rank's moments through their own bounded buffer. A failed or short transfer is
+ * DT_ERR_IO naming the file and byte offset. */
+dt_status dt_offload_read_range(dt_offload_store *f, int which, int64_t first, int64_t n,
+                                float *out);
+dt_status dt_offload_write_range(dt_offload_store *f, int which, int64_t first, int64_t n,
+                                 const float *in);
+
 #endif

@@ -485,24 +485,33 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
     }
 }
 
-/* Sharded checkpoints (train/checkpoint.h): the checksum buffer "ckpt.io"
- * (DT_CKPT_IO_BYTES), and with the moments offloaded their copy "state.offload" (2 x the
- * optimizer's floats). */
+/* Sharded checkpoints (train/checkpoint.h): the buffer "ckpt.io" (DT_CKPT_IO_BYTES) that the
+ * state is checksummed through and that offloaded moments stream through, saved or loaded (never a copy of their size). */
 #define CKPT_IO_BYTES ((int64_t)8 << 20)
 
-/* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io and the
- * offloaded moments' copy together), a resume (the copy; resume=auto first checksums through
- * ckpt.io alone); export's whole-state weights, with the local arena gathered over dp and
- * the tp ranks' arenas side by side; a load from model.init: the weights and the local arena. */
+/* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io; async:
+ * its own ckpt.io and the staging copy "ckpt.staging" of the rank's partition, weights, m
+ * and v, 12 x own_count bytes, which live on while the next steps run, so a step's
+ * transient adds to them: the worst case, measured when the write is still in flight then),
+ * a resume (ckpt.io when the moments are offloaded; resume=auto
+ * first checksums through it); export's whole-state weights, with the local arena gathered
+ * over dp and the tp ranks' arenas side by side; a load from model.init: the weights and the
+ * local arena. */
 static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local,
                                  int64_t own_count, bool export_) {
     const dt_config *c = s->c;
-    int64_t moments = c->plugin.offload == DT_OFFLOAD_DISK
-                          ? 2 * (s->zero == 0 ? n_local : own_count) * F4 : 0;
-    int64_t save_ckpt = CKPT_IO_BYTES + moments;
+    /* GPT-2 under a pipeline with ZeRO 2/3: the end stages sum the tied embedding's gradient
+     * through a gathered copy of the tensor (unpadded), every step */
+    bool tied_end = s->held[0] || holds_final(s);
+    int64_t tied = s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end ? s->vocab_rows * s->C * F4
+                                                                     : 0;
+    bool step_after_save = c->checkpoint.every < c->train.steps; /* not only the last */
+    int64_t save_ckpt = c->checkpoint.async ? CKPT_IO_BYTES + 3 * own_count * F4 +
+                                                  (step_after_save ? tied : 0)
+                                            : CKPT_IO_BYTES;
     int64_t save_export = n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
-    int64_t resume = strcmp(c->checkpoint.resume, "auto") == 0 ? max64(CKPT_IO_BYTES, moments)
-                                                               : moments;
+    bool offload = c->plugin.offload == DT_OFFLOAD_DISK;
+    int64_t resume = strcmp(c->checkpoint.resume, "auto") == 0 || offload ? CKPT_IO_BYTES : 0;
     int64_t load = n_full * F4 + n_local * F4;
     int64_t b = 0;
     if (c->checkpoint.every > 0 && c->train.steps > 0)
@@ -513,12 +522,7 @@ static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local
         b = max64(b, load);
     if (export_ && c->train.export_path[0])
         b = max64(b, save_export);
-    /* GPT-2 under a pipeline with ZeRO 2/3: the end stages sum the tied embedding's gradient
-     * through a gathered copy of the tensor (unpadded), every step */
-    bool tied_end = s->held[0] || holds_final(s);
-    if (s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end)
-        b = max64(b, s->vocab_rows * s->C * F4);
-    return b;
+    return max64(b, tied);
 }
 
 dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,

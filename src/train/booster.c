@@ -57,6 +57,8 @@ struct dt_booster {
     bool tracing;
     char timeline[4096]; /* this rank's memory timeline file, "" = none */
     bool stranded; /* a step failed on this rank while peers may wait for it */
+    dt_ckpt_async *saving; /* an async checkpoint save in flight, or NULL */
+    int64_t saved_step;    /* the newest checkpoint this run completed, -1: none */
 };
 
 static bool pipelined(const dt_booster *b) { return b->mesh->axis[DT_AXIS_PP]->size > 1; }
@@ -79,6 +81,7 @@ dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_boo
         return dt_err_set(DT_ERR_OOM, "booster: out of memory");
     b->plugin = *plugin;
     b->world = world;
+    b->saved_step = -1;
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&b->mem));
     DT_TRY_GOTO(dt_mesh_init(world, &dims, &b->mesh));
@@ -94,6 +97,7 @@ fail:
 void dt_booster_free(dt_booster *b) {
     if (!b)
         return;
+    dt_ckpt_async_abandon(b->saving, b->world->rank); /* a run that ends in an error */
     if (b->has_train)
         dt_loader_close(&b->train);
     if (b->has_val)
@@ -408,6 +412,19 @@ static dt_status grads_overflowed(dt_booster *b, double norm, bool *overflow) {
     return DT_OK;
 }
 
+/* Collective: an async save in flight is completed when every rank's write has ended (wait:
+ * after waiting for it); a failed background write is reported here, on every rank. */
+static dt_status poll_checkpoint(dt_booster *b, bool wait) {
+    if (!b->saving)
+        return DT_OK;
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
+    int64_t step;
+    DT_TRY(dt_ckpt_async_poll(&b->saving, b->world, wait, &step));
+    if (step >= 0)
+        b->saved_step = step;
+    return DT_OK;
+}
+
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* the loss scale is a power of two (from a power-of-two start): multiplying by it and
      * dividing the norm and the update by it again are exact */
@@ -416,6 +433,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0, ts = trace_now(b);
     const dt_comm *comms[N_STEP_COMMS];
     uint64_t bytes0[N_STEP_COMMS];
+    DT_TRY(poll_checkpoint(b, false)); /* all ranks, before anything can strand one */
     for (int i = 0; i < step_comms(b, comms); i++)
         bytes0[i] = comm_bytes_of(comms[i]);
     /* a failure from here to the update may be this rank's alone, with peers blocked in a
@@ -542,35 +560,52 @@ static void layout_text(const dt_booster *b, char *out, size_t n) {
              b->rows / b->mb, dt_precision_name(p->precision));
 }
 
-/* collective: every rank writes what it owns (checkpoint.h's sharded format) */
-dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
-    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
-    void *io = NULL;
-    char *config = NULL, layout[256];
-    size_t config_len = 0;
-    dt_engine_view v = {0};
-    dt_status st = dt_mem_alloc(b->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES, &io);
-    if (st == DT_OK && cfg && is_root(b)) {
-        FILE *f = open_memstream(&config, &config_len);
-        if (f) {
-            dt_config_print(cfg, f);
-            fclose(f);
-        }
+/* the run's configuration as INI text for the manifest (rank 0), or NULL */
+static char *config_text(const dt_booster *b, const dt_config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    if (!cfg || !is_root(b))
+        return NULL;
+    FILE *f = open_memstream(&text, &len);
+    if (f) {
+        dt_config_print(cfg, f);
+        fclose(f);
     }
+    return text;
+}
+
+/* collective: every rank writes what it owns (checkpoint.h's sharded format); async: from a
+ * background thread after a copy to the staging buffer, once the save before it is done */
+dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
+    DT_TRY(poll_checkpoint(b, true)); /* at most one save in flight */
+    dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
+    bool async = cfg && cfg->checkpoint.async;
+    void *io = NULL;
+    char *config = config_text(b, cfg), layout[256];
+    dt_engine_view v = {0};
+    dt_status st = async ? DT_OK
+                         : dt_mem_alloc(b->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES, &io);
     layout_text(b, layout, sizeof layout);
     if (st == DT_OK)
         st = dt_engine_view_begin(b->engine, false, &v);
     st = dt_comm_agree(b->world, st);
-    if (st == DT_OK) {
-        dt_ckpt_meta meta = {.state = &b->state, .adam_steps = dt_engine_adam_steps(b->engine),
-                             .layout = layout, .config = config};
+    dt_ckpt_meta meta = {.state = &b->state, .adam_steps = dt_engine_adam_steps(b->engine),
+                         .layout = layout, .config = config};
+    if (st == DT_OK && async)
+        st = dt_ckpt_async_start(dir, b->world, b->model, &v, &meta, b->mem, &b->saving);
+    else if (st == DT_OK)
         st = dt_ckpt_save_sharded(dir, b->world, b->model, &v, &meta, io, DT_CKPT_IO_BYTES);
-    }
+    if (st == DT_OK && !async)
+        b->saved_step = b->state.step;
     dt_engine_view_end(b->engine, &v, false);
     free(config);
     dt_mem_release(b->mem, io);
     return st;
 }
+
+dt_status dt_booster_wait_checkpoint(dt_booster *b) { return poll_checkpoint(b, true); }
+
+int64_t dt_booster_last_checkpoint(const dt_booster *b) { return b->saved_step; }
 
 dt_status dt_booster_export(dt_booster *b, const char *path) { return export_weights(b, path); }
 
@@ -627,14 +662,20 @@ static dt_status load_whole(dt_booster *b, const char *folder) {
     return st;
 }
 
-/* a sharded checkpoint: each rank reads the slices its layout holds */
+/* a sharded checkpoint: each rank reads the slices its layout holds (offloaded moments
+ * through the io buffer into their file) */
 static dt_status load_sharded(dt_booster *b, const char *folder) {
     dt_engine_view v;
     int adam_steps = 0;
+    void *io = NULL;
     dt_train_state s = b->state;
     dt_status st = dt_engine_view_begin(b->engine, true, &v);
+    if (st == DT_OK && !v.m)
+        st = dt_mem_alloc(b->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES, &io);
     if (st == DT_OK)
-        st = dt_ckpt_load_sharded(folder, b->model, &v, &s, &adam_steps);
+        st = dt_ckpt_load_sharded(folder, b->model, &v, &s, &adam_steps, io,
+                                  io ? DT_CKPT_IO_BYTES : 0);
+    dt_mem_release(b->mem, io);
     dt_status end = dt_engine_view_end(b->engine, &v, st == DT_OK);
     st = st != DT_OK ? st : end;
     if (st == DT_OK) {
@@ -649,7 +690,7 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
     DT_TRY(dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0));
     dt_status st = sharded ? load_sharded(b, folder) : load_whole(b, folder);
-    st = dt_comm_agree(b->world, st); /* offloaded moments are written to files */
+    st = dt_comm_agree(b->world, st);
     if (st == DT_OK) {
         b->train.pos = b->state.data_pos;
         b->train.step = b->state.data_step;

@@ -401,8 +401,25 @@ static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst
     return DT_OK;
 }
 
+/* Moment k (1, 2) of the view: straight into its memory, or, offloaded, through the io
+ * buffer into the optimizer's file, io_len bytes at a time. */
+static dt_status fill_moment(loader *L, int k, const dt_engine_view *v, float *io,
+                             size_t io_len) {
+    if (v->m)
+        return fill(L, k, v->m_first, v->m_count, k == 1 ? v->m : v->v);
+    int64_t step = (int64_t)(io_len / sizeof(float));
+    if (step < 1)
+        return dt_err_set(DT_ERR_ARG, "checkpoint: no io buffer for the offloaded moments");
+    for (int64_t e = v->m_first; e < v->m_first + v->m_count; e += step) {
+        int64_t n = v->m_first + v->m_count - e < step ? v->m_first + v->m_count - e : step;
+        DT_TRY(fill(L, k, e, n, io));
+        DT_TRY(dt_engine_view_write_moment(v, k - 1, e, n, io));
+    }
+    return DT_OK;
+}
+
 dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
-                               dt_train_state *s, int *adam_steps) {
+                               dt_train_state *s, int *adam_steps, void *io, size_t io_len) {
     cJSON *man = NULL;
     DT_TRY(read_manifest(folder, &man));
     loader L = {.folder = folder, .g = g};
@@ -416,9 +433,9 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_eng
     if (st == DT_OK)
         st = fill(&L, 0, v->w_first, v->w_count, v->w);
     if (st == DT_OK)
-        st = fill(&L, 1, v->m_first, v->m_count, v->m);
+        st = fill_moment(&L, 1, v, io, io_len);
     if (st == DT_OK)
-        st = fill(&L, 2, v->m_first, v->m_count, v->v);
+        st = fill_moment(&L, 2, v, io, io_len);
     loader_close(&L);
     cJSON_Delete(man);
     return st;

@@ -71,26 +71,64 @@ static cJSON *slice_json(const slice *s) {
     return j;
 }
 
-/* This rank's safetensors file (fsync'ed) and its description rank-R.json: the slices, the
- * file's size and CRC32C. */
-static dt_status write_rank(const char *tmp, int rank, const dt_gpt *g, const dt_engine_view *v,
-                            void *io, size_t io_len) {
-    slice *sl = malloc((size_t)(dt_gpt_n_params(g) + 1) * sizeof *sl);
-    char (*names)[2][128] = malloc((size_t)(dt_gpt_n_params(g) + 1) * sizeof *names);
-    dt_st_writer *w = NULL;
-    cJSON *desc = NULL;
-    dt_status st = !sl || !names ? dt_err_set(DT_ERR_OOM, "checkpoint: out of memory")
-                                : dt_st_writer_init(&w);
-    int n = st == DT_OK ? collect_slices(g, v, sl) : 0;
-    const float *src[3] = {v->w - v->w_first, v->m - v->m_first, v->v - v->m_first};
-    for (int i = 0; i < n && st == DT_OK; i++) {
+/* Offloaded moments have no memory to point the writer at: each of their tensors streams
+ * from the optimizer's file through the io buffer, io_len bytes at a time. */
+typedef struct moment_source {
+    const dt_engine_view *v;
+    int which;
+    int64_t first, count; /* the tensor's local-arena elements */
+    float *io;
+    int64_t io_floats;
+} moment_source;
+
+static dt_status read_moment_piece(void *ctx, int64_t offset, const void **data, size_t *len) {
+    moment_source *s = ctx;
+    int64_t done = offset / (int64_t)sizeof(float), e = s->first + done;
+    int64_t n = s->count - done < s->io_floats ? s->count - done : s->io_floats;
+    DT_TRY(dt_engine_view_read_moment(s->v, s->which, e, n, s->io));
+    *data = s->io;
+    *len = (size_t)n * sizeof(float);
+    return DT_OK;
+}
+
+/* the three tensors of every slice: from the view's memory, or streamed (moments offloaded) */
+static dt_status add_slices(dt_st_writer *w, const dt_engine_view *v, const slice *sl, int n,
+                            char (*names)[2][128], moment_source *ms, void *io, size_t io_len) {
+    const float *src[3] = {v->w - v->w_first, v->m ? v->m - v->m_first : NULL,
+                           v->v ? v->v - v->m_first : NULL};
+    for (int i = 0; i < n; i++) {
         int64_t count = sl[i].b - sl[i].a, at = sl[i].p->offset + sl[i].a;
         snprintf(names[i][0], sizeof names[i][0], "exp_avg.%s", sl[i].p->name);
         snprintf(names[i][1], sizeof names[i][1], "exp_avg_sq.%s", sl[i].p->name);
         const char *nm[3] = {sl[i].p->name, names[i][0], names[i][1]};
-        for (int k = 0; k < 3 && st == DT_OK; k++)
-            st = dt_st_writer_add(w, nm[k], DT_ST_F32, 1, &count, src[k] + at);
+        for (int k = 0; k < 3; k++) {
+            if (src[k]) {
+                DT_TRY(dt_st_writer_add(w, nm[k], DT_ST_F32, 1, &count, src[k] + at));
+                continue;
+            }
+            moment_source *m = &ms[2 * i + k - 1];
+            *m = (moment_source){.v = v, .which = k - 1, .first = at, .count = count, .io = io,
+                                 .io_floats = (int64_t)(io_len / sizeof(float))};
+            DT_TRY(dt_st_writer_add_source(w, nm[k], DT_ST_F32, 1, &count, read_moment_piece, m));
+        }
     }
+    return DT_OK;
+}
+
+dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_gpt *g, const dt_engine_view *v,
+                            void *io, size_t io_len) {
+    size_t np = (size_t)dt_gpt_n_params(g) + 1;
+    slice *sl = malloc(np * sizeof *sl);
+    char (*names)[2][128] = malloc(np * sizeof *names);
+    moment_source *ms = malloc(2 * np * sizeof *ms);
+    dt_st_writer *w = NULL;
+    cJSON *desc = NULL;
+    dt_status st = !sl || !names || !ms ? dt_err_set(DT_ERR_OOM, "checkpoint: out of memory")
+                 : io_len < sizeof(float)  ? dt_err_set(DT_ERR_ARG, "checkpoint: no io buffer")
+                                           : dt_st_writer_init(&w);
+    int n = st == DT_OK ? collect_slices(g, v, sl) : 0;
+    if (st == DT_OK)
+        st = add_slices(w, v, sl, n, names, ms, io, io_len);
     char path[2 * PATH_LEN];
     int64_t data = 0;
     if (st == DT_OK)
@@ -131,6 +169,7 @@ static dt_status write_rank(const char *tmp, int rank, const dt_gpt *g, const dt
     }
     cJSON_Delete(desc);
     dt_st_writer_free(w);
+    free(ms);
     free(names);
     free(sl);
     return st;
@@ -241,26 +280,31 @@ static dt_status publish(const char *dir, const char *tmp, const char *final) {
     return fsync_dir(dir);
 }
 
-dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
-                               const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
-                               size_t io_len) {
-    char final[PATH_LEN], tmp[PATH_LEN + 64];
-    snprintf(final, sizeof final, "%s/step-%lld", dir, (long long)meta->state->step);
+dt_status dt_ckpt_save_begin(const char *dir, dt_comm *world, int64_t step, char *tmp,
+                            size_t tmp_len) {
     dt_status st = DT_OK;
     if (world->rank == 0) {
         /* a name of this writer's own: two runs given one folder never share a partial one */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        snprintf(tmp, sizeof tmp, "%s.partial-%d-%lx", final, (int)getpid(),
-                 (unsigned long)(ts.tv_nsec ^ ts.tv_sec));
-        st = dt_mkdirs(dir);
+        int len = snprintf(tmp, tmp_len, "%s/step-%lld.partial-%d-%lx", dir, (long long)step,
+                           (int)getpid(), (unsigned long)(ts.tv_nsec ^ ts.tv_sec));
+        st = len < 0 || (size_t)len >= tmp_len
+                 ? dt_err_set(DT_ERR_ARG, "checkpoint.dir %s: path too long", dir)
+                 : dt_mkdirs(dir);
         if (st == DT_OK && mkdir(tmp, 0777) != 0)
             st = dt_err_set(DT_ERR_IO, "checkpoint: cannot create %s: %s", tmp,
                             strerror(errno));
     }
     DT_TRY(dt_comm_agree(world, st));
-    DT_TRY(dt_comm_broadcast(world, tmp, sizeof tmp, 0));
-    st = dt_comm_agree(world, write_rank(tmp, world->rank, g, v, io, io_len));
+    return dt_comm_broadcast(world, tmp, (int64_t)tmp_len, 0);
+}
+
+dt_status dt_ckpt_save_finish(const char *dir, const char *tmp, dt_comm *world,
+                              const dt_gpt *g, const dt_ckpt_meta *meta, dt_status written) {
+    char final[PATH_LEN];
+    snprintf(final, sizeof final, "%s/step-%lld", dir, (long long)meta->state->step);
+    dt_status st = dt_comm_agree(world, written);
     if (st == DT_OK && world->rank == 0) {
         st = write_manifest(tmp, world->size, g, meta);
         if (st == DT_OK)
@@ -270,4 +314,13 @@ dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
     if (st != DT_OK && world->rank == 0)
         dt_ckpt_remove_folder(tmp); /* never a folder resume could take */
     return st;
+}
+
+dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
+                               const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
+                               size_t io_len) {
+    char tmp[DT_CKPT_TMP_LEN];
+    DT_TRY(dt_ckpt_save_begin(dir, world, meta->state->step, tmp, sizeof tmp));
+    dt_status st = dt_ckpt_save_rank(tmp, world->rank, g, v, io, io_len);
+    return dt_ckpt_save_finish(dir, tmp, world, g, meta, st);
 }

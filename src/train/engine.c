@@ -654,6 +654,7 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
 dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out) {
     memset(out, 0, sizeof *out);
     bool whole_w = load && e->zero < 3, whole_m = load && e->zero == 0;
+    out->engine = e;
     out->w_first = whole_w ? 0 : e->own_first;
     out->w_count = whole_w ? e->n_total : e->own_count;
     out->w = e->zero < 3 ? e->w_full + out->w_first : e->w_shard;
@@ -661,40 +662,43 @@ dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out) {
     out->m_count = whole_m ? e->n_total : e->own_count;
     int64_t opt_first = e->zero == 0 ? 0 : e->own_first; /* where the optimizer's range starts */
     float *m = dt_adamw_m(e->opt), *v = dt_adamw_v(e->opt);
-    if (m) {
+    if (m) { /* offloaded: both stay NULL */
         out->m = m + (out->m_first - opt_first);
         out->v = v + (out->m_first - opt_first);
-        return DT_OK;
     }
-    /* offloaded: the optimizer's whole range, copied in and out */
-    int64_t n = e->zero == 0 ? e->n_total : e->own_count;
-    DT_TRY(alloc(e, DT_MEM_TEMP, "state.offload", 2 * (size_t)n * sizeof(float), &out->tmp));
-    dt_status st = load ? DT_OK : dt_adamw_get_moments(e->opt, out->tmp, out->tmp + n);
-    if (st != DT_OK) {
-        dt_mem_release(e->mem, out->tmp);
-        out->tmp = NULL;
-        return st;
-    }
-    out->m = out->tmp + (out->m_first - opt_first);
-    out->v = out->tmp + n + (out->m_first - opt_first);
     return DT_OK;
 }
 
+static dt_status view_moment(const dt_engine_view *v, int which, int64_t first, int64_t n,
+                             float *buf, bool write) {
+    dt_engine *e = v->engine;
+    if (!e || first < v->m_first || n < 0 || first + n > v->m_first + v->m_count)
+        return dt_err_set(DT_ERR_ARG, "%s: elements [%lld, +%lld) outside the view", __func__,
+                          (long long)first, (long long)n);
+    int64_t at = first - (e->zero == 0 ? 0 : e->own_first); /* in the optimizer's range */
+    return write ? dt_adamw_write_moment(e->opt, which, at, n, buf)
+                 : dt_adamw_read_moment(e->opt, which, at, n, buf);
+}
+
+dt_status dt_engine_view_read_moment(const dt_engine_view *v, int which, int64_t first,
+                                     int64_t n, float *out) {
+    return view_moment(v, which, first, n, out, false);
+}
+
+dt_status dt_engine_view_write_moment(const dt_engine_view *v, int which, int64_t first,
+                                      int64_t n, const float *in) {
+    return view_moment(v, which, first, n, (float *)(uintptr_t)in, true);
+}
+
 dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded) {
-    dt_status st = DT_OK;
+    (void)v;
     if (loaded) {
         if (e->zero < 3)
             dt_gpt_sync_lp(e->model);
         else
             invalidate_weights(e);
-        if (v->tmp) {
-            int64_t n = e->zero == 0 ? e->n_total : e->own_count;
-            st = dt_adamw_set_moments(e->opt, v->tmp, v->tmp + n);
-        }
     }
-    dt_mem_release(e->mem, v->tmp);
-    v->tmp = NULL;
-    return st;
+    return DT_OK;
 }
 
 int dt_engine_adam_steps(const dt_engine *e) { return dt_adamw_steps_taken(e->opt); }

@@ -88,18 +88,24 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
  * local-arena elements [w_first, w_first + w_count) at w, moments of [m_first, m_first +
  * m_count) at m and v (each pointer at its range's first element). To save, both ranges are
  * the rank's ZeRO partition of the local arena (also under ZeRO 0, so the data-parallel ranks
- * share the writing); to load, they are everything the rank holds. Offloaded moments are
- * copied into a temporary (accountant: temp, "state.offload", 2 x the optimizer's range:
- * n_total floats under ZeRO 0, own_count otherwise) that
- * dt_engine_view_end releases, after writing it back to the file when loading. */
+ * share the writing); to load, they are everything the rank holds. Offloaded moments have no
+ * memory to point at: m and v are NULL, and the caller moves them piece by piece through a
+ * buffer of its own with dt_engine_view_read_moment / _write_moment (straight from / to the
+ * file), so a checkpoint allocates nothing of the state's size. */
 typedef struct dt_engine_view {
     int64_t w_first, w_count, m_first, m_count;
     float *w, *m, *v;
-    float *tmp; /* NULL unless the moments are offloaded */
+    dt_engine *engine; /* borrowed; NULL for a view of plain buffers */
 } dt_engine_view;
 dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out);
+/* Local-arena elements [first, first + n) (inside the view's moment range) of moment `which`
+ * (0 exp_avg, 1 exp_avg_sq), out of / into the optimizer, wherever they live. */
+dt_status dt_engine_view_read_moment(const dt_engine_view *v, int which, int64_t first,
+                                     int64_t n, float *out);
+dt_status dt_engine_view_write_moment(const dt_engine_view *v, int which, int64_t first,
+                                      int64_t n, const float *in);
 /* loaded: the view's contents were replaced (the bf16 copy and ZeRO-3's gathered units are
- * refreshed, offloaded moments written back). Always releases the temporary. */
+ * refreshed). */
 dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded);
 int dt_engine_adam_steps(const dt_engine *e);
 void dt_engine_set_adam_steps(dt_engine *e, int t);

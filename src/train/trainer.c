@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "dtrain/booster.h"
@@ -27,6 +28,7 @@ typedef struct trainer {
     FILE *metrics;
     double peak_flops;
     dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
+    int64_t ckpt_seen;   /* the newest completed checkpoint already pruned for and logged */
 } trainer;
 
 static bool is_root(const trainer *t) { return t->world->rank == 0; }
@@ -55,9 +57,10 @@ static dt_status resume(trainer *t) {
         dt_info("resume=auto: no checkpoint in %s yet, starting from step 0", k->dir);
         return DT_OK;
     }
+    double t0 = dt_now();
     DT_TRY(dt_booster_load_checkpoint(t->booster, folder));
-    dt_info("resumed from %s at step %lld", folder,
-            (long long)dt_booster_steps_done(t->booster));
+    dt_info("resumed from %s at step %lld (loaded in %.3f s)", folder,
+            (long long)dt_booster_steps_done(t->booster), dt_now() - t0);
     return DT_OK;
 }
 
@@ -142,16 +145,37 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     fflush(t->metrics);
 }
 
+/* Collective: a checkpoint completed since the last look (a sync save, or an async one that
+ * a step, a save or the end of the run completed): prune the older ones and say so. */
+static dt_status checkpoint_done(trainer *t, double seconds) {
+    const dt_checkpoint_config *k = &t->cfg->checkpoint;
+    int64_t step = dt_booster_last_checkpoint(t->booster);
+    if (step == t->ckpt_seen)
+        return DT_OK;
+    t->ckpt_seen = step;
+    dt_status st = is_root(t) ? dt_ckpt_prune(k->dir, k->keep) : DT_OK;
+    DT_TRY(dt_comm_agree(t->world, st));
+    if (seconds >= 0)
+        dt_info("checkpoint %s/step-%lld (saved in %.3f s)", k->dir, (long long)step, seconds);
+    else
+        dt_info("checkpoint %s/step-%lld", k->dir, (long long)step);
+    return DT_OK;
+}
+
 static dt_status maybe_checkpoint(trainer *t, bool last) {
     const dt_checkpoint_config *k = &t->cfg->checkpoint;
     int64_t step = dt_booster_steps_done(t->booster);
     if (k->every <= 0 || (step % k->every != 0 && !last))
         return DT_OK;
+    /* the time training is held: sync, the whole save; async, the copy (and any wait for the
+     * save before) */
+    double t0 = dt_now();
     DT_TRY(dt_booster_save_checkpoint(t->booster, k->dir, t->cfg));
-    dt_status st = is_root(t) ? dt_ckpt_prune(k->dir, k->keep) : DT_OK;
-    DT_TRY(dt_comm_agree(t->world, st));
-    dt_info("checkpoint %s/step-%lld", k->dir, (long long)step);
-    return DT_OK;
+    double held = dt_now() - t0;
+    if (k->async)
+        dt_info("checkpoint %s/step-%lld: writing in the background (training held %.3f s)",
+                k->dir, (long long)step, held);
+    return checkpoint_done(t, k->async ? -1 : held);
 }
 
 static void write_json_cats(FILE *f, const double *v, int K) {
@@ -251,6 +275,11 @@ static dt_status write_mem_report(trainer *t, const char *path) {
 
 static dt_status finish(trainer *t) {
     const dt_config *c = t->cfg;
+    double t0 = dt_now();
+    DT_TRY(dt_booster_wait_checkpoint(t->booster)); /* an async save still in flight */
+    if (c->checkpoint.async && c->checkpoint.every > 0)
+        dt_info("checkpoint: waited %.3f s at the end for the save in flight", dt_now() - t0);
+    DT_TRY(checkpoint_done(t, -1));
     if (c->train.mem_report[0]) /* before export, whose gather buffers are temporaries */
         DT_TRY(write_mem_report(t, c->train.mem_report));
     if (c->train.trace[0]) {
@@ -302,6 +331,7 @@ static dt_status run(trainer *t) {
     while (dt_booster_steps_done(t->booster) < c->train.steps) {
         dt_step_stats r;
         DT_TRY(dt_booster_step(t->booster, &r));
+        DT_TRY(checkpoint_done(t, -1)); /* the step may have completed an async save */
         double val_loss = NAN;
         bool last = r.step == c->train.steps;
         if (eval && (r.step % c->train.eval_every == 0 || last))
@@ -313,7 +343,7 @@ static dt_status run(trainer *t) {
 }
 
 dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
-    trainer t = {.cfg = cfg, .world = world};
+    trainer t = {.cfg = cfg, .world = world, .ckpt_seen = -1};
     /* a negative timeout is left to dt_config_validate's message */
     int timeout = cfg->train.comm_timeout > 0 ? cfg->train.comm_timeout : 0;
     dt_status st = dt_comm_watch_init(&t.watch, timeout, world->rank);

@@ -3,7 +3,9 @@
  * equals the same update in memory for several chunk sizes; AdamW steps with the moments on
  * disk give the bits of dt_adamw_update_ref over whole tensors (and of the in-memory
  * optimizer), bf16 copy included; the fused kernel cut anywhere gives the same bits; errors:
- * an uncreatable or unwritable folder, too little disk, a short write, a short read. */
+ * an uncreatable or unwritable folder, too little disk, a short write, a short read. Ranges
+ * (what checkpoints stream): any [first, first + n) of either moment read straight from the
+ * file equals the whole copy's, and written straight to it changes exactly those elements. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -268,6 +270,54 @@ static void check_errors(dt_mem *mem) {
     dt_offload_free(f);
 }
 
+/* ranges across chunk boundaries against the whole copies of dt_offload_read/_write */
+static void check_ranges(dt_mem *mem, int64_t count, int64_t chunk) {
+    dt_offload_opts o = {.dir = dir, .tag = "range", .window_bytes = window_for_chunk(chunk)};
+    dt_offload_store *f = NULL;
+    DT_CHECK_OK(dt_offload_init(&o, count, mem, &f));
+    float *m = malloc((size_t)count * sizeof *m), *v = malloc((size_t)count * sizeof *v);
+    float *got = malloc((size_t)count * sizeof *got), *want[2] = {m, v};
+    if (!f || !m || !v || !got)
+        goto done;
+    for (int64_t i = 0; i < count; i++)
+        m[i] = (float)i + 0.25f, v[i] = -(float)i;
+    DT_CHECK_OK(dt_offload_write(f, m, v));
+    const int64_t cuts[][2] = {{0, count}, {1, count - 1}, {chunk - 1, 2}, {chunk, chunk},
+                               {3, 2 * chunk + 5}, {count - 1, 1}, {count / 2, 0}};
+    for (int k = 0; k < 7; k++)
+        for (int w = 0; w < 2; w++) {
+            int64_t a = cuts[k][0], n = cuts[k][1];
+            if (a < 0 || a + n > count)
+                continue;
+            DT_CHECK_OK(dt_offload_read_range(f, w, a, n, got));
+            DT_CHECK(n == 0 || memcmp(got, want[w] + a, (size_t)n * sizeof *got) == 0,
+                     "moment %d range [%lld, +%lld) of %lld, chunk %lld", w, (long long)a,
+                     (long long)n, (long long)count, (long long)chunk);
+        }
+    /* write v's elements [3, 3 + 2 chunk + 5) as 7s: exactly those change */
+    int64_t a = 3, n = 2 * chunk + 5 < count - 3 ? 2 * chunk + 5 : count - 3;
+    for (int64_t i = 0; i < n; i++)
+        got[i] = 7.0f;
+    DT_CHECK_OK(dt_offload_write_range(f, 1, a, n, got));
+    for (int64_t i = a; i < a + n; i++)
+        v[i] = 7.0f;
+    float *m2 = malloc((size_t)count * sizeof *m2);
+    if (m2) {
+        DT_CHECK_OK(dt_offload_read(f, m2, got));
+        DT_CHECK(memcmp(m2, m, (size_t)count * sizeof *m) == 0 &&
+                     memcmp(got, v, (size_t)count * sizeof *v) == 0,
+                 "a written range changed other elements (chunk %lld)", (long long)chunk);
+    }
+    free(m2);
+    DT_CHECK(dt_offload_read_range(f, 0, count - 1, 2, got) == DT_ERR_ARG &&
+                 dt_offload_read_range(f, 2, 0, 1, got) == DT_ERR_ARG, "a range past the end");
+done:
+    free(got);
+    free(v);
+    free(m);
+    dt_offload_free(f);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     snprintf(dir, sizeof dir, "/tmp/dt_offload_XXXXXX");
@@ -285,6 +335,9 @@ int main(int argc, char **argv) {
         check_adamw(mem, chunks[k], k % 2 == 1);
     }
     check_stream(mem, 0, 16);
+    check_ranges(mem, 1000, 48);
+    check_ranges(mem, 1000, 16);
+    check_ranges(mem, 333, 64);
     check_kernel_cuts();
     check_errors(mem);
     DT_CHECK(files_in(dir) == 0, "files left in %s", dir);

@@ -67,6 +67,9 @@ case_ llama_pp2_tp2_zero3 llama 4 $(pp 1f1b 2) --plugin.tp_size=2 $(z 3) --model
 case_ llama_pp2_file_schedule llama 2 --plugin.pp_size=2 --plugin.pp_schedule=file:zbh1.txt \
     --plugin.microbatches=4
 case_ gpt2_checkpoint_tp2 gpt2 2 --plugin.tp_size=2 --checkpoint.every=1 --checkpoint.dir=ck
+# an async save: its staging copy (12 bytes per float of the rank's partition) and ckpt.io
+case_ llama_dp2_zero2_async_checkpoint llama 2 $(z 2) --checkpoint.every=1 --checkpoint.dir=ck3 \
+    --checkpoint.async=true
 # activation checkpointing x precision, each over a different layout
 case_ gpt2_ac_full gpt2 1 $(ac full)
 case_ llama_ac_selective llama 1 $(ac selective)
@@ -91,8 +94,8 @@ case_ gpt2_pp2_zbh1_selective_bf16 gpt2 2 $(pp zbh1 4) $(ac selective) $bf16
 case_ gpt2_pp2_tp2_1f1b_full gpt2 4 $(pp 1f1b 4) $(ac full) --plugin.tp_size=2
 case_ llama_pp2_sp2_interleaved_selective llama 4 $(pp interleaved 4) --plugin.pp_chunks=2 \
     $(ac selective) --plugin.sp_size=2
-# optimizer offload: the chunk formula (a 0.01 MiB window: 2 slots of 640-float chunks), the
-# state.offload temporary of a checkpoint save under a sharded optimizer
+# optimizer offload: the chunk formula (a 0.01 MiB window: 2 slots of 640-float chunks); a
+# checkpoint save streams the offloaded moments through ckpt.io (no copy of their size)
 case_ gpt2_offload_zero0 gpt2 2 $(z 0) $(off 0.01)
 case_ llama_offload_zero2_checkpoint llama 2 $(z 2) $(off 0.01) --checkpoint.every=1 \
     --checkpoint.dir=ck

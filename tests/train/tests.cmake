@@ -88,7 +88,8 @@ foreach(arch gpt2 llama)
 endforeach()
 
 # Sharded checkpoints: saved in dp2 ZeRO-3, tp2, pp2, sp2, bf16 and offload=disk, resumed in
-# one process, the same layout (byte-identical) and another layout (1e-5).
+# one process, the same layout (byte-identical) and another layout (1e-5); and saved in
+# pp2 x tp2 x dp2 (8 ranks), resumed in dp4 x ZeRO-3, tp4, pp4 and one process.
 foreach(arch gpt2 llama)
   add_test(NAME train/ckpt_layouts_${arch}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
@@ -113,3 +114,17 @@ add_test(NAME train/crash_harness
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/crash_harness.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR}
                  --trials 3 --seed 11 --kills 2)
 set_tests_properties(train/crash_harness PROPERTIES LABELS "train;mpi" TIMEOUT 300)
+
+# Async checkpoint save: folders byte-identical to the sync save's (dp2 ZeRO-2, offloaded
+# moments, pp2 x tp2), exact resume from one, a failed background write reported on every
+# rank with no step-N or partial folder left.
+add_test(NAME train/ckpt_async
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_async.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
+set_tests_properties(train/ckpt_async PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# A checkpoint's save and load add at most the 8 MiB ckpt.io buffer to each rank's temporary
+# memory (moments in memory or offloaded, 1, 2 and 4 ranks); async's staging copy is counted
+# and predicted to the byte.
+add_test(NAME train/ckpt_memory
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_memory.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
+set_tests_properties(train/ckpt_memory PROPERTIES LABELS "train;mpi" TIMEOUT 600)
