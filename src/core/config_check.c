@@ -249,3 +249,12 @@ dt_status dt_config_validate(const dt_config *c) {
         return DT_OK;
     return dt_err_set(p.n_arg ? DT_ERR_ARG : DT_ERR_UNSUPPORTED, "%s", p.text);
 }
+
+dt_status dt_config_validate_model(const dt_model_config *m, const char *origin) {
+    dt_config c = {.model = *m};
+    problems p = {.len = 0};
+    check_model(&c, &p);
+    if (!p.n_arg && !p.n_unsupported)
+        return DT_OK;
+    return dt_err_set(DT_ERR_ARG, "%s: %s", origin, p.text);
+}

@@ -27,6 +27,7 @@
 #include "plan/stages.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
+#include "train/finite.h"
 #include "train/loader.h"
 #include "train/pipeline.h"
 #include "train/trainer.h"
@@ -364,7 +365,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     int row0 = b->dp->rank * b->rows;
     *loss_sum = 0;
     if (pipelined(b)) {
-        dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets);
+        DT_TRY(dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets));
         dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
                                 .T = b->T, .grad_scale = grad_scale};
         return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
@@ -373,7 +374,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     for (int row = 0; row < b->rows; row += b->mb) {
         double part, t0 = trace_now(b);
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
-        dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets);
+        DT_TRY(dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets));
         DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
                                      row + b->mb >= b->rows, &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->mb, t0));
@@ -406,6 +407,76 @@ static dt_status grads_overflowed(dt_booster *b, double norm, bool *overflow) {
     DT_TRY(dt_comm_allreduce_f64(b->world, &bad, 1));
     *overflow = bad > 0;
     return DT_OK;
+}
+
+/* Collective over world: where the first non-finite weight (grads false) or reduced gradient
+ * is, agreed: the lowest rank that holds one sends "on rank R at TENSOR[i] = v" to all, so
+ * every rank reports the same. *found false when no rank holds one. */
+static dt_status locate_nonfinite(dt_booster *b, bool grads, char *where, size_t n,
+                                  bool *found) {
+    const float *x;
+    int64_t first, count;
+    char mine[200] = "";
+    dt_engine_own_range(b->engine, grads, &x, &first, &count);
+    bool bad = dt_finite_first_bad(b->model, false, x, first, count, mine, sizeof mine);
+    /* the lowest bad rank, by a sum: ranks below it add nothing, it adds its rank + 1 once */
+    double first_bad = bad ? b->world->rank + 1.0 : 0.0, count_bad = bad ? 1.0 : 0.0;
+    double pair[2];
+    int who = -1;
+    for (int r = 0; r < b->world->size && who < 0; r++) {
+        pair[0] = bad && b->world->rank == r ? first_bad : 0.0;
+        pair[1] = count_bad;
+        DT_TRY(dt_comm_allreduce_f64(b->world, pair, 2));
+        if (pair[1] == 0)
+            break; /* nobody */
+        if (pair[0] > 0)
+            who = r;
+    }
+    *found = who >= 0;
+    if (!*found)
+        return DT_OK;
+    char msg[256];
+    snprintf(msg, sizeof msg, "on rank %d at %s", b->world->rank, mine);
+    DT_TRY(dt_comm_broadcast(b->world, msg, sizeof msg, who));
+    snprintf(where, n, "%s", msg);
+    return DT_OK;
+}
+
+/* Collective: an error naming the first non-finite weight, or OK. `what` says what was
+ * about to happen ("saving checkpoint step-4"). */
+static dt_status check_weights(dt_booster *b, const char *what) {
+    char where[256];
+    bool found;
+    DT_TRY(locate_nonfinite(b, false, where, sizeof where, &found));
+    if (!found)
+        return DT_OK;
+    return dt_err_set(DT_ERR_ARG, "after step %lld the weights are not finite (first %s): "
+                      "not %s; nothing was written. Training diverged: lower optim.lr%s",
+                      (long long)b->state.step, where, what,
+                      b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
+}
+
+/* Collective: the step's gradient norm is not finite (and no fp16 scaler skips it): the
+ * error names the step and where it first appeared, before any update. */
+static dt_status nonfinite_step(dt_booster *b, int step, double loss_part, float lr) {
+    char where[256];
+    bool found;
+    DT_TRY(locate_nonfinite(b, false, where, sizeof where, &found));
+    if (found) /* the weights went first: the previous update (or a file) made them so */
+        return dt_err_set(DT_ERR_ARG, "step %d: the weights are not finite before its update "
+                          "(first %s); training diverged at an earlier step (lr %g): lower "
+                          "optim.lr%s", step, where, (double)lr,
+                          b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
+    DT_TRY(locate_nonfinite(b, true, where, sizeof where, &found));
+    char clip[96] = " or set plugin.grad_clip";
+    if (b->plugin.grad_clip > 0)
+        snprintf(clip, sizeof clip, " (plugin.grad_clip=%g is set: clipping cannot repair a "
+                 "non-finite gradient)", (double)b->plugin.grad_clip);
+    if (!found)
+        snprintf(where, sizeof where, "in no single element: the sum of squares overflowed");
+    return dt_err_set(DT_ERR_ARG, "step %d: the gradients are not finite (first %s; this "
+                      "rank's loss share %g); nothing was updated or saved. Lower optim.lr "
+                      "(%g)%s", step, where, loss_part, (double)lr, clip);
 }
 
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
@@ -444,6 +515,10 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
      * GradScaler skip) and its batch is consumed. */
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
+    if (!fp16(b) && !isfinite(r->grad_norm)) { /* every rank sees the global norm */
+        b->stranded = false;
+        return nonfinite_step(b, step, loss_sum, r->lr);
+    }
     double to = trace_now(b);
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
     if (!r->skipped)
@@ -468,8 +543,10 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     b->state.data_step = b->train.step;
     if (!isfinite(r->loss))
         return dt_err_set(DT_ERR_ARG, "loss became %g at step %lld (lr %g): training diverged; "
-                          "lower optim.lr or set plugin.grad_clip", r->loss,
-                          (long long)r->step, r->lr);
+                          "lower optim.lr%s", r->loss, (long long)r->step, r->lr,
+                          b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
+    if (r->step == b->total_steps) /* the run's result: never end on non-finite weights */
+        return check_weights(b, "finishing the run");
     return DT_OK;
 }
 
@@ -485,7 +562,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     for (int i = 0; i < n_batches; i++) {
         if (pipelined(b)) {
             double part;
-            dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets);
+            DT_TRY(dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets));
             dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
                                     .T = b->T};
             DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->rows / b->mb, &part));
@@ -493,7 +570,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         }
         for (int row = 0; !pipelined(b) && row < b->rows; row += b->mb) {
             double part;
-            dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets);
+            DT_TRY(dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets));
             DT_TRY(dt_engine_eval(b->engine, b->inputs, b->targets, b->mb, b->T, &part));
             sum += part;
         }
@@ -522,6 +599,7 @@ dt_status dt_booster_write_mem_timeline(dt_booster *b) {
 
 /* collective: export gathers the weights on every rank and rank 0 writes them */
 static dt_status export_weights(dt_booster *b, const char *path) {
+    DT_TRY(check_weights(b, "exporting"));
     dt_ckpt_arenas a;
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EXPORT, -1);
     dt_status st = arenas_alloc(b, &a, false);
@@ -545,6 +623,7 @@ static void layout_text(const dt_booster *b, char *out, size_t n) {
 /* collective: every rank writes what it owns (checkpoint.h's sharded format) */
 dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
+    DT_TRY(check_weights(b, "saving a checkpoint")); /* gradients were checked by the step */
     void *io = NULL;
     char *config = NULL, layout[256];
     size_t config_len = 0;
@@ -649,12 +728,10 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
     DT_TRY(dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0));
     dt_status st = sharded ? load_sharded(b, folder) : load_whole(b, folder);
-    st = dt_comm_agree(b->world, st); /* offloaded moments are written to files */
-    if (st == DT_OK) {
-        b->train.pos = b->state.data_pos;
-        b->train.step = b->state.data_step;
-    }
-    return st;
+    if (st == DT_OK && (st = dt_loader_seek(&b->train, b->state.data_pos,
+                                            b->state.data_step)) != DT_OK)
+        dt_err_wrap(st, "checkpoint %s: ", folder);
+    return dt_comm_agree(b->world, st); /* offloaded moments are written to files */
 }
 
 dt_status dt_booster_find_checkpoint(dt_booster *b, const char *dir, char *out, size_t n) {

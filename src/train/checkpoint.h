@@ -58,6 +58,10 @@ dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
 /* Every step-N folder with a manifest or state.json in dir, ascending; *steps malloc'ed. */
 dt_status dt_ckpt_list(const char *dir, long long **steps, int *n);
 void dt_ckpt_remove_folder(const char *path);
+/* N of a folder name "step-N" (canonical decimal, no leading zeros, N < 2^31), else -1. */
+long long dt_ckpt_folder_step(const char *name);
+/* A folder named step-N must hold the state of step N: an error naming both otherwise. */
+dt_status dt_ckpt_check_step(const char *folder, int64_t step);
 
 /* ---- sharded format --------------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 #include "io/atomic.h"
 #include "io/crc32c.h"
 #include "train/checkpoint_impl.h"
+#include "train/finite.h"
 
 #define PATH_LEN 4096
 #define MANIFEST_MAX ((size_t)256 << 20)
@@ -80,6 +81,15 @@ static dt_status file_entry(const cJSON *f, const char *folder, const char **nam
 dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io_len) {
     cJSON *man = NULL;
     dt_status st = read_manifest(folder, &man);
+    if (st == DT_OK) { /* the state too: resume=auto skips a folder whose state cannot load */
+        char path[PATH_LEN + 32];
+        dt_train_state s = {0};
+        int adam_steps;
+        snprintf(path, sizeof path, "%s/manifest.json", folder);
+        st = dt_ckpt_state_from_json(man, path, &s, &adam_steps);
+        if (st == DT_OK)
+            st = dt_ckpt_check_step(folder, s.step);
+    }
     const cJSON *files = st == DT_OK ? files_of(man, folder, &st) : NULL;
     for (int i = 0; st == DT_OK && i < cJSON_GetArraySize(files); i++) {
         const char *name;
@@ -401,6 +411,19 @@ static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst
     return DT_OK;
 }
 
+/* Values read must be finite: a checkpoint with NaN weights would only fail steps later,
+ * as a divergence it did not cause. */
+static dt_status all_finite(const char *folder, const dt_gpt *g, int k, const float *x,
+                            int64_t first, int64_t count) {
+    char where[200];
+    if (!dt_finite_first_bad(g, false, x, first, count, where, sizeof where))
+        return DT_OK;
+    return dt_err_set(DT_ERR_FORMAT, "%s: the checkpoint's %s hold a non-finite value: %s "
+                      "(saved from a diverged run or damaged)", folder,
+                      (const char *[]){"weights", "exp_avg moments", "exp_avg_sq moments"}[k],
+                      where);
+}
+
 dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
                                dt_train_state *s, int *adam_steps) {
     cJSON *man = NULL;
@@ -409,6 +432,8 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_eng
     char path[PATH_LEN + 32];
     snprintf(path, sizeof path, "%s/manifest.json", folder);
     dt_status st = dt_ckpt_state_from_json(man, path, s, adam_steps);
+    if (st == DT_OK)
+        st = dt_ckpt_check_step(folder, s->step);
     if (st == DT_OK)
         st = check_model(man, folder, g);
     if (st == DT_OK)
@@ -419,6 +444,10 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_eng
         st = fill(&L, 1, v->m_first, v->m_count, v->m);
     if (st == DT_OK)
         st = fill(&L, 2, v->m_first, v->m_count, v->v);
+    const float *got[3] = {v->w, v->m, v->v};
+    for (int k = 0; k < 3 && st == DT_OK; k++)
+        st = all_finite(folder, g, k, got[k], k ? v->m_first : v->w_first,
+                        k ? v->m_count : v->w_count);
     loader_close(&L);
     cJSON_Delete(man);
     return st;
@@ -472,6 +501,8 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
         st = loader_open(&L, man);
     if (st == DT_OK)
         st = fill(&L, 0, 0, dt_gpt_numel(g), w);
+    if (st == DT_OK)
+        st = all_finite(folder, g, 0, w, 0, dt_gpt_numel(g));
     loader_close(&L);
     cJSON_Delete(man);
     return st;

@@ -57,6 +57,9 @@ static dt_status resume(trainer *t) {
     DT_TRY(dt_booster_load_checkpoint(t->booster, folder));
     dt_info("resumed from %s at step %lld", folder,
             (long long)dt_booster_steps_done(t->booster));
+    if (dt_booster_steps_done(t->booster) > t->cfg->train.steps)
+        dt_warn("the checkpoint is at step %lld, past train.steps=%d: nothing to train",
+                (long long)dt_booster_steps_done(t->booster), t->cfg->train.steps);
     return DT_OK;
 }
 
@@ -81,10 +84,30 @@ static dt_status measure_peak(trainer *t) {
     return st;
 }
 
+/* A model that cannot fit is an error before anything is allocated (n_layer 1e9 used to
+ * allocate until the machine swapped): the bytes per parameter no layout avoids (fp32
+ * weights and gradients, and AdamW's two moments unless they live on disk), shared out over
+ * every rank as ZeRO-3 would, against this machine's memory. */
+static dt_status check_model_fits(const dt_config *c, int world) {
+    double params = dt_plan_param_count(&c->model), have = dt_mem_physical_bytes();
+    double per = c->plugin.offload == DT_OFFLOAD_DISK ? 8 : 16, need = params * per / world;
+    if (have <= 0 || need <= have)
+        return DT_OK;
+    return dt_err_set(DT_ERR_ARG, "the model (%s, n_layer %d, n_embd %d, vocab %d) has %.4g "
+                      "parameters: training needs at least %.4g GiB per rank (%.0f bytes per "
+                      "parameter for weights, gradients%s, shared over %d ranks), and this "
+                      "machine has %.1f GiB of memory", dt_arch_name(c->model.arch),
+                      c->model.n_layer, c->model.n_embd, c->model.vocab_size, params,
+                      need / 1073741824.0, per,
+                      c->plugin.offload == DT_OFFLOAD_DISK ? "" : " and AdamW moments", world,
+                      have / 1073741824.0);
+}
+
 static dt_status setup(trainer *t) {
     const dt_config *c = t->cfg;
     /* the same checks on every rank give the same message everywhere, before any collective */
     DT_TRY(dt_config_validate(c));
+    DT_TRY(check_model_fits(c, t->world->size));
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
     dt_boost_spec spec = spec_of(c);
     DT_TRY(dt_booster_boost(t->booster, &spec));
