@@ -475,8 +475,8 @@ static dt_status nonfinite_step(dt_booster *b, int step, double loss_part, float
     if (!found)
         snprintf(where, sizeof where, "in no single element: the sum of squares overflowed");
     return dt_err_set(DT_ERR_ARG, "step %d: the gradients are not finite (first %s; this "
-                      "rank's loss share %g); nothing was updated or saved. Lower optim.lr "
-                      "(%g)%s", step, where, loss_part, (double)lr, clip);
+                      "rank's loss share %g); nothing was updated or saved. Lower optim.lr (the "
+                      "step's lr: %g)%s", step, where, loss_part, (double)lr, clip);
 }
 
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {

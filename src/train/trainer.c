@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/mem.h"
@@ -103,11 +105,61 @@ static dt_status check_model_fits(const dt_config *c, int world) {
                       have / 1073741824.0);
 }
 
+/* An output file can be written (its folder is created if missing), checked before the
+ * first step: a run must not train for hours and then fail to write its result. */
+static dt_status check_output(const char *key, const char *path) {
+    if (!path[0])
+        return DT_OK;
+    char dir[4096];
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (!dir[0])
+        snprintf(dir, sizeof dir, "/");
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dt_err_set(DT_ERR_ARG, "%s=%s is a folder; give a file name", key, path);
+    dt_status st = dt_mkdirs(dir);
+    if (st != DT_OK)
+        return dt_err_wrap(st, "%s=%s: ", key, path);
+    if (access(dir, W_OK | X_OK) != 0)
+        return dt_err_set(DT_ERR_IO, "%s=%s: cannot write in folder %s: %s", key, path, dir,
+                          strerror(errno));
+    if (stat(path, &sb) == 0 && access(path, W_OK) != 0)
+        return dt_err_set(DT_ERR_IO, "%s=%s: cannot write the file: %s", key, path,
+                          strerror(errno));
+    return DT_OK;
+}
+
+/* rank 0 writes these (mem_timeline and the checkpoint files are every rank's: checked where
+ * they are opened) */
+static dt_status check_outputs(const dt_config *c) {
+    const dt_train_config *tc = &c->train;
+    DT_TRY(check_output("train.export", tc->export_path));
+    DT_TRY(check_output("train.mem_report", tc->mem_report));
+    DT_TRY(check_output("train.trace", tc->trace));
+    DT_TRY(check_output("train.metrics", tc->metrics));
+    if (c->checkpoint.every > 0) {
+        const char *d = c->checkpoint.dir;
+        dt_status st = dt_mkdirs(d);
+        if (st != DT_OK)
+            return dt_err_wrap(st, "checkpoint.dir=%s: ", d);
+        if (access(d, W_OK | X_OK) != 0)
+            return dt_err_set(DT_ERR_IO, "checkpoint.dir=%s: cannot write in it: %s", d,
+                              strerror(errno));
+    }
+    return DT_OK;
+}
+
 static dt_status setup(trainer *t) {
     const dt_config *c = t->cfg;
     /* the same checks on every rank give the same message everywhere, before any collective */
     DT_TRY(dt_config_validate(c));
     DT_TRY(check_model_fits(c, t->world->size));
+    DT_TRY(dt_comm_agree(t->world, is_root(t) ? check_outputs(c) : DT_OK));
+    if (c->train.eval_every > 0 && !c->data.val[0] && is_root(t))
+        dt_warn("train.eval_every=%d but data.val is empty: no validation loss will be "
+                "computed (give data.val a token shard, or set train.eval_every=0)",
+                c->train.eval_every);
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
     dt_boost_spec spec = spec_of(c);
     DT_TRY(dt_booster_boost(t->booster, &spec));
@@ -119,7 +171,7 @@ static dt_status setup(trainer *t) {
 
 /* ---- reporting -------------------------------------------------------------------------- */
 
-static void report(trainer *t, const dt_step_stats *r, double val_loss) {
+static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     const dt_config *c = t->cfg;
     double tps = (double)c->train.batch_size * c->train.seq_len / r->seconds;
     /* per rank: its share of the tokens against its own matmul peak */
@@ -141,7 +193,7 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (!isnan(val_loss))
         dt_info("step %5lld | val loss %.4f", step, val_loss);
     if (!t->metrics)
-        return;
+        return DT_OK;
     /* an overflowed fp16 step's norm is inf or NaN, which JSON cannot hold: null */
     char norm[32] = "null";
     if (isfinite(r->grad_norm))
@@ -160,7 +212,11 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     fputs("}\n", t->metrics);
-    fflush(t->metrics);
+    /* a full disk shows here (stdio reports a failed write at the flush at the latest) */
+    if (fflush(t->metrics) != 0 || ferror(t->metrics))
+        return dt_err_set(DT_ERR_IO, "cannot write metrics file %s at step %lld: %s",
+                          c->train.metrics, step, strerror(errno));
+    return DT_OK;
 }
 
 static dt_status maybe_checkpoint(trainer *t, bool last) {
@@ -327,7 +383,8 @@ static dt_status run(trainer *t) {
         bool last = r.step == c->train.steps;
         if (eval && (r.step % c->train.eval_every == 0 || last))
             DT_TRY(dt_booster_eval(t->booster, c->train.eval_batches, &val_loss));
-        report(t, &r, val_loss);
+        dt_status st = report(t, &r, val_loss); /* rank 0 writes: the others learn of it */
+        DT_TRY(c->train.metrics[0] ? dt_comm_agree(t->world, st) : st);
         DT_TRY(maybe_checkpoint(t, last));
     }
     return finish(t);
@@ -337,8 +394,11 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
     trainer t = {.cfg = cfg, .world = world};
     dt_status st = run(&t);
     *stranded = st != DT_OK && dt_booster_stranded(t.booster);
-    if (t.metrics)
-        fclose(t.metrics);
+    if (t.metrics && fclose(t.metrics) != 0 && st == DT_OK) {
+        st = dt_err_set(DT_ERR_IO, "cannot write metrics file %s: %s", cfg->train.metrics,
+                        strerror(errno));
+        dt_error("%s", dt_err_msg()); /* rank 0 alone: the others have finished */
+    }
     dt_booster_free(t.booster);
     return st;
 }
