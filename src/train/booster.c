@@ -419,19 +419,10 @@ static dt_status locate_nonfinite(dt_booster *b, bool grads, char *where, size_t
     char mine[200] = "";
     dt_engine_own_range(b->engine, grads, &x, &first, &count);
     bool bad = dt_finite_first_bad(b->model, false, x, first, count, mine, sizeof mine);
-    /* the lowest bad rank, by a sum: ranks below it add nothing, it adds its rank + 1 once */
-    double first_bad = bad ? b->world->rank + 1.0 : 0.0, count_bad = bad ? 1.0 : 0.0;
-    double pair[2];
-    int who = -1;
-    for (int r = 0; r < b->world->size && who < 0; r++) {
-        pair[0] = bad && b->world->rank == r ? first_bad : 0.0;
-        pair[1] = count_bad;
-        DT_TRY(dt_comm_allreduce_f64(b->world, pair, 2));
-        if (pair[1] == 0)
-            break; /* nobody */
-        if (pair[0] > 0)
-            who = r;
-    }
+    /* the lowest bad rank: the largest (size - rank) over the bad ones */
+    int32_t top = bad ? b->world->size - b->world->rank : 0;
+    DT_TRY(dt_comm_allreduce_max_i32(b->world, &top, 1));
+    int who = top > 0 ? b->world->size - top : -1;
     *found = who >= 0;
     if (!*found)
         return DT_OK;
@@ -458,7 +449,7 @@ static dt_status check_weights(dt_booster *b, const char *what) {
 
 /* Collective: the step's gradient norm is not finite (and no fp16 scaler skips it): the
  * error names the step and where it first appeared, before any update. */
-static dt_status nonfinite_step(dt_booster *b, int step, double loss_part, float lr) {
+static dt_status nonfinite_step(dt_booster *b, int step, float lr) {
     char where[256];
     bool found;
     DT_TRY(locate_nonfinite(b, false, where, sizeof where, &found));
@@ -474,9 +465,9 @@ static dt_status nonfinite_step(dt_booster *b, int step, double loss_part, float
                  "non-finite gradient)", (double)b->plugin.grad_clip);
     if (!found)
         snprintf(where, sizeof where, "in no single element: the sum of squares overflowed");
-    return dt_err_set(DT_ERR_ARG, "step %d: the gradients are not finite (first %s; this "
-                      "rank's loss share %g); nothing was updated or saved. Lower optim.lr (the "
-                      "step's lr: %g)%s", step, where, loss_part, (double)lr, clip);
+    return dt_err_set(DT_ERR_ARG, "step %d: the gradients are not finite (first %s); nothing "
+                      "was updated or saved. Lower optim.lr (the step's lr: %g)%s", step, where,
+                      (double)lr, clip);
 }
 
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
@@ -517,7 +508,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     if (!fp16(b) && !isfinite(r->grad_norm)) { /* every rank sees the global norm */
         b->stranded = false;
-        return nonfinite_step(b, step, loss_sum, r->lr);
+        return nonfinite_step(b, step, r->lr);
     }
     double to = trace_now(b);
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
