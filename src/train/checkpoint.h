@@ -100,6 +100,9 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w);
  * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero
  * moments, data position 0, seed `seed`) that any layout resumes. One process. */
 dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out);
+/* A shape read from a file (`origin`) is a valid model whose weights fit in this machine's
+ * memory: checked before a one-process model is built from it (sample, convert). */
+dt_status dt_ckpt_check_shape(const dt_model_config *c, const char *origin);
 dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t seed);
 
 #endif

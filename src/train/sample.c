@@ -10,7 +10,6 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
-#include "plan/memory.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -89,14 +88,7 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
     dt_config_defaults(&cfg);
     DT_TRY(sharded ? dt_ckpt_model_config(checkpoint, &cfg.model)
                    : dt_gpt_config_from_file(path, &cfg.model));
-    DT_TRY(dt_config_validate_model(&cfg.model, sharded ? checkpoint : path));
-    /* the weights alone must fit: say so before allocating them */
-    double need = 4 * dt_plan_param_count(&cfg.model), have = dt_mem_physical_bytes();
-    if (have > 0 && need > have)
-        return dt_err_set(DT_ERR_ARG, "%s: the model (n_layer %d, n_embd %d) has %.4g "
-                          "parameters: its weights need %.4g GiB, and this machine has %.1f GiB "
-                          "of memory", sharded ? checkpoint : path, cfg.model.n_layer,
-                          cfg.model.n_embd, need / 4, need / 1073741824.0, have / 1073741824.0);
+    DT_TRY(dt_ckpt_check_shape(&cfg.model, sharded ? checkpoint : path));
     dt_mem *mem = NULL;
     dt_gpt *g = NULL;
     int32_t *tok = NULL, *out = NULL;

@@ -83,6 +83,18 @@ check "step 100 in step-4: resume=auto skips it" \
 rm -rf c && cp -r ck c && "${edit[@]}" c/step-4 'seed="abc"'
 fails seed_abc 1 '"seed" is missing or not a decimal string.*"abc"' -- \
     "${run[@]}" --checkpoint.dir=c --checkpoint.resume=c/step-4
+# the same in the whole format of older dtrain (state.json)
+"$dtrain" convert --from ck/step-4 --to w4.safetensors > /dev/null &&
+    /usr/bin/python3 "$src/tests/train/make_whole_ckpt.py" ck/step-4 w4.safetensors whole/step-4
+for e in 'step=100:the folder is step 4 but its state says step 100' \
+         'data_pos=1000000000000:data position 1000000000000 is outside' \
+         'seed="abc":"seed" is missing or not a decimal string' \
+         'step=1e30:"step" is missing or not a whole number'; do
+    rm -rf w && cp -r whole w
+    /usr/bin/python3 -c "import json,sys; p='w/step-4/state.json'; j=json.load(open(p)); k,v=sys.argv[1].split('=',1); j[k]=json.loads(v); json.dump(j,open(p,'w'))" "${e%%:*}"
+    fails "whole_${e%%=*}" 1 "${e#*:}" -- \
+        "${run[@]}" --train.steps=6 --checkpoint.dir=w --checkpoint.resume=w/step-4
+done
 "${st[@]}" good.safetensors short.safetensors hlen -1
 fails header_length_minus_1 1 "short.safetensors: 1 trailing bytes after the last tensor" -- \
     "${run[@]}" --model.init=short.safetensors
