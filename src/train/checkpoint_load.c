@@ -210,8 +210,10 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
     out->file = file;
     out->spec = p->shard;
     out->spec.kind = (dt_shard_kind)kind;
-    out->spec.parts = (int)num(s, "parts", &ok);
-    out->spec.index = (int)num(s, "index", &ok);
+    int64_t parts = num(s, "parts", &ok), index = num(s, "index", &ok);
+    ok = ok && parts >= 1 && parts <= (1 << 20) && index < parts; /* before the int casts */
+    out->spec.parts = ok ? (int)parts : 1;
+    out->spec.index = ok ? (int)index : 0;
     out->rows = num(s, "rows", &ok);
     out->cols = num(s, "cols", &ok);
     out->first = num(s, "first", &ok);
@@ -227,7 +229,10 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
     if (ok && out->spec.parts >= 1 && out->spec.index < out->spec.parts &&
         (kind != DT_SHARD_NONE || out->spec.parts == 1) &&
         (kind != DT_SHARD_COLS || p->shard.full_cols % out->spec.parts == 0) &&
-        (kind != DT_SHARD_QKV || p->shard.sec[0] % out->spec.parts == 0))
+        (kind != DT_SHARD_QKV || (p->shard.sec[0] % out->spec.parts == 0 &&
+                                  p->shard.sec[1] % out->spec.parts == 0 &&
+                                  p->shard.sec[2] % out->spec.parts == 0 &&
+                                  p->shard.sec[1] >= out->spec.parts)))
         dt_shard_local_shape(&out->spec, &rows, &cols);
     if (!ok || rows != out->rows || cols != out->cols || out->count < 1 ||
         out->first + out->count > rows * cols)
