@@ -130,8 +130,8 @@ static dt_status check_output(const char *key, const char *path) {
     return DT_OK;
 }
 
-/* rank 0 writes these (mem_timeline and the checkpoint files are every rank's: checked where
- * they are opened) */
+/* rank 0 writes these (every rank opens its mem_timeline file before the first step, in an
+ * existing folder: booster.c) */
 static dt_status check_outputs(const dt_config *c) {
     const dt_train_config *tc = &c->train;
     DT_TRY(check_output("train.export", tc->export_path));

@@ -155,6 +155,9 @@ for key in export mem_report trace metrics; do
     fails late_$key 1 "train.$key=afile/out: afile" -- "${run[@]}" --train.$key=afile/out
     no_step late_$key
 done
+fails late_mem_timeline 1 "train.mem_timeline: cannot write afile/out" -- \
+    "${run[@]}" --train.mem_timeline=afile/out
+no_step late_mem_timeline
 fails late_ckpt_dir 1 "checkpoint.dir=afile/ck" -- \
     "${run[@]}" --checkpoint.dir=afile/ck --checkpoint.every=2
 no_step late_ckpt_dir
