@@ -409,67 +409,6 @@ static dt_status grads_overflowed(dt_booster *b, double norm, bool *overflow) {
     return DT_OK;
 }
 
-/* Collective over world: where the first non-finite weight (grads false) or reduced gradient
- * is, agreed: the lowest rank that holds one sends "on rank R at TENSOR[i] = v" to all, so
- * every rank reports the same. *found false when no rank holds one. */
-static dt_status locate_nonfinite(dt_booster *b, bool grads, char *where, size_t n,
-                                  bool *found) {
-    const float *x;
-    int64_t first, count;
-    char mine[200] = "";
-    dt_engine_own_range(b->engine, grads, &x, &first, &count);
-    bool bad = dt_finite_first_bad(b->model, false, x, first, count, mine, sizeof mine);
-    /* the lowest bad rank: the largest (size - rank) over the bad ones */
-    int32_t top = bad ? b->world->size - b->world->rank : 0;
-    DT_TRY(dt_comm_allreduce_max_i32(b->world, &top, 1));
-    int who = top > 0 ? b->world->size - top : -1;
-    *found = who >= 0;
-    if (!*found)
-        return DT_OK;
-    char msg[256];
-    snprintf(msg, sizeof msg, "on rank %d at %s", b->world->rank, mine);
-    DT_TRY(dt_comm_broadcast(b->world, msg, sizeof msg, who));
-    snprintf(where, n, "%s", msg);
-    return DT_OK;
-}
-
-/* Collective: an error naming the first non-finite weight, or OK. `what` says what was
- * about to happen ("saving checkpoint step-4"). */
-static dt_status check_weights(dt_booster *b, const char *what) {
-    char where[256];
-    bool found;
-    DT_TRY(locate_nonfinite(b, false, where, sizeof where, &found));
-    if (!found)
-        return DT_OK;
-    return dt_err_set(DT_ERR_ARG, "after step %lld the weights are not finite (first %s): "
-                      "not %s; nothing was written. Training diverged: lower optim.lr%s",
-                      (long long)b->state.step, where, what,
-                      b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
-}
-
-/* Collective: the step's gradient norm is not finite (and no fp16 scaler skips it): the
- * error names the step and where it first appeared, before any update. */
-static dt_status nonfinite_step(dt_booster *b, int step, float lr) {
-    char where[256];
-    bool found;
-    DT_TRY(locate_nonfinite(b, false, where, sizeof where, &found));
-    if (found) /* the weights went first: the previous update (or a file) made them so */
-        return dt_err_set(DT_ERR_ARG, "step %d: the weights are not finite before its update "
-                          "(first %s); training diverged at an earlier step (lr %g): lower "
-                          "optim.lr%s", step, where, (double)lr,
-                          b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
-    DT_TRY(locate_nonfinite(b, true, where, sizeof where, &found));
-    char clip[96] = " or set plugin.grad_clip";
-    if (b->plugin.grad_clip > 0)
-        snprintf(clip, sizeof clip, " (plugin.grad_clip=%g is set: clipping cannot repair a "
-                 "non-finite gradient)", (double)b->plugin.grad_clip);
-    if (!found)
-        snprintf(where, sizeof where, "in no single element: the sum of squares overflowed");
-    return dt_err_set(DT_ERR_ARG, "step %d: the gradients are not finite (first %s); nothing "
-                      "was updated or saved. Lower optim.lr (the step's lr: %g)%s", step, where,
-                      (double)lr, clip);
-}
-
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* the loss scale is a power of two (from a power-of-two start): multiplying by it and
      * dividing the norm and the update by it again are exact */
@@ -508,7 +447,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
     if (!fp16(b) && !isfinite(r->grad_norm)) { /* every rank sees the global norm */
         b->stranded = false;
-        return nonfinite_step(b, step, r->lr);
+        return dt_finite_step_error(b->engine, b->world, step, r->lr, b->plugin.grad_clip);
     }
     double to = trace_now(b);
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
@@ -537,7 +476,8 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
                           "lower optim.lr%s", r->loss, (long long)r->step, r->lr,
                           b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
     if (r->step == b->total_steps) /* the run's result: never end on non-finite weights */
-        return check_weights(b, "finishing the run");
+        return dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
+                                       "finishing the run");
     return DT_OK;
 }
 
@@ -590,7 +530,8 @@ dt_status dt_booster_write_mem_timeline(dt_booster *b) {
 
 /* collective: export gathers the weights on every rank and rank 0 writes them */
 static dt_status export_weights(dt_booster *b, const char *path) {
-    DT_TRY(check_weights(b, "exporting"));
+    DT_TRY(dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
+                                   "exporting"));
     dt_ckpt_arenas a;
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EXPORT, -1);
     dt_status st = arenas_alloc(b, &a, false);
@@ -614,7 +555,9 @@ static void layout_text(const dt_booster *b, char *out, size_t n) {
 /* collective: every rank writes what it owns (checkpoint.h's sharded format) */
 dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
-    DT_TRY(check_weights(b, "saving a checkpoint")); /* gradients were checked by the step */
+    /* gradients were checked by the step */
+    DT_TRY(dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
+                                   "saving a checkpoint"));
     void *io = NULL;
     char *config = NULL, layout[256];
     size_t config_len = 0;
