@@ -66,12 +66,33 @@ static dt_status prepare_default_data(const dt_config *c) {
     return DT_OK;
 }
 
+/* The same --section.key twice: scripts build a base command and append overrides, so the
+ * last one wins, as documented, but never silently (README "Configuration"). */
+static void warn_duplicate_override(char **argv, int i) {
+    const char *a = argv[i];
+    size_t n = strcspn(a, "=");
+    for (int j = 2; j < i; j++)
+        if (!strncmp(argv[j], a, n) && (argv[j][n] == '=' || argv[j][n] == 0)) {
+            dt_warn("train: %.*s is given twice (%s, then %s): the last one wins", (int)n, a,
+                    argv[j], a);
+            return;
+        }
+}
+
 static int cmd_train(int argc, char **argv) {
     dt_config cfg;
     dt_config_defaults(&cfg);
     bool have_file = false, print_config = false;
     for (int i = 2; i < argc; i++) { /* the file first, so overrides win wherever they stand */
+        if (!strcmp(argv[i], "--config") && i + 1 == argc) {
+            dt_error("train: --config needs a file: --config FILE (or --config=FILE)");
+            return DT_EXIT_USAGE;
+        }
         const char *v = dt_cli_option(argc, argv, &i, "--config");
+        if (v && !v[0]) {
+            dt_error("train: --config needs a file, got an empty name");
+            return DT_EXIT_USAGE;
+        }
         if (v) {
             if (dt_config_load_file(&cfg, v) != DT_OK)
                 return fail_config();
@@ -91,6 +112,7 @@ static int cmd_train(int argc, char **argv) {
                      argv[i]);
             return DT_EXIT_USAGE;
         }
+        warn_duplicate_override(argv, i);
         if (dt_config_set(&cfg, argv[i] + 2) != DT_OK)
             return fail_config();
     }
@@ -128,7 +150,8 @@ static int cmd_prepare(int argc, char **argv) {
         else if ((v = dt_cli_option(argc, argv, &i, "--val-fraction")))
             frac = v;
         else {
-            dt_error("prepare: unexpected argument '%s' (see dtrain prepare --help)", argv[i]);
+            static const char *const with_value[] = {"--input", "--out", "--val-fraction", NULL};
+            dt_cli_bad_arg("prepare", argv[i], with_value);
             return DT_EXIT_USAGE;
         }
     }
@@ -165,7 +188,9 @@ static int cmd_sample(int argc, char **argv) {
         else if ((v = dt_cli_option(argc, argv, &i, "--seed")))
             seed = strtoull(v, &end, 10);
         else {
-            dt_error("sample: unexpected argument '%s' (see dtrain sample --help)", argv[i]);
+            static const char *const with_value[] = {"--checkpoint", "--prompt", "--tokens",
+                                                     "--temperature", "--seed", NULL};
+            dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }
         if (end && (*end || end == v)) {
@@ -173,7 +198,11 @@ static int cmd_sample(int argc, char **argv) {
             return 2;
         }
     }
-    if (!ckpt || tokens < 1) {
+    if (tokens < 1) {
+        dt_error("sample: --tokens %d: the number of tokens to generate must be >= 1", tokens);
+        return 2;
+    }
+    if (!ckpt || !ckpt[0]) {
         dt_error("sample needs --checkpoint PATH (a step folder or a .safetensors file)");
         return 2;
     }

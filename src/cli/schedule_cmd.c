@@ -100,10 +100,11 @@ static int check_file(const char *path, int pp, dt_sched_limits lim, bool stats)
 int dt_cli_schedule(int argc, char **argv) {
     const char *kind = NULL, *check = NULL, *v;
     int pp = 0, m = 0, chunks = 0;
-    bool stats = false;
+    bool stats = false, saw_pp = false;
     dt_sched_limits lim = {0};
     for (int i = 2; i < argc; i++) {
         if ((v = dt_cli_option(argc, argv, &i, "--pp"))) {
+            saw_pp = true;
             if (!to_int("--pp", v, &pp))
                 return 2;
         } else if ((v = dt_cli_option(argc, argv, &i, "--microbatches"))) {
@@ -124,18 +125,28 @@ int dt_cli_schedule(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--stats")) {
             stats = true;
         } else {
-            dt_error("schedule: unexpected argument '%s'", argv[i]);
+            static const char *const with_value[] = {"--pp", "--microbatches", "--chunks",
+                                                     "--max-in-flight", "--kind", "--check",
+                                                     NULL};
+            dt_cli_bad_arg("schedule", argv[i], with_value);
             return usage();
         }
     }
     if (pp < 1) {
-        dt_error("schedule: --pp P (>= 1) is required");
+        if (saw_pp)
+            dt_error("schedule: --pp %d: the number of pipeline stages must be >= 1", pp);
+        else
+            dt_error("schedule: --pp P (the number of pipeline stages) is required");
         return usage();
     }
     if (check)
         return check_file(check, pp, lim, stats);
-    if (!kind || m < 1) {
-        dt_error("schedule: --kind and --microbatches M (>= 1) are required without --check");
+    if (!kind) {
+        dt_error("schedule: --kind gpipe|1f1b|interleaved|zbh1 is required (or --check FILE)");
+        return usage();
+    }
+    if (m < 1) {
+        dt_error("schedule: --microbatches M (>= 1) is required with --kind");
         return usage();
     }
     if (chunks && strcmp(kind, "interleaved") != 0) {

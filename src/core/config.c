@@ -422,6 +422,7 @@ typedef struct parse_ctx {
     size_t pos;
     int lineno;   /* lines handed to inih so far == the line the handler is looking at */
     int err_line; /* line of the first error we found (0: none); inih reports syntax ones */
+    int seen[N_FIELDS]; /* the line each key was set on (0: not yet): a key twice is an error */
     dt_status err_st;
     char err[900];
 } parse_ctx;
@@ -499,6 +500,14 @@ static int on_key(void *user, const char *section, const char *name, const char 
         ctx_fail(x);
         return 0;
     }
+    int *seen = &x->seen[f - fields];
+    if (*seen) { /* which one was meant is a guess: refuse rather than let the last win */
+        dt_err_set(DT_ERR_ARG, "%s is set twice in %s, on lines %d and %d; keep one", f->name,
+                   x->origin, *seen, x->lineno);
+        ctx_fail(x);
+        return 0;
+    }
+    *seen = x->lineno;
     char v[DT_PATH_MAX + 8], why[256];
     const char *bad = clean_value(value, true, v, sizeof v);
     if (bad) {

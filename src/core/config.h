@@ -13,5 +13,8 @@
 
 /* The matmul operand type of a precision: DT_F32, DT_BF16 or DT_F16. */
 dt_dtype dt_precision_mm_type(dt_precision p);
+/* The model checks of dt_config_validate alone, for a shape read from a file (`origin` names
+ * it): n_head 0 or n_embd % n_head != 0 there is an error, not a division by zero. */
+dt_status dt_config_validate_model(const dt_model_config *m, const char *origin);
 
 #endif

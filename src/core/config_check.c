@@ -236,6 +236,12 @@ static void check_checkpoint(const dt_config *c, problems *p) {
         problem(p, false, "checkpoint.resume=\"%s\" needs checkpoint.dir", k->resume);
 }
 
+static void check_data(const dt_config *c, problems *p) {
+    if (!c->data.train[0])
+        problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
+                "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");
+}
+
 dt_status dt_config_validate(const dt_config *c) {
     if (!c)
         return dt_err_set(DT_ERR_ARG, "%s: NULL config", __func__);
@@ -246,7 +252,17 @@ dt_status dt_config_validate(const dt_config *c) {
     check_plugin(c, &p);
     check_act_memory(c, &p);
     check_checkpoint(c, &p);
+    check_data(c, &p);
     if (!p.n_arg && !p.n_unsupported)
         return DT_OK;
     return dt_err_set(p.n_arg ? DT_ERR_ARG : DT_ERR_UNSUPPORTED, "%s", p.text);
+}
+
+dt_status dt_config_validate_model(const dt_model_config *m, const char *origin) {
+    dt_config c = {.model = *m};
+    problems p = {.len = 0};
+    check_model(&c, &p);
+    if (!p.n_arg && !p.n_unsupported)
+        return DT_OK;
+    return dt_err_set(DT_ERR_ARG, "%s: %s", origin, p.text);
 }

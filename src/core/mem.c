@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 
@@ -378,4 +379,9 @@ dt_status dt_mem_write_timeline(const dt_mem *m, int rank, const char *path) {
     bool ok = !ferror(f);
     ok = fclose(f) == 0 && ok;
     return ok ? DT_OK : dt_err_set(DT_ERR_IO, "short write to memory timeline %s", path);
+}
+
+double dt_mem_physical_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }

@@ -25,6 +25,8 @@ void dt_mem_free(dt_mem *m); /* releases every buffer still live */
 /* 64-byte aligned, zero-filled buffer of `bytes` (0 gives a valid unique pointer). */
 dt_status dt_mem_alloc(dt_mem *m, dt_mem_cat cat, const char *name, size_t bytes, void **out);
 void dt_mem_release(dt_mem *m, void *p); /* NULL is a no-op */
+/* This machine's physical memory in bytes (sysconf), 0 when unknown. */
+double dt_mem_physical_bytes(void);
 
 
 /* ---- timeline ------------------------------------------------------------------------- */

@@ -249,28 +249,36 @@ static int name_cmp(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Overlap and duplicate-name checks need the whole table, so they run after every entry. */
-static dt_status check_table(dt_st_file *f, span *sp) {
+/* Overlap, gap and duplicate-name checks need the whole table, so they run after every entry.
+ * As in HF's own reader, the tensors must tile the data section exactly: a gap or trailing
+ * bytes mean a wrong header length (data shifted by a byte) or a damaged file. */
+static dt_status check_table(dt_st_file *f, span *sp, uint64_t data_len) {
     const char *path = f->path;
     qsort(sp, (size_t)f->n, sizeof *sp, span_cmp);
-    /* Sorted by begin, any overlap shows up between a span and the furthest end before it;
-     * empty tensors occupy no bytes and overlap nothing. */
-    uint64_t far = 0;
-    int far_i = -1; /* index into sp of the span reaching furthest so far */
+    /* Sorted by (begin, end), tiling means each span begins where the previous one ended;
+     * empty tensors sit at the position they occupy and take no bytes. */
+    uint64_t pos = 0;
+    int last = -1; /* index into sp of the span that ended at pos */
     for (int i = 0; i < f->n; i++) {
-        if (sp[i].begin == sp[i].end)
-            continue;
-        if (far_i >= 0 && sp[i].begin < far)
+        if (sp[i].begin < pos)
             return dt_err_set(DT_ERR_FORMAT, "%s: tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, "
-                              "%llu] overlap in the data section", path, f->t[sp[far_i].idx].name,
-                              (unsigned long long)sp[far_i].begin, (unsigned long long)far,
+                              "%llu] overlap in the data section", path, f->t[sp[last].idx].name,
+                              (unsigned long long)sp[last].begin, (unsigned long long)pos,
                               f->t[sp[i].idx].name, (unsigned long long)sp[i].begin,
                               (unsigned long long)sp[i].end);
-        if (sp[i].end > far) {
-            far = sp[i].end;
-            far_i = i;
-        }
+        if (sp[i].begin > pos)
+            return dt_err_set(DT_ERR_FORMAT, "%s: bytes [%llu, %llu) of the data section belong "
+                              "to no tensor (before \"%s\"): wrong header length or damaged "
+                              "file", path, (unsigned long long)pos,
+                              (unsigned long long)sp[i].begin, f->t[sp[i].idx].name);
+        pos = sp[i].end;
+        last = i;
     }
+    if (pos != data_len)
+        return dt_err_set(DT_ERR_FORMAT, "%s: %llu trailing bytes after the last tensor (the "
+                          "data section holds %llu, the tensors %llu): wrong header length or "
+                          "damaged file", path, (unsigned long long)(data_len - pos),
+                          (unsigned long long)data_len, (unsigned long long)pos);
     const dt_st_tensor **byname = malloc((f->n > 0 ? (size_t)f->n : 1) * sizeof *byname);
     if (!byname)
         return dt_err_set(DT_ERR_OOM, "%s: out of memory checking names", path);
@@ -349,7 +357,7 @@ static dt_status parse_header(dt_st_file *f) {
         sp[f->n].idx = f->n;
         f->n++;
     }
-    DT_TRY_GOTO(check_table(f, sp));
+    DT_TRY_GOTO(check_table(f, sp, data_len));
     free(sp);
     return DT_OK;
 

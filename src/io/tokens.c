@@ -1,7 +1,8 @@
 /* Token shards (llm.c / nanoGPT .bin format) and the byte-level "prepare" step. See tokens.h.
  *
- * A shard is mapped read-only (MAP_PRIVATE): pages are shared with the page cache and with
- * other ranks reading the same file, and the dt_tokens owns the mapping. Header ints and
+ * A shard is read with pread, a batch's rows at a time, through the page cache (shared with
+ * other ranks reading the same file); it is not mapped, so a file truncated while a run reads
+ * it is an error naming it rather than a SIGBUS. The dt_tokens owns the descriptor. Header ints and
  * tokens are little-endian on disk and read as host integers: the host is assumed
  * little-endian (x86-64, aarch64). No shared state; distinct dt_tokens are thread-independent.
  */
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,12 +21,32 @@
 
 #define HEADER_BYTES ((size_t)DT_TOKENS_HEADER_INTS * sizeof(int32_t))
 
+/* n tokens from `first` by pread: a shard that shrank under us is an error naming it, never a
+ * SIGBUS (a mapping would fault on the vanished pages). */
+static dt_status read_tokens(int fd, const char *path, int64_t n_tok, int64_t first, int64_t n,
+                             uint16_t *out) {
+    size_t want = (size_t)n * sizeof *out, done = 0;
+    off_t at = (off_t)(HEADER_BYTES + (size_t)first * sizeof *out);
+    while (done < want) {
+        ssize_t r = pread(fd, (char *)out + done, want - done, at + (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return dt_err_set(DT_ERR_IO, "%s: cannot read tokens [%lld, %lld) of the %lld the "
+                              "shard held when opened: %s", path, (long long)first,
+                              (long long)(first + n), (long long)n_tok,
+                              r < 0 ? strerror(errno) : "the file shrank (changed while in use?)");
+        done += (size_t)r;
+    }
+    return DT_OK;
+}
+
 dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     dt_status st = DT_OK;
     if (!path || !out)
         return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
     memset(out, 0, sizeof *out);
-    void *map = NULL;
+    out->fd = -1;
     size_t len = 0;
     int fd;
     DT_TRY(dt_file_open_regular(path, "token shard", &fd, &len));
@@ -35,15 +55,11 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
                         "(%zu bytes): not a dtrain/llm.c token shard", path, HEADER_BYTES, len);
         goto fail;
     }
-    map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        map = NULL;
-        st = dt_err_set(DT_ERR_IO, "%s: mmap of %zu bytes failed: %s", path, len,
-                        strerror(errno));
+    int32_t hdr[3];
+    if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr) {
+        st = dt_err_set(DT_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
         goto fail;
     }
-    int32_t hdr[3];
-    memcpy(hdr, map, sizeof hdr);
     if (hdr[0] != DT_TOKENS_MAGIC) {
         st = dt_err_set(DT_ERR_FORMAT, "%s: bad magic %d, expected %d: not a dtrain/llm.c token "
                         "shard", path, hdr[0], DT_TOKENS_MAGIC);
@@ -77,34 +93,49 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
                         "and its target)", path, (long long)n);
         goto fail;
     }
-    const uint16_t *tok = (const uint16_t *)((const char *)map + HEADER_BYTES);
-    if (vocab_size > 0)
-        for (int64_t i = 0; i < n; i++)
-            if (tok[i] >= vocab_size) {
-                st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= vocab_size %d",
-                                path, (long long)i, (unsigned)tok[i], vocab_size);
-                goto fail;
-            }
-    close(fd); /* the mapping stays valid without the descriptor */
-    out->tok = tok;
+    if (vocab_size > 0) {
+        uint16_t chunk[16384];
+        for (int64_t i = 0; i < n; i += 16384) {
+            int64_t m = n - i < 16384 ? n - i : 16384;
+            DT_TRY_GOTO(read_tokens(fd, path, n, i, m, chunk));
+            for (int64_t j = 0; j < m; j++)
+                if (chunk[j] >= vocab_size) {
+                    st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= vocab_size "
+                                    "%d", path, (long long)(i + j), (unsigned)chunk[j],
+                                    vocab_size);
+                    goto fail;
+                }
+        }
+    }
+    if (!(out->path = strdup(path))) {
+        st = dt_err_set(DT_ERR_OOM, "%s: out of memory", path);
+        goto fail;
+    }
+    out->fd = fd;
     out->n_tok = n;
-    out->map = map;
-    out->map_len = len;
     return DT_OK;
 
 fail:
-    if (map)
-        munmap(map, len);
     close(fd);
     return st;
+}
+
+dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, uint16_t *out) {
+    if (!t || t->fd < 0 || first < 0 || n < 0 || first > t->n_tok - n)
+        return dt_err_set(DT_ERR_ARG, "%s: tokens [%lld, +%lld) outside the shard %s of %lld",
+                          __func__, (long long)first, (long long)n,
+                          t && t->path ? t->path : "(closed)", t ? (long long)t->n_tok : 0LL);
+    return read_tokens(t->fd, t->path, t->n_tok, first, n, out);
 }
 
 void dt_tokens_close(dt_tokens *t) {
     if (!t)
         return;
-    if (t->map)
-        munmap(t->map, t->map_len);
+    if (t->fd >= 0)
+        close(t->fd);
+    free(t->path);
     memset(t, 0, sizeof *t);
+    t->fd = -1;
 }
 
 static void header_fill(int32_t *hdr, int64_t n_tok) {

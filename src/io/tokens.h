@@ -1,8 +1,9 @@
 /* Token shards in the llm.c / nanoGPT format: a header of 256 little-endian int32 (magic
  * 20240520, version 1, token count, rest zero), then `count` uint16 tokens.
  *
- * dt_tokens_open maps the whole shard and validates it: magic, version, a count that matches
- * the file size (a truncated shard is named as such), and every token < vocab_size.
+ * dt_tokens_open validates the whole shard: magic, version, a count that matches the file size
+ * (a truncated shard is named as such), and every token < vocab_size; dt_tokens_read then
+ * reads tokens by pread, and a file that shrank since is an error naming it.
  */
 #ifndef DT_IO_TOKENS_H
 #define DT_IO_TOKENS_H
@@ -17,15 +18,16 @@
 #define DT_TOKENS_HEADER_INTS 256
 
 typedef struct dt_tokens {
-    const uint16_t *tok; /* borrowed view into the mapping */
+    int fd;       /* -1 when closed */
     int64_t n_tok;
-    void *map;
-    size_t map_len;
+    char *path;   /* for messages */
 } dt_tokens;
 
 /* vocab_size > 0: every token must be < vocab_size, else an error naming the first offender. */
 dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out);
 void dt_tokens_close(dt_tokens *t);
+/* Tokens [first, first + n) into out; DT_ERR_IO naming the file when it can no longer give them. */
+dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, uint16_t *out);
 dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok); /* atomic */
 
 /* Byte-level tokenizer (vocab 256): reads text files (a directory: every regular file in it,

@@ -9,7 +9,9 @@
  */
 #include "kernels/cast.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define BLOCK 16384
@@ -106,12 +108,22 @@ __attribute__((target("avx512f"))) static void f16_to_avx512(float *restrict dst
     f16_to_ref(dst + i, src + i, n - i);
 }
 
+/* clang 14's __builtin_cpu_supports does not know "f16c": ask cpuid (leaf 1, ECX) there */
+static bool has_f16c(void) {
+#if defined(__clang__)
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+#else
+    return __builtin_cpu_supports("f16c");
+#endif
+}
+
 int dt_cast_f16_variants(dt_cast_f16_variant out[DT_CAST_F16_MAX_VARIANTS]) {
     int n = 0;
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
         out[n++] = (dt_cast_f16_variant){"avx512f", f16_from_avx512, f16_to_avx512};
-    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx") && has_f16c())
         out[n++] = (dt_cast_f16_variant){"f16c", f16_from_f16c, f16_to_f16c};
     out[n++] = (dt_cast_f16_variant){"ref", f16_from_ref, f16_to_ref};
     return n;

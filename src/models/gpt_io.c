@@ -3,8 +3,10 @@
  * Names are transformers' own; GPT-2's Conv1D matrices are stored [in, out] in the file and
  * [out, in] here, so they are transposed on the way in and out. A GPT-2 file may carry the
  * "transformer." prefix (GPT2LMHeadModel) or not (GPT2Model); tensors dtrain has no use for
- * (HF's attention-mask buffers, a tied lm_head copy) are ignored, a missing one is an error.
+ * (HF's attention-mask buffers, a tied lm_head copy) are ignored; a missing one, one the model
+ * lacks, dtrain metadata naming another shape, or a non-finite value is an error.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,12 +89,64 @@ static const dt_st_tensor *find_tensor(const dt_st_file *f, const char *name) {
     return t;
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The file is for this model: the shape in its metadata (when it has dtrain's) is the run's,
+ * and it holds no tensor the model lacks (a deeper model's layer, another architecture's),
+ * HF's buffers and GPT-2's tied lm_head copy aside. */
+static dt_status check_file_model(const dt_gpt *g, const dt_st_file *f, const char *path) {
+    const dt_model_config *c = dt_gpt_config(g);
+    const char *arch = dt_st_metadata(f, "arch");
+    if (arch && strcmp(arch, dt_arch_name(c->arch)) != 0)
+        return dt_err_set(DT_ERR_ARG, "%s: the file's model.arch is %s, the run's %s", path,
+                          arch, dt_arch_name(c->arch));
+    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "ffn_hidden"};
+    int mine[] = {c->n_layer, c->n_head, dt_gpt_kv_heads(c), c->n_embd, c->vocab_size,
+                  dt_gpt_ffn_hidden(c)};
+    for (int i = 0; i < 6; i++) {
+        const char *v = dt_st_metadata(f, keys[i]);
+        char *end;
+        long x = v ? strtol(v, &end, 10) : 0;
+        if (v && (*end || end == v || x != mine[i]))
+            return dt_err_set(DT_ERR_ARG, "%s: the file's model.%s is %.32s, the run's %d", path,
+                              keys[i], v, mine[i]);
+    }
+    for (int k = 0; k < dt_st_count(f); k++) {
+        const char *name = dt_st_get(f, k)->name, *bare = name;
+        if (strncmp(name, "transformer.", 12) == 0)
+            bare = name + 12;
+        bool known = ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+                     ends_with(name, "rotary_emb.inv_freq") ||
+                     (c->arch == DT_ARCH_GPT2 && strcmp(name, "lm_head.weight") == 0);
+        for (int i = 0; !known && i < dt_gpt_n_full_params(g); i++)
+            known = strcmp(dt_gpt_full_param(g, i)->name, bare) == 0;
+        if (!known)
+            return dt_err_set(DT_ERR_ARG, "%s: tensor %s is not part of the run's model (%s, "
+                              "n_layer %d, n_head %d, n_embd %d): the file is for another model",
+                              path, name, dt_arch_name(c->arch), c->n_layer, c->n_head,
+                              c->n_embd);
+    }
+    return DT_OK;
+}
+
+static dt_status finite_tensor(const char *path, const char *name, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return dt_err_set(DT_ERR_FORMAT, "%s: tensor %s holds a non-finite value (%g at "
+                              "element %lld): saved from a diverged run or damaged", path, name,
+                              (double)x[i], (long long)i);
+    return DT_OK;
+}
+
 dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(path, &f));
-    dt_status st = DT_OK;
+    dt_status st = check_file_model(g, f, path);
     float *tmp = NULL;
-    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
+    for (int i = 0; st == DT_OK && i < dt_gpt_n_full_params(g); i++) {
         const dt_param *p = dt_gpt_full_param(g, i);
         const dt_st_tensor *t = find_tensor(f, p->name);
         if (!t) {
@@ -114,6 +168,8 @@ dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path) {
             dst = tmp;
         }
         st = dt_st_read_f32(f, t->name, p->ndim, shape, dst);
+        if (st == DT_OK)
+            st = finite_tensor(path, t->name, dst, p->numel);
         if (st != DT_OK)
             break;
         if (p->conv1d)

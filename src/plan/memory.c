@@ -573,3 +573,13 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
         out->total += out->cat[k];
     return DT_OK;
 }
+
+double dt_plan_param_count(const dt_model_config *m) {
+    /* in doubles, unpadded: any config (n_layer 1e9 included) gives a finite answer at once */
+    double C = m->n_embd, V = m->vocab_size, F = ffn_width(m), L = m->n_layer;
+    double kv = m->n_head > 0 ? (double)kv_heads(m) * (m->n_embd / m->n_head) : C;
+    if (m->arch == DT_ARCH_GPT2)
+        return V * C + (double)m->max_seq_len * C + 2 * C +
+               L * (4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C);
+    return 2 * V * C + C + L * (2 * C + C * C + 2 * kv * C + C * C + 3 * F * C);
+}

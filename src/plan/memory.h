@@ -51,6 +51,10 @@ typedef struct dt_plan_mem {
 dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,
                          dt_plan_mem *out);
 
+/* The model's parameter count from its config alone (no allocation, O(1) in n_layer; the
+ * arena's 16-float padding left out): for a size check before anything is built. */
+double dt_plan_param_count(const dt_model_config *m);
+
 /* The schedule plugin.pp_schedule names (gpipe, 1f1b, interleaved with pp_chunks, zbh1) for
  * n_mb micro-batches; DT_ERR_ARG for file: schedules, which the caller reads. */
 dt_status dt_plan_schedule_make(const dt_plugin_config *p, int n_mb, dt_schedule **out);

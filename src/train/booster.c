@@ -27,6 +27,7 @@
 #include "plan/stages.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
+#include "train/finite.h"
 #include "train/loader.h"
 #include "train/pipeline.h"
 #include "train/trainer.h"
@@ -368,7 +369,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     int row0 = b->dp->rank * b->rows;
     *loss_sum = 0;
     if (pipelined(b)) {
-        dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets);
+        DT_TRY(dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets));
         dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
                                 .T = b->T, .grad_scale = grad_scale};
         return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
@@ -377,7 +378,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     for (int row = 0; row < b->rows; row += b->mb) {
         double part, t0 = trace_now(b);
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
-        dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets);
+        DT_TRY(dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets));
         DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
                                      row + b->mb >= b->rows, &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->mb, t0));
@@ -462,6 +463,10 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
      * GradScaler skip) and its batch is consumed. */
     int s = (int)b->state.step;
     r->lr = b->lr ? b->lr(b->lr_ctx, s) : dt_lr_at(&b->optim, s, b->total_steps);
+    if (!fp16(b) && !isfinite(r->grad_norm)) { /* every rank sees the global norm */
+        b->stranded = false;
+        return dt_finite_step_error(b->engine, b->world, step, r->lr, b->plugin.grad_clip);
+    }
     double to = trace_now(b);
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
     if (!r->skipped)
@@ -486,8 +491,11 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     b->state.data_step = b->train.step;
     if (!isfinite(r->loss))
         return dt_err_set(DT_ERR_ARG, "loss became %g at step %lld (lr %g): training diverged; "
-                          "lower optim.lr or set plugin.grad_clip", r->loss,
-                          (long long)r->step, r->lr);
+                          "lower optim.lr%s", r->loss, (long long)r->step, r->lr,
+                          b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
+    if (r->step == b->total_steps) /* the run's result: never end on non-finite weights */
+        return dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
+                                       "finishing the run");
     return DT_OK;
 }
 
@@ -503,7 +511,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     for (int i = 0; i < n_batches; i++) {
         if (pipelined(b)) {
             double part;
-            dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets);
+            DT_TRY(dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets));
             dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
                                     .T = b->T};
             DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->rows / b->mb, &part));
@@ -511,7 +519,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         }
         for (int row = 0; !pipelined(b) && row < b->rows; row += b->mb) {
             double part;
-            dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets);
+            DT_TRY(dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets));
             DT_TRY(dt_engine_eval(b->engine, b->inputs, b->targets, b->mb, b->T, &part));
             sum += part;
         }
@@ -540,6 +548,8 @@ dt_status dt_booster_write_mem_timeline(dt_booster *b) {
 
 /* collective: export gathers the weights on every rank and rank 0 writes them */
 static dt_status export_weights(dt_booster *b, const char *path) {
+    DT_TRY(dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
+                                   "exporting"));
     dt_ckpt_arenas a;
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EXPORT, -1);
     dt_status st = arenas_alloc(b, &a, false);
@@ -579,6 +589,9 @@ static char *config_text(const dt_booster *b, const dt_config *cfg) {
 dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_config *cfg) {
     DT_TRY(poll_checkpoint(b, true)); /* at most one save in flight */
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
+    /* gradients were checked by the step */
+    DT_TRY(dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
+                                   "saving a checkpoint"));
     bool async = cfg && cfg->checkpoint.async;
     void *io = NULL;
     char *config = config_text(b, cfg), layout[256];
@@ -690,12 +703,10 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
     DT_TRY(dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0));
     dt_status st = sharded ? load_sharded(b, folder) : load_whole(b, folder);
-    st = dt_comm_agree(b->world, st);
-    if (st == DT_OK) {
-        b->train.pos = b->state.data_pos;
-        b->train.step = b->state.data_step;
-    }
-    return st;
+    if (st == DT_OK && (st = dt_loader_seek(&b->train, b->state.data_pos,
+                                            b->state.data_step)) != DT_OK)
+        dt_err_wrap(st, "checkpoint %s: ", folder);
+    return dt_comm_agree(b->world, st); /* offloaded moments are written to files */
 }
 
 dt_status dt_booster_find_checkpoint(dt_booster *b, const char *dir, char *out, size_t n) {

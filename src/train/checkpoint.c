@@ -15,6 +15,8 @@
 #include "train/checkpoint_impl.h"
 
 #define PATH_LEN 4096
+#define STEP_MAX 2147483647.0 /* steps are ints in the training loop */
+#define POS_MAX 9007199254740992.0 /* 2^53: exact in JSON's doubles */
 
 cJSON *dt_ckpt_state_json(const dt_train_state *s, int adam_steps) {
     cJSON *j = cJSON_CreateObject();
@@ -49,15 +51,22 @@ void dt_ckpt_remove_folder(const char *path) {
     rmdir(path);
 }
 
-/* step number of a complete "step-N" folder name (N in canonical decimal, no leading zeros,
- * below 2^62), or -1. Complete: its manifest (sharded) or state.json (whole format) exists. */
-static long long folder_step(const char *dir, const char *name) {
+long long dt_ckpt_folder_step(const char *name) {
     char *end;
     if (strncmp(name, "step-", 5) != 0 || !(name[5] >= '0' && name[5] <= '9'))
         return -1;
     errno = 0;
     long long n = strtoll(name + 5, &end, 10);
-    if (*end || errno || n < 0 || n > (1LL << 62) || (name[5] == '0' && name[6]))
+    if (*end || errno || n < 0 || n > STEP_MAX || (name[5] == '0' && name[6]))
+        return -1;
+    return n;
+}
+
+/* step number of a complete "step-N" folder name, or -1. Complete: its manifest (sharded) or
+ * state.json (whole format) exists. */
+static long long folder_step(const char *dir, const char *name) {
+    long long n = dt_ckpt_folder_step(name);
+    if (n < 0)
         return -1;
     char path[PATH_LEN + 300];
     struct stat sb;
@@ -139,13 +148,15 @@ static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a
     return st;
 }
 
-static dt_status json_int(const cJSON *j, const char *path, const char *key, int64_t *out) {
+/* A whole number in [0, max]: steps are ints in the loop, positions int64 (2^53: exact in
+ * JSON's doubles). */
+static dt_status json_int(const cJSON *j, const char *path, const char *key, double max,
+                          int64_t *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 9007199254740992.0) ||
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= max) ||
         x->valuedouble != (double)(int64_t)x->valuedouble)
         return dt_err_set(DT_ERR_FORMAT, "%s: \"%s\" is missing or not a whole number in "
-                          "[0, 2^53]",
-                          path, key);
+                          "[0, %.0f]", path, key, max);
     *out = (int64_t)x->valuedouble;
     return DT_OK;
 }
@@ -153,31 +164,40 @@ static dt_status json_int(const cJSON *j, const char *path, const char *key, int
 dt_status dt_ckpt_state_from_json(const cJSON *j, const char *path, dt_train_state *s,
                                   int *adam_steps_out) {
     int64_t adam_steps = 0;
-    dt_status st = json_int(j, path, "step", &s->step);
+    dt_status st = json_int(j, path, "step", STEP_MAX, &s->step);
     if (st == DT_OK)
-        st = json_int(j, path, "data_pos", &s->data_pos);
+        st = json_int(j, path, "data_pos", POS_MAX, &s->data_pos);
     if (st == DT_OK)
-        st = json_int(j, path, "data_step", &s->data_step);
+        st = json_int(j, path, "data_step", POS_MAX, &s->data_step);
     if (st == DT_OK)
-        st = json_int(j, path, "adam_steps", &adam_steps);
+        st = json_int(j, path, "adam_steps", STEP_MAX, &adam_steps);
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
-    if (st == DT_OK && !cJSON_IsString(seed))
-        st = dt_err_set(DT_ERR_FORMAT, "%s: \"seed\" is missing", path);
     if (st == DT_OK) {
-        s->seed = strtoull(seed->valuestring, NULL, 10);
-        *adam_steps_out = (int)adam_steps;
+        /* the seed is written as a decimal string (exact beyond 2^53): all digits, in range */
+        const char *v = cJSON_GetStringValue(seed);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long x = v && v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
+        if (!end || *end || errno)
+            st = dt_err_set(DT_ERR_FORMAT, "%s: \"seed\" is missing or not a decimal string of "
+                            "an unsigned 64-bit integer (got %s%.40s%s)", path, v ? "\"" : "",
+                            v ? v : "no string", v ? "\"" : "");
+        else
+            s->seed = x;
     }
+    if (st == DT_OK)
+        *adam_steps_out = (int)adam_steps;
     /* the loss scale: absent from checkpoints written before fp16 existed (then the fresh
      * scaler stays); when present, all three */
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(j, "loss_scale");
     if (st == DT_OK && scale) {
         int64_t clean = 0, skipped = 0;
-        if (!cJSON_IsNumber(scale) || !(scale->valuedouble >= 1))
-            st = dt_err_set(DT_ERR_FORMAT, "%s: \"loss_scale\" is not a number >= 1", path);
+        if (!cJSON_IsNumber(scale) || !(scale->valuedouble >= 1 && scale->valuedouble <= 0x1p64))
+            st = dt_err_set(DT_ERR_FORMAT, "%s: \"loss_scale\" is not a number in [1, 2^64]", path);
         if (st == DT_OK)
-            st = json_int(j, path, "loss_scale_clean_steps", &clean);
+            st = json_int(j, path, "loss_scale_clean_steps", STEP_MAX, &clean);
         if (st == DT_OK)
-            st = json_int(j, path, "skipped_steps", &skipped);
+            st = json_int(j, path, "skipped_steps", STEP_MAX, &skipped);
         if (st == DT_OK) {
             s->scaler.scale = (float)scale->valuedouble;
             s->scaler.clean_steps = (int)clean;
@@ -185,6 +205,27 @@ dt_status dt_ckpt_state_from_json(const cJSON *j, const char *path, dt_train_sta
         }
     }
     return st;
+}
+
+dt_status dt_ckpt_check_step(const char *folder, int64_t step) {
+    /* the last path component, trailing slashes ignored */
+    size_t n = strlen(folder);
+    while (n > 1 && folder[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && folder[b - 1] != '/')
+        b--;
+    char name[64];
+    if (n - b >= sizeof name)
+        return DT_OK; /* not a step-N name */
+    memcpy(name, folder + b, n - b);
+    name[n - b] = 0;
+    long long want = dt_ckpt_folder_step(name);
+    if (want >= 0 && want != step)
+        return dt_err_set(DT_ERR_FORMAT, "%s: the folder is step %lld but its state says step "
+                          "%lld (edited, or copied under another name); rename it or fix it",
+                          folder, want, (long long)step);
+    return DT_OK;
 }
 
 static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps_out) {
@@ -207,6 +248,7 @@ dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
     char file[PATH_LEN + 64];
     snprintf(file, sizeof file, "%s/state.json", folder);
     DT_TRY(load_state(file, s, &a->adam_steps));
+    DT_TRY(dt_ckpt_check_step(folder, s->step));
     snprintf(file, sizeof file, "%s/model.safetensors", folder);
     DT_TRY(dt_gpt_load(g, a->w, file));
     snprintf(file, sizeof file, "%s/optim.safetensors", folder);

@@ -62,6 +62,10 @@ dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
 /* Every step-N folder with a manifest or state.json in dir, ascending; *steps malloc'ed. */
 dt_status dt_ckpt_list(const char *dir, long long **steps, int *n);
 void dt_ckpt_remove_folder(const char *path);
+/* N of a folder name "step-N" (canonical decimal, no leading zeros, N < 2^31), else -1. */
+long long dt_ckpt_folder_step(const char *name);
+/* A folder named step-N must hold the state of step N: an error naming both otherwise. */
+dt_status dt_ckpt_check_step(const char *folder, int64_t step);
 
 /* ---- sharded format --------------------------------------------------------------------- */
 
@@ -138,6 +142,9 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w);
  * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero
  * moments, data position 0, seed `seed`) that any layout resumes. One process. */
 dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out);
+/* A shape read from a file (`origin`) is a valid model whose weights fit in this machine's
+ * memory: checked before a one-process model is built from it (sample, convert). */
+dt_status dt_ckpt_check_shape(const dt_model_config *c, const char *origin);
 dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t seed);
 
 #endif

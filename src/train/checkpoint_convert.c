@@ -5,8 +5,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem.h"
+#include "plan/memory.h"
+
+dt_status dt_ckpt_check_shape(const dt_model_config *c, const char *origin) {
+    DT_TRY(dt_config_validate_model(c, origin));
+    double need = 4 * dt_plan_param_count(c), have = dt_mem_physical_bytes();
+    if (have > 0 && need > have)
+        return dt_err_set(DT_ERR_ARG, "%s: the model (n_layer %d, n_embd %d) has %.4g "
+                          "parameters: its weights need %.4g GiB, and this machine has %.1f GiB "
+                          "of memory", origin, c->n_layer, c->n_embd, need / 4,
+                          need / 1073741824.0, have / 1073741824.0);
+    return DT_OK;
+}
+
 /* A one-process model (no splits, no training buffers) of the given shape. */
-static dt_status one_process(const dt_model_config *c, dt_mem **mem, dt_gpt **g) {
+static dt_status one_process(const dt_model_config *c, const char *origin, dt_mem **mem,
+                             dt_gpt **g) {
+    DT_TRY(dt_ckpt_check_shape(c, origin));
     DT_TRY(dt_mem_init(mem));
     dt_gpt_opts o = {.B = 1, .T = 1, .precision = DT_PREC_FP32};
     return dt_gpt_init(c, &o, *mem, g);
@@ -18,7 +34,7 @@ dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out) {
     DT_TRY(dt_ckpt_model_config(folder, &cfg.model));
     dt_mem *mem = NULL;
     dt_gpt *g = NULL;
-    dt_status st = one_process(&cfg.model, &mem, &g);
+    dt_status st = one_process(&cfg.model, folder, &mem, &g);
     if (st == DT_OK)
         st = dt_ckpt_load_weights(folder, g, dt_gpt_weights(g));
     if (st == DT_OK)
@@ -37,7 +53,7 @@ dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t se
     dt_gpt *g = NULL;
     dt_comm *self = NULL;
     float *zeros = NULL;
-    dt_status st = one_process(&cfg.model, &mem, &g);
+    dt_status st = one_process(&cfg.model, file, &mem, &g);
     if (st == DT_OK)
         st = dt_gpt_load(g, dt_gpt_weights(g), file);
     int64_t n = g ? dt_gpt_numel(g) : 0;

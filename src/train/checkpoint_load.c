@@ -14,6 +14,7 @@
 #include "io/atomic.h"
 #include "io/crc32c.h"
 #include "train/checkpoint_impl.h"
+#include "train/finite.h"
 
 #define PATH_LEN 4096
 #define MANIFEST_MAX ((size_t)256 << 20)
@@ -80,6 +81,15 @@ static dt_status file_entry(const cJSON *f, const char *folder, const char **nam
 dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io_len) {
     cJSON *man = NULL;
     dt_status st = read_manifest(folder, &man);
+    if (st == DT_OK) { /* the state too: resume=auto skips a folder whose state cannot load */
+        char path[PATH_LEN + 32];
+        dt_train_state s = {0};
+        int adam_steps;
+        snprintf(path, sizeof path, "%s/manifest.json", folder);
+        st = dt_ckpt_state_from_json(man, path, &s, &adam_steps);
+        if (st == DT_OK)
+            st = dt_ckpt_check_step(folder, s.step);
+    }
     const cJSON *files = st == DT_OK ? files_of(man, folder, &st) : NULL;
     for (int i = 0; st == DT_OK && i < cJSON_GetArraySize(files); i++) {
         const char *name;
@@ -200,8 +210,10 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
     out->file = file;
     out->spec = p->shard;
     out->spec.kind = (dt_shard_kind)kind;
-    out->spec.parts = (int)num(s, "parts", &ok);
-    out->spec.index = (int)num(s, "index", &ok);
+    int64_t parts = num(s, "parts", &ok), index = num(s, "index", &ok);
+    ok = ok && parts >= 1 && parts <= (1 << 20) && index < parts; /* before the int casts */
+    out->spec.parts = ok ? (int)parts : 1;
+    out->spec.index = ok ? (int)index : 0;
     out->rows = num(s, "rows", &ok);
     out->cols = num(s, "cols", &ok);
     out->first = num(s, "first", &ok);
@@ -217,7 +229,10 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
     if (ok && out->spec.parts >= 1 && out->spec.index < out->spec.parts &&
         (kind != DT_SHARD_NONE || out->spec.parts == 1) &&
         (kind != DT_SHARD_COLS || p->shard.full_cols % out->spec.parts == 0) &&
-        (kind != DT_SHARD_QKV || p->shard.sec[0] % out->spec.parts == 0))
+        (kind != DT_SHARD_QKV || (p->shard.sec[0] % out->spec.parts == 0 &&
+                                  p->shard.sec[1] % out->spec.parts == 0 &&
+                                  p->shard.sec[2] % out->spec.parts == 0 &&
+                                  p->shard.sec[1] >= out->spec.parts)))
         dt_shard_local_shape(&out->spec, &rows, &cols);
     if (!ok || rows != out->rows || cols != out->cols || out->count < 1 ||
         out->first + out->count > rows * cols)
@@ -379,6 +394,19 @@ static dt_status read_run(loader *L, int t, int64_t r, int64_t c, int64_t n, int
 
 /* Local-arena elements [first, first + count) of kind k into dst: each local tensor's part,
  * row by row of its tp shard, zeros in padding. */
+/* Values read must be finite: a checkpoint with NaN weights would only fail steps later,
+ * as a divergence it did not cause. */
+static dt_status all_finite(const char *folder, const dt_gpt *g, int k, const float *x,
+                            int64_t first, int64_t count) {
+    char where[200];
+    if (!dt_finite_first_bad(g, false, x, first, count, where, sizeof where))
+        return DT_OK;
+    return dt_err_set(DT_ERR_FORMAT, "%s: the checkpoint's %s hold a non-finite value: %s "
+                      "(saved from a diverged run or damaged)", folder,
+                      (const char *[]){"weights", "exp_avg moments", "exp_avg_sq moments"}[k],
+                      where);
+}
+
 static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst) {
     memset(dst, 0, (size_t)count * sizeof *dst);
     for (int pi = 0; pi < dt_gpt_n_params(L->g); pi++) {
@@ -398,7 +426,7 @@ static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst
             e = end;
         }
     }
-    return DT_OK;
+    return all_finite(L->folder, L->g, k, dst, first, count);
 }
 
 /* Moment k (1, 2) of the view: straight into its memory, or, offloaded, through the io
@@ -426,6 +454,8 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_eng
     char path[PATH_LEN + 32];
     snprintf(path, sizeof path, "%s/manifest.json", folder);
     dt_status st = dt_ckpt_state_from_json(man, path, s, adam_steps);
+    if (st == DT_OK)
+        st = dt_ckpt_check_step(folder, s->step);
     if (st == DT_OK)
         st = check_model(man, folder, g);
     if (st == DT_OK)
@@ -489,6 +519,8 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
         st = loader_open(&L, man);
     if (st == DT_OK)
         st = fill(&L, 0, 0, dt_gpt_numel(g), w);
+    if (st == DT_OK)
+        st = all_finite(folder, g, 0, w, 0, dt_gpt_numel(g));
     loader_close(&L);
     cJSON_Delete(man);
     return st;

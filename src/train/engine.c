@@ -703,3 +703,13 @@ dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded) {
 
 int dt_engine_adam_steps(const dt_engine *e) { return dt_adamw_steps_taken(e->opt); }
 void dt_engine_set_adam_steps(dt_engine *e, int t) { dt_adamw_set_steps_taken(e->opt, t); }
+
+void dt_engine_own_range(const dt_engine *e, bool grads, const float **x, int64_t *first,
+                         int64_t *count) {
+    if (grads)
+        *x = e->zero < 2 ? e->g_full + e->own_first : e->g_shard;
+    else
+        *x = e->zero < 3 ? e->w_full + e->own_first : e->w_shard;
+    *first = e->own_first;
+    *count = e->own_count;
+}

@@ -107,6 +107,11 @@ dt_status dt_engine_view_write_moment(const dt_engine_view *v, int which, int64_
 /* loaded: the view's contents were replaced (the bf16 copy and ZeRO-3's gathered units are
  * refreshed). */
 dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded);
+/* This rank's ZeRO partition of the local arena (under ZeRO 0 and 1 too: the data-parallel
+ * ranks share it out) in the reduced gradients (after dt_engine_finish) or the fp32 weights:
+ * local-arena elements [first, first + count) at x. Every element is some rank's. */
+void dt_engine_own_range(const dt_engine *e, bool grads, const float **x, int64_t *first,
+                         int64_t *count);
 int dt_engine_adam_steps(const dt_engine *e);
 void dt_engine_set_adam_steps(dt_engine *e, int t);
 

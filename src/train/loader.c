@@ -33,16 +33,34 @@ static int64_t row_start(const dt_loader *ld, int row) {
                      span);
 }
 
-void dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inputs,
-                    int32_t *targets) {
+dt_status dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inputs,
+                         int32_t *targets) {
     for (int r = 0; r < n_rows; r++) {
-        const uint16_t *src = ld->shard.tok + row_start(ld, row0 + r);
         int32_t *in = inputs + (int64_t)r * ld->T, *tg = targets + (int64_t)r * ld->T;
-        for (int t = 0; t < ld->T; t++) {
-            in[t] = src[t];
-            tg[t] = src[t + 1];
-        }
+        /* the row's T + 1 tokens land in the first half of its input row (4T >= 2(T + 1)
+         * bytes for T >= 1); targets are copied out, then the inputs widen in place from the
+         * end, so no token is overwritten before it is read */
+        uint16_t *raw = (uint16_t *)in;
+        DT_TRY(dt_tokens_read(&ld->shard, row_start(ld, row0 + r), ld->T + 1, raw));
+        for (int t = 0; t < ld->T; t++)
+            tg[t] = raw[t + 1];
+        for (int t = ld->T - 1; t >= 0; t--)
+            in[t] = raw[t];
     }
+    return DT_OK;
+}
+
+dt_status dt_loader_seek(dt_loader *ld, int64_t pos, int64_t step) {
+    int64_t bt = (int64_t)ld->B * ld->T;
+    if (pos < 0 || step < 0 || pos > ld->shard.n_tok - bt - 1)
+        return dt_err_set(DT_ERR_FORMAT, "data position %lld is outside %s (%lld tokens; a "
+                          "batch of %lld starts at most at %lld): the checkpoint was saved with "
+                          "other data or is damaged", (long long)pos, ld->shard.path,
+                          (long long)ld->shard.n_tok, (long long)bt + 1,
+                          (long long)(ld->shard.n_tok - bt - 1));
+    ld->pos = pos;
+    ld->step = step;
+    return DT_OK;
 }
 
 void dt_loader_advance(dt_loader *ld) {

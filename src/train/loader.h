@@ -31,8 +31,11 @@ void dt_loader_close(dt_loader *ld);
 
 /* Rows [row0, row0 + n_rows) of the next batch into inputs/targets ([n_rows, T] each),
  * without advancing; dt_loader_advance moves to the next batch. */
-void dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inputs,
-                    int32_t *targets);
+dt_status dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inputs,
+                         int32_t *targets); /* DT_ERR_IO naming the shard if it shrank */
+/* Continue from a saved (position, step); a position no batch can start at is an error
+ * naming the shard. */
+dt_status dt_loader_seek(dt_loader *ld, int64_t pos, int64_t step);
 void dt_loader_advance(dt_loader *ld);
 void dt_loader_rewind(dt_loader *ld);
 

@@ -88,6 +88,7 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
     dt_config_defaults(&cfg);
     DT_TRY(sharded ? dt_ckpt_model_config(checkpoint, &cfg.model)
                    : dt_gpt_config_from_file(path, &cfg.model));
+    DT_TRY(dt_ckpt_check_shape(&cfg.model, sharded ? checkpoint : path));
     dt_mem *mem = NULL;
     dt_gpt *g = NULL;
     int32_t *tok = NULL, *out = NULL;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -61,6 +63,9 @@ static dt_status resume(trainer *t) {
     DT_TRY(dt_booster_load_checkpoint(t->booster, folder));
     dt_info("resumed from %s at step %lld (loaded in %.3f s)", folder,
             (long long)dt_booster_steps_done(t->booster), dt_now() - t0);
+    if (dt_booster_steps_done(t->booster) > t->cfg->train.steps)
+        dt_warn("the checkpoint is at step %lld, past train.steps=%d: nothing to train",
+                (long long)dt_booster_steps_done(t->booster), t->cfg->train.steps);
     return DT_OK;
 }
 
@@ -85,10 +90,80 @@ static dt_status measure_peak(trainer *t) {
     return st;
 }
 
+/* A model that cannot fit is an error before anything is allocated (n_layer 1e9 used to
+ * allocate until the machine swapped): the bytes per parameter no layout avoids (fp32
+ * weights and gradients, and AdamW's two moments unless they live on disk), shared out over
+ * every rank as ZeRO-3 would, against this machine's memory. */
+static dt_status check_model_fits(const dt_config *c, int world) {
+    double params = dt_plan_param_count(&c->model), have = dt_mem_physical_bytes();
+    double per = c->plugin.offload == DT_OFFLOAD_DISK ? 8 : 16, need = params * per / world;
+    if (have <= 0 || need <= have)
+        return DT_OK;
+    return dt_err_set(DT_ERR_ARG, "the model (%s, n_layer %d, n_embd %d, vocab %d) has %.4g "
+                      "parameters: training needs at least %.4g GiB per rank (%.0f bytes per "
+                      "parameter for weights, gradients%s, shared over %d ranks), and this "
+                      "machine has %.1f GiB of memory", dt_arch_name(c->model.arch),
+                      c->model.n_layer, c->model.n_embd, c->model.vocab_size, params,
+                      need / 1073741824.0, per,
+                      c->plugin.offload == DT_OFFLOAD_DISK ? "" : " and AdamW moments", world,
+                      have / 1073741824.0);
+}
+
+/* An output file can be written (its folder is created if missing), checked before the
+ * first step: a run must not train for hours and then fail to write its result. */
+static dt_status check_output(const char *key, const char *path) {
+    if (!path[0])
+        return DT_OK;
+    char dir[4096];
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (!dir[0])
+        snprintf(dir, sizeof dir, "/");
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dt_err_set(DT_ERR_ARG, "%s=%s is a folder; give a file name", key, path);
+    dt_status st = dt_mkdirs(dir);
+    if (st != DT_OK)
+        return dt_err_wrap(st, "%s=%s: ", key, path);
+    if (access(dir, W_OK | X_OK) != 0)
+        return dt_err_set(DT_ERR_IO, "%s=%s: cannot write in folder %s: %s", key, path, dir,
+                          strerror(errno));
+    if (stat(path, &sb) == 0 && access(path, W_OK) != 0)
+        return dt_err_set(DT_ERR_IO, "%s=%s: cannot write the file: %s", key, path,
+                          strerror(errno));
+    return DT_OK;
+}
+
+/* rank 0 writes these (every rank opens its mem_timeline file before the first step, in an
+ * existing folder: booster.c) */
+static dt_status check_outputs(const dt_config *c) {
+    const dt_train_config *tc = &c->train;
+    DT_TRY(check_output("train.export", tc->export_path));
+    DT_TRY(check_output("train.mem_report", tc->mem_report));
+    DT_TRY(check_output("train.trace", tc->trace));
+    DT_TRY(check_output("train.metrics", tc->metrics));
+    if (c->checkpoint.every > 0) {
+        const char *d = c->checkpoint.dir;
+        dt_status st = dt_mkdirs(d);
+        if (st != DT_OK)
+            return dt_err_wrap(st, "checkpoint.dir=%s: ", d);
+        if (access(d, W_OK | X_OK) != 0)
+            return dt_err_set(DT_ERR_IO, "checkpoint.dir=%s: cannot write in it: %s", d,
+                              strerror(errno));
+    }
+    return DT_OK;
+}
+
 static dt_status setup(trainer *t) {
     const dt_config *c = t->cfg;
     /* the same checks on every rank give the same message everywhere, before any collective */
     DT_TRY(dt_config_validate(c));
+    DT_TRY(check_model_fits(c, t->world->size));
+    DT_TRY(dt_comm_agree(t->world, is_root(t) ? check_outputs(c) : DT_OK));
+    if (c->train.eval_every > 0 && !c->data.val[0] && is_root(t))
+        dt_warn("train.eval_every=%d but data.val is empty: no validation loss will be "
+                "computed (give data.val a token shard, or set train.eval_every=0)",
+                c->train.eval_every);
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
     t->watch.where = dt_booster_mem(t->booster); /* step and micro-batch for its report */
     dt_boost_spec spec = spec_of(c);
@@ -101,7 +176,7 @@ static dt_status setup(trainer *t) {
 
 /* ---- reporting -------------------------------------------------------------------------- */
 
-static void report(trainer *t, const dt_step_stats *r, double val_loss) {
+static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     const dt_config *c = t->cfg;
     double tps = (double)c->train.batch_size * c->train.seq_len / r->seconds;
     /* per rank: its share of the tokens against its own matmul peak */
@@ -123,7 +198,7 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (!isnan(val_loss))
         dt_info("step %5lld | val loss %.4f", step, val_loss);
     if (!t->metrics)
-        return;
+        return DT_OK;
     /* an overflowed fp16 step's norm is inf or NaN, which JSON cannot hold: null */
     char norm[32] = "null";
     if (isfinite(r->grad_norm))
@@ -142,7 +217,11 @@ static void report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     fputs("}\n", t->metrics);
-    fflush(t->metrics);
+    /* a full disk shows here (stdio reports a failed write at the flush at the latest) */
+    if (fflush(t->metrics) != 0 || ferror(t->metrics))
+        return dt_err_set(DT_ERR_IO, "cannot write metrics file %s at step %lld: %s",
+                          c->train.metrics, step, strerror(errno));
+    return DT_OK;
 }
 
 /* Collective: a checkpoint completed since the last look (a sync save, or an async one that
@@ -336,7 +415,8 @@ static dt_status run(trainer *t) {
         bool last = r.step == c->train.steps;
         if (eval && (r.step % c->train.eval_every == 0 || last))
             DT_TRY(dt_booster_eval(t->booster, c->train.eval_batches, &val_loss));
-        report(t, &r, val_loss);
+        dt_status st = report(t, &r, val_loss); /* rank 0 writes: the others learn of it */
+        DT_TRY(c->train.metrics[0] ? dt_comm_agree(t->world, st) : st);
         DT_TRY(maybe_checkpoint(t, last));
     }
     return finish(t);
@@ -356,8 +436,11 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
     if (t.watch.expired)
         st = dt_err_set(DT_ERR_MPI, "%s", t.watch.report);
     *stranded = st != DT_OK && (t.watch.expired || dt_booster_stranded(t.booster));
-    if (t.metrics)
-        fclose(t.metrics);
+    if (t.metrics && fclose(t.metrics) != 0 && st == DT_OK) {
+        st = dt_err_set(DT_ERR_IO, "cannot write metrics file %s: %s", cfg->train.metrics,
+                        strerror(errno));
+        dt_error("%s", dt_err_msg()); /* rank 0 alone: the others have finished */
+    }
     dt_booster_free(t.booster);
     world->watch = NULL;
     return st;

@@ -40,6 +40,11 @@ expect_all_ranks "seq_len not divisible by tp under split_gather" 2 "train.seq_l
 expect_all_ranks "missing data on every rank" 2 "nothere.bin" --data.train=nothere.bin
 expect_all_ranks "ddp with a ZeRO stage" 2 "zero_stage" --plugin.type=ddp --plugin.zero_stage=2
 # only rank 0 writes metrics: its failure must reach the other ranks, which never touch the file
-expect_all_ranks "one rank fails, all report it" 2 "no/such/dir/m.jsonl" --train.metrics=no/such/dir/m.jsonl
+# a diverged run (issue 11, 5d): every rank names the same step, rank and tensor, and the
+# metrics file on a full disk stops every rank
+expect_all_ranks "diverged under ZeRO-3" 2 "step [0-9]*: the .* are not finite (first on rank [01] at [a-z_.0-9]*\[" --plugin.type=zero3 --optim.lr=3e38
+expect_all_ranks "metrics on a full disk" 2 "cannot write metrics file /dev/full" --train.metrics=/dev/full
+# (a missing folder is created, so the path lies under a file, where none can be)
+expect_all_ranks "one rank fails, all report it" 2 "/dev/null/m.jsonl" --train.metrics=/dev/null/m.jsonl
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -392,6 +392,27 @@ static void test_validate_act_memory(void) {
     }
 }
 
+/* A key set twice in one input is refused, naming both lines; the config is untouched.
+ * The same key in two sections is two keys. data.train empty is a validation error. */
+static void test_duplicates(void) {
+    dt_config c;
+    dt_config_defaults(&c);
+    dt_status st = dt_config_load_string(&c, "[train]\nsteps = 2\n\n[train]\nsteps = 3\n",
+                                          "dup.ini");
+    DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), "train.steps is set twice in dup.ini, "
+                                        "on lines 2 and 5"), "duplicate key: %s", dt_err_msg());
+    dt_config d;
+    dt_config_defaults(&d);
+    DT_CHECK(dt_config_diff(&c, &d) == NULL, "a refused file changed the config");
+    DT_CHECK_OK(dt_config_load_string(&c, "[train]\nseed = 2\n[data]\nshuffle = true\n",
+                                      "ok.ini"));
+    dt_config_defaults(&c);
+    c.data.train[0] = 0;
+    st = dt_config_validate(&c);
+    DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), "data.train is empty"), "empty "
+             "data.train: %s", dt_err_msg());
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_defaults();
@@ -402,5 +423,6 @@ int main(int argc, char **argv) {
     test_overrides();
     test_validate();
     test_validate_act_memory();
+    test_duplicates();
     return DT_TEST_END();
 }

@@ -286,10 +286,23 @@ static void test_corrupt(void) {
     craft("{\"__metadata__\":[\"k\"]}", 0);
     EXPECT_FAIL("\"__metadata__\" is not a JSON object", NULL);
 
-    /* a good file with an empty tensor and a gap still opens */
+    /* the tensors must tile the data section: a gap before a tensor, or bytes after the
+     * last one, is a wrong header length or damage (as HF's reader says too) */
     craft("{\"__metadata__\":{\"k\":\"v\"},"
           "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
           "\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[8,8]}}    ", 16);
+    EXPECT_FAIL("bytes [0, 8) of the data section belong to no tensor", NULL);
+    craft(T1("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]"), 9);
+    EXPECT_FAIL("1 trailing bytes after the last tensor", NULL);
+    /* a header length lowered by one: the padding's last space becomes the data's first byte */
+    craft_len(strlen(T1("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]") "  ") - 1,
+              T1("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]") "  ", 8);
+    EXPECT_FAIL("1 trailing bytes after the last tensor", NULL);
+
+    /* a good file with an empty tensor (taking no bytes where it sits) opens */
+    craft("{\"__metadata__\":{\"k\":\"v\"},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+          "\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[8,8]}}    ", 8);
     dt_st_file *f = NULL;
     DT_CHECK_OK(dt_st_open(bad, &f));
     DT_CHECK(f && dt_st_count(f) == 2 && strcmp(dt_st_metadata(f, "k"), "v") == 0,

@@ -45,7 +45,7 @@ static void expect_fail(int line, int vocab, dt_status want, const char *what,
     const char *m = dt_err_msg();
     dt_test_check(st == want, __FILE__, line, "status %s, want %s (%s)", dt_status_str(st),
                   dt_status_str(want), m);
-    dt_test_check(t.map == NULL && t.tok == NULL && t.n_tok == 0, __FILE__, line,
+    dt_test_check(t.fd == -1 && t.path == NULL && t.n_tok == 0, __FILE__, line,
                   "dt_tokens not cleared on failure");
     dt_test_check(strstr(m, bad) != NULL, __FILE__, line, "message lacks the path: %s", m);
     dt_test_check(strstr(m, what) != NULL, __FILE__, line, "message lacks '%s': %s", what, m);
@@ -69,11 +69,23 @@ static void test_shards(void) {
              (long long)sb.st_size);
     dt_tokens t = {0};
     DT_CHECK_OK(dt_tokens_open(p, 50257, &t));
-    DT_CHECK(t.n_tok == 1000 && t.tok && memcmp(t.tok, tok, sizeof tok) == 0,
+    uint16_t back[1000];
+    DT_CHECK(t.n_tok == 1000 && dt_tokens_read(&t, 0, 1000, back) == DT_OK &&
+                 memcmp(back, tok, sizeof tok) == 0,
              "round trip differs (n_tok %lld)", (long long)t.n_tok);
+    /* outside the shard: an argument error, nothing read */
+    DT_CHECK(dt_tokens_read(&t, 999, 2, back) == DT_ERR_ARG, "read past the end accepted");
+    /* the file shrinks while open (another process rewrote it): an error naming the file,
+     * never a SIGBUS */
+    DT_CHECK(truncate(p, 1024 + 1000) == 0, "truncate failed");
+    dt_status rs = dt_tokens_read(&t, 400, 200, back);
+    DT_CHECK(rs == DT_ERR_IO && strstr(dt_err_msg(), p) && strstr(dt_err_msg(), "shrank"),
+             "read of a shrunk shard: %s (%s)", dt_status_str(rs), dt_err_msg());
+    DT_CHECK_OK(dt_tokens_read(&t, 0, 500, back)); /* what is still there reads */
     dt_tokens_close(&t);
     dt_tokens_close(&t); /* closing twice is harmless */
-    DT_CHECK(t.map == NULL, "close did not clear the handle");
+    DT_CHECK(t.fd == -1 && t.path == NULL, "close did not clear the handle");
+    DT_CHECK_OK(dt_tokens_write(p, tok, 1000));
     DT_CHECK_OK(dt_tokens_open(p, 0, &t)); /* vocab 0: no range check */
     dt_tokens_close(&t);
 
@@ -154,14 +166,16 @@ static void test_prepare(void) {
     dt_tokens t = {0};
     snprintf(p, sizeof p, "%s/train.bin", out);
     DT_CHECK_OK(dt_tokens_open(p, 256, &t));
-    int ok = t.n_tok == 18;
+    uint16_t got[18] = {0};
+    int ok = t.n_tok == 18 && dt_tokens_read(&t, 0, 18, got) == DT_OK;
     for (int i = 0; ok && i < 18; i++)
-        ok = t.tok[i] == (i < 10 ? 'A' : 'B');
+        ok = got[i] == (i < 10 ? 'A' : 'B');
     DT_CHECK(ok, "train.bin holds the wrong bytes (n_tok %lld)", (long long)t.n_tok);
     dt_tokens_close(&t);
     snprintf(p, sizeof p, "%s/val.bin", out);
     DT_CHECK_OK(dt_tokens_open(p, 256, &t));
-    DT_CHECK(t.n_tok == 2 && t.tok[0] == 'B' && t.tok[1] == 'B', "val.bin wrong");
+    DT_CHECK(t.n_tok == 2 && dt_tokens_read(&t, 0, 2, got) == DT_OK && got[0] == 'B' &&
+                 got[1] == 'B', "val.bin wrong");
     dt_tokens_close(&t);
 
     /* a single file as input; out_dir already exists */

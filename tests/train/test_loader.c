@@ -24,14 +24,14 @@ int main(int argc, char **argv) {
     int32_t in[B * T], tg[B * T];
     int64_t expect = 0;
     for (int step = 0; step < 7; step++) {
-        dt_loader_rows(&ld, 0, B, in, tg);
+        DT_CHECK_OK(dt_loader_rows(&ld, 0, B, in, tg));
         int ok = 1;
         for (int i = 0; i < B * T; i++)
             ok &= in[i] == expect + i && tg[i] == expect + i + 1;
         DT_CHECK(ok, "step %d does not start at %lld", step, (long long)expect);
         /* a data-parallel rank's rows are the same tokens */
         int32_t in1[T], tg1[T];
-        dt_loader_rows(&ld, 1, 1, in1, tg1);
+        DT_CHECK_OK(dt_loader_rows(&ld, 1, 1, in1, tg1));
         DT_CHECK(memcmp(in1, in + T, sizeof in1) == 0, "row 1 alone differs");
         dt_loader_advance(&ld);
         expect += B * T;
@@ -41,15 +41,23 @@ int main(int argc, char **argv) {
     dt_loader_close(&ld);
     DT_CHECK_OK(dt_loader_open(&ld, path, 64, B, T, true, 9));
     int32_t a[B * T], b[B * T], t0[B * T], again[B * T];
-    dt_loader_rows(&ld, 0, B, a, t0);
+    DT_CHECK_OK(dt_loader_rows(&ld, 0, B, a, t0));
     for (int i = 0; i < B * T; i++)
         DT_CHECK(t0[i] == a[i] + 1, "shuffled target is not the next token");
     dt_loader_advance(&ld);
-    dt_loader_rows(&ld, 0, B, b, t0);
+    DT_CHECK_OK(dt_loader_rows(&ld, 0, B, b, t0));
     ld.step = 0; /* the batch of step 0 again, from the step alone */
-    dt_loader_rows(&ld, 0, B, again, t0);
+    DT_CHECK_OK(dt_loader_rows(&ld, 0, B, again, t0));
     DT_CHECK(memcmp(again, a, sizeof a) == 0, "shuffled batch is not a function of the step");
     DT_CHECK(memcmp(a, b, sizeof a) != 0, "shuffled batches repeat");
+    /* a saved position: the last one a batch can start at works, beyond it is an error
+     * naming the shard (a damaged or foreign checkpoint) */
+    DT_CHECK_OK(dt_loader_seek(&ld, N - B * T - 1, 3));
+    DT_CHECK(dt_loader_seek(&ld, N - B * T, 3) == DT_ERR_FORMAT &&
+                 strstr(dt_err_msg(), path) && strstr(dt_err_msg(), "outside"),
+             "a position past the data: %s", dt_err_msg());
+    DT_CHECK(dt_loader_seek(&ld, 1000000000000LL, 3) == DT_ERR_FORMAT, "position 1e12 accepted");
+    DT_CHECK(dt_loader_seek(&ld, -1, 3) == DT_ERR_FORMAT, "negative position accepted");
     dt_loader_close(&ld);
     dt_loader l2;
     dt_status st = dt_loader_open(&l2, path, 64, 8, 8, false, 0);

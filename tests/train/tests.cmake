@@ -128,3 +128,9 @@ set_tests_properties(train/ckpt_async PROPERTIES LABELS "train;mpi" TIMEOUT 600)
 add_test(NAME train/ckpt_memory
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_memory.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
 set_tests_properties(train/ckpt_memory PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# What a new user tried (issue 11): crashes, hangs, silent wrong results, damage resume=auto
+# took, late errors and unclear messages, each now a clear error or the documented behaviour.
+add_test(NAME train/bad_inputs
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/bad_inputs.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/bad_inputs PROPERTIES LABELS "train" TIMEOUT 600)
