@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,7 +116,58 @@ dt_status dt_ckpt_list(const char *dir, long long **steps, int *n) {
     return st;
 }
 
+/* A partial folder names its writer's host and process, so a later save on the same host can
+ * tell one whose writer was killed (never to be finished: resume = auto never takes it) from
+ * one another run is still writing into the same folder. */
+static void host_name(char *out, size_t n) {
+    if (gethostname(out, n) != 0 || !out[0])
+        snprintf(out, n, "host");
+    out[n - 1] = '\0';
+    for (char *c = out; *c; c++) /* '-' separates the fields of the name */
+        if (*c == '-' || *c == '/')
+            *c = '_';
+}
+
+int dt_ckpt_partial_name(char *out, size_t n, const char *dir, long long step, int pid,
+                         unsigned long nonce) {
+    char host[64];
+    host_name(host, sizeof host);
+    return snprintf(out, n, "%s/step-%lld.partial-%s-%d-%lx", dir, step, host, pid, nonce);
+}
+
+bool dt_ckpt_partial_is_stale(const char *name) {
+    const char *p = strstr(name, ".partial-");
+    if (strncmp(name, "step-", 5) != 0 || !p)
+        return false;
+    char host[64], *end;
+    host_name(host, sizeof host);
+    size_t hl = strlen(host);
+    p += strlen(".partial-");
+    if (strncmp(p, host, hl) != 0 || p[hl] != '-')
+        return false;
+    long pid = strtol(p + hl + 1, &end, 10);
+    if (end == p + hl + 1 || *end != '-' || pid <= 0)
+        return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Remove the partial folders of this host's writers that died mid-save. */
+static void remove_stale_partials(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char path[PATH_LEN + 300];
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (dt_ckpt_partial_is_stale(e->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            dt_ckpt_remove_folder(path);
+        }
+    closedir(d);
+}
+
 dt_status dt_ckpt_prune(const char *dir, int keep) {
+    remove_stale_partials(dir);
     if (keep <= 0)
         return DT_OK;
     long long *steps;

@@ -54,7 +54,8 @@ typedef struct dt_ckpt_arenas {
     int adam_steps;
 } dt_ckpt_arenas;
 
-/* Remove all but the newest `keep` complete folders (keep 0 = keep all). */
+/* Remove all but the newest `keep` complete folders (keep 0 = keep all), and the partial
+ * folders of this host's writers that were killed mid-save. */
 dt_status dt_ckpt_prune(const char *dir, int keep);
 dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
                        dt_train_state *s);

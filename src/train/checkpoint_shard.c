@@ -287,8 +287,8 @@ dt_status dt_ckpt_save_begin(const char *dir, dt_comm *world, int64_t step, char
         /* a name of this writer's own: two runs given one folder never share a partial one */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        int len = snprintf(tmp, tmp_len, "%s/step-%lld.partial-%d-%lx", dir, (long long)step,
-                           (int)getpid(), (unsigned long)(ts.tv_nsec ^ ts.tv_sec));
+        int len = dt_ckpt_partial_name(tmp, tmp_len, dir, (long long)step, (int)getpid(),
+                                       (unsigned long)(ts.tv_nsec ^ ts.tv_sec));
         st = len < 0 || (size_t)len >= tmp_len
                  ? dt_err_set(DT_ERR_ARG, "checkpoint.dir %s: path too long", dir)
                  : dt_mkdirs(dir);

@@ -5,7 +5,8 @@
 # is resumed, and the export is byte-identical to the uninterrupted run's. When every
 # checkpoint is damaged, resume is an error naming them, not a silent fresh start. A save
 # that cannot be written (a full 1 MiB tmpfs) is a clear error and
-# leaves neither step-N nor a partial folder; so does an unwritable folder.
+# leaves neither step-N nor a partial folder; so does an unwritable folder. A partial folder
+# left by a writer that was killed is removed by the next save on its host.
 # A checkpoint in the whole format of older dtrain still resumes bit for bit.
 # Also dtrain convert (sharded <-> one HF file, byte-exact) and sample from a step folder.
 #   ckpt_faults.sh DTRAIN SRC_DIR ARCH
@@ -84,5 +85,16 @@ else
 fi
 touch afile
 unsaved unwritable afile/ck "afile"
+# a writer killed mid-save leaves its partial folder: the next save on this host removes it
+# once its process is gone, and leaves alone one whose writer still runs (another job)
+host=$(hostname | tr -- '-/' '__')
+dead=999999999
+mkdir -p stale/step-3.partial-$host-$dead-abc stale/step-3.partial-$host-$$-def \
+    stale/step-3.partial-otherhost-$dead-123
+"${run[@]}" --checkpoint.dir=stale --checkpoint.every=2 > stale.log 2>&1
+check "stale partial: removed" "[ ! -e stale/step-3.partial-$host-$dead-abc ]"
+check "live writer's partial: kept" "[ -d stale/step-3.partial-$host-$$-def ]"
+check "other host's partial: kept" "[ -d stale/step-3.partial-otherhost-$dead-123 ]"
+check "stale partial: run saved" "[ -d stale/step-4 ]"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
