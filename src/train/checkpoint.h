@@ -32,7 +32,7 @@
 
 #include "core/comm.h"
 #include "core/config.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "optim/loss_scale.h"
 #include "train/engine.h"
 
@@ -44,7 +44,7 @@ typedef struct dt_train_state {
                            * window comes from the config) */
 } dt_train_state;
 
-/* The state as whole arenas (dt_gpt_numel floats each): weights and AdamW moments. */
+/* The state as whole arenas (dt_model_numel floats each): weights and AdamW moments. */
 typedef struct dt_ckpt_arenas {
     float *w, *m, *v;
     int adam_steps;
@@ -52,7 +52,7 @@ typedef struct dt_ckpt_arenas {
 
 /* Remove all but the newest `keep` complete folders (keep 0 = keep all). */
 dt_status dt_ckpt_prune(const char *dir, int keep);
-dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
+dt_status dt_ckpt_load(const char *folder, const dt_model *g, dt_ckpt_arenas *a,
                        dt_train_state *s);
 
 /* Every step-N folder with a manifest or state.json in dir, ascending; *steps malloc'ed. */
@@ -75,7 +75,7 @@ typedef struct dt_ckpt_meta {
 /* Collective over world: every rank writes its view (dt_engine_view_begin with load =
  * false), rank 0 the manifest and the rename. On failure no step-N appears and the partial
  * folder is removed; the training state is untouched. io: io_len bytes of scratch. */
-dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
+dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_model *g,
                                const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
                                size_t io_len);
 /* Whether folder holds a sharded checkpoint (its manifest.json exists). */
@@ -85,12 +85,12 @@ bool dt_ckpt_is_sharded(const char *folder);
 dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io_len);
 /* Local: fill the view (dt_engine_view_begin with load = true) from the slices that hold it,
  * after checking the model shape against the manifest's; state and AdamW step count too. */
-dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
+dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_engine_view *v,
                                dt_train_state *s, int *adam_steps);
 /* The model shape the manifest records (arch, sizes, max_seq_len, rope_theta, norm_eps). */
 dt_status dt_ckpt_model_config(const char *folder, dt_model_config *cfg);
-/* A one-process model's weights (g built with no splits; w: dt_gpt_numel floats). */
-dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w);
+/* A one-process model's weights (g built with no splits; w: dt_model_numel floats). */
+dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, float *w);
 
 /* dtrain convert: a sharded checkpoint -> one HuggingFace safetensors file (the weights;
  * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero

@@ -118,7 +118,7 @@ typedef struct piece {
 
 typedef struct loader {
     const char *folder;
-    const dt_gpt *g;
+    const dt_model *g;
     int n_files, n_pieces;
     int *fd;
     double *bytes;
@@ -137,37 +137,36 @@ static int64_t num(const cJSON *o, const char *key, bool *ok) {
     return (int64_t)x->valuedouble;
 }
 
-static int full_index(const dt_gpt *g, const char *name) {
-    for (int i = 0; i < dt_gpt_n_full_params(g); i++)
-        if (strcmp(dt_gpt_full_param(g, i)->name, name) == 0)
+static int full_index(const dt_model *g, const char *name) {
+    for (int i = 0; i < dt_model_n_full_params(g); i++)
+        if (strcmp(dt_model_full_param(g, i)->name, name) == 0)
             return i;
     return -1;
 }
 
 /* The model in the manifest is the run's: shape fields and every tensor's global shape. */
-static dt_status check_model(const cJSON *man, const char *folder, const dt_gpt *g) {
-    const dt_model_config *c = dt_gpt_config(g);
+static dt_status check_model(const cJSON *man, const char *folder, const dt_model *g) {
+    const dt_model_config *c = dt_model_cfg(g);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(man, "model");
     const char *arch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "arch"));
     if (!arch || strcmp(arch, dt_arch_name(c->arch)) != 0)
         return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.arch is %s, the run's %s",
                           folder, arch ? arch : "missing", dt_arch_name(c->arch));
-    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "ffn_hidden"};
-    int mine[] = {c->n_layer, c->n_head, dt_gpt_kv_heads(c), c->n_embd, c->vocab_size,
-                  dt_gpt_ffn_hidden(c)};
-    for (int i = 0; i < 6; i++) {
+    dt_model_size mine[DT_MODEL_MAX_SIZES];
+    for (int i = 0, n = dt_model_sizes(g, mine); i < n; i++) {
         bool ok = true;
-        int64_t v = num(m, keys[i], &ok);
-        if (!ok || v != mine[i])
-            return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.%s is %lld, the run's %d",
-                              folder, keys[i], ok ? (long long)v : -1LL, mine[i]);
+        int64_t v = num(m, mine[i].key, &ok);
+        if (!ok || v != mine[i].value)
+            return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.%s is %lld, the run's %lld",
+                              folder, mine[i].key, ok ? (long long)v : -1LL,
+                              (long long)mine[i].value);
     }
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(man, "tensors");
-    if (cJSON_GetArraySize(ts) != dt_gpt_n_full_params(g))
+    if (cJSON_GetArraySize(ts) != dt_model_n_full_params(g))
         return dt_err_set(DT_ERR_ARG, "%s: the checkpoint has %d tensors, the run's model %d",
-                          folder, cJSON_GetArraySize(ts), dt_gpt_n_full_params(g));
-    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
-        const dt_param *p = dt_gpt_full_param(g, i);
+                          folder, cJSON_GetArraySize(ts), dt_model_n_full_params(g));
+    for (int i = 0; i < dt_model_n_full_params(g); i++) {
+        const dt_param *p = dt_model_full_param(g, i);
         const cJSON *t = cJSON_GetArrayItem(ts, i), *sh = cJSON_GetObjectItem(t, "shape");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
         bool same = name && strcmp(name, p->name) == 0 && cJSON_GetArraySize(sh) == p->ndim;
@@ -196,7 +195,7 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
         return dt_err_set(DT_ERR_FORMAT, "%s/%s: a slice names an unknown tensor or split "
                           "(%s, %s)", L->folder, L->names[file], name ? name : "?",
                           split ? split : "?");
-    const dt_param *p = dt_gpt_full_param(L->g, *tensor);
+    const dt_param *p = dt_model_full_param(L->g, *tensor);
     out->file = file;
     out->spec = p->shard;
     out->spec.kind = (dt_shard_kind)kind;
@@ -243,7 +242,7 @@ static dt_status loader_open(loader *L, const cJSON *man) {
     dt_status st = DT_OK;
     const cJSON *files = files_of(man, L->folder, &st);
     DT_TRY(st);
-    int nf = cJSON_GetArraySize(files), nt = dt_gpt_n_full_params(L->g), total = 0;
+    int nf = cJSON_GetArraySize(files), nt = dt_model_n_full_params(L->g), total = 0;
     for (int i = 0; i < nf; i++)
         total += cJSON_GetArraySize(
             cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(files, i), "slices"));
@@ -369,7 +368,7 @@ static dt_status read_run(loader *L, int t, int64_t r, int64_t c, int64_t n, int
         if (!got)
             return dt_err_set(DT_ERR_FORMAT, "%s: element [%lld, %lld] of %s is in no file of "
                               "the checkpoint (a shard is missing)", L->folder, (long long)r,
-                              (long long)c, dt_gpt_full_param(L->g, t)->name);
+                              (long long)c, dt_model_full_param(L->g, t)->name);
         n -= got;
         c += got;
         dst += got;
@@ -381,8 +380,8 @@ static dt_status read_run(loader *L, int t, int64_t r, int64_t c, int64_t n, int
  * row by row of its tp shard, zeros in padding. */
 static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst) {
     memset(dst, 0, (size_t)count * sizeof *dst);
-    for (int pi = 0; pi < dt_gpt_n_params(L->g); pi++) {
-        const dt_param *p = dt_gpt_param(L->g, pi);
+    for (int pi = 0; pi < dt_model_n_params(L->g); pi++) {
+        const dt_param *p = dt_model_param(L->g, pi);
         int64_t a = first > p->offset ? first : p->offset;
         int64_t b = first + count < p->offset + p->numel ? first + count : p->offset + p->numel;
         int t = full_index(L->g, p->name);
@@ -401,7 +400,7 @@ static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst
     return DT_OK;
 }
 
-dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
+dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_engine_view *v,
                                dt_train_state *s, int *adam_steps) {
     cJSON *man = NULL;
     DT_TRY(read_manifest(folder, &man));
@@ -463,7 +462,7 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
     return st;
 }
 
-dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
+dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, float *w) {
     cJSON *man = NULL;
     DT_TRY(read_manifest(folder, &man));
     loader L = {.folder = folder, .g = g};
@@ -471,7 +470,7 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
     if (st == DT_OK)
         st = loader_open(&L, man);
     if (st == DT_OK)
-        st = fill(&L, 0, 0, dt_gpt_numel(g), w);
+        st = fill(&L, 0, 0, dt_model_numel(g), w);
     loader_close(&L);
     cJSON_Delete(man);
     return st;
