@@ -28,9 +28,9 @@
 #include "core/param.h"
 #include "core/status.h"
 
-/* How a model is built (the largest micro-batch, precision, what the caller binds, the
- * splits it runs under). All-zero is a one-process model for inference at B = T = 0, so set
- * at least B and T. */
+/* How a model is built: the largest micro-batch, precision, what the caller binds, the splits
+ * it runs under. Zero fields mean fp32 inference on one process holding every unit; B and T
+ * must be set. */
 typedef struct dt_model_opts {
     int B, T;               /* the largest micro-batch the model will see */
     dt_precision precision;
