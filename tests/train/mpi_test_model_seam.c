@@ -9,6 +9,8 @@
  * first step: the global loss, the gradient norm, every gradient element (AdamW's first
  * moment after one step is (1 - beta1) g), and every updated weight (after one AdamW step
  * without weight decay, w - lr g / (|g| + eps)). A failure names the stage and the check.
+ * With an even number of ranks, the same toy reports a tie (as GPT-2's embedding and head
+ * copy on two pipeline stages), and the engine's sum over the tied group is checked likewise.
  * The toy also round-trips its weights through save/load. Named mpi_test_*.c so the tests/
  * glob does not register it without mpirun (tests.cmake does).
  */
@@ -37,6 +39,7 @@ typedef struct toy {
     float *out, *dres;  /* [slot][U][N, C] unit outputs; [slot][N, C] gradient */
     dt_model_hooks hooks;
     dt_comm *tp;        /* size 1: the toy does not split */
+    int tie_role;       /* -1: no tie; 0: a_0 is tied as the original, 1: a_{U-1} as the copy */
 } toy;
 
 static dt_status enter(toy *t, int u, dt_model_phase ph) {
@@ -167,10 +170,12 @@ static float *t_weights(void *s) { return ((toy *)s)->w; }
 static float *t_grads(void *s) { return ((toy *)s)->g; }
 static dt_bf16 *t_weights_lp(void *s) { (void)s; return NULL; }
 static dt_comm *t_tp(const void *s) { return ((const toy *)s)->tp; }
-static int t_n_ties(const void *s) { (void)s; return 0; }
+static int t_n_ties(const void *s) { return ((const toy *)s)->tie_role >= 0 ? 1 : 0; }
 static dt_model_tie t_tie(const void *s, int i) {
-    (void)s;
-    return (dt_model_tie){.param = i, .copy = false};
+    const toy *t = s;
+    (void)i;
+    return t->tie_role == 0 ? (dt_model_tie){.param = 0, .copy = false}
+                            : (dt_model_tie){.param = 2 * (t->U - 1), .copy = true};
 }
 static void t_init_weights(void *s, uint64_t seed) {
     toy *t = s;
@@ -268,7 +273,7 @@ static dt_status toy_create(const dt_model_config *cfg, const dt_model_opts *o, 
         return dt_err_set(DT_ERR_OOM, "toy: out of memory");
     }
     *t = (toy){.cfg = *cfg, .U = cfg->n_layer, .C = cfg->n_embd, .N = o->B * o->T,
-               .n_slots = o->n_slots > 0 ? o->n_slots : 1};
+               .n_slots = o->n_slots > 0 ? o->n_slots : 1, .tie_role = -1};
     t->params = calloc((size_t)2 * t->U, sizeof *t->params);
     for (int i = 0; t->params && i < 2 * t->U; i++) {
         dt_param *p = &t->params[i];
@@ -305,6 +310,25 @@ static dt_status toy_create(const dt_model_config *cfg, const dt_model_opts *o, 
     *m = (dt_model){.ops = &toy_ops, .self = t};
     *out = m;
     return DT_OK;
+}
+
+/* The same toy with a tie, as the two end stages of a pipeline would report one: a_0 as the
+ * original (first) and a_{U-1} as its copy (last). */
+static dt_status toy_create_tied(const dt_model_config *cfg, const dt_model_opts *o, int role,
+                                 dt_model **out) {
+    DT_TRY(toy_create(cfg, o, NULL, out));
+    ((toy *)(*out)->self)->tie_role = role;
+    return DT_OK;
+}
+static dt_status toy_create_first(const dt_model_config *cfg, const dt_model_opts *o,
+                                  dt_mem *mem, dt_model **out) {
+    (void)mem;
+    return toy_create_tied(cfg, o, 0, out);
+}
+static dt_status toy_create_last(const dt_model_config *cfg, const dt_model_opts *o,
+                                 dt_mem *mem, dt_model **out) {
+    (void)mem;
+    return toy_create_tied(cfg, o, 1, out);
 }
 
 /* ---- the closed-form reference ------------------------------------------------------------ */
@@ -399,6 +423,61 @@ done:
     free(v1);
 }
 
+/* The tied sum: ranks pair up as a "first" and a "last" stage (the tied group), each role
+ * replicated over a dp group that splits the global batch. After the step, both tied
+ * tensors (a_0 on the first, a_{U-1} on the last) carry the sum of the two gradients, every
+ * other gradient is the plain one, and the copy is left out of the last stage's norm. */
+static void run_tied(dt_comm *w, int zero, const float *x, const float *y) {
+    int role = w->rank % 2, n = 2 * U * C, ia = 0, ib = 2 * (U - 1) * C;
+    dt_comm *dp = NULL, *tied = NULL;
+    DT_CHECK_OK(dt_dist_split(w, role, w->rank / 2, "dp", &dp));
+    DT_CHECK_OK(dt_dist_split(w, w->rank / 2, role, "tied", &tied));
+    dt_model_config mc = {.n_layer = U, .n_embd = C};
+    dt_optim_config oc = {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 0.5f};
+    int rows = ROWS / dp->size;
+    dt_engine_opts eo = {.zero_stage = zero, .bucket_mb = 0.0003f, .overlap = true,
+                         .precision = DT_PREC_FP32, .B = rows, .T = 1, .tied = tied,
+                         .create = role ? toy_create_last : toy_create_first};
+    dt_mem *mem = NULL;
+    dt_engine *e = NULL;
+    float *w0 = calloc(n, sizeof *w0), *m1 = calloc(n, sizeof *m1);
+    double grad[2 * U * C], want[2 * U * C], loss, part, norm, norm_ref = 0, err = 0, gmax = 0;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    DT_CHECK_OK(dt_engine_init(&mc, &oc, &eo, dp, mem, &e));
+    if (!e)
+        goto done;
+    DT_CHECK_OK(dt_engine_init_weights(e, 7));
+    DT_CHECK_OK(dt_engine_gather_state(e, w0, NULL, NULL));
+    DT_CHECK_OK(dt_engine_begin_step(e));
+    dt_batch b = {.input = x + (size_t)dp->rank * rows * C,
+                  .target = y + (size_t)dp->rank * rows * C, .B = rows, .T = 1};
+    DT_CHECK_OK(dt_engine_micro_batch(e, &b, 1.0f / ROWS, true, &part));
+    DT_CHECK_OK(dt_engine_finish(e));
+    DT_CHECK_OK(dt_engine_grad_norm(e, &norm));
+    DT_CHECK_OK(dt_engine_apply(e, oc.lr, 1.0f));
+    DT_CHECK_OK(dt_engine_gather_state(e, NULL, m1, NULL));
+    reference(U, C, ROWS, w0, x, y, grad, &loss);
+    memcpy(want, grad, sizeof want);
+    for (int c = 0; c < C; c++)
+        want[(role ? ib : ia) + c] = grad[ia + c] + grad[ib + c];
+    for (int i = 0; i < n; i++) {
+        bool copy = role == 1 && i >= ib && i < ib + C;
+        norm_ref += copy ? 0 : want[i] * want[i];
+        gmax = fmax(gmax, fabs(want[i]));
+        err = fmax(err, fabs(m1[i] / (1.0 - oc.beta1) - want[i]));
+    }
+    DT_CHECK_CLOSE(norm, sqrt(norm_ref), 1e-5);
+    DT_CHECK(gmax > 1e-3 && err <= 1e-5 * gmax, "tied, zero %d, rank %d: gradient off by %g "
+             "(largest %g)", zero, w->rank, err, gmax);
+done:
+    dt_engine_free(e);
+    dt_mem_free(mem);
+    dt_comm_free(tied);
+    dt_comm_free(dp);
+    free(w0);
+    free(m1);
+}
+
 /* the toy's own save and load: the same weights back */
 static void round_trip(dt_comm *w) {
     dt_model_config mc = {.n_layer = U, .n_embd = C};
@@ -435,6 +514,8 @@ int main(int argc, char **argv) {
     for (int zero = 0; zero <= 3; zero++)
         for (int n_mb = 1; n_mb <= 2 && n_mb <= ROWS / w->size; n_mb++)
             run_stage(w, zero, n_mb, x, y);
+    for (int zero = 0; w->size % 2 == 0 && zero <= 3; zero++)
+        run_tied(w, zero, x, y);
     round_trip(w);
     int rc = dt_test_end_collective(w);
     dt_dist_finalize(w);
