@@ -101,6 +101,6 @@ add_test(NAME train/ckpt_faults
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_faults.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} gpt2)
 set_tests_properties(train/ckpt_faults PROPERTIES LABELS "train" TIMEOUT 300)
 
-# The engine (ZeRO 0-3, micro-batches) through the model interface alone, on a toy model that
-# is not GPT, against its closed-form gradients and AdamW's first update.
+# The engine (ZeRO 0-3, micro-batches, the tied sum) and the pipeline executor through the
+# model interface alone, on a toy model that is not GPT, against its closed-form gradients.
 dt_add_mpi_test(train mpi_test_model_seam "train;mpi")
