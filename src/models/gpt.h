@@ -137,6 +137,9 @@ dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path);
 /* Fill the model shape from a safetensors file's metadata; keys absent keep cfg's values. */
 dt_status dt_gpt_config_from_file(const char *path, dt_model_config *cfg);
 
+/* The shape from the sizes dt_model_sizes reports for a gpt2 or llama model (cfg->arch set). */
+dt_status dt_gpt_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);
+
 /* The model interface (models/model.h) over a dt_gpt built by dt_gpt_init (models/gpt_model.c):
  * dt_model_create's choice for gpt2 and llama. */
 dt_status dt_gpt_model_create(const dt_model_config *cfg, const dt_gpt_opts *opts, dt_mem *mem,

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "models/gpt.h"
 
@@ -94,6 +95,29 @@ static int sizes(const void *s, dt_model_size *out) {
     for (int i = 0; i < n; i++)
         out[i] = v[i];
     return n;
+}
+
+dt_status dt_gpt_config_from_sizes(const dt_model_size *sz, int n, dt_model_config *c) {
+    static const char *const keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd",
+                                       "vocab_size", "ffn_hidden"};
+    int v[6];
+    for (int k = 0; k < 6; k++) {
+        int i = 0;
+        while (i < n && strcmp(sz[i].key, keys[k]) != 0)
+            i++;
+        if (i == n || sz[i].value < 1 || sz[i].value > (1 << 24))
+            return dt_err_set(DT_ERR_FORMAT, "model %s: size %s is missing or not in [1, 2^24]",
+                              dt_arch_name(c->arch), keys[k]);
+        v[k] = (int)sz[i].value;
+    }
+    bool llama = c->arch == DT_ARCH_LLAMA; /* GPT-2 derives both (0 = derived) */
+    c->n_layer = v[0];
+    c->n_head = v[1];
+    c->n_kv_head = llama ? v[2] : 0;
+    c->n_embd = v[3];
+    c->vocab_size = v[4];
+    c->ffn_hidden = llama ? v[5] : 0;
+    return DT_OK;
 }
 
 static void describe(const void *s, char *out, size_t n) {

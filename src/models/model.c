@@ -14,11 +14,14 @@ typedef struct model_kind {
     dt_status (*check_split)(const dt_model_config *c, int tp, int sp, bool sequence_tp,
                              int seq_len);
     dt_status (*config_from_file)(const char *path, dt_model_config *cfg);
+    dt_status (*config_from_sizes)(const dt_model_size *sizes, int n, dt_model_config *cfg);
 } model_kind;
 
 static const model_kind kinds[DT_ARCH_COUNT] = {
-    [DT_ARCH_GPT2] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file},
-    [DT_ARCH_LLAMA] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file},
+    [DT_ARCH_GPT2] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file,
+                      dt_gpt_config_from_sizes},
+    [DT_ARCH_LLAMA] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file,
+                       dt_gpt_config_from_sizes},
 };
 
 static dt_status kind_of(dt_arch arch, const model_kind **out) {
@@ -64,4 +67,10 @@ dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg) {
             a = (dt_arch)i;
     dt_st_close(f);
     return kinds[a].config_from_file(path, cfg);
+}
+
+dt_status dt_model_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg) {
+    const model_kind *k = NULL;
+    DT_TRY(kind_of(cfg->arch, &k));
+    return k->config_from_sizes(sizes, n, cfg);
 }

@@ -200,6 +200,10 @@ dt_status dt_model_check_split(const dt_model_config *cfg, int tp, int sp, bool 
                                int seq_len);
 /* Fill the model shape from a weights file's metadata; keys absent keep cfg's values. */
 dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg);
+/* The shape fields of cfg->arch's model from its named sizes (dt_model_sizes, e.g. read back
+ * from a checkpoint manifest; extra entries are ignored): DT_ERR_FORMAT naming the first one
+ * missing. */
+dt_status dt_model_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);
 
 /* ---- calls ------------------------------------------------------------------------------- */
 

@@ -432,29 +432,31 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
     while (arch && k < DT_ARCH_COUNT && strcmp(arch, dt_arch_name((dt_arch)k)) != 0)
         k++;
     bool ok = arch && k < DT_ARCH_COUNT;
-    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size",
-                          "ffn_hidden", "max_seq_len"};
-    int64_t v[7];
-    for (int i = 0; i < 7; i++) {
-        v[i] = num(m, keys[i], &ok);
-        ok = ok && v[i] >= 1 && v[i] <= (1 << 24);
+    /* the model's named sizes (as dt_model_sizes wrote them): every whole number in [1, 2^24] */
+    dt_model_size sz[DT_MODEL_MAX_SIZES];
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, m) {
+        bool whole = true;
+        int64_t v = num(m, it->string, &whole);
+        if (whole && v >= 1 && v <= (1 << 24) && n < DT_MODEL_MAX_SIZES)
+            sz[n++] = (dt_model_size){.key = it->string, .value = v};
     }
+    int64_t max_seq_len = num(m, "max_seq_len", &ok);
+    ok = ok && max_seq_len >= 1 && max_seq_len <= (1 << 24);
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(m, "rope_theta");
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(m, "norm_eps");
     ok = ok && cJSON_IsNumber(theta) && cJSON_IsNumber(eps);
     dt_status st = DT_OK;
     if (!ok) {
         st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"model\" lacks a known arch or a "
-                        "positive %s..%s", folder, keys[0], keys[6]);
+                        "positive max_seq_len, rope_theta or norm_eps", folder);
     } else {
         c->arch = (dt_arch)k;
-        c->n_layer = (int)v[0];
-        c->n_head = (int)v[1];
-        c->n_kv_head = c->arch == DT_ARCH_LLAMA ? (int)v[2] : 0;
-        c->n_embd = (int)v[3];
-        c->vocab_size = (int)v[4];
-        c->ffn_hidden = c->arch == DT_ARCH_LLAMA ? (int)v[5] : 0;
-        c->max_seq_len = (int)v[6];
+        st = dt_model_config_from_sizes(sz, n, c);
+        if (st != DT_OK)
+            dt_err_wrap(st, "%s/manifest.json: \"model\": ", folder);
+        c->max_seq_len = (int)max_seq_len;
         c->rope_theta = (float)theta->valuedouble;
         c->norm_eps = (float)eps->valuedouble;
     }
