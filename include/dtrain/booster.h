@@ -30,7 +30,7 @@
 #include "dtrain/status.h"
 
 typedef struct dt_booster dt_booster;
-typedef struct dt_gpt dt_gpt;
+typedef struct dt_model dt_model;
 
 DT_API dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world,
                                  dt_booster **out);
@@ -133,7 +133,7 @@ DT_API dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_p
                                    int n_new, float temperature, uint64_t seed, int32_t *out);
 
 DT_API int64_t dt_booster_steps_done(const dt_booster *b);
-DT_API dt_gpt *dt_booster_model(dt_booster *b);
+DT_API dt_model *dt_booster_model(dt_booster *b);
 DT_API int dt_booster_dp_size(const dt_booster *b);
 DT_API int dt_booster_micro_batch(const dt_booster *b);
 /* Rank's own memory accountant (peaks by category). */

@@ -10,7 +10,7 @@
  *   dtrain/mem.h       memory figures of a run
  *
  * Ownership and thread-safety are stated at the top of each of these headers. Handles
- * (dt_comm, dt_booster, dt_mem, dt_gpt) are opaque; structs are plain values.
+ * (dt_comm, dt_booster, dt_mem, dt_model) are opaque; structs are plain values.
  */
 #ifndef DTRAIN_DTRAIN_H
 #define DTRAIN_DTRAIN_H

@@ -7,7 +7,7 @@
  *
  * Every layout dtrain can run on N ranks (dp, tp, pp with each schedule, sp and its mode,
  * ZeRO stage, activation checkpointing, precision, micro-batches, activation compression,
- * optimizer offload) is checked with dtrain's own rules (dt_mesh_infer, dt_gpt_check_split,
+ * optimizer offload) is checked with dtrain's own rules (dt_mesh_infer, dt_model_check_split,
  * dt_config_validate, the schedule validator), its memory predicted on every pipeline stage
  * (plan/memory.h) and its step time (plan/cost.h), and the layouts that fit in --mem are
  * ranked by step time (ties: less memory). Single process, no MPI.
@@ -26,7 +26,7 @@
 #include "cli/plan_probe.h"
 #include "core/log.h"
 #include "io/atomic.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "plan/comm.h"
 #include "plan/cost.h"
 #include "plan/memory.h"
@@ -81,8 +81,8 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
     DT_TRY(dt_config_validate(c));
-    DT_TRY(dt_gpt_check_split(&c->model, p->tp_size, p->sp_size,
-                              p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));
+    DT_TRY(dt_model_check_split(&c->model, p->tp_size, p->sp_size,
+                                p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));
     if (p->pp_size < 2)
         return DT_OK;
     dt_stage_plan sp;

@@ -20,6 +20,7 @@
 #include "core/mem.h"
 #include "core/param.h"
 #include "core/status.h"
+#include "models/model.h"
 #include "nn/block.h"
 
 typedef struct dt_gpt dt_gpt;
@@ -28,30 +29,9 @@ typedef struct dt_gpt dt_gpt;
 int dt_gpt_kv_heads(const dt_model_config *c);
 int dt_gpt_ffn_hidden(const dt_model_config *c);
 
-typedef struct dt_gpt_opts {
-    int B, T;               /* the largest micro-batch the model will see */
-    dt_precision precision;
-    bool training;          /* false: no gradients, no backward scratch */
-    bool external_weights;  /* the caller binds each unit's weights (ZeRO-3 gathers them) */
-    bool external_grads;    /* the caller binds each unit's gradients (ZeRO-2/3 buckets) */
-    /* Splits (borrowed; NULL = not split). tp: heads, MLP columns and the vocabulary;
-     * sp: Ulysses sequence parallelism; sequence_tp: Megatron-SP over the tp ranks. */
-    dt_comm *tp, *sp;
-    bool sequence_tp;
-    /* Pipeline stages: the global units this rank holds ([n_layer + 2], NULL = all), the
-     * micro-batches whose activations it holds at once (0 = 1), and the pipeline group
-     * (borrowed; NULL = none), over which whole-model gathers are completed. */
-    const bool *units;
-    int n_slots;
-    dt_comm *pp;
-    bool split_backward; /* keep what dt_gpt_weight_units needs, per slot (zero-bubble) */
-    /* Activation memory (models/gpt_ac.c): checkpointing of block l when l % ac_every == 0
-     * (0 = 1), and int8 storage of the saved tensors. Gradients stay bit-identical to
-     * DT_AC_NONE; int8 storage approximates them. */
-    dt_ac_mode ac;
-    int ac_every;
-    dt_act_compress act_compress;
-} dt_gpt_opts;
+/* How a model is built (models/model.h): the largest micro-batch, precision, splits, the
+ * pipeline units held ([n_layer + 2]) and activation memory (models/gpt_ac.c). */
+typedef dt_model_opts dt_gpt_opts;
 
 /* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error
  * naming both numbers and the sizes that would work. Also checked by dt_gpt_init. */
@@ -82,22 +62,9 @@ int dt_gpt_tied_copy(const dt_gpt *g);
  * NULL leaves that kind of view as it is. */
 void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp);
 
-typedef enum dt_gpt_phase {
-    DT_PHASE_FORWARD,
-    DT_PHASE_HEAD,     /* the LM head (and its gradient, when training) */
-    DT_PHASE_BACKWARD, /* on leave, the unit's gradients are complete for this micro-batch
-                        * (split backward: its input gradient; the weights' come later) */
-    DT_PHASE_WEIGHTS,  /* split backward's weight-gradient pass */
-    DT_PHASE_COUNT
-} dt_gpt_phase;
-
-/* Called around every unit's work, so an engine can gather weights just in time, prefetch
- * the next unit, and reduce gradients as soon as they are complete. Either may be NULL. */
-typedef struct dt_gpt_hooks {
-    void *ctx;
-    dt_status (*enter)(void *ctx, int unit, dt_gpt_phase phase);
-    dt_status (*leave)(void *ctx, int unit, dt_gpt_phase phase);
-} dt_gpt_hooks;
+/* Unit hooks and phases (models/model.h). */
+typedef dt_model_phase dt_gpt_phase;
+typedef dt_model_hooks dt_gpt_hooks;
 void dt_gpt_set_hooks(dt_gpt *g, const dt_gpt_hooks *hooks);
 /* Refresh the bf16 weight copy after the fp32 weights changed outside the optimizer. */
 void dt_gpt_sync_lp(dt_gpt *g);
@@ -169,5 +136,13 @@ dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path);
 dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path);
 /* Fill the model shape from a safetensors file's metadata; keys absent keep cfg's values. */
 dt_status dt_gpt_config_from_file(const char *path, dt_model_config *cfg);
+
+/* The shape from the sizes dt_model_sizes reports for a gpt2 or llama model (cfg->arch set). */
+dt_status dt_gpt_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);
+
+/* The model interface (models/model.h) over a dt_gpt built by dt_gpt_init (models/gpt_model.c):
+ * dt_model_create's choice for gpt2 and llama. */
+dt_status dt_gpt_model_create(const dt_model_config *cfg, const dt_gpt_opts *opts, dt_mem *mem,
+                              dt_model **out);
 
 #endif

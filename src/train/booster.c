@@ -45,7 +45,7 @@ struct dt_booster {
     void *lr_ctx;
     dt_mem *mem;
     dt_engine *engine;
-    dt_gpt *model; /* borrowed from the engine */
+    dt_model *model; /* borrowed from the engine */
     dt_loader train, val;
     bool has_train, has_val;
     int32_t *inputs, *targets; /* [mb, T], or [rows, T] (a step's share) under a pipeline */
@@ -120,8 +120,8 @@ static bool sequence_tp(const dt_booster *b) {
 
 static dt_status check_batch(const dt_booster *b, const dt_boost_spec *s) {
     int dp = b->dp->size;
-    DT_TRY(dt_gpt_check_split(s->model, b->plugin.tp_size, b->plugin.sp_size, sequence_tp(b),
-                              s->seq_len));
+    DT_TRY(dt_model_check_split(s->model, b->plugin.tp_size, b->plugin.sp_size, sequence_tp(b),
+                                s->seq_len));
     if (s->batch_size < 1 || s->batch_size % dp)
         return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
                           "data-parallel ranks; use a multiple of %d", s->batch_size, dp, dp);
@@ -212,7 +212,7 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
         eo.units = held;
         eo.n_slots = dt_pipeline_slots(b->schedule, pp->rank);
         eo.pp = pp;
-        eo.tied = m->arch == DT_ARCH_GPT2 ? b->mesh->tied : NULL; /* tied embedding/head */
+        eo.tied = b->mesh->tied; /* the model's tied tensors (dt_model_tie) */
         eo.split_backward = dt_pipeline_split(b->schedule);
     }
     DT_TRY(dt_engine_init(m, s->optim, &eo, b->grad, b->mem, &b->engine));
@@ -237,7 +237,7 @@ static dt_status broadcast_floats(dt_comm *c, float *x, int64_t n) {
 
 /* whole-arena copies of the state, as temporaries */
 static dt_status arenas_alloc(dt_booster *b, dt_ckpt_arenas *a, bool with_optim) {
-    size_t bytes = (size_t)dt_gpt_full_numel(b->model) * sizeof(float);
+    size_t bytes = (size_t)dt_model_full_numel(b->model) * sizeof(float);
     memset(a, 0, sizeof *a);
     DT_TRY(dt_mem_alloc(b->mem, DT_MEM_TEMP, "state.weights", bytes, (void **)&a->w));
     if (!with_optim)
@@ -256,10 +256,10 @@ static dt_status load_weights(dt_booster *b, const char *path) {
     dt_ckpt_arenas a;
     dt_status st = arenas_alloc(b, &a, false);
     if (st == DT_OK && is_root(b))
-        st = dt_gpt_load(b->model, a.w, path);
+        st = dt_model_load(b->model, a.w, path);
     st = dt_comm_agree(b->world, st);
     if (st == DT_OK)
-        st = broadcast_floats(b->world, a.w, dt_gpt_full_numel(b->model));
+        st = broadcast_floats(b->world, a.w, dt_model_full_numel(b->model));
     if (st == DT_OK)
         st = dt_engine_scatter_state(b->engine, a.w, NULL, NULL);
     arenas_free(b, &a);
@@ -364,14 +364,20 @@ static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
                       : DT_OK;
 }
 
+/* one micro-batch of token ids (inputs or targets) */
+static size_t tokens_bytes(const dt_booster *b) {
+    return (size_t)b->mb * b->T * sizeof(int32_t);
+}
+
 /* forward and backward of the step's micro-batches: in turn, or over the pipeline schedule */
 static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss_sum) {
     int row0 = b->dp->rank * b->rows;
     *loss_sum = 0;
     if (pipelined(b)) {
         DT_TRY(dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets));
-        dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
-                                .T = b->T, .grad_scale = grad_scale};
+        dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets,
+                                .input_bytes = tokens_bytes(b), .target_bytes = tokens_bytes(b),
+                                .B = b->mb, .T = b->T, .grad_scale = grad_scale};
         return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
                                (int)b->state.step, loss_sum);
     }
@@ -379,8 +385,8 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
         double part, t0 = trace_now(b);
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
         DT_TRY(dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets));
-        DT_TRY(dt_engine_micro_batch(b->engine, b->inputs, b->targets, b->mb, b->T, grad_scale,
-                                     row + b->mb >= b->rows, &part));
+        dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->mb, .T = b->T};
+        DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->mb >= b->rows, &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->mb, t0));
         *loss_sum += part;
     }
@@ -392,7 +398,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
  * most events seen in one step). */
 static dt_status reserve_events(dt_booster *b) {
     int n_mb = b->rows / b->mb;
-    return dt_mem_timeline_reserve(b->mem, 2 * n_mb * dt_gpt_n_units(b->model) + 64);
+    return dt_mem_timeline_reserve(b->mem, 2 * n_mb * dt_model_n_units(b->model) + 64);
 }
 
 /* the loss is summed where it was computed: over dp x sp, and from the last pipeline stage */
@@ -512,15 +518,17 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         if (pipelined(b)) {
             double part;
             DT_TRY(dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets));
-            dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets, .B = b->mb,
-                                    .T = b->T};
+            dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets,
+                                    .input_bytes = tokens_bytes(b),
+                                    .target_bytes = tokens_bytes(b), .B = b->mb, .T = b->T};
             DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->rows / b->mb, &part));
             sum += part;
         }
         for (int row = 0; !pipelined(b) && row < b->rows; row += b->mb) {
             double part;
             DT_TRY(dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets));
-            DT_TRY(dt_engine_eval(b->engine, b->inputs, b->targets, b->mb, b->T, &part));
+            dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->mb, .T = b->T};
+            DT_TRY(dt_engine_eval(b->engine, &mb, &part));
             sum += part;
         }
         dt_loader_advance(&b->val);
@@ -556,7 +564,7 @@ static dt_status export_weights(dt_booster *b, const char *path) {
     if (st == DT_OK)
         st = dt_engine_gather_state(b->engine, a.w, NULL, NULL);
     if (st == DT_OK && is_root(b))
-        st = dt_gpt_save(b->model, a.w, path);
+        st = dt_model_save(b->model, a.w, path);
     arenas_free(b, &a);
     return dt_comm_agree(b->world, st);
 }
@@ -626,13 +634,13 @@ dt_status dt_booster_export(dt_booster *b, const char *path) { return export_wei
 static dt_status sample_on_root(dt_booster *b, const float *full, const int32_t *prompt,
                                 int n_prompt, int n_new, float temperature, uint64_t seed,
                                 int32_t *out) {
-    dt_gpt_opts o = {.B = 1, .T = b->T, .precision = b->plugin.precision};
-    dt_gpt *g = NULL;
-    DT_TRY(dt_gpt_init(dt_gpt_config(b->model), &o, b->mem, &g));
-    memcpy(dt_gpt_weights(g), full, (size_t)dt_gpt_numel(g) * sizeof(float));
-    dt_gpt_sync_lp(g);
+    dt_model_opts o = {.B = 1, .T = b->T, .precision = b->plugin.precision};
+    dt_model *g = NULL;
+    DT_TRY(dt_model_create(dt_model_cfg(b->model), &o, b->mem, &g));
+    memcpy(dt_model_weights(g), full, (size_t)dt_model_numel(g) * sizeof(float));
+    dt_model_sync_lp(g);
     dt_status st = dt_sample_tokens(g, b->T, prompt, n_prompt, n_new, temperature, seed, out);
-    dt_gpt_free(g);
+    dt_model_free(g);
     return st;
 }
 
@@ -656,7 +664,7 @@ static dt_status load_whole(dt_booster *b, const char *folder) {
     if (st == DT_OK && is_root(b))
         st = dt_ckpt_load(folder, b->model, &a, &b->state);
     st = dt_comm_agree(b->world, st);
-    int64_t n = dt_gpt_full_numel(b->model);
+    int64_t n = dt_model_full_numel(b->model);
     if (st == DT_OK)
         st = broadcast_floats(b->world, a.w, n);
     if (st == DT_OK)
@@ -751,7 +759,7 @@ dt_status dt_booster_find_checkpoint(dt_booster *b, const char *dir, char *out, 
 
 int64_t dt_booster_steps_done(const dt_booster *b) { return b->state.step; }
 bool dt_booster_stranded(const dt_booster *b) { return b && b->stranded; }
-dt_gpt *dt_booster_model(dt_booster *b) { return b->model; }
+dt_model *dt_booster_model(dt_booster *b) { return b->model; }
 int dt_booster_dp_size(const dt_booster *b) { return b->dp->size; }
 int dt_booster_micro_batch(const dt_booster *b) { return b->mb; }
 dt_mem *dt_booster_mem(dt_booster *b) { return b->mem; }

@@ -182,14 +182,14 @@ dt_status dt_ckpt_prune(const char *dir, int keep) {
     return DT_OK;
 }
 
-static dt_status load_optim(const char *path, const dt_gpt *g, dt_ckpt_arenas *a) {
+static dt_status load_optim(const char *path, const dt_model *g, dt_ckpt_arenas *a) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(path, &f));
     dt_status st = DT_OK;
     float *m = a->m, *v = a->v;
     char name[160];
-    for (int i = 0; i < dt_gpt_n_full_params(g) && st == DT_OK; i++) {
-        const dt_param *p = dt_gpt_full_param(g, i);
+    for (int i = 0; i < dt_model_n_full_params(g) && st == DT_OK; i++) {
+        const dt_param *p = dt_model_full_param(g, i);
         snprintf(name, sizeof name, "exp_avg.%s", p->name);
         st = dt_st_read_f32(f, name, p->ndim, p->shape, m + p->offset);
         snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
@@ -295,14 +295,14 @@ static dt_status load_state(const char *path, dt_train_state *s, int *adam_steps
     return st;
 }
 
-dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
+dt_status dt_ckpt_load(const char *folder, const dt_model *g, dt_ckpt_arenas *a,
                        dt_train_state *s) {
     char file[PATH_LEN + 64];
     snprintf(file, sizeof file, "%s/state.json", folder);
     DT_TRY(load_state(file, s, &a->adam_steps));
     DT_TRY(dt_ckpt_check_step(folder, s->step));
     snprintf(file, sizeof file, "%s/model.safetensors", folder);
-    DT_TRY(dt_gpt_load(g, a->w, file));
+    DT_TRY(dt_model_load(g, a->w, file));
     snprintf(file, sizeof file, "%s/optim.safetensors", folder);
     return load_optim(file, g, a);
 }

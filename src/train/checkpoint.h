@@ -36,7 +36,7 @@
 
 #include "core/comm.h"
 #include "core/config.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "optim/loss_scale.h"
 #include "train/engine.h"
 
@@ -48,7 +48,7 @@ typedef struct dt_train_state {
                            * window comes from the config) */
 } dt_train_state;
 
-/* The state as whole arenas (dt_gpt_numel floats each): weights and AdamW moments. */
+/* The state as whole arenas (dt_model_numel floats each): weights and AdamW moments. */
 typedef struct dt_ckpt_arenas {
     float *w, *m, *v;
     int adam_steps;
@@ -57,7 +57,7 @@ typedef struct dt_ckpt_arenas {
 /* Remove all but the newest `keep` complete folders (keep 0 = keep all), and the partial
  * folders of this host's writers that were killed mid-save. */
 dt_status dt_ckpt_prune(const char *dir, int keep);
-dt_status dt_ckpt_load(const char *folder, const dt_gpt *g, dt_ckpt_arenas *a,
+dt_status dt_ckpt_load(const char *folder, const dt_model *g, dt_ckpt_arenas *a,
                        dt_train_state *s);
 
 /* Every step-N folder with a manifest or state.json in dir, ascending; *steps malloc'ed. */
@@ -87,7 +87,7 @@ typedef struct dt_ckpt_meta {
  * false), rank 0 the manifest and the rename. On failure no step-N appears and the partial
  * folder is removed; the training state is untouched. io: io_len bytes of scratch. The three
  * phases below, in a row. */
-dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
+dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_model *g,
                                const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
                                size_t io_len);
 /* Phase 1, collective: rank 0 creates DIR/step-N.partial-<pid>-<nonce>; every rank gets its
@@ -96,13 +96,13 @@ dt_status dt_ckpt_save_begin(const char *dir, dt_comm *world, int64_t step, char
                              size_t tmp_len);
 /* Phase 2, local, on any thread (no MPI): this rank's rank-R.safetensors (fsync'ed) and its
  * description. Offloaded moments (v->m NULL) stream from their file through io. */
-dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_gpt *g, const dt_engine_view *v,
+dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_model *g, const dt_engine_view *v,
                             void *io, size_t io_len);
 /* Phase 3, collective: `written` is this rank's phase 2 outcome; when every rank succeeded,
  * rank 0 writes the manifest and renames tmp to DIR/step-N, else removes tmp. Every rank
  * returns the first failure. */
 dt_status dt_ckpt_save_finish(const char *dir, const char *tmp, dt_comm *world,
-                              const dt_gpt *g, const dt_ckpt_meta *meta, dt_status written);
+                              const dt_model *g, const dt_ckpt_meta *meta, dt_status written);
 
 /* An async save in flight (checkpoint_async.c). The training thread starts it, asks at each
  * step boundary whether every rank's background write has ended, and completes it (phase 3)
@@ -112,7 +112,7 @@ typedef struct dt_ckpt_async dt_ckpt_async;
  * temp, "ckpt.staging", 4 x (w_count + 2 m_count) bytes, with its own "ckpt.io" of
  * DT_CKPT_IO_BYTES), then phase 2 on a background thread; returns when the copy is made.
  * meta and its strings are copied. g and mem are borrowed until the job ends. */
-dt_status dt_ckpt_async_start(const char *dir, dt_comm *world, const dt_gpt *g,
+dt_status dt_ckpt_async_start(const char *dir, dt_comm *world, const dt_model *g,
                               const dt_engine_view *v, const dt_ckpt_meta *meta, dt_mem *mem,
                               dt_ckpt_async **out);
 /* Collective over world (one tiny all-reduce): when every rank's write has ended or one has
@@ -132,12 +132,12 @@ dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io
 /* Local: fill the view (dt_engine_view_begin with load = true) from the slices that hold it,
  * after checking the model shape against the manifest's; state and AdamW step count too.
  * Offloaded moments (v->m NULL) go through io (io_len bytes) into their file. */
-dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
+dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_engine_view *v,
                                dt_train_state *s, int *adam_steps, void *io, size_t io_len);
 /* The model shape the manifest records (arch, sizes, max_seq_len, rope_theta, norm_eps). */
 dt_status dt_ckpt_model_config(const char *folder, dt_model_config *cfg);
-/* A one-process model's weights (g built with no splits; w: dt_gpt_numel floats). */
-dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w);
+/* A one-process model's weights (g built with no splits; w: dt_model_numel floats). */
+dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, float *w);
 
 /* dtrain convert: a sharded checkpoint -> one HuggingFace safetensors file (the weights;
  * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero

@@ -18,7 +18,7 @@
 
 struct dt_ckpt_async {
     char dir[DT_CKPT_TMP_LEN], tmp[DT_CKPT_TMP_LEN];
-    const dt_gpt *g; /* borrowed */
+    const dt_model *g; /* borrowed */
     dt_mem *mem;     /* borrowed */
     int rank;
     dt_engine_view staged; /* the view's ranges, pointing into staging */
@@ -86,7 +86,7 @@ static dt_status stage(dt_ckpt_async *j, const dt_engine_view *v) {
     return dt_engine_view_read_moment(v, 1, v->m_first, nm, j->staged.v);
 }
 
-dt_status dt_ckpt_async_start(const char *dir, dt_comm *world, const dt_gpt *g,
+dt_status dt_ckpt_async_start(const char *dir, dt_comm *world, const dt_model *g,
                               const dt_engine_view *v, const dt_ckpt_meta *meta, dt_mem *mem,
                               dt_ckpt_async **out) {
     *out = NULL;

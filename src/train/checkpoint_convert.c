@@ -21,11 +21,11 @@ dt_status dt_ckpt_check_shape(const dt_model_config *c, const char *origin) {
 
 /* A one-process model (no splits, no training buffers) of the given shape. */
 static dt_status one_process(const dt_model_config *c, const char *origin, dt_mem **mem,
-                             dt_gpt **g) {
+                             dt_model **g) {
     DT_TRY(dt_ckpt_check_shape(c, origin));
     DT_TRY(dt_mem_init(mem));
-    dt_gpt_opts o = {.B = 1, .T = 1, .precision = DT_PREC_FP32};
-    return dt_gpt_init(c, &o, *mem, g);
+    dt_model_opts o = {.B = 1, .T = 1, .precision = DT_PREC_FP32};
+    return dt_model_create(c, &o, *mem, g);
 }
 
 dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out) {
@@ -33,13 +33,13 @@ dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out) {
     dt_config_defaults(&cfg);
     DT_TRY(dt_ckpt_model_config(folder, &cfg.model));
     dt_mem *mem = NULL;
-    dt_gpt *g = NULL;
+    dt_model *g = NULL;
     dt_status st = one_process(&cfg.model, folder, &mem, &g);
     if (st == DT_OK)
-        st = dt_ckpt_load_weights(folder, g, dt_gpt_weights(g));
+        st = dt_ckpt_load_weights(folder, g, dt_model_weights(g));
     if (st == DT_OK)
-        st = dt_gpt_save(g, dt_gpt_weights(g), out);
-    dt_gpt_free(g);
+        st = dt_model_save(g, dt_model_weights(g), out);
+    dt_model_free(g);
     dt_mem_free(mem);
     return st;
 }
@@ -47,16 +47,16 @@ dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out) {
 dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t seed) {
     dt_config cfg;
     dt_config_defaults(&cfg);
-    DT_TRY(dt_gpt_config_from_file(file, &cfg.model));
+    DT_TRY(dt_model_config_from_file(file, &cfg.model));
     cfg.train.seed = seed;
     dt_mem *mem = NULL;
-    dt_gpt *g = NULL;
+    dt_model *g = NULL;
     dt_comm *self = NULL;
     float *zeros = NULL;
     dt_status st = one_process(&cfg.model, file, &mem, &g);
     if (st == DT_OK)
-        st = dt_gpt_load(g, dt_gpt_weights(g), file);
-    int64_t n = g ? dt_gpt_numel(g) : 0;
+        st = dt_model_load(g, dt_model_weights(g), file);
+    int64_t n = g ? dt_model_numel(g) : 0;
     if (st == DT_OK && !(zeros = calloc((size_t)n + 1, sizeof *zeros)))
         st = dt_err_set(DT_ERR_OOM, "convert: out of memory for the moments");
     void *io = NULL;
@@ -67,14 +67,14 @@ dt_status dt_ckpt_convert_from_hf(const char *file, const char *out, uint64_t se
     if (st == DT_OK) {
         dt_train_state s = {.seed = seed};
         dt_loss_scale_init(&s.scaler, cfg.plugin.initial_scale, cfg.plugin.loss_scale_window);
-        dt_engine_view v = {.w_count = n, .m_count = n, .w = dt_gpt_weights(g), .m = zeros,
+        dt_engine_view v = {.w_count = n, .m_count = n, .w = dt_model_weights(g), .m = zeros,
                             .v = zeros};
         dt_ckpt_meta meta = {.state = &s, .layout = "converted from a HuggingFace file"};
         st = dt_ckpt_save_sharded(out, self, g, &v, &meta, io, DT_CKPT_IO_BYTES);
     }
     dt_comm_free(self);
     free(zeros);
-    dt_gpt_free(g);
+    dt_model_free(g);
     dt_mem_free(mem);
     return st;
 }

@@ -128,7 +128,7 @@ typedef struct piece {
 
 typedef struct loader {
     const char *folder;
-    const dt_gpt *g;
+    const dt_model *g;
     int n_files, n_pieces;
     int *fd;
     double *bytes;
@@ -147,37 +147,36 @@ static int64_t num(const cJSON *o, const char *key, bool *ok) {
     return (int64_t)x->valuedouble;
 }
 
-static int full_index(const dt_gpt *g, const char *name) {
-    for (int i = 0; i < dt_gpt_n_full_params(g); i++)
-        if (strcmp(dt_gpt_full_param(g, i)->name, name) == 0)
+static int full_index(const dt_model *g, const char *name) {
+    for (int i = 0; i < dt_model_n_full_params(g); i++)
+        if (strcmp(dt_model_full_param(g, i)->name, name) == 0)
             return i;
     return -1;
 }
 
 /* The model in the manifest is the run's: shape fields and every tensor's global shape. */
-static dt_status check_model(const cJSON *man, const char *folder, const dt_gpt *g) {
-    const dt_model_config *c = dt_gpt_config(g);
+static dt_status check_model(const cJSON *man, const char *folder, const dt_model *g) {
+    const dt_model_config *c = dt_model_cfg(g);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(man, "model");
     const char *arch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "arch"));
     if (!arch || strcmp(arch, dt_arch_name(c->arch)) != 0)
         return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.arch is %s, the run's %s",
                           folder, arch ? arch : "missing", dt_arch_name(c->arch));
-    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "ffn_hidden"};
-    int mine[] = {c->n_layer, c->n_head, dt_gpt_kv_heads(c), c->n_embd, c->vocab_size,
-                  dt_gpt_ffn_hidden(c)};
-    for (int i = 0; i < 6; i++) {
+    dt_model_size mine[DT_MODEL_MAX_SIZES];
+    for (int i = 0, n = dt_model_sizes(g, mine); i < n; i++) {
         bool ok = true;
-        int64_t v = num(m, keys[i], &ok);
-        if (!ok || v != mine[i])
-            return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.%s is %lld, the run's %d",
-                              folder, keys[i], ok ? (long long)v : -1LL, mine[i]);
+        int64_t v = num(m, mine[i].key, &ok);
+        if (!ok || v != mine[i].value)
+            return dt_err_set(DT_ERR_ARG, "%s: the checkpoint's model.%s is %lld, the run's %lld",
+                              folder, mine[i].key, ok ? (long long)v : -1LL,
+                              (long long)mine[i].value);
     }
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(man, "tensors");
-    if (cJSON_GetArraySize(ts) != dt_gpt_n_full_params(g))
+    if (cJSON_GetArraySize(ts) != dt_model_n_full_params(g))
         return dt_err_set(DT_ERR_ARG, "%s: the checkpoint has %d tensors, the run's model %d",
-                          folder, cJSON_GetArraySize(ts), dt_gpt_n_full_params(g));
-    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
-        const dt_param *p = dt_gpt_full_param(g, i);
+                          folder, cJSON_GetArraySize(ts), dt_model_n_full_params(g));
+    for (int i = 0; i < dt_model_n_full_params(g); i++) {
+        const dt_param *p = dt_model_full_param(g, i);
         const cJSON *t = cJSON_GetArrayItem(ts, i), *sh = cJSON_GetObjectItem(t, "shape");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
         bool same = name && strcmp(name, p->name) == 0 && cJSON_GetArraySize(sh) == p->ndim;
@@ -206,7 +205,7 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
         return dt_err_set(DT_ERR_FORMAT, "%s/%s: a slice names an unknown tensor or split "
                           "(%s, %s)", L->folder, L->names[file], name ? name : "?",
                           split ? split : "?");
-    const dt_param *p = dt_gpt_full_param(L->g, *tensor);
+    const dt_param *p = dt_model_full_param(L->g, *tensor);
     out->file = file;
     out->spec = p->shard;
     out->spec.kind = (dt_shard_kind)kind;
@@ -258,7 +257,7 @@ static dt_status loader_open(loader *L, const cJSON *man) {
     dt_status st = DT_OK;
     const cJSON *files = files_of(man, L->folder, &st);
     DT_TRY(st);
-    int nf = cJSON_GetArraySize(files), nt = dt_gpt_n_full_params(L->g), total = 0;
+    int nf = cJSON_GetArraySize(files), nt = dt_model_n_full_params(L->g), total = 0;
     for (int i = 0; i < nf; i++)
         total += cJSON_GetArraySize(
             cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(files, i), "slices"));
@@ -384,7 +383,7 @@ static dt_status read_run(loader *L, int t, int64_t r, int64_t c, int64_t n, int
         if (!got)
             return dt_err_set(DT_ERR_FORMAT, "%s: element [%lld, %lld] of %s is in no file of "
                               "the checkpoint (a shard is missing)", L->folder, (long long)r,
-                              (long long)c, dt_gpt_full_param(L->g, t)->name);
+                              (long long)c, dt_model_full_param(L->g, t)->name);
         n -= got;
         c += got;
         dst += got;
@@ -396,7 +395,7 @@ static dt_status read_run(loader *L, int t, int64_t r, int64_t c, int64_t n, int
  * row by row of its tp shard, zeros in padding. */
 /* Values read must be finite: a checkpoint with NaN weights would only fail steps later,
  * as a divergence it did not cause. */
-static dt_status all_finite(const char *folder, const dt_gpt *g, int k, const float *x,
+static dt_status all_finite(const char *folder, const dt_model *g, int k, const float *x,
                             int64_t first, int64_t count) {
     char where[200];
     if (!dt_finite_first_bad(g, false, x, first, count, where, sizeof where))
@@ -409,8 +408,8 @@ static dt_status all_finite(const char *folder, const dt_gpt *g, int k, const fl
 
 static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst) {
     memset(dst, 0, (size_t)count * sizeof *dst);
-    for (int pi = 0; pi < dt_gpt_n_params(L->g); pi++) {
-        const dt_param *p = dt_gpt_param(L->g, pi);
+    for (int pi = 0; pi < dt_model_n_params(L->g); pi++) {
+        const dt_param *p = dt_model_param(L->g, pi);
         int64_t a = first > p->offset ? first : p->offset;
         int64_t b = first + count < p->offset + p->numel ? first + count : p->offset + p->numel;
         int t = full_index(L->g, p->name);
@@ -446,7 +445,7 @@ static dt_status fill_moment(loader *L, int k, const dt_engine_view *v, float *i
     return DT_OK;
 }
 
-dt_status dt_ckpt_load_sharded(const char *folder, const dt_gpt *g, const dt_engine_view *v,
+dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_engine_view *v,
                                dt_train_state *s, int *adam_steps, void *io, size_t io_len) {
     cJSON *man = NULL;
     DT_TRY(read_manifest(folder, &man));
@@ -480,29 +479,31 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
     while (arch && k < DT_ARCH_COUNT && strcmp(arch, dt_arch_name((dt_arch)k)) != 0)
         k++;
     bool ok = arch && k < DT_ARCH_COUNT;
-    const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size",
-                          "ffn_hidden", "max_seq_len"};
-    int64_t v[7];
-    for (int i = 0; i < 7; i++) {
-        v[i] = num(m, keys[i], &ok);
-        ok = ok && v[i] >= 1 && v[i] <= (1 << 24);
+    /* the model's named sizes (as dt_model_sizes wrote them): every whole number in [1, 2^24] */
+    dt_model_size sz[DT_MODEL_MAX_SIZES];
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, m) {
+        bool whole = true;
+        int64_t v = num(m, it->string, &whole);
+        if (whole && v >= 1 && v <= (1 << 24) && n < DT_MODEL_MAX_SIZES)
+            sz[n++] = (dt_model_size){.key = it->string, .value = v};
     }
+    int64_t max_seq_len = num(m, "max_seq_len", &ok);
+    ok = ok && max_seq_len >= 1 && max_seq_len <= (1 << 24);
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(m, "rope_theta");
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(m, "norm_eps");
     ok = ok && cJSON_IsNumber(theta) && cJSON_IsNumber(eps);
     dt_status st = DT_OK;
     if (!ok) {
         st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"model\" lacks a known arch or a "
-                        "positive %s..%s", folder, keys[0], keys[6]);
+                        "positive max_seq_len, rope_theta or norm_eps", folder);
     } else {
         c->arch = (dt_arch)k;
-        c->n_layer = (int)v[0];
-        c->n_head = (int)v[1];
-        c->n_kv_head = c->arch == DT_ARCH_LLAMA ? (int)v[2] : 0;
-        c->n_embd = (int)v[3];
-        c->vocab_size = (int)v[4];
-        c->ffn_hidden = c->arch == DT_ARCH_LLAMA ? (int)v[5] : 0;
-        c->max_seq_len = (int)v[6];
+        st = dt_model_config_from_sizes(sz, n, c);
+        if (st != DT_OK)
+            dt_err_wrap(st, "%s/manifest.json: \"model\": ", folder);
+        c->max_seq_len = (int)max_seq_len;
         c->rope_theta = (float)theta->valuedouble;
         c->norm_eps = (float)eps->valuedouble;
     }
@@ -510,7 +511,7 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
     return st;
 }
 
-dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
+dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, float *w) {
     cJSON *man = NULL;
     DT_TRY(read_manifest(folder, &man));
     loader L = {.folder = folder, .g = g};
@@ -518,9 +519,7 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_gpt *g, float *w) {
     if (st == DT_OK)
         st = loader_open(&L, man);
     if (st == DT_OK)
-        st = fill(&L, 0, 0, dt_gpt_numel(g), w);
-    if (st == DT_OK)
-        st = all_finite(folder, g, 0, w, 0, dt_gpt_numel(g));
+        st = fill(&L, 0, 0, dt_model_numel(g), w);
     loader_close(&L);
     cJSON_Delete(man);
     return st;

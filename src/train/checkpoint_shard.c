@@ -30,7 +30,7 @@ static void rank_file(char *out, size_t n, const char *folder, int rank, const c
 /* ---- save ------------------------------------------------------------------------------- */
 
 /* The slices of one rank: for every tensor of its local table that its saving range
- * overlaps (GPT-2's tied copy and, off tp rank 0, replicated tensors excluded), the local
+ * overlaps (tied copies and, off tp rank 0, replicated tensors excluded), the local
  * elements [a, b) of the tensor, as three 1-D tensors: weights, exp_avg, exp_avg_sq. */
 typedef struct slice {
     const dt_param *p;
@@ -38,12 +38,13 @@ typedef struct slice {
     int64_t at[3]; /* byte offsets in the file */
 } slice;
 
-static int collect_slices(const dt_gpt *g, const dt_engine_view *v, slice *out) {
-    int n = 0, tied = dt_gpt_tied_copy(g);
+static int collect_slices(const dt_model *g, const dt_engine_view *v, slice *out) {
+    int n = 0;
     int64_t lo = v->w_first, hi = v->w_first + v->w_count;
-    for (int i = 0; i < dt_gpt_n_params(g); i++) {
-        const dt_param *p = dt_gpt_param(g, i);
-        if (i == tied || (p->shard.kind == DT_SHARD_NONE && dt_gpt_par(g)->tp->rank != 0))
+    for (int i = 0; i < dt_model_n_params(g); i++) {
+        const dt_param *p = dt_model_param(g, i);
+        if (dt_model_is_copy(g, i) ||
+            (p->shard.kind == DT_SHARD_NONE && dt_model_tp(g)->rank != 0))
             continue;
         int64_t a = lo > p->offset ? lo : p->offset;
         int64_t b = hi < p->offset + p->numel ? hi : p->offset + p->numel;
@@ -115,9 +116,9 @@ static dt_status add_slices(dt_st_writer *w, const dt_engine_view *v, const slic
     return DT_OK;
 }
 
-dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_gpt *g, const dt_engine_view *v,
+dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_model *g, const dt_engine_view *v,
                             void *io, size_t io_len) {
-    size_t np = (size_t)dt_gpt_n_params(g) + 1;
+    size_t np = (size_t)dt_model_n_params(g) + 1;
     slice *sl = malloc(np * sizeof *sl);
     char (*names)[2][128] = malloc(np * sizeof *names);
     moment_source *ms = malloc(2 * np * sizeof *ms);
@@ -175,15 +176,14 @@ dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_gpt *g, const dt
     return st;
 }
 
-static cJSON *model_json(const dt_model_config *c) {
+/* arch, the model's named sizes (dt_model_sizes), then the config's other shape fields */
+static cJSON *model_json(const dt_model *g) {
+    const dt_model_config *c = dt_model_cfg(g);
+    dt_model_size sz[DT_MODEL_MAX_SIZES];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "arch", dt_arch_name(c->arch));
-    cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
-    cJSON_AddNumberToObject(j, "n_head", c->n_head);
-    cJSON_AddNumberToObject(j, "n_kv_head", dt_gpt_kv_heads(c));
-    cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(j, "ffn_hidden", dt_gpt_ffn_hidden(c));
+    for (int i = 0, n = dt_model_sizes(g, sz); i < n; i++)
+        cJSON_AddNumberToObject(j, sz[i].key, (double)sz[i].value);
     cJSON_AddNumberToObject(j, "max_seq_len", c->max_seq_len);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
@@ -192,7 +192,7 @@ static cJSON *model_json(const dt_model_config *c) {
 
 /* rank 0: the manifest from the ranks' descriptions (which are then removed), and its
  * checksum file. */
-static dt_status write_manifest(const char *tmp, int world, const dt_gpt *g,
+static dt_status write_manifest(const char *tmp, int world, const dt_model *g,
                                 const dt_ckpt_meta *meta) {
     cJSON *j = dt_ckpt_state_json(meta->state, meta->adam_steps);
     if (!j)
@@ -200,14 +200,14 @@ static dt_status write_manifest(const char *tmp, int world, const dt_gpt *g,
     dt_status st = DT_OK;
     cJSON_AddStringToObject(j, "format", "dtrain-sharded");
     cJSON_AddNumberToObject(j, "version", 1);
-    cJSON_AddItemToObject(j, "model", model_json(dt_gpt_config(g)));
+    cJSON_AddItemToObject(j, "model", model_json(g));
     if (meta->layout)
         cJSON_AddStringToObject(j, "layout", meta->layout);
     if (meta->config)
         cJSON_AddStringToObject(j, "config", meta->config);
     cJSON *ts = cJSON_AddArrayToObject(j, "tensors");
-    for (int i = 0; i < dt_gpt_n_full_params(g); i++) {
-        const dt_param *p = dt_gpt_full_param(g, i);
+    for (int i = 0; i < dt_model_n_full_params(g); i++) {
+        const dt_param *p = dt_model_full_param(g, i);
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "name", p->name);
         cJSON_AddStringToObject(t, "dtype", "F32");
@@ -301,7 +301,7 @@ dt_status dt_ckpt_save_begin(const char *dir, dt_comm *world, int64_t step, char
 }
 
 dt_status dt_ckpt_save_finish(const char *dir, const char *tmp, dt_comm *world,
-                              const dt_gpt *g, const dt_ckpt_meta *meta, dt_status written) {
+                              const dt_model *g, const dt_ckpt_meta *meta, dt_status written) {
     char final[PATH_LEN];
     snprintf(final, sizeof final, "%s/step-%lld", dir, (long long)meta->state->step);
     dt_status st = dt_comm_agree(world, written);
@@ -316,7 +316,7 @@ dt_status dt_ckpt_save_finish(const char *dir, const char *tmp, dt_comm *world,
     return st;
 }
 
-dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_gpt *g,
+dt_status dt_ckpt_save_sharded(const char *dir, dt_comm *world, const dt_model *g,
                                const dt_engine_view *v, const dt_ckpt_meta *meta, void *io,
                                size_t io_len) {
     char tmp[DT_CKPT_TMP_LEN];

@@ -28,7 +28,7 @@ typedef struct unit_buf {
 } unit_buf;
 
 struct dt_engine {
-    dt_gpt *model;
+    dt_model *model;
     dt_comm *dp; /* borrowed */
     dt_comm *pp, *tied; /* borrowed or NULL */
     bool pipelined;     /* pp > 1: the schedule drives forward and backward */
@@ -101,7 +101,7 @@ static dt_status ensure_weights(dt_engine *e, int unit) {
         dt_cast_f32_to_lp(e->mm, b->lp, b->w, e->ucount[unit]);
         b->lp_ready = true;
     }
-    dt_gpt_bind_unit(e->model, unit, b->w, NULL, b->lp);
+    dt_model_bind_unit(e->model, unit, b->w, NULL, b->lp);
     return DT_OK;
 }
 
@@ -158,7 +158,7 @@ static dt_status progress(dt_engine *e) {
 /* ---- hooks ------------------------------------------------------------------------------ */
 
 /* The memory timeline's phase follows the model's, except inside an evaluation. */
-static void set_mem_phase(dt_engine *e, dt_gpt_phase phase) {
+static void set_mem_phase(dt_engine *e, dt_model_phase phase) {
     static const dt_mem_phase of[DT_PHASE_COUNT] = {
         [DT_PHASE_FORWARD] = DT_MEM_PHASE_FORWARD, [DT_PHASE_HEAD] = DT_MEM_PHASE_HEAD,
         [DT_PHASE_BACKWARD] = DT_MEM_PHASE_BACKWARD, [DT_PHASE_WEIGHTS] = DT_MEM_PHASE_WEIGHTS};
@@ -166,7 +166,7 @@ static void set_mem_phase(dt_engine *e, dt_gpt_phase phase) {
         dt_mem_set_phase(e->mem, of[phase]);
 }
 
-static dt_status on_enter(void *ctx, int unit, dt_gpt_phase phase) {
+static dt_status on_enter(void *ctx, int unit, dt_model_phase phase) {
     dt_engine *e = ctx;
     set_mem_phase(e, phase);
     DT_TRY(progress(e));
@@ -181,12 +181,12 @@ static dt_status on_enter(void *ctx, int unit, dt_gpt_phase phase) {
         unit_buf *b = buf_of(e, unit);
         DT_TRY(complete_reduction(e, b)); /* the buffer's previous unit */
         memset(b->g, 0, (size_t)e->ucount[unit] * sizeof *b->g);
-        dt_gpt_bind_unit(e->model, unit, NULL, b->g, NULL);
+        dt_model_bind_unit(e->model, unit, NULL, b->g, NULL);
     }
     return DT_OK;
 }
 
-static dt_status on_leave(void *ctx, int unit, dt_gpt_phase phase) {
+static dt_status on_leave(void *ctx, int unit, dt_model_phase phase) {
     dt_engine *e = ctx;
     if (phase != DT_PHASE_BACKWARD || !e->comm_now)
         return DT_OK;
@@ -224,7 +224,7 @@ static dt_status plan_units(dt_engine *e, double bucket_bytes) {
         !e->bucket_count || !e->bucket_req)
         return dt_err_set(DT_ERR_OOM, "engine: out of memory");
     for (int u = 0; u < U; u++) {
-        dt_gpt_unit_range(e->model, u, &e->ufirst[u], &e->ucount[u]);
+        dt_model_unit_range(e->model, u, &e->ufirst[u], &e->ucount[u]);
         for (int r = 0; r < P; r++)
             counts_of(e, u)[r] = (int)overlap(e->ufirst[u], e->ucount[u], (int64_t)r * e->S, e->S);
         e->bucket_of_unit[u] = -1;
@@ -275,9 +275,9 @@ static dt_status alloc_unit_buf(dt_engine *e, unit_buf *b, int64_t n, const char
 
 static dt_status setup_storage(dt_engine *e, bool split) {
     int L1 = e->n_units - 1;
-    e->w_full = dt_gpt_weights(e->model);
-    e->g_full = dt_gpt_grads(e->model);
-    e->lp_full = dt_gpt_weights_lp(e->model);
+    e->w_full = dt_model_weights(e->model);
+    e->g_full = dt_model_grads(e->model);
+    e->lp_full = dt_model_weights_lp(e->model);
     if (e->zero == 3)
         DT_TRY(alloc(e, DT_MEM_PARAMS, "zero3.weight_shard", (size_t)e->S * sizeof(float),
                      &e->w_shard));
@@ -290,7 +290,7 @@ static dt_status setup_storage(dt_engine *e, bool split) {
         DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grads_whole", (size_t)e->n_total * sizeof(float),
                      &e->g_whole));
         for (int u = 0; u < e->n_units; u++)
-            dt_gpt_bind_unit(e->model, u, NULL, e->g_whole + e->ufirst[u], NULL);
+            dt_model_bind_unit(e->model, u, NULL, e->g_whole + e->ufirst[u], NULL);
     }
     int64_t widest = 16;
     for (int u = 1; u < L1; u++)
@@ -298,10 +298,10 @@ static dt_status setup_storage(dt_engine *e, bool split) {
     for (int i = 0; i < N_SLOTS; i++)
         DT_TRY(alloc_unit_buf(e, &e->slot[i], widest, i ? "block_b" : "block_a"));
     DT_TRY(alloc_unit_buf(e, &e->pers[0], e->ucount[0], "first"));
-    dt_gpt_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL); /* NULL g: stays as bound */
+    dt_model_bind_unit(e->model, 0, NULL, e->pers[0].g, NULL); /* NULL g: stays as bound */
     if (L1 > 0) { /* else a stage of one unit: it is both first and last */
         DT_TRY(alloc_unit_buf(e, &e->pers[1], e->ucount[L1], "last"));
-        dt_gpt_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
+        dt_model_bind_unit(e->model, L1, NULL, e->pers[1].g, NULL);
     }
     return DT_OK;
 }
@@ -326,15 +326,15 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
         e->pers[i].wunit = e->pers[i].gunit = -1;
     e->mm = dt_precision_mm_type(o->precision);
     e->lp = e->mm != DT_F32;
-    dt_gpt_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
+    dt_model_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
                       .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
                       .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp,
                       .units = o->units, .n_slots = o->n_slots, .pp = o->pp,
                       .split_backward = o->split_backward, .ac = o->ac,
                       .ac_every = o->ac_every, .act_compress = o->act_compress};
-    DT_TRY_GOTO(dt_gpt_init(mc, &go, mem, &e->model));
-    e->n_units = dt_gpt_n_units(e->model);
-    e->n_total = dt_gpt_numel(e->model);
+    DT_TRY_GOTO((o->create ? o->create : dt_model_create)(mc, &go, mem, &e->model));
+    e->n_units = dt_model_n_units(e->model);
+    e->n_total = dt_model_numel(e->model);
     int64_t per_rank = (e->n_total + dp->size - 1) / dp->size;
     e->S = (per_rank + 15) / 16 * 16;
     e->own_first = (int64_t)dp->rank * e->S;
@@ -343,8 +343,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     DT_TRY_GOTO(setup_storage(e, o->split_backward));
     int64_t first = e->zero == 0 ? 0 : e->own_first;
     int64_t count = e->zero == 0 ? e->n_total : e->own_count;
-    const dt_param *params = dt_gpt_param(e->model, 0);
-    int n_params = dt_gpt_n_params(e->model);
+    const dt_param *params = dt_model_param(e->model, 0);
+    int n_params = dt_model_n_params(e->model);
     if (o->offload == DT_OFFLOAD_DISK) {
         char tag[32];
         snprintf(tag, sizeof tag, "r%d", o->world_rank);
@@ -358,8 +358,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     } else {
         DT_TRY_GOTO(dt_adamw_init(oc, params, n_params, first, count, mem, &e->opt));
     }
-    dt_gpt_hooks h = {.ctx = e, .enter = on_enter, .leave = on_leave};
-    dt_gpt_set_hooks(e->model, &h);
+    dt_model_hooks h = {.ctx = e, .enter = on_enter, .leave = on_leave};
+    dt_model_set_hooks(e->model, &h);
     *out = e;
     return DT_OK;
 fail:
@@ -387,7 +387,7 @@ void dt_engine_free(dt_engine *e) {
     dt_mem_release(e->mem, e->g_whole);
     dt_mem_release(e->mem, e->g_shard);
     dt_mem_release(e->mem, e->w_shard);
-    dt_gpt_free(e->model);
+    dt_model_free(e->model);
     free(e->counts);
     free(e->ufirst);
     free(e->ucount);
@@ -398,17 +398,17 @@ void dt_engine_free(dt_engine *e) {
     free(e);
 }
 
-dt_gpt *dt_engine_model(dt_engine *e) { return e->model; }
+dt_model *dt_engine_model(dt_engine *e) { return e->model; }
 
 /* ---- weights ---------------------------------------------------------------------------- */
 
 dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed) {
     if (e->zero == 3) { /* each rank makes only its shard: Philox needs no neighbours */
-        dt_param_init_range(dt_gpt_param(e->model, 0), dt_gpt_n_params(e->model), seed,
+        dt_param_init_range(dt_model_param(e->model, 0), dt_model_n_params(e->model), seed,
                             e->own_first, e->own_count, e->w_shard);
         invalidate_weights(e);
     } else {
-        dt_gpt_init_weights(e->model, seed);
+        dt_model_init_weights(e->model, seed);
     }
     return DT_OK;
 }
@@ -427,34 +427,31 @@ dt_status dt_engine_begin_step(dt_engine *e) {
         for (int i = 0; e->pipelined && !e->g_whole && i < n_persistent(e); i++)
             memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
     } else {
-        dt_gpt_zero_grad(e->model);
+        dt_model_zero_grad(e->model);
     }
     /* pipelined ZeRO 0/1 reduce in finish: the last micro-batch is not a unit-order event */
     e->comm_now = e->zero >= 2 || !e->pipelined;
     return DT_OK;
 }
 
-dt_status dt_engine_micro_batch(dt_engine *e, const int32_t *tokens, const int32_t *targets,
-                                int B, int T, float grad_scale, bool last, double *loss_sum) {
+dt_status dt_engine_micro_batch(dt_engine *e, const dt_batch *b, float grad_scale, bool last,
+                                double *loss_sum) {
     e->comm_now = e->zero >= 2 || last;
     if (e->zero >= 2) {
         DT_TRY(complete_all(e)); /* the persistent units' buffers are reused below */
         for (int i = 0; i < n_persistent(e); i++)
             memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
     }
-    DT_TRY(dt_gpt_forward(e->model, tokens, B, T));
-    DT_TRY(dt_gpt_loss(e->model, targets, B, T, grad_scale, true, loss_sum));
-    return dt_gpt_backward(e->model, tokens, B, T);
+    DT_TRY(dt_model_forward(e->model, b));
+    DT_TRY(dt_model_loss(e->model, b, grad_scale, true, loss_sum));
+    return dt_model_backward(e->model, b);
 }
 
-/* GPT-2 under pp: the embedding (first stage) and the head's copy of it (last stage) are one
- * tensor; each stage has its own gradient of it, reduced over dp. Both get the sum, so both
- * copies take the same AdamW update and stay bit-identical. */
-static dt_status sum_tied_gradients(dt_engine *e) {
-    if (!e->tied || e->tied->size < 2)
-        return DT_OK;
-    int i = dt_gpt_tied_copy(e->model) >= 0 ? dt_gpt_tied_copy(e->model) : 0;
-    const dt_param *p = dt_gpt_param(e->model, i);
+/* A tensor the first and last stage both hold (dt_model_tie: GPT-2's embedding on the first,
+ * the head's copy of it on the last) is one tensor; each stage has its own gradient of it,
+ * reduced over dp. Both get the sum, so both copies take the same AdamW update and stay
+ * bit-identical. */
+static dt_status sum_tied_gradient(dt_engine *e, const dt_param *p) {
     if (e->zero < 2)
         return dt_comm_allreduce_f32(e->tied, e->g_full + p->offset, p->numel, NULL);
     int P = e->dp->size, *counts = calloc((size_t)P, sizeof *counts);
@@ -474,6 +471,15 @@ static dt_status sum_tied_gradients(dt_engine *e) {
     dt_mem_release(e->mem, full);
     free(counts);
     return st;
+}
+
+static dt_status sum_tied_gradients(dt_engine *e) {
+    if (!e->tied || e->tied->size < 2)
+        return DT_OK;
+    for (int k = 0; k < dt_model_n_ties(e->model); k++)
+        DT_TRY(sum_tied_gradient(e, dt_model_param(e->model,
+                                                   dt_model_tie_at(e->model, k).param)));
+    return DT_OK;
 }
 
 dt_status dt_engine_finish(dt_engine *e) {
@@ -499,16 +505,16 @@ dt_status dt_engine_finish(dt_engine *e) {
 }
 
 /* Sum of squares of arena elements [first, first + count) held in g[0 ..): tensors split
- * over tp count on every tp rank, replicated ones only on tp rank 0, and GPT-2's head copy of
- * the embedding not at all (its stage-0 original counts), so the tp and pp sums count each
- * element of the full model once. */
+ * over tp count on every tp rank, replicated ones only on tp rank 0, and tied copies not at
+ * all (the other stage's original counts), so the tp and pp sums count each element of the
+ * full model once. */
 static double sumsq_counted_once(const dt_engine *e, const float *g, int64_t first,
                                  int64_t count) {
-    dt_comm *tp = dt_gpt_par(e->model)->tp;
+    dt_comm *tp = dt_model_tp(e->model);
     double s = 0;
-    for (int i = 0; i < dt_gpt_n_params(e->model); i++) {
-        const dt_param *p = dt_gpt_param(e->model, i);
-        if ((p->shard.kind == DT_SHARD_NONE && tp->rank != 0) || i == dt_gpt_tied_copy(e->model))
+    for (int i = 0; i < dt_model_n_params(e->model); i++) {
+        const dt_param *p = dt_model_param(e->model, i);
+        if ((p->shard.kind == DT_SHARD_NONE && tp->rank != 0) || dt_model_is_copy(e->model, i))
             continue;
         int64_t n = overlap(p->offset, p->numel, first, count);
         if (n > 0) {
@@ -527,7 +533,7 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
         s = sumsq_counted_once(e, e->g_shard, e->own_first, e->own_count);
         DT_TRY(dt_comm_allreduce_f64(e->dp, &s, 1));
     }
-    DT_TRY(dt_comm_allreduce_f64(dt_gpt_par(e->model)->tp, &s, 1));
+    DT_TRY(dt_comm_allreduce_f64(dt_model_tp(e->model), &s, 1));
     if (e->pp)
         DT_TRY(dt_comm_allreduce_f64(e->pp, &s, 1));
     *norm = sqrt(s);
@@ -541,7 +547,7 @@ dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
         DT_TRY(dt_adamw_step(e->opt, e->w_full, e->g_full, e->mm == DT_BF16 ? e->lp_full : NULL,
                              lr, grad_scale));
         if (e->mm == DT_F16)
-            dt_gpt_sync_lp(e->model);
+            dt_model_sync_lp(e->model);
         return DT_OK;
     case 3:
         invalidate_weights(e);
@@ -551,17 +557,16 @@ dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
         DT_TRY(dt_adamw_step(e->opt, e->w_full + e->own_first, g, NULL, lr, grad_scale));
         DT_TRY(dt_comm_allgather_f32(e->dp, e->w_full + e->own_first, e->w_full,
                                      counts_of(e, e->n_units), NULL));
-        dt_gpt_sync_lp(e->model);
+        dt_model_sync_lp(e->model);
         return DT_OK;
     }
     }
 }
 
-dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *targets, int B,
-                         int T, double *loss_sum) {
-    DT_TRY(dt_gpt_forward(e->model, tokens, B, T));
-    DT_TRY(dt_gpt_loss(e->model, targets, B, T, 0.0f, false, loss_sum));
-    dt_gpt_drop_saved(e->model);
+dt_status dt_engine_eval(dt_engine *e, const dt_batch *b, double *loss_sum) {
+    DT_TRY(dt_model_forward(e->model, b));
+    DT_TRY(dt_model_loss(e->model, b, 0.0f, false, loss_sum));
+    dt_model_drop_saved(e->model);
     return DT_OK;
 }
 
@@ -584,7 +589,7 @@ static dt_status gather_local(dt_engine *e, const float *own_or_full, bool shard
 static dt_status gather_one(dt_engine *e, const float *src, bool sharded, float *local,
                             float *full) {
     DT_TRY(gather_local(e, src, sharded, local));
-    return dt_gpt_gather_full(e->model, local, full);
+    return dt_model_gather_full(e->model, local, full);
 }
 
 /* One moment (v: the second): in memory it is gathered as it is; offloaded it is first read
@@ -597,7 +602,7 @@ static dt_status gather_moment(dt_engine *e, bool v, float *local, float *full) 
         return gather_one(e, mine, e->zero > 0, local, full);
     if (e->zero == 0) {
         dt_status read = dt_adamw_get_moments(e->opt, v ? NULL : local, v ? local : NULL);
-        dt_status st = dt_gpt_gather_full(e->model, local, full);
+        dt_status st = dt_model_gather_full(e->model, local, full);
         return read != DT_OK ? read : st;
     }
     DT_TRY(alloc(e, DT_MEM_TEMP, "state.offload", (size_t)e->own_count * sizeof(float), &tmp));
@@ -628,10 +633,10 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
     DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
     size_t own = (size_t)e->own_count * sizeof(float), all = (size_t)e->n_total * sizeof(float);
     if (w) {
-        dt_gpt_take_shard(e->model, w, local);
+        dt_model_take_shard(e->model, w, local);
         if (e->zero < 3) {
             memcpy(e->w_full, local, all);
-            dt_gpt_sync_lp(e->model);
+            dt_model_sync_lp(e->model);
         } else {
             memcpy(e->w_shard, local + e->own_first, own);
             invalidate_weights(e);
@@ -640,11 +645,11 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
     int64_t first = e->zero == 0 ? 0 : e->own_first;
     dt_status st = DT_OK;
     if (m) {
-        dt_gpt_take_shard(e->model, m, local);
+        dt_model_take_shard(e->model, m, local);
         st = dt_adamw_set_moments(e->opt, local + first, NULL);
     }
     if (st == DT_OK && v) {
-        dt_gpt_take_shard(e->model, v, local);
+        dt_model_take_shard(e->model, v, local);
         st = dt_adamw_set_moments(e->opt, NULL, local + first);
     }
     dt_mem_release(e->mem, local);
@@ -694,7 +699,7 @@ dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded) {
     (void)v;
     if (loaded) {
         if (e->zero < 3)
-            dt_gpt_sync_lp(e->model);
+            dt_model_sync_lp(e->model);
         else
             invalidate_weights(e);
     }

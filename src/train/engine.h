@@ -12,7 +12,7 @@
  *                  block's gather posted ahead so it overlaps compute
  * The shard of rank r is arena elements [r S, (r+1) S), S = ceil(n / dp) rounded to 16
  * floats; ranks past the end own fewer (padding handled, never asserted away). Embedding and
- * final units (GPT-2's tied embedding is also its LM head) stay gathered for the whole step.
+ * final units (a language model's embedding and head) stay gathered for the whole step.
  * Gradients accumulate over micro-batches; stages 0-1 communicate on the last micro-batch
  * only, stages 2-3 on every one (their full gradients do not outlive a unit).
  */
@@ -25,7 +25,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/mem.h"
-#include "models/gpt.h"
+#include "models/model.h"
 
 typedef struct dt_engine dt_engine;
 
@@ -35,10 +35,11 @@ typedef struct dt_engine_opts {
     bool overlap; /* false: reduce after backward (stages 0-1) or at once (2-3), to compare */
     dt_precision precision;
     int B, T; /* micro-batch shape */
-    dt_comm *tp, *sp; /* the model's splits (borrowed; NULL = none), see dt_gpt_opts */
+    dt_comm *tp, *sp; /* the model's splits (borrowed; NULL = none), see dt_model_opts */
     bool sequence_tp;
-    /* Pipeline (dt_gpt_opts): units held, activation slots, the pp group, and the group of
-     * the two stages holding GPT-2's tied embedding and head copy (NULL or size 1: none).
+    /* Pipeline (dt_model_opts): units held, activation slots, the pp group, and the group of
+     * the first and last stage, over which the model's tied tensors (dt_model_tie) are summed
+     * (NULL or size 1: none).
      * With pp > 1 the step is driven by a pipeline executor: gradients of ZeRO 0/1 and of the
      * embedding/final units are reduced in dt_engine_finish, after the last micro-batch. */
     const bool *units;
@@ -46,7 +47,7 @@ typedef struct dt_engine_opts {
     dt_comm *pp, *tied;
     bool split_backward; /* zero-bubble schedules (W actions); with ZeRO 2/3 the gradients
                           * are then kept whole over the step (see engine.c) */
-    dt_ac_mode ac;       /* activation checkpointing and storage, see dt_gpt_opts */
+    dt_ac_mode ac;       /* activation checkpointing and storage, see dt_model_opts */
     int ac_every;
     dt_act_compress act_compress;
 
@@ -57,29 +58,31 @@ typedef struct dt_engine_opts {
     const char *offload_dir; /* borrowed for init */
     float offload_window_mb;
     int world_rank;
+    /* how the model is built from mc and the engine's dt_model_opts (NULL: dt_model_create,
+     * by model.arch; a test passes its own model) */
+    dt_model_create_fn create;
 } dt_engine_opts;
 
 /* Collective over dp: the ranks that hold the same weights (dp x sp under Ulysses). */
 dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                          const dt_engine_opts *o, dt_comm *dp, dt_mem *mem, dt_engine **out);
 void dt_engine_free(dt_engine *e);
-dt_gpt *dt_engine_model(dt_engine *e);
+dt_model *dt_engine_model(dt_engine *e);
 
 dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed);
 
 /* One optimizer step: begin, micro_batch x n, finish (waits for every reduction), then
  * grad_norm and apply. `last` marks the step's last micro-batch. */
 dt_status dt_engine_begin_step(dt_engine *e);
-dt_status dt_engine_micro_batch(dt_engine *e, const int32_t *tokens, const int32_t *targets,
-                                int B, int T, float grad_scale, bool last, double *loss_sum);
+dt_status dt_engine_micro_batch(dt_engine *e, const dt_batch *b, float grad_scale, bool last,
+                                double *loss_sum);
 dt_status dt_engine_finish(dt_engine *e);
 dt_status dt_engine_grad_norm(dt_engine *e, double *norm); /* global, over all shards */
 dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale);
 /* Loss without gradients (evaluation). */
-dt_status dt_engine_eval(dt_engine *e, const int32_t *tokens, const int32_t *targets, int B,
-                         int T, double *loss_sum);
+dt_status dt_engine_eval(dt_engine *e, const dt_batch *b, double *loss_sum);
 
-/* Full-arena copies (dt_gpt_full_numel floats) of weights and AdamW moments (collective over
+/* Full-arena copies (dt_model_full_numel floats) of weights and AdamW moments (collective over
  * dp and tp; any pointer may be NULL) and their inverse, so checkpoints are the same files
  * whatever the layout, offloaded or not. */
 dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v);

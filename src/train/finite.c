@@ -7,11 +7,11 @@
 #include "core/comm.h"
 #include "train/engine.h"
 
-bool dt_finite_first_bad(const dt_gpt *g, bool full, const float *x, int64_t first,
+bool dt_finite_first_bad(const dt_model *g, bool full, const float *x, int64_t first,
                          int64_t count, char *where, size_t n) {
-    int np = full ? dt_gpt_n_full_params(g) : dt_gpt_n_params(g);
+    int np = full ? dt_model_n_full_params(g) : dt_model_n_params(g);
     for (int i = 0; i < np; i++) {
-        const dt_param *p = full ? dt_gpt_full_param(g, i) : dt_gpt_param(g, i);
+        const dt_param *p = full ? dt_model_full_param(g, i) : dt_model_param(g, i);
         int64_t a = p->offset > first ? p->offset : first;
         int64_t b = p->offset + p->numel < first + count ? p->offset + p->numel : first + count;
         for (int64_t e = a; e < b; e++)

@@ -11,13 +11,13 @@
 #include <stdint.h>
 
 #include "core/comm.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "train/engine.h"
 
 /* Scans arena elements [first, first + count) held at x[0 ..), of the local table (full =
  * false) or the one-process table (full = true) of g. Returns whether one is non-finite; then
  * `where` holds "TENSOR[i] = value" (i: the element within the tensor's local shard). */
-bool dt_finite_first_bad(const dt_gpt *g, bool full, const float *x, int64_t first,
+bool dt_finite_first_bad(const dt_model *g, bool full, const float *x, int64_t first,
                          int64_t count, char *where, size_t n);
 
 /* Collective over world: OK when every weight of the engine is finite, else an error naming

@@ -15,7 +15,7 @@ struct dt_pipeline {
     const dt_schedule *s;
     const dt_stage_plan *plan;
     dt_comm *pp;
-    dt_gpt *model;
+    dt_model *model;
     int rank, n_slots, n_mb;
     bool split; /* the schedule has W actions */
     slot_state *slots;
@@ -95,7 +95,7 @@ static int tag_of(const dt_pipeline *p, int kind, int chunk, int mb) {
 }
 
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_gpt *model, int n_slots, int B, int T, dt_mem *mem,
+                           dt_model *model, int n_slots, int B, int T, dt_mem *mem,
                            dt_pipeline **out) {
     *out = NULL;
     if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
@@ -128,7 +128,7 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     if (!p->slots || !p->slot_of || !p->recv_act || !p->recv_grad || !p->inbox_of ||
         !p->inbox || !p->inbox_busy)
         st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
-    size_t bytes = (size_t)dt_gpt_boundary_count(model, B, T) * sizeof(float);
+    size_t bytes = (size_t)dt_model_boundary_count(model, B, T) * sizeof(float);
     for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
         st = dt_mem_alloc(mem, DT_MEM_COMM, "pipeline.inbox", bytes, (void **)&p->inbox[i]);
     if (st != DT_OK) {
@@ -199,7 +199,14 @@ static int first_unit(const dt_pipeline *p, int chunk) { return p->plan->first[c
 static int end_unit(const dt_pipeline *p, int chunk) { return p->plan->first[chunk + 1]; }
 
 static int64_t boundary_bytes(const dt_pipeline *p, const dt_pipeline_batch *b) {
-    return dt_gpt_boundary_count(p->model, b->B, b->T) * (int64_t)sizeof(float);
+    return dt_model_boundary_count(p->model, b->B, b->T) * (int64_t)sizeof(float);
+}
+
+/* micro-batch mb of the step's batch */
+static dt_batch micro_batch(const dt_pipeline_batch *b, int mb) {
+    return (dt_batch){.input = (const char *)b->inputs + (size_t)mb * b->input_bytes,
+                      .target = (const char *)b->targets + (size_t)mb * b->target_bytes,
+                      .B = b->B, .T = b->T};
 }
 
 /* ---- one step ------------------------------------------------------------------------------ */
@@ -234,9 +241,9 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
                             const dt_pipeline_batch *b, dt_trace *trace, int step,
                             double *loss_sum) {
     int c = a->stage, mb = a->mb, k = idx(p, c, mb), slot = -1, last = p->plan->n_chunks - 1;
-    int64_t tokens = (int64_t)mb * b->B * b->T, bytes = boundary_bytes(p, b);
-    const int32_t *in = b->inputs + tokens, *tg = b->targets + tokens;
-    dt_gpt *g = p->model;
+    int64_t bytes = boundary_bytes(p, b);
+    const dt_batch in = micro_batch(b, mb);
+    dt_model *g = p->model;
     double t0 = trace ? dt_trace_now(trace) : 0;
     /* the model's hooks set the phase; trace steps count from 0, the timeline's from 1 */
     dt_mem_set_context(p->mem, step + 1, dt_mem_phase_now(p->mem), mb);
@@ -257,48 +264,48 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         DT_TRY(slot_acquire(p, c, mb, trace, step, &slot));
         if (p->inbox_of[k] >= 0) { /* the input arrived ahead: into the slot */
             DT_TRY(wait_traced(p, &p->recv_act[k], DT_SPAN_RECV, c, mb, trace, step));
-            memcpy(dt_gpt_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
+            memcpy(dt_model_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
                    p->inbox[p->inbox_of[k]], (size_t)bytes);
             p->inbox_busy[p->inbox_of[k]] = false;
             p->inbox_of[k] = -1;
         }
         t0 = trace ? dt_trace_now(trace) : 0;
-        DT_TRY(dt_gpt_forward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T));
+        DT_TRY(dt_model_forward_units(g, slot, first_unit(p, c), end_unit(p, c), &in));
         if (c == last) {
             double part;
-            DT_TRY(dt_gpt_loss_slot(g, slot, tg, b->B, b->T, b->grad_scale, true, &part));
+            DT_TRY(dt_model_loss_slot(g, slot, &in, b->grad_scale, true, &part));
             *loss_sum += part;
         }
         return dt_trace_add(trace, DT_SPAN_FORWARD, c, mb, step, t0, dt_trace_now(trace));
     case DT_SCHED_OP_SEND_ACT:
         slot = p->slot_of[k];
-        return dt_comm_send(p->pp, dt_gpt_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T),
+        return dt_comm_send(p->pp, dt_model_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T),
                             bytes, peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb),
                             &p->slots[slot].sends[0]);
     case DT_SCHED_OP_RECV_GRAD:
         slot = p->slot_of[k];
-        return dt_comm_recv(p->pp, dt_gpt_boundary_grad(g, slot, b->B, b->T), bytes,
+        return dt_comm_recv(p->pp, dt_model_boundary_grad(g, slot, b->B, b->T), bytes,
                             peer_of(p, c + 1), tag_of(p, MSG_GRAD, c, mb), &p->recv_grad[k]);
     case DT_SCHED_OP_B:
         slot = p->slot_of[k];
         DT_TRY(wait_traced(p, &p->recv_grad[k], DT_SPAN_RECV, c, mb, trace, step));
         t0 = trace ? dt_trace_now(trace) : 0;
-        DT_TRY(dt_gpt_backward_units(g, slot, first_unit(p, c), end_unit(p, c), in, b->B, b->T,
-                                     p->split));
+        DT_TRY(dt_model_backward_units(g, slot, first_unit(p, c), end_unit(p, c), &in,
+                                       p->split));
         DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
         if (gives_slot(a, p->split)) /* chunk 0: nothing to send, the slot is free */
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_W:
         slot = p->slot_of[k];
-        DT_TRY(dt_gpt_weight_units(g, slot, first_unit(p, c), end_unit(p, c), b->B, b->T));
+        DT_TRY(dt_model_weight_units(g, slot, first_unit(p, c), end_unit(p, c), &in));
         DT_TRY(dt_trace_add(trace, DT_SPAN_WEIGHT, c, mb, step, t0, dt_trace_now(trace)));
         if (gives_slot(a, p->split))
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
         slot = p->slot_of[k];
-        DT_TRY(dt_comm_send(p->pp, dt_gpt_boundary_grad(g, slot, b->B, b->T), bytes,
+        DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, slot, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
                             &p->slots[slot].sends[1]));
         if (gives_slot(a, p->split)) /* reusable once the send completes (slot_acquire waits) */
@@ -331,26 +338,25 @@ dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
     *loss_sum = 0;
     int last = p->plan->n_chunks - 1;
     int64_t bytes = boundary_bytes(p, b);
-    dt_gpt *g = p->model;
+    dt_model *g = p->model;
     for (int mb = 0; mb < n_mb; mb++) {
-        const int32_t *in = b->inputs + (int64_t)mb * b->B * b->T;
-        const int32_t *tg = b->targets + (int64_t)mb * b->B * b->T;
+        const dt_batch in = micro_batch(b, mb);
         for (int c = p->rank; c <= last; c += p->s->pp) {
             int u0 = first_unit(p, c), u1 = end_unit(p, c);
             if (c > 0)
-                DT_TRY(dt_comm_recv(p->pp, dt_gpt_boundary(g, 0, u0 - 1, b->B, b->T), bytes,
+                DT_TRY(dt_comm_recv(p->pp, dt_model_boundary(g, 0, u0 - 1, b->B, b->T), bytes,
                                     peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb), NULL));
-            DT_TRY(dt_gpt_forward_units(g, 0, u0, u1, in, b->B, b->T));
+            DT_TRY(dt_model_forward_units(g, 0, u0, u1, &in));
             if (c < last) {
-                DT_TRY(dt_comm_send(p->pp, dt_gpt_boundary(g, 0, u1 - 1, b->B, b->T), bytes,
+                DT_TRY(dt_comm_send(p->pp, dt_model_boundary(g, 0, u1 - 1, b->B, b->T), bytes,
                                     peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb), NULL));
             } else {
                 double part;
-                DT_TRY(dt_gpt_loss_slot(g, 0, tg, b->B, b->T, 0.0f, false, &part));
+                DT_TRY(dt_model_loss_slot(g, 0, &in, 0.0f, false, &part));
                 *loss_sum += part;
             }
         }
     }
-    dt_gpt_drop_saved(g);
+    dt_model_drop_saved(g);
     return DT_OK;
 }

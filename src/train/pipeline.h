@@ -15,10 +15,11 @@
 #ifndef DT_TRAIN_PIPELINE_H
 #define DT_TRAIN_PIPELINE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/comm.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "plan/schedule.h"
 #include "plan/stages.h"
 #include "train/trace.h"
@@ -36,13 +37,17 @@ bool dt_pipeline_split(const dt_schedule *s);
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
  * slots. Borrows all. */
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_gpt *model, int n_slots, int B, int T, dt_mem *mem,
+                           dt_model *model, int n_slots, int B, int T, dt_mem *mem,
                            dt_pipeline **out);
 void dt_pipeline_free(dt_pipeline *p);
 
+/* The step's micro-batches, one after another: micro-batch mb's input at byte
+ * mb * input_bytes of inputs, its target at mb * target_bytes of targets (dt_batch says what
+ * the model reads there). */
 typedef struct dt_pipeline_batch {
-    const int32_t *inputs, *targets; /* [n_mb][B * T] */
-    int B, T;                        /* one micro-batch */
+    const void *inputs, *targets;
+    size_t input_bytes, target_bytes; /* of one micro-batch */
+    int B, T;                         /* one micro-batch */
     float grad_scale;
 } dt_pipeline_batch;
 

@@ -36,9 +36,9 @@ static int32_t draw(const float *logits, int V, float temperature, uint64_t seed
     return V - 1;
 }
 
-dt_status dt_sample_tokens(dt_gpt *g, int context, const int32_t *prompt, int n_prompt,
+dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int n_prompt,
                            int n_new, float temperature, uint64_t seed, int32_t *out) {
-    int V = dt_gpt_config(g)->vocab_size, total = n_prompt + n_new;
+    int V = dt_model_cfg(g)->vocab_size, total = n_prompt + n_new;
     int32_t *seq = malloc((size_t)total * sizeof *seq);
     float *logits = malloc((size_t)V * sizeof *logits);
     dt_status st = DT_OK;
@@ -49,7 +49,7 @@ dt_status dt_sample_tokens(dt_gpt *g, int context, const int32_t *prompt, int n_
     memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     for (int i = n_prompt; i < total; i++) {
         int start = i > context ? i - context : 0;
-        st = dt_gpt_logits_last(g, seq + start, i - start, logits);
+        st = dt_model_logits_last(g, seq + start, i - start, logits);
         if (st != DT_OK)
             break;
         seq[i] = draw(logits, V, temperature, seed, i);
@@ -87,20 +87,20 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
     dt_config cfg;
     dt_config_defaults(&cfg);
     DT_TRY(sharded ? dt_ckpt_model_config(checkpoint, &cfg.model)
-                   : dt_gpt_config_from_file(path, &cfg.model));
+                   : dt_model_config_from_file(path, &cfg.model));
     DT_TRY(dt_ckpt_check_shape(&cfg.model, sharded ? checkpoint : path));
     dt_mem *mem = NULL;
-    dt_gpt *g = NULL;
+    dt_model *g = NULL;
     int32_t *tok = NULL, *out = NULL;
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&mem));
     int T = cfg.model.max_seq_len;
-    dt_gpt_opts opts = {.B = 1, .T = T, .precision = DT_PREC_FP32};
-    DT_TRY_GOTO(dt_gpt_init(&cfg.model, &opts, mem, &g));
+    dt_model_opts opts = {.B = 1, .T = T, .precision = DT_PREC_FP32};
+    DT_TRY_GOTO(dt_model_create(&cfg.model, &opts, mem, &g));
     if (sharded)
-        DT_TRY_GOTO(dt_ckpt_load_weights(checkpoint, g, dt_gpt_weights(g)));
+        DT_TRY_GOTO(dt_ckpt_load_weights(checkpoint, g, dt_model_weights(g)));
     else
-        DT_TRY_GOTO(dt_gpt_load(g, dt_gpt_weights(g), path));
+        DT_TRY_GOTO(dt_model_load(g, dt_model_weights(g), path));
     int n_prompt = prompt && *prompt ? (int)strlen(prompt) : 1;
     tok = malloc((size_t)n_prompt * sizeof *tok);
     out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);
@@ -123,7 +123,7 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
 fail:
     free(tok);
     free(out);
-    dt_gpt_free(g);
+    dt_model_free(g);
     dt_mem_free(mem);
     return st;
 }

@@ -26,7 +26,7 @@ typedef struct trainer {
     const dt_config *cfg;
     dt_comm *world; /* borrowed */
     dt_booster *booster;
-    dt_gpt *model;  /* borrowed */
+    dt_model *model;  /* borrowed */
     FILE *metrics;
     double peak_flops;
     dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
@@ -180,8 +180,8 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     const dt_config *c = t->cfg;
     double tps = (double)c->train.batch_size * c->train.seq_len / r->seconds;
     /* per rank: its share of the tokens against its own matmul peak */
-    double mfu = dt_gpt_flops_per_token(t->model, c->train.seq_len) * tps / t->world->size /
-                 t->peak_flops;
+    double mfu = dt_model_flops_per_sample(t->model, c->train.seq_len) * c->train.batch_size /
+                 r->seconds / t->world->size / t->peak_flops;
     size_t peak = dt_mem_peak_total(dt_booster_mem(t->booster));
     long long step = (long long)r->step;
     bool fp16 = c->plugin.precision == DT_PREC_FP16;
@@ -394,11 +394,11 @@ static dt_status finish(trainer *t) {
 static dt_status run(trainer *t) {
     const dt_config *c = t->cfg;
     DT_TRY(setup(t));
-    dt_info("model %s: %d layers, %d heads (%d kv), n_embd %d, vocab %d | %.2fM parameters | "
-            "%s | batch %d x %d tokens (micro-batch %d per rank) | %d ranks: dp %d, ZeRO %d",
-            dt_arch_name(c->model.arch), c->model.n_layer, c->model.n_head,
-            dt_gpt_kv_heads(&c->model), c->model.n_embd, c->model.vocab_size,
-            dt_gpt_full_numel(t->model) / 1e6, dt_precision_name(c->plugin.precision),
+    char shape[256];
+    dt_model_describe(t->model, shape, sizeof shape);
+    dt_info("model %s: %s | %.2fM parameters | %s | batch %d x %d tokens (micro-batch %d per "
+            "rank) | %d ranks: dp %d, ZeRO %d", dt_arch_name(c->model.arch), shape,
+            dt_model_full_numel(t->model) / 1e6, dt_precision_name(c->plugin.precision),
             c->train.batch_size, c->train.seq_len, dt_booster_micro_batch(t->booster),
             t->world->size, dt_booster_dp_size(t->booster), dt_config_zero_stage(c));
     dt_info("matmul peak measured now: %.1f GFLOP/s per rank (%s)", t->peak_flops / 1e9,

@@ -8,7 +8,7 @@
 
 #include "core/comm.h"
 #include "core/config.h"
-#include "models/gpt.h"
+#include "models/model.h"
 
 /* Validates cfg and the layout, trains, and returns the first error with its message set;
  * every rank returns the same status and message, except when *stranded is set: a step
@@ -17,7 +17,7 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded);
 
 /* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
  * cropped to the last `context` tokens). out: [n_new] new tokens. */
-dt_status dt_sample_tokens(dt_gpt *g, int context, const int32_t *prompt, int n_prompt,
+dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int n_prompt,
                            int n_new, float temperature, uint64_t seed, int32_t *out);
 /* Print tokens: bytes when the vocabulary is byte-level (256), else space-separated ids. */
 void dt_sample_print(const int32_t *tok, int n, int vocab_size);

@@ -134,3 +134,7 @@ set_tests_properties(train/ckpt_memory PROPERTIES LABELS "train;mpi" TIMEOUT 600
 add_test(NAME train/bad_inputs
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/bad_inputs.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/bad_inputs PROPERTIES LABELS "train" TIMEOUT 600)
+
+# The engine (ZeRO 0-3, micro-batches, the tied sum) and the pipeline executor through the
+# model interface alone, on a toy model that is not GPT, against its closed-form gradients.
+dt_add_mpi_test(train mpi_test_model_seam "train;mpi")

@@ -1,0 +1,336 @@
+/* The model interface: what the engine, the pipeline executor, checkpoints, the booster and
+ * the sampler know of a model. A model is a table of operations (dt_model_ops) and the
+ * implementation's own state (`self`), as a ggml backend is; GPT-2 and Llama (models/gpt*.c)
+ * implement it, and dt_model_create picks the implementation by model.arch, so src/train/
+ * names no model. Slots marked (optional) may be NULL; the dt_model_* wrappers below are the
+ * calls, and say what an absent slot means.
+ *
+ * A model is cut into UNITS, the granularity at which an engine moves weights and gradients
+ * (GPT: the embeddings, each block, the final norm and head). Global units are numbered in
+ * forward order; a rank holds some of them (all, or its pipeline stages') under LOCAL ids
+ * 0..n_units-1 in global order, each a contiguous range of the local parameter arena whose
+ * storage the engine may rebind (ZeRO-2/3 buffers). Forward and backward run by global unit
+ * range and micro-batch slot; hooks around every unit's work let the engine gather weights
+ * just in time and reduce gradients as soon as they are complete.
+ * Single-threaded control, as the implementations.
+ */
+#ifndef DT_MODELS_MODEL_H
+#define DT_MODELS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/dtype.h"
+#include "core/mem.h"
+#include "core/param.h"
+#include "core/status.h"
+
+/* How a model is built: the largest micro-batch, precision, what the caller binds, the splits
+ * it runs under. Zero fields mean fp32 inference on one process holding every unit; B and T
+ * must be set. */
+typedef struct dt_model_opts {
+    int B, T;               /* the largest micro-batch the model will see */
+    dt_precision precision;
+    bool training;          /* false: no gradients, no backward scratch */
+    bool external_weights;  /* the caller binds each unit's weights (ZeRO-3 gathers them) */
+    bool external_grads;    /* the caller binds each unit's gradients (ZeRO-2/3 buckets) */
+    /* Splits (borrowed; NULL = not split). tp: heads, MLP columns and the vocabulary;
+     * sp: Ulysses sequence parallelism; sequence_tp: Megatron-SP over the tp ranks. */
+    dt_comm *tp, *sp;
+    bool sequence_tp;
+    /* Pipeline stages: the global units this rank holds (one flag per global unit, NULL =
+     * all), the micro-batches whose activations it holds at once (0 = 1), and the pipeline
+     * group (borrowed; NULL = none), over which whole-model gathers are completed. */
+    const bool *units;
+    int n_slots;
+    dt_comm *pp;
+    bool split_backward; /* keep what weight_units needs, per slot (zero-bubble) */
+    /* Activation memory: checkpointing of block l when l % ac_every == 0 (0 = 1), and int8
+     * storage of the saved tensors. Gradients stay bit-identical to DT_AC_NONE; int8 storage
+     * approximates them. */
+    dt_ac_mode ac;
+    int ac_every;
+    dt_act_compress act_compress;
+} dt_model_opts;
+
+typedef enum dt_model_phase {
+    DT_PHASE_FORWARD,
+    DT_PHASE_HEAD,     /* the output layer and loss (and its gradient, when training) */
+    DT_PHASE_BACKWARD, /* on leave, the unit's gradients are complete for this micro-batch
+                        * (split backward: its input gradient; the weights' come later) */
+    DT_PHASE_WEIGHTS,  /* split backward's weight-gradient pass */
+    DT_PHASE_COUNT
+} dt_model_phase;
+
+/* Called around every unit's work (local unit ids), so an engine can gather weights just in
+ * time, prefetch the next unit, and reduce gradients as soon as they are complete. Either
+ * may be NULL. */
+typedef struct dt_model_hooks {
+    void *ctx;
+    dt_status (*enter)(void *ctx, int unit, dt_model_phase phase);
+    dt_status (*leave)(void *ctx, int unit, dt_model_phase phase);
+} dt_model_hooks;
+
+/* One micro-batch as the model reads it. The engine and the pipeline only pass it on; what
+ * input and target hold is the model's business: GPT reads int32 token ids [B, T] and int32
+ * next-token targets [B, T] (< 0: ignored); a video model may read float clips and their
+ * regression targets. target may be NULL where no loss is taken. Borrowed. */
+typedef struct dt_batch {
+    const void *input, *target;
+    int B, T; /* samples, and positions per sample (tokens; a DiT's patches) */
+} dt_batch;
+
+/* A tensor two pipeline stages both hold (GPT-2's token embedding on the first stage, which
+ * is also the LM head on the last). Their gradients are summed over the engine's `tied`
+ * group (the first and last stage of a replica) after each step, so both take the same
+ * update and stay bit-identical. `copy`: this stage's tensor duplicates one the other stage
+ * holds: not saved, and not counted in the gradient norm. Both stages list their ties in the
+ * same order; a stage outside the group, or a model without ties, lists none. */
+typedef struct dt_model_tie {
+    int param; /* local table index */
+    bool copy;
+} dt_model_tie;
+
+/* A named size of the model's shape (recorded in checkpoint manifests and compared when a
+ * checkpoint is loaded), e.g. {"n_layer", 12}. key: a static string. */
+typedef struct dt_model_size {
+    const char *key;
+    int64_t value;
+} dt_model_size;
+enum { DT_MODEL_MAX_SIZES = 16 };
+
+typedef struct dt_model_ops {
+    void (*free)(void *self);
+    const dt_model_config *(*config)(const void *self);
+
+    /* units (local ids) and their storage */
+    int (*n_units)(const void *self);
+    void (*unit_range)(const void *self, int unit, int64_t *first, int64_t *count);
+    /* point a unit's views at storage holding its range (w[0] is arena element `first`);
+     * NULL leaves that kind of view as it is */
+    void (*bind_unit)(void *self, int unit, float *w, float *grad, dt_bf16 *w_lp);
+    void (*set_hooks)(void *self, const dt_model_hooks *hooks);
+
+    /* parameter tables: this rank's (the local arena) and the single process's (files) */
+    int (*n_params)(const void *self);
+    const dt_param *(*param)(const void *self, int i);
+    int (*n_full_params)(const void *self);
+    const dt_param *(*full_param)(const void *self, int i);
+    int64_t (*numel)(const void *self);      /* the local arena */
+    int64_t (*full_numel)(const void *self); /* the single process's arena */
+    float *(*weights)(void *self);     /* NULL with external weights */
+    float *(*grads)(void *self);       /* NULL when not training or with external grads */
+    dt_bf16 *(*weights_lp)(void *self); /* 16-bit copy; NULL in fp32 or with external weights */
+    /* the group the tables' shard specs split over (tp; a size-1 comm when not split) */
+    dt_comm *(*tp)(const void *self);
+    /* tied tensors held here (see dt_model_tie): how many, and the i-th */
+    int (*n_ties)(const void *self);
+    dt_model_tie (*tie)(const void *self, int i);
+
+    /* weights */
+    void (*init_weights)(void *self, uint64_t seed); /* own arena, reproducible from seed */
+    void (*sync_lp)(void *self); /* refresh the 16-bit copy after the fp32 weights changed */
+    void (*zero_grad)(void *self);
+
+    /* Forward over global units [u0, u1) (all held here) on micro-batch slot `slot`: unit 0
+     * reads the batch's input, a later first unit the boundary tensor at position u0 - 1;
+     * the chunk leaves its output at position u1 - 1 (the last unit: ready for loss_slot). */
+    dt_status (*forward_units)(void *self, int slot, int u0, int u1, const dt_batch *b);
+    /* The loss of the slot's last forward (which must be the last forward this rank ran)
+     * against b->target: loss_sum = the sum of per-position losses; with backward, the
+     * gradient of grad_scale * loss_sum is started (continued by backward_units). */
+    dt_status (*loss_slot)(void *self, int slot, const dt_batch *b, float grad_scale,
+                           bool backward, double *loss_sum);
+    /* Backward over [u0, u1): from the loss gradient when u1 is the last global unit, else
+     * from the gradient of its output placed in boundary_grad; leaves the gradient of its
+     * input there. Gradients accumulate. split: input gradients only (and cheap ones), the
+     * matmuls' weight gradients come from weight_units later (a model built with
+     * split_backward). */
+    dt_status (*backward_units)(void *self, int slot, int u0, int u1, const dt_batch *b,
+                                bool split);
+    /* (optional: no split backward) the weight gradients split backward left out */
+    dt_status (*weight_units)(void *self, int slot, int u0, int u1, const dt_batch *b);
+    /* activations and gradients crossing a chunk boundary: boundary_count floats each */
+    int64_t (*boundary_count)(const void *self, int B, int T);
+    float *(*boundary)(void *self, int slot, int position, int B, int T);
+    float *(*boundary_grad)(void *self, int slot, int B, int T);
+    /* after forwards no backward follows (evaluation): every slot's saved activations are no
+     * longer needed */
+    void (*drop_saved)(void *self);
+
+    /* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
+    dt_status (*gather_full)(void *self, const float *local, float *full);
+    /* this rank's local arena out of a full one (no communication) */
+    void (*take_shard)(const void *self, const float *full, float *local);
+
+    /* model FLOPs of one sample's forward and backward at sequence length T (for MFU) */
+    double (*flops_per_sample)(const void *self, int T);
+    /* Weights in the model's exchange format (GPT: HuggingFace safetensors), over FULL arenas
+     * (full_numel floats); load fills a whole arena of the model (numel floats). */
+    dt_status (*save)(const void *self, const float *weights, const char *path);
+    dt_status (*load)(const void *self, float *weights, const char *path);
+    /* the named sizes of the shape, in a fixed order; returns how many (<= DT_MODEL_MAX_SIZES) */
+    int (*sizes)(const void *self, dt_model_size *out);
+    /* (optional) a one-line description for logs, e.g. "2 layers, 4 heads (4 kv), ..." */
+    void (*describe)(const void *self, char *out, size_t n);
+    /* (optional: no token sampling) logits [vocab] of the last position of one sequence
+     * tokens[0..T) (T <= the init T), on a one-process model */
+    dt_status (*logits_last)(void *self, const int32_t *tokens, int T, float *logits);
+} dt_model_ops;
+
+typedef struct dt_model {
+    const dt_model_ops *ops; /* static */
+    void *self;              /* owned: freed by ops->free */
+} dt_model;
+
+/* ---- implementations, picked by model.arch (models/model.c) ------------------------------- */
+
+/* Builds one: *out stays NULL on failure. */
+typedef dt_status (*dt_model_create_fn)(const dt_model_config *cfg, const dt_model_opts *opts,
+                                        dt_mem *mem, dt_model **out);
+dt_status dt_model_create(const dt_model_config *cfg, const dt_model_opts *opts, dt_mem *mem,
+                          dt_model **out);
+void dt_model_free(dt_model *m);
+/* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error
+ * naming the numbers and the sizes that would work. Also checked when a model is built. */
+dt_status dt_model_check_split(const dt_model_config *cfg, int tp, int sp, bool sequence_tp,
+                               int seq_len);
+/* Fill the model shape from a weights file's metadata; keys absent keep cfg's values. */
+dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg);
+/* The shape fields of cfg->arch's model from its named sizes (dt_model_sizes, e.g. read back
+ * from a checkpoint manifest; extra entries are ignored): DT_ERR_FORMAT naming the first one
+ * missing. */
+dt_status dt_model_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);
+
+/* ---- calls ------------------------------------------------------------------------------- */
+
+static inline const dt_model_config *dt_model_cfg(const dt_model *m) {
+    return m->ops->config(m->self);
+}
+static inline int dt_model_n_units(const dt_model *m) { return m->ops->n_units(m->self); }
+static inline void dt_model_unit_range(const dt_model *m, int unit, int64_t *first,
+                                       int64_t *count) {
+    m->ops->unit_range(m->self, unit, first, count);
+}
+static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *grad,
+                                      dt_bf16 *w_lp) {
+    m->ops->bind_unit(m->self, unit, w, grad, w_lp);
+}
+static inline void dt_model_set_hooks(dt_model *m, const dt_model_hooks *hooks) {
+    m->ops->set_hooks(m->self, hooks);
+}
+static inline int dt_model_n_params(const dt_model *m) { return m->ops->n_params(m->self); }
+static inline const dt_param *dt_model_param(const dt_model *m, int i) {
+    return m->ops->param(m->self, i);
+}
+static inline int dt_model_n_full_params(const dt_model *m) {
+    return m->ops->n_full_params(m->self);
+}
+static inline const dt_param *dt_model_full_param(const dt_model *m, int i) {
+    return m->ops->full_param(m->self, i);
+}
+static inline int64_t dt_model_numel(const dt_model *m) { return m->ops->numel(m->self); }
+static inline int64_t dt_model_full_numel(const dt_model *m) {
+    return m->ops->full_numel(m->self);
+}
+static inline float *dt_model_weights(dt_model *m) { return m->ops->weights(m->self); }
+static inline float *dt_model_grads(dt_model *m) { return m->ops->grads(m->self); }
+static inline dt_bf16 *dt_model_weights_lp(dt_model *m) { return m->ops->weights_lp(m->self); }
+static inline dt_comm *dt_model_tp(const dt_model *m) { return m->ops->tp(m->self); }
+static inline int dt_model_n_ties(const dt_model *m) { return m->ops->n_ties(m->self); }
+static inline dt_model_tie dt_model_tie_at(const dt_model *m, int i) {
+    return m->ops->tie(m->self, i);
+}
+/* Whether local tensor i is a tied copy (see dt_model_tie): not saved, not in the norm. */
+static inline bool dt_model_is_copy(const dt_model *m, int i) {
+    for (int k = 0; k < dt_model_n_ties(m); k++) {
+        dt_model_tie t = dt_model_tie_at(m, k);
+        if (t.param == i && t.copy)
+            return true;
+    }
+    return false;
+}
+static inline void dt_model_init_weights(dt_model *m, uint64_t seed) {
+    m->ops->init_weights(m->self, seed);
+}
+static inline void dt_model_sync_lp(dt_model *m) { m->ops->sync_lp(m->self); }
+static inline void dt_model_zero_grad(dt_model *m) { m->ops->zero_grad(m->self); }
+
+static inline dt_status dt_model_forward_units(dt_model *m, int slot, int u0, int u1,
+                                               const dt_batch *b) {
+    return m->ops->forward_units(m->self, slot, u0, u1, b);
+}
+static inline dt_status dt_model_loss_slot(dt_model *m, int slot, const dt_batch *b,
+                                           float grad_scale, bool backward, double *loss_sum) {
+    return m->ops->loss_slot(m->self, slot, b, grad_scale, backward, loss_sum);
+}
+static inline dt_status dt_model_backward_units(dt_model *m, int slot, int u0, int u1,
+                                                const dt_batch *b, bool split) {
+    return m->ops->backward_units(m->self, slot, u0, u1, b, split);
+}
+static inline dt_status dt_model_weight_units(dt_model *m, int slot, int u0, int u1,
+                                              const dt_batch *b) {
+    if (!m->ops->weight_units)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "model %s: no split backward",
+                          dt_arch_name(dt_model_cfg(m)->arch));
+    return m->ops->weight_units(m->self, slot, u0, u1, b);
+}
+/* The whole model (every unit held here) on slot 0: forward, loss, backward. */
+static inline dt_status dt_model_forward(dt_model *m, const dt_batch *b) {
+    return dt_model_forward_units(m, 0, 0, dt_model_n_units(m), b);
+}
+static inline dt_status dt_model_loss(dt_model *m, const dt_batch *b, float grad_scale,
+                                      bool backward, double *loss_sum) {
+    return dt_model_loss_slot(m, 0, b, grad_scale, backward, loss_sum);
+}
+static inline dt_status dt_model_backward(dt_model *m, const dt_batch *b) {
+    return dt_model_backward_units(m, 0, 0, dt_model_n_units(m), b, false);
+}
+static inline int64_t dt_model_boundary_count(const dt_model *m, int B, int T) {
+    return m->ops->boundary_count(m->self, B, T);
+}
+static inline float *dt_model_boundary(dt_model *m, int slot, int position, int B, int T) {
+    return m->ops->boundary(m->self, slot, position, B, T);
+}
+static inline float *dt_model_boundary_grad(dt_model *m, int slot, int B, int T) {
+    return m->ops->boundary_grad(m->self, slot, B, T);
+}
+static inline void dt_model_drop_saved(dt_model *m) { m->ops->drop_saved(m->self); }
+static inline dt_status dt_model_gather_full(dt_model *m, const float *local, float *full) {
+    return m->ops->gather_full(m->self, local, full);
+}
+static inline void dt_model_take_shard(const dt_model *m, const float *full, float *local) {
+    m->ops->take_shard(m->self, full, local);
+}
+static inline double dt_model_flops_per_sample(const dt_model *m, int T) {
+    return m->ops->flops_per_sample(m->self, T);
+}
+static inline dt_status dt_model_save(const dt_model *m, const float *weights,
+                                      const char *path) {
+    return m->ops->save(m->self, weights, path);
+}
+static inline dt_status dt_model_load(const dt_model *m, float *weights, const char *path) {
+    return m->ops->load(m->self, weights, path);
+}
+static inline int dt_model_sizes(const dt_model *m, dt_model_size out[DT_MODEL_MAX_SIZES]) {
+    return m->ops->sizes(m->self, out);
+}
+/* "" when the model has no description */
+static inline void dt_model_describe(const dt_model *m, char *out, size_t n) {
+    if (n > 0)
+        out[0] = 0;
+    if (m->ops->describe)
+        m->ops->describe(m->self, out, n);
+}
+static inline dt_status dt_model_logits_last(dt_model *m, const int32_t *tokens, int T,
+                                             float *logits) {
+    if (!m->ops->logits_last)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "model %s makes no token logits to sample from",
+                          dt_arch_name(dt_model_cfg(m)->arch));
+    return m->ops->logits_last(m->self, tokens, T, logits);
+}
+
+#endif
