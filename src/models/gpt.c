@@ -457,7 +457,7 @@ void dt_gpt_sync_lp(dt_gpt *g) {
 
 void dt_gpt_zero_grad(dt_gpt *g) {
     if (g->g)
-        memset(g->g, 0, (size_t)g->n_total * sizeof *g->g);
+        dt_zero_f32(g->g, g->n_total);
 }
 
 /* ---- forward / backward ---------------------------------------------------------------- */

@@ -27,7 +27,7 @@ int dt_block_qkv_width(const dt_block_dims *d) { return (d->NH + 2 * d->NKV) * d
 int dt_block_rows_tp(const dt_block_par *p, int N) { return N / p->sp->size; }
 int dt_block_rows_res(const dt_block_par *p, int N) { return N / p->sp->size / p->rows->size; }
 
-static void zero(float *p, int64_t n) { memset(p, 0, (size_t)n * sizeof *p); }
+static void zero(float *p, int64_t n) { dt_zero_f32(p, n); }
 
 /* A region op over a comm of one rank is the identity (every op's forward and adjoint). */
 static bool unsplit(const dt_comm *c) { return c->size == 1; }
