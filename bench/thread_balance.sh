@@ -6,9 +6,10 @@
 #
 #   bash bench/thread_balance.sh [BUILD_DIR] [fp32|bf16] [124m|small]
 #
-# Runs 2 steps at OMP_NUM_THREADS=2 under `perf record`, drops the samples before the first
-# matmul on a worker thread (start-up: weight init, allocation), and prints per symbol its
-# share of the step's samples and how they split between the main thread and the others.
+# Runs 2 steps at OMP_NUM_THREADS=2 under `perf record`, keeps the samples of the last step
+# (the window of its step_ms before the last sample: nothing runs after it), and prints per
+# symbol its share of the step's samples and how they split between the main thread and the
+# others.
 # Symbols at >= 1% of the step with under a quarter of their samples off the main thread are
 # marked "SERIAL". oneDNN's JIT kernels have no symbol: "[jit]".
 set -euo pipefail
@@ -29,15 +30,18 @@ OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE perf record -q -F 999 -o "$WORK/perf.d
     "$BUILD/dtrain" train --model.arch=gpt2 $A --train.micro_batch_size=0 --train.seq_len=256 \
     --train.steps=2 --train.log_every=1 --train.eval_every=0 --checkpoint.every=0 \
     --train.sample_tokens=0 --train.export="" --data.train="$WORK/tok.bin" --data.val="" \
-    --plugin.precision="$PREC" >"$WORK/log" 2>&1 || { tail -5 "$WORK/log" >&2; exit 1; }
-echo "$SHAPE $PREC, 2 threads, 2 steps (start-up dropped): share of samples, main / other threads"
-perf script -i "$WORK/perf.data" -F tid,time,ip,sym 2>/dev/null | awk '
-    NR == 1 { main = $1 }
-    { s = (NF < 4 || $4 == "[unknown]") ? "[jit]" : $4
-      if (!go && s == "[jit]" && $1 != main) go = 1
-      if (!go) next
+    --plugin.precision="$PREC" --train.metrics="$WORK/m.jsonl" >"$WORK/log" 2>&1 ||
+    { tail -5 "$WORK/log" >&2; exit 1; }
+step_ms=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["step_ms"])' "$WORK/m.jsonl")
+echo "$SHAPE $PREC, 2 threads, the last of 2 steps ($step_ms ms): share of samples, main / other threads"
+perf script -i "$WORK/perf.data" -F tid,time,ip,sym 2>/dev/null >"$WORK/samples.txt"
+last=$(tail -1 "$WORK/samples.txt" | awk '{sub(":", "", $2); print $2}')
+awk -v from="$last" -v ms="$step_ms" '
+    NR == 1 { main = $1; from -= ms / 1000 }
+    { t = $2; sub(":", "", t); if (t + 0 < from) next
+      s = (NF < 4 || $4 == "[unknown]") ? "[jit]" : $4
       n[s]++; tot++; if ($1 == main) m[s]++; else w[s]++ }
     END { for (k in n) if (n[k] >= 0.002 * tot)
               printf "%5.1f%%  main %6d  other %6d  %s%s\n", 100 * n[k] / tot, m[k], w[k], k,
-                     (n[k] >= 0.01 * tot && w[k] < 0.25 * n[k]) ? "   SERIAL" : "" }' |
-    sort -rn
+                     (n[k] >= 0.01 * tot && w[k] < 0.25 * n[k]) ? "   SERIAL" : "" }' \
+    "$WORK/samples.txt" | sort -rn
