@@ -42,8 +42,9 @@ def cmd_table(path):
     rows = [json.loads(l) for l in open(path) if l.strip()]
     print("| shape | thr | prec | peak GFLOP/s (oneDNN) | dtrain ms/step | dtrain tok/s "
           "| dtrain MFU | PyTorch ms/step (matmul) | PyTorch MFU | time dtrain/PyTorch "
-          "| RSS dtrain MiB | RSS PyTorch MiB | RSS ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| RSS dtrain MiB | RSS PyTorch MiB | RSS ratio | PyTorch matmul GFLOP/s (probe) "
+          "| CPU (ISA) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         peak = r["peak_gflops"]
         d_ms = r["dtrain_ms"]
@@ -52,8 +53,9 @@ def cmd_table(path):
         p_ms = r.get("torch_ms")
         if p_ms:
             p_mfu = r["flops_per_token"] * r["tokens"] / (p_ms / 1e3) / (peak * 1e9)
-            p_cell = "%s (%s%s)" % (fmt_ms(p_ms), r["torch_matmul"],
-                                    ", 1 step" if r.get("torch_steps") == 1 else "")
+            p_cell = "%s (%s%s%s)" % (fmt_ms(p_ms), r["torch_matmul"],
+                                      ", ATen " + r["torch_aten"] if r.get("torch_aten") else "",
+                                      ", 1 step" if r.get("torch_steps") == 1 else "")
             p_mfu_s = "%.1f%%" % (100 * p_mfu)
             ratio = "%.2f" % (d_ms / p_ms)
         else:
@@ -63,10 +65,13 @@ def cmd_table(path):
             ratio = "(~%.3f est.)" % (d_ms / r["torch_est_ms"]) if r.get("torch_est_ms") else "-"
         d_rss = r["dtrain_rss_kb"] / 1024
         p_rss = r.get("torch_rss_kb")
-        print("| %s | %d | %s | %.1f | %s | %.0f | %.1f%% | %s | %s | %s | %.0f | %s | %s |" % (
-            r["shape"], r["threads"], r["precision"], peak, fmt_ms(d_ms), d_tps, 100 * d_mfu,
-            p_cell, p_mfu_s, ratio, d_rss, "%.0f" % (p_rss / 1024) if p_rss else "-",
-            "%.2f" % (d_rss * 1024 / p_rss) if p_rss else "-"))
+        mm = r.get("torch_mm_gflops")
+        print("| %s | %d | %s | %.1f | %s | %.0f | %.1f%% | %s | %s | %s | %.0f | %s | %s | %s | %s |"
+              % (r["shape"], r["threads"], r["precision"], peak, fmt_ms(d_ms), d_tps, 100 * d_mfu,
+                 p_cell, p_mfu_s, ratio, d_rss, "%.0f" % (p_rss / 1024) if p_rss else "-",
+                 "%.2f" % (d_rss * 1024 / p_rss) if p_rss else "-",
+                 "%.1f" % mm if mm else "-",
+                 "%s (%s)" % (r.get("cpu", "?"), r.get("isa", "?"))))
 
 
 def cmd_perf(path, top):

@@ -4,7 +4,27 @@
 # the oneDNN matmul peak (bench_gemm) measured in the same run at the same thread count; then a
 # perf per-kernel breakdown of one dtrain step (124M shape, 1 thread). Not a test.
 #
-#   bash bench/run_bench.sh
+#   bash bench/run_bench.sh                       # the full table: about 10-15 min on 2 cores
+#   BENCH_SHAPES=small BENCH_THREADS=1 BENCH_PERF=0 bash bench/run_bench.sh   # a quick check
+#
+# The peer is given its best on the CPU at hand (issue 12 item 5), and the run refuses to
+# compare otherwise:
+#   - OpenBLAS under torch.matmul (Debian's python3-torch links the generic libblas.so.3; the
+#     reference BLAS there is ~20x slower): libopenblas0-pthread is installed if missing, and
+#     bench/torch_probe.py checks the library torch actually loaded; not OpenBLAS -> exit 2.
+#     OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for the peer only (OpenBLAS picks its own
+#     kernels; dtrain's oneDNN does not read them).
+#   - glibc malloc tuned inside torch_step.py (mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD 1 GiB):
+#     no per-step page faults for its tensors. OMP_WAIT_POLICY=PASSIVE, threads set.
+#   - ATen's kernel level: where the CPU has AVX-512 (F/BW/VL/DQ) torch 1.13 still defaults to
+#     AVX2; the probe times its pointwise kernels at both and the faster is used.
+#   - matmul route: torch.matmul (OpenBLAS) or torch's bundled oneDNN, probed at the run's
+#     shapes and thread count (bench/torch_probe.py); the faster runs the fp32 steps
+#     (BENCH_TORCH_ROUTES=both times full steps of both instead). bf16 runs autocast steps
+#     when its bf16 matmul is a real kernel (AVX-512-BF16), else one step (or an estimate).
+#   The table prints the peer's MFU against the same oneDNN peak as dtrain's, and its probed
+#   matmul GFLOP/s, so an untuned peer shows as a low number; every row records the CPU model
+#   and its ISA flags.
 #
 # Knobs (environment):
 #   BENCH_REV=HEAD        build dtrain from this git revision (a `git archive` snapshot, so that
@@ -13,9 +33,12 @@
 #   BENCH_WORK=DIR        scratch folder (default: a new /tmp/dtrain-bench.XXXXXX)
 #   BENCH_MAX_LOAD=0.8    wait (poll 30 s, at most BENCH_LOAD_WAIT=900 s) until the 1-minute load
 #                         average is below this before measuring
-#   BENCH_TORCH_BF16_124M=0  1: also time PyTorch's bf16 autocast step at 124M (one step, several
-#                         minutes each here: torch 1.13's bf16 matmul without AVX-512 is a scalar
-#                         loop); 0: estimate it from the small shape's bf16 FLOP rate
+#   BENCH_TORCH_BF16_124M=auto  1: always time PyTorch's bf16 autocast step at 124M; 0: never
+#                         (estimate it from the small shape's bf16 FLOP rate); auto: time it when
+#                         the probe's bf16 matmul is at least a quarter of its fp32 rate (without
+#                         AVX-512 torch 1.13's bf16 matmul is a scalar loop: minutes per step)
+#   BENCH_TORCH_ROUTES=probe   probe: fp32 steps on the probe's faster matmul route; both: time
+#                         full steps of both routes and keep the faster
 #   BENCH_PERF=1          0: skip the perf breakdown
 #   BENCH_SHAPES="124m small"   BENCH_THREADS="1 2"   BENCH_PRECS="fp32 bf16"
 # Output: the markdown table and breakdown on stdout; raw data under $BENCH_WORK.
@@ -56,6 +79,35 @@ if ! update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null |
     log "libblas.so.3 is not OpenBLAS: installing libopenblas0-pthread for PyTorch"
     apt_install libopenblas0-pthread || log "WARNING: PyTorch runs on the reference BLAS"
 fi
+# The peer's environment (OpenBLAS's own kernel choice; ATen's level is set further down).
+ATEN_CAP=""
+peer_env() { # THREADS -> env(1) arguments
+    echo "-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$1" \
+        "${ATEN_CAP:+ATEN_CPU_CAPABILITY=$ATEN_CAP}"
+}
+probe() { # THREADS C V TOKENS -> JSON line (bench/torch_probe.py)
+    # shellcheck disable=SC2046
+    env $(peer_env "$1") $PY "$REPO/bench/torch_probe.py" --threads "$1" --n-embd "$2" \
+        --vocab "$3" --tokens "$4"
+}
+jget() { $PY -c 'import json,sys; v=json.loads(sys.argv[1]); [v := v[k] for k in sys.argv[2:]]; print(v)' "$@"; }
+PROBE0=$(probe 1 384 256 2048)
+if [ "$(jget "$PROBE0" openblas)" != True ]; then
+    echo "run_bench.sh: PyTorch is not running on OpenBLAS (loaded: $(jget "$PROBE0" blas));" \
+         "install libopenblas0-pthread (as root) - refusing to compare against an untuned peer" >&2
+    exit 2
+fi
+# ATen's own kernels: AVX-512 where the CPU has it and it is faster here
+if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo &&
+        grep -qw avx512dq /proc/cpuinfo; then
+    ATEN_CAP=avx512; P512=$(probe 1 384 256 2048); ATEN_CAP=""
+    if awk -v a="$(jget "$P512" pointwise_ms)" -v b="$(jget "$PROBE0" pointwise_ms)" \
+            'BEGIN{exit !(a < b)}'; then
+        ATEN_CAP=avx512
+    fi
+    log "ATen pointwise: default $(jget "$PROBE0" cpu_capability) $(jget "$PROBE0" pointwise_ms) ms," \
+        "AVX512 $(jget "$P512" pointwise_ms) ms -> ${ATEN_CAP:-default}"
+fi
 if [ "${BENCH_PERF:-1}" = 1 ] && ! command -v perf >/dev/null; then
     apt_install linux-perf || true
 fi
@@ -69,20 +121,20 @@ $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok50257.bin" --vocab 50257 --coun
 $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok256.bin" --vocab 256 --count 100000
 
 # ---- environment record ---------------------------------------------------------------------
+CPU_MODEL=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
+CPU_ISA=$(for f in avx2 avx512f avx512_bf16; do grep -qw $f /proc/cpuinfo && printf '%s ' $f; done | sed 's/ $//')
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "dtrain: $COMMIT"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores," \
+    echo "cpu: $CPU_MODEL, $(nproc) cores," \
          "avx2=$(grep -qw avx2 /proc/cpuinfo && echo yes || echo no)" \
          "avx512f=$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)" \
          "avx512_bf16=$(grep -qw avx512_bf16 /proc/cpuinfo && echo yes || echo no)"
     echo "libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 $PY -c '
-import time, torch
-torch.set_num_threads(1)
-a, b = torch.randn(1024, 768), torch.randn(768, 3072)
-a @ b; t = time.perf_counter(); [a @ b for _ in range(5)]; t = (time.perf_counter() - t) / 5
-print("torch %s: torch.matmul fp32 1 thread %.1f GFLOP/s (1024x768x3072)" % (torch.__version__, 2 * 1024 * 768 * 3072 / t / 1e9))'
+    echo "peer: torch $(jget "$PROBE0" torch) on $(jget "$PROBE0" blas | tr -d "[]'" | cut -d, -f1)," \
+         "ATEN_CPU_CAPABILITY=${ATEN_CAP:-default}, malloc tuned (mallopt), OMP_WAIT_POLICY=PASSIVE;" \
+         "probe at the small shape, 1 thread: fp32 matmul native $(jget "$PROBE0" fp32_gflops native)" \
+         "/ oneDNN $(jget "$PROBE0" fp32_gflops onednn) GFLOP/s, bf16 $(jget "$PROBE0" bf16_gflops) GFLOP/s"
 } | tee "$WORK/env.txt" >&2
 
 # ---- wait for a quiet machine ---------------------------------------------------------------
@@ -134,15 +186,22 @@ for shape in $SHAPES; do
             targs=(--arch gpt2 --n-layer $L --n-head $H --n-embd $C --vocab $V --batch $B
                    --seq-len $T --max-seq-len $MAXT --threads $t --dtype $prec --data "$TOK")
             runtorch() { # matmul warmup steps -> JSON line
-                env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE \
-                    OMP_NUM_THREADS=$t /usr/bin/time -f %M -o "$WORK/$tag.torch-$1.rss" \
+                # shellcheck disable=SC2046
+                env $(peer_env $t) /usr/bin/time -f %M -o "$WORK/$tag.torch-$1.rss" \
                     $PY "$REPO/bench/torch_step.py" "${targs[@]}" --matmul $1 --warmup $2 \
                     --steps $3 2>"$WORK/$tag.torch-$1.err" | tee "$WORK/$tag.torch-$1.json"
             }
+            # the peer's matmul routes at this run's shapes and thread count
+            tprobe=$(probe $t $C $V $((B * T)) 2>"$WORK/$tag.probe.err" | tee "$WORK/$tag.probe.json")
+            log "$tag peer probe $tprobe"
+            bf16_real=$($PY -c 'import json,sys; p=json.loads(sys.argv[1]); print(int(p["bf16_gflops"] >= 0.25 * max(p["fp32_gflops"].values())))' "$tprobe")
+            tmm_gflops=""
             if [ $prec = fp32 ]; then
-                # both matmul routes (OpenBLAS via torch.matmul, torch's bundled oneDNN); keep the faster
+                # the faster matmul route (OpenBLAS via torch.matmul, or torch's bundled oneDNN)
+                routes=$(jget "$tprobe" best_fp32)
+                [ "${BENCH_TORCH_ROUTES:-probe}" = both ] && routes="native onednn"
                 best=""
-                for mm in native onednn; do
+                for mm in $routes; do
                     j=$(runtorch $mm $T_WARM $T_STEPS)
                     ms=$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["ms_per_step"])' "$j")
                     log "$tag pytorch --matmul $mm $ms ms/step"
@@ -150,10 +209,17 @@ for shape in $SHAPES; do
                         best=$ms; tjson=$j; tmm=$mm
                     fi
                 done
-            elif [ $shape = small ] || [ "${BENCH_TORCH_BF16_124M:-0}" = 1 ]; then
+                tmm_gflops=$(jget "$tprobe" fp32_gflops $tmm)
+            elif [ "$bf16_real" = 1 ] && [ "${BENCH_TORCH_BF16_124M:-auto}" != 0 ] ||
+                    [ "${BENCH_TORCH_BF16_124M:-auto}" = 1 ]; then
+                # autocast bf16 on a CPU whose bf16 matmul is a real kernel: timed like fp32
+                tmm=native; tmm_gflops=$(jget "$tprobe" bf16_gflops)
+                tjson=$(runtorch native $T_WARM $T_STEPS)
+                log "$tag pytorch bf16 autocast $(jget "$tjson" ms_per_step) ms/step"
+            elif [ $shape = small ]; then
                 # autocast bf16: without AVX-512 torch 1.13 runs bf16 matmuls in a scalar loop
                 # (~1-2 GFLOP/s here): one untimed-warm-up-free step is all we can afford
-                tsteps=1; tmm=native
+                tsteps=1; tmm=native; tmm_gflops=$(jget "$tprobe" bf16_gflops)
                 tjson=$(runtorch native 0 1)
                 ms=$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["ms_per_step"])' "$tjson")
                 log "$tag pytorch bf16 autocast $ms ms/step"
@@ -174,6 +240,8 @@ print(json.dumps({"shape": "$shape", "threads": $t, "precision": "$prec",
     "torch_ms": tj["ms_per_step"] if tj else None, "torch_matmul": "$tmm" or None,
     "torch_steps": $tsteps, "torch_rss_kb": int("$trss".split()[-1]) if "$trss" else None,
     "torch_est_ms": float("$testms") if "$testms" else None,
+    "torch_mm_gflops": float("$tmm_gflops") if "$tmm_gflops" else None,
+    "torch_aten": "${ATEN_CAP:-default}", "cpu": "$CPU_MODEL", "isa": "$CPU_ISA",
     "load": open("/proc/loadavg").read().split()[0]}))
 EOF
         done

@@ -8,6 +8,11 @@ dtrain trains (models from tests/models/torch_ref.py), and print one JSON line:
     /usr/bin/python3 bench/torch_step.py --arch gpt2 --n-layer 12 --n-head 12 --n-embd 768 \
       --vocab 50257 --batch 4 --seq-len 256 --threads 1 --dtype fp32 --warmup 1 --steps 2
 
+Memory: glibc would serve every large tensor with mmap and unmap it on free, so each step
+page-faults its activations and gradients afresh (PyTorch's CPU allocator does not cache).
+Unless --malloc default, the script first calls mallopt(M_MMAP_MAX, 0) and
+mallopt(M_TRIM_THRESHOLD, 1 GiB) through ctypes, as a tuned PyTorch deployment would
+(jemalloc/tcmalloc, or these settings): freed blocks stay in the heap for the next step.
 Environment: the caller sets it, not this script. Unset OPENBLAS_CORETYPE, set
 OMP_WAIT_POLICY=PASSIVE and OMP_NUM_THREADS equal to --threads (the script also calls
 torch.set_num_threads(threads)). A step is zero_grad + forward + cross-entropy + backward +
@@ -22,6 +27,7 @@ median over --steps timed steps after --warmup untimed ones; peak_rss_mb is ru_m
 read sequentially (see bench/make_tokens.py).
 """
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -51,6 +57,8 @@ def parse_args(argv):
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--data", help="llm.c token shard; default: random tokens")
+    p.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
+                   help="tuned: keep freed memory in glibc's heap (no per-step page faults)")
     p.add_argument("--matmul", choices=("auto", "onednn", "native"), default="auto",
                    help="auto: oneDNN for fp32, torch.matmul for bf16 (autocast)")
     a = p.parse_args(argv)
@@ -108,8 +116,20 @@ def train_step(P, cfg, opt, x, y, a):
     return loss.item()
 
 
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc malloc.h
+
+
+def tune_malloc():
+    libc = ctypes.CDLL("libc.so.6")
+    ok = libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1
+    if not ok:
+        raise SystemExit("torch_step.py: mallopt failed (not glibc?); use --malloc default")
+
+
 def main(argv):
     a = parse_args(argv)
+    if a.malloc == "tuned":
+        tune_malloc()
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     R.use_onednn(a.matmul == "onednn")
@@ -128,7 +148,8 @@ def main(argv):
     ms = 1000.0 * statistics.median(times)
     print(json.dumps({
         "impl": "pytorch", "arch": a.arch, "dtype": a.dtype, "threads": a.threads,
-        "matmul": a.matmul,
+        "matmul": a.matmul, "malloc": a.malloc,
+        "cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", "default"),
         "ms_per_step": round(ms, 3),
         "tokens_per_s": round(a.batch * a.seq_len / (ms / 1000.0), 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),

@@ -242,3 +242,10 @@ void dt_add_inplace(float *y, const float *x, int64_t n) {
     for (int64_t b = 0; b < nb; b++)
         add_block(y + b * BLOCK, x + b * BLOCK, min64(BLOCK, n - b * BLOCK));
 }
+
+void dt_zero_f32(float *x, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++)
+        memset(x + b * BLOCK, 0, (size_t)min64(BLOCK, n - b * BLOCK) * sizeof *x);
+}

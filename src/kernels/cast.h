@@ -37,5 +37,7 @@ int dt_cast_f16_variants(dt_cast_f16_variant out[DT_CAST_F16_MAX_VARIANTS]);
 double dt_sumsq(const float *x, int64_t n);
 void dt_scale_inplace(float *x, float s, int64_t n);
 void dt_add_inplace(float *y, const float *x, int64_t n); /* y += x */
+/* x = 0, the fixed blocks shared by the OpenMP threads (a memset runs on one thread only) */
+void dt_zero_f32(float *x, int64_t n);
 
 #endif

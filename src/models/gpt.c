@@ -457,7 +457,7 @@ void dt_gpt_sync_lp(dt_gpt *g) {
 
 void dt_gpt_zero_grad(dt_gpt *g) {
     if (g->g)
-        memset(g->g, 0, (size_t)g->n_total * sizeof *g->g);
+        dt_zero_f32(g->g, g->n_total);
 }
 
 /* ---- forward / backward ---------------------------------------------------------------- */
@@ -504,10 +504,15 @@ static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T, f
     int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N);
     int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
     row_starts(g, N, &t0, &r0);
-    dt_rows_gather(g->scratch.part, g->wte, tokens + t0, v0, g->vocab_rows, Nt, g->cfg.n_embd);
-    dt_region_shape sh = tp_shape(g, N);
-    DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, out,
-                                                   g->scratch.work));
+    if (g->par.tp->size == 1) { /* the leaving region is the identity: look up in place */
+        dt_rows_gather(out, g->wte, tokens + t0, v0, g->vocab_rows, Nt, g->cfg.n_embd);
+    } else {
+        dt_rows_gather(g->scratch.part, g->wte, tokens + t0, v0, g->vocab_rows, Nt,
+                       g->cfg.n_embd);
+        dt_region_shape sh = tp_shape(g, N);
+        DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, out,
+                                                       g->scratch.work));
+    }
     if (g->wpe)
         dt_rows_add_positions(out, g->wpe, r0, T, Nr, g->cfg.n_embd);
     return DT_OK;
@@ -524,11 +529,15 @@ static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
         DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, (int64_t)T * C, NULL));
         dt_add_inplace(g->dwpe, g->dpos, (int64_t)T * C);
     }
-    memset(g->scratch.part, 0, (size_t)Nt * C * sizeof(float));
-    dt_region_shape sh = tp_shape(g, N);
-    DT_TRY(dt_region_op_get(g->par.leave)->backward(g->par.tp, &sh, dres, g->scratch.part,
-                                                    g->scratch.work));
-    dt_rows_scatter_add(g->dwte, g->scratch.part, tokens + t0, v0, g->vocab_rows, Nt, C);
+    const float *dpart = dres; /* the leaving region's adjoint: identity over one tp rank */
+    if (g->par.tp->size > 1) {
+        memset(g->scratch.part, 0, (size_t)Nt * C * sizeof(float));
+        dt_region_shape sh = tp_shape(g, N);
+        DT_TRY(dt_region_op_get(g->par.leave)->backward(g->par.tp, &sh, dres, g->scratch.part,
+                                                        g->scratch.work));
+        dpart = g->scratch.part;
+    }
+    dt_rows_scatter_add(g->dwte, dpart, tokens + t0, v0, g->vocab_rows, Nt, C);
     return DT_OK;
 }
 
@@ -593,14 +602,19 @@ dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, i
     const dt_region_op *entry = dt_region_op_get(g->par.enter);
     int hu = dt_gpt_head_unit(g);
     DT_TRY(enter(g, hu, DT_PHASE_HEAD));
-    float *x = g->scratch.ln_full, *dx = backward ? g->scratch.dln_full : NULL;
-    DT_TRY(entry->forward(g->par.tp, &sh, g->lnf_out, x, g->scratch.work));
+    /* over one tp rank the entering region is the identity: the head reads the final norm's
+     * output and writes the gradient of it in place */
+    bool unsplit = g->par.tp->size == 1;
+    float *dlnf = g->dlnf + (size_t)slot * res_rows(g, N) * C;
+    float *x = unsplit ? g->lnf_out : g->scratch.ln_full;
+    float *dx = !backward ? NULL : unsplit ? dlnf : g->scratch.dln_full;
+    if (!unsplit)
+        DT_TRY(entry->forward(g->par.tp, &sh, g->lnf_out, x, g->scratch.work));
     if (backward)
         memset(dx, 0, (size_t)Nt * C * sizeof(float));
     DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, x, g->lnf_lp, targets + t0, Nt, grad_scale,
                            backward, g->losses, dx));
-    if (backward) {
-        float *dlnf = g->dlnf + (size_t)slot * res_rows(g, N) * C;
+    if (backward && !unsplit) {
         memset(dlnf, 0, (size_t)Nr * C * sizeof(float));
         DT_TRY(entry->backward(g->par.tp, &sh, dx, dlnf, g->scratch.work));
     }

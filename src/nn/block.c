@@ -2,7 +2,10 @@
  * for the math, the sizes and the conventions.
  *
  * Scratch gradients are zeroed right before the layer that accumulates into them, so one
- * scratch set serves every block. RoPE rotates q and k in place in the head layout; its
+ * scratch set serves every block; a matmul's input gradient overwrites its buffer instead.
+ * A region op over one rank (tp = 1, sp = 1) is the identity, so there the block skips it:
+ * the producer writes straight into the consumer's buffer (no copy, no zeroing), and the
+ * column-parallel backward takes dx and dW from one read of dy (nothing to overlap). RoPE rotates q and k in place in the head layout; its
  * backward (the inverse rotation) turns the rotated gradients back into qkv gradients.
  * Gradients of parameters applied to split rows (norms, row-parallel biases) go to
  * scratch.pgrad first and are summed over the rows comm before they are added.
@@ -24,7 +27,10 @@ int dt_block_qkv_width(const dt_block_dims *d) { return (d->NH + 2 * d->NKV) * d
 int dt_block_rows_tp(const dt_block_par *p, int N) { return N / p->sp->size; }
 int dt_block_rows_res(const dt_block_par *p, int N) { return N / p->sp->size / p->rows->size; }
 
-static void zero(float *p, int64_t n) { memset(p, 0, (size_t)n * sizeof *p); }
+static void zero(float *p, int64_t n) { dt_zero_f32(p, n); }
+
+/* A region op over a comm of one rank is the identity (every op's forward and adjoint). */
+static bool unsplit(const dt_comm *c) { return c->size == 1; }
 
 /* ---- region ops, through the table ------------------------------------------------------ */
 
@@ -142,15 +148,25 @@ static dt_status norm_enter(const dt_block_dims *d, const dt_block_par *p,
                             const dt_norm_params *np, const float *x, int N, float *mean,
                             float *rstd, dt_block_scratch *s) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
-    dt_block_norm_forward(d->kind, np, x, Nr, d->C, d->norm_eps, s->ln, mean, rstd);
+    float *ln = unsplit(p->tp) ? s->ln_full : s->ln;
+    dt_block_norm_forward(d->kind, np, x, Nr, d->C, d->norm_eps, ln, mean, rstd);
+    if (ln == s->ln_full)
+        return DT_OK;
     return region_fwd(p->enter, p->tp, shape(Nt, d->C, 0), s->ln, s->ln_full, s->work);
 }
 
-/* s->part [Nt, C] -> leave the tp region -> y [Nr, C], + bias + residual */
+/* Where a row-parallel matmul writes its partial sum: s->part, or y itself over one rank. */
+static float *part_out(const dt_block_par *p, dt_block_scratch *s, float *y) {
+    return unsplit(p->tp) ? y : s->part;
+}
+
+/* part [Nt, C] (from part_out) -> leave the tp region -> y [Nr, C], + bias + residual */
 static dt_status leave_add(const dt_block_dims *d, const dt_block_par *p, const float *b,
-                           const float *res, int N, dt_block_scratch *s, float *y) {
+                           const float *res, int N, dt_block_scratch *s, const float *part,
+                           float *y) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
-    DT_TRY(region_fwd(p->leave, p->tp, shape(Nt, d->C, 0), s->part, y, s->work));
+    if (part != y)
+        DT_TRY(region_fwd(p->leave, p->tp, shape(Nt, d->C, 0), part, y, s->work));
     add_bias_residual(y, b, res, Nr, d->C);
     return DT_OK;
 }
@@ -163,6 +179,10 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int64_t A = (int64_t)d->NH * d->hs;
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
     const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
+    if (unsplit(p->sp)) { /* the head layout of whole sequences is the row layout */
+        dt_attention_forward(&as, a->att, a->lse, q, k, v);
+        return DT_OK;
+    }
     dt_attention_forward(&as, s->att_heads, a->lse, q, k, v);
     zero(a->att, (int64_t)Nt * A); /* heads -> rows is the all-to-all's adjoint (accumulates) */
     return region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->att_heads, a->att,
@@ -176,16 +196,21 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d);
     DT_TRY(norm_enter(d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
-    DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, s->qkv_rows));
-    regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
-    DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, a->qkv,
-                      s->work));
+    if (unsplit(p->sp)) { /* one group: q|k|v of whole sequences, in place */
+        DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, a->qkv));
+    } else {
+        DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, s->qkv_rows));
+        regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
+        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, a->qkv,
+                          s->work));
+    }
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
     rope_apply(&as, rope, a->qkv, false);
     DT_TRY(attention_core(ctx, d, p, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);
-    DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, s->part));
-    return leave_add(d, p, blk->proj.b, x, N, s, a->x2);
+    float *part = part_out(p, s, a->x2);
+    DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, part));
+    return leave_add(d, p, blk->proj.b, x, N, s, part, a->x2);
 }
 
 static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
@@ -202,8 +227,9 @@ static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         dt_swiglu_forward(s->g, a->h, a->u, nf);
     }
     dt_linear down = without_bias(&blk->down);
-    DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, s->part));
-    return leave_add(d, p, blk->down.b, a->x2, N, s, out);
+    float *part = part_out(p, s, out);
+    DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, part));
+    return leave_add(d, p, blk->down.b, a->x2, N, s, part, out);
 }
 
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
@@ -274,12 +300,17 @@ static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
         dt_swiglu_forward(s->g, a->h, a->u, nf);
 }
 
-/* The leaving region's adjoint: dy [Nr, C] -> s->part [Nt, C]; the bias gradient. */
+/* The leaving region's adjoint: dy [Nr, C] -> *dpart [Nt, C] (s->part, or dy itself over
+ * one rank: the caller reads it before it next writes dy); the bias gradient. */
 static dt_status leave_backward(const dt_block_dims *d, const dt_block_par *p, const float *dy,
-                                int N, float *db, dt_block_scratch *s) {
+                                int N, float *db, dt_block_scratch *s, const float **dpart) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
     if (db)
         dt_colsum_accumulate(db, dy, Nr, d->C);
+    *dpart = dy;
+    if (unsplit(p->tp))
+        return DT_OK;
+    *dpart = s->part;
     zero(s->part, (int64_t)Nt * d->C);
     return region_bwd(p->leave, p->tp, shape(Nt, d->C, 0), dy, s->part, s->work);
 }
@@ -299,6 +330,20 @@ static dt_status column_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                  const float *x, const dt_bf16 *x_lp, int N,
                                  dt_block_scratch *s) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    if (unsplit(p->tp)) { /* nothing to overlap: dx (into s->dln) and dW from one read of dy */
+        for (int i = 0; i < n; i++) {
+            dt_linear li = *l[i];
+            if (kept) {
+                li.dw = li.db = NULL;
+                keep(kept[i], dy[i], (int64_t)Nt * li.out);
+            }
+            if (i == 0)
+                DT_TRY(dt_linear_backward_set_dx(ctx, &li, x, x_lp, dy[i], s->dy_lp, Nt, s->dln));
+            else
+                DT_TRY(dt_linear_backward(ctx, &li, x, x_lp, dy[i], s->dy_lp, Nt, s->dln));
+        }
+        return DT_OK;
+    }
     zero(s->dln_full, (int64_t)Nt * d->C);
     for (int i = 0; i < n; i++) {
         dt_linear only_dx = *l[i];
@@ -331,14 +376,14 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     recompute_mlp_act(ctx, d, a, s, nf);
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,
                                 a->ln2_lp));
-    DT_TRY(leave_backward(d, p, dres, N, down_db, s));
+    const float *dpart;
+    DT_TRY(leave_backward(d, p, dres, N, down_db, s, &dpart));
     dt_linear down = without_bias(&blk->down);
     if (wg) { /* the weight gradient waits: keep its output gradient */
         down.dw = NULL;
-        keep(wg->ddown, s->part, (int64_t)Nt * d->C);
+        keep(wg->ddown, dpart, (int64_t)Nt * d->C);
     }
-    zero(s->dg, nf);
-    DT_TRY(dt_linear_backward(ctx, &down, s->g, a->g_lp, s->part, s->dy_lp, Nt, s->dg));
+    DT_TRY(dt_linear_backward_set_dx(ctx, &down, s->g, a->g_lp, dpart, s->dy_lp, Nt, s->dg));
     zero(s->dh, nf);
     if (d->kind == DT_BLOCK_GPT2) {
         dt_gelu_backward(s->dh, a->h, s->dg, nf);
@@ -369,35 +414,48 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
                                     dt_block_wgrad *wg, float *dres) {
     int N = B * T, Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d), A = (int64_t)d->NH * d->hs;
-    DT_TRY(leave_backward(d, p, dres, N, proj_db, s));
+    const float *dpart;
+    DT_TRY(leave_backward(d, p, dres, N, proj_db, s, &dpart));
     dt_linear proj = without_bias(&blk->proj);
     if (wg) {
         proj.dw = NULL;
-        keep(wg->dproj, s->part, (int64_t)Nt * d->C);
+        keep(wg->dproj, dpart, (int64_t)Nt * d->C);
     }
-    zero(s->datt, (int64_t)Nt * A);
-    DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, s->part, s->dy_lp, Nt, s->datt));
-    /* to the head layout: the output gradient, and the output itself (not kept twice) */
-    DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->datt,
-                      s->datt_heads, s->work));
-    DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), a->att,
-                      s->att_heads, s->work));
+    /* to the head layout: the output gradient, and the output itself (not kept twice); over
+     * one sp rank the row layout is the head layout */
+    const float *att_heads = a->att;
+    if (unsplit(p->sp)) {
+        DT_TRY(dt_linear_backward_set_dx(ctx, &proj, a->att, a->att_lp, dpart, s->dy_lp, Nt,
+                                         s->datt_heads));
+    } else {
+        DT_TRY(dt_linear_backward_set_dx(ctx, &proj, a->att, a->att_lp, dpart, s->dy_lp, Nt,
+                                         s->datt));
+        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->datt,
+                          s->datt_heads, s->work));
+        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), a->att,
+                          s->att_heads, s->work));
+        att_heads = s->att_heads;
+    }
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
     int64_t wa = as.q_stride;
     zero(s->dqkv_heads, (int64_t)N * wa);
     const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
     float *dq = s->dqkv_heads, *dk = dq + (int64_t)as.NH * as.hs;
     float *dv = dk + (int64_t)as.NKV * as.hs;
-    dt_attention_backward(&as, dq, dk, dv, s->datt_heads, s->att_heads, a->lse, q, k, v);
+    dt_attention_backward(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, k, v);
     rope_apply(&as, rope, s->dqkv_heads, true);
-    zero(s->packed, (int64_t)Nt * W);
-    DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->dqkv_heads,
-                      s->packed, s->work));
-    regroup_qkv(d, sp, s->packed, s->qkv_rows, Nt, false);
+    const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */
+    if (!unsplit(p->sp)) {
+        zero(s->packed, (int64_t)Nt * W);
+        DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->dqkv_heads,
+                          s->packed, s->work));
+        regroup_qkv(d, sp, s->packed, s->qkv_rows, Nt, false);
+        dqkv = s->qkv_rows;
+    }
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s,
                                 a->ln1_lp));
     const dt_linear *l[] = {&blk->qkv};
-    const float *dy[] = {s->qkv_rows};
+    const float *dy[] = {dqkv};
     float *kept[] = {wg ? wg->dqkv : NULL};
     DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 1, s->ln_full, a->ln1_lp, N, s));
     dt_block_norm_backward(d->kind, ln1, x, s->dln, a->ln1_mean, a->ln1_rstd, Nr, d->C, dres);

@@ -3,6 +3,8 @@
  * as in PyTorch autocast; the fp32 master weights are only read by the optimizer. */
 #include "nn/linear.h"
 
+#include <stdbool.h>
+
 #include "kernels/cast.h"
 #include "kernels/reduce.h"
 
@@ -18,9 +20,10 @@ dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const floa
     return dt_gemm_run(ctx->gemm, &s, a, w, l->b, y);
 }
 
-dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
-                             const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
-                             float *dx) {
+/* dy is cast to 16 bits once and read by both matmuls (dx, then dW) while it is warm. */
+static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                          const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N, float *dx,
+                          bool accumulate_dx) {
     const void *g = dy, *a = x, *w = l->w;
     if (ctx->mm_type != DT_F32) {
         dt_cast_f32_to_lp(ctx->mm_type, dy_lp, dy, (int64_t)N * l->out);
@@ -29,7 +32,7 @@ dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const flo
         w = l->w_lp;
     }
     if (dx) {
-        dt_gemm_shape s = {.M = N, .N = l->in, .K = l->out, .accumulate = true,
+        dt_gemm_shape s = {.M = N, .N = l->in, .K = l->out, .accumulate = accumulate_dx,
                            .dtype = ctx->mm_type};
         DT_TRY(dt_gemm_run(ctx->gemm, &s, g, w, NULL, dx));
     }
@@ -41,4 +44,18 @@ dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const flo
     if (l->db)
         dt_colsum_accumulate(l->db, dy, N, l->out);
     return DT_OK;
+}
+
+dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                             const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
+                             float *dx) {
+    return backward(ctx, l, x, x_lp, dy, dy_lp, N, dx, true);
+}
+
+dt_status dt_linear_backward_set_dx(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                                    const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
+                                    float *dx) {
+    if (!dx)
+        return dt_err_set(DT_ERR_ARG, "dt_linear_backward_set_dx: dx is NULL");
+    return backward(ctx, l, x, x_lp, dy, dy_lp, N, dx, false);
 }

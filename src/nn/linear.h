@@ -25,5 +25,10 @@ dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const floa
 dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
                              const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
                              float *dx);
+/* The same, but dx is OVERWRITTEN (dx = dy W) rather than accumulated, so the caller need not
+ * zero it first; dw and db still accumulate. dx must not be NULL. */
+dt_status dt_linear_backward_set_dx(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
+                                    const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N,
+                                    float *dx);
 
 #endif

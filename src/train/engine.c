@@ -180,7 +180,7 @@ static dt_status on_enter(void *ctx, int unit, dt_model_phase phase) {
     if (e->zero >= 2 && phase == DT_PHASE_BACKWARD && !is_persistent(e, unit) && !e->g_whole) {
         unit_buf *b = buf_of(e, unit);
         DT_TRY(complete_reduction(e, b)); /* the buffer's previous unit */
-        memset(b->g, 0, (size_t)e->ucount[unit] * sizeof *b->g);
+        dt_zero_f32(b->g, e->ucount[unit]);
         dt_model_bind_unit(e->model, unit, NULL, b->g, NULL);
     }
     return DT_OK;
@@ -421,11 +421,11 @@ static int persistent_unit(const dt_engine *e, int i) { return i == 0 ? 0 : e->n
 
 dt_status dt_engine_begin_step(dt_engine *e) {
     if (e->zero >= 2) {
-        memset(e->g_shard, 0, (size_t)e->S * sizeof(float));
+        dt_zero_f32(e->g_shard, e->S);
         if (e->g_whole)
-            memset(e->g_whole, 0, (size_t)e->n_total * sizeof(float));
+            dt_zero_f32(e->g_whole, e->n_total);
         for (int i = 0; e->pipelined && !e->g_whole && i < n_persistent(e); i++)
-            memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
+            dt_zero_f32(e->pers[i].g, e->ucount[persistent_unit(e, i)]);
     } else {
         dt_model_zero_grad(e->model);
     }
@@ -440,7 +440,7 @@ dt_status dt_engine_micro_batch(dt_engine *e, const dt_batch *b, float grad_scal
     if (e->zero >= 2) {
         DT_TRY(complete_all(e)); /* the persistent units' buffers are reused below */
         for (int i = 0; i < n_persistent(e); i++)
-            memset(e->pers[i].g, 0, (size_t)e->ucount[persistent_unit(e, i)] * sizeof(float));
+            dt_zero_f32(e->pers[i].g, e->ucount[persistent_unit(e, i)]);
     }
     DT_TRY(dt_model_forward(e->model, b));
     DT_TRY(dt_model_loss(e->model, b, grad_scale, true, loss_sum));

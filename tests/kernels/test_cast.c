@@ -204,6 +204,11 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < n; i++)
         bad += y[i] != r[i] + x[i];
     DT_CHECK(bad == 0, "add: %lld mismatches", (long long)bad);
+    dt_zero_f32(y, n);
+    bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += y[i] != 0.0f || signbit(y[i]);
+    DT_CHECK(bad == 0, "zero: %lld elements not +0", (long long)bad);
 
     if (dt_test.perf) {
         int64_t big = 1 << 24;
@@ -229,6 +234,11 @@ int main(int argc, char **argv) {
             s += dt_sumsq(a, big);
         t = (dt_test_seconds() - t) / 5;
         printf("perf sumsq n=%lld: %.2f GB/s\n", (long long)big, 4.0 * big / t / 1e9);
+        t = dt_test_seconds();
+        for (int k = 0; k < 5; k++)
+            dt_zero_f32(a, big);
+        t = (dt_test_seconds() - t) / 5;
+        printf("perf zero n=%lld: %.2f GB/s\n", (long long)big, 4.0 * big / t / 1e9);
         free(a), free(b);
     }
     free(x), free(y), free(r), free(h);

@@ -113,5 +113,25 @@ int main(int argc, char **argv) {
         DT_CHECK(s == 1.0f && memcmp(q, want, 16) == 0, "%s: ties to even / exact values",
                  dt_quant_isa_name((dt_quant_isa)isa));
     }
+    if (dt_test.perf) { /* the 124M block's MLP pre-activation: 1024 rows x 3072 */
+        int64_t prow = 1024, pcol = 3072, n = prow * pcol;
+        float *x = malloc(sizeof(float) * n), *s = malloc(sizeof(float) * prow);
+        int8_t *q = malloc((size_t)n);
+        dt_test_fill(x, n, 11, 3.0f);
+        double tq = 1e30, td = 1e30;
+        for (int k = 0; k < 5; k++) {
+            double t0 = dt_test_seconds();
+            dt_quant_int8_rows(q, s, x, prow, pcol);
+            double t1 = dt_test_seconds();
+            dt_dequant_int8_rows(x, q, s, prow, pcol);
+            double t2 = dt_test_seconds();
+            tq = t1 - t0 < tq ? t1 - t0 : tq;
+            td = t2 - t1 < td ? t2 - t1 : td;
+        }
+        printf("perf quant int8 %lldx%lld: %.3f ms\n", (long long)prow, (long long)pcol, 1e3 * tq);
+        printf("perf dequant int8 %lldx%lld: %.3f ms\n", (long long)prow, (long long)pcol,
+               1e3 * td);
+        free(x), free(s), free(q);
+    }
     return DT_TEST_END();
 }
