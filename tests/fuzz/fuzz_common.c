@@ -28,7 +28,7 @@ void fuzz_write(const char *path, const void *data, size_t n) {
     }
 }
 
-dt_gpt *fuzz_tiny_model(dt_mem **mem) {
+dt_model *fuzz_tiny_model(dt_mem **mem) {
     dt_config c;
     dt_config_defaults(&c);
     c.model.arch = DT_ARCH_GPT2;
@@ -38,9 +38,9 @@ dt_gpt *fuzz_tiny_model(dt_mem **mem) {
     c.model.n_embd = 8;
     c.model.vocab_size = 16;
     c.model.max_seq_len = 8;
-    dt_gpt_opts o = {.B = 1, .T = 8, .precision = DT_PREC_FP32};
-    dt_gpt *g = NULL;
-    if (dt_mem_init(mem) != DT_OK || dt_gpt_init(&c.model, &o, *mem, &g) != DT_OK) {
+    dt_model_opts o = {.B = 1, .T = 8, .precision = DT_PREC_FP32};
+    dt_model *g = NULL;
+    if (dt_mem_init(mem) != DT_OK || dt_model_create(&c.model, &o, *mem, &g) != DT_OK) {
         fprintf(stderr, "tiny model: %s\n", dt_err_msg());
         abort();
     }

@@ -7,13 +7,13 @@
 #include <stdint.h>
 
 #include "core/mem.h"
-#include "models/gpt.h"
+#include "models/model.h"
 
 /* A private temporary folder, made once per process. */
 const char *fuzz_dir(void);
 /* Writes data to path (replacing it); aborts if it cannot. */
 void fuzz_write(const char *path, const void *data, size_t n);
 /* GPT-2, 1 layer, 2 heads, n_embd 8, vocab 16, 8 positions: one-process, no training state. */
-dt_gpt *fuzz_tiny_model(dt_mem **mem);
+dt_model *fuzz_tiny_model(dt_mem **mem);
 
 #endif

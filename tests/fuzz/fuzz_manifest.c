@@ -13,12 +13,12 @@
 
 static char folder[128];
 
-static void setup(dt_gpt *g, float *w) {
+static void setup(dt_model *g, float *w) {
     char hf[128], ck[128];
-    memset(w, 0, (size_t)dt_gpt_full_numel(g) * sizeof *w);
+    memset(w, 0, (size_t)dt_model_full_numel(g) * sizeof *w);
     snprintf(hf, sizeof hf, "%s/w.safetensors", fuzz_dir());
     snprintf(ck, sizeof ck, "%s/ck", fuzz_dir());
-    if (dt_gpt_save(g, w, hf) != DT_OK || dt_ckpt_convert_from_hf(hf, ck, 1) != DT_OK) {
+    if (dt_model_save(g, w, hf) != DT_OK || dt_ckpt_convert_from_hf(hf, ck, 1) != DT_OK) {
         fprintf(stderr, "fuzz_manifest set-up: %s\n", dt_err_msg());
         abort();
     }
@@ -26,14 +26,14 @@ static void setup(dt_gpt *g, float *w) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static dt_gpt *g;
+    static dt_model *g;
     static dt_mem *mem;
     static dt_comm *world;
     static float *w, *m, *v;
     static void *io;
     if (!g) {
         g = fuzz_tiny_model(&mem);
-        size_t bytes = (size_t)dt_gpt_full_numel(g) * sizeof(float);
+        size_t bytes = (size_t)dt_model_full_numel(g) * sizeof(float);
         w = malloc(bytes), m = malloc(bytes), v = malloc(bytes), io = malloc(1 << 16);
         setup(g, w);
         if (dt_comm_local_init("world", &world) != DT_OK)
@@ -50,11 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_model_config c;
     (void)dt_ckpt_model_config(folder, &c);
     (void)dt_ckpt_load_weights(folder, g, w);
-    int64_t n = dt_gpt_full_numel(g);
+    int64_t n = dt_model_full_numel(g);
     dt_engine_view view = {.w_first = 0, .w_count = n, .m_first = 0, .m_count = n,
                            .w = w, .m = m, .v = v};
     dt_train_state s = {0};
     int adam_steps;
-    (void)dt_ckpt_load_sharded(folder, g, &view, &s, &adam_steps);
+    (void)dt_ckpt_load_sharded(folder, g, &view, &s, &adam_steps, NULL, 0);
     return 0;
 }

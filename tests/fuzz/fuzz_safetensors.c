@@ -8,12 +8,12 @@
 #include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static dt_gpt *g;
+    static dt_model *g;
     static dt_mem *mem;
     static float *w;
     if (!g) {
         g = fuzz_tiny_model(&mem);
-        w = malloc((size_t)dt_gpt_full_numel(g) * sizeof *w);
+        w = malloc((size_t)dt_model_full_numel(g) * sizeof *w);
     }
     char path[128];
     snprintf(path, sizeof path, "%s/in.safetensors", fuzz_dir());
@@ -28,8 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         dt_st_close(f);
     }
-    dt_model_config c = *dt_gpt_config(g);
-    (void)dt_gpt_config_from_file(path, &c);
-    (void)dt_gpt_load(g, w, path);
+    dt_model_config c = *dt_model_cfg(g);
+    (void)dt_model_config_from_file(path, &c);
+    (void)dt_model_load(g, w, path);
     return 0;
 }

@@ -12,19 +12,19 @@
 
 static char folder[128];
 
-static void setup(dt_gpt *g, float *zeros) {
+static void setup(dt_model *g, float *zeros) {
     char path[192], names[2][128];
     snprintf(folder, sizeof folder, "%s/step-0", fuzz_dir());
     snprintf(path, sizeof path, "%s/model.safetensors", folder);
     dt_st_writer *wr = NULL;
     dt_status st = dt_mkdirs(folder);
     if (st == DT_OK)
-        st = dt_gpt_save(g, zeros, path);
+        st = dt_model_save(g, zeros, path);
     if (st == DT_OK)
         st = dt_st_writer_init(&wr);
-    int np = dt_gpt_n_full_params(g);
+    int np = dt_model_n_full_params(g);
     for (int i = 0; st == DT_OK && i < np; i++) { /* the writer copies names, borrows data */
-        const dt_param *p = dt_gpt_full_param(g, i);
+        const dt_param *p = dt_model_full_param(g, i);
         snprintf(names[0], sizeof names[0], "exp_avg.%s", p->name);
         snprintf(names[1], sizeof names[1], "exp_avg_sq.%s", p->name);
         st = dt_st_writer_add(wr, names[0], DT_ST_F32, p->ndim, p->shape, zeros + p->offset);
@@ -42,12 +42,12 @@ static void setup(dt_gpt *g, float *zeros) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static dt_gpt *g;
+    static dt_model *g;
     static dt_mem *mem;
     static dt_ckpt_arenas a;
     if (!g) {
         g = fuzz_tiny_model(&mem);
-        size_t bytes = (size_t)dt_gpt_full_numel(g) * sizeof(float);
+        size_t bytes = (size_t)dt_model_full_numel(g) * sizeof(float);
         a.w = calloc(1, bytes), a.m = malloc(bytes), a.v = malloc(bytes);
         setup(g, a.w);
     }
