@@ -2,6 +2,8 @@
  * shards. See param.h. */
 #include "core/param.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
@@ -108,4 +110,33 @@ void dt_param_shard_to_full(const dt_param *p, int index, const float *local, fl
 void dt_param_full_to_shard(const dt_param *p, int index, const float *full, float *local) {
     memset(local, 0, (size_t)p->numel * sizeof *local); /* padding rows */
     shard_copy(p, index, local, (float *)full, false);
+}
+
+dt_status dt_param_append(dt_param **table, int *n, int *cap, int64_t *n_total,
+                          const char *name, int64_t rows, int64_t cols, dt_param_init init,
+                          float std, dt_param **out) {
+    if (*n == *cap) {
+        int grown = *cap ? 2 * *cap : 64;
+        dt_param *t = realloc(*table, (size_t)grown * sizeof *t);
+        if (!t)
+            return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
+        *table = t;
+        *cap = grown;
+    }
+    dt_param *p = &(*table)[(*n)++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = cols > 0 ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->numel = rows * (cols > 0 ? cols : 1);
+    p->offset = *n_total;
+    p->decay = p->ndim == 2;
+    p->init = init;
+    p->std = std;
+    p->shard = (dt_shard){.kind = DT_SHARD_NONE, .parts = 1, .full_rows = rows,
+                          .full_cols = cols > 0 ? cols : 1};
+    *n_total += (p->numel + 15) / 16 * 16;
+    *out = p;
+    return DT_OK;
 }

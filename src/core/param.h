@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/status.h"
+
 typedef enum dt_param_init {
     DT_INIT_NORMAL, /* N(0, std^2), Philox keyed by (seed, name, element index) */
     DT_INIT_ZEROS,
@@ -67,6 +69,14 @@ int64_t dt_shard_full_row(const dt_shard *s, int index, int64_t i, int64_t *col0
  * single process has. */
 void dt_param_init_range(const dt_param *table, int n_params, uint64_t seed, int64_t first,
                          int64_t count, float *out);
+
+/* A growable parameter table: appends an unsharded tensor [rows, cols] (cols 0: a vector of
+ * rows) named `name` at arena offset *n_total, which then moves past it to the next 16-float
+ * (64-byte) boundary; matrices decay, vectors do not. *out: the new row, for a model to add
+ * what is its own (sharding, layout). DT_ERR_OOM when the table cannot grow. */
+dt_status dt_param_append(dt_param **table, int *n, int *cap, int64_t *n_total,
+                          const char *name, int64_t rows, int64_t cols, dt_param_init init,
+                          float std, dt_param **out);
 
 /* Copy between one rank's local tensor and the full tensor. `index` is the rank whose shard
  * `local` is (the spec's own index is ignored), so one rank can place every rank's data. */

@@ -68,29 +68,9 @@ int64_t dt_dit_clip_numel(const dt_dit_config *c) {
 
 static dt_status add_param(dt_dit *d, const char *name, int64_t rows, int64_t cols,
                            dt_param_init init, float std) {
-    if (d->n_params == d->cap_params) {
-        int cap = d->cap_params ? 2 * d->cap_params : 64;
-        dt_param *p = realloc(d->params, (size_t)cap * sizeof *p);
-        if (!p)
-            return dt_err_set(DT_ERR_OOM, "dit: out of memory for the parameter table");
-        d->params = p;
-        d->cap_params = cap;
-    }
-    dt_param *p = &d->params[d->n_params++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = cols > 0 ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->numel = rows * (cols > 0 ? cols : 1);
-    p->offset = d->n_total;
-    p->decay = p->ndim == 2;
-    p->init = init;
-    p->std = std;
-    p->shard = (dt_shard){.kind = DT_SHARD_NONE, .parts = 1, .full_rows = rows,
-                          .full_cols = cols > 0 ? cols : 1};
-    d->n_total += (p->numel + 15) / 16 * 16; /* 64-byte aligned tensors */
-    return DT_OK;
+    dt_param *p;
+    return dt_param_append(&d->params, &d->n_params, &d->cap_params, &d->n_total, name, rows,
+                           cols, init, std, &p);
 }
 
 /* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. */

@@ -12,33 +12,13 @@
 
 static dt_status add_param(dt_gpt *g, const char *name, int64_t rows, int64_t cols,
                            dt_param_init init, float std, bool conv1d, dt_shard_kind split) {
-    if (g->n_params == g->cap_params) {
-        int cap = g->cap_params ? 2 * g->cap_params : 64;
-        dt_param *p = realloc(g->params, (size_t)cap * sizeof *p);
-        if (!p)
-            return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
-        g->params = p;
-        g->cap_params = cap;
-    }
-    dt_param *p = &g->params[g->n_params++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = cols > 0 ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->numel = rows * (cols > 0 ? cols : 1);
-    p->offset = g->n_total;
-    p->decay = p->ndim == 2;
+    dt_param *p;
+    DT_TRY(dt_param_append(&g->params, &g->n_params, &g->cap_params, &g->n_total, name, rows,
+                           cols, init, std, &p));
     p->conv1d = conv1d;
-    p->init = init;
-    p->std = std;
-    p->shard = (dt_shard){.kind = split, .parts = 1, .full_rows = rows,
-                          .full_cols = cols > 0 ? cols : 1};
-    if (split == DT_SHARD_QKV) { /* GPT-2's c_attn: q, k, v of equal height */
+    p->shard.kind = split;
+    if (split == DT_SHARD_QKV) /* GPT-2's c_attn: q, k, v of equal height */
         p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = rows / 3;
-    }
-    /* keep every tensor 16-float (64-byte) aligned inside the arena */
-    g->n_total += (p->numel + 15) / 16 * 16;
     return DT_OK;
 }
 

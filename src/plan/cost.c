@@ -229,13 +229,6 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
         end[r] = busy[r] = 0;
     bool progress = true;
     int left = s->row[s->pp];
-    int *prev = malloc((size_t)s->pp * sizeof *prev); /* each rank's last F, B or W */
-    if (!prev) {
-        free(act), free(grad), free(at);
-        return dt_err_set(DT_ERR_OOM, "time model: out of memory");
-    }
-    for (int r = 0; r < s->pp; r++)
-        prev[r] = -1;
     while (left > 0 && progress) {
         progress = false;
         for (int r = 0; r < s->pp; r++) {
@@ -256,21 +249,17 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
                     act[k + s->n_mb] = end[r] + msg; /* the next chunk's input */
                 else if (x.op == DT_SCHED_OP_SEND_GRAD)
                     grad[k - s->n_mb] = end[r] + msg;
-                else {
-                    bool fresh = x.op == DT_SCHED_OP_B && prev[r] >= 0 &&
-                                 a[prev[r]].op == DT_SCHED_OP_F &&
-                                 a[prev[r]].stage == x.stage && a[prev[r]].mb == x.mb;
-                    t = x.op == DT_SCHED_OP_F ? cc[x.stage].f
-                        : x.op == DT_SCHED_OP_B ? (fresh ? cc[x.stage].b_fresh : cc[x.stage].b)
-                                                : cc[x.stage].wgt;
-                    prev[r] = at[r];
-                }
+                else if (x.op == DT_SCHED_OP_B)
+                    t = dt_plan_fresh_pair(s, r, x.stage, x.mb) ? cc[x.stage].b_fresh
+                                                                 : cc[x.stage].b;
+                else
+                    t = x.op == DT_SCHED_OP_F ? cc[x.stage].f : cc[x.stage].wgt;
                 end[r] += t;
                 busy[r] += t;
             }
         }
     }
-    free(act), free(grad), free(at), free(prev);
+    free(act), free(grad), free(at);
     return left == 0 ? DT_OK : dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
 }
 
