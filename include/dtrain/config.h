@@ -19,7 +19,18 @@
 
 #define DT_PATH_MAX 512
 
-typedef enum dt_arch { DT_ARCH_GPT2, DT_ARCH_LLAMA, DT_ARCH_COUNT } dt_arch;
+/* dit: a video diffusion transformer over clips of [frames, channels, height, width] */
+typedef enum dt_arch { DT_ARCH_GPT2, DT_ARCH_LLAMA, DT_ARCH_DIT, DT_ARCH_COUNT } dt_arch;
+/* The DiT's attention (model.attn): every block over the whole clip, or alternating blocks
+ * within a frame (spatial, even blocks) and across frames at one position (temporal, odd). */
+typedef enum dt_dit_attn {
+    DT_DIT_ATTN_FULL,
+    DT_DIT_ATTN_SPATIAL_TEMPORAL,
+    DT_DIT_ATTN_COUNT
+} dt_dit_attn;
+/* Where training batches come from (data.source): token shards (data.train, data.val), or
+ * clips of coloured shapes bouncing in a box made on the fly from the seed (a DiT's data). */
+typedef enum dt_data_source { DT_SOURCE_TOKENS, DT_SOURCE_BOUNCE, DT_SOURCE_COUNT } dt_data_source;
 /* fp16: IEEE half operands with fp32 master weights and a dynamic loss scale */
 typedef enum dt_precision { DT_PREC_FP32, DT_PREC_BF16, DT_PREC_FP16, DT_PREC_COUNT } dt_precision;
 typedef enum dt_lr_schedule { DT_SCHED_COSINE, DT_SCHED_CONSTANT, DT_SCHED_COUNT } dt_lr_schedule;
@@ -60,11 +71,20 @@ typedef struct dt_model_config {
     float rope_theta;             /* llama */
     float norm_eps;               /* 1e-5 */
     char init[DT_PATH_MAX];       /* safetensors to start from; "" = random init */
+    /* dit: the clip [frames, channels, height, width], the patch [patch_t, patch_h, patch_w]
+     * each token covers, label classes (0 = unconditional) and the attention kind; n_layer,
+     * n_head and n_embd as above. A DiT's sequence is its clip's patch tokens. */
+    int frames, channels, height, width;
+    int patch_t, patch_h, patch_w;
+    int n_classes;
+    dt_dit_attn attn;
 } dt_model_config;
 
 typedef struct dt_data_config {
     char train[DT_PATH_MAX], val[DT_PATH_MAX]; /* token shards (.bin) */
     bool shuffle;
+    dt_data_source source;
+    int shapes; /* bounce: shapes per clip */
 } dt_data_config;
 
 typedef struct dt_train_config {
@@ -145,6 +165,10 @@ DT_API void dt_config_print(const dt_config *c, FILE *f);
 /* The ZeRO stage in effect: plugin.type zero1/zero2/zero3 imply 1/2/3; otherwise
  * plugin.zero_stage (validate rejects a zero_stage that contradicts the type). */
 DT_API int dt_config_zero_stage(const dt_config *c);
+/* Fills what other keys decide: a DiT's train.seq_len and model.max_seq_len are the patch
+ * tokens of its clip (frames/patch_t x height/patch_h x width/patch_w, when those divide).
+ * Call after the file and the overrides, before dt_config_validate. */
+DT_API void dt_config_derive(dt_config *c);
 /* The first key ("section.key", a static string) whose value differs between a and b, or
  * NULL when every key agrees (string fields compare up to their terminator, floats bitwise).
  * Used by the tests' print/parse round trip and to report a resume with a changed config. */
@@ -158,5 +182,7 @@ DT_API const char *dt_sp_mode_name(dt_sp_mode m);
 DT_API const char *dt_ac_mode_name(dt_ac_mode m);
 DT_API const char *dt_act_compress_name(dt_act_compress m);
 DT_API const char *dt_offload_name(dt_offload m);
+DT_API const char *dt_dit_attn_name(dt_dit_attn a);
+DT_API const char *dt_data_source_name(dt_data_source s);
 
 #endif

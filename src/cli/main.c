@@ -128,6 +128,7 @@ static int cmd_train(int argc, char **argv) {
         if (dt_config_set(&cfg, argv[i] + 2) != DT_OK)
             return fail_config();
     }
+    dt_config_derive(&cfg);
     dt_status st;
     if (print_config) { /* a file that reproduces the run: only a config that could run */
         if (dt_config_validate(&cfg) != DT_OK)

@@ -523,6 +523,7 @@ static int parse(int argc, char **argv, args *a) {
             return 2;
         }
     }
+    dt_config_derive(&a->cfg);
     if (a->world < 1) {
         dt_error("plan needs --world N (and --config FILE, or the built-in default model)");
         return usage();

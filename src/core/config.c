@@ -38,7 +38,9 @@ static const char *const section_names[] = {"model", "data", "train", "optim", "
                                             "checkpoint"};
 enum { N_SECTIONS = (int)(sizeof section_names / sizeof *section_names) };
 
-static const char *const arch_names[] = {"gpt2", "llama"};
+static const char *const arch_names[] = {"gpt2", "llama", "dit"};
+static const char *const dit_attn_names[] = {"full", "spatial_temporal"};
+static const char *const source_names[] = {"tokens", "bounce"};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const char *const schedule_names[] = {"cosine", "constant"};
 static const char *const plugin_names[] = {"none", "ddp", "zero1", "zero2", "zero3", "hybrid"};
@@ -48,6 +50,8 @@ static const char *const act_compress_names[] = {"none", "int8"};
 static const char *const offload_names[] = {"none", "disk"};
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 _Static_assert(N_OF(arch_names) == DT_ARCH_COUNT, "arch_names out of sync with dt_arch");
+_Static_assert(N_OF(dit_attn_names) == DT_DIT_ATTN_COUNT, "dit_attn_names out of sync");
+_Static_assert(N_OF(source_names) == DT_SOURCE_COUNT, "source_names out of sync");
 _Static_assert(N_OF(precision_names) == DT_PREC_COUNT, "precision_names out of sync");
 _Static_assert(N_OF(schedule_names) == DT_SCHED_COUNT, "schedule_names out of sync");
 _Static_assert(N_OF(plugin_names) == DT_PLUGIN_COUNT, "plugin_names out of sync");
@@ -75,7 +79,11 @@ static const field fields[] = {
     F_INT(model, n_kv_head), F_INT(model, n_embd), F_INT(model, vocab_size),
     F_INT(model, max_seq_len), F_INT(model, ffn_hidden), F_FLOAT(model, rope_theta),
     F_FLOAT(model, norm_eps), F_STR(model, "init", init),
+    F_INT(model, frames), F_INT(model, channels), F_INT(model, height), F_INT(model, width),
+    F_INT(model, patch_t), F_INT(model, patch_h), F_INT(model, patch_w), F_INT(model, n_classes),
+    F_ENUM(model, attn, dt_dit_attn, dit_attn_names),
     F_STR(data, "train", train), F_STR(data, "val", val), F_BOOL(data, shuffle),
+    F_ENUM(data, source, dt_data_source, source_names), F_INT(data, shapes),
     F_INT(train, batch_size), F_INT(train, micro_batch_size), F_INT(train, seq_len),
     F_INT(train, steps), F_U64(train, seed), F_INT(train, log_every), F_INT(train, eval_every),
     F_INT(train, eval_batches), F_INT(train, sample_tokens), F_STR(train, "metrics", metrics),
@@ -129,6 +137,13 @@ const char *dt_offload_name(dt_offload m) {
     return enum_name(offload_names, N_OF(offload_names), (int)m);
 }
 
+const char *dt_dit_attn_name(dt_dit_attn a) {
+    return enum_name(dit_attn_names, N_OF(dit_attn_names), (int)a);
+}
+const char *dt_data_source_name(dt_data_source s) {
+    return enum_name(source_names, N_OF(source_names), (int)s);
+}
+
 static void set_str(char *dst, const char *src) {
     memset(dst, 0, DT_PATH_MAX); /* zeroed tail: equal configs are equal bytes */
     strncpy(dst, src, DT_PATH_MAX - 1);
@@ -141,9 +156,13 @@ void dt_config_defaults(dt_config *c) {
     m->n_layer = 4, m->n_head = 4, m->n_kv_head = 0, m->n_embd = 128;
     m->vocab_size = 256, m->max_seq_len = 128, m->ffn_hidden = 0;
     m->rope_theta = 10000.0f, m->norm_eps = 1e-5f;
+    m->frames = 8, m->channels = 3, m->height = 16, m->width = 16;
+    m->patch_t = 1, m->patch_h = 2, m->patch_w = 2;
+    m->n_classes = 0, m->attn = DT_DIT_ATTN_FULL;
     set_str(c->data.train, "data/fortunes/train.bin");
     set_str(c->data.val, "data/fortunes/val.bin");
     c->data.shuffle = false;
+    c->data.source = DT_SOURCE_TOKENS, c->data.shapes = 2;
     dt_train_config *t = &c->train;
     t->batch_size = 16, t->micro_batch_size = 0, t->seq_len = 128, t->steps = 600;
     t->seed = 1337, t->log_every = 50, t->eval_every = 200, t->eval_batches = 8;

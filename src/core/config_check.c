@@ -53,8 +53,60 @@ static void problem(problems *p, bool unsupported, const char *fmt, ...) {
             problem(p, false, #sec "." #k "=%g must be >= 0", (double)c->sec.k);              \
     } while (0)
 
+/* A DiT's tokens per clip, or 0 when its clip and patch sizes do not make a whole number. */
+static int dit_tokens(const dt_model_config *m) {
+    int dims[3] = {m->frames, m->height, m->width}, patch[3] = {m->patch_t, m->patch_h, m->patch_w};
+    int64_t n = 1;
+    for (int i = 0; i < 3; i++) {
+        if (dims[i] <= 0 || patch[i] <= 0 || dims[i] % patch[i])
+            return 0;
+        n *= dims[i] / patch[i];
+    }
+    return n > (1 << 24) ? 0 : (int)n;
+}
+
+void dt_config_derive(dt_config *c) {
+    if (c->model.arch != DT_ARCH_DIT || !dit_tokens(&c->model))
+        return;
+    c->train.seq_len = c->model.max_seq_len = dit_tokens(&c->model);
+}
+
+static void check_dit(const dt_config *c, problems *p) {
+    const dt_model_config *m = &c->model;
+    POSITIVE(p, model, frames);
+    POSITIVE(p, model, channels);
+    POSITIVE(p, model, height);
+    POSITIVE(p, model, width);
+    POSITIVE(p, model, patch_t);
+    POSITIVE(p, model, patch_h);
+    POSITIVE(p, model, patch_w);
+    const struct {
+        const char *dim, *patch;
+        int n, k;
+    } div[] = {{"frames", "patch_t", m->frames, m->patch_t},
+               {"height", "patch_h", m->height, m->patch_h},
+               {"width", "patch_w", m->width, m->patch_w}};
+    for (int i = 0; i < 3; i++)
+        if (div[i].n > 0 && div[i].k > 0 && div[i].n % div[i].k)
+            problem(p, false, "model.%s=%d is not a multiple of model.%s=%d (a clip is cut "
+                    "into whole patches)", div[i].dim, div[i].n, div[i].patch, div[i].k);
+    if (m->n_classes < 0)
+        problem(p, false, "model.n_classes=%d must be >= 0 (0 = unconditional)", m->n_classes);
+    if ((int)m->attn < 0 || m->attn >= DT_DIT_ATTN_COUNT)
+        problem(p, false, "model.attn=%d is not full or spatial_temporal", (int)m->attn);
+    if (m->n_embd > 0 && m->n_embd < 6)
+        problem(p, false, "model.n_embd=%d is too small for the DiT's 3-D position code (>= 6)",
+                m->n_embd);
+    int tokens = dit_tokens(m);
+    if (tokens && c->train.seq_len != tokens)
+        problem(p, false, "train.seq_len=%d: a DiT's sequence is its clip's %d patch tokens "
+                "(dt_config_derive sets it)", c->train.seq_len, tokens);
+}
+
 static void check_model(const dt_config *c, problems *p) {
     const dt_model_config *m = &c->model;
+    if (m->arch == DT_ARCH_DIT)
+        check_dit(c, p);
     POSITIVE(p, model, n_layer);
     POSITIVE(p, model, n_head);
     POSITIVE(p, model, n_embd);
@@ -237,7 +289,17 @@ static void check_checkpoint(const dt_config *c, problems *p) {
 }
 
 static void check_data(const dt_config *c, problems *p) {
-    if (!c->data.train[0])
+    const dt_data_config *d = &c->data;
+    bool video = c->model.arch == DT_ARCH_DIT;
+    if ((int)d->source < 0 || d->source >= DT_SOURCE_COUNT)
+        problem(p, false, "data.source=%d is not a known source", (int)d->source);
+    else if (video != (d->source == DT_SOURCE_BOUNCE))
+        problem(p, false, "data.source=%s does not feed model.arch=%s (a DiT trains on clips: "
+                "data.source=bounce; a language model on token shards: data.source=tokens)",
+                dt_data_source_name(d->source), dt_arch_name(c->model.arch));
+    if (d->source == DT_SOURCE_BOUNCE && d->shapes < 1)
+        problem(p, false, "data.shapes=%d must be >= 1 (shapes per clip)", d->shapes);
+    if (d->source == DT_SOURCE_TOKENS && !c->data.train[0])
         problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");
 }

@@ -15,15 +15,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/config.h" /* dt_dit_attn */
 #include "core/mem.h"
 #include "core/param.h"
 #include "core/status.h"
-
-typedef enum dt_dit_attn {
-    DT_DIT_ATTN_FULL,            /* every block attends over all tokens of the clip */
-    DT_DIT_ATTN_SPATIAL_TEMPORAL, /* even blocks within a frame, odd blocks across frames */
-    DT_DIT_ATTN_COUNT
-} dt_dit_attn;
 
 /* The model's shape. Clips are [frames, channels, height, width]; patches [pt, ph, pw]. */
 typedef struct dt_dit_config {
