@@ -5,7 +5,8 @@
  * the single process within 1e-5 (fp32; AdamW eps 1e-6 so rounding noise stays noise).
  *   np 1: ZeRO 0-3 with two micro-batches; the checkpointed single process (ac full and
  *         selective) and bf16 (within bf16 tolerance)
- *   np 2: dp 2 x ZeRO 0-3; sp 2 (Ulysses; both attention kinds); pp 2 (1F1B, ZeRO 0 and 3)
+ *   np 2: dp 2 x ZeRO 0-3; sp 2 (Ulysses; both attention kinds); pp 2 (1F1B, ZeRO 0 and 3;
+ *         interleaved with 2 chunks per rank, ZeRO 2)
  *   np 4: dp 4 x ZeRO 1; sp 4 (both kinds); dp 2 x sp 2 x ZeRO 2; pp 2 x sp 2; pp 2 x dp 2
  *         x ZeRO 3; sp 2 x ac full
  * Ranks are placed as the booster's mesh does: rank = (pp_index dp + dp_index) sp + sp_index;
@@ -34,6 +35,7 @@ typedef struct layout {
     int pp, dp, sp, zero, n_mb;
     dt_precision precision;
     dt_ac_mode ac;
+    int chunks; /* pipeline chunks per rank: > 1 interleaved 1F1B */
 } layout;
 
 typedef struct run_out {
@@ -43,7 +45,7 @@ typedef struct run_out {
 
 static dt_model_config model_config(dt_dit_attn attn) {
     return (dt_model_config){.arch = DT_ARCH_DIT, .frames = 8, .channels = 2, .height = 4,
-                             .width = 4, .patch_t = 2, .patch_h = 2, .patch_w = 2, .n_layer = 3,
+                             .width = 4, .patch_t = 2, .patch_h = 2, .patch_w = 2, .n_layer = 4,
                              .n_head = 4, .n_embd = 16, .n_classes = 3, .attn = attn,
                              .max_seq_len = 16};
 }
@@ -86,8 +88,10 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
     bool held[16];
     int n_slots = 1;
     if (L->pp > 1) {
-        DT_CHECK_OK(dt_stage_plan_make(mc->n_layer, L->pp, 1, NULL, &plan));
-        DT_CHECK_OK(dt_sched_1f1b(L->pp, L->n_mb, &sched));
+        int v = L->chunks > 1 ? L->chunks : 1;
+        DT_CHECK_OK(dt_stage_plan_make(mc->n_layer, L->pp, v, NULL, &plan));
+        DT_CHECK_OK(v > 1 ? dt_sched_interleaved(L->pp, L->n_mb, v, &sched)
+                          : dt_sched_1f1b(L->pp, L->n_mb, &sched));
         dt_stage_plan_held(&plan, p, held);
         n_slots = sched ? dt_pipeline_slots(sched, p) : 1;
     }
@@ -169,29 +173,30 @@ static void run_all(dt_comm *world, dt_dit_attn attn) {
     data dd = make_data(&c);
     int W = world->size;
     const layout L[] = {
-        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL},
-        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE},
-        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE},
-        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE},
-        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE},
-        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE},
-        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE},
-        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE},
-        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE},
-        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL},
+        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL, 1},
+        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1},
+        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"pp 2, interleaved x 2, zero 2", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_NONE, 2},
+        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
+        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL, 1},
     };
     dt_comm *self = NULL;
     DT_CHECK_OK(dt_dist_split(world, world->rank, 0, "self", &self));
     run_out ref = {0};
-    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE};
+    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1};
     run(self, &mc, &one, &dd, &ref);
     int64_t n = 0;
     {
@@ -212,7 +217,7 @@ static void run_all(dt_comm *world, dt_dit_attn attn) {
         free(got.w);
     }
     if (W == 1) { /* bf16 matmuls: within bf16 rounding of the fp32 run's loss */
-        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE};
+        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE, 1};
         run_out got = {0};
         run(world, &mc, &bf, &dd, &got);
         for (int s = 0; s < STEPS; s++)
