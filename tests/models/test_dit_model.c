@@ -325,6 +325,19 @@ static void check_files_and_sampler(void) {
         DT_CHECK(!memcmp(w2 + p->offset, dt_model_weights(m) + p->offset,
                          sizeof(float) * p->numel), "load: other values of %s", p->name);
     }
+    /* a pipeline stage loads the whole file into a full arena (the callers scatter it) */
+    bool held[5] = {false, false, true, true, true};
+    dt_model *st = create(&mc, (dt_model_opts){.B = 1, .units = held}, mem);
+    if (st) {
+        DT_CHECK(dt_model_full_numel(st) == nw && dt_model_numel(st) < nw, "stage arenas");
+        memset(w2, 0, sizeof(float) * nw);
+        DT_CHECK_OK(dt_model_load(st, w2, path));
+        const dt_param *p = dt_model_full_param(st, 0);
+        DT_CHECK(!memcmp(w2 + p->offset, dt_model_weights(m) + p->offset,
+                         sizeof(float) * p->numel), "a stage's load: other values of %s",
+                 p->name);
+    }
+    dt_model_free(st);
     dt_model_config fc = {.arch = DT_ARCH_GPT2, .n_layer = 9};
     DT_CHECK_OK(dt_model_config_from_file(path, &fc));
     DT_CHECK(fc.arch == DT_ARCH_DIT && fc.n_layer == 3 && fc.height == 6 && fc.patch_h == 2 &&
