@@ -385,12 +385,16 @@ static void expect_split_error(dt_model_config mc, int tp, int sp, const char *n
 static void check_errors(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
-    expect_split_error(mc, 2, 1, "use plugin.sp_size");
+    DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, false, 24));
+    DT_CHECK(dt_model_check_split(&mc, 2, 1, true, 24) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "split_gather"), "Megatron-SP: %s", dt_err_msg());
+    expect_split_error(mc, 4, 1, "model.n_head=2 is not divisible by plugin.tp_size=4");
     mc.n_head = 4;
     expect_split_error(mc, 1, 4, "time tokens (model.frames=4 / patch_t=2) are not divisible "
                                  "by plugin.sp_size=4");
     mc.n_head = 3;
-    expect_split_error(mc, 1, 2, "model.n_head=3 is not divisible by plugin.sp_size=2");
+    expect_split_error(mc, 1, 2, "the 3 heads of each tp rank (model.n_head=3 / tp_size=1) are "
+                                 "not divisible by plugin.sp_size=2");
     mc = tiny(DT_DIT_ATTN_FULL);
     DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
     expect_split_error(mc, 1, 5, "24 tokens per clip are not divisible by plugin.sp_size=5");

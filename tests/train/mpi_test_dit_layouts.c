@@ -6,11 +6,11 @@
  *   np 1: ZeRO 0-3 with two micro-batches; the checkpointed single process (ac full and
  *         selective) and bf16 (within bf16 tolerance)
  *   np 2: dp 2 x ZeRO 0-3; sp 2 (Ulysses; both attention kinds); pp 2 (1F1B, ZeRO 0 and 3;
- *         interleaved with 2 chunks per rank, ZeRO 2)
+ *         interleaved with 2 chunks per rank, ZeRO 2); tp 2 (Megatron: heads and MLP columns)
  *   np 4: dp 4 x ZeRO 1; sp 4 (both kinds); dp 2 x sp 2 x ZeRO 2; pp 2 x sp 2; pp 2 x dp 2
- *         x ZeRO 3; sp 2 x ac full
- * Ranks are placed as the booster's mesh does: rank = (pp_index dp + dp_index) sp + sp_index;
- * the engine's gradient group is dp x sp (the ranks holding the same weights). A failure
+ *         x ZeRO 3; sp 2 x ac full; tp 4; tp 2 x sp 2; tp 2 x dp 2 x ZeRO 3; tp 2 x pp 2
+ * Ranks are placed as the booster's mesh does (pp, dp, sp, tp; tp fastest); the engine's
+ * gradient group is dp x sp (the ranks holding the same weights). A failure
  * names the layout, the step and the check. Named mpi_test_*.c so the tests/ glob does not
  * register it without mpirun (tests.cmake does).
  */
@@ -36,6 +36,7 @@ typedef struct layout {
     dt_precision precision;
     dt_ac_mode ac;
     int chunks; /* pipeline chunks per rank: > 1 interleaved 1F1B */
+    int tp;
 } layout;
 
 typedef struct run_out {
@@ -75,11 +76,13 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
     int S = dt_dit_tokens(&(dt_dit_config){.frames = mc->frames, .height = mc->height,
                                            .width = mc->width, .pt = mc->patch_t,
                                            .ph = mc->patch_h, .pw = mc->patch_w});
-    int r = world->rank, s = r % L->sp, d = r / L->sp % L->dp, p = r / (L->sp * L->dp);
-    dt_comm *sp = NULL, *pp = NULL, *grp = NULL;
-    DT_CHECK_OK(dt_dist_split(world, p * L->dp + d, s, "sp", &sp));
-    DT_CHECK_OK(dt_dist_split(world, d * L->sp + s, p, "pp", &pp));
-    DT_CHECK_OK(dt_dist_split(world, p, d * L->sp + s, "dp", &grp));
+    int r = world->rank, t = r % L->tp, s = r / L->tp % L->sp;
+    int d = r / (L->tp * L->sp) % L->dp, p = r / (L->tp * L->sp * L->dp);
+    dt_comm *tp = NULL, *sp = NULL, *pp = NULL, *grp = NULL;
+    DT_CHECK_OK(dt_dist_split(world, (p * L->dp + d) * L->sp + s, t, "tp", &tp));
+    DT_CHECK_OK(dt_dist_split(world, (p * L->dp + d) * L->tp + t, s, "sp", &sp));
+    DT_CHECK_OK(dt_dist_split(world, (d * L->sp + s) * L->tp + t, p, "pp", &pp));
+    DT_CHECK_OK(dt_dist_split(world, p * L->tp + t, d * L->sp + s, "dp", &grp));
     int clips = G / L->dp, mb = clips / L->n_mb;
     dt_optim_config oc = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-6f,
                           .weight_decay = 0.01f};
@@ -96,7 +99,7 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
         n_slots = sched ? dt_pipeline_slots(sched, p) : 1;
     }
     dt_engine_opts eo = {.zero_stage = L->zero, .bucket_mb = 0.001f, .overlap = true,
-                         .precision = L->precision, .B = mb, .T = S, .sp = sp,
+                         .precision = L->precision, .B = mb, .T = S, .tp = tp, .sp = sp,
                          .units = L->pp > 1 ? held : NULL, .n_slots = n_slots,
                          .pp = L->pp > 1 ? pp : NULL, .ac = L->ac};
     dt_mem *mem = NULL;
@@ -132,6 +135,8 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
         }
         DT_CHECK_OK(dt_engine_finish(e));
         DT_CHECK_OK(dt_engine_apply(e, oc.lr, 1.0f));
+        if (t > 0) /* tp ranks compute the same losses */
+            loss = 0;
         DT_CHECK_OK(dt_comm_allreduce_f64(world, &loss, 1)); /* every row's loss once */
         out->loss[step] = loss / (G * S);
     }
@@ -145,6 +150,7 @@ done:
     dt_comm_free(grp);
     dt_comm_free(pp);
     dt_comm_free(sp);
+    dt_comm_free(tp);
 }
 
 static void compare(const char *name, dt_dit_attn attn, const run_out *ref, const run_out *got,
@@ -173,30 +179,36 @@ static void run_all(dt_comm *world, dt_dit_attn attn) {
     data dd = make_data(&c);
     int W = world->size;
     const layout L[] = {
-        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL, 1},
-        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1},
-        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"pp 2, interleaved x 2, zero 2", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_NONE, 2},
-        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1},
-        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL, 1},
+        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1},
+        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1, 1},
+        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2, interleaved x 2, zero 2", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_NONE, 2, 1},
+        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1},
+        {"tp 2, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"tp 4, zero 2", 1, 1, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 4},
+        {"tp 2 x sp 2, zero 1", 1, 1, 2, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"tp 2 x dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"tp 2 x pp 2, zero 2, ac selective", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1,
+         2},
     };
     dt_comm *self = NULL;
     DT_CHECK_OK(dt_dist_split(world, world->rank, 0, "self", &self));
     run_out ref = {0};
-    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1};
+    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1};
     run(self, &mc, &one, &dd, &ref);
     int64_t n = 0;
     {
@@ -209,7 +221,7 @@ static void run_all(dt_comm *world, dt_dit_attn attn) {
         dt_mem_free(mem);
     }
     for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
-        if (L[i].pp * L[i].dp * L[i].sp != W)
+        if (L[i].pp * L[i].dp * L[i].sp * L[i].tp != W)
             continue;
         run_out got = {0};
         run(world, &mc, &L[i], &dd, &got);
@@ -217,7 +229,7 @@ static void run_all(dt_comm *world, dt_dit_attn attn) {
         free(got.w);
     }
     if (W == 1) { /* bf16 matmuls: within bf16 rounding of the fp32 run's loss */
-        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE, 1};
+        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE, 1, 1};
         run_out got = {0};
         run(world, &mc, &bf, &dd, &got);
         for (int s = 0; s < STEPS; s++)
