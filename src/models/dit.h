@@ -56,10 +56,10 @@ dt_dit_config dt_dit_config_from_model(const dt_model_config *m);
 dt_status dt_dit_check_config(const dt_dit_config *c);
 
 /* Whether the DiT splits over tp x sp ranks: DT_OK, or one DT_ERR_ARG naming the numbers:
- * Megatron-SP (sequence_tp) is not implemented for the DiT (use sp); n_head % tp (tensor
- * parallelism splits heads and MLP columns), tokens % sp, (n_head / tp) % sp (Ulysses
- * splits a tp rank's heads), and for spatial_temporal the time tokens frames/patch_t % sp
- * (spatial attention stays local: every sp rank holds whole frames). */
+ * n_head % tp (tensor parallelism splits heads and MLP columns), tokens % sp, (n_head / tp)
+ * % sp (Ulysses splits a tp rank's heads), with sequence_tp (Megatron-SP) (tokens / sp) % tp,
+ * and for spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays
+ * local: every sp rank holds whole frames). */
 dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp);
 
 /* Derived sizes: tokens per clip (t/pt)(h/ph)(w/pw), floats per patch pt ph pw channels,

@@ -62,10 +62,10 @@ static bool uses_a2a(const dt_dit *d, attn_kind k) {
 }
 
 /* The kernel's view: rows of q|k|v (all N of a micro-batch after the all-to-all, else this
- * rank's Nr), cut into sequences of the kind's length. */
+ * rank's Nt), cut into sequences of the kind's length. */
 static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
     int sp = uses_a2a(d, k) ? d->sp->size : 1;
-    int rows = sp > 1 ? B * d->S : dt_dit_rows(d, B);
+    int rows = sp > 1 ? B * d->S : dt_dit_rows_tp(d, B);
     int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
     return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NHt / sp, .NKV = d->NHt / sp,
@@ -207,15 +207,15 @@ dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
 
 /* ---- attention between row order and attention order ---------------------------------------- */
 
-/* q|k|v rows [Nr, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
+/* q|k|v rows [Nt, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
 static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, float *qkv) {
-    int Nr = dt_dit_rows(d, B), sp = d->sp->size;
+    int Nt = dt_dit_rows_tp(d, B), sp = d->sp->size;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL)
             permute_rows(d, qkv, rows, 3 * (int64_t)d->Ct, B, true);
         return DT_OK; /* full and spatial: the linear wrote a->qkv itself */
     }
-    regroup(d, d->packed, rows, Nr, true);
+    regroup(d, d->packed, rows, Nt, true);
     float *h = k == ATTN_TEMPORAL ? d->qkvh : qkv;
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
                ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp},
@@ -225,7 +225,7 @@ static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, fl
     return DT_OK;
 }
 
-/* The attention output y (attention order) as rows [Nr, Ct]: y itself, or built in scratch. */
+/* The attention output y (attention order) as rows [Nt, Ct]: y itself, or built in scratch. */
 static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y,
                                    const float **rows) {
     bool a2a = uses_a2a(d, k);
@@ -238,7 +238,7 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     if (!a2a)
         return DT_OK;
     /* heads -> rows is the all-to-all's adjoint, which accumulates */
-    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows(d, B) * d->Ct);
+    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows_tp(d, B) * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
                ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, *rows,
                           d->att_rows, d->work));
@@ -246,7 +246,7 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     return DT_OK;
 }
 
-/* d rows [Nr, Ct] of the attention output -> its gradient in attention order. */
+/* d rows [Nt, Ct] of the attention output -> its gradient in attention order. */
 static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *drows,
                                     const float **datt) {
     bool a2a = uses_a2a(d, k);
@@ -266,7 +266,7 @@ static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *
     return DT_OK;
 }
 
-/* d q|k|v in attention order (d->dqkvp) -> rows [Nr, 3Ct]. */
+/* d q|k|v in attention order (d->dqkvp) -> rows [Nt, 3Ct]. */
 static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows) {
     int sp = d->sp->size;
     *drows = d->dqkvp;
@@ -282,12 +282,12 @@ static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows
         permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->Ct / sp, B, false);
         src = d->qkvh;
     }
-    int Nr = dt_dit_rows(d, B);
-    dt_zero_f32(d->packed, (int64_t)Nr * 3 * d->Ct);
+    int Nt = dt_dit_rows_tp(d, B);
+    dt_zero_f32(d->packed, (int64_t)Nt * 3 * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
                ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, src,
                           d->packed, d->work));
-    regroup(d, d->dqkv, d->packed, Nr, false);
+    regroup(d, d->dqkv, d->packed, Nt, false);
     *drows = d->dqkv;
     return DT_OK;
 }
@@ -335,23 +335,23 @@ static bool holds_kept(const dt_dit *d, keep k) {
 
 /* Carve fields f (sized for the largest micro-batch), NULL for the rest. */
 static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
-    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->Ft;
-    size_t Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
+    size_t F = (size_t)d->Ft, Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
 #define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
     a->mod = PIECE(F_MOD, B * 6 * C);
     a->aff = PIECE(F_MOD, B * 4 * C);
     a->mean1 = PIECE(F_LN, Nr);
     a->rstd1 = PIECE(F_LN, Nr);
     a->m1 = PIECE(F_M1, Nr * C);
-    a->qkv = PIECE(F_QKV, Nr * 3 * Ct);
-    a->y = PIECE(F_Y, Nr * Ct);
-    a->lse = PIECE(F_LSE, Nr * NH);
+    a->qkv = PIECE(F_QKV, Nt * 3 * Ct);
+    a->y = PIECE(F_Y, Nt * Ct);
+    a->lse = PIECE(F_LSE, Nt * NH);
     a->a = PIECE(F_A, Nr * C);
     a->x2 = PIECE(F_X2, Nr * C);
     a->mean2 = PIECE(F_LN, Nr);
     a->rstd2 = PIECE(F_LN, Nr);
     a->m2 = PIECE(F_M2, Nr * C);
-    a->h = PIECE(F_H, Nr * F);
+    a->h = PIECE(F_H, Nt * F);
     a->f = PIECE(F_F, Nr * C);
 #undef PIECE
 }
@@ -390,16 +390,46 @@ static dt_dit_acts view(const dt_dit *d, int slot, int l) {
 
 /* ---- tensor-parallel matmuls ------------------------------------------------------------------ */
 
-/* A row-parallel matmul (proj, fc2): y = the sum over tp of x_r W_r^T (the REDUCE region),
- * then + b once. Over one tp rank the plain matmul with its bias. */
-static dt_status row_forward(dt_dit *d, const dt_linear *l, const float *x, int Nr, float *y) {
+dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n) {
+    if (d->rows->size > 1)
+        DT_TRY(dt_comm_allreduce_f32(d->rows, part, n, NULL));
+    dt_add_inplace(g, part, n);
+    return DT_OK;
+}
+
+static dt_region_kind enter_kind(const dt_dit *d) {
+    return d->rows->size > 1 ? DT_REGION_KIND_SEQ_GATHER : DT_REGION_KIND_COPY;
+}
+
+static dt_region_kind leave_kind(const dt_dit *d) {
+    return d->rows->size > 1 ? DT_REGION_KIND_SEQ_REDUCE_SCATTER : DT_REGION_KIND_REDUCE;
+}
+
+/* A norm output [Nr, C] entering the tp region: itself (COPY's forward is the identity), or
+ * under Megatron-SP all Nt rows gathered into d->ln_full. */
+static dt_status enter_rows(dt_dit *d, const float *x, int B, const float **full) {
+    *full = x;
+    if (d->rows->size == 1)
+        return DT_OK;
+    DT_TRY(dt_region_op_get(DT_REGION_KIND_SEQ_GATHER)
+               ->forward(d->tp, &(dt_region_shape){dt_dit_rows_tp(d, B), d->C, 0}, x,
+                         d->ln_full, d->work));
+    *full = d->ln_full;
+    return DT_OK;
+}
+
+/* A row-parallel matmul (proj, fc2) on x [Nt, in/tp]: y [Nr, C] = the sum over tp of
+ * x_r W_r^T (REDUCE, or SEQ_REDUCE_SCATTER under Megatron-SP), then + b once. Over one tp
+ * rank the plain matmul with its bias. */
+static dt_status row_forward(dt_dit *d, const dt_linear *l, const float *x, int B, float *y) {
+    int Nt = dt_dit_rows_tp(d, B), Nr = dt_dit_rows(d, B);
     if (d->tp->size == 1)
-        return dt_dit_linear_forward(d, l, x, Nr, y);
+        return dt_dit_linear_forward(d, l, x, Nt, y);
     dt_linear nb = *l;
     nb.b = nb.db = NULL;
-    DT_TRY(dt_dit_linear_forward(d, &nb, x, Nr, d->part));
-    DT_TRY(dt_region_op_get(DT_REGION_KIND_REDUCE)
-               ->forward(d->tp, &(dt_region_shape){Nr, d->C, 0}, d->part, y, NULL));
+    DT_TRY(dt_dit_linear_forward(d, &nb, x, Nt, d->part));
+    DT_TRY(dt_region_op_get(leave_kind(d))
+               ->forward(d->tp, &(dt_region_shape){Nt, d->C, 0}, d->part, y, d->work));
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < Nr; n++)
         for (int j = 0; j < d->C; j++)
@@ -407,29 +437,63 @@ static dt_status row_forward(dt_dit *d, const dt_linear *l, const float *x, int 
     return DT_OK;
 }
 
-/* Its backward: the REDUCE adjoint is the identity, so dy is whole on every tp rank; the
- * whole bias's gradient, this rank's columns' weight and input gradients. */
+/* Its backward from dy [Nr, C]: the leaving region's adjoint (the identity, or all Nt rows
+ * gathered), the bias's gradient (summed over split rows), this rank's weight and input
+ * gradients (dx [Nt, in/tp] accumulates). */
 static dt_status row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int Nr, float *dx) {
+                              int B, float *dx) {
+    int Nt = dt_dit_rows_tp(d, B), Nr = dt_dit_rows(d, B);
     if (d->tp->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, Nr, dx);
+        return dt_dit_linear_backward(d, l, x, dy, Nt, dx);
     dt_linear nb = *l;
     nb.b = nb.db = NULL;
-    if (l->db)
+    if (l->db && d->rows->size > 1) {
+        dt_zero_f32(d->pgrad, d->C);
+        dt_colsum_accumulate(d->pgrad, dy, Nr, d->C);
+        DT_TRY(dt_dit_sum_rows(d, l->db, d->pgrad, d->C));
+    } else if (l->db) {
         dt_colsum_accumulate(l->db, dy, Nr, d->C);
-    return dt_dit_linear_backward(d, &nb, x, dy, Nr, dx);
+    }
+    const float *dfull = dy;
+    if (d->rows->size > 1) {
+        dt_zero_f32(d->part, (int64_t)Nt * d->C);
+        DT_TRY(dt_region_op_get(DT_REGION_KIND_SEQ_REDUCE_SCATTER)
+                   ->backward(d->tp, &(dt_region_shape){Nt, d->C, 0}, dy, d->part, d->work));
+        dfull = d->part;
+    }
+    return dt_dit_linear_backward(d, &nb, x, dfull, Nt, dx);
 }
 
-/* A column-parallel matmul's (qkv, fc1) backward: its input gradient is partial over tp, and
- * the COPY region's adjoint sums it: dx += all-reduce. */
+/* A column-parallel matmul's (qkv, fc1) backward on x [Nt, C] (entered): its input gradient
+ * is partial over tp, and the entering region's adjoint sums it into dx [Nr, C] (+=):
+ * all-reduce, or reduce-scatter of the rows under Megatron-SP. */
 static dt_status col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int Nr, float *dx) {
+                              int B, float *dx) {
+    int Nt = dt_dit_rows_tp(d, B);
     if (d->tp->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, Nr, dx);
-    dt_zero_f32(d->part, (int64_t)Nr * d->C);
-    DT_TRY(dt_dit_linear_backward(d, l, x, dy, Nr, d->part));
-    return dt_region_op_get(DT_REGION_KIND_COPY)
-        ->backward(d->tp, &(dt_region_shape){Nr, d->C, 0}, d->part, dx, d->work);
+        return dt_dit_linear_backward(d, l, x, dy, Nt, dx);
+    dt_zero_f32(d->part, (int64_t)Nt * d->C);
+    DT_TRY(dt_dit_linear_backward(d, l, x, dy, Nt, d->part));
+    return dt_region_op_get(enter_kind(d))
+        ->backward(d->tp, &(dt_region_shape){Nt, d->C, 0}, d->part, dx, d->work);
+}
+
+/* A replicated linear applied to this rank's residual rows (the patch embedding, the final
+ * linear): under Megatron-SP its weight and bias gradients are partial over the rows comm
+ * and summed there; dx (may be NULL) accumulates. */
+dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
+                                      const float *dy, int N, float *dx) {
+    if (d->rows->size == 1)
+        return dt_dit_linear_backward(d, l, x, dy, N, dx);
+    dt_linear t = *l;
+    t.dw = d->pgrad;
+    t.db = NULL;
+    dt_zero_f32(d->pgrad, (int64_t)l->out * l->in);
+    DT_TRY(dt_dit_linear_backward(d, &t, x, dy, N, dx));
+    DT_TRY(dt_dit_sum_rows(d, l->dw, d->pgrad, (int64_t)l->out * l->in));
+    dt_zero_f32(d->pgrad, l->out);
+    dt_colsum_accumulate(d->pgrad, dy, N, l->out);
+    return dt_dit_sum_rows(d, l->db, d->pgrad, l->out);
 }
 
 /* ---- one block ---------------------------------------------------------------------------- */
@@ -437,26 +501,29 @@ static dt_status col_backward(dt_dit *d, const dt_linear *l, const float *x, con
 static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
                                const float *sc, int B, float *out) {
     const dt_dit_block *blk = &d->blocks[l];
-    int C = d->C, Nr = dt_dit_rows(d, B);
+    int C = d->C, Nt = dt_dit_rows_tp(d, B);
     attn_kind k = block_kind(d, l);
+    const float *in;
     DT_TRY(dt_dit_linear_forward(d, &blk->ada, sc, B, a->mod));
     dt_dit_make_affine(a->aff, 4 * C, a->mod, 6 * C, 0, C, B, C);
     dt_dit_make_affine(a->aff + 2 * C, 4 * C, a->mod, 6 * C, 3 * C, 4 * C, B, C);
     dt_dit_ln_rows(d, a->m1, a->mean1, a->rstd1, x, a->aff, 4 * C, B);
     float *rows = !uses_a2a(d, k) && k != ATTN_TEMPORAL ? a->qkv : d->qkv_rows;
-    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, a->m1, Nr, rows));
+    DT_TRY(enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, in, Nt, rows));
     DT_TRY(qkv_to_attention(d, k, B, rows, a->qkv));
     dt_attn_shape s = attn_shape(d, k, B);
     dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
                          a->qkv + 2 * s.NH * s.hs);
     const float *att;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    DT_TRY(row_forward(d, &blk->proj, att, Nr, a->a));
+    DT_TRY(row_forward(d, &blk->proj, att, B, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
     dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
-    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, a->m2, Nr, a->h));
-    dt_gelu_forward(d->gel, a->h, (int64_t)Nr * d->Ft);
-    DT_TRY(row_forward(d, &blk->fc2, d->gel, Nr, a->f));
+    DT_TRY(enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, in, Nt, a->h));
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
+    DT_TRY(row_forward(d, &blk->fc2, d->gel, B, a->f));
     gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
@@ -466,38 +533,43 @@ static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const flo
 static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
                                 const float *sc, int B, float *dres, float *dsc) {
     const dt_dit_block *blk = &d->blocks[l];
-    int C = d->C, Nr = dt_dit_rows(d, B);
-    size_t NC = (size_t)Nr * C, NF = (size_t)Nr * d->Ft;
+    int C = d->C, Nt = dt_dit_rows_tp(d, B);
+    size_t NC = (size_t)dt_dit_rows(d, B) * C, NF = (size_t)Nt * d->Ft;
     attn_kind k = block_kind(d, l);
+    const float *in;
     memset(d->dmod, 0, (size_t)B * 6 * C * sizeof *d->dmod);
     /* MLP branch: out = x2 + gate2 * fc2(gelu(fc1(m2))) */
     gate_backward(d, d->dA, d->dmod, dres, a->f, a->mod, 5 * C, B);
     dt_gelu_forward(d->gel, a->h, (int64_t)NF);
     memset(d->dg, 0, NF * sizeof *d->dg);
-    DT_TRY(row_backward(d, &blk->fc2, d->gel, d->dA, Nr, d->dg));
+    DT_TRY(row_backward(d, &blk->fc2, d->gel, d->dA, B, d->dg));
     memset(d->dh, 0, NF * sizeof *d->dh);
     dt_gelu_backward(d->dh, a->h, d->dg, (int64_t)NF);
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(col_backward(d, &blk->fc1, a->m2, d->dh, Nr, d->dB));
+    DT_TRY(enter_rows(d, a->m2, B, &in));
+    DT_TRY(col_backward(d, &blk->fc1, in, d->dh, B, d->dB));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
                             a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
     gate_backward(d, d->dA, d->dmod, dres, a->a, a->mod, 2 * C, B);
     const float *att, *datt, *dqkv;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(row_backward(d, &blk->proj, att, d->dA, Nr, d->dB));
+    memset(d->dB, 0, (size_t)Nt * d->Ct * sizeof *d->dB);
+    DT_TRY(row_backward(d, &blk->proj, att, d->dA, B, d->dB));
     DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
-    memset(d->dqkvp, 0, (size_t)Nr * 3 * d->Ct * sizeof *d->dqkvp);
+    memset(d->dqkvp, 0, (size_t)Nt * 3 * d->Ct * sizeof *d->dqkvp);
     dt_attention_backward(&s, d->dqkvp, d->dqkvp + q, d->dqkvp + 2 * q, datt, a->y, a->lse,
                           a->qkv, a->qkv + q, a->qkv + 2 * q);
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(col_backward(d, &blk->qkv, a->m1, dqkv, Nr, d->dA));
+    DT_TRY(enter_rows(d, a->m1, B, &in));
+    DT_TRY(col_backward(d, &blk->qkv, in, dqkv, B, d->dA));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
                             a->rstd1, B);
+    if (d->rows->size > 1) /* the modulations saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 6 * C, NULL));
     return dt_dit_linear_backward(d, &blk->ada, sc, d->dmod, B, dsc);
 }
 

@@ -9,7 +9,10 @@
  * of fc2; the residual rows, the norms, the adaLN modulations, the embedders and the final
  * layer are replicated. Entering a column-parallel matmul is the COPY region (identity
  * forward, all-reduce of the input gradient), leaving a row-parallel one the REDUCE region
- * (all-reduce forward); the row-parallel biases are added once, after it.
+ * (all-reduce forward); the row-parallel biases are added once, after it. Under Megatron-SP
+ * (sequence_tp) the residual rows are split over tp as well: the regions are SEQ_GATHER and
+ * SEQ_REDUCE_SCATTER, and the gradients of what is applied to split rows (the modulations,
+ * the row-parallel biases, the patch embedding and the final linear) are summed over tp.
  *
  * Rows. A micro-batch of B clips is N = B S token rows, flattened [B, S]; an sp rank holds
  * the contiguous rows [r N/sp, (r+1) N/sp) (Nr of them) through the residual stream, the
@@ -31,8 +34,9 @@ typedef struct dt_dit_block {
     dt_linear fc1, fc2;  /* [4C, C], [C, 4C] */
 } dt_dit_block;
 
-/* Saved by a block's forward for its backward, per slot (Nr rows here, widths C, 3C, 4C and
- * NH of the attention and MLP this tp rank's: Ct, 3Ct, Ft, NHt; "attention order":
+/* Saved by a block's forward for its backward, per slot (Nr residual rows, Nt inside the tp
+ * region; widths C, 3C, 4C and NH of the attention and MLP this tp rank's: Ct, 3Ct, Ft, NHt;
+ * "attention order":
  * the kernel's rows, see dit_fwd.c; a field the slot does not keep under activation
  * checkpointing is NULL and lives in the model's shared set). */
 typedef struct dt_dit_acts {
@@ -40,13 +44,13 @@ typedef struct dt_dit_acts {
     float *aff;              /* [B, 2, 2, C] per norm: (1 + scale, shift) as LN affine */
     float *mean1, *rstd1;    /* [Nr] */
     float *m1;               /* [Nr, C] modulated norm output (attention input) */
-    float *qkv;              /* [Nr, 3C] elements, attention order and layout */
-    float *y, *lse;          /* [Nr, C] elements attention output, [Nr NH] elements */
+    float *qkv;              /* [Nt, 3Ct] elements, attention order and layout */
+    float *y, *lse;          /* [Nt, Ct] elements attention output, [Nt NHt] elements */
     float *a;                /* [Nr, C] proj output (before the gate) */
     float *x2;               /* [Nr, C] residual after the attention branch */
     float *mean2, *rstd2;    /* [Nr] */
     float *m2;               /* [Nr, C] */
-    float *h;                /* [Nr, 4C] fc1 output (before GELU) */
+    float *h;                /* [Nt, Ft] fc1 output (before GELU) */
     float *f;                /* [Nr, C] fc2 output (before the gate) */
 } dt_dit_acts;
 
@@ -71,7 +75,8 @@ typedef struct dt_dit_slot {
 struct dt_dit {
     dt_dit_config cfg;
     int B, S, P, C, NH, F, Tt, Th, Tw;
-    int Nr;          /* rows of the largest micro-batch on this sp rank */
+    int Nt, Nr;      /* rows of the largest micro-batch on this sp rank (inside the tp region)
+                      * and in its residual stream (Nt / tp under Megatron-SP, else Nt) */
     int Ct, NHt, Ft; /* this tp rank's attention width C / tp, heads, MLP width 4C / tp */
     bool training;
     dt_mem *mem;     /* borrowed */
@@ -81,6 +86,8 @@ struct dt_dit {
     dt_comm *own_sp; /* a size-1 comm when the caller gave none */
     dt_comm *tp;     /* borrowed, or own_tp: heads and MLP columns split over it */
     dt_comm *own_tp; /* a size-1 comm when the caller gave none */
+    dt_comm *rows;   /* Megatron-SP: tp (the residual rows split over it), else own_rows */
+    dt_comm *own_rows;
     dt_comm *pp;     /* borrowed; NULL: no pipeline */
 
     /* tables: the single process's (files) and this rank's (its units, packed) */
@@ -120,15 +127,17 @@ struct dt_dit {
     float *out;                /* [B, clip] unpatchified output (holder of the final unit) */
 
     /* transients, shared by the blocks (the d* ones NULL when not training) */
-    float *qkv_rows, *packed, *qkvh;  /* [Nr, 3Ct] each (packed, qkvh: sp > 1) */
-    float *att_rows, *atth, *gel;     /* [Nr, Ct], [Nr, Ct], [Nr, Ft] */
-    float *part;                      /* [Nr, C] a row-parallel matmul's partial sum (tp > 1) */
+    float *qkv_rows, *packed, *qkvh;  /* [Nt, 3Ct] each (packed, qkvh: sp > 1) */
+    float *att_rows, *atth, *gel;     /* [Nt, Ct], [Nt, Ct], [Nt, Ft] */
+    float *part;                      /* [Nt, C] a row-parallel matmul's partial sum (tp > 1) */
+    float *ln_full;                   /* [Nt, C] a norm output gathered (Megatron-SP) */
+    float *pgrad;                     /* gradients summed over split rows (Megatron-SP) */
     float *tok_out, *tok_tgt;         /* [Nr, P] final linear output, the target's patches */
     float *work;                      /* region ops' scratch (sp > 1 or tp > 1) */
     dt_bf16 *x_lp, *dy_lp;            /* 16-bit matmul operands (16-bit modes) */
-    float *dA, *dB;                   /* [Nr, C] branch gradients */
-    float *dg, *dh;                   /* [Nr, Ft] */
-    float *dqkv, *dqkvp, *dattp;      /* [Nr, 3Ct], [Nr, 3Ct], [Nr, Ct] */
+    float *dA, *dB;                   /* [Nt, C] branch gradients */
+    float *dg, *dh;                   /* [Nt, Ft] */
+    float *dqkv, *dqkvp, *dattp;      /* [Nt, 3Ct], [Nt, 3Ct], [Nt, Ct] */
     float *dmod, *dc, *dts, *dth;     /* [B, 6C], [B, C] x 3 */
     void *act_arena, *tmp_arena;
 };
@@ -149,10 +158,15 @@ static inline bool dt_dit_holds(const dt_dit *d, int global_unit) {
     return d->unit_local[global_unit] >= 0;
 }
 
-/* Rows of a micro-batch of B clips on this sp rank, and where they start. */
-static inline int dt_dit_rows(const dt_dit *d, int B) { return B * d->S / d->sp->size; }
+/* Rows of a micro-batch of B clips on this rank: inside the tp region (its sp rank's), in
+ * the residual stream, and where the residual rows start in the flattened [B S] batch. */
+static inline int dt_dit_rows_tp(const dt_dit *d, int B) { return B * d->S / d->sp->size; }
+static inline int dt_dit_rows(const dt_dit *d, int B) {
+    return dt_dit_rows_tp(d, B) / d->rows->size;
+}
 static inline int64_t dt_dit_row0(const dt_dit *d, int B) {
-    return (int64_t)d->sp->rank * dt_dit_rows(d, B);
+    return (int64_t)d->sp->rank * dt_dit_rows_tp(d, B) +
+           (int64_t)d->rows->rank * dt_dit_rows(d, B);
 }
 
 /* dit_tables.c: the full table (DiT / Open-Sora names) and this rank's (held units). */
@@ -168,6 +182,13 @@ dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const
                                int B, float *out);
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                 int B, float *dres, float *dsc);
+/* dit_fwd.c: g[0..n) += the sum over the rows comm of part[0..n) (part is clobbered):
+ * gradients of what is applied to split residual rows (Megatron-SP; a plain add else). */
+dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n);
+/* dit_fwd.c: a replicated linear applied to this rank's residual rows (the patch embedding,
+ * the final linear): its weight gradients summed over split rows (Megatron-SP). */
+dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
+                                      const float *dy, int N, float *dx);
 /* dit_fwd.c: the per-clip pieces the final layer shares with the blocks */
 void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, int shift_off,
                         int scale_off, int B, int C);

@@ -149,7 +149,7 @@ static dt_status embed_backward(dt_dit *d, int slot, int B, const float *dres,
     dt_dit_slot *s = &d->slots[slot];
     int C = d->C, Nr = dt_dit_rows(d, B);
     size_t BC = (size_t)B * C;
-    DT_TRY(dt_dit_linear_backward(d, &d->x_emb, s->patches, dres, Nr, NULL));
+    DT_TRY(dt_dit_rows_linear_backward(d, &d->x_emb, s->patches, dres, Nr, NULL));
     silu_backward(d->dc, s->c, dsc, (int64_t)BC);
     if (d->cfg.n_classes > 0)
         dt_rows_scatter_add(d->dy_table, d->dc, s->labels, 0, d->cfg.n_classes + 1, B, C);
@@ -177,11 +177,13 @@ static dt_status final_backward(dt_dit *d, int slot, int B, const float *x, cons
     dt_dit_slot *s = &d->slots[slot];
     int C = d->C, Nr = dt_dit_rows(d, B);
     memset(d->dA, 0, (size_t)Nr * C * sizeof *d->dA);
-    DT_TRY(dt_dit_linear_backward(d, &d->final_lin, s->mf, s->dtok, Nr, d->dA));
+    DT_TRY(dt_dit_rows_linear_backward(d, &d->final_lin, s->mf, s->dtok, Nr, d->dA));
     memset(d->dmod, 0, (size_t)B * 2 * C * sizeof *d->dmod);
     memset(dres, 0, (size_t)Nr * C * sizeof *dres);
     dt_dit_ln_rows_backward(d, dres, d->dmod, 2 * C, C, 0, d->dA, x, s->afff, 2 * C, s->meanf,
                             s->rstdf, B);
+    if (d->rows->size > 1) /* the modulation saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 2 * C, NULL));
     return dt_dit_linear_backward(d, &d->final_ada, sc, d->dmod, B, dsc);
 }
 
@@ -283,6 +285,8 @@ dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_sc
         }
         sum += row / P;
     }
+    if (d->rows->size > 1) /* every tp rank reports its rows' tp group's loss, as GPT's head */
+        DT_TRY(dt_comm_allreduce_f64(d->rows, &sum, 1));
     *loss_sum = sum;
     return leave(d, L + 1, DT_PHASE_HEAD);
 }

@@ -386,8 +386,12 @@ static void check_errors(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
     DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, false, 24));
-    DT_CHECK(dt_model_check_split(&mc, 2, 1, true, 24) == DT_ERR_ARG &&
-                 strstr(dt_err_msg(), "split_gather"), "Megatron-SP: %s", dt_err_msg());
+    DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, true, 24));
+    dt_model_config odd = mc; /* 1 x 3 x 3 = 9 tokens */
+    odd.frames = 2, odd.width = 3, odd.attn = DT_DIT_ATTN_FULL;
+    DT_CHECK(dt_model_check_split(&odd, 2, 1, true, 9) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "the 9 tokens of each sp rank"), "Megatron-SP: %s",
+             dt_err_msg());
     expect_split_error(mc, 4, 1, "model.n_head=2 is not divisible by plugin.tp_size=4");
     mc.n_head = 4;
     expect_split_error(mc, 1, 4, "time tokens (model.frames=4 / patch_t=2) are not divisible "
