@@ -231,9 +231,6 @@ static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->T != d->S)
         return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
                           "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
-    if (o->split_backward)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit has no split backward: use "
-                          "plugin.pp_schedule gpipe, 1f1b or interleaved, not a zero-bubble one");
     if (o->act_compress != DT_ACT_COMPRESS_NONE)
         return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit does not store activations as "
                           "int8 (plugin.act_compress); use plugin.ac instead");
@@ -247,6 +244,9 @@ static dt_status alloc_arrays(dt_dit *d) {
     d->acts = calloc((size_t)S * L + 1, sizeof *d->acts);
     d->saved_bytes = calloc((size_t)S * L + 1, sizeof *d->saved_bytes);
     d->saved_live = calloc((size_t)S * L + 1, sizeof *d->saved_live);
+    if (d->training && d->split &&
+        !(d->wgrad = calloc((size_t)S * L + 1, sizeof *d->wgrad)))
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     d->pos_index = calloc((size_t)L + 1, sizeof *d->pos_index);
     d->unit_w = calloc((size_t)U, sizeof *d->unit_w);
     d->unit_g = calloc((size_t)U, sizeof *d->unit_g);
@@ -300,6 +300,7 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->Nt = dt_dit_rows_tp(d, d->B);
     d->Nr = dt_dit_rows(d, d->B);
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
+    d->split = o->split_backward;
     d->ac = o->ac;
     d->ac_every = o->ac_every > 0 ? o->ac_every : 1;
     d->pos_stride = (((int64_t)d->Nr + d->B) * d->C + 15) / 16 * 16; /* 64-byte aligned */
@@ -364,6 +365,7 @@ void dt_dit_free(dt_dit *d) {
     free(d->pos_index);
     free(d->saved_live);
     free(d->saved_bytes);
+    free(d->wgrad);
     free(d->acts);
     free(d->slots);
     free(d->blocks);

@@ -81,9 +81,9 @@ typedef struct dt_dit_opts {
 dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
                       dt_dit **out);
 /* As the model interface builds it (models/model.h): o->B clips of o->T = S tokens, the
- * splits, slots, held units, bound storage, precision and checkpointing of o. DT_ERR_ARG
- * for a split dt_dit_check_split refuses, DT_ERR_UNSUPPORTED for split backward (zero-bubble
- * schedules) and int8 activation storage. */
+ * splits, slots, held units, bound storage, precision, checkpointing and split backward of
+ * o. DT_ERR_ARG for a split dt_dit_check_split refuses, DT_ERR_UNSUPPORTED for int8
+ * activation storage. */
 dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt_mem *mem,
                             dt_dit **out);
 void dt_dit_free(dt_dit *d);
@@ -127,7 +127,11 @@ void dt_dit_zero_grad(dt_dit *d);
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);
-dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b,
+                                bool split);
+/* Split backward (a model built with split_backward): the blocks' matmul weight gradients
+ * backward_units(split) left out. */
+dt_status dt_dit_weight_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 int64_t dt_dit_boundary_count(const dt_dit *d, int B);
 float *dt_dit_boundary(dt_dit *d, int slot, int position, int B);
 float *dt_dit_boundary_grad(dt_dit *d, int slot, int B);

@@ -28,6 +28,10 @@
  * Tensor parallelism (dit_impl.h): q|k|v, the attention and the MLP's hidden width are this
  * tp rank's heads and columns; proj and fc2 leave the region through an all-reduce.
  *
+ * Split backward (zero-bubble schedules): the backward makes the input gradients and the
+ * cheap bias gradients and keeps the five matmuls' output gradients per slot; the weight
+ * pass makes their weight gradients later.
+ *
  * Activation checkpointing (opts ac, block l when l % ac_every == 0): "full" keeps nothing
  * but the block's input (a residual position kept anyway) and reruns the block's forward
  * into the model's shared set right before its backward; "selective" keeps all but the
@@ -189,22 +193,6 @@ static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *
     }
 }
 
-/* ---- matmuls in the run's precision --------------------------------------------------------- */
-
-dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,
-                                float *y) {
-    return dt_linear_forward(&d->ctx, l, x, d->x_lp, N, y);
-}
-
-/* The 16-bit copy of x the weight gradient reads is rebuilt here, into the one buffer every
- * matmul shares: the same cast of the same values as the forward's, so the same bits. */
-dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
-                                 const float *dy, int N, float *dx) {
-    if (d->ctx.mm_type != DT_F32)
-        dt_cast_f32_to_lp(d->ctx.mm_type, d->x_lp, x, (int64_t)N * l->in);
-    return dt_linear_backward(&d->ctx, l, x, d->x_lp, dy, d->dy_lp, N, dx);
-}
-
 /* ---- attention between row order and attention order ---------------------------------------- */
 
 /* q|k|v rows [Nt, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
@@ -364,6 +352,15 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
                 continue;
             size_t at = cv->used;
             carve_fields(d, cv, kept_fields(d, l), &d->acts[(size_t)s * L + l]);
+            if (d->wgrad) { /* the output gradients the weight pass reads */
+                size_t B = (size_t)d->B, Nt = (size_t)d->Nt, C = (size_t)d->C, f4 = 4;
+                dt_dit_wgrad *w = &d->wgrad[(size_t)s * L + l];
+                w->dmod = dt_dit_carve(cv, B * 6 * C * f4);
+                w->dqkv = dt_dit_carve(cv, Nt * 3 * (size_t)d->Ct * f4);
+                w->dproj = dt_dit_carve(cv, Nt * C * f4);
+                w->dh = dt_dit_carve(cv, Nt * (size_t)d->Ft * f4);
+                w->dfc2 = dt_dit_carve(cv, Nt * C * f4);
+            }
             /* in use from the block's forward to its backward: its set and its input */
             d->saved_bytes[(size_t)s * L + l] =
                 cv->used - at + (size_t)d->Nr * d->C * sizeof(float);
@@ -388,114 +385,6 @@ static dt_dit_acts view(const dt_dit *d, int slot, int l) {
 #undef PICK
 }
 
-/* ---- tensor-parallel matmuls ------------------------------------------------------------------ */
-
-dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n) {
-    if (d->rows->size > 1)
-        DT_TRY(dt_comm_allreduce_f32(d->rows, part, n, NULL));
-    dt_add_inplace(g, part, n);
-    return DT_OK;
-}
-
-static dt_region_kind enter_kind(const dt_dit *d) {
-    return d->rows->size > 1 ? DT_REGION_KIND_SEQ_GATHER : DT_REGION_KIND_COPY;
-}
-
-static dt_region_kind leave_kind(const dt_dit *d) {
-    return d->rows->size > 1 ? DT_REGION_KIND_SEQ_REDUCE_SCATTER : DT_REGION_KIND_REDUCE;
-}
-
-/* A norm output [Nr, C] entering the tp region: itself (COPY's forward is the identity), or
- * under Megatron-SP all Nt rows gathered into d->ln_full. */
-static dt_status enter_rows(dt_dit *d, const float *x, int B, const float **full) {
-    *full = x;
-    if (d->rows->size == 1)
-        return DT_OK;
-    DT_TRY(dt_region_op_get(DT_REGION_KIND_SEQ_GATHER)
-               ->forward(d->tp, &(dt_region_shape){dt_dit_rows_tp(d, B), d->C, 0}, x,
-                         d->ln_full, d->work));
-    *full = d->ln_full;
-    return DT_OK;
-}
-
-/* A row-parallel matmul (proj, fc2) on x [Nt, in/tp]: y [Nr, C] = the sum over tp of
- * x_r W_r^T (REDUCE, or SEQ_REDUCE_SCATTER under Megatron-SP), then + b once. Over one tp
- * rank the plain matmul with its bias. */
-static dt_status row_forward(dt_dit *d, const dt_linear *l, const float *x, int B, float *y) {
-    int Nt = dt_dit_rows_tp(d, B), Nr = dt_dit_rows(d, B);
-    if (d->tp->size == 1)
-        return dt_dit_linear_forward(d, l, x, Nt, y);
-    dt_linear nb = *l;
-    nb.b = nb.db = NULL;
-    DT_TRY(dt_dit_linear_forward(d, &nb, x, Nt, d->part));
-    DT_TRY(dt_region_op_get(leave_kind(d))
-               ->forward(d->tp, &(dt_region_shape){Nt, d->C, 0}, d->part, y, d->work));
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < Nr; n++)
-        for (int j = 0; j < d->C; j++)
-            y[n * d->C + j] += l->b[j];
-    return DT_OK;
-}
-
-/* Its backward from dy [Nr, C]: the leaving region's adjoint (the identity, or all Nt rows
- * gathered), the bias's gradient (summed over split rows), this rank's weight and input
- * gradients (dx [Nt, in/tp] accumulates). */
-static dt_status row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int B, float *dx) {
-    int Nt = dt_dit_rows_tp(d, B), Nr = dt_dit_rows(d, B);
-    if (d->tp->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, Nt, dx);
-    dt_linear nb = *l;
-    nb.b = nb.db = NULL;
-    if (l->db && d->rows->size > 1) {
-        dt_zero_f32(d->pgrad, d->C);
-        dt_colsum_accumulate(d->pgrad, dy, Nr, d->C);
-        DT_TRY(dt_dit_sum_rows(d, l->db, d->pgrad, d->C));
-    } else if (l->db) {
-        dt_colsum_accumulate(l->db, dy, Nr, d->C);
-    }
-    const float *dfull = dy;
-    if (d->rows->size > 1) {
-        dt_zero_f32(d->part, (int64_t)Nt * d->C);
-        DT_TRY(dt_region_op_get(DT_REGION_KIND_SEQ_REDUCE_SCATTER)
-                   ->backward(d->tp, &(dt_region_shape){Nt, d->C, 0}, dy, d->part, d->work));
-        dfull = d->part;
-    }
-    return dt_dit_linear_backward(d, &nb, x, dfull, Nt, dx);
-}
-
-/* A column-parallel matmul's (qkv, fc1) backward on x [Nt, C] (entered): its input gradient
- * is partial over tp, and the entering region's adjoint sums it into dx [Nr, C] (+=):
- * all-reduce, or reduce-scatter of the rows under Megatron-SP. */
-static dt_status col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int B, float *dx) {
-    int Nt = dt_dit_rows_tp(d, B);
-    if (d->tp->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, Nt, dx);
-    dt_zero_f32(d->part, (int64_t)Nt * d->C);
-    DT_TRY(dt_dit_linear_backward(d, l, x, dy, Nt, d->part));
-    return dt_region_op_get(enter_kind(d))
-        ->backward(d->tp, &(dt_region_shape){Nt, d->C, 0}, d->part, dx, d->work);
-}
-
-/* A replicated linear applied to this rank's residual rows (the patch embedding, the final
- * linear): under Megatron-SP its weight and bias gradients are partial over the rows comm
- * and summed there; dx (may be NULL) accumulates. */
-dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
-                                      const float *dy, int N, float *dx) {
-    if (d->rows->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, N, dx);
-    dt_linear t = *l;
-    t.dw = d->pgrad;
-    t.db = NULL;
-    dt_zero_f32(d->pgrad, (int64_t)l->out * l->in);
-    DT_TRY(dt_dit_linear_backward(d, &t, x, dy, N, dx));
-    DT_TRY(dt_dit_sum_rows(d, l->dw, d->pgrad, (int64_t)l->out * l->in));
-    dt_zero_f32(d->pgrad, l->out);
-    dt_colsum_accumulate(d->pgrad, dy, N, l->out);
-    return dt_dit_sum_rows(d, l->db, d->pgrad, l->out);
-}
-
 /* ---- one block ---------------------------------------------------------------------------- */
 
 static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
@@ -509,7 +398,7 @@ static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const flo
     dt_dit_make_affine(a->aff + 2 * C, 4 * C, a->mod, 6 * C, 3 * C, 4 * C, B, C);
     dt_dit_ln_rows(d, a->m1, a->mean1, a->rstd1, x, a->aff, 4 * C, B);
     float *rows = !uses_a2a(d, k) && k != ATTN_TEMPORAL ? a->qkv : d->qkv_rows;
-    DT_TRY(enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
     DT_TRY(dt_dit_linear_forward(d, &blk->qkv, in, Nt, rows));
     DT_TRY(qkv_to_attention(d, k, B, rows, a->qkv));
     dt_attn_shape s = attn_shape(d, k, B);
@@ -517,21 +406,23 @@ static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const flo
                          a->qkv + 2 * s.NH * s.hs);
     const float *att;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    DT_TRY(row_forward(d, &blk->proj, att, B, a->a));
+    DT_TRY(dt_dit_row_forward(d, &blk->proj, att, B, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
     dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
-    DT_TRY(enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
     DT_TRY(dt_dit_linear_forward(d, &blk->fc1, in, Nt, a->h));
     dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
-    DT_TRY(row_forward(d, &blk->fc2, d->gel, B, a->f));
+    DT_TRY(dt_dit_row_forward(d, &blk->fc2, d->gel, B, a->f));
     gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
 
 /* dres: [Nr, C], the gradient of the block's output in, of its input x out. Accumulates the
- * block's weight gradients and d silu(c) into dsc. */
+ * block's weight gradients and d silu(c) into dsc; with wg (split backward) the matmuls'
+ * weight gradients are left to block_weights, their output gradients kept in wg. */
 static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
-                                const float *sc, int B, float *dres, float *dsc) {
+                                const float *sc, int B, float *dres, float *dsc,
+                                dt_dit_wgrad *wg) {
     const dt_dit_block *blk = &d->blocks[l];
     int C = d->C, Nt = dt_dit_rows_tp(d, B);
     size_t NC = (size_t)dt_dit_rows(d, B) * C, NF = (size_t)Nt * d->Ft;
@@ -542,12 +433,12 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     gate_backward(d, d->dA, d->dmod, dres, a->f, a->mod, 5 * C, B);
     dt_gelu_forward(d->gel, a->h, (int64_t)NF);
     memset(d->dg, 0, NF * sizeof *d->dg);
-    DT_TRY(row_backward(d, &blk->fc2, d->gel, d->dA, B, d->dg));
+    DT_TRY(dt_dit_row_backward(d, &blk->fc2, d->gel, d->dA, B, d->dg, wg ? wg->dfc2 : NULL));
     memset(d->dh, 0, NF * sizeof *d->dh);
     dt_gelu_backward(d->dh, a->h, d->dg, (int64_t)NF);
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(enter_rows(d, a->m2, B, &in));
-    DT_TRY(col_backward(d, &blk->fc1, in, d->dh, B, d->dB));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_col_backward(d, &blk->fc1, in, d->dh, B, d->dB, wg ? wg->dh : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
                             a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
@@ -555,7 +446,7 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     const float *att, *datt, *dqkv;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
     memset(d->dB, 0, (size_t)Nt * d->Ct * sizeof *d->dB);
-    DT_TRY(row_backward(d, &blk->proj, att, d->dA, B, d->dB));
+    DT_TRY(dt_dit_row_backward(d, &blk->proj, att, d->dA, B, d->dB, wg ? wg->dproj : NULL));
     DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
@@ -564,13 +455,39 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
                           a->qkv, a->qkv + q, a->qkv + 2 * q);
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(enter_rows(d, a->m1, B, &in));
-    DT_TRY(col_backward(d, &blk->qkv, in, dqkv, B, d->dA));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_col_backward(d, &blk->qkv, in, dqkv, B, d->dA, wg ? wg->dqkv : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
                             a->rstd1, B);
     if (d->rows->size > 1) /* the modulations saw only this rank's rows */
         DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 6 * C, NULL));
-    return dt_dit_linear_backward(d, &blk->ada, sc, d->dmod, B, dsc);
+    dt_linear ada = blk->ada;
+    if (wg) {
+        memcpy(wg->dmod, d->dmod, (size_t)B * 6 * C * sizeof *wg->dmod);
+        ada.dw = NULL;
+    }
+    return dt_dit_linear_backward(d, &ada, sc, d->dmod, B, dsc);
+}
+
+/* The split backward's weight pass: the five matmuls' weight gradients from the output
+ * gradients kept in wg and their inputs, saved or rebuilt as the backward rebuilt them. */
+static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const float *sc, int B,
+                               const dt_dit_wgrad *wg) {
+    const dt_dit_block *blk = &d->blocks[l];
+    int Nt = dt_dit_rows_tp(d, B);
+    const float *in, *att;
+    dt_linear w[5] = {blk->fc2, blk->fc1, blk->proj, blk->qkv, blk->ada};
+    for (int i = 0; i < 5; i++)
+        w[i].db = NULL; /* the biases' gradients came with the backward */
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
+    DT_TRY(dt_dit_linear_backward(d, &w[0], d->gel, wg->dfc2, Nt, NULL));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_linear_backward(d, &w[1], in, wg->dh, Nt, NULL));
+    DT_TRY(attention_to_rows(d, block_kind(d, l), B, a->y, &att));
+    DT_TRY(dt_dit_linear_backward(d, &w[2], att, wg->dproj, Nt, NULL));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_linear_backward(d, &w[3], in, wg->dqkv, Nt, NULL));
+    return dt_dit_linear_backward(d, &w[4], sc, wg->dmod, B, NULL);
 }
 
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
@@ -580,17 +497,35 @@ dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const
 }
 
 /* Rebuilds, into the shared set, what the slot did not keep (under ZeRO-3 inside the
- * backward's enter/leave, where the block's weights are present), then runs the backward. */
-dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc) {
-    dt_dit_acts a = view(d, slot, l);
+ * backward's or weight pass's enter/leave, where the block's weights are present; the weight
+ * pass comes after other blocks reused the set, so it rebuilds again). */
+static dt_status rebuild(dt_dit *d, int l, dt_dit_acts *a, const float *x, const float *sc,
+                         int B) {
     keep k = keep_of(d, l);
-    if (k == KEEP_INPUT) {
-        DT_TRY(block_forward(d, l, &a, x, sc, B, d->ac_out));
-    } else if (k == KEEP_NO_ATTN) {
+    if (k == KEEP_INPUT)
+        return block_forward(d, l, a, x, sc, B, d->ac_out);
+    if (k == KEEP_NO_ATTN) {
         dt_attn_shape s = attn_shape(d, block_kind(d, l), B);
-        dt_attention_forward(&s, a.y, a.lse, a.qkv, a.qkv + s.NH * s.hs,
-                             a.qkv + 2 * s.NH * s.hs);
+        dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
+                             a->qkv + 2 * s.NH * s.hs);
     }
-    return block_backward(d, l, &a, x, sc, B, dres, dsc);
+    return DT_OK;
+}
+
+static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
+    return &d->wgrad[(size_t)slot * d->cfg.n_layer + l];
+}
+
+dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                                int B, float *dres, float *dsc, bool split) {
+    dt_dit_acts a = view(d, slot, l);
+    DT_TRY(rebuild(d, l, &a, x, sc, B));
+    return block_backward(d, l, &a, x, sc, B, dres, dsc, split ? wgrad_of(d, slot, l) : NULL);
+}
+
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                               int B) {
+    dt_dit_acts a = view(d, slot, l);
+    DT_TRY(rebuild(d, l, &a, x, sc, B));
+    return block_weights(d, l, &a, sc, B, wgrad_of(d, slot, l));
 }

@@ -1,6 +1,6 @@
 /* The inside of a dt_dit, shared by its files (dit.c: arenas, views, life cycle;
  * dit_tables.c: parameter tables, unit maps, splits, whole-arena gathers; dit_fwd.c: one
- * block's forward and backward; dit_units.c: the embedders, the final layer, the loss and
+ * block's forward and backward; dit_tp.c: matmuls across tp; dit_units.c: the embedders, the final layer, the loss and
  * the unit-range passes; dit_model.c: the model interface). Nothing outside models/ includes
  * it.
  *
@@ -54,6 +54,16 @@ typedef struct dt_dit_acts {
     float *f;                /* [Nr, C] fc2 output (before the gate) */
 } dt_dit_acts;
 
+/* Split backward: the output gradients of a block's matmuls its weight pass reads, per slot
+ * (the gathered ones under tp). */
+typedef struct dt_dit_wgrad {
+    float *dmod;  /* [B, 6C] adaLN */
+    float *dqkv;  /* [Nt, 3Ct] */
+    float *dproj; /* [Nt, C] */
+    float *dh;    /* [Nt, Ft] fc1 */
+    float *dfc2;  /* [Nt, C] */
+} dt_dit_wgrad;
+
 /* What one micro-batch slot keeps outside its blocks. */
 typedef struct dt_dit_slot {
     float *res;      /* [n_pos][pos_stride]: residual rows [Nr, C], then silu(c) [B, C] */
@@ -79,6 +89,7 @@ struct dt_dit {
                       * and in its residual stream (Nt / tp under Megatron-SP, else Nt) */
     int Ct, NHt, Ft; /* this tp rank's attention width C / tp, heads, MLP width 4C / tp */
     bool training;
+    bool split;      /* split backward (zero-bubble): keep what the weight pass reads */
     dt_mem *mem;     /* borrowed */
     dt_gemm *gemm;
     dt_nn_ctx ctx;
@@ -117,6 +128,7 @@ struct dt_dit {
     float *pos;                /* [S, C] fixed 3-D sinusoidal positions */
     dt_dit_slot *slots;        /* [n_slots] */
     dt_dit_acts *acts;         /* [n_slots][L] */
+    dt_dit_wgrad *wgrad;       /* [n_slots][L] (split backward), else NULL */
     /* activation checkpointing: what slots do not keep lives in one shared set */
     dt_ac_mode ac;
     int ac_every;
@@ -181,11 +193,24 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv);
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out);
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc);
-/* dit_fwd.c: g[0..n) += the sum over the rows comm of part[0..n) (part is clobbered):
+                                int B, float *dres, float *dsc, bool split);
+/* split backward's weight pass of block l (after dt_dit_block_backward with split) */
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                               int B);
+/* dit_tp.c: a norm output [Nr, C] entering the tp region (itself, or gathered to [Nt, C]);
+ * row-parallel matmul forward (x [Nt, in/tp] -> y [Nr, C]) and backward; column-parallel
+ * backward (dx [Nr, C] +=). keep: not NULL defers the weight gradient (split backward),
+ * keeping its output gradient [Nt, out] there. */
+dt_status dt_dit_enter_rows(dt_dit *d, const float *x, int B, const float **full);
+dt_status dt_dit_row_forward(dt_dit *d, const dt_linear *l, const float *x, int B, float *y);
+dt_status dt_dit_row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                              int B, float *dx, float *keep);
+dt_status dt_dit_col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                              int B, float *dx, float *keep);
+/* dit_tp.c: g[0..n) += the sum over the rows comm of part[0..n) (part is clobbered):
  * gradients of what is applied to split residual rows (Megatron-SP; a plain add else). */
 dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n);
-/* dit_fwd.c: a replicated linear applied to this rank's residual rows (the patch embedding,
+/* dit_tp.c: a replicated linear applied to this rank's residual rows (the patch embedding,
  * the final linear): its weight gradients summed over split rows (Megatron-SP). */
 dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
                                       const float *dy, int N, float *dx);
@@ -198,7 +223,7 @@ void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstrid
                              int scale_off, int shift_off, const float *dy, const float *x,
                              const float *aff, int stride, const float *mean,
                              const float *rstd, int B);
-/* a linear's backward reading x (fp32, or its 16-bit copy rebuilt into d->x_lp) */
+/* dit_tp.c: a linear's backward reading x (fp32, or its 16-bit copy rebuilt into d->x_lp) */
 dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
                                  const float *dy, int N, float *dx);
 dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,

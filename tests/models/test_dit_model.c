@@ -7,7 +7,8 @@
  *   - two slots in flight (forward A, forward B, backward B, backward A) accumulate the two
  *     micro-batches' gradients, and a model cut into two pipeline stages in one process
  *     (boundary tensors copied by hand, conditioning included) gives the whole model's;
- *   - activation checkpointing (full, selective) gives the same gradient bits as none;
+ *   - activation checkpointing (full, selective) and the split backward (weight passes later)
+ *     give the same gradient bits as neither;
  *   - bf16 matmuls stay within bf16 rounding of fp32;
  *   - sizes, config_from_sizes, save/load and config_from_file round-trip; the sampler over
  *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors.
@@ -125,7 +126,9 @@ static void check_against_dit(dt_dit_attn attn) {
 }
 
 /* One step's gradient of the whole batch in two micro-batches (A = clips 0..1, B = clip 2)
- * through a model built with `o`, each micro-batch on its own slot. */
+ * through a model built with `o`, each micro-batch on its own slot; with o.split_backward
+ * the backward is split and the weight passes come after both backwards, as a zero-bubble
+ * schedule runs them. */
 static void grads_two_slots(const dt_model_config *mc, dt_model_opts o, const float *w,
                             const batch *bt, float *grad, double *loss) {
     dt_dit_config c = dt_dit_config_from_model(mc);
@@ -146,8 +149,12 @@ static void grads_two_slots(const dt_model_config *mc, dt_model_opts o, const fl
     DT_CHECK_OK(dt_model_loss_slot(m, 0, &a, 0.5f, true, &la));
     DT_CHECK_OK(dt_model_forward_units(m, 1, 0, U, &b));
     DT_CHECK_OK(dt_model_loss_slot(m, 1, &b, 0.5f, true, &lb));
-    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, U, &b, false));
-    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, U, &a, false));
+    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, U, &b, o.split_backward));
+    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, U, &a, o.split_backward));
+    if (o.split_backward) {
+        DT_CHECK_OK(dt_model_weight_units(m, 1, 0, U, &b));
+        DT_CHECK_OK(dt_model_weight_units(m, 0, 0, U, &a));
+    }
     memcpy(grad, dt_model_grads(m), sizeof(float) * nw);
     *loss = la + lb;
     dt_model_free(m);
@@ -265,6 +272,15 @@ static void check_slots_stages_ac(dt_dit_attn attn) {
                      "attn %d: ac %d every %d changes the loss or gradient bits", (int)attn,
                      (int)modes[k], every);
         }
+    /* the split backward (zero-bubble schedules), alone and with checkpointing */
+    for (int k = 0; k < 3; k++) {
+        dt_ac_mode ac = k == 0 ? DT_AC_NONE : modes[k - 1];
+        grads_two_slots(&mc, (dt_model_opts){.split_backward = true, .ac = ac}, w, &bt, g1,
+                        &l1);
+        DT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * nw),
+                 "attn %d: split backward (ac %d) changes the loss or gradient bits", (int)attn,
+                 (int)ac);
+    }
     /* bf16 matmuls: within bf16 rounding of fp32 */
     grads_two_slots(&mc, (dt_model_opts){.precision = DT_PREC_BF16}, w, &bt, g1, &l1);
     double gmax = 0;
@@ -407,9 +423,7 @@ static void check_errors(void) {
     dt_mem *mem;
     DT_CHECK_OK(dt_mem_init(&mem));
     dt_model *m = NULL;
-    dt_model_opts o = {.B = 1, .T = 24, .training = true, .split_backward = true};
-    DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m, "split backward");
-    o.split_backward = false, o.act_compress = DT_ACT_COMPRESS_INT8;
+    dt_model_opts o = {.B = 1, .T = 24, .training = true, .act_compress = DT_ACT_COMPRESS_INT8};
     DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m &&
                  strstr(dt_err_msg(), "dit"), "int8 storage: %s", dt_err_msg());
     m = create(&mc, (dt_model_opts){.B = 1, .training = true}, mem);
@@ -422,6 +436,11 @@ static void check_errors(void) {
     b.B = 2;
     DT_CHECK(m && dt_model_forward(m, &b) == DT_ERR_ARG && strstr(dt_err_msg(), "2 clips"),
              "too many clips: %s", dt_err_msg());
+    b = view(&bt, 1, 1, &c); /* a valid label */
+    DT_CHECK(m && dt_model_forward(m, &b) == DT_OK &&
+                 dt_model_weight_units(m, 0, 0, 5, &b) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "split backward"),
+             "a weight pass without split backward: %s", dt_err_msg());
     free_batch(&bt);
     dt_model_free(m);
     /* an arch without predict */
