@@ -11,7 +11,9 @@
  *     give the same gradient bits as neither;
  *   - bf16 matmuls stay within bf16 rounding of fp32;
  *   - sizes, config_from_sizes, save/load and config_from_file round-trip; the sampler over
- *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors.
+ *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors;
+ *   - the activation and transient arenas are the bytes the written-out formulas (what the
+ *     planner predicts) give, over slots, held units, checkpointing, bf16, split backward.
  */
 #include <math.h>
 #include <stdio.h>
@@ -455,6 +457,113 @@ static void check_errors(void) {
     dt_mem_free(mem);
 }
 
+/* ---- the memory formulas (what the planner predicts), against the accountant ---------- */
+
+static size_t a64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+typedef struct mem_case {
+    int B, n_slots, first, last; /* global units [first, last] held */
+    dt_ac_mode ac;
+    int ac_every;
+    dt_precision precision;
+    bool split;
+} mem_case;
+
+/* Bytes of "dit.activations" and "dit.transients" of a one-rank (sp = tp = 1) model, training. */
+static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *acts,
+                          size_t *temp) {
+    size_t B = k->B, C = mc->n_embd, F = 4 * C, NH = mc->n_head, L = mc->n_layer;
+    size_t S = (size_t)(mc->frames / mc->patch_t) * (mc->height / mc->patch_h) *
+               (mc->width / mc->patch_w);
+    size_t P = (size_t)mc->channels * mc->patch_t * mc->patch_h * mc->patch_w;
+    size_t clip = (size_t)mc->frames * mc->channels * mc->height * mc->width;
+    size_t N = B * S, f4 = 4, every = k->ac_every > 0 ? k->ac_every : 1;
+    bool unit0 = k->first == 0, fin = k->last == (int)L + 1, lp = k->precision != DT_PREC_FP32;
+    /* positions: each held block's input and output, unit 0's output, the final input */
+    size_t n_pos = 0;
+    for (size_t p = 0; p <= L; p++) {
+        bool in_of_block = p < L && (int)p + 1 >= k->first && (int)p + 1 <= k->last;
+        bool out_of_block = p >= 1 && (int)p >= k->first && (int)p <= k->last;
+        n_pos += in_of_block || out_of_block || (p == 0 && unit0) || (p == L && fin);
+    }
+    size_t stride = ((N + B) * C + 15) / 16 * 16;
+    size_t all = a64(24 * B * C) + a64(16 * B * C) + 4 * a64(N * f4) + a64(N * C * f4) +
+                 a64(3 * N * C * f4) + a64(N * C * f4) + a64(N * NH * f4) +
+                 3 * a64(N * C * f4) + a64(N * F * f4) + a64(N * C * f4);
+    size_t attn_out = a64(N * C * f4) + a64(N * NH * f4);
+    size_t wg = k->split ? a64(24 * B * C) + a64(3 * N * C * f4) + 2 * a64(N * C * f4) +
+                               a64(N * F * f4)
+                         : 0;
+    bool any_full = false, any_sel = false;
+    *acts = 0;
+    for (int s = 0; s < k->n_slots; s++) {
+        *acts += a64(n_pos * stride * f4) + a64(B * C * f4);
+        if (unit0)
+            *acts += a64(N * P * f4) + a64(B * 256 * f4) + 3 * a64(B * C * f4) + a64(B * 4);
+        if (fin)
+            *acts += 2 * a64(8 * B * C) + 2 * a64(N * f4) + a64(N * C * f4);
+        for (size_t l = 0; l < L; l++) {
+            if ((int)l + 1 < k->first || (int)l + 1 > k->last)
+                continue;
+            bool ck = k->ac != DT_AC_NONE && l % every == 0;
+            any_full |= ck && k->ac == DT_AC_FULL;
+            any_sel |= ck && k->ac == DT_AC_SELECTIVE;
+            *acts += (!ck ? all : k->ac == DT_AC_FULL ? 0 : all - attn_out) + wg;
+        }
+    }
+    *acts += any_full ? all + a64(N * C * f4) : any_sel ? attn_out : 0;
+    *acts += a64(S * C * f4) + (fin ? a64(B * clip * f4) : 0);
+    size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
+    in = in > P ? in : P;
+    in = in > 256 ? in : 256;
+    out = out > P ? out : P;
+    *temp = a64(3 * N * C * f4) + 2 * a64(N * C * f4) + a64(N * F * f4) +
+            (fin ? 2 * a64(N * P * f4) : 0) + (lp ? a64(N * in * 2) + a64(N * out * 2) : 0) +
+            k->n_slots * (a64(stride * f4) + (fin ? a64(N * P * f4) : 0)) +
+            2 * a64(N * C * f4) + 2 * a64(N * F * f4) + 2 * a64(3 * N * C * f4) +
+            a64(N * C * f4) + a64(24 * B * C) + 3 * a64(B * C * f4);
+}
+
+static void check_memory(void) {
+    dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    const mem_case cases[] = {
+        {3, 1, 0, 4, DT_AC_NONE, 0, DT_PREC_FP32, false},
+        {2, 3, 0, 4, DT_AC_FULL, 2, DT_PREC_FP32, false},
+        {2, 2, 0, 2, DT_AC_SELECTIVE, 1, DT_PREC_BF16, true},
+        {1, 2, 2, 4, DT_AC_NONE, 0, DT_PREC_BF16, false},
+        {4, 1, 1, 3, DT_AC_FULL, 1, DT_PREC_FP32, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mem_case *k = &cases[i];
+        bool held[5];
+        for (int u = 0; u < 5; u++)
+            held[u] = u >= k->first && u <= k->last;
+        dt_mem *mem;
+        DT_CHECK_OK(dt_mem_init(&mem));
+        DT_CHECK_OK(dt_mem_timeline_start(mem, 64));
+        dt_model *m = create(&mc, (dt_model_opts){.B = k->B, .n_slots = k->n_slots,
+                                                  .training = true, .units = held,
+                                                  .ac = k->ac, .ac_every = k->ac_every,
+                                                  .precision = k->precision,
+                                                  .split_backward = k->split},
+                             mem);
+        size_t acts = 0, temp = 0, want_acts, want_temp;
+        for (int e = 0; m && e < dt_mem_n_events(mem); e++) {
+            const dt_mem_event *ev = dt_mem_event_at(mem, e);
+            if (ev->kind == DT_MEM_EV_ALLOC && !strcmp(ev->name, "dit.activations"))
+                acts = ev->bytes;
+            if (ev->kind == DT_MEM_EV_ALLOC && !strcmp(ev->name, "dit.transients"))
+                temp = ev->bytes;
+        }
+        predict_bytes(&mc, k, &want_acts, &want_temp);
+        DT_CHECK(acts == want_acts && temp == want_temp, "memory case %zu: activations %zu "
+                 "(formula %zu), transients %zu (formula %zu)", i, acts, want_acts, temp,
+                 want_temp);
+        dt_model_free(m);
+        dt_mem_free(mem);
+    }
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check_against_dit(DT_DIT_ATTN_FULL);
@@ -463,5 +572,6 @@ int main(int argc, char **argv) {
     check_slots_stages_ac(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     check_files_and_sampler();
     check_errors();
+    check_memory();
     return DT_TEST_END();
 }
