@@ -2,7 +2,8 @@
  * every layout the world size allows, against the single process: under mpirun (np 1, 2, 4)
  * each rank first trains the whole global batch alone (one rank, ZeRO 0, one micro-batch),
  * then its share of each layout; every step's global loss and the final weights must match
- * the single process within 1e-5 (fp32; AdamW eps 1e-6 so rounding noise stays noise).
+ * the single process within 1e-5 (fp32; AdamW eps 1e-6 so rounding noise stays noise), and
+ * the final weights round-trip through the engine's scatter and gather of the full arena.
  *   np 1: ZeRO 0-3 with two micro-batches; the checkpointed single process (ac full and
  *         selective); bf16 and int8 activation storage (within their tolerance of fp32)
  *   np 2: dp 2 x ZeRO 0-3; sp 2 (Ulysses; both attention kinds); pp 2 (1F1B, ZeRO 0 and 3;
@@ -152,8 +153,16 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
         DT_CHECK_OK(dt_comm_allreduce_f64(world, &loss, 1)); /* every row's loss once */
         out->loss[step] = loss / (G * S);
     }
-    out->w = malloc(sizeof(float) * dt_model_full_numel(dt_engine_model(e)));
+    int64_t n = dt_model_full_numel(dt_engine_model(e));
+    out->w = malloc(sizeof(float) * n);
+    float *back = calloc((size_t)n, sizeof *back);
     DT_CHECK_OK(dt_engine_gather_state(e, out->w, NULL, NULL));
+    /* the full arena back into this layout's shards (a checkpoint's load) and out again */
+    DT_CHECK_OK(dt_engine_scatter_state(e, out->w, NULL, NULL));
+    DT_CHECK_OK(dt_engine_gather_state(e, back, NULL, NULL));
+    DT_CHECK(!memcmp(back, out->w, sizeof(float) * n), "%s: the weights do not round-trip "
+             "through scatter_state and gather_state", L->name);
+    free(back);
 done:
     dt_pipeline_free(pipe);
     dt_engine_free(e);
