@@ -325,6 +325,7 @@ dt_status dt_config_validate(const dt_config *c) {
 
 dt_status dt_config_validate_model(const dt_model_config *m, const char *origin) {
     dt_config c = {.model = *m};
+    dt_config_derive(&c); /* a shape alone (a DiT's sequence is its clip's patch tokens) */
     problems p = {.len = 0};
     check_model(&c, &p);
     if (!p.n_arg && !p.n_unsupported)
