@@ -8,9 +8,9 @@
  * backward scratch; nothing is allocated after init. It runs as one process (dt_dit_init:
  * dt_dit_forward -> loss gradient of dt_dit_output -> dt_dit_backward) or split as the model
  * interface asks (dt_dit_init_model, models/dit_model.c): pipeline stages by unit, Ulysses
- * sequence parallelism over sp, ZeRO's bound storage, bf16 matmuls, activation
+ * sequence parallelism over sp, tensor parallelism over tp, ZeRO's bound storage, bf16 matmuls, activation
  * checkpointing. Gradients accumulate until dt_dit_zero_grad. Single-threaded control;
- * kernels use OpenMP inside; collectives over the sp comm the caller gave.
+ * kernels use OpenMP inside; collectives over the sp and tp comms the caller gave.
  *
  * A micro-batch as the model interface hands it over (dt_batch, B clips, T = S tokens):
  *   input   B rows of dt_dit_input_floats() floats: the noisy clip x_t in [frames, channels,
@@ -55,11 +55,11 @@ dt_dit_config dt_dit_config_from_model(const dt_model_config *m);
  * divide by its patch, n_embd % n_head, a head size that is odd, ...). */
 dt_status dt_dit_check_config(const dt_dit_config *c);
 
-/* Whether the DiT splits over tp x sp ranks (seq_len: the clip's tokens): DT_OK, or one
- * DT_ERR_ARG naming the numbers: tensor parallelism (tp > 1, sequence_tp) is not
- * implemented for the DiT (use sp); tokens % sp, n_head % sp (Ulysses splits heads), and for
- * spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays local:
- * every sp rank holds whole frames). */
+/* Whether the DiT splits over tp x sp ranks: DT_OK, or one DT_ERR_ARG naming the numbers:
+ * n_head % tp (tensor parallelism splits heads and MLP columns), tokens % sp, (n_head / tp)
+ * % sp (Ulysses splits a tp rank's heads), with sequence_tp (Megatron-SP) (tokens / sp) % tp,
+ * and for spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays
+ * local: every sp rank holds whole frames). */
 dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp);
 
 /* Derived sizes: tokens per clip (t/pt)(h/ph)(w/pw), floats per patch pt ph pw channels,
@@ -81,9 +81,9 @@ typedef struct dt_dit_opts {
 dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
                       dt_dit **out);
 /* As the model interface builds it (models/model.h): o->B clips of o->T = S tokens, the
- * splits, slots, held units, bound storage, precision and checkpointing of o. DT_ERR_ARG
- * for a split dt_dit_check_split refuses, DT_ERR_UNSUPPORTED for split backward (zero-bubble
- * schedules) and int8 activation storage. */
+ * splits, slots, held units, bound storage, precision, checkpointing and split backward of
+ * o. DT_ERR_ARG for a split dt_dit_check_split refuses, DT_ERR_UNSUPPORTED for int8
+ * activation storage. */
 dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt_mem *mem,
                             dt_dit **out);
 void dt_dit_free(dt_dit *d);
@@ -127,7 +127,11 @@ void dt_dit_zero_grad(dt_dit *d);
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);
-dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b,
+                                bool split);
+/* Split backward (a model built with split_backward): the blocks' matmul weight gradients
+ * backward_units(split) left out. */
+dt_status dt_dit_weight_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 int64_t dt_dit_boundary_count(const dt_dit *d, int B);
 float *dt_dit_boundary(dt_dit *d, int slot, int position, int B);
 float *dt_dit_boundary_grad(dt_dit *d, int slot, int B);
@@ -147,8 +151,8 @@ int64_t dt_dit_full_numel(const dt_dit *d);
 float *dt_dit_weights(dt_dit *d);     /* NULL with external weights */
 float *dt_dit_grads(dt_dit *d);       /* NULL when not training or with external grads */
 dt_bf16 *dt_dit_weights_lp(dt_dit *d); /* NULL in fp32 or with external weights */
-dt_comm *dt_dit_tp(const dt_dit *d);   /* a size-1 comm: the DiT does not split tensors */
-/* Collective over pp: every stage's local arena -> the full arena (every rank). */
+dt_comm *dt_dit_tp(const dt_dit *d);   /* the tp group (a size-1 comm when not split) */
+/* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full);
 /* This rank's local arena out of a full one (no communication). */
 void dt_dit_take_shard(const dt_dit *d, const float *full, float *local);

@@ -25,6 +25,13 @@
  * output goes back to rows by the inverse all-to-all. Spatial attention stays local: an sp
  * rank holds whole frames (dt_dit_check_split), so its rows are whole sequences already.
  *
+ * Tensor parallelism (dit_impl.h): q|k|v, the attention and the MLP's hidden width are this
+ * tp rank's heads and columns; proj and fc2 leave the region through an all-reduce.
+ *
+ * Split backward (zero-bubble schedules): the backward makes the input gradients and the
+ * cheap bias gradients and keeps the five matmuls' output gradients per slot; the weight
+ * pass makes their weight gradients later.
+ *
  * Activation checkpointing (opts ac, block l when l % ac_every == 0): "full" keeps nothing
  * but the block's input (a residual position kept anyway) and reruns the block's forward
  * into the model's shared set right before its backward; "selective" keeps all but the
@@ -39,6 +46,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/norm.h"
+#include "kernels/reduce.h"
 #include "models/dit_impl.h"
 #include "nn/region.h"
 
@@ -58,14 +66,14 @@ static bool uses_a2a(const dt_dit *d, attn_kind k) {
 }
 
 /* The kernel's view: rows of q|k|v (all N of a micro-batch after the all-to-all, else this
- * rank's Nr), cut into sequences of the kind's length. */
+ * rank's Nt), cut into sequences of the kind's length. */
 static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
     int sp = uses_a2a(d, k) ? d->sp->size : 1;
-    int rows = sp > 1 ? B * d->S : dt_dit_rows(d, B);
+    int rows = sp > 1 ? B * d->S : dt_dit_rows_tp(d, B);
     int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
-    return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NH / sp, .NKV = d->NH / sp,
-                           .hs = hs, .q_stride = 3 * d->C / sp, .kv_stride = 3 * d->C / sp,
+    return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NHt / sp, .NKV = d->NHt / sp,
+                           .hs = hs, .q_stride = 3 * d->Ct / sp, .kv_stride = 3 * d->Ct / sp,
                            .scale = 1.0f / sqrtf((float)hs),
                            .bf16 = d->ctx.mm_type == DT_BF16};
 }
@@ -85,11 +93,11 @@ static void permute_rows(const dt_dit *d, float *dst, const float *src, int64_t 
             }
 }
 
-/* Per row, q|k|v heads in natural order [q C][k C][v C] <-> grouped by sp rank [q C/sp,
- * k C/sp, v C/sp] x sp, so the all-to-all hands sp rank g its heads' group. */
+/* Per row, this tp rank's q|k|v heads in natural order [q Ct][k Ct][v Ct] <-> grouped by sp
+ * rank [q Ct/sp, k Ct/sp, v Ct/sp] x sp, so the all-to-all hands sp rank g its heads' group. */
 static void regroup(const dt_dit *d, float *dst, const float *src, int rows, bool to_groups) {
     int sp = d->sp->size;
-    int64_t C = d->C, W = 3 * C, qa = C / sp;
+    int64_t C = d->Ct, W = 3 * C, qa = C / sp;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++)
         for (int g = 0; g < sp; g++)
@@ -185,47 +193,31 @@ static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *
     }
 }
 
-/* ---- matmuls in the run's precision --------------------------------------------------------- */
-
-dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,
-                                float *y) {
-    return dt_linear_forward(&d->ctx, l, x, d->x_lp, N, y);
-}
-
-/* The 16-bit copy of x the weight gradient reads is rebuilt here, into the one buffer every
- * matmul shares: the same cast of the same values as the forward's, so the same bits. */
-dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
-                                 const float *dy, int N, float *dx) {
-    if (d->ctx.mm_type != DT_F32)
-        dt_cast_f32_to_lp(d->ctx.mm_type, d->x_lp, x, (int64_t)N * l->in);
-    return dt_linear_backward(&d->ctx, l, x, d->x_lp, dy, d->dy_lp, N, dx);
-}
-
 /* ---- attention between row order and attention order ---------------------------------------- */
 
-/* q|k|v rows [Nr, 3C] (rows, which may be scratch) -> a->qkv in attention order. */
+/* q|k|v rows [Nt, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
 static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, float *qkv) {
-    int Nr = dt_dit_rows(d, B), sp = d->sp->size;
+    int Nt = dt_dit_rows_tp(d, B), sp = d->sp->size;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL)
-            permute_rows(d, qkv, rows, 3 * (int64_t)d->C, B, true);
+            permute_rows(d, qkv, rows, 3 * (int64_t)d->Ct, B, true);
         return DT_OK; /* full and spatial: the linear wrote a->qkv itself */
     }
-    regroup(d, d->packed, rows, Nr, true);
+    regroup(d, d->packed, rows, Nt, true);
     float *h = k == ATTN_TEMPORAL ? d->qkvh : qkv;
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->C, sp}, d->packed,
-                         h, d->work));
+               ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp},
+                         d->packed, h, d->work));
     if (k == ATTN_TEMPORAL)
-        permute_rows(d, qkv, h, 3 * (int64_t)d->C / sp, B, true);
+        permute_rows(d, qkv, h, 3 * (int64_t)d->Ct / sp, B, true);
     return DT_OK;
 }
 
-/* The attention output y (attention order) as rows [Nr, C]: y itself, or built in scratch. */
+/* The attention output y (attention order) as rows [Nt, Ct]: y itself, or built in scratch. */
 static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y,
                                    const float **rows) {
     bool a2a = uses_a2a(d, k);
-    int64_t A = a2a ? d->C / d->sp->size : d->C;
+    int64_t A = a2a ? d->Ct / d->sp->size : d->Ct;
     *rows = y;
     if (k == ATTN_TEMPORAL) {
         permute_rows(d, d->atth, y, A, B, false);
@@ -234,24 +226,24 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     if (!a2a)
         return DT_OK;
     /* heads -> rows is the all-to-all's adjoint, which accumulates */
-    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows(d, B) * d->C);
+    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows_tp(d, B) * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->C, d->NH}, *rows,
+               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, *rows,
                           d->att_rows, d->work));
     *rows = d->att_rows;
     return DT_OK;
 }
 
-/* d rows [Nr, C] of the attention output -> its gradient in attention order. */
+/* d rows [Nt, Ct] of the attention output -> its gradient in attention order. */
 static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *drows,
                                     const float **datt) {
     bool a2a = uses_a2a(d, k);
-    int64_t A = a2a ? d->C / d->sp->size : d->C;
+    int64_t A = a2a ? d->Ct / d->sp->size : d->Ct;
     *datt = drows;
     if (a2a) {
         DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-                   ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->C, d->NH}, drows,
-                             d->dattp, d->work));
+                   ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt},
+                             drows, d->dattp, d->work));
         *datt = d->dattp;
     }
     if (k == ATTN_TEMPORAL) {
@@ -262,28 +254,28 @@ static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *
     return DT_OK;
 }
 
-/* d q|k|v in attention order (d->dqkvp) -> rows [Nr, 3C]. */
+/* d q|k|v in attention order (d->dqkvp) -> rows [Nt, 3Ct]. */
 static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows) {
     int sp = d->sp->size;
     *drows = d->dqkvp;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL) {
-            permute_rows(d, d->dqkv, d->dqkvp, 3 * (int64_t)d->C, B, false);
+            permute_rows(d, d->dqkv, d->dqkvp, 3 * (int64_t)d->Ct, B, false);
             *drows = d->dqkv;
         }
         return DT_OK;
     }
     const float *src = d->dqkvp;
     if (k == ATTN_TEMPORAL) {
-        permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->C / sp, B, false);
+        permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->Ct / sp, B, false);
         src = d->qkvh;
     }
-    int Nr = dt_dit_rows(d, B);
-    dt_zero_f32(d->packed, (int64_t)Nr * 3 * d->C);
+    int Nt = dt_dit_rows_tp(d, B);
+    dt_zero_f32(d->packed, (int64_t)Nt * 3 * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->C, sp}, src,
+               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, src,
                           d->packed, d->work));
-    regroup(d, d->dqkv, d->packed, Nr, false);
+    regroup(d, d->dqkv, d->packed, Nt, false);
     *drows = d->dqkv;
     return DT_OK;
 }
@@ -331,23 +323,23 @@ static bool holds_kept(const dt_dit *d, keep k) {
 
 /* Carve fields f (sized for the largest micro-batch), NULL for the rest. */
 static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
-    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->F;
-    size_t NH = (size_t)d->NH, f4 = sizeof(float);
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
+    size_t F = (size_t)d->Ft, Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
 #define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
     a->mod = PIECE(F_MOD, B * 6 * C);
     a->aff = PIECE(F_MOD, B * 4 * C);
     a->mean1 = PIECE(F_LN, Nr);
     a->rstd1 = PIECE(F_LN, Nr);
     a->m1 = PIECE(F_M1, Nr * C);
-    a->qkv = PIECE(F_QKV, Nr * 3 * C);
-    a->y = PIECE(F_Y, Nr * C);
-    a->lse = PIECE(F_LSE, Nr * NH);
+    a->qkv = PIECE(F_QKV, Nt * 3 * Ct);
+    a->y = PIECE(F_Y, Nt * Ct);
+    a->lse = PIECE(F_LSE, Nt * NH);
     a->a = PIECE(F_A, Nr * C);
     a->x2 = PIECE(F_X2, Nr * C);
     a->mean2 = PIECE(F_LN, Nr);
     a->rstd2 = PIECE(F_LN, Nr);
     a->m2 = PIECE(F_M2, Nr * C);
-    a->h = PIECE(F_H, Nr * F);
+    a->h = PIECE(F_H, Nt * F);
     a->f = PIECE(F_F, Nr * C);
 #undef PIECE
 }
@@ -360,6 +352,15 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
                 continue;
             size_t at = cv->used;
             carve_fields(d, cv, kept_fields(d, l), &d->acts[(size_t)s * L + l]);
+            if (d->wgrad) { /* the output gradients the weight pass reads */
+                size_t B = (size_t)d->B, Nt = (size_t)d->Nt, C = (size_t)d->C, f4 = 4;
+                dt_dit_wgrad *w = &d->wgrad[(size_t)s * L + l];
+                w->dmod = dt_dit_carve(cv, B * 6 * C * f4);
+                w->dqkv = dt_dit_carve(cv, Nt * 3 * (size_t)d->Ct * f4);
+                w->dproj = dt_dit_carve(cv, Nt * C * f4);
+                w->dh = dt_dit_carve(cv, Nt * (size_t)d->Ft * f4);
+                w->dfc2 = dt_dit_carve(cv, Nt * C * f4);
+            }
             /* in use from the block's forward to its backward: its set and its input */
             d->saved_bytes[(size_t)s * L + l] =
                 cv->used - at + (size_t)d->Nr * d->C * sizeof(float);
@@ -389,68 +390,104 @@ static dt_dit_acts view(const dt_dit *d, int slot, int l) {
 static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
                                const float *sc, int B, float *out) {
     const dt_dit_block *blk = &d->blocks[l];
-    int C = d->C, Nr = dt_dit_rows(d, B);
+    int C = d->C, Nt = dt_dit_rows_tp(d, B);
     attn_kind k = block_kind(d, l);
+    const float *in;
     DT_TRY(dt_dit_linear_forward(d, &blk->ada, sc, B, a->mod));
     dt_dit_make_affine(a->aff, 4 * C, a->mod, 6 * C, 0, C, B, C);
     dt_dit_make_affine(a->aff + 2 * C, 4 * C, a->mod, 6 * C, 3 * C, 4 * C, B, C);
     dt_dit_ln_rows(d, a->m1, a->mean1, a->rstd1, x, a->aff, 4 * C, B);
     float *rows = !uses_a2a(d, k) && k != ATTN_TEMPORAL ? a->qkv : d->qkv_rows;
-    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, a->m1, Nr, rows));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, in, Nt, rows));
     DT_TRY(qkv_to_attention(d, k, B, rows, a->qkv));
     dt_attn_shape s = attn_shape(d, k, B);
     dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
                          a->qkv + 2 * s.NH * s.hs);
     const float *att;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    DT_TRY(dt_dit_linear_forward(d, &blk->proj, att, Nr, a->a));
+    DT_TRY(dt_dit_row_forward(d, &blk->proj, att, B, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
     dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
-    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, a->m2, Nr, a->h));
-    dt_gelu_forward(d->gel, a->h, (int64_t)Nr * d->F);
-    DT_TRY(dt_dit_linear_forward(d, &blk->fc2, d->gel, Nr, a->f));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, in, Nt, a->h));
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
+    DT_TRY(dt_dit_row_forward(d, &blk->fc2, d->gel, B, a->f));
     gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
 
 /* dres: [Nr, C], the gradient of the block's output in, of its input x out. Accumulates the
- * block's weight gradients and d silu(c) into dsc. */
+ * block's weight gradients and d silu(c) into dsc; with wg (split backward) the matmuls'
+ * weight gradients are left to block_weights, their output gradients kept in wg. */
 static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
-                                const float *sc, int B, float *dres, float *dsc) {
+                                const float *sc, int B, float *dres, float *dsc,
+                                dt_dit_wgrad *wg) {
     const dt_dit_block *blk = &d->blocks[l];
-    int C = d->C, Nr = dt_dit_rows(d, B);
-    size_t NC = (size_t)Nr * C, NF = (size_t)Nr * d->F;
+    int C = d->C, Nt = dt_dit_rows_tp(d, B);
+    size_t NC = (size_t)dt_dit_rows(d, B) * C, NF = (size_t)Nt * d->Ft;
     attn_kind k = block_kind(d, l);
+    const float *in;
     memset(d->dmod, 0, (size_t)B * 6 * C * sizeof *d->dmod);
     /* MLP branch: out = x2 + gate2 * fc2(gelu(fc1(m2))) */
     gate_backward(d, d->dA, d->dmod, dres, a->f, a->mod, 5 * C, B);
     dt_gelu_forward(d->gel, a->h, (int64_t)NF);
     memset(d->dg, 0, NF * sizeof *d->dg);
-    DT_TRY(dt_dit_linear_backward(d, &blk->fc2, d->gel, d->dA, Nr, d->dg));
+    DT_TRY(dt_dit_row_backward(d, &blk->fc2, d->gel, d->dA, B, d->dg, wg ? wg->dfc2 : NULL));
     memset(d->dh, 0, NF * sizeof *d->dh);
     dt_gelu_backward(d->dh, a->h, d->dg, (int64_t)NF);
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(dt_dit_linear_backward(d, &blk->fc1, a->m2, d->dh, Nr, d->dB));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_col_backward(d, &blk->fc1, in, d->dh, B, d->dB, wg ? wg->dh : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
                             a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
     gate_backward(d, d->dA, d->dmod, dres, a->a, a->mod, 2 * C, B);
     const float *att, *datt, *dqkv;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(dt_dit_linear_backward(d, &blk->proj, att, d->dA, Nr, d->dB));
+    memset(d->dB, 0, (size_t)Nt * d->Ct * sizeof *d->dB);
+    DT_TRY(dt_dit_row_backward(d, &blk->proj, att, d->dA, B, d->dB, wg ? wg->dproj : NULL));
     DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
-    memset(d->dqkvp, 0, 3 * NC * sizeof *d->dqkvp);
+    memset(d->dqkvp, 0, (size_t)Nt * 3 * d->Ct * sizeof *d->dqkvp);
     dt_attention_backward(&s, d->dqkvp, d->dqkvp + q, d->dqkvp + 2 * q, datt, a->y, a->lse,
                           a->qkv, a->qkv + q, a->qkv + 2 * q);
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(dt_dit_linear_backward(d, &blk->qkv, a->m1, dqkv, Nr, d->dA));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_col_backward(d, &blk->qkv, in, dqkv, B, d->dA, wg ? wg->dqkv : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
                             a->rstd1, B);
-    return dt_dit_linear_backward(d, &blk->ada, sc, d->dmod, B, dsc);
+    if (d->rows->size > 1) /* the modulations saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 6 * C, NULL));
+    dt_linear ada = blk->ada;
+    if (wg) {
+        memcpy(wg->dmod, d->dmod, (size_t)B * 6 * C * sizeof *wg->dmod);
+        ada.dw = NULL;
+    }
+    return dt_dit_linear_backward(d, &ada, sc, d->dmod, B, dsc);
+}
+
+/* The split backward's weight pass: the five matmuls' weight gradients from the output
+ * gradients kept in wg and their inputs, saved or rebuilt as the backward rebuilt them. */
+static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const float *sc, int B,
+                               const dt_dit_wgrad *wg) {
+    const dt_dit_block *blk = &d->blocks[l];
+    int Nt = dt_dit_rows_tp(d, B);
+    const float *in, *att;
+    dt_linear w[5] = {blk->fc2, blk->fc1, blk->proj, blk->qkv, blk->ada};
+    for (int i = 0; i < 5; i++)
+        w[i].db = NULL; /* the biases' gradients came with the backward */
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
+    DT_TRY(dt_dit_linear_backward(d, &w[0], d->gel, wg->dfc2, Nt, NULL));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_linear_backward(d, &w[1], in, wg->dh, Nt, NULL));
+    DT_TRY(attention_to_rows(d, block_kind(d, l), B, a->y, &att));
+    DT_TRY(dt_dit_linear_backward(d, &w[2], att, wg->dproj, Nt, NULL));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_linear_backward(d, &w[3], in, wg->dqkv, Nt, NULL));
+    return dt_dit_linear_backward(d, &w[4], sc, wg->dmod, B, NULL);
 }
 
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
@@ -460,17 +497,35 @@ dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const
 }
 
 /* Rebuilds, into the shared set, what the slot did not keep (under ZeRO-3 inside the
- * backward's enter/leave, where the block's weights are present), then runs the backward. */
-dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc) {
-    dt_dit_acts a = view(d, slot, l);
+ * backward's or weight pass's enter/leave, where the block's weights are present; the weight
+ * pass comes after other blocks reused the set, so it rebuilds again). */
+static dt_status rebuild(dt_dit *d, int l, dt_dit_acts *a, const float *x, const float *sc,
+                         int B) {
     keep k = keep_of(d, l);
-    if (k == KEEP_INPUT) {
-        DT_TRY(block_forward(d, l, &a, x, sc, B, d->ac_out));
-    } else if (k == KEEP_NO_ATTN) {
+    if (k == KEEP_INPUT)
+        return block_forward(d, l, a, x, sc, B, d->ac_out);
+    if (k == KEEP_NO_ATTN) {
         dt_attn_shape s = attn_shape(d, block_kind(d, l), B);
-        dt_attention_forward(&s, a.y, a.lse, a.qkv, a.qkv + s.NH * s.hs,
-                             a.qkv + 2 * s.NH * s.hs);
+        dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
+                             a->qkv + 2 * s.NH * s.hs);
     }
-    return block_backward(d, l, &a, x, sc, B, dres, dsc);
+    return DT_OK;
+}
+
+static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
+    return &d->wgrad[(size_t)slot * d->cfg.n_layer + l];
+}
+
+dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                                int B, float *dres, float *dsc, bool split) {
+    dt_dit_acts a = view(d, slot, l);
+    DT_TRY(rebuild(d, l, &a, x, sc, B));
+    return block_backward(d, l, &a, x, sc, B, dres, dsc, split ? wgrad_of(d, slot, l) : NULL);
+}
+
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                               int B) {
+    dt_dit_acts a = view(d, slot, l);
+    DT_TRY(rebuild(d, l, &a, x, sc, B));
+    return block_weights(d, l, &a, sc, B, wgrad_of(d, slot, l));
 }

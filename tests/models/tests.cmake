@@ -11,3 +11,8 @@ foreach(arch gpt2 llama)
                          ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
   endforeach()
 endforeach()
+
+# The video DiT through the unchanged engine and pipeline executor in every layout np 1/2/4
+# allows, against the single process (tests/train/mpi_test_dit_layouts.c, an engine-level test
+# registered here beside the DiT's own).
+dt_add_mpi_test(train mpi_test_dit_layouts "train;mpi")
