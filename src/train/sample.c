@@ -113,6 +113,9 @@ static dt_status load_model(const char *checkpoint, int B, int T, dt_mem *mem, d
 /* what a model that makes no token logits is for */
 static dt_status not_text(const char *checkpoint, const dt_model *g, const char *prompt) {
     const char *arch = dt_arch_name(dt_model_cfg(g)->arch);
+    if (!g->ops->predict)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "checkpoint %s holds a %s model, which makes "
+                          "nothing dtrain sample can draw from", checkpoint, arch);
     if (prompt && *prompt)
         return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": checkpoint %s holds a %s model, which "
                           "samples video clips and takes no text prompt; sample it with --out "
