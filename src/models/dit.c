@@ -231,9 +231,6 @@ static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->T != d->S)
         return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
                           "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
-    if (o->act_compress != DT_ACT_COMPRESS_NONE)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit does not store activations as "
-                          "int8 (plugin.act_compress); use plugin.ac instead");
     return dt_dit_check_split(&d->cfg, d->tp->size, d->sp->size, o->sequence_tp);
 }
 
@@ -246,6 +243,8 @@ static dt_status alloc_arrays(dt_dit *d) {
     d->saved_live = calloc((size_t)S * L + 1, sizeof *d->saved_live);
     if (d->training && d->split &&
         !(d->wgrad = calloc((size_t)S * L + 1, sizeof *d->wgrad)))
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory");
+    if (d->compress && !(d->q8 = calloc(((size_t)S * L + 1) * DT_DIT_N_Q8, sizeof *d->q8)))
         return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     d->pos_index = calloc((size_t)L + 1, sizeof *d->pos_index);
     d->unit_w = calloc((size_t)U, sizeof *d->unit_w);
@@ -301,6 +300,7 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->Nr = dt_dit_rows(d, d->B);
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     d->split = o->split_backward;
+    d->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
     d->ac = o->ac;
     d->ac_every = o->ac_every > 0 ? o->ac_every : 1;
     d->pos_stride = (((int64_t)d->Nr + d->B) * d->C + 15) / 16 * 16; /* 64-byte aligned */
@@ -365,6 +365,7 @@ void dt_dit_free(dt_dit *d) {
     free(d->pos_index);
     free(d->saved_live);
     free(d->saved_bytes);
+    free(d->q8);
     free(d->wgrad);
     free(d->acts);
     free(d->slots);

@@ -37,15 +37,22 @@
  * into the model's shared set right before its backward; "selective" keeps all but the
  * attention output and its log-sum-exp, rerun from the saved q|k|v. A field a slot does not
  * keep is NULL there and lives in the shared set. The reruns are the forward's own kernels
- * and collectives on the same inputs, so gradients are the same bits as without.
+ * and collectives on the same inputs, so gradients are the same bits as without. With int8
+ * storage (act_compress) a slot keeps its large tensors (m1, q|k|v, y, a, x2, m2, h, f; those
+ * its mode keeps) as int8 rows with one scale each: the forward writes them into the shared
+ * set and quantises them when the block is done; they are restored there before the
+ * backward and the weight pass (which then see the stored values, in every layout), so
+ * gradients approximate those of fp32 storage.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/act.h"
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/norm.h"
+#include "kernels/quant.h"
 #include "kernels/reduce.h"
 #include "models/dit_impl.h"
 #include "nn/region.h"
@@ -321,6 +328,61 @@ static bool holds_kept(const dt_dit *d, keep k) {
     return false;
 }
 
+/* The tensors int8 storage keeps as int8 rows (in dt_dit_q8 order), their fp32 field, and
+ * their shape for a micro-batch: residual rows x C, or tp-region rows x this rank's width
+ * (a row of the attention order's element count, whatever its layout). */
+enum { W_C, W_3CT, W_CT, W_FT };
+static const struct {
+    unsigned bit;
+    size_t field; /* offset in dt_dit_acts */
+    int width;
+} STORED[DT_DIT_N_Q8] = {
+    {F_M1, offsetof(dt_dit_acts, m1), W_C},    {F_QKV, offsetof(dt_dit_acts, qkv), W_3CT},
+    {F_Y, offsetof(dt_dit_acts, y), W_CT},     {F_A, offsetof(dt_dit_acts, a), W_C},
+    {F_X2, offsetof(dt_dit_acts, x2), W_C},    {F_M2, offsetof(dt_dit_acts, m2), W_C},
+    {F_H, offsetof(dt_dit_acts, h), W_FT},     {F_F, offsetof(dt_dit_acts, f), W_C},
+};
+enum { F_INT8 = F_M1 | F_QKV | F_Y | F_A | F_X2 | F_M2 | F_H | F_F };
+
+static void stored_shape(const dt_dit *d, int i, int B, int64_t *rows, int64_t *cols) {
+    bool tp_rows = STORED[i].width != W_C;
+    *rows = tp_rows ? dt_dit_rows_tp(d, B) : dt_dit_rows(d, B);
+    *cols = STORED[i].width == W_C     ? d->C
+            : STORED[i].width == W_3CT ? 3 * (int64_t)d->Ct
+            : STORED[i].width == W_CT  ? d->Ct
+                                       : d->Ft;
+}
+
+static float *field_of(const dt_dit_acts *a, int i) {
+    float *p;
+    memcpy(&p, (const char *)a + STORED[i].field, sizeof p);
+    return p;
+}
+
+/* the fields a slot keeps in fp32 (the rest: int8, or the shared set) */
+static unsigned slot_fields(const dt_dit *d, int l) {
+    return kept_fields(d, l) & (d->compress ? ~(unsigned)F_INT8 : (unsigned)F_ALL);
+}
+
+static dt_dit_q8 *q8_of(const dt_dit *d, int slot, int l) {
+    return &d->q8[((size_t)slot * d->cfg.n_layer + l) * DT_DIT_N_Q8];
+}
+
+/* The int8-kept tensors of view a, to (store) or from the slot's payloads. */
+static void int8_move(dt_dit *d, int slot, int l, int B, const dt_dit_acts *a, bool store) {
+    dt_dit_q8 *q = q8_of(d, slot, l);
+    for (int i = 0; i < DT_DIT_N_Q8; i++) {
+        if (!q[i].q)
+            continue;
+        int64_t rows, cols;
+        stored_shape(d, i, B, &rows, &cols);
+        if (store)
+            dt_quant_int8_rows(q[i].q, q[i].scale, field_of(a, i), rows, cols);
+        else
+            dt_dequant_int8_rows(field_of(a, i), q[i].q, q[i].scale, rows, cols);
+    }
+}
+
 /* Carve fields f (sized for the largest micro-batch), NULL for the rest. */
 static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
@@ -351,7 +413,16 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
             if (!dt_dit_holds(d, l + 1))
                 continue;
             size_t at = cv->used;
-            carve_fields(d, cv, kept_fields(d, l), &d->acts[(size_t)s * L + l]);
+            carve_fields(d, cv, slot_fields(d, l), &d->acts[(size_t)s * L + l]);
+            for (int i = 0; d->compress && i < DT_DIT_N_Q8; i++) {
+                if (!(kept_fields(d, l) & STORED[i].bit))
+                    continue;
+                int64_t rows, cols;
+                stored_shape(d, i, d->B, &rows, &cols);
+                dt_dit_q8 *q = &q8_of(d, s, l)[i];
+                q->q = dt_dit_carve(cv, (size_t)(rows * cols));
+                q->scale = dt_dit_carve(cv, (size_t)rows * sizeof(float));
+            }
             if (d->wgrad) { /* the output gradients the weight pass reads */
                 size_t B = (size_t)d->B, Nt = (size_t)d->Nt, C = (size_t)d->C, f4 = 4;
                 dt_dit_wgrad *w = &d->wgrad[(size_t)s * L + l];
@@ -365,9 +436,13 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
             d->saved_bytes[(size_t)s * L + l] =
                 cv->used - at + (size_t)d->Nr * d->C * sizeof(float);
         }
+    /* the shared set: everything a full rerun writes; the attention output a selective
+     * rerun writes; the int8-kept tensors restored (and written by their forward) */
     unsigned shared = holds_kept(d, KEEP_INPUT)     ? F_ALL
                       : holds_kept(d, KEEP_NO_ATTN) ? (unsigned)F_ATTN_OUT
                                                     : 0u;
+    if (d->compress && (holds_kept(d, KEEP_ALL) || holds_kept(d, KEEP_NO_ATTN)))
+        shared |= F_INT8;
     carve_fields(d, cv, shared, &d->shared);
     d->ac_out = holds_kept(d, KEEP_INPUT)
                     ? dt_dit_carve(cv, (size_t)d->Nr * d->C * sizeof(float))
@@ -493,17 +568,22 @@ static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const flo
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out) {
     dt_dit_acts a = view(d, slot, l);
-    return block_forward(d, l, &a, x, sc, B, out);
+    DT_TRY(block_forward(d, l, &a, x, sc, B, out));
+    if (d->compress) /* the forward used the fp32 values; the backward will see these */
+        int8_move(d, slot, l, B, &a, true);
+    return DT_OK;
 }
 
 /* Rebuilds, into the shared set, what the slot did not keep (under ZeRO-3 inside the
  * backward's or weight pass's enter/leave, where the block's weights are present; the weight
  * pass comes after other blocks reused the set, so it rebuilds again). */
-static dt_status rebuild(dt_dit *d, int l, dt_dit_acts *a, const float *x, const float *sc,
-                         int B) {
+static dt_status rebuild(dt_dit *d, int slot, int l, dt_dit_acts *a, const float *x,
+                         const float *sc, int B) {
     keep k = keep_of(d, l);
     if (k == KEEP_INPUT)
         return block_forward(d, l, a, x, sc, B, d->ac_out);
+    if (d->compress)
+        int8_move(d, slot, l, B, a, false);
     if (k == KEEP_NO_ATTN) {
         dt_attn_shape s = attn_shape(d, block_kind(d, l), B);
         dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
@@ -519,13 +599,13 @@ static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                 int B, float *dres, float *dsc, bool split) {
     dt_dit_acts a = view(d, slot, l);
-    DT_TRY(rebuild(d, l, &a, x, sc, B));
+    DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
     return block_backward(d, l, &a, x, sc, B, dres, dsc, split ? wgrad_of(d, slot, l) : NULL);
 }
 
 dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B) {
     dt_dit_acts a = view(d, slot, l);
-    DT_TRY(rebuild(d, l, &a, x, sc, B));
+    DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
     return block_weights(d, l, &a, sc, B, wgrad_of(d, slot, l));
 }

@@ -64,6 +64,14 @@ typedef struct dt_dit_wgrad {
     float *dfc2;  /* [Nt, C] */
 } dt_dit_wgrad;
 
+/* An int8 copy of one saved tensor (act_compress = int8): the bytes and one fp32 scale per
+ * row; q NULL: not kept this way. */
+typedef struct dt_dit_q8 {
+    int8_t *q;
+    float *scale;
+} dt_dit_q8;
+enum { DT_DIT_N_Q8 = 8 }; /* m1, qkv, y, a, x2, m2, h, f (dit_fwd.c) */
+
 /* What one micro-batch slot keeps outside its blocks. */
 typedef struct dt_dit_slot {
     float *res;      /* [n_pos][pos_stride]: residual rows [Nr, C], then silu(c) [B, C] */
@@ -129,6 +137,8 @@ struct dt_dit {
     dt_dit_slot *slots;        /* [n_slots] */
     dt_dit_acts *acts;         /* [n_slots][L] */
     dt_dit_wgrad *wgrad;       /* [n_slots][L] (split backward), else NULL */
+    bool compress;             /* act_compress = int8 */
+    dt_dit_q8 *q8;             /* [n_slots][L][DT_DIT_N_Q8] with int8 storage, else NULL */
     /* activation checkpointing: what slots do not keep lives in one shared set */
     dt_ac_mode ac;
     int ac_every;

@@ -176,13 +176,13 @@ typedef struct dt_model_ops {
     int (*sizes)(const void *self, dt_model_size *out);
     /* (optional) a one-line description for logs, e.g. "2 layers, 4 heads (4 kv), ..." */
     void (*describe)(const void *self, char *out, size_t n);
-    /* (optional: no token sampling) logits [vocab] of the last position of one sequence
-     * tokens[0..T) (T <= the init T), on a one-process model */
-    dt_status (*logits_last)(void *self, const int32_t *tokens, int T, float *logits);
     /* (optional: the model makes no output to sample from) the model's output for the
      * batch's inputs on a one-process model, out = [B, target floats per sample] (a DiT: the
      * predicted velocity, unpatchified); b->target is not read */
     dt_status (*predict)(void *self, const dt_batch *b, float *out);
+    /* (optional: no token sampling) logits [vocab] of the last position of one sequence
+     * tokens[0..T) (T <= the init T), on a one-process model */
+    dt_status (*logits_last)(void *self, const int32_t *tokens, int T, float *logits);
 } dt_model_ops;
 
 typedef struct dt_model {

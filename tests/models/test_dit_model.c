@@ -9,11 +9,12 @@
  *     (boundary tensors copied by hand, conditioning included) gives the whole model's;
  *   - activation checkpointing (full, selective) and the split backward (weight passes later)
  *     give the same gradient bits as neither;
- *   - bf16 matmuls stay within bf16 rounding of fp32;
+ *   - bf16 matmuls, and int8 storage of the saved tensors, stay within their rounding of fp32;
  *   - sizes, config_from_sizes, save/load and config_from_file round-trip; the sampler over
  *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors;
  *   - the activation and transient arenas are the bytes the written-out formulas (what the
- *     planner predicts) give, over slots, held units, checkpointing, bf16, split backward.
+ *     planner predicts) give, over slots, held units, checkpointing, bf16, split backward,
+ *     int8 storage.
  */
 #include <math.h>
 #include <stdio.h>
@@ -283,6 +284,20 @@ static void check_slots_stages_ac(dt_dit_attn attn) {
                  "attn %d: split backward (ac %d) changes the loss or gradient bits", (int)attn,
                  (int)ac);
     }
+    /* int8 storage of the saved tensors (alone, with selective checkpointing and the split
+     * backward): within int8 rounding of fp32 storage, and not the same bits */
+    for (int k = 0; k < 2; k++) {
+        dt_model_opts o = {.act_compress = DT_ACT_COMPRESS_INT8};
+        if (k)
+            o.ac = DT_AC_SELECTIVE, o.split_backward = true;
+        grads_two_slots(&mc, o, w, &bt, g1, &l1);
+        double gm = 0;
+        for (int64_t i = 0; i < nw; i++)
+            gm = fmax(gm, fabs(g0[i]));
+        double r = dt_test_max_rel(g1, g0, nw, 0.05 * gm);
+        DT_CHECK(l0 == l1 && r < 0.05 && r > 0, "attn %d: int8 storage (%d): loss %g vs %g, "
+                 "gradient off by %g (relative)", (int)attn, k, l1, l0, r);
+    }
     /* bf16 matmuls: within bf16 rounding of fp32 */
     grads_two_slots(&mc, (dt_model_opts){.precision = DT_PREC_BF16}, w, &bt, g1, &l1);
     double gmax = 0;
@@ -425,9 +440,6 @@ static void check_errors(void) {
     dt_mem *mem;
     DT_CHECK_OK(dt_mem_init(&mem));
     dt_model *m = NULL;
-    dt_model_opts o = {.B = 1, .T = 24, .training = true, .act_compress = DT_ACT_COMPRESS_INT8};
-    DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m &&
-                 strstr(dt_err_msg(), "dit"), "int8 storage: %s", dt_err_msg());
     m = create(&mc, (dt_model_opts){.B = 1, .training = true}, mem);
     dt_dit_config c = dt_dit_config_from_model(&mc);
     batch bt = make_batch(&c, 2, 3);
@@ -466,8 +478,33 @@ typedef struct mem_case {
     dt_ac_mode ac;
     int ac_every;
     dt_precision precision;
-    bool split;
+    bool split, int8;
 } mem_case;
+
+/* A block's saved fields, in dt_dit_acts order: bytes of each for N rows of one process. */
+enum { MOD, AFF, MEAN1, RSTD1, M1, QKV, Y, LSE, A, X2, MEAN2, RSTD2, M2, H, FF, N_FIELDS };
+#define BIT(f) (1u << (f))
+static const unsigned ALL = (1u << N_FIELDS) - 1, ATTN_OUT = BIT(Y) | BIT(LSE);
+static const unsigned INT8 = BIT(M1) | BIT(QKV) | BIT(Y) | BIT(A) | BIT(X2) | BIT(M2) | BIT(H) |
+                             BIT(FF);
+
+static void field_sizes(size_t B, size_t N, size_t C, size_t NH, size_t *elems) {
+    size_t e[N_FIELDS] = {6 * B * C, 4 * B * C, N, N, N * C, 3 * N * C, N * C, N * NH,
+                          N * C, N * C, N, N, N * C, 4 * N * C, N * C};
+    memcpy(elems, e, sizeof e);
+}
+
+/* fp32 fields of `mask`, plus (q8) the int8 payloads and row scales of `q8mask` */
+static size_t fields_bytes(const size_t *elems, unsigned mask, unsigned q8mask, size_t N) {
+    size_t b = 0;
+    for (int f = 0; f < N_FIELDS; f++) {
+        if (mask & BIT(f))
+            b += a64(elems[f] * 4);
+        if (q8mask & BIT(f))
+            b += a64(elems[f]) + a64(N * 4);
+    }
+    return b;
+}
 
 /* Bytes of "dit.activations" and "dit.transients" of a one-rank (sp = tp = 1) model, training. */
 static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *acts,
@@ -479,6 +516,8 @@ static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *
     size_t clip = (size_t)mc->frames * mc->channels * mc->height * mc->width;
     size_t N = B * S, f4 = 4, every = k->ac_every > 0 ? k->ac_every : 1;
     bool unit0 = k->first == 0, fin = k->last == (int)L + 1, lp = k->precision != DT_PREC_FP32;
+    size_t elems[N_FIELDS];
+    field_sizes(B, N, C, NH, elems);
     /* positions: each held block's input and output, unit 0's output, the final input */
     size_t n_pos = 0;
     for (size_t p = 0; p <= L; p++) {
@@ -487,14 +526,10 @@ static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *
         n_pos += in_of_block || out_of_block || (p == 0 && unit0) || (p == L && fin);
     }
     size_t stride = ((N + B) * C + 15) / 16 * 16;
-    size_t all = a64(24 * B * C) + a64(16 * B * C) + 4 * a64(N * f4) + a64(N * C * f4) +
-                 a64(3 * N * C * f4) + a64(N * C * f4) + a64(N * NH * f4) +
-                 3 * a64(N * C * f4) + a64(N * F * f4) + a64(N * C * f4);
-    size_t attn_out = a64(N * C * f4) + a64(N * NH * f4);
     size_t wg = k->split ? a64(24 * B * C) + a64(3 * N * C * f4) + 2 * a64(N * C * f4) +
                                a64(N * F * f4)
                          : 0;
-    bool any_full = false, any_sel = false;
+    unsigned shared = 0;
     *acts = 0;
     for (int s = 0; s < k->n_slots; s++) {
         *acts += a64(n_pos * stride * f4) + a64(B * C * f4);
@@ -506,12 +541,15 @@ static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *
             if ((int)l + 1 < k->first || (int)l + 1 > k->last)
                 continue;
             bool ck = k->ac != DT_AC_NONE && l % every == 0;
-            any_full |= ck && k->ac == DT_AC_FULL;
-            any_sel |= ck && k->ac == DT_AC_SELECTIVE;
-            *acts += (!ck ? all : k->ac == DT_AC_FULL ? 0 : all - attn_out) + wg;
+            unsigned kept = !ck ? ALL : k->ac == DT_AC_FULL ? 0 : ALL & ~ATTN_OUT;
+            shared |= kept == 0 ? ALL : kept != ALL ? ATTN_OUT : 0;
+            shared |= k->int8 && kept ? INT8 : 0;
+            *acts += fields_bytes(elems, k->int8 ? kept & ~INT8 : kept,
+                                  k->int8 ? kept & INT8 : 0, N) +
+                     wg;
         }
     }
-    *acts += any_full ? all + a64(N * C * f4) : any_sel ? attn_out : 0;
+    *acts += fields_bytes(elems, shared, 0, N) + (shared == ALL ? a64(N * C * f4) : 0);
     *acts += a64(S * C * f4) + (fin ? a64(B * clip * f4) : 0);
     size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
     in = in > P ? in : P;
@@ -527,11 +565,14 @@ static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *
 static void check_memory(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     const mem_case cases[] = {
-        {3, 1, 0, 4, DT_AC_NONE, 0, DT_PREC_FP32, false},
-        {2, 3, 0, 4, DT_AC_FULL, 2, DT_PREC_FP32, false},
-        {2, 2, 0, 2, DT_AC_SELECTIVE, 1, DT_PREC_BF16, true},
-        {1, 2, 2, 4, DT_AC_NONE, 0, DT_PREC_BF16, false},
-        {4, 1, 1, 3, DT_AC_FULL, 1, DT_PREC_FP32, true},
+        {3, 1, 0, 4, DT_AC_NONE, 0, DT_PREC_FP32, false, false},
+        {2, 3, 0, 4, DT_AC_FULL, 2, DT_PREC_FP32, false, false},
+        {2, 2, 0, 2, DT_AC_SELECTIVE, 1, DT_PREC_BF16, true, false},
+        {1, 2, 2, 4, DT_AC_NONE, 0, DT_PREC_BF16, false, false},
+        {4, 1, 1, 3, DT_AC_FULL, 1, DT_PREC_FP32, true, false},
+        {2, 2, 0, 4, DT_AC_NONE, 0, DT_PREC_FP32, false, true},
+        {2, 1, 0, 4, DT_AC_SELECTIVE, 2, DT_PREC_BF16, true, true},
+        {1, 2, 1, 4, DT_AC_FULL, 2, DT_PREC_FP32, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const mem_case *k = &cases[i];
@@ -545,7 +586,8 @@ static void check_memory(void) {
                                                   .training = true, .units = held,
                                                   .ac = k->ac, .ac_every = k->ac_every,
                                                   .precision = k->precision,
-                                                  .split_backward = k->split},
+                                                  .split_backward = k->split,
+                                                  .act_compress = k->int8},
                              mem);
         size_t acts = 0, temp = 0, want_acts, want_temp;
         for (int e = 0; m && e < dt_mem_n_events(mem); e++) {
