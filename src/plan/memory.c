@@ -560,9 +560,14 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
         out->n_full += unit_floats(&c->model, u, 1);
 
     out->acts_arena = acts_arena(&s, n_slots, split);
-    int64_t tokens = (int64_t)(s.pp > 1 ? s.rows : s.mb) * s.T * 4; /* int32 ids */
+    /* the batch buffers (train/source.h), rows of the source's: int32 ids and targets [T]
+     * each; a DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
+    const dt_model_config *m = &c->model;
+    int64_t rows = s.pp > 1 ? s.rows : s.mb, clip = (int64_t)m->frames * m->channels *
+                                                     m->height * m->width;
+    int64_t batch = m->arch == DT_ARCH_DIT ? rows * (2 * clip + 2) * F4 : 2 * rows * s.T * 4;
     int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
-    out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
+    out->cat[DT_MEM_ACTS] = out->acts_arena + rope + batch;
     out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
     out->temp_arena = temp_arena(&s, n_slots);
     int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
