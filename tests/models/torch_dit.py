@@ -18,7 +18,7 @@ affine + modulate, explicit softmax attention, tanh GELU, SiLU - not from dtrain
 dtrain stores the Conv3d weight [C, ch, pt, ph, pw] flattened as [C, ch pt ph pw]; load_dtrain
 reshapes it (the only layout adapter).
 
-  torch_dit.py --dump DUMP.safetensors [--fp64] [--rtol 1e-4] [--perturb NAME]
+  torch_dit.py --dump DUMP.safetensors [--fp64 | --matmul onednn] [--rtol 1e-4] [--perturb NAME]
 
 DUMP comes from tests/models/dit_torch_dump (dtrain's weights, inputs, output, loss,
 gradients and AdamW-updated weights). This script redoes the step - x_t = (1 - t) x0 + t eps,
@@ -27,7 +27,9 @@ dump's hyper-parameters (weight decay on >= 2-D tensors) - in float32 or float64
 per tensor, ||dtrain - torch||_2 / ||torch||_2 (Frobenius norm over the whole tensor) <= rtol:
 the output, the loss, every gradient, every updated weight and every update (w1 - w0).
 --perturb NAME scales dtrain's tensor NAME (e.g. g.blocks.1.attn.qkv.weight) by 1.001 first:
-the check must then fail (the test of the test).
+the check must then fail (the test of the test). --matmul onednn runs the linears through
+torch's bundled oneDNN, the route bench/torch_dit_step.py may time (so the benchmark's peer
+computes this same model).
 Exit 0 when all pass, 1 on a mismatch, 2 on bad input. bench/torch_dit_step.py imports DiT.
 """
 import argparse
@@ -101,8 +103,9 @@ _ONEDNN = False
 
 
 def use_onednn(on=True):
-    """Every matmul through torch's bundled oneDNN (fp32; what bench/torch_step.py does for
-    Debian's torch, whose default BLAS may be the slow reference one) or back to native."""
+    """The linears' matmuls through torch's bundled oneDNN (fp32; what bench/torch_step.py
+    does for Debian's torch, whose default BLAS may be the slow reference one) or back to
+    native torch.matmul / F.linear."""
     global _ONEDNN
     _ONEDNN = on
     R.use_onednn(on)
@@ -150,8 +153,9 @@ class Attention(nn.Module):
         Bp, T, C = x.shape
         qkv = lin(self.qkv, x).reshape(Bp, T, 3, self.n_head, C // self.n_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [B', NH, T', hs] each
-        att = R.abt(q, k) * (q.size(-1) ** -0.5)
-        y = R.abt(att.softmax(dim=-1), v.transpose(-2, -1))
+        # torch.matmul on either route: the oneDNN route's batched product is a Python loop
+        att = torch.matmul(q, k.transpose(-2, -1)) * (q.size(-1) ** -0.5)
+        y = torch.matmul(att.softmax(dim=-1), v)
         return lin(self.proj, y.transpose(1, 2).reshape(Bp, T, C))
 
 
@@ -363,7 +367,7 @@ def check(a):
     print(f"torch_dit: {cfg.attn} L{cfg.n_layer} H{cfg.n_head} C{cfg.n_embd} clip "
           f"{cfg.frames}x{cfg.channels}x{cfg.height}x{cfg.width} patch {cfg.patch_t}x"
           f"{cfg.patch_h}x{cfg.patch_w} classes {cfg.n_classes} B{x0.shape[0]} "
-          f"({'fp64' if a.fp64 else 'fp32'}, torch {torch.__version__}); "
+          f"({'fp64' if a.fp64 else 'fp32'}, {a.matmul} matmul, torch {torch.__version__}); "
           f"||dtrain - torch||_2 / ||torch||_2 per tensor <= {a.rtol:g}")
     rows = [("output", rel_err(tensors["out"], out.detach().numpy())),
             ("loss", rel_err(float(meta["loss"]), loss.item()))]
@@ -395,8 +399,13 @@ def main(argv):
     p.add_argument("--perturb", default="")
     p.add_argument("--verbose", action="store_true", help="print every row, not only failures")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--matmul", choices=("native", "onednn"), default="native",
+                   help="the linears' route (onednn: the benchmark's, fp32 only)")
     a = p.parse_args(argv)
+    if a.matmul == "onednn" and a.fp64:
+        p.error("--matmul onednn is fp32 only")
     torch.set_num_threads(a.threads)
+    use_onednn(a.matmul == "onednn")
     try:
         return check(a)
     except InputError as e:
