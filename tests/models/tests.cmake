@@ -13,7 +13,7 @@ foreach(arch gpt2 llama)
 endforeach()
 
 # The video DiT against an independent PyTorch DiT: one rectified-flow step (output, loss,
-# every gradient, the AdamW update), both attention kinds, with labels, torch in fp32 and fp64.
+# every gradient, the AdamW update), both attention kinds, with labels, torch in fp32 and fp64,
 add_executable(models_dit_torch_dump ${CMAKE_CURRENT_LIST_DIR}/dit_torch_dump.c)
 target_link_libraries(models_dit_torch_dump PRIVATE dtrain_static)
 foreach(attn full spatial_temporal)
@@ -26,3 +26,9 @@ foreach(attn full spatial_temporal)
                          ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
   endforeach()
 endforeach()
+# and an unconditional model (no label table: every clip's conditioning is the timestep's)
+add_test(NAME models/torch_dit_full_uncond_fp32
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/torch_dit.sh $<TARGET_FILE:models_dit_torch_dump>
+                 ${CMAKE_SOURCE_DIR} full 0 fp32)
+set_tests_properties(models/torch_dit_full_uncond_fp32 PROPERTIES LABELS "models;torch"
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
