@@ -65,6 +65,8 @@ static int kv_heads(const dt_model_config *m) {
  * HuggingFace order, each padded to 16 floats; vocabulary and column-parallel matrices split
  * by rows (rounded up), row-parallel ones by columns, GPT-2's fused c_attn by thirds. */
 static int64_t unit_floats(const dt_model_config *m, int u, int tp) {
+    if (m->arch == DT_ARCH_DIT)
+        return dt_plan_dit_unit_floats(m, u);
     int64_t C = m->n_embd, V = cdiv(m->vocab_size, tp), F = ffn_width(m);
     int64_t kv = (int64_t)kv_heads(m) * (C / m->n_head);
     int L = m->n_layer;
@@ -576,6 +578,8 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
 
 double dt_plan_param_count(const dt_model_config *m) {
     /* in doubles, unpadded: any config (n_layer 1e9 included) gives a finite answer at once */
+    if (m->arch == DT_ARCH_DIT)
+        return dt_plan_dit_param_count(m);
     double C = m->n_embd, V = m->vocab_size, F = ffn_width(m), L = m->n_layer;
     double kv = m->n_head > 0 ? (double)kv_heads(m) * (m->n_embd / m->n_head) : C;
     if (m->arch == DT_ARCH_GPT2)

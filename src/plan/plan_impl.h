@@ -1,5 +1,5 @@
-/* Shared inside plan/ (memory.c, comm.c, cost.c): the padded parameter arena unit by unit,
- * and what activation checkpointing reruns. Nothing outside plan/ includes it. */
+/* Shared inside plan/ (memory.c, memory_dit.c, comm.c, cost.c): the padded parameter arena
+ * unit by unit, and what activation checkpointing reruns. Nothing outside plan/ includes it. */
 #ifndef DT_PLAN_PLAN_IMPL_H
 #define DT_PLAN_PLAN_IMPL_H
 
@@ -13,6 +13,15 @@
  * each tensor its tp shard padded to 16 floats (GPT-2: a stage with the head but not the
  * embedding adds its copy of wte to the final unit). Returns the number of units. */
 int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int64_t *ucount);
+
+/* The video DiT (plan/memory_dit.c). Its fixed sizes, as models/dit.h has them (plan/ does not
+ * include models/; tests/plan/test_memory_dit.c holds the two equal). */
+enum { DT_PLAN_DIT_FREQ_DIM = 256, DT_PLAN_DIT_MLP_RATIO = 4 };
+/* Floats of DiT unit u (0: embedders, 1..L: blocks, L+1: final layer), tensors padded to 16
+ * floats; the DiT splits no tensor over tp. */
+int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u);
+/* The DiT's parameters, unpadded (dt_plan_param_count's answer for model.arch = dit). */
+double dt_plan_dit_param_count(const dt_model_config *m);
 
 /* What block l reruns before its backward (and again before its W pass under a split
  * backward) under plugin.ac: nothing, the attention core (selective: from the saved q|k|v), or
