@@ -561,12 +561,21 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     for (int u = 0; u < s.L + 2; u++)
         out->n_full += unit_floats(&c->model, u, 1);
 
-    out->acts_arena = acts_arena(&s, n_slots, split);
-    int64_t tokens = (int64_t)(s.pp > 1 ? s.rows : s.mb) * s.T * 4; /* int32 ids */
-    int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
-    out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
-    out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
-    out->temp_arena = temp_arena(&s, n_slots);
+    int batch_rows = s.pp > 1 ? s.rows : s.mb; /* the trainer's batch buffers hold these */
+    if (c->model.arch == DT_ARCH_DIT) {
+        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .n_slots = n_slots, .held = s.held,
+                              .plugin = &c->plugin, .lp = s.lp, .training = true};
+        dt_plan_dit_arenas(&c->model, &r, &out->acts_arena, &out->temp_arena);
+        out->cat[DT_MEM_ACTS] = out->acts_arena + dt_plan_dit_batch_bytes(&c->model, batch_rows);
+        out->cat[DT_MEM_COMM] += n_inbox * dt_plan_dit_boundary_bytes(&c->model, s.mb, s.sp);
+    } else {
+        out->acts_arena = acts_arena(&s, n_slots, split);
+        int64_t tokens = (int64_t)batch_rows * s.T * 4; /* int32 ids */
+        int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
+        out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
+        out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
+        out->temp_arena = temp_arena(&s, n_slots);
+    }
     int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
     out->cat[DT_MEM_TEMP] = out->temp_arena + event;
     /* everything but the state events lives from set-up to the end, so the largest sum is the

@@ -36,3 +36,145 @@ double dt_plan_dit_param_count(const dt_model_config *m) {
                 2 * DT_PLAN_DIT_MLP_RATIO * C * C + DT_PLAN_DIT_MLP_RATIO * C + C) +
            (2 * C * C + 2 * C) + (P * C + P);
 }
+
+/* ---- activations and transients: the carves of models/dit.c and dit_fwd.c ------------- */
+
+static int64_t pad64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+enum { F4 = 4, H2 = 2 };
+
+/* A block's saved fields (models/dit_fwd.c), as bits. */
+enum {
+    F_MOD = 1 << 0, /* mod [B, 6C], aff [B, 4C] */
+    F_LN = 1 << 1,  /* mean1, rstd1, mean2, rstd2: [Nr] each */
+    F_M1 = 1 << 2,
+    F_QKV = 1 << 3,
+    F_Y = 1 << 4,
+    F_LSE = 1 << 5,
+    F_A = 1 << 6,
+    F_X2 = 1 << 7,
+    F_M2 = 1 << 8,
+    F_H = 1 << 9,
+    F_F = 1 << 10,
+    F_ALL = (1 << 11) - 1,
+    F_ATTN_OUT = F_Y | F_LSE, /* what selective checkpointing reruns */
+};
+
+typedef struct dit_rank {
+    const dt_plan_dit_rank *r;
+    int64_t B, Nr, S, C, P, F, NH, L, clip;
+} dit_rank;
+
+static int64_t fields_bytes(const dit_rank *k, unsigned f) {
+    int64_t B = k->B, Nr = k->Nr, C = k->C, b = 0;
+    const struct {
+        unsigned bit;
+        int64_t floats;
+    } piece[] = {{F_MOD, B * 6 * C}, {F_MOD, B * 4 * C}, {F_LN, Nr},      {F_LN, Nr},
+                 {F_M1, Nr * C},     {F_QKV, Nr * 3 * C}, {F_Y, Nr * C}, {F_LSE, Nr * k->NH},
+                 {F_A, Nr * C},      {F_X2, Nr * C},     {F_LN, Nr},      {F_LN, Nr},
+                 {F_M2, Nr * C},     {F_H, Nr * k->F},   {F_F, Nr * C}};
+    for (size_t i = 0; i < sizeof piece / sizeof piece[0]; i++)
+        b += f & piece[i].bit ? pad64(piece[i].floats * F4) : 0;
+    return b;
+}
+
+/* What block l keeps per slot under plugin.ac: all, all but the attention output
+ * (selective), or nothing but its input, a residual position (full). */
+static unsigned kept_fields(const dt_plugin_config *p, int l) {
+    switch (dt_plan_ac_rerun(p, l)) {
+    case DT_PLAN_RERUN_BLOCK: return 0;
+    case DT_PLAN_RERUN_ATTENTION: return F_ALL & ~(unsigned)F_ATTN_OUT;
+    default: return F_ALL;
+    }
+}
+
+static bool holds_rerun(const dit_rank *k, dt_plan_rerun what) {
+    for (int l = 0; l < k->L; l++)
+        if (k->r->held[l + 1] && dt_plan_ac_rerun(k->r->plugin, l) == what)
+            return true;
+    return false;
+}
+
+/* Residual positions a slot keeps: each held block's input and output, the embedders'
+ * output (position 0) and the final layer's input (L). */
+static int residual_positions(const dit_rank *k) {
+    int n = 0, L = (int)k->L;
+    const bool *h = k->r->held;
+    for (int p = 0; p <= L; p++)
+        n += (p < L && h[p + 1]) || (p > 0 && h[p]) || (p == 0 && h[0]) || (p == L && h[L + 1]);
+    return n;
+}
+
+/* A position: the residual rows [Nr, C] then silu(c) [B, C], 16-float aligned. */
+static int64_t pos_stride(const dit_rank *k) { return pad16((k->Nr + k->B) * k->C); }
+
+static int64_t acts_arena(const dit_rank *k) {
+    const dt_plan_dit_rank *r = k->r;
+    int64_t B = k->B, Nr = k->Nr, C = k->C, per_slot = 0, b = 0;
+    bool first = r->held[0], last = r->held[k->L + 1];
+    per_slot += pad64(residual_positions(k) * pos_stride(k) * F4) + pad64(B * C * F4);
+    if (first) /* patches, timestep features, t_fc1 out and its silu, c, labels */
+        per_slot += pad64(Nr * k->P * F4) + pad64(B * DT_PLAN_DIT_FREQ_DIM * F4) +
+                    3 * pad64(B * C * F4) + pad64(B * 4);
+    if (last) /* final shift/scale, its LN affine, mean, rstd, modulated norm */
+        per_slot += 2 * pad64(B * 2 * C * F4) + 2 * pad64(Nr * F4) + pad64(Nr * C * F4);
+    for (int l = 0; l < k->L; l++)
+        if (r->held[l + 1])
+            per_slot += fields_bytes(k, kept_fields(r->plugin, l));
+    b += r->n_slots * per_slot;
+    /* the shared set reruns and the rerun block's discarded output write into */
+    bool full = holds_rerun(k, DT_PLAN_RERUN_BLOCK);
+    unsigned shared = full ? F_ALL : holds_rerun(k, DT_PLAN_RERUN_ATTENTION) ? F_ATTN_OUT : 0;
+    b += fields_bytes(k, shared) + (full ? pad64(Nr * C * F4) : 0);
+    b += pad64(k->S * C * F4); /* the fixed positions */
+    if (last)
+        b += pad64(B * k->clip * F4); /* the unpatchified output */
+    return b;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t temp_arena(const dit_rank *k) {
+    const dt_plan_dit_rank *r = k->r;
+    int64_t B = k->B, Nr = k->Nr, C = k->C, F = k->F, P = k->P, b = 0;
+    bool split = r->sp > 1, last = r->held[k->L + 1];
+    int64_t rows3 = pad64(Nr * 3 * C * F4), rows = pad64(Nr * C * F4), rowsF = pad64(Nr * F * F4);
+    b += rows3 + (split ? 2 * rows3 : 0) + 2 * rows + rowsF; /* qkv_rows, packed, qkvh, att */
+    b += last ? 2 * pad64(Nr * P * F4) : 0;                 /* tok_out, tok_tgt */
+    b += split ? rows3 : 0;                                 /* all-to-all work */
+    if (r->lp) { /* 16-bit operands: the widest matmul input and output over Nr rows */
+        int64_t in = max64(max64(C, F), max64(P, DT_PLAN_DIT_FREQ_DIM));
+        int64_t out = max64(max64(6 * C, F), P);
+        b += pad64(Nr * in * H2) + (r->training ? pad64(Nr * out * H2) : 0);
+    }
+    if (!r->training)
+        return b;
+    b += r->n_slots * (pad64(pos_stride(k) * F4) + (last ? pad64(Nr * P * F4) : 0));
+    b += 2 * rows + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
+    b += pad64(B * 6 * C * F4) + 3 * pad64(B * C * F4); /* dmod, dc, dts, dth */
+    return b;
+}
+
+void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,
+                        int64_t *temp) {
+    int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
+                (m->width / m->patch_w);
+    dit_rank k = {.r = r, .B = r->B, .Nr = r->B * S / r->sp, .S = S, .C = m->n_embd,
+                  .P = patch_dim(m), .F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd,
+                  .NH = m->n_head, .L = m->n_layer,
+                  .clip = (int64_t)m->frames * m->channels * m->height * m->width};
+    *acts = acts_arena(&k);
+    *temp = temp_arena(&k);
+}
+
+int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows) {
+    int64_t clip = (int64_t)m->frames * m->channels * m->height * m->width;
+    return (int64_t)rows * (clip + 2) * F4 + (int64_t)rows * clip * F4;
+}
+
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp) {
+    int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
+                (m->width / m->patch_w);
+    return (B * S / sp + B) * (int64_t)m->n_embd * F4;
+}

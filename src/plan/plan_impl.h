@@ -22,6 +22,22 @@ enum { DT_PLAN_DIT_FREQ_DIM = 256, DT_PLAN_DIT_MLP_RATIO = 4 };
 int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u);
 /* The DiT's parameters, unpadded (dt_plan_param_count's answer for model.arch = dit). */
 double dt_plan_dit_param_count(const dt_model_config *m);
+/* One rank of a DiT run, as the memory model sees it. */
+typedef struct dt_plan_dit_rank {
+    int B;                           /* clips per micro-batch */
+    int sp;                          /* Ulysses degree: this rank's rows are B S / sp */
+    int n_slots;                     /* micro-batches whose activations are held at once */
+    const bool *held;                /* [L + 2] units this rank holds */
+    const dt_plugin_config *plugin;  /* ac, ac_every */
+    bool lp, training;               /* 16-bit matmuls; gradients and backward scratch */
+} dt_plan_dit_rank;
+/* Bytes of the DiT's "dit.activations" and "dit.transients" arenas on that rank. */
+void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,
+                        int64_t *temp);
+/* The trainer's batch buffers for `rows` clips: inputs (x_t, t, label) and targets (v). */
+int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows);
+/* One pipeline boundary tensor of B clips: this rank's residual rows and silu(c) [B, C]. */
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp);
 
 /* What block l reruns before its backward (and again before its W pass under a split
  * backward) under plugin.ac: nothing, the attention core (selective: from the saved q|k|v), or
