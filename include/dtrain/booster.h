@@ -41,8 +41,8 @@ DT_API void dt_booster_free(dt_booster *b);
 typedef float (*dt_lr_schedule_fn)(void *ctx, int step);
 
 /* What boost() turns into its distributed version: the model (built from its config, with
- * random or loaded weights), AdamW, the data loader (a token shard and the batch shape) and
- * the LR schedule. Pointers are borrowed for the call only. */
+ * random or loaded weights), AdamW, the data source (token shards, or clips made on the fly)
+ * and the batch shape, and the LR schedule. Pointers are borrowed for the call only. */
 typedef struct dt_boost_spec {
     const dt_model_config *model;
     const dt_optim_config *optim;
@@ -61,6 +61,14 @@ typedef struct dt_boost_spec {
     /* log every allocation and saved activation set into this rank's file of this name
      * (dt_booster_write_mem_timeline); NULL or "" = no log */
     const char *mem_timeline;
+    /* Where batches come from (0 = DT_SOURCE_TOKENS: the shards train_data and val_data).
+     * DT_SOURCE_BOUNCE: clips of bouncing shapes for a DiT, made from the seed (evaluation on
+     * clips of a seed of their own, always available; train_data and val_data unused), with
+     * `shapes` per clip and, for a model with classes, the chance label_dropout that a
+     * training clip gets the null label. */
+    dt_data_source source;
+    int shapes;
+    float label_dropout;
 } dt_boost_spec;
 
 DT_API dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);

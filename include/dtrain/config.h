@@ -85,6 +85,8 @@ typedef struct dt_data_config {
     bool shuffle;
     dt_data_source source;
     int shapes; /* bounce: shapes per clip */
+    float label_dropout; /* bounce, a model with classes: chance a training clip gets the null
+                          * label (classifier-free guidance) */
 } dt_data_config;
 
 typedef struct dt_train_config {

@@ -84,6 +84,7 @@ static const field fields[] = {
     F_ENUM(model, attn, dt_dit_attn, dit_attn_names),
     F_STR(data, "train", train), F_STR(data, "val", val), F_BOOL(data, shuffle),
     F_ENUM(data, source, dt_data_source, source_names), F_INT(data, shapes),
+    F_FLOAT(data, label_dropout),
     F_INT(train, batch_size), F_INT(train, micro_batch_size), F_INT(train, seq_len),
     F_INT(train, steps), F_U64(train, seed), F_INT(train, log_every), F_INT(train, eval_every),
     F_INT(train, eval_batches), F_INT(train, sample_tokens), F_STR(train, "metrics", metrics),
@@ -163,6 +164,7 @@ void dt_config_defaults(dt_config *c) {
     set_str(c->data.val, "data/fortunes/val.bin");
     c->data.shuffle = false;
     c->data.source = DT_SOURCE_TOKENS, c->data.shapes = 2;
+    c->data.label_dropout = 0.1f;
     dt_train_config *t = &c->train;
     t->batch_size = 16, t->micro_batch_size = 0, t->seq_len = 128, t->steps = 600;
     t->seed = 1337, t->log_every = 50, t->eval_every = 200, t->eval_batches = 8;

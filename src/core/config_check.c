@@ -299,6 +299,9 @@ static void check_data(const dt_config *c, problems *p) {
                 dt_data_source_name(d->source), dt_arch_name(c->model.arch));
     if (d->source == DT_SOURCE_BOUNCE && d->shapes < 1)
         problem(p, false, "data.shapes=%d must be >= 1 (shapes per clip)", d->shapes);
+    if (!(d->label_dropout >= 0 && d->label_dropout <= 1))
+        problem(p, false, "data.label_dropout=%g must be in [0, 1] (the chance a clip trains "
+                "with the null label)", (double)d->label_dropout);
     if (d->source == DT_SOURCE_TOKENS && !c->data.train[0])
         problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");
@@ -322,6 +325,7 @@ dt_status dt_config_validate(const dt_config *c) {
 
 dt_status dt_config_validate_model(const dt_model_config *m, const char *origin) {
     dt_config c = {.model = *m};
+    dt_config_derive(&c); /* a shape alone (a DiT's sequence is its clip's patch tokens) */
     problems p = {.len = 0};
     check_model(&c, &p);
     if (!p.n_arg && !p.n_unsupported)

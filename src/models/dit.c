@@ -1,10 +1,11 @@
-/* The DiT's shape checks, parameter table, arenas, views and unit ranges (see dit.h); the
- * forward and backward are in dit_fwd.c.
+/* The DiT's unit views, arenas and life cycle (see dit.h). The parameter tables and split
+ * checks are in dit_tables.c, a block's forward and backward in dit_fwd.c, the unit-range
+ * passes in dit_units.c.
  *
- * Parameter names follow the DiT / Open-Sora PyTorch modules (x_embedder.proj, t_embedder.mlp,
- * y_embedder.embedding_table, blocks.N.{adaLN_modulation.1, attn.qkv, attn.proj, mlp.fc1,
- * mlp.fc2}, final_layer.{adaLN_modulation.1, linear}); the patch embedding's Conv3d weight
- * [C, channels, pt, ph, pw] is stored flattened as a linear [C, channels pt ph pw].
+ * Arenas, through the memory accountant: "dit.weights" (params), "dit.weights.bf16" /
+ * "dit.weights.fp16" (params, 16-bit matmuls), "dit.grads" (grads) unless the caller binds
+ * them; "dit.activations" (activations: what the slots keep for backward, the position table,
+ * the shared recompute set) and "dit.transients" (temporaries shared by every block).
  */
 #include "models/dit_impl.h"
 
@@ -13,250 +14,182 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cast.h"
 #include "kernels/gemm.h"
-
-dt_status dt_dit_check_config(const dt_dit_config *c) {
-    const struct {
-        const char *name;
-        int v;
-    } pos[] = {{"frames", c->frames}, {"channels", c->channels}, {"height", c->height},
-               {"width", c->width},   {"pt", c->pt},             {"ph", c->ph},
-               {"pw", c->pw},         {"n_layer", c->n_layer},   {"n_head", c->n_head},
-               {"n_embd", c->n_embd}};
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v <= 0)
-            return dt_err_set(DT_ERR_ARG, "dit: %s = %d must be positive", pos[i].name,
-                              pos[i].v);
-    const struct {
-        const char *dim, *patch;
-        int n, p;
-    } div[] = {{"frames", "pt", c->frames, c->pt},
-               {"height", "ph", c->height, c->ph},
-               {"width", "pw", c->width, c->pw}};
-    for (int i = 0; i < 3; i++)
-        if (div[i].n % div[i].p)
-            return dt_err_set(DT_ERR_ARG, "dit: %s = %d is not a multiple of the patch %s = %d",
-                              div[i].dim, div[i].n, div[i].patch, div[i].p);
-    if (c->n_embd % c->n_head)
-        return dt_err_set(DT_ERR_ARG, "dit: n_embd = %d is not a multiple of n_head = %d",
-                          c->n_embd, c->n_head);
-    if (c->n_embd < 6)
-        return dt_err_set(DT_ERR_ARG,
-                          "dit: n_embd = %d is too small for the 3-D position code (>= 6)",
-                          c->n_embd);
-    if (c->n_classes < 0)
-        return dt_err_set(DT_ERR_ARG, "dit: n_classes = %d must be >= 0", c->n_classes);
-    if ((unsigned)c->attn >= DT_DIT_ATTN_COUNT)
-        return dt_err_set(DT_ERR_ARG, "dit: attn = %d is not full or spatial_temporal",
-                          (int)c->attn);
-    int64_t tokens = (int64_t)(c->frames / c->pt) * (c->height / c->ph) * (c->width / c->pw);
-    if (tokens > (1 << 24))
-        return dt_err_set(DT_ERR_ARG, "dit: %lld tokens per clip is more than 2^24",
-                          (long long)tokens);
-    return DT_OK;
-}
-
-int dt_dit_tokens(const dt_dit_config *c) {
-    return (c->frames / c->pt) * (c->height / c->ph) * (c->width / c->pw);
-}
-int dt_dit_patch_dim(const dt_dit_config *c) { return c->channels * c->pt * c->ph * c->pw; }
-int64_t dt_dit_clip_numel(const dt_dit_config *c) {
-    return (int64_t)c->frames * c->channels * c->height * c->width;
-}
-
-/* ---- parameter table ------------------------------------------------------------------- */
-
-static dt_status add_param(dt_dit *d, const char *name, int64_t rows, int64_t cols,
-                           dt_param_init init, float std) {
-    dt_param *p;
-    return dt_param_append(&d->params, &d->n_params, &d->cap_params, &d->n_total, name, rows,
-                           cols, init, std, &p);
-}
-
-/* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. */
-static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero) {
-    char name[96];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    DT_TRY(add_param(d, name, out, in, zero ? DT_INIT_ZEROS : DT_INIT_NORMAL,
-                     zero ? 0.0f : sqrtf(2.0f / (float)(in + out))));
-    snprintf(name, sizeof name, "%s.bias", prefix);
-    return add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f);
-}
-
-static dt_status build_table(dt_dit *d) {
-    const dt_dit_config *c = &d->cfg;
-    int C = d->C, L = c->n_layer;
-    d->unit_first[0] = 0;
-    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false));
-    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false));
-    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false));
-    if (c->n_classes > 0)
-        DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, C,
-                         DT_INIT_NORMAL, 0.02f));
-    d->n_embed_params = d->n_params;
-    char name[96];
-    for (int l = 0; l < L; l++) {
-        d->unit_first[l + 1] = d->n_params;
-        const struct {
-            const char *what;
-            int out, in;
-            bool zero;
-        } lin[] = {{"adaLN_modulation.1", 6 * C, C, true},
-                   {"attn.qkv", 3 * C, C, false},
-                   {"attn.proj", C, C, false},
-                   {"mlp.fc1", d->F, C, false},
-                   {"mlp.fc2", C, d->F, false}};
-        for (int i = 0; i < 5; i++) {
-            snprintf(name, sizeof name, "blocks.%d.%s", l, lin[i].what);
-            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero));
-        }
-    }
-    d->per_layer = L > 0 ? (d->n_params - d->n_embed_params) / L : 0;
-    d->unit_first[L + 1] = d->n_params;
-    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true));
-    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true));
-    d->unit_first[L + 2] = d->n_params;
-    return DT_OK;
-}
 
 /* ---- views ------------------------------------------------------------------------------ */
 
-static void view_linear(dt_linear *l, const dt_param *wp, float *w, float *g, int64_t first) {
+/* A unit's storage: element `first` of the arena lives at w[0] (g[0], lp[0]). */
+typedef struct unit_store {
+    float *w, *g;
+    dt_bf16 *lp;
+    int64_t first;
+} unit_store;
+
+static dt_linear linear_view(const unit_store *u, const dt_param *wp) {
     const dt_param *bp = wp + 1;
-    l->out = (int)wp->shape[0];
-    l->in = (int)wp->shape[1];
-    if (w) {
-        l->w = w + (wp->offset - first);
-        l->b = w + (bp->offset - first);
-    }
-    if (g) {
-        l->dw = g + (wp->offset - first);
-        l->db = g + (bp->offset - first);
-    }
-    l->w_lp = NULL;
+    return (dt_linear){.out = (int)wp->shape[0], .in = (int)wp->shape[1],
+                       .w = u->w ? u->w + (wp->offset - u->first) : NULL,
+                       .b = u->w ? u->w + (bp->offset - u->first) : NULL,
+                       .dw = u->g ? u->g + (wp->offset - u->first) : NULL,
+                       .db = u->g ? u->g + (bp->offset - u->first) : NULL,
+                       .w_lp = u->lp ? u->lp + (wp->offset - u->first) : NULL};
 }
 
-void dt_dit_bind_unit(dt_dit *d, int unit, float *w, float *grad) {
-    int L = d->cfg.n_layer;
-    DT_ASSERT(unit >= 0 && unit < L + 2);
-    if (!d->training)
-        grad = NULL;
-    const dt_param *p = &d->params[d->unit_first[unit]];
-    int64_t first = p->offset;
-    if (unit == 0) {
-        view_linear(&d->x_emb, p, w, grad, first);
-        view_linear(&d->t_fc1, p + 2, w, grad, first);
-        view_linear(&d->t_fc2, p + 4, w, grad, first);
+static void wire_unit(dt_dit *d, int lu) {
+    int64_t first, count;
+    dt_dit_unit_range(d, lu, &first, &count);
+    unit_store u = {.w = d->unit_w[lu], .g = d->unit_g[lu], .lp = d->unit_lp[lu],
+                    .first = first};
+    int gu = d->unit_global[lu], L = d->cfg.n_layer;
+    const dt_param *p = d->params + d->unit_param[lu];
+    if (gu == 0) {
+        d->x_emb = linear_view(&u, p);
+        d->t_fc1 = linear_view(&u, p + 2);
+        d->t_fc2 = linear_view(&u, p + 4);
         if (d->cfg.n_classes > 0) {
-            if (w)
-                d->y_table = w + (p[6].offset - first);
-            if (grad)
-                d->dy_table = grad + (p[6].offset - first);
+            d->y_table = u.w ? u.w + (p[6].offset - first) : NULL;
+            d->dy_table = u.g ? u.g + (p[6].offset - first) : NULL;
         }
-    } else if (unit <= L) {
-        dt_dit_block *b = &d->blocks[unit - 1];
+    } else if (gu <= L) {
+        dt_dit_block *b = &d->blocks[gu - 1];
         dt_linear *lin[5] = {&b->ada, &b->qkv, &b->proj, &b->fc1, &b->fc2};
         for (int i = 0; i < 5; i++)
-            view_linear(lin[i], p + 2 * i, w, grad, first);
+            *lin[i] = linear_view(&u, p + 2 * i);
     } else {
-        view_linear(&d->final_ada, p, w, grad, first);
-        view_linear(&d->final_lin, p + 2, w, grad, first);
+        d->final_ada = linear_view(&u, p);
+        d->final_lin = linear_view(&u, p + 2);
     }
 }
 
-int dt_dit_n_units(const dt_dit *d) { return d->cfg.n_layer + 2; }
+void dt_dit_bind_unit(dt_dit *d, int unit, float *w, float *grad, dt_bf16 *w_lp) {
+    DT_ASSERT(unit >= 0 && unit < d->n_units);
+    if (w)
+        d->unit_w[unit] = w;
+    if (grad && d->training)
+        d->unit_g[unit] = grad;
+    if (w_lp && d->ctx.mm_type != DT_F32)
+        d->unit_lp[unit] = w_lp;
+    wire_unit(d, unit);
+}
+
+int dt_dit_n_units(const dt_dit *d) { return d->n_units; }
+int dt_dit_unit_local(const dt_dit *d, int global_unit) { return d->unit_local[global_unit]; }
 
 void dt_dit_unit_range(const dt_dit *d, int unit, int64_t *first, int64_t *count) {
-    DT_ASSERT(unit >= 0 && unit < d->cfg.n_layer + 2);
-    int a = d->unit_first[unit], b = d->unit_first[unit + 1];
+    DT_ASSERT(unit >= 0 && unit < d->n_units);
+    int a = d->unit_param[unit], b = d->unit_param[unit + 1];
     *first = d->params[a].offset;
     *count = (b < d->n_params ? d->params[b].offset : d->n_total) - *first;
 }
 
+void dt_dit_set_hooks(dt_dit *d, const dt_model_hooks *hooks) {
+    d->hooks = hooks ? *hooks : (dt_model_hooks){0};
+}
+
 /* ---- activations ------------------------------------------------------------------------ */
 
-/* Hands out 64-byte aligned pieces of an arena; with base == NULL it only measures. */
-typedef struct carver {
-    char *base;
-    size_t used;
-} carver;
+static bool holds_final(const dt_dit *d) { return dt_dit_holds(d, d->cfg.n_layer + 1); }
 
-static float *carve(carver *cv, size_t floats) {
-    float *p = cv->base ? (float *)(cv->base + cv->used) : NULL;
-    cv->used += (floats * sizeof(float) + 63) & ~(size_t)63;
-    return p;
+/* Residual positions a slot keeps: each held block's input and output, the embedders'
+ * output, the final layer's input. */
+static void plan_positions(dt_dit *d) {
+    int L = d->cfg.n_layer;
+    for (int l = 0; l <= L; l++)
+        d->pos_index[l] = -1;
+    for (int l = 0; l < L; l++)
+        if (dt_dit_holds(d, l + 1))
+            d->pos_index[l] = d->pos_index[l + 1] = 0;
+    if (dt_dit_holds(d, 0))
+        d->pos_index[0] = 0;
+    if (holds_final(d))
+        d->pos_index[L] = 0;
+    d->n_pos = 0;
+    for (int l = 0; l <= L; l++)
+        if (d->pos_index[l] == 0)
+            d->pos_index[l] = d->n_pos++;
 }
 
-/* The "dit.activations" arena: what the backward reads (and the forward's output). */
-static void carve_acts(dt_dit *d, carver *cv) {
-    size_t B = (size_t)d->B, N = B * d->S, C = (size_t)d->C, P = (size_t)d->P;
-    size_t L = (size_t)d->cfg.n_layer, NH = (size_t)d->NH, F = (size_t)d->F;
-    d->pos = carve(cv, (size_t)d->S * C);
-    d->patches = carve(cv, N * P);
-    d->tfreq = carve(cv, B * DT_DIT_FREQ_DIM);
-    d->th = carve(cv, B * C);
-    d->ts = carve(cv, B * C);
-    d->c = carve(cv, B * C);
-    d->sc = carve(cv, B * C);
-    d->res = carve(cv, (L + 1) * N * C);
-    for (size_t l = 0; l < L; l++) {
-        dt_dit_acts *a = &d->acts[l];
-        a->mod = carve(cv, B * 6 * C);
-        a->aff = carve(cv, B * 4 * C);
-        a->mean1 = carve(cv, N);
-        a->rstd1 = carve(cv, N);
-        a->m1 = carve(cv, N * C);
-        a->qkv = carve(cv, N * 3 * C);
-        a->y = carve(cv, N * C);
-        a->lse = carve(cv, N * NH);
-        a->a = carve(cv, N * C);
-        a->x2 = carve(cv, N * C);
-        a->mean2 = carve(cv, N);
-        a->rstd2 = carve(cv, N);
-        a->m2 = carve(cv, N * C);
-        a->h = carve(cv, N * F);
-        a->f = carve(cv, N * C);
+/* The "dit.activations" arena: per slot its positions, its conditioning, what its held
+ * blocks keep and what the final layer keeps; then the positions table and the shared set. */
+static void carve_acts(dt_dit *d, dt_dit_carver *cv) {
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, P = (size_t)d->P;
+    size_t f4 = sizeof(float);
+    for (int s = 0; s < d->n_slots; s++) {
+        dt_dit_slot *sl = &d->slots[s];
+        sl->res = dt_dit_carve(cv, (size_t)d->n_pos * d->pos_stride * f4);
+        sl->sc = dt_dit_carve(cv, B * C * f4);
+        if (dt_dit_holds(d, 0)) {
+            sl->patches = dt_dit_carve(cv, Nr * P * f4);
+            sl->tfreq = dt_dit_carve(cv, B * DT_DIT_FREQ_DIM * f4);
+            sl->th = dt_dit_carve(cv, B * C * f4);
+            sl->ts = dt_dit_carve(cv, B * C * f4);
+            sl->c = dt_dit_carve(cv, B * C * f4);
+            sl->labels = dt_dit_carve(cv, B * sizeof(int32_t));
+        }
+        if (holds_final(d)) {
+            sl->modf = dt_dit_carve(cv, B * 2 * C * f4);
+            sl->afff = dt_dit_carve(cv, B * 2 * C * f4);
+            sl->meanf = dt_dit_carve(cv, Nr * f4);
+            sl->rstdf = dt_dit_carve(cv, Nr * f4);
+            sl->mf = dt_dit_carve(cv, Nr * C * f4);
+        }
     }
-    d->modf = carve(cv, B * 2 * C);
-    d->afff = carve(cv, B * 2 * C);
-    d->meanf = carve(cv, N);
-    d->rstdf = carve(cv, N);
-    d->mf = carve(cv, N * C);
-    d->tok_out = carve(cv, N * P);
-    d->out = carve(cv, B * (size_t)dt_dit_clip_numel(&d->cfg));
-    d->labels = (int32_t *)carve(cv, B);
+    dt_dit_carve_block_acts(d, cv);
+    d->pos = dt_dit_carve(cv, (size_t)d->S * C * f4);
+    if (holds_final(d))
+        d->out = dt_dit_carve(cv, B * (size_t)dt_dit_clip_numel(&d->cfg) * f4);
 }
 
-/* The "dit.transients" arena: shared by every block, not kept between calls. */
-static void carve_scratch(dt_dit *d, carver *cv) {
-    size_t B = (size_t)d->B, N = B * d->S, C = (size_t)d->C, F = (size_t)d->F;
-    d->qkv_rows = carve(cv, N * 3 * C);
-    d->att_rows = carve(cv, N * C);
-    d->gel = carve(cv, N * F);
+/* The "dit.transients" arena: shared by every block and slot, not kept between calls (the
+ * slots' gradients of the boundary and of the loss are here too: a pipeline stage receives
+ * and sends them). */
+static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->F;
+    size_t P = (size_t)d->P, f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    bool split = d->sp->size > 1, lp = d->ctx.mm_type != DT_F32;
+    d->qkv_rows = dt_dit_carve(cv, Nr * 3 * C * f4);
+    d->packed = split ? dt_dit_carve(cv, Nr * 3 * C * f4) : NULL;
+    d->qkvh = split ? dt_dit_carve(cv, Nr * 3 * C * f4) : NULL;
+    d->att_rows = dt_dit_carve(cv, Nr * C * f4);
+    d->atth = dt_dit_carve(cv, Nr * C * f4);
+    d->gel = dt_dit_carve(cv, Nr * F * f4);
+    d->tok_out = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
+    d->tok_tgt = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
+    d->work = split ? dt_dit_carve(cv, Nr * 3 * C * f4) : NULL;
+    /* 16-bit operands: the widest input (C, 4C, P or the timestep features) and output
+     * (6C, 4C or P) of a matmul over Nr >= B rows */
+    size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
+    in = in > P ? in : P;
+    in = in > DT_DIT_FREQ_DIM ? in : DT_DIT_FREQ_DIM;
+    out = out > P ? out : P;
+    d->x_lp = lp ? dt_dit_carve(cv, Nr * in * h2) : NULL;
+    d->dy_lp = lp && d->training ? dt_dit_carve(cv, Nr * out * h2) : NULL;
     if (!d->training)
         return;
-    d->dtok = carve(cv, N * (size_t)d->P);
-    d->dres = carve(cv, N * C);
-    d->dA = carve(cv, N * C);
-    d->dB = carve(cv, N * C);
-    d->dg = carve(cv, N * F);
-    d->dh = carve(cv, N * F);
-    d->dqkv = carve(cv, N * 3 * C);
-    d->dqkvp = carve(cv, N * 3 * C);
-    d->dattp = carve(cv, N * C);
-    d->dmod = carve(cv, B * 6 * C);
-    d->dsc = carve(cv, B * C);
-    d->dc = carve(cv, B * C);
-    d->dts = carve(cv, B * C);
-    d->dth = carve(cv, B * C);
+    for (int s = 0; s < d->n_slots; s++) {
+        d->slots[s].dres = dt_dit_carve(cv, (size_t)d->pos_stride * f4);
+        d->slots[s].dtok = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
+    }
+    d->dA = dt_dit_carve(cv, Nr * C * f4);
+    d->dB = dt_dit_carve(cv, Nr * C * f4);
+    d->dg = dt_dit_carve(cv, Nr * F * f4);
+    d->dh = dt_dit_carve(cv, Nr * F * f4);
+    d->dqkv = dt_dit_carve(cv, Nr * 3 * C * f4);
+    d->dqkvp = dt_dit_carve(cv, Nr * 3 * C * f4);
+    d->dattp = dt_dit_carve(cv, Nr * C * f4);
+    d->dmod = dt_dit_carve(cv, B * 6 * C * f4);
+    d->dc = dt_dit_carve(cv, B * C * f4);
+    d->dts = dt_dit_carve(cv, B * C * f4);
+    d->dth = dt_dit_carve(cv, B * C * f4);
 }
 
 static dt_status alloc_carved(dt_dit *d, dt_mem_cat cat, const char *name,
-                              void (*plan)(dt_dit *, carver *), void **arena) {
-    carver cv = {0};
+                              void (*plan)(dt_dit *, dt_dit_carver *), void **arena) {
+    dt_dit_carver cv = {0};
     plan(d, &cv);
     DT_TRY(dt_mem_alloc(d->mem, cat, name, cv.used, arena));
-    cv = (carver){.base = *arena};
+    cv = (dt_dit_carver){.base = *arena};
     plan(d, &cv);
     return DT_OK;
 }
@@ -282,21 +215,52 @@ static void fill_positions(dt_dit *d) {
             }
 }
 
-dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
-                      dt_dit **out) {
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
+    if (o->B <= 0)
+        return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive", o->B);
+    if (o->T != d->S)
+        return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
+                          "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
+    if (o->split_backward)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit has no split backward: use "
+                          "plugin.pp_schedule gpipe, 1f1b or interleaved, not a zero-bubble one");
+    if (o->act_compress != DT_ACT_COMPRESS_NONE)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit does not store activations as "
+                          "int8 (plugin.act_compress); use plugin.ac instead");
+    return dt_dit_check_split(&d->cfg, o->tp ? o->tp->size : 1, d->sp->size, o->sequence_tp);
+}
+
+static dt_status alloc_arrays(dt_dit *d) {
+    int L = d->cfg.n_layer, S = d->n_slots, U = d->n_units;
+    d->blocks = calloc((size_t)L + 1, sizeof *d->blocks);
+    d->slots = calloc((size_t)S, sizeof *d->slots);
+    d->acts = calloc((size_t)S * L + 1, sizeof *d->acts);
+    d->saved_bytes = calloc((size_t)S * L + 1, sizeof *d->saved_bytes);
+    d->saved_live = calloc((size_t)S * L + 1, sizeof *d->saved_live);
+    d->pos_index = calloc((size_t)L + 1, sizeof *d->pos_index);
+    d->unit_w = calloc((size_t)U, sizeof *d->unit_w);
+    d->unit_g = calloc((size_t)U, sizeof *d->unit_g);
+    d->unit_lp = calloc((size_t)U, sizeof *d->unit_lp);
+    if (!d->blocks || !d->slots || !d->acts || !d->saved_bytes || !d->saved_live ||
+        !d->pos_index || !d->unit_w || !d->unit_g || !d->unit_lp)
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory");
+    return DT_OK;
+}
+
+dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt_mem *mem,
+                            dt_dit **out) {
     *out = NULL;
     DT_TRY(dt_dit_check_config(cfg));
-    if (opts->B <= 0)
-        return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive",
-                          opts->B);
     dt_status st = DT_OK;
     dt_dit *d = calloc(1, sizeof *d);
     if (!d)
         return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     d->cfg = *cfg;
     d->mem = mem;
-    d->B = opts->B;
-    d->training = opts->training;
+    d->B = o->B;
+    d->training = o->training;
     d->Tt = cfg->frames / cfg->pt;
     d->Th = cfg->height / cfg->ph;
     d->Tw = cfg->width / cfg->pw;
@@ -305,27 +269,46 @@ dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem 
     d->C = cfg->n_embd;
     d->NH = cfg->n_head;
     d->F = DT_DIT_MLP_RATIO * cfg->n_embd;
-    int L = cfg->n_layer;
-    d->unit_first = calloc((size_t)L + 3, sizeof *d->unit_first);
-    d->blocks = calloc((size_t)L, sizeof *d->blocks);
-    d->acts = calloc((size_t)L, sizeof *d->acts);
-    if (!d->unit_first || !d->blocks || !d->acts) {
+    d->pp = o->pp;
+    d->sp = o->sp;
+    if (!d->sp) {
+        DT_TRY_GOTO(dt_comm_local_init("sp", &d->own_sp));
+        d->sp = d->own_sp;
+    }
+    DT_TRY_GOTO(dt_comm_local_init("tp", &d->own_tp));
+    DT_TRY_GOTO(check_opts(d, o));
+    d->Nr = dt_dit_rows(d, d->B);
+    d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
+    d->ac = o->ac;
+    d->ac_every = o->ac_every > 0 ? o->ac_every : 1;
+    d->pos_stride = (((int64_t)d->Nr + d->B) * d->C + 15) / 16 * 16; /* 64-byte aligned */
+    d->unit_first = calloc((size_t)cfg->n_layer + 3, sizeof *d->unit_first);
+    if (!d->unit_first) {
         st = dt_err_set(DT_ERR_OOM, "dit: out of memory");
         goto fail;
     }
-    DT_TRY_GOTO(build_table(d));
+    DT_TRY_GOTO(dt_dit_build_tables(d, o->units));
+    DT_TRY_GOTO(alloc_arrays(d));
     DT_TRY_GOTO(dt_gemm_init(&d->gemm));
-    d->ctx = (dt_nn_ctx){.gemm = d->gemm, .mm_type = DT_F32};
+    d->ctx = (dt_nn_ctx){.gemm = d->gemm, .mm_type = dt_precision_mm_type(o->precision)};
     size_t n = (size_t)d->n_total;
-    DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "dit.weights", n * sizeof(float),
-                             (void **)&d->w));
-    if (d->training)
+    if (!o->external_weights)
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "dit.weights", n * sizeof(float),
+                                 (void **)&d->w));
+    if (d->training && !o->external_grads)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "dit.grads", n * sizeof(float),
                                  (void **)&d->g));
-    for (int u = 0; u < L + 2; u++) {
+    if (d->ctx.mm_type != DT_F32 && !o->external_weights)
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS,
+                                 d->ctx.mm_type == DT_F16 ? "dit.weights.fp16"
+                                                          : "dit.weights.bf16",
+                                 n * sizeof(dt_bf16), (void **)&d->w_lp));
+    plan_positions(d);
+    for (int u = 0; u < d->n_units; u++) {
         int64_t first, count;
         dt_dit_unit_range(d, u, &first, &count);
-        dt_dit_bind_unit(d, u, d->w + first, d->g ? d->g + first : NULL);
+        dt_dit_bind_unit(d, u, d->w ? d->w + first : NULL, d->g ? d->g + first : NULL,
+                         d->w_lp ? d->w_lp + first : NULL);
     }
     DT_TRY_GOTO(alloc_carved(d, DT_MEM_ACTS, "dit.activations", carve_acts, &d->act_arena));
     DT_TRY_GOTO(alloc_carved(d, DT_MEM_TEMP, "dit.transients", carve_scratch, &d->tmp_arena));
@@ -337,55 +320,61 @@ fail:
     return st;
 }
 
+dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
+                      dt_dit **out) {
+    *out = NULL;
+    DT_TRY(dt_dit_check_config(cfg));
+    dt_model_opts o = {.B = opts->B, .T = dt_dit_tokens(cfg), .training = opts->training};
+    return dt_dit_init_model(cfg, &o, mem, out);
+}
+
 void dt_dit_free(dt_dit *d) {
     if (!d)
         return;
     dt_mem_release(d->mem, d->tmp_arena);
     dt_mem_release(d->mem, d->act_arena);
+    dt_mem_release(d->mem, d->w_lp);
     dt_mem_release(d->mem, d->g);
     dt_mem_release(d->mem, d->w);
     dt_gemm_free(d->gemm);
+    free(d->unit_lp);
+    free(d->unit_g);
+    free(d->unit_w);
+    free(d->pos_index);
+    free(d->saved_live);
+    free(d->saved_bytes);
     free(d->acts);
+    free(d->slots);
     free(d->blocks);
+    free(d->unit_param);
+    free(d->unit_local);
+    free(d->unit_global);
+    free(d->local_full);
     free(d->unit_first);
+    if (d->full != d->params)
+        free(d->full);
     free(d->params);
+    dt_comm_free(d->own_tp);
+    dt_comm_free(d->own_sp);
     free(d);
 }
 
 const dt_dit_config *dt_dit_config_of(const dt_dit *d) { return &d->cfg; }
 int dt_dit_max_batch(const dt_dit *d) { return d->B; }
+dt_comm *dt_dit_tp(const dt_dit *d) { return d->own_tp; }
 
 void dt_dit_init_weights(dt_dit *d, uint64_t seed) {
+    DT_ASSERT(d->w);
     dt_param_init_range(d->params, d->n_params, seed, 0, d->n_total, d->w);
+    dt_dit_sync_lp(d);
+}
+
+void dt_dit_sync_lp(dt_dit *d) {
+    if (d->w_lp && d->w)
+        dt_cast_f32_to_lp(d->ctx.mm_type, d->w_lp, d->w, d->n_total);
 }
 
 void dt_dit_zero_grad(dt_dit *d) {
     if (d->g)
-        memset(d->g, 0, (size_t)d->n_total * sizeof *d->g);
-}
-
-int dt_dit_n_params(const dt_dit *d) { return d->n_params; }
-const dt_param *dt_dit_param(const dt_dit *d, int i) { return &d->params[i]; }
-const dt_param *dt_dit_find_param(const dt_dit *d, const char *name) {
-    for (int i = 0; i < d->n_params; i++)
-        if (!strcmp(d->params[i].name, name))
-            return &d->params[i];
-    return NULL;
-}
-int64_t dt_dit_numel(const dt_dit *d) { return d->n_total; }
-float *dt_dit_weights(dt_dit *d) { return d->w; }
-float *dt_dit_grads(dt_dit *d) { return d->g; }
-float *dt_dit_output(dt_dit *d) { return d->out; }
-
-double dt_dit_flops_per_sample(const dt_dit *d) {
-    double S = d->S, C = d->C, P = d->P, F = d->F, L = d->cfg.n_layer;
-    double tokens = P * C + L * (3 * C * C + C * C + 2 * C * F) + C * P; /* MACs per token */
-    double clip = DT_DIT_FREQ_DIM * C + C * C + L * 6 * C * C + 2 * C * C; /* per clip */
-    double attn = 0; /* QK^T and PV: 2 T' C MACs per token, T' the sequence length seen */
-    for (int l = 0; l < d->cfg.n_layer; l++) {
-        bool st = d->cfg.attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
-        double Tl = !st ? S : l % 2 == 0 ? (double)d->Th * d->Tw : d->Tt;
-        attn += 2 * Tl * C;
-    }
-    return 3.0 * 2.0 * (S * (tokens + attn) + clip);
+        dt_zero_f32(d->g, d->n_total);
 }

@@ -3,11 +3,23 @@
  * (and optionally a class label) conditions every block through adaLN-Zero; attention is over
  * the whole clip or alternates within frames (spatial) and across frames (temporal).
  *
- * Like dt_gpt, the model owns its parameter table, one weight and one gradient arena, the
- * activations for B clips sized at init and the backward scratch; nothing is allocated after
- * dt_dit_init. Training step: dt_dit_forward -> (loss gradient of dt_dit_output) ->
- * dt_dit_backward; gradients accumulate until dt_dit_zero_grad. fp32 only for now; one
- * process (no tp/sp/pp splits yet). Single-threaded control; kernels use OpenMP inside.
+ * Like dt_gpt, the model owns its parameter table, one weight and one gradient arena (unless
+ * the caller binds them), the activations of its micro-batch slots sized at init and the
+ * backward scratch; nothing is allocated after init. It runs as one process (dt_dit_init:
+ * dt_dit_forward -> loss gradient of dt_dit_output -> dt_dit_backward) or split as the model
+ * interface asks (dt_dit_init_model, models/dit_model.c): pipeline stages by unit, Ulysses
+ * sequence parallelism over sp, ZeRO's bound storage, bf16 matmuls, activation
+ * checkpointing. Gradients accumulate until dt_dit_zero_grad. Single-threaded control;
+ * kernels use OpenMP inside; collectives over the sp comm the caller gave.
+ *
+ * A micro-batch as the model interface hands it over (dt_batch, B clips, T = S tokens):
+ *   input   B rows of dt_dit_input_floats() floats: the noisy clip x_t in [frames, channels,
+ *           height, width] order, then t in [0, 1], then the label as a float holding an
+ *           integer 0..n_classes-1, or n_classes for "no label" (the null class; a model with
+ *           n_classes = 0 reads 0, its null class);
+ *   target  B rows of dt_dit_target_floats() floats: the velocity eps - x_0, clip order.
+ * The loss of one token is the mean over its patch's values of (pred - target)^2, so
+ * loss_sum / (B S) is the batch's mean squared error.
  */
 #ifndef DT_MODELS_DIT_H
 #define DT_MODELS_DIT_H
@@ -19,6 +31,7 @@
 #include "core/mem.h"
 #include "core/param.h"
 #include "core/status.h"
+#include "models/model.h"
 
 /* The model's shape. Clips are [frames, channels, height, width]; patches [pt, ph, pw]. */
 typedef struct dt_dit_config {
@@ -35,15 +48,27 @@ enum {
     DT_DIT_MLP_RATIO = 4,
 };
 
+/* The DiT shape of a model configuration (model.arch = dit). */
+dt_dit_config dt_dit_config_from_model(const dt_model_config *m);
+
 /* DT_OK, or DT_ERR_ARG naming the first bad field and its value (a dimension that does not
  * divide by its patch, n_embd % n_head, a head size that is odd, ...). */
 dt_status dt_dit_check_config(const dt_dit_config *c);
 
+/* Whether the DiT splits over tp x sp ranks (seq_len: the clip's tokens): DT_OK, or one
+ * DT_ERR_ARG naming the numbers: tensor parallelism (tp > 1, sequence_tp) is not
+ * implemented for the DiT (use sp); tokens % sp, n_head % sp (Ulysses splits heads), and for
+ * spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays local:
+ * every sp rank holds whole frames). */
+dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp);
+
 /* Derived sizes: tokens per clip (t/pt)(h/ph)(w/pw), floats per patch pt ph pw channels,
- * floats per clip. */
+ * floats per clip, and the floats of one clip's input and target rows (see above). */
 int dt_dit_tokens(const dt_dit_config *c);
 int dt_dit_patch_dim(const dt_dit_config *c);
 int64_t dt_dit_clip_numel(const dt_dit_config *c);
+int64_t dt_dit_input_floats(const dt_dit_config *c);  /* clip + 2 */
+int64_t dt_dit_target_floats(const dt_dit_config *c); /* clip */
 
 typedef struct dt_dit dt_dit;
 
@@ -52,28 +77,41 @@ typedef struct dt_dit_opts {
     bool training; /* false: no gradients, no backward scratch */
 } dt_dit_opts;
 
+/* One process, fp32, every unit, one slot. */
 dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
                       dt_dit **out);
+/* As the model interface builds it (models/model.h): o->B clips of o->T = S tokens, the
+ * splits, slots, held units, bound storage, precision and checkpointing of o. DT_ERR_ARG
+ * for a split dt_dit_check_split refuses, DT_ERR_UNSUPPORTED for split backward (zero-bubble
+ * schedules) and int8 activation storage. */
+dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt_mem *mem,
+                            dt_dit **out);
 void dt_dit_free(dt_dit *d);
 const dt_dit_config *dt_dit_config_of(const dt_dit *d);
 int dt_dit_max_batch(const dt_dit *d); /* the init B */
 
 /* DiT initialisation from the seed alone: linears N(0, 2/(in+out)) (Xavier's variance),
  * the label table N(0, 0.02^2), every adaLN modulation and the final linear zero (so each
- * block starts as the identity and the model predicts 0). */
+ * block starts as the identity and the model predicts 0). Own weights. */
 void dt_dit_init_weights(dt_dit *d, uint64_t seed);
+/* Refresh the 16-bit weight copy after the fp32 weights changed outside the optimizer. */
+void dt_dit_sync_lp(dt_dit *d);
 
 /* Units: global unit 0 = the embedders (patch, timestep, label), 1..L = blocks, L+1 = the
- * final layer. Each is a contiguous range of the arena. */
+ * final layer. A rank holds some of them (all, or its pipeline stages') under LOCAL ids
+ * 0..n_units-1 in global order; each is a contiguous range of the local arena. */
 int dt_dit_n_units(const dt_dit *d);
+int dt_dit_unit_local(const dt_dit *d, int global_unit); /* -1: not held */
 void dt_dit_unit_range(const dt_dit *d, int unit, int64_t *first, int64_t *count);
-/* Point a unit's views at storage holding its range (w[0] is arena element `first`); NULL
- * leaves that kind of view as it is. */
-void dt_dit_bind_unit(dt_dit *d, int unit, float *w, float *grad);
+/* Point a (local) unit's views at storage holding its range (w[0] is arena element `first`);
+ * NULL leaves that kind of view as it is. */
+void dt_dit_bind_unit(dt_dit *d, int unit, float *w, float *grad, dt_bf16 *w_lp);
+void dt_dit_set_hooks(dt_dit *d, const dt_model_hooks *hooks);
 
 /* x: [B, frames, channels, height, width] (the noisy clip x_t), t: [B] in [0, 1], labels:
  * [B] in 0..n_classes (n_classes = null) or NULL (unconditional model, or all null).
- * Output: dt_dit_output, same shape as x. DT_ERR_ARG for B > the init B or a bad label. */
+ * Output: dt_dit_output, same shape as x. DT_ERR_ARG for B > the init B or a bad label.
+ * One-process models only (slot 0, every unit). */
 dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_t *labels,
                          int B);
 float *dt_dit_output(dt_dit *d);
@@ -82,14 +120,49 @@ float *dt_dit_output(dt_dit *d);
 dt_status dt_dit_backward(dt_dit *d, const float *dout, int B);
 void dt_dit_zero_grad(dt_dit *d);
 
+/* The model interface's passes (models/model.h) over micro-batches in dt_batch form (see
+ * above). Residual position l is the input of block l (L: the final layer's input); the
+ * boundary tensor at a position is its residual rows then silu(c) [B, C] (the conditioning
+ * every later block and the final layer read), the boundary gradient their gradients. */
+dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
+dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
+                           bool backward, double *loss_sum);
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
+int64_t dt_dit_boundary_count(const dt_dit *d, int B);
+float *dt_dit_boundary(dt_dit *d, int slot, int position, int B);
+float *dt_dit_boundary_grad(dt_dit *d, int slot, int B);
+void dt_dit_drop_saved(dt_dit *d);
+/* The predicted velocity of the batch's inputs, out [B, clip] (one-process models). */
+dt_status dt_dit_predict(dt_dit *d, const dt_batch *b, float *out);
+
+/* Two tables: this rank's (its units' tensors, packed) and the single process's (files);
+ * the same when every unit is held. */
 int dt_dit_n_params(const dt_dit *d);
 const dt_param *dt_dit_param(const dt_dit *d, int i);
 const dt_param *dt_dit_find_param(const dt_dit *d, const char *name);
+int dt_dit_n_full_params(const dt_dit *d);
+const dt_param *dt_dit_full_param(const dt_dit *d, int i);
 int64_t dt_dit_numel(const dt_dit *d);
-float *dt_dit_weights(dt_dit *d);
-float *dt_dit_grads(dt_dit *d); /* NULL when not training */
+int64_t dt_dit_full_numel(const dt_dit *d);
+float *dt_dit_weights(dt_dit *d);     /* NULL with external weights */
+float *dt_dit_grads(dt_dit *d);       /* NULL when not training or with external grads */
+dt_bf16 *dt_dit_weights_lp(dt_dit *d); /* NULL in fp32 or with external weights */
+dt_comm *dt_dit_tp(const dt_dit *d);   /* a size-1 comm: the DiT does not split tensors */
+/* Collective over pp: every stage's local arena -> the full arena (every rank). */
+dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full);
+/* This rank's local arena out of a full one (no communication). */
+void dt_dit_take_shard(const dt_dit *d, const float *full, float *local);
 /* Model FLOPs per trained clip (forward + backward = 3 x forward): the matmuls (patch
  * embedding, blocks, final layer, conditioning MLPs) and attention's two products. */
 double dt_dit_flops_per_sample(const dt_dit *d);
+
+/* The model interface over a dt_dit (models/dit_model.c): dt_model_create's choice for
+ * model.arch = dit, and its rows of models/model.c. */
+dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts,
+                              dt_mem *mem, dt_model **out);
+dt_status dt_dit_model_check_split(const dt_model_config *c, int tp, int sp,
+                                   bool sequence_tp, int seq_len);
+dt_status dt_dit_config_from_file(const char *path, dt_model_config *cfg);
+dt_status dt_dit_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);
 
 #endif

@@ -1,6 +1,7 @@
-/* The DiT's forward and hand-written backward (see dit.h), from dtrain's layers and kernels:
- * dt_linear for every matmul, dt_layernorm for the norms, the flash attention kernel,
- * tanh-GELU, and the row gather/scatter and position kernels.
+/* One DiT block's forward and hand-written backward (see dit.h), from dtrain's layers and
+ * kernels: dt_linear for every matmul, dt_layernorm for the norms, the flash attention
+ * kernel, tanh-GELU, and the Ulysses all-to-all region op; and what a block keeps for its
+ * backward under activation checkpointing.
  *
  * adaLN-Zero (DiT section 3.2): each block's norms have no weights; per clip b the block
  * regresses (shift, scale, gate) x 2 from silu(c_b) and computes
@@ -9,23 +10,37 @@
  * LN(x)(1 + scale) + shift IS a LayerNorm whose affine weight is 1 + scale_b and bias shift_b,
  * so dt_layernorm_forward/backward over one clip's rows does the modulation and its gradient
  * (the kernel's dw, db are d scale_b and d shift_b). Zero modulation weights give gate = 0: the
- * block is the identity at initialisation.
+ * block is the identity at initialisation. An sp rank's rows may start or end inside a clip:
+ * the per-clip pieces run over each clip's segment of them, and the modulation gradients of
+ * a clip split over ranks are partial sums (summed over dp x sp with the weight gradients
+ * they feed, as every gradient here).
  *
  * Attention layout. Tokens are ordered (frame, row, column) per clip. Full attention runs B
- * sequences of S tokens. Spatial attention (even blocks of spatial_temporal) runs B Tt
- * sequences of Th Tw tokens: the rows are already in that order. Temporal attention (odd
- * blocks) runs B Th Tw sequences of Tt tokens: q|k|v rows are permuted (b, t, s) -> (b, s, t)
- * before the kernel and the output back after, so one kernel serves all three as batches of
- * shorter sequences.
+ * sequences of S tokens; spatial attention (even blocks of spatial_temporal) B Tt sequences
+ * of Th Tw tokens; temporal attention (odd blocks) B Th Tw sequences of Tt tokens, after q|k|v
+ * rows are permuted (b, t, s) -> (b, s, t) (and the output back), so one kernel serves all
+ * three as batches of shorter sequences. Under Ulysses (sp > 1) full and temporal attention
+ * need whole sequences: q|k|v rows are regrouped by sp rank and the all-to-all hands each
+ * rank all N rows of its n_head / sp heads ("attention order" is then that layout); the
+ * output goes back to rows by the inverse all-to-all. Spatial attention stays local: an sp
+ * rank holds whole frames (dt_dit_check_split), so its rows are whole sequences already.
+ *
+ * Activation checkpointing (opts ac, block l when l % ac_every == 0): "full" keeps nothing
+ * but the block's input (a residual position kept anyway) and reruns the block's forward
+ * into the model's shared set right before its backward; "selective" keeps all but the
+ * attention output and its log-sum-exp, rerun from the saved q|k|v. A field a slot does not
+ * keep is NULL there and lives in the shared set. The reruns are the forward's own kernels
+ * and collectives on the same inputs, so gradients are the same bits as without.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/act.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/norm.h"
-#include "kernels/reduce.h"
 #include "models/dit_impl.h"
+#include "nn/region.h"
 
 #define DIT_NORM_EPS 1e-6f
 
@@ -37,19 +52,27 @@ static attn_kind block_kind(const dt_dit *d, int l) {
     return l % 2 == 0 ? ATTN_SPATIAL : ATTN_TEMPORAL;
 }
 
+/* Whether block kind k needs the all-to-all (whole sequences spread over sp ranks). */
+static bool uses_a2a(const dt_dit *d, attn_kind k) {
+    return d->sp->size > 1 && k != ATTN_SPATIAL;
+}
+
+/* The kernel's view: rows of q|k|v (all N of a micro-batch after the all-to-all, else this
+ * rank's Nr), cut into sequences of the kind's length. */
 static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
-    int hw = d->Th * d->Tw;
-    int Bs = k == ATTN_FULL ? B : k == ATTN_SPATIAL ? B * d->Tt : B * hw;
-    int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? hw : d->Tt;
+    int sp = uses_a2a(d, k) ? d->sp->size : 1;
+    int rows = sp > 1 ? B * d->S : dt_dit_rows(d, B);
+    int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
-    return (dt_attn_shape){.B = Bs, .T = T, .NH = d->NH, .NKV = d->NH, .hs = hs,
-                           .q_stride = 3 * d->C, .kv_stride = 3 * d->C,
-                           .scale = 1.0f / sqrtf((float)hs)};
+    return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NH / sp, .NKV = d->NH / sp,
+                           .hs = hs, .q_stride = 3 * d->C / sp, .kv_stride = 3 * d->C / sp,
+                           .scale = 1.0f / sqrtf((float)hs),
+                           .bf16 = d->ctx.mm_type == DT_BF16};
 }
 
 /* Rows of `width` floats between token order (b, t, s) and temporal order (b, s, t), s over
- * the Th Tw positions of a frame. to_temporal: dst[(b, s, t)] = src[(b, t, s)]; else back. */
-static void permute_rows(const dt_dit *d, float *dst, const float *src, int width, int B,
+ * the Th Tw positions of a frame, all B clips. to_temporal: dst[(b, s, t)] = src[(b, t, s)]. */
+static void permute_rows(const dt_dit *d, float *dst, const float *src, int64_t width, int B,
                          bool to_temporal) {
     int Tt = d->Tt, hw = d->Th * d->Tw;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -62,86 +85,59 @@ static void permute_rows(const dt_dit *d, float *dst, const float *src, int widt
             }
 }
 
-/* Where element j of token `tok` of clip b lives in the clip tensor [B, frames, channels,
- * height, width]: a token's patch is flattened (channel, dt, dh, dw) as a Conv3d weight is. */
-static size_t clip_at(const dt_dit *d, int b, int tok, int j) {
-    const dt_dit_config *c = &d->cfg;
-    int tt = tok / (d->Th * d->Tw), hh = tok / d->Tw % d->Th, ww = tok % d->Tw;
-    int f = j % c->pw, e = j / c->pw % c->ph, a = j / (c->pw * c->ph) % c->pt;
-    int ch = j / (c->pw * c->ph * c->pt);
-    size_t fr = (size_t)b * c->frames + tt * c->pt + a;
-    return ((fr * c->channels + ch) * c->height + hh * c->ph + e) * c->width + ww * c->pw + f;
+/* Per row, q|k|v heads in natural order [q C][k C][v C] <-> grouped by sp rank [q C/sp,
+ * k C/sp, v C/sp] x sp, so the all-to-all hands sp rank g its heads' group. */
+static void regroup(const dt_dit *d, float *dst, const float *src, int rows, bool to_groups) {
+    int sp = d->sp->size;
+    int64_t C = d->C, W = 3 * C, qa = C / sp;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+        for (int g = 0; g < sp; g++)
+            for (int k = 0; k < 3; k++) {
+                int64_t nat = i * W + k * C + g * qa, grp = i * W + g * 3 * qa + k * qa;
+                memcpy(dst + (to_groups ? grp : nat), src + (to_groups ? nat : grp),
+                       (size_t)qa * sizeof *dst);
+            }
 }
 
-/* clip [B, frames, channels, height, width] -> tokens [B S, P] */
-static void patchify(const dt_dit *d, float *tok, const float *clip, int B) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < d->S; t++)
-            for (int j = 0; j < d->P; j++)
-                tok[((size_t)b * d->S + t) * d->P + j] = clip[clip_at(d, b, t, j)];
-}
+/* ---- per-clip pieces over this rank's rows ------------------------------------------------- */
 
-/* the adjoint (and inverse): tokens [B S, P] -> clip */
-static void unpatchify(const dt_dit *d, float *clip, const float *tok, int B) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < d->S; t++)
-            for (int j = 0; j < d->P; j++)
-                clip[clip_at(d, b, t, j)] = tok[((size_t)b * d->S + t) * d->P + j];
-}
-
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* y = silu(x) over n values; the adjoint dx = dy silu'(x) (overwrites dx). */
-static void silu(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] * sigmoidf(x[i]);
-}
-static void silu_backward(float *dx, const float *x, const float *dy, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float s = sigmoidf(x[i]);
-        dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+void dt_dit_ln_rows(const dt_dit *d, float *y, float *mean, float *rstd, const float *x,
+                    const float *aff, int stride, int B) {
+    size_t C = (size_t)d->C;
+    int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
+    for (int64_t r = r0; r < r0 + Nr;) {
+        int b = (int)(r / d->S);
+        int64_t end = (int64_t)(b + 1) * d->S < r0 + Nr ? (int64_t)(b + 1) * d->S : r0 + Nr;
+        size_t lo = (size_t)(r - r0);
+        dt_layernorm_forward(y + lo * C, mean + lo, rstd + lo, x + lo * C,
+                             aff + (size_t)b * stride, aff + (size_t)b * stride + C,
+                             (int)(end - r), (int)C, DIT_NORM_EPS);
+        r = end;
     }
 }
 
-/* DiT's timestep features of t in [0, 1] scaled to 0..1000: cos(1000 t w_i) then
- * sin(1000 t w_i), w_i = 10000^(-i / 128), i < 128. */
-static void timestep_features(float *out, const float *t, int B) {
-    int half = DT_DIT_FREQ_DIM / 2;
-    for (int b = 0; b < B; b++)
-        for (int i = 0; i < half; i++) {
-            double a = 1000.0 * t[b] * exp(-log(10000.0) * i / half);
-            out[(size_t)b * DT_DIT_FREQ_DIM + i] = (float)cos(a);
-            out[(size_t)b * DT_DIT_FREQ_DIM + half + i] = (float)sin(a);
-        }
-}
-
-/* Per clip LayerNorm with affine (w_b, b_b) = aff[b*stride .. + C], aff[b*stride + C ..]. */
-static void ln_clips(const dt_dit *d, float *y, float *mean, float *rstd, const float *x,
-                     const float *aff, int stride, int B) {
-    size_t S = (size_t)d->S, C = (size_t)d->C;
-    for (int b = 0; b < B; b++)
-        dt_layernorm_forward(y + b * S * C, mean + b * S, rstd + b * S, x + b * S * C,
-                             aff + (size_t)b * stride, aff + (size_t)b * stride + C, (int)S,
-                             (int)C, DIT_NORM_EPS);
-}
-
 /* The adjoint, accumulating into dx, d scale_b (dmod + b*mstride + scale_off) and d shift_b. */
-static void ln_clips_backward(const dt_dit *d, float *dx, float *dmod, int mstride,
-                              int scale_off, int shift_off, const float *dy, const float *x,
-                              const float *aff, int stride, const float *mean,
-                              const float *rstd, int B) {
-    size_t S = (size_t)d->S, C = (size_t)d->C;
-    for (int b = 0; b < B; b++)
-        dt_layernorm_backward(dx + b * S * C, dmod + (size_t)b * mstride + scale_off,
-                              dmod + (size_t)b * mstride + shift_off, dy + b * S * C,
-                              x + b * S * C, aff + (size_t)b * stride, mean + b * S,
-                              rstd + b * S, (int)S, (int)C);
+void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstride,
+                             int scale_off, int shift_off, const float *dy, const float *x,
+                             const float *aff, int stride, const float *mean,
+                             const float *rstd, int B) {
+    size_t C = (size_t)d->C;
+    int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
+    for (int64_t r = r0; r < r0 + Nr;) {
+        int b = (int)(r / d->S);
+        int64_t end = (int64_t)(b + 1) * d->S < r0 + Nr ? (int64_t)(b + 1) * d->S : r0 + Nr;
+        size_t lo = (size_t)(r - r0);
+        dt_layernorm_backward(dx + lo * C, dmod + (size_t)b * mstride + scale_off,
+                              dmod + (size_t)b * mstride + shift_off, dy + lo * C, x + lo * C,
+                              aff + (size_t)b * stride, mean + lo, rstd + lo, (int)(end - r),
+                              (int)C);
+        r = end;
+    }
 }
 
 /* (1 + scale, shift) of one norm as its LN affine: aff[b] = [1 + mod[b, scale], mod[b, shift]]. */
-static void make_affine(float *aff, int astride, const float *mod, int mstride, int shift_off,
+void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, int shift_off,
                         int scale_off, int B, int C) {
     for (int b = 0; b < B; b++)
         for (int j = 0; j < C; j++) {
@@ -154,9 +150,10 @@ static void make_affine(float *aff, int astride, const float *mod, int mstride, 
 static void gate_add(const dt_dit *d, float *out, const float *x, const float *v,
                      const float *mod, int off, int B) {
     int S = d->S, C = d->C;
+    int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < (int64_t)B * S; n++) {
-        const float *g = mod + (n / S) * 6 * C + off;
+    for (int64_t n = 0; n < Nr; n++) {
+        const float *g = mod + ((r0 + n) / S) * 6 * C + off;
         for (int j = 0; j < C; j++)
             out[n * C + j] = x[n * C + j] + g[j] * v[n * C + j];
     }
@@ -166,176 +163,314 @@ static void gate_add(const dt_dit *d, float *out, const float *x, const float *v
 static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *dy,
                           const float *v, const float *mod, int off, int B) {
     int S = d->S, C = d->C;
+    int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < (int64_t)B * S; n++) {
-        const float *g = mod + (n / S) * 6 * C + off;
+    for (int64_t n = 0; n < Nr; n++) {
+        const float *g = mod + ((r0 + n) / S) * 6 * C + off;
         for (int j = 0; j < C; j++)
             dv[n * C + j] = g[j] * dy[n * C + j];
     }
-    for (int b = 0; b < B; b++) {
+    for (int64_t r = r0; r < r0 + Nr;) {
+        int b = (int)(r / S);
+        int64_t end = (int64_t)(b + 1) * S < r0 + Nr ? (int64_t)(b + 1) * S : r0 + Nr;
+        int64_t lo = r - r0, hi = end - r0;
 #pragma omp parallel for schedule(static)
         for (int j = 0; j < C; j++) {
             double s = 0;
-            for (int n = b * S; n < (b + 1) * S; n++)
-                s += (double)dy[(size_t)n * C + j] * v[(size_t)n * C + j];
+            for (int64_t n = lo; n < hi; n++)
+                s += (double)dy[n * C + j] * v[n * C + j];
             dmod[(size_t)b * 6 * C + off + j] += (float)s;
         }
+        r = end;
     }
+}
+
+/* ---- matmuls in the run's precision --------------------------------------------------------- */
+
+dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,
+                                float *y) {
+    return dt_linear_forward(&d->ctx, l, x, d->x_lp, N, y);
+}
+
+/* The 16-bit copy of x the weight gradient reads is rebuilt here, into the one buffer every
+ * matmul shares: the same cast of the same values as the forward's, so the same bits. */
+dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
+                                 const float *dy, int N, float *dx) {
+    if (d->ctx.mm_type != DT_F32)
+        dt_cast_f32_to_lp(d->ctx.mm_type, d->x_lp, x, (int64_t)N * l->in);
+    return dt_linear_backward(&d->ctx, l, x, d->x_lp, dy, d->dy_lp, N, dx);
+}
+
+/* ---- attention between row order and attention order ---------------------------------------- */
+
+/* q|k|v rows [Nr, 3C] (rows, which may be scratch) -> a->qkv in attention order. */
+static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, float *qkv) {
+    int Nr = dt_dit_rows(d, B), sp = d->sp->size;
+    if (!uses_a2a(d, k)) {
+        if (k == ATTN_TEMPORAL)
+            permute_rows(d, qkv, rows, 3 * (int64_t)d->C, B, true);
+        return DT_OK; /* full and spatial: the linear wrote a->qkv itself */
+    }
+    regroup(d, d->packed, rows, Nr, true);
+    float *h = k == ATTN_TEMPORAL ? d->qkvh : qkv;
+    DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
+               ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->C, sp}, d->packed,
+                         h, d->work));
+    if (k == ATTN_TEMPORAL)
+        permute_rows(d, qkv, h, 3 * (int64_t)d->C / sp, B, true);
+    return DT_OK;
+}
+
+/* The attention output y (attention order) as rows [Nr, C]: y itself, or built in scratch. */
+static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y,
+                                   const float **rows) {
+    bool a2a = uses_a2a(d, k);
+    int64_t A = a2a ? d->C / d->sp->size : d->C;
+    *rows = y;
+    if (k == ATTN_TEMPORAL) {
+        permute_rows(d, d->atth, y, A, B, false);
+        *rows = d->atth;
+    }
+    if (!a2a)
+        return DT_OK;
+    /* heads -> rows is the all-to-all's adjoint, which accumulates */
+    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows(d, B) * d->C);
+    DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
+               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->C, d->NH}, *rows,
+                          d->att_rows, d->work));
+    *rows = d->att_rows;
+    return DT_OK;
+}
+
+/* d rows [Nr, C] of the attention output -> its gradient in attention order. */
+static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *drows,
+                                    const float **datt) {
+    bool a2a = uses_a2a(d, k);
+    int64_t A = a2a ? d->C / d->sp->size : d->C;
+    *datt = drows;
+    if (a2a) {
+        DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
+                   ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->C, d->NH}, drows,
+                             d->dattp, d->work));
+        *datt = d->dattp;
+    }
+    if (k == ATTN_TEMPORAL) {
+        float *dst = a2a ? d->atth : d->dattp;
+        permute_rows(d, dst, *datt, A, B, true);
+        *datt = dst;
+    }
+    return DT_OK;
+}
+
+/* d q|k|v in attention order (d->dqkvp) -> rows [Nr, 3C]. */
+static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows) {
+    int sp = d->sp->size;
+    *drows = d->dqkvp;
+    if (!uses_a2a(d, k)) {
+        if (k == ATTN_TEMPORAL) {
+            permute_rows(d, d->dqkv, d->dqkvp, 3 * (int64_t)d->C, B, false);
+            *drows = d->dqkv;
+        }
+        return DT_OK;
+    }
+    const float *src = d->dqkvp;
+    if (k == ATTN_TEMPORAL) {
+        permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->C / sp, B, false);
+        src = d->qkvh;
+    }
+    int Nr = dt_dit_rows(d, B);
+    dt_zero_f32(d->packed, (int64_t)Nr * 3 * d->C);
+    DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
+               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->C, sp}, src,
+                          d->packed, d->work));
+    regroup(d, d->dqkv, d->packed, Nr, false);
+    *drows = d->dqkv;
+    return DT_OK;
+}
+
+/* ---- what a block keeps --------------------------------------------------------------------- */
+
+enum {
+    F_MOD = 1 << 0, /* mod, aff */
+    F_LN = 1 << 1,  /* mean1, rstd1, mean2, rstd2 */
+    F_M1 = 1 << 2,
+    F_QKV = 1 << 3,
+    F_Y = 1 << 4,
+    F_LSE = 1 << 5,
+    F_A = 1 << 6,
+    F_X2 = 1 << 7,
+    F_M2 = 1 << 8,
+    F_H = 1 << 9,
+    F_F = 1 << 10,
+    F_ALL = (1 << 11) - 1,
+    F_ATTN_OUT = F_Y | F_LSE, /* what selective checkpointing does not keep */
+};
+
+typedef enum keep { KEEP_ALL, KEEP_NO_ATTN, KEEP_INPUT } keep;
+
+static keep keep_of(const dt_dit *d, int l) {
+    if (d->ac == DT_AC_NONE || l % d->ac_every)
+        return KEEP_ALL;
+    return d->ac == DT_AC_FULL ? KEEP_INPUT : KEEP_NO_ATTN;
+}
+
+static unsigned kept_fields(const dt_dit *d, int l) {
+    switch (keep_of(d, l)) {
+    case KEEP_INPUT: return 0;
+    case KEEP_NO_ATTN: return F_ALL & ~(unsigned)F_ATTN_OUT;
+    default: return F_ALL;
+    }
+}
+
+static bool holds_kept(const dt_dit *d, keep k) {
+    for (int l = 0; l < d->cfg.n_layer; l++)
+        if (dt_dit_holds(d, l + 1) && keep_of(d, l) == k)
+            return true;
+    return false;
+}
+
+/* Carve fields f (sized for the largest micro-batch), NULL for the rest. */
+static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->F;
+    size_t NH = (size_t)d->NH, f4 = sizeof(float);
+#define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
+    a->mod = PIECE(F_MOD, B * 6 * C);
+    a->aff = PIECE(F_MOD, B * 4 * C);
+    a->mean1 = PIECE(F_LN, Nr);
+    a->rstd1 = PIECE(F_LN, Nr);
+    a->m1 = PIECE(F_M1, Nr * C);
+    a->qkv = PIECE(F_QKV, Nr * 3 * C);
+    a->y = PIECE(F_Y, Nr * C);
+    a->lse = PIECE(F_LSE, Nr * NH);
+    a->a = PIECE(F_A, Nr * C);
+    a->x2 = PIECE(F_X2, Nr * C);
+    a->mean2 = PIECE(F_LN, Nr);
+    a->rstd2 = PIECE(F_LN, Nr);
+    a->m2 = PIECE(F_M2, Nr * C);
+    a->h = PIECE(F_H, Nr * F);
+    a->f = PIECE(F_F, Nr * C);
+#undef PIECE
+}
+
+void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
+    int L = d->cfg.n_layer;
+    for (int s = 0; s < d->n_slots; s++)
+        for (int l = 0; l < L; l++) {
+            if (!dt_dit_holds(d, l + 1))
+                continue;
+            size_t at = cv->used;
+            carve_fields(d, cv, kept_fields(d, l), &d->acts[(size_t)s * L + l]);
+            /* in use from the block's forward to its backward: its set and its input */
+            d->saved_bytes[(size_t)s * L + l] =
+                cv->used - at + (size_t)d->Nr * d->C * sizeof(float);
+        }
+    unsigned shared = holds_kept(d, KEEP_INPUT)     ? F_ALL
+                      : holds_kept(d, KEEP_NO_ATTN) ? (unsigned)F_ATTN_OUT
+                                                    : 0u;
+    carve_fields(d, cv, shared, &d->shared);
+    d->ac_out = holds_kept(d, KEEP_INPUT)
+                    ? dt_dit_carve(cv, (size_t)d->Nr * d->C * sizeof(float))
+                    : NULL;
+}
+
+/* The slot's own fields, the shared set's for the rest. */
+static dt_dit_acts view(const dt_dit *d, int slot, int l) {
+    const dt_dit_acts *o = &d->acts[(size_t)slot * d->cfg.n_layer + l], *s = &d->shared;
+#define PICK(f) (o->f ? o->f : s->f)
+    return (dt_dit_acts){.mod = PICK(mod), .aff = PICK(aff), .mean1 = PICK(mean1),
+                         .rstd1 = PICK(rstd1), .m1 = PICK(m1), .qkv = PICK(qkv), .y = PICK(y),
+                         .lse = PICK(lse), .a = PICK(a), .x2 = PICK(x2), .mean2 = PICK(mean2),
+                         .rstd2 = PICK(rstd2), .m2 = PICK(m2), .h = PICK(h), .f = PICK(f)};
+#undef PICK
 }
 
 /* ---- one block ---------------------------------------------------------------------------- */
 
-static dt_status block_forward(dt_dit *d, int l, const float *x, int B, float *out) {
+static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
+                               const float *sc, int B, float *out) {
     const dt_dit_block *blk = &d->blocks[l];
-    dt_dit_acts *a = &d->acts[l];
-    int C = d->C, N = B * d->S;
+    int C = d->C, Nr = dt_dit_rows(d, B);
     attn_kind k = block_kind(d, l);
-    DT_TRY(dt_linear_forward(&d->ctx, &blk->ada, d->sc, NULL, B, a->mod));
-    make_affine(a->aff, 4 * C, a->mod, 6 * C, 0, C, B, C);
-    make_affine(a->aff + 2 * C, 4 * C, a->mod, 6 * C, 3 * C, 4 * C, B, C);
-    ln_clips(d, a->m1, a->mean1, a->rstd1, x, a->aff, 4 * C, B);
-    float *qkv_out = k == ATTN_TEMPORAL ? d->qkv_rows : a->qkv;
-    DT_TRY(dt_linear_forward(&d->ctx, &blk->qkv, a->m1, NULL, N, qkv_out));
-    if (k == ATTN_TEMPORAL)
-        permute_rows(d, a->qkv, d->qkv_rows, 3 * C, B, true);
+    DT_TRY(dt_dit_linear_forward(d, &blk->ada, sc, B, a->mod));
+    dt_dit_make_affine(a->aff, 4 * C, a->mod, 6 * C, 0, C, B, C);
+    dt_dit_make_affine(a->aff + 2 * C, 4 * C, a->mod, 6 * C, 3 * C, 4 * C, B, C);
+    dt_dit_ln_rows(d, a->m1, a->mean1, a->rstd1, x, a->aff, 4 * C, B);
+    float *rows = !uses_a2a(d, k) && k != ATTN_TEMPORAL ? a->qkv : d->qkv_rows;
+    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, a->m1, Nr, rows));
+    DT_TRY(qkv_to_attention(d, k, B, rows, a->qkv));
     dt_attn_shape s = attn_shape(d, k, B);
-    dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C);
-    const float *att = a->y;
-    if (k == ATTN_TEMPORAL) {
-        permute_rows(d, d->att_rows, a->y, C, B, false);
-        att = d->att_rows;
-    }
-    DT_TRY(dt_linear_forward(&d->ctx, &blk->proj, att, NULL, N, a->a));
+    dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
+                         a->qkv + 2 * s.NH * s.hs);
+    const float *att;
+    DT_TRY(attention_to_rows(d, k, B, a->y, &att));
+    DT_TRY(dt_dit_linear_forward(d, &blk->proj, att, Nr, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
-    ln_clips(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
-    DT_TRY(dt_linear_forward(&d->ctx, &blk->fc1, a->m2, NULL, N, a->h));
-    dt_gelu_forward(d->gel, a->h, (int64_t)N * d->F);
-    DT_TRY(dt_linear_forward(&d->ctx, &blk->fc2, d->gel, NULL, N, a->f));
+    dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
+    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, a->m2, Nr, a->h));
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nr * d->F);
+    DT_TRY(dt_dit_linear_forward(d, &blk->fc2, d->gel, Nr, a->f));
     gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
 
-/* dres: [N, C], the gradient of the block's output in, of its input x out. Accumulates the
- * block's weight gradients and d silu(c) into d->dsc. */
-static dt_status block_backward(dt_dit *d, int l, const float *x, int B, float *dres) {
+/* dres: [Nr, C], the gradient of the block's output in, of its input x out. Accumulates the
+ * block's weight gradients and d silu(c) into dsc. */
+static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
+                                const float *sc, int B, float *dres, float *dsc) {
     const dt_dit_block *blk = &d->blocks[l];
-    const dt_dit_acts *a = &d->acts[l];
-    int C = d->C, N = B * d->S;
-    size_t NC = (size_t)N * C, NF = (size_t)N * d->F;
+    int C = d->C, Nr = dt_dit_rows(d, B);
+    size_t NC = (size_t)Nr * C, NF = (size_t)Nr * d->F;
     attn_kind k = block_kind(d, l);
     memset(d->dmod, 0, (size_t)B * 6 * C * sizeof *d->dmod);
     /* MLP branch: out = x2 + gate2 * fc2(gelu(fc1(m2))) */
     gate_backward(d, d->dA, d->dmod, dres, a->f, a->mod, 5 * C, B);
     dt_gelu_forward(d->gel, a->h, (int64_t)NF);
     memset(d->dg, 0, NF * sizeof *d->dg);
-    DT_TRY(dt_linear_backward(&d->ctx, &blk->fc2, d->gel, NULL, d->dA, NULL, N, d->dg));
+    DT_TRY(dt_dit_linear_backward(d, &blk->fc2, d->gel, d->dA, Nr, d->dg));
     memset(d->dh, 0, NF * sizeof *d->dh);
     dt_gelu_backward(d->dh, a->h, d->dg, (int64_t)NF);
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(dt_linear_backward(&d->ctx, &blk->fc1, a->m2, NULL, d->dh, NULL, N, d->dB));
-    ln_clips_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2, a->aff + 2 * C,
-                      4 * C, a->mean2, a->rstd2, B);
+    DT_TRY(dt_dit_linear_backward(d, &blk->fc1, a->m2, d->dh, Nr, d->dB));
+    dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
+                            a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
     gate_backward(d, d->dA, d->dmod, dres, a->a, a->mod, 2 * C, B);
-    const float *att = a->y;
-    if (k == ATTN_TEMPORAL) {
-        permute_rows(d, d->att_rows, a->y, C, B, false);
-        att = d->att_rows;
-    }
+    const float *att, *datt, *dqkv;
+    DT_TRY(attention_to_rows(d, k, B, a->y, &att));
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(dt_linear_backward(&d->ctx, &blk->proj, att, NULL, d->dA, NULL, N, d->dB));
-    const float *datt = d->dB;
-    if (k == ATTN_TEMPORAL) {
-        permute_rows(d, d->dattp, d->dB, C, B, true);
-        datt = d->dattp;
-    }
-    float *dq = k == ATTN_TEMPORAL ? d->dqkvp : d->dqkv;
-    memset(dq, 0, 3 * NC * sizeof *dq);
+    DT_TRY(dt_dit_linear_backward(d, &blk->proj, att, d->dA, Nr, d->dB));
+    DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
-    dt_attention_backward(&s, dq, dq + C, dq + 2 * C, datt, a->y, a->lse, a->qkv, a->qkv + C,
-                          a->qkv + 2 * C);
-    if (k == ATTN_TEMPORAL)
-        permute_rows(d, d->dqkv, d->dqkvp, 3 * C, B, false);
+    int64_t q = (int64_t)s.NH * s.hs;
+    memset(d->dqkvp, 0, 3 * NC * sizeof *d->dqkvp);
+    dt_attention_backward(&s, d->dqkvp, d->dqkvp + q, d->dqkvp + 2 * q, datt, a->y, a->lse,
+                          a->qkv, a->qkv + q, a->qkv + 2 * q);
+    DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(dt_linear_backward(&d->ctx, &blk->qkv, a->m1, NULL, d->dqkv, NULL, N, d->dA));
-    ln_clips_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
-                      a->rstd1, B);
-    return dt_linear_backward(&d->ctx, &blk->ada, d->sc, NULL, d->dmod, NULL, B, d->dsc);
+    DT_TRY(dt_dit_linear_backward(d, &blk->qkv, a->m1, dqkv, Nr, d->dA));
+    dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
+                            a->rstd1, B);
+    return dt_dit_linear_backward(d, &blk->ada, sc, d->dmod, B, dsc);
 }
 
-/* ---- the model ------------------------------------------------------------------------------ */
+dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                               int B, float *out) {
+    dt_dit_acts a = view(d, slot, l);
+    return block_forward(d, l, &a, x, sc, B, out);
+}
 
-dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_t *labels,
-                         int B) {
-    const dt_dit_config *cfg = &d->cfg;
-    if (B <= 0 || B > d->B)
-        return dt_err_set(DT_ERR_ARG, "dit: forward of B = %d clips, the model holds 1..%d", B,
-                          d->B);
-    if (labels && cfg->n_classes == 0)
-        return dt_err_set(DT_ERR_ARG, "dit: labels given to a model without classes");
-    for (int b = 0; b < B; b++) {
-        int32_t y = labels ? labels[b] : cfg->n_classes;
-        if (y < 0 || y > cfg->n_classes)
-            return dt_err_set(DT_ERR_ARG,
-                              "dit: label %d of clip %d is outside 0..%d (%d = no label)", y, b,
-                              cfg->n_classes, cfg->n_classes);
-        d->labels[b] = y;
+/* Rebuilds, into the shared set, what the slot did not keep (under ZeRO-3 inside the
+ * backward's enter/leave, where the block's weights are present), then runs the backward. */
+dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                                int B, float *dres, float *dsc) {
+    dt_dit_acts a = view(d, slot, l);
+    keep k = keep_of(d, l);
+    if (k == KEEP_INPUT) {
+        DT_TRY(block_forward(d, l, &a, x, sc, B, d->ac_out));
+    } else if (k == KEEP_NO_ATTN) {
+        dt_attn_shape s = attn_shape(d, block_kind(d, l), B);
+        dt_attention_forward(&s, a.y, a.lse, a.qkv, a.qkv + s.NH * s.hs,
+                             a.qkv + 2 * s.NH * s.hs);
     }
-    int C = d->C, N = B * d->S, L = cfg->n_layer;
-    size_t NC = (size_t)N * C;
-    /* conditioning c = mlp(timestep features) + label embedding; silu(c) feeds every adaLN */
-    timestep_features(d->tfreq, t, B);
-    DT_TRY(dt_linear_forward(&d->ctx, &d->t_fc1, d->tfreq, NULL, B, d->th));
-    silu(d->ts, d->th, (int64_t)B * C);
-    DT_TRY(dt_linear_forward(&d->ctx, &d->t_fc2, d->ts, NULL, B, d->c));
-    if (cfg->n_classes > 0)
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < C; j++)
-                d->c[(size_t)b * C + j] += d->y_table[(size_t)d->labels[b] * C + j];
-    silu(d->sc, d->c, (int64_t)B * C);
-    /* tokens: patch embedding plus the fixed 3-D positions */
-    patchify(d, d->patches, x, B);
-    DT_TRY(dt_linear_forward(&d->ctx, &d->x_emb, d->patches, NULL, N, d->res));
-    dt_rows_add_positions(d->res, d->pos, 0, d->S, N, C);
-    for (int l = 0; l < L; l++)
-        DT_TRY(block_forward(d, l, d->res + l * NC, B, d->res + (l + 1) * NC));
-    /* final layer: adaLN (shift, scale) -> linear -> unpatchify */
-    DT_TRY(dt_linear_forward(&d->ctx, &d->final_ada, d->sc, NULL, B, d->modf));
-    make_affine(d->afff, 2 * C, d->modf, 2 * C, 0, C, B, C);
-    ln_clips(d, d->mf, d->meanf, d->rstdf, d->res + L * NC, d->afff, 2 * C, B);
-    DT_TRY(dt_linear_forward(&d->ctx, &d->final_lin, d->mf, NULL, N, d->tok_out));
-    unpatchify(d, d->out, d->tok_out, B);
-    return DT_OK;
-}
-
-dt_status dt_dit_backward(dt_dit *d, const float *dout, int B) {
-    if (!d->training)
-        return dt_err_set(DT_ERR_ARG, "dit: backward of a model built without training");
-    if (B <= 0 || B > d->B)
-        return dt_err_set(DT_ERR_ARG, "dit: backward of B = %d clips, the model holds 1..%d",
-                          B, d->B);
-    const dt_dit_config *cfg = &d->cfg;
-    int C = d->C, N = B * d->S, L = cfg->n_layer;
-    size_t NC = (size_t)N * C, BC = (size_t)B * C;
-    memset(d->dsc, 0, BC * sizeof *d->dsc);
-    /* final layer */
-    patchify(d, d->dtok, dout, B);
-    memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(dt_linear_backward(&d->ctx, &d->final_lin, d->mf, NULL, d->dtok, NULL, N, d->dA));
-    memset(d->dmod, 0, (size_t)B * 2 * C * sizeof *d->dmod);
-    memset(d->dres, 0, NC * sizeof *d->dres);
-    ln_clips_backward(d, d->dres, d->dmod, 2 * C, C, 0, d->dA, d->res + L * NC, d->afff, 2 * C,
-                      d->meanf, d->rstdf, B);
-    DT_TRY(dt_linear_backward(&d->ctx, &d->final_ada, d->sc, NULL, d->dmod, NULL, B, d->dsc));
-    for (int l = L - 1; l >= 0; l--)
-        DT_TRY(block_backward(d, l, d->res + l * NC, B, d->dres));
-    /* embedders (the positions are fixed) */
-    DT_TRY(dt_linear_backward(&d->ctx, &d->x_emb, d->patches, NULL, d->dres, NULL, N, NULL));
-    silu_backward(d->dc, d->c, d->dsc, (int64_t)BC);
-    if (cfg->n_classes > 0)
-        dt_rows_scatter_add(d->dy_table, d->dc, d->labels, 0, cfg->n_classes + 1, B, C);
-    memset(d->dts, 0, BC * sizeof *d->dts);
-    DT_TRY(dt_linear_backward(&d->ctx, &d->t_fc2, d->ts, NULL, d->dc, NULL, B, d->dts));
-    silu_backward(d->dth, d->th, d->dts, (int64_t)BC);
-    return dt_linear_backward(&d->ctx, &d->t_fc1, d->tfreq, NULL, d->dth, NULL, B, NULL);
+    return block_backward(d, l, &a, x, sc, B, dres, dsc);
 }

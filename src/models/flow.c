@@ -164,3 +164,64 @@ dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int3
     }
     return DT_OK;
 }
+
+/* Input rows of K clips at time t: x_t, t, then the label (n_classes = null). */
+static void fill_rows(float *rows, const float *x, int K, int64_t n, float t,
+                      const int32_t *labels, int null) {
+    for (int k = 0; k < K; k++) {
+        float *r = rows + (size_t)k * (n + 2);
+        memcpy(r, x + (size_t)k * n, (size_t)n * sizeof *r);
+        r[n] = t;
+        r[n + 1] = (float)(labels ? labels[k] : null);
+    }
+}
+
+dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint64_t seed,
+                               const int32_t *labels, float guidance, float *out) {
+    const dt_model_config *mc = dt_model_cfg(m);
+    if (mc->arch != DT_ARCH_DIT)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "flow: sampling needs a dit model, not %s",
+                          dt_arch_name(mc->arch));
+    if (K < 1 || steps < 1)
+        return dt_err_set(DT_ERR_ARG, "flow: K = %d clips in %d steps, want at least 1 of each",
+                          K, steps);
+    dt_dit_config c = dt_dit_config_from_model(mc);
+    int64_t n = dt_dit_clip_numel(&c), all = (int64_t)K * n;
+    int null = c.n_classes;
+    for (int k = 0; labels && k < K; k++)
+        if (labels[k] < 0 || labels[k] > null)
+            return dt_err_set(DT_ERR_ARG, "flow: label %d of clip %d is outside 0..%d", labels[k],
+                              k, null);
+    bool cfg = labels && guidance > 0;
+    float *rows = NULL, *v = NULL, *vn = NULL;
+    dt_status st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.rows",
+                                (size_t)K * (n + 2) * sizeof(float), (void **)&rows);
+    if (st == DT_OK)
+        st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.v", (size_t)all * sizeof(float),
+                          (void **)&v);
+    if (st == DT_OK && cfg)
+        st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.v_null", (size_t)all * sizeof(float),
+                          (void **)&vn);
+    for (int k = 0; st == DT_OK && k < K; k++)
+        dt_flow_noise(seed, k, n, out + (size_t)k * n);
+    dt_batch b = {.input = rows, .B = K, .T = dt_dit_tokens(&c)};
+    for (int s = 0; st == DT_OK && s < steps; s++) {
+        float t = 1.0f - (float)s / (float)steps, dt = 1.0f / (float)steps;
+        if (cfg) { /* v(null) first */
+            fill_rows(rows, out, K, n, t, NULL, null);
+            st = dt_model_predict(m, &b, vn);
+        }
+        if (st == DT_OK) {
+            fill_rows(rows, out, K, n, t, labels, null);
+            st = dt_model_predict(m, &b, v);
+        }
+        for (int64_t i = 0; st == DT_OK && i < all; i++) {
+            float vel = cfg ? vn[i] + guidance * (v[i] - vn[i]) : v[i];
+            out[i] -= dt * vel; /* t decreases: x_{t - dt} = x_t - dt v */
+        }
+    }
+    dt_mem_release(mem, vn);
+    dt_mem_release(mem, v);
+    dt_mem_release(mem, rows);
+    return st;
+}

@@ -23,6 +23,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "models/dit.h"
+#include "models/model.h"
 
 /* t of the clip with global index `index`: sigmoid of a standard normal, in (0, 1). */
 float dt_flow_timestep(uint64_t seed, int64_t index);
@@ -61,5 +62,14 @@ dt_status dt_flow_eval(dt_flow *f, const float *x0, const int32_t *labels, int B
  * steps < 1 or B beyond the model's. */
 dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int32_t *labels,
                          float guidance, float *out);
+
+/* The same sampler over the model interface (a one-process dit model built for at least K
+ * clips, models/dit.h): K clips into out [K, clip], from noise dt_flow_noise(seed, k), Euler
+ * from t = 1 to 0 in `steps` steps through dt_model_predict, with classifier-free guidance as
+ * dt_flow_sample; the same weights give dt_flow_sample's bits. Its buffers (the input rows
+ * and one or two velocities, K clips each) are temporaries of `mem` for the call.
+ * DT_ERR_ARG for K or steps < 1, a label outside 0..n_classes. */
+dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint64_t seed,
+                               const int32_t *labels, float guidance, float *out);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "models/dit.h"
 #include "models/gpt.h"
 
 typedef struct model_kind {
@@ -22,6 +23,8 @@ static const model_kind kinds[DT_ARCH_COUNT] = {
                       dt_gpt_config_from_sizes},
     [DT_ARCH_LLAMA] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file,
                        dt_gpt_config_from_sizes},
+    [DT_ARCH_DIT] = {dt_dit_model_create, dt_dit_model_check_split, dt_dit_config_from_file,
+                     dt_dit_config_from_sizes},
 };
 
 static dt_status kind_of(dt_arch arch, const model_kind **out) {

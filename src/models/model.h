@@ -1,9 +1,9 @@
 /* The model interface: what the engine, the pipeline executor, checkpoints, the booster and
  * the sampler know of a model. A model is a table of operations (dt_model_ops) and the
  * implementation's own state (`self`), as a ggml backend is; GPT-2 and Llama (models/gpt*.c)
- * implement it, and dt_model_create picks the implementation by model.arch, so src/train/
- * names no model. Slots marked (optional) may be NULL; the dt_model_* wrappers below are the
- * calls, and say what an absent slot means.
+ * and the video DiT (models/dit*.c) implement it, and dt_model_create picks the
+ * implementation by model.arch, so src/train/ names no model. Slots marked (optional) may
+ * be NULL; the dt_model_* wrappers below are the calls, and say what an absent slot means.
  *
  * A model is cut into UNITS, the granularity at which an engine moves weights and gradients
  * (GPT: the embeddings, each block, the final norm and head). Global units are numbered in
@@ -179,6 +179,10 @@ typedef struct dt_model_ops {
     /* (optional: no token sampling) logits [vocab] of the last position of one sequence
      * tokens[0..T) (T <= the init T), on a one-process model */
     dt_status (*logits_last)(void *self, const int32_t *tokens, int T, float *logits);
+    /* (optional: the model makes no output to sample from) the model's output for the
+     * batch's inputs on a one-process model, out = [B, target floats per sample] (a DiT: the
+     * predicted velocity, unpatchified); b->target is not read */
+    dt_status (*predict)(void *self, const dt_batch *b, float *out);
 } dt_model_ops;
 
 typedef struct dt_model {
@@ -331,6 +335,13 @@ static inline dt_status dt_model_logits_last(dt_model *m, const int32_t *tokens,
         return dt_err_set(DT_ERR_UNSUPPORTED, "model %s makes no token logits to sample from",
                           dt_arch_name(dt_model_cfg(m)->arch));
     return m->ops->logits_last(m->self, tokens, T, logits);
+}
+
+static inline dt_status dt_model_predict(dt_model *m, const dt_batch *b, float *out) {
+    if (!m->ops->predict)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "model %s has no predict operation",
+                          dt_arch_name(dt_model_cfg(m)->arch));
+    return m->ops->predict(m->self, b, out);
 }
 
 #endif

@@ -561,7 +561,9 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     for (int u = 0; u < s.L + 2; u++)
         out->n_full += unit_floats(&c->model, u, 1);
 
-    int batch_rows = s.pp > 1 ? s.rows : s.mb; /* the trainer's batch buffers hold these */
+    /* the batch buffers (train/source.h) hold these rows: int32 ids and targets [T] each; a
+     * DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
+    int batch_rows = s.pp > 1 ? s.rows : s.mb;
     if (c->model.arch == DT_ARCH_DIT) {
         dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .n_slots = n_slots, .held = s.held,
                               .plugin = &c->plugin, .lp = s.lp, .training = true};

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/rng.h"
 #include "dist/dist.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
@@ -28,8 +29,8 @@
 #include "train/checkpoint.h"
 #include "train/engine.h"
 #include "train/finite.h"
-#include "train/loader.h"
 #include "train/pipeline.h"
+#include "train/source.h"
 #include "train/trainer.h"
 
 struct dt_booster {
@@ -46,9 +47,11 @@ struct dt_booster {
     dt_mem *mem;
     dt_engine *engine;
     dt_model *model; /* borrowed from the engine */
-    dt_loader train, val;
-    bool has_train, has_val;
-    int32_t *inputs, *targets; /* [mb, T], or [rows, T] (a step's share) under a pipeline */
+    dt_source *train, *val; /* val NULL: no evaluation */
+    /* a micro-batch's rows, or a step's share (rows) under a pipeline, of the sources' rows
+     * (in_row and tg_row bytes each) */
+    void *inputs, *targets;
+    size_t in_row, tg_row;
     dt_train_state state;
     /* pipeline (pp > 1) */
     dt_stage_plan stages;
@@ -99,10 +102,8 @@ void dt_booster_free(dt_booster *b) {
     if (!b)
         return;
     dt_ckpt_async_abandon(b->saving, b->world->rank); /* a run that ends in an error */
-    if (b->has_train)
-        dt_loader_close(&b->train);
-    if (b->has_val)
-        dt_loader_close(&b->val);
+    dt_source_close(b->train);
+    dt_source_close(b->val);
     dt_pipeline_free(b->pipeline);
     dt_sched_free(b->schedule);
     dt_trace_free(&b->trace);
@@ -182,17 +183,33 @@ static dt_status plan_pipeline(dt_booster *b, const dt_boost_spec *s, int n_mb) 
     return make_schedule(b, n_mb);
 }
 
+/* The training and validation sources. Bouncing-shapes validation clips come from a seed of
+ * their own (never a training clip) and keep every label (the conditional loss). */
+static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
+    const dt_model_config *m = s->model;
+    if (s->source == DT_SOURCE_BOUNCE) {
+        dt_bounce_source_spec bs = {.model = m, .shapes = s->shapes,
+                                    .label_dropout = s->label_dropout,
+                                    .batch_size = s->batch_size, .seed = s->seed};
+        DT_TRY(dt_source_open_bounce(&bs, &b->train));
+        bs.label_dropout = 0;
+        bs.seed = dt_rng_u64(s->seed, "data.val", 0);
+        return dt_source_open_bounce(&bs, &b->val);
+    }
+    if (s->source != DT_SOURCE_TOKENS)
+        return dt_err_set(DT_ERR_ARG, "booster: data source %d is not known", (int)s->source);
+    DT_TRY(dt_source_open_tokens(s->train_data, m->vocab_size, s->batch_size, s->seq_len,
+                                 s->shuffle, s->seed, &b->train));
+    if (s->val_data && s->val_data[0])
+        DT_TRY(dt_source_open_tokens(s->val_data, m->vocab_size, s->batch_size, s->seq_len,
+                                     false, 0, &b->val));
+    return DT_OK;
+}
+
 /* may fail on one rank only (its files), so the caller agrees on the outcome */
 static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     const dt_model_config *m = s->model;
-    DT_TRY(dt_loader_open(&b->train, s->train_data, m->vocab_size, s->batch_size, s->seq_len,
-                          s->shuffle, s->seed));
-    b->has_train = true;
-    if (s->val_data && s->val_data[0]) {
-        DT_TRY(dt_loader_open(&b->val, s->val_data, m->vocab_size, s->batch_size, s->seq_len,
-                              false, 0));
-        b->has_val = true;
-    }
+    DT_TRY(open_sources(b, s));
     dt_engine_opts eo = {.zero_stage = zero_stage(&b->plugin), .bucket_mb = b->plugin.bucket_mb,
                          .overlap = b->plugin.overlap,
                          .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len,
@@ -221,10 +238,13 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
         DT_TRY(dt_pipeline_init(b->schedule, &b->stages, b->mesh->axis[DT_AXIS_PP], b->model,
                                 eo.n_slots, b->mb, s->seq_len, b->mem, &b->pipeline));
     /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
-    int batch_rows = pipelined(b) ? b->rows : b->mb;
-    size_t tok_bytes = (size_t)batch_rows * s->seq_len * sizeof(int32_t);
-    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", tok_bytes, (void **)&b->inputs));
-    return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", tok_bytes, (void **)&b->targets);
+    size_t batch_rows = (size_t)(pipelined(b) ? b->rows : b->mb);
+    b->in_row = dt_source_input_row_bytes(b->train);
+    b->tg_row = dt_source_target_row_bytes(b->train);
+    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", batch_rows * b->in_row,
+                        &b->inputs));
+    return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", batch_rows * b->tg_row,
+                        &b->targets);
 }
 
 /* rank 0 reads, everyone receives: no shared filesystem needed for weights or checkpoints */
@@ -364,9 +384,12 @@ static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
                       : DT_OK;
 }
 
-/* one micro-batch of token ids (inputs or targets) */
-static size_t tokens_bytes(const dt_booster *b) {
-    return (size_t)b->mb * b->T * sizeof(int32_t);
+/* a pipeline's step share as the schedule reads it: micro-batch after micro-batch */
+static dt_pipeline_batch pipeline_batch(const dt_booster *b, float grad_scale) {
+    return (dt_pipeline_batch){.inputs = b->inputs, .targets = b->targets,
+                               .input_bytes = (size_t)b->mb * b->in_row,
+                               .target_bytes = (size_t)b->mb * b->tg_row, .B = b->mb,
+                               .T = b->T, .grad_scale = grad_scale};
 }
 
 /* forward and backward of the step's micro-batches: in turn, or over the pipeline schedule */
@@ -374,17 +397,15 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     int row0 = b->dp->rank * b->rows;
     *loss_sum = 0;
     if (pipelined(b)) {
-        DT_TRY(dt_loader_rows(&b->train, row0, b->rows, b->inputs, b->targets));
-        dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets,
-                                .input_bytes = tokens_bytes(b), .target_bytes = tokens_bytes(b),
-                                .B = b->mb, .T = b->T, .grad_scale = grad_scale};
+        DT_TRY(dt_source_rows(b->train, row0, b->rows, b->inputs, b->targets));
+        dt_pipeline_batch pb = pipeline_batch(b, grad_scale);
         return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
                                (int)b->state.step, loss_sum);
     }
     for (int row = 0; row < b->rows; row += b->mb) {
         double part, t0 = trace_now(b);
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
-        DT_TRY(dt_loader_rows(&b->train, row0 + row, b->mb, b->inputs, b->targets));
+        DT_TRY(dt_source_rows(b->train, row0 + row, b->mb, b->inputs, b->targets));
         dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->mb, .T = b->T};
         DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->mb >= b->rows, &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->mb, t0));
@@ -454,7 +475,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     double tc = trace_now(b);
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_COLLECTIVE, -1);
     DT_TRY(dt_engine_finish(b->engine));
-    dt_loader_advance(&b->train);
+    dt_source_advance(b->train);
     DT_TRY(dt_engine_grad_norm(b->engine, &r->grad_norm));
     r->grad_norm /= loss_scale;
     bool overflow = false;
@@ -493,8 +514,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     r->loss = loss_sum / ((double)b->B * b->T);
     r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
-    b->state.data_pos = b->train.pos;
-    b->state.data_step = b->train.step;
+    dt_source_position(b->train, &b->state.data_pos, &b->state.data_step);
     if (!isfinite(r->loss))
         return dt_err_set(DT_ERR_ARG, "loss became %g at step %lld (lr %g): training diverged; "
                           "lower optim.lr%s", r->loss, (long long)r->step, r->lr,
@@ -506,32 +526,30 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
 }
 
 dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
-    if (!b->has_val)
+    if (!b->val)
         return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
     int row0 = b->dp->rank * b->rows;
     double sum = 0;
     DT_TRY(reserve_events(b));
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EVAL, -1);
     b->stranded = true;
-    dt_loader_rewind(&b->val);
+    dt_source_rewind(b->val);
     for (int i = 0; i < n_batches; i++) {
         if (pipelined(b)) {
             double part;
-            DT_TRY(dt_loader_rows(&b->val, row0, b->rows, b->inputs, b->targets));
-            dt_pipeline_batch pb = {.inputs = b->inputs, .targets = b->targets,
-                                    .input_bytes = tokens_bytes(b),
-                                    .target_bytes = tokens_bytes(b), .B = b->mb, .T = b->T};
+            DT_TRY(dt_source_rows(b->val, row0, b->rows, b->inputs, b->targets));
+            dt_pipeline_batch pb = pipeline_batch(b, 0);
             DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->rows / b->mb, &part));
             sum += part;
         }
         for (int row = 0; !pipelined(b) && row < b->rows; row += b->mb) {
             double part;
-            DT_TRY(dt_loader_rows(&b->val, row0 + row, b->mb, b->inputs, b->targets));
+            DT_TRY(dt_source_rows(b->val, row0 + row, b->mb, b->inputs, b->targets));
             dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->mb, .T = b->T};
             DT_TRY(dt_engine_eval(b->engine, &mb, &part));
             sum += part;
         }
-        dt_loader_advance(&b->val);
+        dt_source_advance(b->val);
     }
     DT_TRY(sum_loss(b, &sum));
     b->stranded = false;
@@ -711,7 +729,7 @@ dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
     DT_TRY(dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0));
     dt_status st = sharded ? load_sharded(b, folder) : load_whole(b, folder);
-    if (st == DT_OK && (st = dt_loader_seek(&b->train, b->state.data_pos,
+    if (st == DT_OK && (st = dt_source_seek(b->train, b->state.data_pos,
                                             b->state.data_step)) != DT_OK)
         dt_err_wrap(st, "checkpoint %s: ", folder);
     return dt_comm_agree(b->world, st); /* offloaded moments are written to files */

@@ -479,14 +479,16 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
     while (arch && k < DT_ARCH_COUNT && strcmp(arch, dt_arch_name((dt_arch)k)) != 0)
         k++;
     bool ok = arch && k < DT_ARCH_COUNT;
-    /* the model's named sizes (as dt_model_sizes wrote them): every whole number in [1, 2^24] */
+    /* the model's named sizes (as dt_model_sizes wrote them): every whole number in [0, 2^24]
+     * (0: a DiT without classes, or the first value of an enum such as its attention kind);
+     * dt_model_config_from_sizes checks each one's own range */
     dt_model_size sz[DT_MODEL_MAX_SIZES];
     int n = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, m) {
         bool whole = true;
         int64_t v = num(m, it->string, &whole);
-        if (whole && v >= 1 && v <= (1 << 24) && n < DT_MODEL_MAX_SIZES)
+        if (whole && v >= 0 && v <= (1 << 24) && n < DT_MODEL_MAX_SIZES)
             sz[n++] = (dt_model_size){.key = it->string, .value = v};
     }
     int64_t max_seq_len = num(m, "max_seq_len", &ok);

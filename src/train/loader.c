@@ -1,9 +1,12 @@
-/* Sequential and shuffled batches over a token shard. See loader.h. */
+/* Sequential and shuffled batches over a token shard, and the token source (source.h) that
+ * puts them behind the batch-source interface. See loader.h. */
 #include "train/loader.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
+#include "train/source.h"
 
 dt_status dt_loader_open(dt_loader *ld, const char *path, int vocab_size, int B, int T,
                          bool shuffle, uint64_t seed) {
@@ -74,4 +77,56 @@ void dt_loader_advance(dt_loader *ld) {
 void dt_loader_rewind(dt_loader *ld) {
     ld->pos = 0;
     ld->step = 0;
+}
+
+/* ---- the token source: a dt_loader behind dt_source_ops -------------------------------- */
+
+static void tokens_close(void *self) {
+    dt_loader_close(self);
+    free(self);
+}
+
+static size_t tokens_row_bytes(const void *self) {
+    return (size_t)((const dt_loader *)self)->T * sizeof(int32_t);
+}
+
+static dt_status tokens_rows(const void *self, int row0, int n, void *input, void *target) {
+    return dt_loader_rows(self, row0, n, input, target);
+}
+
+static void tokens_advance(void *self) { dt_loader_advance(self); }
+static void tokens_rewind(void *self) { dt_loader_rewind(self); }
+
+static void tokens_position(const void *self, int64_t *pos, int64_t *step) {
+    const dt_loader *ld = self;
+    *pos = ld->pos;
+    *step = ld->step;
+}
+
+static dt_status tokens_seek(void *self, int64_t pos, int64_t step) {
+    return dt_loader_seek(self, pos, step);
+}
+
+static const dt_source_ops tokens_ops = {
+    .close = tokens_close, .input_row_bytes = tokens_row_bytes,
+    .target_row_bytes = tokens_row_bytes, .rows = tokens_rows, .advance = tokens_advance,
+    .rewind = tokens_rewind, .position = tokens_position, .seek = tokens_seek,
+};
+
+dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
+                                bool shuffle, uint64_t seed, dt_source **out) {
+    *out = NULL;
+    dt_loader *ld = calloc(1, sizeof *ld);
+    dt_source *s = calloc(1, sizeof *s);
+    dt_status st = ld && s ? dt_loader_open(ld, path, vocab_size, batch_size, seq_len, shuffle,
+                                            seed)
+                           : dt_err_set(DT_ERR_OOM, "token source: out of memory");
+    if (st != DT_OK) {
+        free(ld);
+        free(s);
+        return st;
+    }
+    *s = (dt_source){.ops = &tokens_ops, .self = ld};
+    *out = s;
+    return DT_OK;
 }

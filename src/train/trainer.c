@@ -43,7 +43,13 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .seq_len = c->train.seq_len, .shuffle = c->data.shuffle,
                            .seed = c->train.seed, .init_weights = c->model.init,
                            .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0',
-                           .mem_timeline = c->train.mem_timeline};
+                           .mem_timeline = c->train.mem_timeline, .source = c->data.source,
+                           .shapes = c->data.shapes, .label_dropout = c->data.label_dropout};
+}
+
+/* whether the run evaluates: bouncing-shapes clips always have a validation stream */
+static bool evaluates(const dt_config *c) {
+    return c->train.eval_every > 0 && (c->data.val[0] || c->data.source == DT_SOURCE_BOUNCE);
 }
 
 static dt_status resume(trainer *t) {
@@ -99,11 +105,11 @@ static dt_status check_model_fits(const dt_config *c, int world) {
     double per = c->plugin.offload == DT_OFFLOAD_DISK ? 8 : 16, need = params * per / world;
     if (have <= 0 || need <= have)
         return DT_OK;
-    return dt_err_set(DT_ERR_ARG, "the model (%s, n_layer %d, n_embd %d, vocab %d) has %.4g "
+    return dt_err_set(DT_ERR_ARG, "the model (%s, n_layer %d, n_embd %d) has %.4g "
                       "parameters: training needs at least %.4g GiB per rank (%.0f bytes per "
                       "parameter for weights, gradients%s, shared over %d ranks), and this "
                       "machine has %.1f GiB of memory", dt_arch_name(c->model.arch),
-                      c->model.n_layer, c->model.n_embd, c->model.vocab_size, params,
+                      c->model.n_layer, c->model.n_embd, params,
                       need / 1073741824.0, per,
                       c->plugin.offload == DT_OFFLOAD_DISK ? "" : " and AdamW moments", world,
                       have / 1073741824.0);
@@ -160,7 +166,7 @@ static dt_status setup(trainer *t) {
     DT_TRY(dt_config_validate(c));
     DT_TRY(check_model_fits(c, t->world->size));
     DT_TRY(dt_comm_agree(t->world, is_root(t) ? check_outputs(c) : DT_OK));
-    if (c->train.eval_every > 0 && !c->data.val[0] && is_root(t))
+    if (c->train.eval_every > 0 && !evaluates(c) && is_root(t))
         dt_warn("train.eval_every=%d but data.val is empty: no validation loss will be "
                 "computed (give data.val a token shard, or set train.eval_every=0)",
                 c->train.eval_every);
@@ -376,8 +382,10 @@ static dt_status finish(trainer *t) {
         dt_info("memory timeline written to %s (other ranks: .rank<r> before the extension)",
                 c->train.mem_timeline);
     }
+    /* a byte-level model that makes token logits prints a text sample (a DiT samples clips
+     * with dtrain sample --out) */
     int n = c->train.sample_tokens;
-    if (n <= 0 || c->model.vocab_size != 256)
+    if (n <= 0 || !t->model->ops->logits_last || c->model.vocab_size != 256)
         return DT_OK;
     int32_t prompt = '\n', *out = malloc((size_t)n * sizeof *out);
     if (!out)
@@ -406,7 +414,7 @@ static dt_status run(trainer *t) {
     char kernels[256];
     dt_kernels_describe(kernels, sizeof kernels);
     dt_info("kernel variants on this CPU: %s", kernels);
-    bool eval = c->train.eval_every > 0 && c->data.val[0];
+    bool eval = evaluates(c);
     while (dt_booster_steps_done(t->booster) < c->train.steps) {
         dt_step_stats r;
         DT_TRY(dt_booster_step(t->booster, &r));

@@ -394,7 +394,7 @@ static void check_units(void) {
     memcpy(wb, w + first, sizeof(float) * count);
     for (int64_t i = 0; i < count; i++)
         w[first + i] = NAN;
-    dt_dit_bind_unit(d, 2, wb, gb);
+    dt_dit_bind_unit(d, 2, wb, gb, NULL);
     dt_dit_zero_grad(d);
     DT_CHECK_OK(dt_dit_forward(d, x, t, lab, B));
     DT_CHECK_OK(dt_dit_backward(d, R, B));

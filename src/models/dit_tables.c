@@ -1,0 +1,244 @@
+/* The DiT's shape and split checks, its parameter tables (the single process's and this
+ * rank's: the tensors of the units it holds, packed), the whole-arena gathers across
+ * pipeline stages, and the FLOPs count (see dit.h).
+ *
+ * Parameter names follow the DiT / Open-Sora PyTorch modules (x_embedder.proj, t_embedder.mlp,
+ * y_embedder.embedding_table, blocks.N.{adaLN_modulation.1, attn.qkv, attn.proj, mlp.fc1,
+ * mlp.fc2}, final_layer.{adaLN_modulation.1, linear}); the patch embedding's Conv3d weight
+ * [C, channels, pt, ph, pw] is stored flattened as a linear [C, channels pt ph pw]. No tensor
+ * is split over tp: every local tensor is a whole one.
+ */
+#include "models/dit_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dt_status dt_dit_check_config(const dt_dit_config *c) {
+    const struct {
+        const char *name;
+        int v;
+    } pos[] = {{"frames", c->frames}, {"channels", c->channels}, {"height", c->height},
+               {"width", c->width},   {"pt", c->pt},             {"ph", c->ph},
+               {"pw", c->pw},         {"n_layer", c->n_layer},   {"n_head", c->n_head},
+               {"n_embd", c->n_embd}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0)
+            return dt_err_set(DT_ERR_ARG, "dit: %s = %d must be positive", pos[i].name,
+                              pos[i].v);
+    const struct {
+        const char *dim, *patch;
+        int n, p;
+    } div[] = {{"frames", "pt", c->frames, c->pt},
+               {"height", "ph", c->height, c->ph},
+               {"width", "pw", c->width, c->pw}};
+    for (int i = 0; i < 3; i++)
+        if (div[i].n % div[i].p)
+            return dt_err_set(DT_ERR_ARG, "dit: %s = %d is not a multiple of the patch %s = %d",
+                              div[i].dim, div[i].n, div[i].patch, div[i].p);
+    if (c->n_embd % c->n_head)
+        return dt_err_set(DT_ERR_ARG, "dit: n_embd = %d is not a multiple of n_head = %d",
+                          c->n_embd, c->n_head);
+    if (c->n_embd < 6)
+        return dt_err_set(DT_ERR_ARG,
+                          "dit: n_embd = %d is too small for the 3-D position code (>= 6)",
+                          c->n_embd);
+    if (c->n_classes < 0)
+        return dt_err_set(DT_ERR_ARG, "dit: n_classes = %d must be >= 0", c->n_classes);
+    if ((unsigned)c->attn >= DT_DIT_ATTN_COUNT)
+        return dt_err_set(DT_ERR_ARG, "dit: attn = %d is not full or spatial_temporal",
+                          (int)c->attn);
+    int64_t tokens = (int64_t)(c->frames / c->pt) * (c->height / c->ph) * (c->width / c->pw);
+    if (tokens > (1 << 24))
+        return dt_err_set(DT_ERR_ARG, "dit: %lld tokens per clip is more than 2^24",
+                          (long long)tokens);
+    return DT_OK;
+}
+
+dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp) {
+    int S = dt_dit_tokens(c), Tt = c->frames / c->pt;
+    if (tp < 1 || sp < 1)
+        return dt_err_set(DT_ERR_ARG, "tp_size=%d and sp_size=%d must be >= 1", tp, sp);
+    if (tp > 1 || sequence_tp)
+        return dt_err_set(DT_ERR_ARG, "model.arch=dit does not split tensors over tp "
+                          "(plugin.tp_size=%d%s); use plugin.sp_size (Ulysses sequence "
+                          "parallelism) instead", tp, sequence_tp ? ", sp_mode=split_gather" : "");
+    if (S % sp)
+        return dt_err_set(DT_ERR_ARG, "the dit's %d tokens per clip are not divisible by "
+                          "plugin.sp_size=%d; use an sp_size that divides %d", S, sp, S);
+    if (c->n_head % sp)
+        return dt_err_set(DT_ERR_ARG, "model.n_head=%d is not divisible by plugin.sp_size=%d "
+                          "(Ulysses splits heads across sp ranks); use an sp_size that "
+                          "divides %d", c->n_head, sp, c->n_head);
+    if (c->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL && Tt % sp)
+        return dt_err_set(DT_ERR_ARG, "the dit's %d time tokens (model.frames=%d / patch_t=%d) "
+                          "are not divisible by plugin.sp_size=%d (attn=spatial_temporal keeps "
+                          "whole frames on each sp rank); use an sp_size that divides %d", Tt,
+                          c->frames, c->pt, sp, Tt);
+    return DT_OK;
+}
+
+int dt_dit_tokens(const dt_dit_config *c) {
+    return (c->frames / c->pt) * (c->height / c->ph) * (c->width / c->pw);
+}
+int dt_dit_patch_dim(const dt_dit_config *c) { return c->channels * c->pt * c->ph * c->pw; }
+int64_t dt_dit_clip_numel(const dt_dit_config *c) {
+    return (int64_t)c->frames * c->channels * c->height * c->width;
+}
+int64_t dt_dit_input_floats(const dt_dit_config *c) { return dt_dit_clip_numel(c) + 2; }
+int64_t dt_dit_target_floats(const dt_dit_config *c) { return dt_dit_clip_numel(c); }
+
+dt_dit_config dt_dit_config_from_model(const dt_model_config *m) {
+    return (dt_dit_config){.frames = m->frames, .channels = m->channels, .height = m->height,
+                           .width = m->width, .pt = m->patch_t, .ph = m->patch_h,
+                           .pw = m->patch_w, .n_layer = m->n_layer, .n_head = m->n_head,
+                           .n_embd = m->n_embd, .n_classes = m->n_classes, .attn = m->attn};
+}
+
+/* ---- parameter tables -------------------------------------------------------------------- */
+
+static dt_status add_param(dt_dit *d, const char *name, int64_t rows, int64_t cols,
+                           dt_param_init init, float std) {
+    dt_param *p;
+    return dt_param_append(&d->params, &d->n_params, &d->cap_params, &d->n_total, name, rows,
+                           cols, init, std, &p);
+}
+
+/* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. */
+static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    DT_TRY(add_param(d, name, out, in, zero ? DT_INIT_ZEROS : DT_INIT_NORMAL,
+                     zero ? 0.0f : sqrtf(2.0f / (float)(in + out))));
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    return add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f);
+}
+
+static dt_status build_full(dt_dit *d) {
+    const dt_dit_config *c = &d->cfg;
+    int C = d->C, L = c->n_layer;
+    d->unit_first[0] = 0;
+    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false));
+    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false));
+    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false));
+    if (c->n_classes > 0)
+        DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, C,
+                         DT_INIT_NORMAL, 0.02f));
+    d->n_embed_params = d->n_params;
+    char name[96];
+    for (int l = 0; l < L; l++) {
+        d->unit_first[l + 1] = d->n_params;
+        const struct {
+            const char *what;
+            int out, in;
+            bool zero;
+        } lin[] = {{"adaLN_modulation.1", 6 * C, C, true},
+                   {"attn.qkv", 3 * C, C, false},
+                   {"attn.proj", C, C, false},
+                   {"mlp.fc1", d->F, C, false},
+                   {"mlp.fc2", C, d->F, false}};
+        for (int i = 0; i < 5; i++) {
+            snprintf(name, sizeof name, "blocks.%d.%s", l, lin[i].what);
+            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero));
+        }
+    }
+    d->per_layer = L > 0 ? (d->n_params - d->n_embed_params) / L : 0;
+    d->unit_first[L + 1] = d->n_params;
+    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true));
+    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true));
+    d->unit_first[L + 2] = d->n_params;
+    return DT_OK;
+}
+
+/* This rank's table from the full one: the tensors of the units it holds, packed in unit
+ * order at the full table's 16-float alignment. */
+dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
+    DT_TRY(build_full(d));
+    int U = d->cfg.n_layer + 2;
+    d->full = d->params;
+    d->n_full = d->n_total;
+    d->n_full_params = d->n_params;
+    d->params = malloc((size_t)d->n_full_params * sizeof *d->params);
+    d->local_full = malloc((size_t)d->n_full_params * sizeof *d->local_full);
+    d->unit_global = malloc((size_t)U * sizeof *d->unit_global);
+    d->unit_local = malloc((size_t)U * sizeof *d->unit_local);
+    d->unit_param = malloc((size_t)(U + 1) * sizeof *d->unit_param);
+    if (!d->params || !d->local_full || !d->unit_global || !d->unit_local || !d->unit_param)
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory for the parameter table");
+    d->n_params = d->n_units = 0;
+    int64_t at = 0;
+    for (int u = 0; u < U; u++) {
+        d->unit_local[u] = -1;
+        if (held && !held[u])
+            continue;
+        d->unit_local[u] = d->n_units;
+        d->unit_global[d->n_units] = u;
+        d->unit_param[d->n_units++] = d->n_params;
+        for (int i = d->unit_first[u]; i < d->unit_first[u + 1]; i++) {
+            dt_param *p = &d->params[d->n_params];
+            *p = d->full[i];
+            p->offset = at;
+            at += (p->numel + 15) / 16 * 16;
+            d->local_full[d->n_params++] = i;
+        }
+    }
+    d->unit_param[d->n_units] = d->n_params;
+    if (d->n_units == 0)
+        return dt_err_set(DT_ERR_ARG, "dit: this rank holds no unit of the model");
+    d->n_total = at;
+    return DT_OK;
+}
+
+/* ---- whole arenas -------------------------------------------------------------------------- */
+
+dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {
+    memset(full, 0, (size_t)d->n_full * sizeof *full);
+    for (int i = 0; i < d->n_params; i++)
+        memcpy(full + d->full[d->local_full[i]].offset, local + d->params[i].offset,
+               (size_t)d->params[i].numel * sizeof *full);
+    /* pipeline stages hold disjoint tensors: the sum over stages (zeros elsewhere) is exact */
+    for (int64_t i = 0; d->pp && i < d->n_full; i += 1 << 28) {
+        int64_t n = d->n_full - i < (1 << 28) ? d->n_full - i : 1 << 28;
+        DT_TRY(dt_comm_allreduce_f32(d->pp, full + i, n, NULL));
+    }
+    return DT_OK;
+}
+
+void dt_dit_take_shard(const dt_dit *d, const float *full, float *local) {
+    memset(local, 0, (size_t)d->n_total * sizeof *local);
+    for (int i = 0; i < d->n_params; i++)
+        memcpy(local + d->params[i].offset, full + d->full[d->local_full[i]].offset,
+               (size_t)d->params[i].numel * sizeof *local);
+}
+
+/* ---- accessors ------------------------------------------------------------------------------ */
+
+int dt_dit_n_params(const dt_dit *d) { return d->n_params; }
+const dt_param *dt_dit_param(const dt_dit *d, int i) { return &d->params[i]; }
+const dt_param *dt_dit_find_param(const dt_dit *d, const char *name) {
+    for (int i = 0; i < d->n_params; i++)
+        if (!strcmp(d->params[i].name, name))
+            return &d->params[i];
+    return NULL;
+}
+int dt_dit_n_full_params(const dt_dit *d) { return d->n_full_params; }
+const dt_param *dt_dit_full_param(const dt_dit *d, int i) { return &d->full[i]; }
+int64_t dt_dit_numel(const dt_dit *d) { return d->n_total; }
+int64_t dt_dit_full_numel(const dt_dit *d) { return d->n_full; }
+float *dt_dit_weights(dt_dit *d) { return d->w; }
+float *dt_dit_grads(dt_dit *d) { return d->g; }
+dt_bf16 *dt_dit_weights_lp(dt_dit *d) { return d->w_lp; }
+
+double dt_dit_flops_per_sample(const dt_dit *d) {
+    double S = d->S, C = d->C, P = d->P, F = d->F, L = d->cfg.n_layer;
+    double tokens = P * C + L * (3 * C * C + C * C + 2 * C * F) + C * P; /* MACs per token */
+    double clip = DT_DIT_FREQ_DIM * C + C * C + L * 6 * C * C + 2 * C * C; /* per clip */
+    double attn = 0; /* QK^T and PV: 2 T' C MACs per token, T' the sequence length seen */
+    for (int l = 0; l < d->cfg.n_layer; l++) {
+        bool st = d->cfg.attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
+        double Tl = !st ? S : l % 2 == 0 ? (double)d->Th * d->Tw : d->Tt;
+        attn += 2 * Tl * C;
+    }
+    return 3.0 * 2.0 * (S * (tokens + attn) + clip);
+}

@@ -1,0 +1,96 @@
+/* Where training and evaluation batches come from: one interface (an ops table and the
+ * implementation's own state, as dt_model is) over the token-shard loader (train/loader.c)
+ * and the bouncing-shapes clips of a video DiT (train/source_bounce.c). The booster sees
+ * batches only through it: rows of the current step's GLOBAL batch into caller buffers whose
+ * row sizes the source reports, so every layout reads the same batch.
+ *
+ * A source's whole state is (position, step), which checkpoints store and seek restores; a
+ * step's batch is a pure function of it. Single-threaded; the caller owns the buffers.
+ */
+#ifndef DT_TRAIN_SOURCE_H
+#define DT_TRAIN_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/config.h"
+#include "core/status.h"
+
+typedef struct dt_source_ops {
+    void (*close)(void *self);
+    /* bytes of one row (one sample of the batch) of input and of target */
+    size_t (*input_row_bytes)(const void *self);
+    size_t (*target_row_bytes)(const void *self);
+    /* rows [row0, row0 + n) of the current step's global batch, without advancing */
+    dt_status (*rows)(const void *self, int row0, int n, void *input, void *target);
+    void (*advance)(void *self); /* to the next step's batch */
+    void (*rewind)(void *self);  /* to the first batch (evaluation starts over each time) */
+    void (*position)(const void *self, int64_t *pos, int64_t *step);
+    /* continue from a saved (position, step): an error naming the source when no batch of it
+     * can start there */
+    dt_status (*seek)(void *self, int64_t pos, int64_t step);
+} dt_source_ops;
+
+typedef struct dt_source {
+    const dt_source_ops *ops; /* static */
+    void *self;               /* owned: freed by ops->close */
+} dt_source;
+
+/* ---- implementations -------------------------------------------------------------------- */
+
+/* A token shard (loader.h): batch_size sequences of seq_len int32 ids a step; inputs and
+ * next-token targets [T] int32 per row. Every token must be < vocab_size. */
+dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
+                                bool shuffle, uint64_t seed, dt_source **out);
+
+/* Bouncing-shapes clips (io/bounce.h) for a rectified-flow DiT (models/flow.h), made on the
+ * fly: clip `index` = step * batch_size + row, everything random keyed by (seed, index).
+ *   input row:  clip_numel + 2 floats: x_t [frames, channels, height, width], then t, then
+ *               the label as a float holding an integer (0..n_classes-1, or n_classes = the
+ *               null class when dropped for guidance with chance label_dropout; 0 when the
+ *               model has no classes)
+ *   target row: clip_numel floats, eps - x_0
+ * The clip shape and n_classes are the model's (model.frames ...); shapes: per clip.
+ * DT_ERR_ARG naming the key when the clip cannot hold the shapes, or when n_classes is
+ * neither 0 nor at least the source's kinds of shape. */
+typedef struct dt_bounce_source_spec {
+    const dt_model_config *model; /* borrowed for the call */
+    int shapes;
+    float label_dropout; /* in [0, 1]; used only when model->n_classes > 0 */
+    int batch_size;      /* global, in clips */
+    uint64_t seed;
+} dt_bounce_source_spec;
+dt_status dt_source_open_bounce(const dt_bounce_source_spec *spec, dt_source **out);
+
+/* ---- calls ------------------------------------------------------------------------------- */
+
+/* NULL: no-op */
+static inline void dt_source_close(dt_source *s) {
+    if (!s)
+        return;
+    s->ops->close(s->self);
+    free(s);
+}
+
+static inline size_t dt_source_input_row_bytes(const dt_source *s) {
+    return s->ops->input_row_bytes(s->self);
+}
+static inline size_t dt_source_target_row_bytes(const dt_source *s) {
+    return s->ops->target_row_bytes(s->self);
+}
+static inline dt_status dt_source_rows(const dt_source *s, int row0, int n, void *input,
+                                       void *target) {
+    return s->ops->rows(s->self, row0, n, input, target);
+}
+static inline void dt_source_advance(dt_source *s) { s->ops->advance(s->self); }
+static inline void dt_source_rewind(dt_source *s) { s->ops->rewind(s->self); }
+static inline void dt_source_position(const dt_source *s, int64_t *pos, int64_t *step) {
+    s->ops->position(s->self, pos, step);
+}
+static inline dt_status dt_source_seek(dt_source *s, int64_t pos, int64_t step) {
+    return s->ops->seek(s->self, pos, step);
+}
+
+#endif

@@ -1,0 +1,427 @@
+/* The video DiT through the model interface (models/model.h, models/dit_model.c) against the
+ * one-process dt_dit calls whose forward and gradients test_dit.c checks against a double
+ * reference and finite differences:
+ *   - predict equals dt_dit_forward's output, bit for bit, for both attention kinds;
+ *   - forward_units + loss_slot + backward_units give the MSE of the batch and the gradient
+ *     dt_dit_backward gives for that MSE's gradient (bit for bit);
+ *   - two slots in flight (forward A, forward B, backward B, backward A) accumulate the two
+ *     micro-batches' gradients, and a model cut into two pipeline stages in one process
+ *     (boundary tensors copied by hand, conditioning included) gives the whole model's;
+ *   - activation checkpointing (full, selective) gives the same gradient bits as none;
+ *   - bf16 matmuls stay within bf16 rounding of fp32;
+ *   - sizes, config_from_sizes, save/load and config_from_file round-trip; the sampler over
+ *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/mem.h"
+#include "harness.h"
+#include "models/dit.h"
+#include "models/flow.h"
+#include "models/model.h"
+
+enum { B = 3 };
+
+static dt_model_config tiny(dt_dit_attn attn) {
+    return (dt_model_config){.arch = DT_ARCH_DIT, .frames = 4, .channels = 2, .height = 6,
+                             .width = 4, .patch_t = 2, .patch_h = 2, .patch_w = 1, .n_layer = 3,
+                             .n_head = 2, .n_embd = 12, .n_classes = 3, .attn = attn,
+                             .max_seq_len = 24};
+}
+
+/* A micro-batch of clips in the interface's layout, and the same as separate arrays. */
+typedef struct batch {
+    int64_t clip;
+    float *x, *t, *rows, *v;
+    int32_t *labels;
+} batch;
+
+static batch make_batch(const dt_dit_config *c, int n, uint64_t seed) {
+    batch b = {.clip = dt_dit_clip_numel(c)};
+    int64_t in = dt_dit_input_floats(c);
+    b.x = malloc(sizeof(float) * n * b.clip);
+    b.v = malloc(sizeof(float) * n * b.clip);
+    b.t = malloc(sizeof(float) * n);
+    b.rows = malloc(sizeof(float) * n * in);
+    b.labels = malloc(sizeof(int32_t) * n);
+    dt_test_fill(b.x, n * b.clip, seed, 1.0f);
+    dt_test_fill(b.v, n * b.clip, seed + 1, 1.0f);
+    for (int i = 0; i < n; i++) {
+        b.t[i] = 0.1f + 0.3f * i;
+        b.labels[i] = (int32_t)((seed + i) % (c->n_classes + 1)); /* the null class too */
+        memcpy(b.rows + i * in, b.x + i * b.clip, sizeof(float) * b.clip);
+        b.rows[i * in + b.clip] = b.t[i];
+        b.rows[i * in + b.clip + 1] = (float)b.labels[i];
+    }
+    return b;
+}
+
+static void free_batch(batch *b) {
+    free(b->x), free(b->t), free(b->rows), free(b->v), free(b->labels);
+}
+
+static dt_batch view(const batch *b, int first, int n, const dt_dit_config *c) {
+    return (dt_batch){.input = b->rows + first * dt_dit_input_floats(c),
+                      .target = b->v + first * b->clip, .B = n, .T = dt_dit_tokens(c)};
+}
+
+/* random weights everywhere (the zero initialisation hides most of the model) */
+static void random_weights(float *w, int64_t n) { dt_test_fill(w, n, 99, 0.3f); }
+
+static dt_model *create(const dt_model_config *mc, dt_model_opts o, dt_mem *mem) {
+    dt_model *m = NULL;
+    o.T = 24;
+    DT_CHECK_OK(dt_model_create(mc, &o, mem, &m));
+    return m;
+}
+
+/* The interface against dt_dit on one batch: predict, loss and gradient. */
+static void check_against_dit(dt_dit_attn attn) {
+    dt_model_config mc = tiny(attn);
+    dt_dit_config c = dt_dit_config_from_model(&mc);
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    dt_model *m = create(&mc, (dt_model_opts){.B = B, .training = true}, mem);
+    dt_dit *d = NULL;
+    DT_CHECK_OK(dt_dit_init(&c, &(dt_dit_opts){.B = B, .training = true}, mem, &d));
+    if (!m || !d)
+        return;
+    int64_t nw = dt_model_numel(m);
+    DT_CHECK(nw == dt_dit_numel(d), "arena %lld vs %lld", (long long)nw,
+             (long long)dt_dit_numel(d));
+    random_weights(dt_model_weights(m), nw);
+    memcpy(dt_dit_weights(d), dt_model_weights(m), sizeof(float) * nw);
+    batch bt = make_batch(&c, B, 5);
+    dt_batch b = view(&bt, 0, B, &c);
+    float *pred = malloc(sizeof(float) * B * bt.clip), *dout = malloc(sizeof(float) * B * bt.clip);
+    DT_CHECK_OK(dt_model_predict(m, &b, pred));
+    DT_CHECK_OK(dt_dit_forward(d, bt.x, bt.t, bt.labels, B));
+    DT_CHECK(!memcmp(pred, dt_dit_output(d), sizeof(float) * B * bt.clip),
+             "attn %d: predict differs from dt_dit_forward", (int)attn);
+    /* the loss: the batch's MSE; gradient of gs * loss_sum = 2 gs (pred - v) / P per value */
+    float gs = 0.37f;
+    int P = dt_dit_patch_dim(&c), S = dt_dit_tokens(&c);
+    double loss_sum, mse = dt_flow_mse(pred, bt.v, B * bt.clip, 1.0f, NULL);
+    for (int64_t i = 0; i < B * bt.clip; i++)
+        dout[i] = (float)(2.0 * gs * ((double)pred[i] - bt.v[i]) / P);
+    dt_model_zero_grad(m);
+    DT_CHECK_OK(dt_model_forward(m, &b));
+    DT_CHECK_OK(dt_model_loss(m, &b, gs, true, &loss_sum));
+    DT_CHECK_OK(dt_model_backward(m, &b));
+    DT_CHECK_CLOSE(loss_sum / (B * S), mse, 1e-12);
+    dt_dit_zero_grad(d);
+    DT_CHECK_OK(dt_dit_backward(d, dout, B));
+    DT_CHECK(!memcmp(dt_model_grads(m), dt_dit_grads(d), sizeof(float) * nw),
+             "attn %d: interface gradient differs from dt_dit_backward's", (int)attn);
+    free(pred), free(dout);
+    free_batch(&bt);
+    dt_dit_free(d);
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
+/* One step's gradient of the whole batch in two micro-batches (A = clips 0..1, B = clip 2)
+ * through a model built with `o`, each micro-batch on its own slot. */
+static void grads_two_slots(const dt_model_config *mc, dt_model_opts o, const float *w,
+                            const batch *bt, float *grad, double *loss) {
+    dt_dit_config c = dt_dit_config_from_model(mc);
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    o.B = 2, o.n_slots = 2, o.training = true;
+    dt_model *m = create(mc, o, mem);
+    if (!m)
+        return;
+    int64_t nw = dt_model_numel(m);
+    memcpy(dt_model_weights(m), w, sizeof(float) * nw);
+    dt_model_sync_lp(m);
+    dt_model_zero_grad(m);
+    int U = dt_model_n_units(m);
+    dt_batch a = view(bt, 0, 2, &c), b = view(bt, 2, 1, &c);
+    double la, lb;
+    DT_CHECK_OK(dt_model_forward_units(m, 0, 0, U, &a));
+    DT_CHECK_OK(dt_model_loss_slot(m, 0, &a, 0.5f, true, &la));
+    DT_CHECK_OK(dt_model_forward_units(m, 1, 0, U, &b));
+    DT_CHECK_OK(dt_model_loss_slot(m, 1, &b, 0.5f, true, &lb));
+    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, U, &b, false));
+    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, U, &a, false));
+    memcpy(grad, dt_model_grads(m), sizeof(float) * nw);
+    *loss = la + lb;
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
+/* The same step on one slot, micro-batch after micro-batch (the plain order). */
+static void grads_one_slot(const dt_model_config *mc, const float *w, const batch *bt,
+                           float *grad, double *loss) {
+    dt_dit_config c = dt_dit_config_from_model(mc);
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    dt_model *m = create(mc, (dt_model_opts){.B = 2, .training = true}, mem);
+    if (!m)
+        return;
+    memcpy(dt_model_weights(m), w, sizeof(float) * dt_model_numel(m));
+    dt_model_zero_grad(m);
+    *loss = 0;
+    for (int k = 0; k < 2; k++) {
+        dt_batch b = k == 0 ? view(bt, 0, 2, &c) : view(bt, 2, 1, &c);
+        double l;
+        DT_CHECK_OK(dt_model_forward(m, &b));
+        DT_CHECK_OK(dt_model_loss(m, &b, 0.5f, true, &l));
+        DT_CHECK_OK(dt_model_backward(m, &b));
+        *loss += l;
+    }
+    memcpy(grad, dt_model_grads(m), sizeof(float) * dt_model_numel(m));
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
+/* Two stages in one process: units [0, cut) and [cut, L+2), the boundary (residual rows and
+ * silu(c)) and its gradient copied between them as the pipeline executor sends them. */
+static void grads_two_stages(const dt_model_config *mc, int cut, const float *w_full,
+                             const batch *bt, float *grad_full, double *loss) {
+    dt_dit_config c = dt_dit_config_from_model(mc);
+    int U = mc->n_layer + 2;
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    bool held[2][8];
+    for (int u = 0; u < U; u++)
+        held[0][u] = u < cut, held[1][u] = u >= cut;
+    dt_model *s[2];
+    for (int k = 0; k < 2; k++)
+        s[k] = create(mc, (dt_model_opts){.B = 2, .training = true, .units = held[k]}, mem);
+    if (!s[0] || !s[1])
+        return;
+    DT_CHECK(dt_model_n_units(s[0]) == cut && dt_model_n_units(s[1]) == U - cut,
+             "stages hold %d and %d units", dt_model_n_units(s[0]), dt_model_n_units(s[1]));
+    memset(grad_full, 0, sizeof(float) * dt_model_full_numel(s[0]));
+    *loss = 0;
+    float *full = malloc(sizeof(float) * dt_model_full_numel(s[0]));
+    for (int k = 0; k < 2; k++) {
+        dt_model_take_shard(s[k], w_full, dt_model_weights(s[k]));
+        dt_model_zero_grad(s[k]);
+    }
+    for (int mb = 0; mb < 2; mb++) {
+        dt_batch b = mb == 0 ? view(bt, 0, 2, &c) : view(bt, 2, 1, &c);
+        int64_t n = dt_model_boundary_count(s[0], b.B, b.T);
+        DT_CHECK(n == dt_model_boundary_count(s[1], b.B, b.T), "boundary sizes differ");
+        double l;
+        DT_CHECK_OK(dt_model_forward_units(s[0], 0, 0, cut, &b));
+        memcpy(dt_model_boundary(s[1], 0, cut - 1, b.B, b.T),
+               dt_model_boundary(s[0], 0, cut - 1, b.B, b.T), sizeof(float) * n);
+        DT_CHECK_OK(dt_model_forward_units(s[1], 0, cut, U, &b));
+        DT_CHECK_OK(dt_model_loss_slot(s[1], 0, &b, 0.5f, true, &l));
+        DT_CHECK_OK(dt_model_backward_units(s[1], 0, cut, U, &b, false));
+        memcpy(dt_model_boundary_grad(s[0], 0, b.B, b.T),
+               dt_model_boundary_grad(s[1], 0, b.B, b.T), sizeof(float) * n);
+        DT_CHECK_OK(dt_model_backward_units(s[0], 0, 0, cut, &b, false));
+        *loss += l;
+    }
+    for (int k = 0; k < 2; k++) { /* the stages' tensors are disjoint: place and add */
+        DT_CHECK_OK(dt_model_gather_full(s[k], dt_model_grads(s[k]), full));
+        for (int64_t i = 0; i < dt_model_full_numel(s[k]); i++)
+            grad_full[i] += full[i];
+    }
+    free(full);
+    for (int k = 0; k < 2; k++)
+        dt_model_free(s[k]);
+    dt_mem_free(mem);
+}
+
+static void check_slots_stages_ac(dt_dit_attn attn) {
+    dt_model_config mc = tiny(attn);
+    dt_dit_config c = dt_dit_config_from_model(&mc);
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    dt_model *m = create(&mc, (dt_model_opts){.B = 2}, mem);
+    if (!m)
+        return;
+    int64_t nw = dt_model_numel(m);
+    DT_CHECK(nw == dt_model_full_numel(m), "one process: local and full arenas differ");
+    float *w = malloc(sizeof(float) * nw), *g0 = malloc(sizeof(float) * nw);
+    float *g1 = malloc(sizeof(float) * nw);
+    random_weights(w, nw);
+    batch bt = make_batch(&c, 3, 17);
+    double l0 = 0, l1 = 0;
+    grads_one_slot(&mc, w, &bt, g0, &l0);
+    grads_two_slots(&mc, (dt_model_opts){0}, w, &bt, g1, &l1);
+    DT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * nw),
+             "attn %d: two slots in flight give another loss or gradient", (int)attn);
+    for (int cut = 1; cut <= mc.n_layer + 1; cut += 2) {
+        grads_two_stages(&mc, cut, w, &bt, g1, &l1);
+        DT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * nw),
+                 "attn %d: two stages cut at unit %d give another loss or gradient", (int)attn,
+                 cut);
+    }
+    const dt_ac_mode modes[2] = {DT_AC_FULL, DT_AC_SELECTIVE};
+    for (int k = 0; k < 2; k++)
+        for (int every = 1; every <= 2; every++) {
+            grads_two_slots(&mc, (dt_model_opts){.ac = modes[k], .ac_every = every}, w, &bt, g1,
+                            &l1);
+            DT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * nw),
+                     "attn %d: ac %d every %d changes the loss or gradient bits", (int)attn,
+                     (int)modes[k], every);
+        }
+    /* bf16 matmuls: within bf16 rounding of fp32 */
+    grads_two_slots(&mc, (dt_model_opts){.precision = DT_PREC_BF16}, w, &bt, g1, &l1);
+    double gmax = 0;
+    for (int64_t i = 0; i < nw; i++)
+        gmax = fmax(gmax, fabs(g0[i]));
+    double rel = dt_test_max_rel(g1, g0, nw, 0.05 * gmax);
+    DT_CHECK(rel < 0.1 && rel > 0, "attn %d: bf16 gradient off by %g (relative)", (int)attn,
+             rel);
+    DT_CHECK_CLOSE(l1, l0, 2e-2);
+    free_batch(&bt);
+    free(w), free(g0), free(g1);
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
+/* Sizes, files and the sampler. */
+static void check_files_and_sampler(void) {
+    dt_model_config mc = tiny(DT_DIT_ATTN_FULL);
+    dt_dit_config c = dt_dit_config_from_model(&mc);
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    dt_model *m = create(&mc, (dt_model_opts){.B = 2}, mem);
+    dt_dit *d = NULL;
+    DT_CHECK_OK(dt_dit_init(&c, &(dt_dit_opts){.B = 2}, mem, &d));
+    if (!m || !d)
+        return;
+    int64_t nw = dt_model_numel(m);
+    random_weights(dt_model_weights(m), nw);
+    memcpy(dt_dit_weights(d), dt_model_weights(m), sizeof(float) * nw);
+    /* named sizes, in the contract's order, and back */
+    dt_model_size sz[DT_MODEL_MAX_SIZES];
+    int n = dt_model_sizes(m, sz);
+    const char *keys[] = {"n_layer", "n_head", "n_embd", "frames", "channels", "height",
+                          "width", "patch_t", "patch_h", "patch_w", "n_classes", "attn"};
+    DT_CHECK(n == 12, "%d sizes", n);
+    for (int i = 0; i < n && i < 12; i++)
+        DT_CHECK(!strcmp(sz[i].key, keys[i]), "size %d is %s, want %s", i, sz[i].key, keys[i]);
+    dt_model_config back = {.arch = DT_ARCH_DIT};
+    DT_CHECK_OK(dt_model_config_from_sizes(sz, n, &back));
+    DT_CHECK(back.frames == 4 && back.patch_w == 1 && back.n_classes == 3 &&
+                 back.attn == DT_DIT_ATTN_FULL && back.n_embd == 12 && back.n_layer == 3,
+             "config_from_sizes lost a size");
+    back = (dt_model_config){.arch = DT_ARCH_DIT};
+    DT_CHECK(dt_model_config_from_sizes(sz, n - 1, &back) == DT_ERR_FORMAT &&
+                 strstr(dt_err_msg(), "attn"),
+             "a missing size: %s", dt_err_msg());
+    char desc[256];
+    dt_model_describe(m, desc, sizeof desc);
+    DT_CHECK(strstr(desc, "24 tokens") != NULL, "description: %s", desc);
+    /* save, load, and the shape from the file */
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/dtrain-dit-%d.safetensors", (int)getpid());
+    float *w2 = calloc((size_t)nw, sizeof *w2);
+    DT_CHECK_OK(dt_model_save(m, dt_model_weights(m), path));
+    DT_CHECK_OK(dt_model_load(m, w2, path));
+    for (int i = 0; i < dt_model_n_params(m); i++) {
+        const dt_param *p = dt_model_param(m, i);
+        DT_CHECK(!memcmp(w2 + p->offset, dt_model_weights(m) + p->offset,
+                         sizeof(float) * p->numel), "load: other values of %s", p->name);
+    }
+    dt_model_config fc = {.arch = DT_ARCH_GPT2, .n_layer = 9};
+    DT_CHECK_OK(dt_model_config_from_file(path, &fc));
+    DT_CHECK(fc.arch == DT_ARCH_DIT && fc.n_layer == 3 && fc.height == 6 && fc.patch_h == 2 &&
+                 fc.n_classes == 3,
+             "config_from_file: arch %d, n_layer %d", (int)fc.arch, fc.n_layer);
+    dt_model_config other = mc;
+    other.n_embd = 18;
+    dt_model *m2 = create(&other, (dt_model_opts){.B = 1}, mem);
+    if (m2) {
+        float *w3 = calloc((size_t)dt_model_numel(m2), sizeof *w3);
+        DT_CHECK(dt_model_load(m2, w3, path) == DT_ERR_ARG && strstr(dt_err_msg(), "n_embd"),
+                 "loading another shape: %s", dt_err_msg());
+        free(w3);
+    }
+    dt_model_free(m2);
+    remove(path);
+    /* the sampler over the interface: dt_flow_sample's clips, with and without guidance */
+    dt_flow *f = NULL;
+    DT_CHECK_OK(dt_flow_init(d, &(dt_flow_opts){0}, mem, &f));
+    int64_t clip = dt_dit_clip_numel(&c);
+    float *o1 = malloc(sizeof(float) * 2 * clip), *o2 = malloc(sizeof(float) * 2 * clip);
+    int32_t labels[2] = {1, 3};
+    for (int g = 0; g < 2 && f; g++) {
+        DT_CHECK_OK(dt_flow_sample(f, 2, 3, 8, g ? labels : NULL, 2.0f * g, o1));
+        DT_CHECK_OK(dt_flow_sample_model(m, mem, 2, 3, 8, g ? labels : NULL, 2.0f * g, o2));
+        DT_CHECK(!memcmp(o1, o2, sizeof(float) * 2 * clip), "guidance %d: the sampler over "
+                 "the interface differs from dt_flow_sample", g);
+    }
+    labels[0] = 4;
+    DT_CHECK(dt_flow_sample_model(m, mem, 2, 3, 8, labels, 1.0f, o2) == DT_ERR_ARG,
+             "a label past the null class");
+    dt_flow_free(f);
+    free(o1), free(o2), free(w2);
+    dt_dit_free(d);
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
+static void expect_split_error(dt_model_config mc, int tp, int sp, const char *needle) {
+    dt_status st = dt_model_check_split(&mc, tp, sp, false, 24);
+    DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), needle), "tp %d sp %d: want '%s', got %s",
+             tp, sp, needle, st ? dt_err_msg() : "OK");
+}
+
+static void check_errors(void) {
+    dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
+    expect_split_error(mc, 2, 1, "use plugin.sp_size");
+    mc.n_head = 4;
+    expect_split_error(mc, 1, 4, "time tokens (model.frames=4 / patch_t=2) are not divisible "
+                                 "by plugin.sp_size=4");
+    mc.n_head = 3;
+    expect_split_error(mc, 1, 2, "model.n_head=3 is not divisible by plugin.sp_size=2");
+    mc = tiny(DT_DIT_ATTN_FULL);
+    DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
+    expect_split_error(mc, 1, 5, "24 tokens per clip are not divisible by plugin.sp_size=5");
+    DT_CHECK(dt_model_check_split(&mc, 1, 1, false, 23) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "train.seq_len=23"), "seq_len: %s", dt_err_msg());
+    dt_mem *mem;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    dt_model *m = NULL;
+    dt_model_opts o = {.B = 1, .T = 24, .training = true, .split_backward = true};
+    DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m, "split backward");
+    o.split_backward = false, o.act_compress = DT_ACT_COMPRESS_INT8;
+    DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m &&
+                 strstr(dt_err_msg(), "dit"), "int8 storage: %s", dt_err_msg());
+    m = create(&mc, (dt_model_opts){.B = 1, .training = true}, mem);
+    dt_dit_config c = dt_dit_config_from_model(&mc);
+    batch bt = make_batch(&c, 2, 3);
+    dt_batch b = view(&bt, 0, 1, &c);
+    bt.rows[c.frames * c.channels * c.height * c.width + 1] = 1.5f;
+    DT_CHECK(m && dt_model_forward(m, &b) == DT_ERR_ARG && strstr(dt_err_msg(), "label 1.5"),
+             "a fractional label: %s", dt_err_msg());
+    b.B = 2;
+    DT_CHECK(m && dt_model_forward(m, &b) == DT_ERR_ARG && strstr(dt_err_msg(), "2 clips"),
+             "too many clips: %s", dt_err_msg());
+    free_batch(&bt);
+    dt_model_free(m);
+    /* an arch without predict */
+    dt_model_config g = {.arch = DT_ARCH_GPT2, .n_layer = 1, .n_head = 2, .n_embd = 16,
+                         .vocab_size = 32, .max_seq_len = 8, .norm_eps = 1e-5f};
+    m = NULL;
+    DT_CHECK_OK(dt_model_create(&g, &(dt_model_opts){.B = 1, .T = 8}, mem, &m));
+    float out[1];
+    DT_CHECK(m && dt_model_predict(m, &(dt_batch){.B = 1, .T = 8}, out) == DT_ERR_UNSUPPORTED &&
+                 strstr(dt_err_msg(), "gpt2"), "predict on gpt2: %s", dt_err_msg());
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    check_against_dit(DT_DIT_ATTN_FULL);
+    check_against_dit(DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    check_slots_stages_ac(DT_DIT_ATTN_FULL);
+    check_slots_stages_ac(DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    check_files_and_sampler();
+    check_errors();
+    return DT_TEST_END();
+}
