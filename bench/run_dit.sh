@@ -63,7 +63,7 @@ DTRAIN=$BUILD/dtrain GEMM=$BUILD/bench_gemm
 
 CPU_MODEL=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 CPU_ISA=$(for f in avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_tile; do
-    grep -qw $f /proc/cpuinfo && printf '%s ' $f; done | sed 's/ $//')
+    if grep -qw $f /proc/cpuinfo; then printf '%s ' $f; fi; done | sed 's/ $//')
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "dtrain: $COMMIT"
