@@ -6,7 +6,8 @@
  *   w.NAME, g.NAME, u.NAME   initial weights, gradients, updated weights of every parameter
  *   x0, eps [B, frames, channels, height, width], t [B], labels [B] (I32, n_classes = null)
  *   out [B, frames, channels, height, width]   the model's output (the predicted velocity)
- *   __metadata__             the shape, the AdamW hyper-parameters and the loss (%.17g)
+ *   __metadata__             the shape, the AdamW hyper-parameters, the loss (%.17g) and
+ *                            the model's FLOPs per trained clip
  *
  *   dit_torch_dump OUT.safetensors full|spatial_temporal N_CLASSES
  *
@@ -138,6 +139,7 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes) {
         DT_TRY_GOTO(set_meta_int(wr, ints[i].key, ints[i].v));
     DT_TRY_GOTO(dt_st_writer_set_metadata(wr, "attn", dt_dit_attn_name(attn)));
     DT_TRY_GOTO(set_meta_num(wr, "loss", loss));
+    DT_TRY_GOTO(set_meta_num(wr, "flops_per_clip", dt_dit_flops_per_sample(d)));
     DT_TRY_GOTO(set_meta_num(wr, "lr", OPTIM.lr));
     DT_TRY_GOTO(set_meta_num(wr, "beta1", OPTIM.beta1));
     DT_TRY_GOTO(set_meta_num(wr, "beta2", OPTIM.beta2));

@@ -25,7 +25,8 @@ gradients and AdamW-updated weights). This script redoes the step - x_t = (1 - t
 v = eps - x0, loss = mean (model(x_t) - v)^2, backward, one torch.optim.AdamW step with the
 dump's hyper-parameters (weight decay on >= 2-D tensors) - in float32 or float64 and compares,
 per tensor, ||dtrain - torch||_2 / ||torch||_2 (Frobenius norm over the whole tensor) <= rtol:
-the output, the loss, every gradient, every updated weight and every update (w1 - w0).
+the output, the loss, every gradient, every updated weight and every update (w1 - w0); and
+DiTConfig.flops_per_clip (the benchmark's MFU numerator) against dtrain's count.
 --perturb NAME scales dtrain's tensor NAME (e.g. g.blocks.1.attn.qkv.weight) by 1.001 first:
 the check must then fail (the test of the test). --matmul onednn runs the linears through
 torch's bundled oneDNN, the route bench/torch_dit_step.py may time (so the benchmark's peer
@@ -371,6 +372,9 @@ def check(a):
           f"||dtrain - torch||_2 / ||torch||_2 per tensor <= {a.rtol:g}")
     rows = [("output", rel_err(tensors["out"], out.detach().numpy())),
             ("loss", rel_err(float(meta["loss"]), loss.item()))]
+    if "flops_per_clip" in meta:  # the count bench/torch_dit_step.py's MFU rests on
+        rows.append(("FLOPs per clip", rel_err(float(meta["flops_per_clip"]),
+                                               cfg.flops_per_clip())))
     for n, p in model.named_parameters():
         g, w1 = grads[n], p.detach()
         rows.append(("grad " + n, rel_err(tensors["g." + n],
