@@ -146,17 +146,20 @@ static void carve_acts(dt_dit *d, dt_dit_carver *cv) {
  * and sends them). */
 static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->F;
-    size_t P = (size_t)d->P, f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    bool split = d->sp->size > 1, lp = d->ctx.mm_type != DT_F32;
-    d->qkv_rows = dt_dit_carve(cv, Nr * 3 * C * f4);
-    d->packed = split ? dt_dit_carve(cv, Nr * 3 * C * f4) : NULL;
-    d->qkvh = split ? dt_dit_carve(cv, Nr * 3 * C * f4) : NULL;
-    d->att_rows = dt_dit_carve(cv, Nr * C * f4);
-    d->atth = dt_dit_carve(cv, Nr * C * f4);
-    d->gel = dt_dit_carve(cv, Nr * F * f4);
+    size_t Ct = (size_t)d->Ct, Ft = (size_t)d->Ft, P = (size_t)d->P;
+    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    bool sp = d->sp->size > 1, tp = d->tp->size > 1, lp = d->ctx.mm_type != DT_F32;
+    d->qkv_rows = dt_dit_carve(cv, Nr * 3 * Ct * f4);
+    d->packed = sp ? dt_dit_carve(cv, Nr * 3 * Ct * f4) : NULL;
+    d->qkvh = sp ? dt_dit_carve(cv, Nr * 3 * Ct * f4) : NULL;
+    d->att_rows = dt_dit_carve(cv, Nr * Ct * f4);
+    d->atth = dt_dit_carve(cv, Nr * Ct * f4);
+    d->gel = dt_dit_carve(cv, Nr * Ft * f4);
+    d->part = tp ? dt_dit_carve(cv, Nr * C * f4) : NULL;
     d->tok_out = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
     d->tok_tgt = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
-    d->work = split ? dt_dit_carve(cv, Nr * 3 * C * f4) : NULL;
+    /* the all-to-alls' local size, the COPY adjoint's rows x cols */
+    d->work = sp || tp ? dt_dit_carve(cv, Nr * (3 * Ct > C ? 3 * Ct : C) * f4) : NULL;
     /* 16-bit operands: the widest input (C, 4C, P or the timestep features) and output
      * (6C, 4C or P) of a matmul over Nr >= B rows */
     size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
@@ -173,11 +176,11 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     }
     d->dA = dt_dit_carve(cv, Nr * C * f4);
     d->dB = dt_dit_carve(cv, Nr * C * f4);
-    d->dg = dt_dit_carve(cv, Nr * F * f4);
-    d->dh = dt_dit_carve(cv, Nr * F * f4);
-    d->dqkv = dt_dit_carve(cv, Nr * 3 * C * f4);
-    d->dqkvp = dt_dit_carve(cv, Nr * 3 * C * f4);
-    d->dattp = dt_dit_carve(cv, Nr * C * f4);
+    d->dg = dt_dit_carve(cv, Nr * Ft * f4);
+    d->dh = dt_dit_carve(cv, Nr * Ft * f4);
+    d->dqkv = dt_dit_carve(cv, Nr * 3 * Ct * f4);
+    d->dqkvp = dt_dit_carve(cv, Nr * 3 * Ct * f4);
+    d->dattp = dt_dit_carve(cv, Nr * Ct * f4);
     d->dmod = dt_dit_carve(cv, B * 6 * C * f4);
     d->dc = dt_dit_carve(cv, B * C * f4);
     d->dts = dt_dit_carve(cv, B * C * f4);
@@ -229,7 +232,7 @@ static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->act_compress != DT_ACT_COMPRESS_NONE)
         return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit does not store activations as "
                           "int8 (plugin.act_compress); use plugin.ac instead");
-    return dt_dit_check_split(&d->cfg, o->tp ? o->tp->size : 1, d->sp->size, o->sequence_tp);
+    return dt_dit_check_split(&d->cfg, d->tp->size, d->sp->size, o->sequence_tp);
 }
 
 static dt_status alloc_arrays(dt_dit *d) {
@@ -275,8 +278,15 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
         DT_TRY_GOTO(dt_comm_local_init("sp", &d->own_sp));
         d->sp = d->own_sp;
     }
-    DT_TRY_GOTO(dt_comm_local_init("tp", &d->own_tp));
+    d->tp = o->tp;
+    if (!d->tp) {
+        DT_TRY_GOTO(dt_comm_local_init("tp", &d->own_tp));
+        d->tp = d->own_tp;
+    }
     DT_TRY_GOTO(check_opts(d, o));
+    d->Ct = d->C / d->tp->size;
+    d->NHt = d->NH / d->tp->size;
+    d->Ft = d->F / d->tp->size;
     d->Nr = dt_dit_rows(d, d->B);
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     d->ac = o->ac;
@@ -361,7 +371,7 @@ void dt_dit_free(dt_dit *d) {
 
 const dt_dit_config *dt_dit_config_of(const dt_dit *d) { return &d->cfg; }
 int dt_dit_max_batch(const dt_dit *d) { return d->B; }
-dt_comm *dt_dit_tp(const dt_dit *d) { return d->own_tp; }
+dt_comm *dt_dit_tp(const dt_dit *d) { return d->tp; }
 
 void dt_dit_init_weights(dt_dit *d, uint64_t seed) {
     DT_ASSERT(d->w);

@@ -8,9 +8,9 @@
  * backward scratch; nothing is allocated after init. It runs as one process (dt_dit_init:
  * dt_dit_forward -> loss gradient of dt_dit_output -> dt_dit_backward) or split as the model
  * interface asks (dt_dit_init_model, models/dit_model.c): pipeline stages by unit, Ulysses
- * sequence parallelism over sp, ZeRO's bound storage, bf16 matmuls, activation
+ * sequence parallelism over sp, tensor parallelism over tp, ZeRO's bound storage, bf16 matmuls, activation
  * checkpointing. Gradients accumulate until dt_dit_zero_grad. Single-threaded control;
- * kernels use OpenMP inside; collectives over the sp comm the caller gave.
+ * kernels use OpenMP inside; collectives over the sp and tp comms the caller gave.
  *
  * A micro-batch as the model interface hands it over (dt_batch, B clips, T = S tokens):
  *   input   B rows of dt_dit_input_floats() floats: the noisy clip x_t in [frames, channels,
@@ -55,11 +55,11 @@ dt_dit_config dt_dit_config_from_model(const dt_model_config *m);
  * divide by its patch, n_embd % n_head, a head size that is odd, ...). */
 dt_status dt_dit_check_config(const dt_dit_config *c);
 
-/* Whether the DiT splits over tp x sp ranks (seq_len: the clip's tokens): DT_OK, or one
- * DT_ERR_ARG naming the numbers: tensor parallelism (tp > 1, sequence_tp) is not
- * implemented for the DiT (use sp); tokens % sp, n_head % sp (Ulysses splits heads), and for
- * spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays local:
- * every sp rank holds whole frames). */
+/* Whether the DiT splits over tp x sp ranks: DT_OK, or one DT_ERR_ARG naming the numbers:
+ * Megatron-SP (sequence_tp) is not implemented for the DiT (use sp); n_head % tp (tensor
+ * parallelism splits heads and MLP columns), tokens % sp, (n_head / tp) % sp (Ulysses
+ * splits a tp rank's heads), and for spatial_temporal the time tokens frames/patch_t % sp
+ * (spatial attention stays local: every sp rank holds whole frames). */
 dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp);
 
 /* Derived sizes: tokens per clip (t/pt)(h/ph)(w/pw), floats per patch pt ph pw channels,
@@ -147,8 +147,8 @@ int64_t dt_dit_full_numel(const dt_dit *d);
 float *dt_dit_weights(dt_dit *d);     /* NULL with external weights */
 float *dt_dit_grads(dt_dit *d);       /* NULL when not training or with external grads */
 dt_bf16 *dt_dit_weights_lp(dt_dit *d); /* NULL in fp32 or with external weights */
-dt_comm *dt_dit_tp(const dt_dit *d);   /* a size-1 comm: the DiT does not split tensors */
-/* Collective over pp: every stage's local arena -> the full arena (every rank). */
+dt_comm *dt_dit_tp(const dt_dit *d);   /* the tp group (a size-1 comm when not split) */
+/* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full);
 /* This rank's local arena out of a full one (no communication). */
 void dt_dit_take_shard(const dt_dit *d, const float *full, float *local);

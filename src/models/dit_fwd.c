@@ -25,6 +25,9 @@
  * output goes back to rows by the inverse all-to-all. Spatial attention stays local: an sp
  * rank holds whole frames (dt_dit_check_split), so its rows are whole sequences already.
  *
+ * Tensor parallelism (dit_impl.h): q|k|v, the attention and the MLP's hidden width are this
+ * tp rank's heads and columns; proj and fc2 leave the region through an all-reduce.
+ *
  * Activation checkpointing (opts ac, block l when l % ac_every == 0): "full" keeps nothing
  * but the block's input (a residual position kept anyway) and reruns the block's forward
  * into the model's shared set right before its backward; "selective" keeps all but the
@@ -39,6 +42,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/norm.h"
+#include "kernels/reduce.h"
 #include "models/dit_impl.h"
 #include "nn/region.h"
 
@@ -64,8 +68,8 @@ static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
     int rows = sp > 1 ? B * d->S : dt_dit_rows(d, B);
     int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
-    return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NH / sp, .NKV = d->NH / sp,
-                           .hs = hs, .q_stride = 3 * d->C / sp, .kv_stride = 3 * d->C / sp,
+    return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NHt / sp, .NKV = d->NHt / sp,
+                           .hs = hs, .q_stride = 3 * d->Ct / sp, .kv_stride = 3 * d->Ct / sp,
                            .scale = 1.0f / sqrtf((float)hs),
                            .bf16 = d->ctx.mm_type == DT_BF16};
 }
@@ -85,11 +89,11 @@ static void permute_rows(const dt_dit *d, float *dst, const float *src, int64_t 
             }
 }
 
-/* Per row, q|k|v heads in natural order [q C][k C][v C] <-> grouped by sp rank [q C/sp,
- * k C/sp, v C/sp] x sp, so the all-to-all hands sp rank g its heads' group. */
+/* Per row, this tp rank's q|k|v heads in natural order [q Ct][k Ct][v Ct] <-> grouped by sp
+ * rank [q Ct/sp, k Ct/sp, v Ct/sp] x sp, so the all-to-all hands sp rank g its heads' group. */
 static void regroup(const dt_dit *d, float *dst, const float *src, int rows, bool to_groups) {
     int sp = d->sp->size;
-    int64_t C = d->C, W = 3 * C, qa = C / sp;
+    int64_t C = d->Ct, W = 3 * C, qa = C / sp;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++)
         for (int g = 0; g < sp; g++)
@@ -203,29 +207,29 @@ dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
 
 /* ---- attention between row order and attention order ---------------------------------------- */
 
-/* q|k|v rows [Nr, 3C] (rows, which may be scratch) -> a->qkv in attention order. */
+/* q|k|v rows [Nr, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
 static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, float *qkv) {
     int Nr = dt_dit_rows(d, B), sp = d->sp->size;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL)
-            permute_rows(d, qkv, rows, 3 * (int64_t)d->C, B, true);
+            permute_rows(d, qkv, rows, 3 * (int64_t)d->Ct, B, true);
         return DT_OK; /* full and spatial: the linear wrote a->qkv itself */
     }
     regroup(d, d->packed, rows, Nr, true);
     float *h = k == ATTN_TEMPORAL ? d->qkvh : qkv;
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->C, sp}, d->packed,
-                         h, d->work));
+               ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp},
+                         d->packed, h, d->work));
     if (k == ATTN_TEMPORAL)
-        permute_rows(d, qkv, h, 3 * (int64_t)d->C / sp, B, true);
+        permute_rows(d, qkv, h, 3 * (int64_t)d->Ct / sp, B, true);
     return DT_OK;
 }
 
-/* The attention output y (attention order) as rows [Nr, C]: y itself, or built in scratch. */
+/* The attention output y (attention order) as rows [Nr, Ct]: y itself, or built in scratch. */
 static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y,
                                    const float **rows) {
     bool a2a = uses_a2a(d, k);
-    int64_t A = a2a ? d->C / d->sp->size : d->C;
+    int64_t A = a2a ? d->Ct / d->sp->size : d->Ct;
     *rows = y;
     if (k == ATTN_TEMPORAL) {
         permute_rows(d, d->atth, y, A, B, false);
@@ -234,24 +238,24 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     if (!a2a)
         return DT_OK;
     /* heads -> rows is the all-to-all's adjoint, which accumulates */
-    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows(d, B) * d->C);
+    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows(d, B) * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->C, d->NH}, *rows,
+               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, *rows,
                           d->att_rows, d->work));
     *rows = d->att_rows;
     return DT_OK;
 }
 
-/* d rows [Nr, C] of the attention output -> its gradient in attention order. */
+/* d rows [Nr, Ct] of the attention output -> its gradient in attention order. */
 static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *drows,
                                     const float **datt) {
     bool a2a = uses_a2a(d, k);
-    int64_t A = a2a ? d->C / d->sp->size : d->C;
+    int64_t A = a2a ? d->Ct / d->sp->size : d->Ct;
     *datt = drows;
     if (a2a) {
         DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-                   ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->C, d->NH}, drows,
-                             d->dattp, d->work));
+                   ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt},
+                             drows, d->dattp, d->work));
         *datt = d->dattp;
     }
     if (k == ATTN_TEMPORAL) {
@@ -262,26 +266,26 @@ static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *
     return DT_OK;
 }
 
-/* d q|k|v in attention order (d->dqkvp) -> rows [Nr, 3C]. */
+/* d q|k|v in attention order (d->dqkvp) -> rows [Nr, 3Ct]. */
 static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows) {
     int sp = d->sp->size;
     *drows = d->dqkvp;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL) {
-            permute_rows(d, d->dqkv, d->dqkvp, 3 * (int64_t)d->C, B, false);
+            permute_rows(d, d->dqkv, d->dqkvp, 3 * (int64_t)d->Ct, B, false);
             *drows = d->dqkv;
         }
         return DT_OK;
     }
     const float *src = d->dqkvp;
     if (k == ATTN_TEMPORAL) {
-        permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->C / sp, B, false);
+        permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->Ct / sp, B, false);
         src = d->qkvh;
     }
     int Nr = dt_dit_rows(d, B);
-    dt_zero_f32(d->packed, (int64_t)Nr * 3 * d->C);
+    dt_zero_f32(d->packed, (int64_t)Nr * 3 * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->C, sp}, src,
+               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, src,
                           d->packed, d->work));
     regroup(d, d->dqkv, d->packed, Nr, false);
     *drows = d->dqkv;
@@ -331,16 +335,16 @@ static bool holds_kept(const dt_dit *d, keep k) {
 
 /* Carve fields f (sized for the largest micro-batch), NULL for the rest. */
 static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
-    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->F;
-    size_t NH = (size_t)d->NH, f4 = sizeof(float);
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->Ft;
+    size_t Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
 #define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
     a->mod = PIECE(F_MOD, B * 6 * C);
     a->aff = PIECE(F_MOD, B * 4 * C);
     a->mean1 = PIECE(F_LN, Nr);
     a->rstd1 = PIECE(F_LN, Nr);
     a->m1 = PIECE(F_M1, Nr * C);
-    a->qkv = PIECE(F_QKV, Nr * 3 * C);
-    a->y = PIECE(F_Y, Nr * C);
+    a->qkv = PIECE(F_QKV, Nr * 3 * Ct);
+    a->y = PIECE(F_Y, Nr * Ct);
     a->lse = PIECE(F_LSE, Nr * NH);
     a->a = PIECE(F_A, Nr * C);
     a->x2 = PIECE(F_X2, Nr * C);
@@ -384,6 +388,50 @@ static dt_dit_acts view(const dt_dit *d, int slot, int l) {
 #undef PICK
 }
 
+/* ---- tensor-parallel matmuls ------------------------------------------------------------------ */
+
+/* A row-parallel matmul (proj, fc2): y = the sum over tp of x_r W_r^T (the REDUCE region),
+ * then + b once. Over one tp rank the plain matmul with its bias. */
+static dt_status row_forward(dt_dit *d, const dt_linear *l, const float *x, int Nr, float *y) {
+    if (d->tp->size == 1)
+        return dt_dit_linear_forward(d, l, x, Nr, y);
+    dt_linear nb = *l;
+    nb.b = nb.db = NULL;
+    DT_TRY(dt_dit_linear_forward(d, &nb, x, Nr, d->part));
+    DT_TRY(dt_region_op_get(DT_REGION_KIND_REDUCE)
+               ->forward(d->tp, &(dt_region_shape){Nr, d->C, 0}, d->part, y, NULL));
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < Nr; n++)
+        for (int j = 0; j < d->C; j++)
+            y[n * d->C + j] += l->b[j];
+    return DT_OK;
+}
+
+/* Its backward: the REDUCE adjoint is the identity, so dy is whole on every tp rank; the
+ * whole bias's gradient, this rank's columns' weight and input gradients. */
+static dt_status row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                              int Nr, float *dx) {
+    if (d->tp->size == 1)
+        return dt_dit_linear_backward(d, l, x, dy, Nr, dx);
+    dt_linear nb = *l;
+    nb.b = nb.db = NULL;
+    if (l->db)
+        dt_colsum_accumulate(l->db, dy, Nr, d->C);
+    return dt_dit_linear_backward(d, &nb, x, dy, Nr, dx);
+}
+
+/* A column-parallel matmul's (qkv, fc1) backward: its input gradient is partial over tp, and
+ * the COPY region's adjoint sums it: dx += all-reduce. */
+static dt_status col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                              int Nr, float *dx) {
+    if (d->tp->size == 1)
+        return dt_dit_linear_backward(d, l, x, dy, Nr, dx);
+    dt_zero_f32(d->part, (int64_t)Nr * d->C);
+    DT_TRY(dt_dit_linear_backward(d, l, x, dy, Nr, d->part));
+    return dt_region_op_get(DT_REGION_KIND_COPY)
+        ->backward(d->tp, &(dt_region_shape){Nr, d->C, 0}, d->part, dx, d->work);
+}
+
 /* ---- one block ---------------------------------------------------------------------------- */
 
 static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
@@ -403,12 +451,12 @@ static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const flo
                          a->qkv + 2 * s.NH * s.hs);
     const float *att;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    DT_TRY(dt_dit_linear_forward(d, &blk->proj, att, Nr, a->a));
+    DT_TRY(row_forward(d, &blk->proj, att, Nr, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
     dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
     DT_TRY(dt_dit_linear_forward(d, &blk->fc1, a->m2, Nr, a->h));
-    dt_gelu_forward(d->gel, a->h, (int64_t)Nr * d->F);
-    DT_TRY(dt_dit_linear_forward(d, &blk->fc2, d->gel, Nr, a->f));
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nr * d->Ft);
+    DT_TRY(row_forward(d, &blk->fc2, d->gel, Nr, a->f));
     gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
@@ -419,18 +467,18 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
                                 const float *sc, int B, float *dres, float *dsc) {
     const dt_dit_block *blk = &d->blocks[l];
     int C = d->C, Nr = dt_dit_rows(d, B);
-    size_t NC = (size_t)Nr * C, NF = (size_t)Nr * d->F;
+    size_t NC = (size_t)Nr * C, NF = (size_t)Nr * d->Ft;
     attn_kind k = block_kind(d, l);
     memset(d->dmod, 0, (size_t)B * 6 * C * sizeof *d->dmod);
     /* MLP branch: out = x2 + gate2 * fc2(gelu(fc1(m2))) */
     gate_backward(d, d->dA, d->dmod, dres, a->f, a->mod, 5 * C, B);
     dt_gelu_forward(d->gel, a->h, (int64_t)NF);
     memset(d->dg, 0, NF * sizeof *d->dg);
-    DT_TRY(dt_dit_linear_backward(d, &blk->fc2, d->gel, d->dA, Nr, d->dg));
+    DT_TRY(row_backward(d, &blk->fc2, d->gel, d->dA, Nr, d->dg));
     memset(d->dh, 0, NF * sizeof *d->dh);
     dt_gelu_backward(d->dh, a->h, d->dg, (int64_t)NF);
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(dt_dit_linear_backward(d, &blk->fc1, a->m2, d->dh, Nr, d->dB));
+    DT_TRY(col_backward(d, &blk->fc1, a->m2, d->dh, Nr, d->dB));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
                             a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
@@ -438,16 +486,16 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     const float *att, *datt, *dqkv;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(dt_dit_linear_backward(d, &blk->proj, att, d->dA, Nr, d->dB));
+    DT_TRY(row_backward(d, &blk->proj, att, d->dA, Nr, d->dB));
     DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
-    memset(d->dqkvp, 0, 3 * NC * sizeof *d->dqkvp);
+    memset(d->dqkvp, 0, (size_t)Nr * 3 * d->Ct * sizeof *d->dqkvp);
     dt_attention_backward(&s, d->dqkvp, d->dqkvp + q, d->dqkvp + 2 * q, datt, a->y, a->lse,
                           a->qkv, a->qkv + q, a->qkv + 2 * q);
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(dt_dit_linear_backward(d, &blk->qkv, a->m1, dqkv, Nr, d->dA));
+    DT_TRY(col_backward(d, &blk->qkv, a->m1, dqkv, Nr, d->dA));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
                             a->rstd1, B);
     return dt_dit_linear_backward(d, &blk->ada, sc, d->dmod, B, dsc);

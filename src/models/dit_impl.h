@@ -4,6 +4,13 @@
  * the unit-range passes; dit_model.c: the model interface). Nothing outside models/ includes
  * it.
  *
+ * Tensor parallelism (Megatron): each tp rank holds n_head / tp heads of q|k|v (a column-
+ * parallel qkv), the matching columns of proj (row-parallel), 4C / tp rows of fc1 and columns
+ * of fc2; the residual rows, the norms, the adaLN modulations, the embedders and the final
+ * layer are replicated. Entering a column-parallel matmul is the COPY region (identity
+ * forward, all-reduce of the input gradient), leaving a row-parallel one the REDUCE region
+ * (all-reduce forward); the row-parallel biases are added once, after it.
+ *
  * Rows. A micro-batch of B clips is N = B S token rows, flattened [B, S]; an sp rank holds
  * the contiguous rows [r N/sp, (r+1) N/sp) (Nr of them) through the residual stream, the
  * norms, the MLP and the projections. Row i of the rank is token (r0 + i) % S of clip
@@ -24,7 +31,8 @@ typedef struct dt_dit_block {
     dt_linear fc1, fc2;  /* [4C, C], [C, 4C] */
 } dt_dit_block;
 
-/* Saved by a block's forward for its backward, per slot (Nr rows here; "attention order":
+/* Saved by a block's forward for its backward, per slot (Nr rows here, widths C, 3C, 4C and
+ * NH of the attention and MLP this tp rank's: Ct, 3Ct, Ft, NHt; "attention order":
  * the kernel's rows, see dit_fwd.c; a field the slot does not keep under activation
  * checkpointing is NULL and lives in the model's shared set). */
 typedef struct dt_dit_acts {
@@ -64,13 +72,15 @@ struct dt_dit {
     dt_dit_config cfg;
     int B, S, P, C, NH, F, Tt, Th, Tw;
     int Nr;          /* rows of the largest micro-batch on this sp rank */
+    int Ct, NHt, Ft; /* this tp rank's attention width C / tp, heads, MLP width 4C / tp */
     bool training;
     dt_mem *mem;     /* borrowed */
     dt_gemm *gemm;
     dt_nn_ctx ctx;
     dt_comm *sp;     /* borrowed, or own_sp */
     dt_comm *own_sp; /* a size-1 comm when the caller gave none */
-    dt_comm *own_tp; /* size 1: the group the tables' (whole-tensor) shard specs split over */
+    dt_comm *tp;     /* borrowed, or own_tp: heads and MLP columns split over it */
+    dt_comm *own_tp; /* a size-1 comm when the caller gave none */
     dt_comm *pp;     /* borrowed; NULL: no pipeline */
 
     /* tables: the single process's (files) and this rank's (its units, packed) */
@@ -110,14 +120,15 @@ struct dt_dit {
     float *out;                /* [B, clip] unpatchified output (holder of the final unit) */
 
     /* transients, shared by the blocks (the d* ones NULL when not training) */
-    float *qkv_rows, *packed, *qkvh;  /* [Nr, 3C] each (packed, qkvh: sp > 1) */
-    float *att_rows, *atth, *gel;     /* [Nr, C], [Nr, C], [Nr, 4C] */
+    float *qkv_rows, *packed, *qkvh;  /* [Nr, 3Ct] each (packed, qkvh: sp > 1) */
+    float *att_rows, *atth, *gel;     /* [Nr, Ct], [Nr, Ct], [Nr, Ft] */
+    float *part;                      /* [Nr, C] a row-parallel matmul's partial sum (tp > 1) */
     float *tok_out, *tok_tgt;         /* [Nr, P] final linear output, the target's patches */
-    float *work;                      /* all-to-all scratch (sp > 1) */
+    float *work;                      /* region ops' scratch (sp > 1 or tp > 1) */
     dt_bf16 *x_lp, *dy_lp;            /* 16-bit matmul operands (16-bit modes) */
     float *dA, *dB;                   /* [Nr, C] branch gradients */
-    float *dg, *dh;                   /* [Nr, 4C] */
-    float *dqkv, *dqkvp, *dattp;      /* [Nr, 3C], [Nr, 3C], [Nr, C] */
+    float *dg, *dh;                   /* [Nr, Ft] */
+    float *dqkv, *dqkvp, *dattp;      /* [Nr, 3Ct], [Nr, 3Ct], [Nr, Ct] */
     float *dmod, *dc, *dts, *dth;     /* [B, 6C], [B, C] x 3 */
     void *act_arena, *tmp_arena;
 };

@@ -181,13 +181,14 @@ static dt_status check_file(const dt_model_config *c, const dt_st_file *f, const
     return DT_OK;
 }
 
+/* Into a FULL arena (dt_dit_full_numel floats), which the callers scatter to the ranks. */
 static dt_status load(const void *s, float *w, const char *path) {
     const dt_dit *d = D(s);
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(path, &f));
     dt_status st = check_file(config(s), f, path);
-    for (int i = 0; i < dt_dit_n_params(d) && st == DT_OK; i++) {
-        const dt_param *p = dt_dit_param(d, i);
+    for (int i = 0; i < dt_dit_n_full_params(d) && st == DT_OK; i++) {
+        const dt_param *p = dt_dit_full_param(d, i);
         st = dt_st_read_f32(f, p->name, p->ndim, p->shape, w + p->offset);
     }
     dt_st_close(f);

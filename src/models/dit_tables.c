@@ -5,8 +5,9 @@
  * Parameter names follow the DiT / Open-Sora PyTorch modules (x_embedder.proj, t_embedder.mlp,
  * y_embedder.embedding_table, blocks.N.{adaLN_modulation.1, attn.qkv, attn.proj, mlp.fc1,
  * mlp.fc2}, final_layer.{adaLN_modulation.1, linear}); the patch embedding's Conv3d weight
- * [C, channels, pt, ph, pw] is stored flattened as a linear [C, channels pt ph pw]. No tensor
- * is split over tp: every local tensor is a whole one.
+ * [C, channels, pt, ph, pw] is stored flattened as a linear [C, channels pt ph pw]. Under tp a
+ * block's attn.qkv (q, k, v sections), attn.proj (columns), mlp.fc1 (rows) and mlp.fc2
+ * (columns) are split; everything else is whole on every tp rank.
  */
 #include "models/dit_impl.h"
 
@@ -60,17 +61,22 @@ dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequen
     int S = dt_dit_tokens(c), Tt = c->frames / c->pt;
     if (tp < 1 || sp < 1)
         return dt_err_set(DT_ERR_ARG, "tp_size=%d and sp_size=%d must be >= 1", tp, sp);
-    if (tp > 1 || sequence_tp)
-        return dt_err_set(DT_ERR_ARG, "model.arch=dit does not split tensors over tp "
-                          "(plugin.tp_size=%d%s); use plugin.sp_size (Ulysses sequence "
-                          "parallelism) instead", tp, sequence_tp ? ", sp_mode=split_gather" : "");
+    if (sequence_tp)
+        return dt_err_set(DT_ERR_ARG, "model.arch=dit does not implement sp_mode="
+                          "split_gather (Megatron-SP over the tp ranks); use plugin.sp_size "
+                          "(Ulysses sequence parallelism) instead");
+    if (c->n_head % tp)
+        return dt_err_set(DT_ERR_ARG, "model.n_head=%d is not divisible by plugin.tp_size=%d "
+                          "(tensor parallelism splits heads across tp ranks); use a tp_size "
+                          "that divides %d", c->n_head, tp, c->n_head);
     if (S % sp)
         return dt_err_set(DT_ERR_ARG, "the dit's %d tokens per clip are not divisible by "
                           "plugin.sp_size=%d; use an sp_size that divides %d", S, sp, S);
-    if (c->n_head % sp)
-        return dt_err_set(DT_ERR_ARG, "model.n_head=%d is not divisible by plugin.sp_size=%d "
-                          "(Ulysses splits heads across sp ranks); use an sp_size that "
-                          "divides %d", c->n_head, sp, c->n_head);
+    if ((c->n_head / tp) % sp)
+        return dt_err_set(DT_ERR_ARG, "the %d heads of each tp rank (model.n_head=%d / "
+                          "tp_size=%d) are not divisible by plugin.sp_size=%d (Ulysses splits "
+                          "heads across sp ranks); use an sp_size that divides %d",
+                          c->n_head / tp, c->n_head, tp, sp, c->n_head / tp);
     if (c->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL && Tt % sp)
         return dt_err_set(DT_ERR_ARG, "the dit's %d time tokens (model.frames=%d / patch_t=%d) "
                           "are not divisible by plugin.sp_size=%d (attn=spatial_temporal keeps "
@@ -105,23 +111,42 @@ static dt_status add_param(dt_dit *d, const char *name, int64_t rows, int64_t co
                            cols, init, std, &p);
 }
 
+/* How a linear splits over tp: not (replicated), column-parallel (its output rows and
+ * bias), row-parallel (its input columns; the bias stays whole, added after the sum), or
+ * q|k|v column-parallel (each of the three sections split, as GPT-2's c_attn). */
+typedef enum split { WHOLE, COL, ROW, QKV } split;
+
+static void set_shard(dt_param *p, dt_shard_kind kind) {
+    p->shard.kind = kind;
+    if (kind == DT_SHARD_QKV)
+        p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = p->shard.full_rows / 3;
+}
+
 /* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. */
-static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero) {
+static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero,
+                            split how) {
+    static const dt_shard_kind wk[] = {DT_SHARD_NONE, DT_SHARD_ROWS, DT_SHARD_COLS,
+                                       DT_SHARD_QKV};
+    static const dt_shard_kind bk[] = {DT_SHARD_NONE, DT_SHARD_ROWS, DT_SHARD_NONE,
+                                       DT_SHARD_QKV};
     char name[96];
     snprintf(name, sizeof name, "%s.weight", prefix);
     DT_TRY(add_param(d, name, out, in, zero ? DT_INIT_ZEROS : DT_INIT_NORMAL,
                      zero ? 0.0f : sqrtf(2.0f / (float)(in + out))));
+    set_shard(&d->params[d->n_params - 1], wk[how]);
     snprintf(name, sizeof name, "%s.bias", prefix);
-    return add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f);
+    DT_TRY(add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f));
+    set_shard(&d->params[d->n_params - 1], bk[how]);
+    return DT_OK;
 }
 
 static dt_status build_full(dt_dit *d) {
     const dt_dit_config *c = &d->cfg;
     int C = d->C, L = c->n_layer;
     d->unit_first[0] = 0;
-    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false));
-    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false));
-    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false));
+    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false, WHOLE));
+    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false, WHOLE));
+    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false, WHOLE));
     if (c->n_classes > 0)
         DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, C,
                          DT_INIT_NORMAL, 0.02f));
@@ -133,26 +158,27 @@ static dt_status build_full(dt_dit *d) {
             const char *what;
             int out, in;
             bool zero;
-        } lin[] = {{"adaLN_modulation.1", 6 * C, C, true},
-                   {"attn.qkv", 3 * C, C, false},
-                   {"attn.proj", C, C, false},
-                   {"mlp.fc1", d->F, C, false},
-                   {"mlp.fc2", C, d->F, false}};
+            split how;
+        } lin[] = {{"adaLN_modulation.1", 6 * C, C, true, WHOLE},
+                   {"attn.qkv", 3 * C, C, false, QKV},
+                   {"attn.proj", C, C, false, ROW},
+                   {"mlp.fc1", d->F, C, false, COL},
+                   {"mlp.fc2", C, d->F, false, ROW}};
         for (int i = 0; i < 5; i++) {
             snprintf(name, sizeof name, "blocks.%d.%s", l, lin[i].what);
-            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero));
+            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero, lin[i].how));
         }
     }
     d->per_layer = L > 0 ? (d->n_params - d->n_embed_params) / L : 0;
     d->unit_first[L + 1] = d->n_params;
-    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true));
-    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true));
+    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true, WHOLE));
+    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true, WHOLE));
     d->unit_first[L + 2] = d->n_params;
     return DT_OK;
 }
 
-/* This rank's table from the full one: the tensors of the units it holds, packed in unit
- * order at the full table's 16-float alignment. */
+/* This rank's table from the full one: the tensors of the units it holds, each its tp
+ * shard, packed in unit order at the full table's 16-float alignment. */
 dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
     DT_TRY(build_full(d));
     int U = d->cfg.n_layer + 2;
@@ -178,6 +204,16 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
         for (int i = d->unit_first[u]; i < d->unit_first[u + 1]; i++) {
             dt_param *p = &d->params[d->n_params];
             *p = d->full[i];
+            if (p->shard.kind != DT_SHARD_NONE) {
+                p->shard.parts = d->tp->size;
+                p->shard.index = d->tp->rank;
+            }
+            int64_t rows, cols;
+            dt_shard_local_shape(&p->shard, &rows, &cols);
+            p->shape[0] = rows;
+            if (p->ndim == 2)
+                p->shape[1] = cols;
+            p->numel = rows * cols;
             p->offset = at;
             at += (p->numel + 15) / 16 * 16;
             d->local_full[d->n_params++] = i;
@@ -192,24 +228,51 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
 
 /* ---- whole arenas -------------------------------------------------------------------------- */
 
+/* Every tp rank's local arena gathered ("dit.tp.gather", temporaries: tp x the local arena),
+ * each tensor placed into the full one (a replicated tensor: tp rank 0's copy); pipeline
+ * stages hold disjoint tensors, so the sum over stages (zeros elsewhere) is exact. */
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {
-    memset(full, 0, (size_t)d->n_full * sizeof *full);
-    for (int i = 0; i < d->n_params; i++)
-        memcpy(full + d->full[d->local_full[i]].offset, local + d->params[i].offset,
-               (size_t)d->params[i].numel * sizeof *full);
-    /* pipeline stages hold disjoint tensors: the sum over stages (zeros elsewhere) is exact */
-    for (int64_t i = 0; d->pp && i < d->n_full; i += 1 << 28) {
-        int64_t n = d->n_full - i < (1 << 28) ? d->n_full - i : 1 << 28;
-        DT_TRY(dt_comm_allreduce_f32(d->pp, full + i, n, NULL));
+    int p = d->tp->size;
+    float *all = (float *)local;
+    int *counts = calloc((size_t)p, sizeof *counts);
+    dt_status st = counts ? DT_OK : dt_err_set(DT_ERR_OOM, "dit: out of memory");
+    if (st == DT_OK && p > 1 && d->n_total * p > INT32_MAX)
+        st = dt_err_set(DT_ERR_UNSUPPORTED, "dit: %lld floats per rank are too many to gather "
+                        "in one call", (long long)d->n_total);
+    if (st == DT_OK && p > 1)
+        st = dt_mem_alloc(d->mem, DT_MEM_TEMP, "dit.tp.gather",
+                          (size_t)p * d->n_total * sizeof(float), (void **)&all);
+    for (int r = 0; st == DT_OK && r < p; r++)
+        counts[r] = (int)d->n_total;
+    if (st == DT_OK && p > 1)
+        st = dt_comm_allgather_f32(d->tp, local, all, counts, NULL);
+    if (st == DT_OK) {
+        memset(full, 0, (size_t)d->n_full * sizeof *full);
+        for (int i = 0; i < d->n_params; i++) {
+            const dt_param *lp = &d->params[i];
+            int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p;
+            for (int r = 0; r < holders; r++)
+                dt_param_shard_to_full(lp, r, all + (size_t)r * d->n_total + lp->offset,
+                                       full + d->full[d->local_full[i]].offset);
+        }
     }
-    return DT_OK;
+    if (all != local)
+        dt_mem_release(d->mem, all);
+    free(counts);
+    for (int64_t i = 0; st == DT_OK && d->pp && i < d->n_full; i += 1 << 28) {
+        int64_t n = d->n_full - i < (1 << 28) ? d->n_full - i : 1 << 28;
+        st = dt_comm_allreduce_f32(d->pp, full + i, n, NULL);
+    }
+    return st;
 }
 
 void dt_dit_take_shard(const dt_dit *d, const float *full, float *local) {
     memset(local, 0, (size_t)d->n_total * sizeof *local);
-    for (int i = 0; i < d->n_params; i++)
-        memcpy(local + d->params[i].offset, full + d->full[d->local_full[i]].offset,
-               (size_t)d->params[i].numel * sizeof *local);
+    for (int i = 0; i < d->n_params; i++) {
+        const dt_param *lp = &d->params[i];
+        dt_param_full_to_shard(lp, lp->shard.index, full + d->full[d->local_full[i]].offset,
+                               local + lp->offset);
+    }
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */

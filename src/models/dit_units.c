@@ -332,9 +332,9 @@ float *dt_dit_boundary_grad(dt_dit *d, int slot, int B) {
 /* ---- one process ------------------------------------------------------------------------------- */
 
 static dt_status check_whole(const dt_dit *d, const char *what) {
-    if (d->sp->size > 1 || d->n_units < d->cfg.n_layer + 2)
+    if (d->sp->size > 1 || d->tp->size > 1 || d->n_units < d->cfg.n_layer + 2)
         return dt_err_set(DT_ERR_UNSUPPORTED, "dit: %s runs on a one-process model (every "
-                          "unit, no sp split)", what);
+                          "unit, no sp or tp split)", what);
     return DT_OK;
 }
 

@@ -325,6 +325,19 @@ static void check_files_and_sampler(void) {
         DT_CHECK(!memcmp(w2 + p->offset, dt_model_weights(m) + p->offset,
                          sizeof(float) * p->numel), "load: other values of %s", p->name);
     }
+    /* a pipeline stage loads the whole file into a full arena (the callers scatter it) */
+    bool held[5] = {false, false, true, true, true};
+    dt_model *st = create(&mc, (dt_model_opts){.B = 1, .units = held}, mem);
+    if (st) {
+        DT_CHECK(dt_model_full_numel(st) == nw && dt_model_numel(st) < nw, "stage arenas");
+        memset(w2, 0, sizeof(float) * nw);
+        DT_CHECK_OK(dt_model_load(st, w2, path));
+        const dt_param *p = dt_model_full_param(st, 0);
+        DT_CHECK(!memcmp(w2 + p->offset, dt_model_weights(m) + p->offset,
+                         sizeof(float) * p->numel), "a stage's load: other values of %s",
+                 p->name);
+    }
+    dt_model_free(st);
     dt_model_config fc = {.arch = DT_ARCH_GPT2, .n_layer = 9};
     DT_CHECK_OK(dt_model_config_from_file(path, &fc));
     DT_CHECK(fc.arch == DT_ARCH_DIT && fc.n_layer == 3 && fc.height == 6 && fc.patch_h == 2 &&
@@ -372,12 +385,16 @@ static void expect_split_error(dt_model_config mc, int tp, int sp, const char *n
 static void check_errors(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
-    expect_split_error(mc, 2, 1, "use plugin.sp_size");
+    DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, false, 24));
+    DT_CHECK(dt_model_check_split(&mc, 2, 1, true, 24) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "split_gather"), "Megatron-SP: %s", dt_err_msg());
+    expect_split_error(mc, 4, 1, "model.n_head=2 is not divisible by plugin.tp_size=4");
     mc.n_head = 4;
     expect_split_error(mc, 1, 4, "time tokens (model.frames=4 / patch_t=2) are not divisible "
                                  "by plugin.sp_size=4");
     mc.n_head = 3;
-    expect_split_error(mc, 1, 2, "model.n_head=3 is not divisible by plugin.sp_size=2");
+    expect_split_error(mc, 1, 2, "the 3 heads of each tp rank (model.n_head=3 / tp_size=1) are "
+                                 "not divisible by plugin.sp_size=2");
     mc = tiny(DT_DIT_ATTN_FULL);
     DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
     expect_split_error(mc, 1, 5, "24 tokens per clip are not divisible by plugin.sp_size=5");

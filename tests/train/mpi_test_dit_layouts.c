@@ -1,0 +1,258 @@
+/* The video DiT (model.arch = dit) trained by the unchanged engine and pipeline executor in
+ * every layout the world size allows, against the single process: under mpirun (np 1, 2, 4)
+ * each rank first trains the whole global batch alone (one rank, ZeRO 0, one micro-batch),
+ * then its share of each layout; every step's global loss and the final weights must match
+ * the single process within 1e-5 (fp32; AdamW eps 1e-6 so rounding noise stays noise).
+ *   np 1: ZeRO 0-3 with two micro-batches; the checkpointed single process (ac full and
+ *         selective) and bf16 (within bf16 tolerance)
+ *   np 2: dp 2 x ZeRO 0-3; sp 2 (Ulysses; both attention kinds); pp 2 (1F1B, ZeRO 0 and 3;
+ *         interleaved with 2 chunks per rank, ZeRO 2); tp 2 (Megatron: heads and MLP columns)
+ *   np 4: dp 4 x ZeRO 1; sp 4 (both kinds); dp 2 x sp 2 x ZeRO 2; pp 2 x sp 2; pp 2 x dp 2
+ *         x ZeRO 3; sp 2 x ac full; tp 4; tp 2 x sp 2; tp 2 x dp 2 x ZeRO 3; tp 2 x pp 2
+ * Ranks are placed as the booster's mesh does (pp, dp, sp, tp; tp fastest); the engine's
+ * gradient group is dp x sp (the ranks holding the same weights). A failure
+ * names the layout, the step and the check. Named mpi_test_*.c so the tests/ glob does not
+ * register it without mpirun (tests.cmake does).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "harness.h"
+#include "models/dit.h"
+#include "models/model.h"
+#include "plan/schedule.h"
+#include "plan/stages.h"
+#include "train/engine.h"
+#include "train/pipeline.h"
+
+enum { G = 4, STEPS = 3 }; /* clips per global batch, optimizer steps */
+
+typedef struct layout {
+    const char *name;
+    int pp, dp, sp, zero, n_mb;
+    dt_precision precision;
+    dt_ac_mode ac;
+    int chunks; /* pipeline chunks per rank: > 1 interleaved 1F1B */
+    int tp;
+} layout;
+
+typedef struct run_out {
+    double loss[STEPS];
+    float *w; /* full arena after the last step */
+} run_out;
+
+static dt_model_config model_config(dt_dit_attn attn) {
+    return (dt_model_config){.arch = DT_ARCH_DIT, .frames = 8, .channels = 2, .height = 4,
+                             .width = 4, .patch_t = 2, .patch_h = 2, .patch_w = 2, .n_layer = 4,
+                             .n_head = 4, .n_embd = 16, .n_classes = 3, .attn = attn,
+                             .max_seq_len = 16};
+}
+
+/* The global batch of each step: G input rows (x_t, t, label) and G target clips. */
+typedef struct data {
+    int64_t in, clip;
+    float *inputs, *targets; /* [STEPS][G][in], [STEPS][G][clip] */
+} data;
+
+static data make_data(const dt_dit_config *c) {
+    data d = {.in = dt_dit_input_floats(c), .clip = dt_dit_clip_numel(c)};
+    d.inputs = malloc(sizeof(float) * STEPS * G * d.in);
+    d.targets = malloc(sizeof(float) * STEPS * G * d.clip);
+    dt_test_fill(d.inputs, STEPS * G * d.in, 31, 1.0f);
+    dt_test_fill(d.targets, STEPS * G * d.clip, 32, 1.0f);
+    for (int k = 0; k < STEPS * G; k++) {
+        d.inputs[k * d.in + d.clip] = (float)((k * 7) % 10) / 10.0f;  /* t */
+        d.inputs[k * d.in + d.clip + 1] = (float)(k % (c->n_classes + 1)); /* label or null */
+    }
+    return d;
+}
+
+/* One layout's run on this rank (which is in it: world size = pp dp sp). */
+static void run(dt_comm *world, const dt_model_config *mc, const layout *L, const data *dd,
+                run_out *out) {
+    int S = dt_dit_tokens(&(dt_dit_config){.frames = mc->frames, .height = mc->height,
+                                           .width = mc->width, .pt = mc->patch_t,
+                                           .ph = mc->patch_h, .pw = mc->patch_w});
+    int r = world->rank, t = r % L->tp, s = r / L->tp % L->sp;
+    int d = r / (L->tp * L->sp) % L->dp, p = r / (L->tp * L->sp * L->dp);
+    dt_comm *tp = NULL, *sp = NULL, *pp = NULL, *grp = NULL;
+    DT_CHECK_OK(dt_dist_split(world, (p * L->dp + d) * L->sp + s, t, "tp", &tp));
+    DT_CHECK_OK(dt_dist_split(world, (p * L->dp + d) * L->tp + t, s, "sp", &sp));
+    DT_CHECK_OK(dt_dist_split(world, (d * L->sp + s) * L->tp + t, p, "pp", &pp));
+    DT_CHECK_OK(dt_dist_split(world, p * L->tp + t, d * L->sp + s, "dp", &grp));
+    int clips = G / L->dp, mb = clips / L->n_mb;
+    dt_optim_config oc = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-6f,
+                          .weight_decay = 0.01f};
+    dt_stage_plan plan;
+    dt_schedule *sched = NULL;
+    bool held[16];
+    int n_slots = 1;
+    if (L->pp > 1) {
+        int v = L->chunks > 1 ? L->chunks : 1;
+        DT_CHECK_OK(dt_stage_plan_make(mc->n_layer, L->pp, v, NULL, &plan));
+        DT_CHECK_OK(v > 1 ? dt_sched_interleaved(L->pp, L->n_mb, v, &sched)
+                          : dt_sched_1f1b(L->pp, L->n_mb, &sched));
+        dt_stage_plan_held(&plan, p, held);
+        n_slots = sched ? dt_pipeline_slots(sched, p) : 1;
+    }
+    dt_engine_opts eo = {.zero_stage = L->zero, .bucket_mb = 0.001f, .overlap = true,
+                         .precision = L->precision, .B = mb, .T = S, .tp = tp, .sp = sp,
+                         .units = L->pp > 1 ? held : NULL, .n_slots = n_slots,
+                         .pp = L->pp > 1 ? pp : NULL, .ac = L->ac};
+    dt_mem *mem = NULL;
+    dt_engine *e = NULL;
+    dt_pipeline *pipe = NULL;
+    DT_CHECK_OK(dt_mem_init(&mem));
+    DT_CHECK_OK(dt_engine_init(mc, &oc, &eo, grp, mem, &e));
+    if (e && L->pp > 1)
+        DT_CHECK_OK(dt_pipeline_init(sched, &plan, pp, dt_engine_model(e), n_slots, mb, S, mem,
+                                     &pipe));
+    if (!e || (L->pp > 1 && !pipe))
+        goto done;
+    DT_CHECK_OK(dt_engine_init_weights(e, 5));
+    float gs = 1.0f / (float)(G * S);
+    for (int step = 0; step < STEPS; step++) {
+        const float *in = dd->inputs + ((size_t)step * G + (size_t)d * clips) * dd->in;
+        const float *tg = dd->targets + ((size_t)step * G + (size_t)d * clips) * dd->clip;
+        double loss = 0, part;
+        DT_CHECK_OK(dt_engine_begin_step(e));
+        if (L->pp > 1) {
+            dt_pipeline_batch pb = {.inputs = in, .targets = tg,
+                                    .input_bytes = (size_t)mb * dd->in * sizeof(float),
+                                    .target_bytes = (size_t)mb * dd->clip * sizeof(float),
+                                    .B = mb, .T = S, .grad_scale = gs};
+            DT_CHECK_OK(dt_pipeline_run(pipe, &pb, NULL, step, &loss));
+        } else {
+            for (int k = 0; k < L->n_mb; k++) {
+                dt_batch b = {.input = in + (size_t)k * mb * dd->in,
+                              .target = tg + (size_t)k * mb * dd->clip, .B = mb, .T = S};
+                DT_CHECK_OK(dt_engine_micro_batch(e, &b, gs, k == L->n_mb - 1, &part));
+                loss += part;
+            }
+        }
+        DT_CHECK_OK(dt_engine_finish(e));
+        DT_CHECK_OK(dt_engine_apply(e, oc.lr, 1.0f));
+        if (t > 0) /* tp ranks compute the same losses */
+            loss = 0;
+        DT_CHECK_OK(dt_comm_allreduce_f64(world, &loss, 1)); /* every row's loss once */
+        out->loss[step] = loss / (G * S);
+    }
+    out->w = malloc(sizeof(float) * dt_model_full_numel(dt_engine_model(e)));
+    DT_CHECK_OK(dt_engine_gather_state(e, out->w, NULL, NULL));
+done:
+    dt_pipeline_free(pipe);
+    dt_engine_free(e);
+    dt_mem_free(mem);
+    dt_sched_free(sched);
+    dt_comm_free(grp);
+    dt_comm_free(pp);
+    dt_comm_free(sp);
+    dt_comm_free(tp);
+}
+
+static void compare(const char *name, dt_dit_attn attn, const run_out *ref, const run_out *got,
+                    int64_t n, double tol) {
+    for (int s = 0; s < STEPS; s++)
+        DT_CHECK(fabs(got->loss[s] - ref->loss[s]) <= tol * fabs(ref->loss[s]),
+                 "%s (attn %d), step %d: loss %.9g, single process %.9g", name, (int)attn, s,
+                 got->loss[s], ref->loss[s]);
+    if (!got->w || !ref->w)
+        return;
+    double worst = 0, wmax = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got->w[i] - ref->w[i]);
+        wmax = fmax(wmax, fabs(ref->w[i]));
+        if (e > worst)
+            worst = e, at = i;
+    }
+    DT_CHECK(worst <= tol * wmax, "%s (attn %d): weight %lld off by %g (largest weight %g)", name,
+             (int)attn, (long long)at, worst, wmax);
+}
+
+static void run_all(dt_comm *world, dt_dit_attn attn) {
+    dt_model_config mc = model_config(attn);
+    dt_dit_config c = dt_dit_config_from_model(&mc);
+    data dd = make_data(&c);
+    int W = world->size;
+    const layout L[] = {
+        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1},
+        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1, 1},
+        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2, interleaved x 2, zero 2", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_NONE, 2, 1},
+        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
+        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1},
+        {"tp 2, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"tp 4, zero 2", 1, 1, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 4},
+        {"tp 2 x sp 2, zero 1", 1, 1, 2, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"tp 2 x dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"tp 2 x pp 2, zero 2, ac selective", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1,
+         2},
+    };
+    dt_comm *self = NULL;
+    DT_CHECK_OK(dt_dist_split(world, world->rank, 0, "self", &self));
+    run_out ref = {0};
+    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1};
+    run(self, &mc, &one, &dd, &ref);
+    int64_t n = 0;
+    {
+        dt_mem *mem = NULL;
+        dt_model *m = NULL;
+        DT_CHECK_OK(dt_mem_init(&mem));
+        DT_CHECK_OK(dt_model_create(&mc, &(dt_model_opts){.B = 1, .T = 16}, mem, &m));
+        n = m ? dt_model_full_numel(m) : 0;
+        dt_model_free(m);
+        dt_mem_free(mem);
+    }
+    for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+        if (L[i].pp * L[i].dp * L[i].sp * L[i].tp != W)
+            continue;
+        run_out got = {0};
+        run(world, &mc, &L[i], &dd, &got);
+        compare(L[i].name, attn, &ref, &got, n, 1e-5);
+        free(got.w);
+    }
+    if (W == 1) { /* bf16 matmuls: within bf16 rounding of the fp32 run's loss */
+        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE, 1, 1};
+        run_out got = {0};
+        run(world, &mc, &bf, &dd, &got);
+        for (int s = 0; s < STEPS; s++)
+            DT_CHECK(fabs(got.loss[s] - ref.loss[s]) <= 2e-2 * ref.loss[s],
+                     "bf16, step %d: loss %.6g, fp32 %.6g", s, got.loss[s], ref.loss[s]);
+        free(got.w);
+    }
+    free(ref.w);
+    dt_comm_free(self);
+    free(dd.inputs);
+    free(dd.targets);
+}
+
+int main(int argc, char **argv) {
+    DT_TEST_BEGIN(argc, argv);
+    dt_comm *w = NULL;
+    if (dt_dist_init(&argc, &argv, &w) != DT_OK) {
+        fprintf(stderr, "dt_dist_init: %s\n", dt_err_msg());
+        return 1;
+    }
+    run_all(w, DT_DIT_ATTN_FULL);
+    run_all(w, DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    int rc = dt_test_end_collective(w);
+    dt_dist_finalize(w);
+    return rc;
+}
