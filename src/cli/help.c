@@ -35,12 +35,17 @@ static const command_help commands[] = {
      "\n"
      "Byte-level tokenisation of a text file (or every file under DIR) into DIR/train.bin and\n"
      "DIR/val.bin; the last --val-fraction of the tokens (in (0, 1)) go to val.bin.\n"},
-    {"sample", "generate text from weights",
+    {"sample", "generate text or video clips from weights",
      "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
      "                     [--temperature 0.8] [--seed 1]\n"
+     "       dtrain sample --checkpoint PATH --out FILE.gif [--steps 32] [--count 4]\n"
+     "                     [--label L] [--guidance G] [--seed 1]\n"
      "\n"
      "Generates --tokens tokens after --prompt from a checkpoint step folder or an exported\n"
-     ".safetensors file (train.export), on one process.\n"},
+     ".safetensors file (train.export), on one process. With --out, a video DiT's checkpoint\n"
+     "instead: --count clips sampled from noise in --steps Euler steps of its rectified flow,\n"
+     "side by side in an animated GIF. Clip k gets class k % n_classes, or --label L for all;\n"
+     "--guidance G > 0 applies classifier-free guidance of that scale.\n"},
     {"schedule", "print or check a pipeline schedule",
      "usage: dtrain schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1\n"
      "                       [--chunks V] [--stats]\n"

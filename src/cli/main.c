@@ -3,6 +3,8 @@
  *   dtrain train   [--config FILE] [--section.key=value ...]
  *   dtrain prepare --input FILE|DIR --out DIR [--val-fraction F]
  *   dtrain sample  --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
+ *   dtrain sample  --checkpoint PATH --out FILE.gif [--steps N] [--label L] [--count K]
+ *                  [--guidance G] [--seed S]
  *   dtrain schedule --pp P --microbatches M --kind K [--chunks V] [--stats] | --check F --pp P
  *   dtrain plot    --timeline FILE.json [--step N] --out FILE.svg | --metrics FILE.jsonl --out F
  *   dtrain plan    --config FILE --world N [--mem SIZE] [--device NAME] [--top K] [--json]
@@ -53,7 +55,8 @@ static bool exists(const char *path) {
 static dt_status prepare_default_data(const dt_config *c) {
     dt_config d;
     dt_config_defaults(&d);
-    if (strcmp(c->data.train, d.data.train) != 0 || exists(c->data.train))
+    if (c->data.source != DT_SOURCE_TOKENS || strcmp(c->data.train, d.data.train) != 0 ||
+        exists(c->data.train))
         return DT_OK;
     if (!exists(FORTUNES_DIR))
         return dt_err_set(DT_ERR_IO, "%s not found and %s missing: install Debian's fortunes "
@@ -183,11 +186,23 @@ static int cmd_prepare(int argc, char **argv) {
     return 0;
 }
 
+/* the clip options of dtrain sample --out, when given without --out: the one they need */
+static const char *clip_option_without_out(int argc, char **argv) {
+    static const char *const clip[] = {"--steps", "--label", "--count", "--guidance"};
+    for (int i = 2; i < argc; i++)
+        for (size_t k = 0; k < sizeof clip / sizeof *clip; k++)
+            if (!strncmp(argv[i], clip[k], strlen(clip[k])) &&
+                (argv[i][strlen(clip[k])] == 0 || argv[i][strlen(clip[k])] == '='))
+                return clip[k];
+    return NULL;
+}
+
 static int cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL, *v;
     int tokens = 300;
     float temperature = 0.8f;
     unsigned long long seed = 1;
+    dt_sample_clip_opts clips = {.steps = 32, .count = 4};
     for (int i = 2; i < argc; i++) {
         char *end = NULL;
         if ((v = dt_cli_option(argc, argv, &i, "--checkpoint")))
@@ -200,9 +215,20 @@ static int cmd_sample(int argc, char **argv) {
             temperature = strtof(v, &end);
         else if ((v = dt_cli_option(argc, argv, &i, "--seed")))
             seed = strtoull(v, &end, 10);
+        else if ((v = dt_cli_option(argc, argv, &i, "--out")))
+            clips.out = v;
+        else if ((v = dt_cli_option(argc, argv, &i, "--steps")))
+            clips.steps = (int)strtol(v, &end, 10);
+        else if ((v = dt_cli_option(argc, argv, &i, "--label")))
+            clips.label = (int)strtol(v, &end, 10), clips.has_label = true;
+        else if ((v = dt_cli_option(argc, argv, &i, "--count")))
+            clips.count = (int)strtol(v, &end, 10);
+        else if ((v = dt_cli_option(argc, argv, &i, "--guidance")))
+            clips.guidance = strtof(v, &end);
         else {
-            static const char *const with_value[] = {"--checkpoint", "--prompt", "--tokens",
-                                                     "--temperature", "--seed", NULL};
+            static const char *const with_value[] = {
+                "--checkpoint", "--prompt", "--tokens", "--temperature", "--seed", "--out",
+                "--steps", "--label", "--count", "--guidance", NULL};
             dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }
@@ -219,7 +245,26 @@ static int cmd_sample(int argc, char **argv) {
         dt_error("sample needs --checkpoint PATH (a step folder or a .safetensors file)");
         return 2;
     }
-    dt_status st = dt_sample_run(ckpt, prompt, tokens, temperature, seed);
+    if (clips.out && !clips.out[0]) {
+        dt_error("sample: --out needs a file name (FILE.gif)");
+        return 2;
+    }
+    const char *clip_opt = clip_option_without_out(argc, argv);
+    if (!clips.out && clip_opt) {
+        dt_error("sample: %s samples clips and needs --out FILE.gif", clip_opt);
+        return 2;
+    }
+    dt_status st;
+    if (clips.out) {
+        clips.checkpoint = ckpt;
+        clips.prompt = prompt;
+        clips.seed = seed;
+        st = dt_sample_clips_run(&clips);
+    } else {
+        st = dt_sample_run(ckpt, prompt, tokens, temperature, seed);
+    }
+    if (st == DT_OK && clips.out)
+        dt_info("%d clips written to %s", clips.count, clips.out);
     return st == DT_OK ? 0 : fail(st);
 }
 

@@ -1,6 +1,8 @@
-/* Text generation from a trained model: temperature sampling with Philox randomness, so a
- * sample is reproducible from its seed. No KV cache: each new token re-runs the cropped
- * context (fine for the small models sampled from the command line). */
+/* dtrain sample: text from a model that makes token logits (temperature sampling with Philox
+ * randomness, so a sample is reproducible from its seed; no KV cache: each new token re-runs
+ * the cropped context, fine for the small models sampled from the command line), or clips
+ * from a model that predicts a flow velocity (models/flow.h's Euler sampler) into an animated
+ * GIF. One process; the model is built from the checkpoint's recorded shape. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,9 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "io/atomic.h"
+#include "io/gif.h"
+#include "models/flow.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -73,34 +78,62 @@ void dt_sample_print(const int32_t *tok, int n, int vocab_size) {
     fflush(stdout);
 }
 
-dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
-                        float temperature, uint64_t seed) {
-    char path[4096];
+/* The model shape a checkpoint records (a step folder, sharded or whole, or a safetensors
+ * file), and where its weights are: *path the file (a whole folder's model.safetensors). */
+static dt_status read_shape(const char *checkpoint, dt_model_config *m, char *path, size_t n,
+                            bool *sharded) {
     struct stat sb;
     if (stat(checkpoint, &sb) != 0)
         return dt_err_set(DT_ERR_IO, "checkpoint %s does not exist", checkpoint);
     if (S_ISDIR(sb.st_mode))
-        snprintf(path, sizeof path, "%s/model.safetensors", checkpoint);
+        snprintf(path, n, "%s/model.safetensors", checkpoint);
     else
-        snprintf(path, sizeof path, "%s", checkpoint);
-    bool sharded = S_ISDIR(sb.st_mode) && dt_ckpt_is_sharded(checkpoint);
+        snprintf(path, n, "%s", checkpoint);
+    *sharded = S_ISDIR(sb.st_mode) && dt_ckpt_is_sharded(checkpoint);
     dt_config cfg;
     dt_config_defaults(&cfg);
-    DT_TRY(sharded ? dt_ckpt_model_config(checkpoint, &cfg.model)
-                   : dt_model_config_from_file(path, &cfg.model));
-    DT_TRY(dt_ckpt_check_shape(&cfg.model, sharded ? checkpoint : path));
+    *m = cfg.model;
+    DT_TRY(*sharded ? dt_ckpt_model_config(checkpoint, m) : dt_model_config_from_file(path, m));
+    return dt_ckpt_check_shape(m, *sharded ? checkpoint : path);
+}
+
+/* A one-process fp32 model of the checkpoint's shape with its weights, for B samples of T
+ * positions (T 0: the recorded max_seq_len). */
+static dt_status load_model(const char *checkpoint, int B, int T, dt_mem *mem, dt_model **g) {
+    char path[4096];
+    bool sharded = false;
+    dt_model_config m;
+    DT_TRY(read_shape(checkpoint, &m, path, sizeof path, &sharded));
+    dt_model_opts opts = {.B = B, .T = T > 0 ? T : m.max_seq_len, .precision = DT_PREC_FP32};
+    DT_TRY(dt_model_create(&m, &opts, mem, g));
+    return sharded ? dt_ckpt_load_weights(checkpoint, *g, dt_model_weights(*g))
+                   : dt_model_load(*g, dt_model_weights(*g), path);
+}
+
+/* what a model that makes no token logits is for */
+static dt_status not_text(const char *checkpoint, const dt_model *g, const char *prompt) {
+    const char *arch = dt_arch_name(dt_model_cfg(g)->arch);
+    if (prompt && *prompt)
+        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": checkpoint %s holds a %s model, which "
+                          "samples video clips and takes no text prompt; sample it with --out "
+                          "FILE.gif", prompt, checkpoint, arch);
+    return dt_err_set(DT_ERR_ARG, "checkpoint %s holds a %s model, which makes no text: sample "
+                      "its clips with --out FILE.gif", checkpoint, arch);
+}
+
+dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
+                        float temperature, uint64_t seed) {
     dt_mem *mem = NULL;
     dt_model *g = NULL;
     int32_t *tok = NULL, *out = NULL;
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&mem));
-    int T = cfg.model.max_seq_len;
-    dt_model_opts opts = {.B = 1, .T = T, .precision = DT_PREC_FP32};
-    DT_TRY_GOTO(dt_model_create(&cfg.model, &opts, mem, &g));
-    if (sharded)
-        DT_TRY_GOTO(dt_ckpt_load_weights(checkpoint, g, dt_model_weights(g)));
-    else
-        DT_TRY_GOTO(dt_model_load(g, dt_model_weights(g), path));
+    DT_TRY_GOTO(load_model(checkpoint, 1, 0, mem, &g));
+    if (!g->ops->logits_last) {
+        st = not_text(checkpoint, g, prompt);
+        goto fail;
+    }
+    const dt_model_config *m = dt_model_cfg(g);
     int n_prompt = prompt && *prompt ? (int)strlen(prompt) : 1;
     tok = malloc((size_t)n_prompt * sizeof *tok);
     out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);
@@ -108,21 +141,102 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
         st = dt_err_set(DT_ERR_OOM, "sample: out of memory");
         goto fail;
     }
-    if (cfg.model.vocab_size != 256 && prompt && *prompt) {
+    if (m->vocab_size != 256 && prompt && *prompt) {
         st = dt_err_set(DT_ERR_ARG, "--prompt needs a byte-level model (vocab 256); this one "
-                        "has vocab_size %d", cfg.model.vocab_size);
+                        "has vocab_size %d", m->vocab_size);
         goto fail;
     }
     for (int i = 0; i < n_prompt; i++)
-        tok[i] = prompt && *prompt ? (unsigned char)prompt[i] : '\n' % cfg.model.vocab_size;
-    DT_TRY_GOTO(dt_sample_tokens(g, T, tok, n_prompt, n_new, temperature, seed, out));
+        tok[i] = prompt && *prompt ? (unsigned char)prompt[i] : '\n' % m->vocab_size;
+    DT_TRY_GOTO(dt_sample_tokens(g, m->max_seq_len, tok, n_prompt, n_new, temperature, seed,
+                                 out));
     if (prompt && *prompt)
         fputs(prompt, stdout);
-    dt_sample_print(out, n_new, cfg.model.vocab_size);
+    dt_sample_print(out, n_new, m->vocab_size);
     st = DT_OK;
 fail:
     free(tok);
     free(out);
+    dt_model_free(g);
+    dt_mem_free(mem);
+    return st;
+}
+
+/* ---- clips ------------------------------------------------------------------------------ */
+
+/* The GIF can be written: not a folder, and a temporary beside it can be created (what the
+ * atomic write will do), checked before any sampling. */
+static dt_status check_out(const char *out) {
+    struct stat sb;
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dt_err_set(DT_ERR_ARG, "--out %s is a folder; give a .gif file name", out);
+    dt_atomic_file a;
+    dt_status st = dt_atomic_open(&a, out);
+    if (st != DT_OK)
+        return dt_err_wrap(st, "--out %s: cannot be written: ", out);
+    dt_atomic_abort(&a);
+    return DT_OK;
+}
+
+/* The options a clip model takes, against its classes. labels[count] or *use NULL. */
+static dt_status clip_labels(const dt_sample_clip_opts *o, const dt_model_config *m,
+                             int32_t *labels, bool *use) {
+    if (o->prompt && *o->prompt)
+        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": checkpoint %s holds a %s model, which "
+                          "samples video clips and takes no text prompt", o->prompt,
+                          o->checkpoint, dt_arch_name(m->arch));
+    if (o->has_label && m->n_classes == 0)
+        return dt_err_set(DT_ERR_ARG, "--label %d: the model in %s is unconditional "
+                          "(n_classes = 0); leave --label out", o->label, o->checkpoint);
+    if (o->has_label && (o->label < 0 || o->label >= m->n_classes))
+        return dt_err_set(DT_ERR_ARG, "--label %d is outside the model's classes 0..%d",
+                          o->label, m->n_classes - 1);
+    if (o->guidance > 0 && m->n_classes == 0)
+        return dt_err_set(DT_ERR_ARG, "--guidance %g: the model in %s is unconditional "
+                          "(n_classes = 0), there is nothing to guide towards",
+                          (double)o->guidance, o->checkpoint);
+    *use = m->n_classes > 0;
+    for (int k = 0; *use && k < o->count; k++)
+        labels[k] = o->has_label ? o->label : k % m->n_classes;
+    return DT_OK;
+}
+
+dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
+    if (o->steps < 1 || o->count < 1 || o->count > DT_SAMPLE_MAX_CLIPS)
+        return dt_err_set(DT_ERR_ARG, "sample: --steps %d must be >= 1 and --count %d in 1..%d",
+                          o->steps, o->count, DT_SAMPLE_MAX_CLIPS);
+    DT_TRY(check_out(o->out));
+    dt_mem *mem = NULL;
+    dt_model *g = NULL;
+    float *clips = NULL;
+    int32_t labels[DT_SAMPLE_MAX_CLIPS];
+    bool use_labels = false;
+    dt_status st;
+    DT_TRY_GOTO(dt_mem_init(&mem));
+    DT_TRY_GOTO(load_model(o->checkpoint, o->count, 0, mem, &g));
+    const dt_model_config *m = dt_model_cfg(g);
+    if (!g->ops->predict) {
+        st = dt_err_set(DT_ERR_ARG, "--out %s: checkpoint %s holds a %s model, which makes "
+                        "text; --out samples clips from a dit (use --prompt and --tokens)",
+                        o->out, o->checkpoint, dt_arch_name(m->arch));
+        goto fail;
+    }
+    DT_TRY_GOTO(clip_labels(o, m, labels, &use_labels));
+    int64_t numel = (int64_t)m->frames * m->channels * m->height * m->width;
+    if (!(clips = malloc((size_t)(numel * o->count) * sizeof *clips))) {
+        st = dt_err_set(DT_ERR_OOM, "sample: out of memory for %d clips", o->count);
+        goto fail;
+    }
+    DT_TRY_GOTO(dt_flow_sample_model(g, mem, o->count, o->steps, o->seed,
+                                     use_labels ? labels : NULL, o->guidance, clips));
+    /* pixels drawn as squares so that a small clip is a visible picture (~96 pixels a side) */
+    int side = m->height > m->width ? m->height : m->width, scale = 96 / side;
+    dt_gif_clips gc = {.data = clips, .K = o->count, .frames = m->frames,
+                       .channels = m->channels, .height = m->height, .width = m->width};
+    DT_TRY_GOTO(dt_gif_write(o->out, &gc, scale > 1 ? scale : 1, 12));
+    st = DT_OK;
+fail:
+    free(clips);
     dt_model_free(g);
     dt_mem_free(mem);
     return st;

@@ -4,6 +4,7 @@
 #ifndef DT_TRAIN_TRAINER_H
 #define DT_TRAIN_TRAINER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/comm.h"
@@ -22,8 +23,27 @@ dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int 
 /* Print tokens: bytes when the vocabulary is byte-level (256), else space-separated ids. */
 void dt_sample_print(const int32_t *tok, int n, int vocab_size);
 
-/* dtrain sample: model from a checkpoint folder or safetensors file. */
+/* dtrain sample: text from a model that makes token logits, from a checkpoint folder or a
+ * safetensors file; another model (a DiT) is an error naming it (and --prompt). */
 dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
                         float temperature, uint64_t seed);
+
+/* dtrain sample --out FILE.gif: `count` clips of a model that predicts a flow velocity,
+ * sampled in `steps` Euler steps from noise of `seed`, side by side in an animated GIF. Labels:
+ * `label` for every clip (has_label), else clip k gets class k % n_classes (none for an
+ * unconditional model); guidance > 0: classifier-free guidance of that scale. Every bad input
+ * is one DT_ERR_ARG naming the value, before sampling: a label outside the model's classes, a
+ * GIF that cannot be written there, a model that makes text, a --prompt. The GIF is written
+ * atomically: the old file or the whole new one. */
+enum { DT_SAMPLE_MAX_CLIPS = 64 };
+typedef struct dt_sample_clip_opts {
+    const char *checkpoint, *out;
+    const char *prompt; /* must be NULL or "" */
+    int steps, count, label;
+    bool has_label;
+    float guidance;
+    uint64_t seed;
+} dt_sample_clip_opts;
+dt_status dt_sample_clips_run(const dt_sample_clip_opts *opts);
 
 #endif

@@ -2,7 +2,8 @@
 # The video DiT through `dtrain train` equals the single process in every layout (DESIGN
 # invariant 1): per-step losses (train and validation) and exported weights within 1e-5
 # relative in fp32, for both attention kinds: Ulysses sp 2 and 4 (all_to_all), dp2 x sp2 x
-# ZeRO-2 with micro-batches, and a 2-stage pipeline. A bf16 run trains (its losses track
+# ZeRO-2 with micro-batches, a 2-stage pipeline (alone, and 1F1B with sp 2), ZeRO-3 with full
+# activation checkpointing; a checkpoint of sp2 x dp2 resumes in one process. A bf16 run trains (its losses track
 # fp32's within bf16 tolerance). A split that does not divide (tokens % sp, heads % sp) and a
 # clip that does not divide into patches are one clear error on every rank, before the first
 # collective.
@@ -23,9 +24,29 @@ for attn in spatial_temporal full; do
     same "${attn}_dp2_sp2_zero2_micro" 4 "${hy[@]}" --plugin.sp_size=2 --plugin.zero_stage=2 \
         --train.micro_batch_size=2
     same "${attn}_pp2" 2 "${hy[@]}" --plugin.pp_size=2 --plugin.microbatches=2
+    same "${attn}_pp2_sp2_1f1b" 4 "${hy[@]}" --plugin.pp_size=2 --plugin.sp_size=2 \
+        --plugin.microbatches=2 --plugin.pp_schedule=1f1b
+    same "${attn}_dp2_zero3_ac" 2 "${hy[@]}" --plugin.zero_stage=3 --plugin.ac=full
     mv ref.jsonl "ref_$attn.jsonl"
     mv ref.safetensors "ref_$attn.safetensors"
 done
+
+# checkpoints carry the DiT's sizes: an sp 2 x dp 2 ZeRO-2 checkpoint resumes in one process
+# and continues as the uninterrupted run (the last two steps and the weights)
+ck=(--model.attn=full --checkpoint.dir=ck --checkpoint.every=2 --checkpoint.keep=0)
+run ck_sp2 4 --plugin.type=hybrid --plugin.sp_size=2 --plugin.zero_stage=2 "${ck[@]}" ||
+    { echo "FAIL checkpointed sp2 run"; tail -3 ck_sp2.log; failed=$((failed + 1)); }
+rm -rf ck/step-4
+run ck_one 1 "${ck[@]}" --checkpoint.resume=auto ||
+    { echo "FAIL resumed run"; tail -3 ck_one.log; failed=$((failed + 1)); }
+check "resumed from step 2" grep -q "resumed from ck/step-2 at step 2" ck_one.log
+check "sp2 checkpoint resumed in one process" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
+    <(tail -n 2 ref_full.jsonl) ref_full.safetensors ck_one.jsonl ck_one.safetensors 1e-5
+check "the manifest records the DiT's sizes" /usr/bin/python3 -c "import json, sys
+m = json.load(open('ck/step-2/manifest.json'))['model']
+want = dict(arch='dit', n_layer=2, n_head=4, n_embd=64, frames=4, channels=3, height=8, width=8,
+            patch_t=1, patch_h=2, patch_w=2, n_classes=3, attn=0)
+sys.exit(any(m.get(k) != v for k, v in want.items()))"
 
 # bf16: trains (the loss falls) and tracks the fp32 run within bf16 tolerance
 run bf16 1 --model.attn=full --plugin.precision=bf16 --train.steps=4 ||

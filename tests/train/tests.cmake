@@ -139,3 +139,20 @@ set_tests_properties(train/bad_inputs PROPERTIES LABELS "train" TIMEOUT 600)
 # model interface alone, on a toy model that is not GPT, against its closed-form gradients.
 dt_add_mpi_test(train mpi_test_model_seam "train;mpi")
 dt_add_mpi_test(train mpi_test_dit_layouts "train;mpi")
+
+# The video DiT through dtrain train and dtrain sample: a tiny config trains briefly, its
+# sampled GIF's background share, motion and mean fall within the training clips' range and
+# far from noise (tests/train/clip_stats.c decodes the GIFs), and every bad sample input is
+# one clear error.
+add_executable(train_clip_stats ${CMAKE_CURRENT_LIST_DIR}/clip_stats.c)
+target_link_libraries(train_clip_stats PRIVATE dtrain_static PkgConfig::GIF)
+add_test(NAME train/dit_sample
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/dit_sample.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE:train_clip_stats>)
+set_tests_properties(train/dit_sample PROPERTIES LABELS "train" TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+
+# The video DiT's layouts through dtrain train equal the single process (runs mpirun itself).
+add_test(NAME train/dit_layouts
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/dit_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/dit_layouts PROPERTIES LABELS "train;mpi" TIMEOUT 900)
