@@ -66,7 +66,7 @@ static int kv_heads(const dt_model_config *m) {
  * by rows (rounded up), row-parallel ones by columns, GPT-2's fused c_attn by thirds. */
 static int64_t unit_floats(const dt_model_config *m, int u, int tp) {
     if (m->arch == DT_ARCH_DIT)
-        return dt_plan_dit_unit_floats(m, u);
+        return dt_plan_dit_unit_floats(m, u, tp);
     int64_t C = m->n_embd, V = cdiv(m->vocab_size, tp), F = ffn_width(m);
     int64_t kv = (int64_t)kv_heads(m) * (C / m->n_head);
     int L = m->n_layer;
@@ -565,7 +565,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
      * DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
     int batch_rows = s.pp > 1 ? s.rows : s.mb;
     if (c->model.arch == DT_ARCH_DIT) {
-        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .n_slots = n_slots, .held = s.held,
+        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .tp = s.tp, .n_slots = n_slots, .held = s.held,
                               .plugin = &c->plugin, .lp = s.lp, .training = true};
         dt_plan_dit_arenas(&c->model, &r, &out->acts_arena, &out->temp_arena);
         out->cat[DT_MEM_ACTS] = out->acts_arena + dt_plan_dit_batch_bytes(&c->model, batch_rows);

@@ -1,6 +1,8 @@
 /* The video DiT's rows of the memory model (plan/memory.c; see memory.h): its parameter arena
- * unit by unit, from the DiT's tensor table (models/dit.h: DiT / Open-Sora names, every
- * tensor whole, padded to 16 floats).
+ * unit by unit, from the DiT's tensor table (models/dit.h: DiT / Open-Sora names, each tensor
+ * padded to 16 floats; under tp a block's q|k|v and fc1 rows and proj and fc2 columns are
+ * split, everything else is whole), and its activation and transient arenas, batch rows and
+ * pipeline boundaries, from the carves of models/dit.c and dit_fwd.c.
  *
  * Pure: no MPI, no tensors; thread-safe.
  */
@@ -15,17 +17,17 @@ static int64_t patch_dim(const dt_model_config *m) {
     return (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
 }
 
-int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u) {
-    int64_t C = m->n_embd, P = patch_dim(m);
+int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u, int tp) {
+    int64_t C = m->n_embd, P = patch_dim(m), Ct = C / tp, Ft = DT_PLAN_DIT_MLP_RATIO * C / tp;
     if (u == 0) /* x_embedder.proj, t_embedder.mlp.0 (256 timestep features), .2, label table */
         return linear_floats(C, P) + linear_floats(C, DT_PLAN_DIT_FREQ_DIM) +
                linear_floats(C, C) + (m->n_classes > 0 ? pad16((m->n_classes + 1) * C) : 0);
     if (u > m->n_layer) /* final_layer.adaLN_modulation.1, final_layer.linear */
         return linear_floats(2 * C, C) + linear_floats(P, C);
-    /* adaLN_modulation.1, attn.qkv, attn.proj, mlp.fc1, mlp.fc2 */
-    return linear_floats(6 * C, C) + linear_floats(3 * C, C) + linear_floats(C, C) +
-           linear_floats(DT_PLAN_DIT_MLP_RATIO * C, C) +
-           linear_floats(C, DT_PLAN_DIT_MLP_RATIO * C);
+    /* adaLN_modulation.1 (whole), attn.qkv (each section's rows split), attn.proj (columns
+     * split, bias whole), mlp.fc1 (rows), mlp.fc2 (columns, bias whole) */
+    return linear_floats(6 * C, C) + linear_floats(3 * Ct, C) + pad16(C * Ct) + pad16(C) +
+           linear_floats(Ft, C) + pad16(C * Ft) + pad16(C);
 }
 
 double dt_plan_dit_param_count(const dt_model_config *m) {
@@ -62,7 +64,8 @@ enum {
 
 typedef struct dit_rank {
     const dt_plan_dit_rank *r;
-    int64_t B, Nr, S, C, P, F, NH, L, clip;
+    int64_t B, Nr, S, C, P, F, L, clip;
+    int64_t Ct, Ft, NHt; /* this tp rank's attention width, MLP width and heads */
 } dit_rank;
 
 static int64_t fields_bytes(const dit_rank *k, unsigned f) {
@@ -70,10 +73,11 @@ static int64_t fields_bytes(const dit_rank *k, unsigned f) {
     const struct {
         unsigned bit;
         int64_t floats;
-    } piece[] = {{F_MOD, B * 6 * C}, {F_MOD, B * 4 * C}, {F_LN, Nr},      {F_LN, Nr},
-                 {F_M1, Nr * C},     {F_QKV, Nr * 3 * C}, {F_Y, Nr * C}, {F_LSE, Nr * k->NH},
-                 {F_A, Nr * C},      {F_X2, Nr * C},     {F_LN, Nr},      {F_LN, Nr},
-                 {F_M2, Nr * C},     {F_H, Nr * k->F},   {F_F, Nr * C}};
+    } piece[] = {{F_MOD, B * 6 * C},    {F_MOD, B * 4 * C}, {F_LN, Nr},
+                 {F_LN, Nr},           {F_M1, Nr * C},     {F_QKV, Nr * 3 * k->Ct},
+                 {F_Y, Nr * k->Ct},    {F_LSE, Nr * k->NHt}, {F_A, Nr * C},
+                 {F_X2, Nr * C},       {F_LN, Nr},         {F_LN, Nr},
+                 {F_M2, Nr * C},       {F_H, Nr * k->Ft},  {F_F, Nr * C}};
     for (size_t i = 0; i < sizeof piece / sizeof piece[0]; i++)
         b += f & piece[i].bit ? pad64(piece[i].floats * F4) : 0;
     return b;
@@ -138,11 +142,14 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t temp_arena(const dit_rank *k) {
     const dt_plan_dit_rank *r = k->r;
     int64_t B = k->B, Nr = k->Nr, C = k->C, F = k->F, P = k->P, b = 0;
-    bool split = r->sp > 1, last = r->held[k->L + 1];
-    int64_t rows3 = pad64(Nr * 3 * C * F4), rows = pad64(Nr * C * F4), rowsF = pad64(Nr * F * F4);
-    b += rows3 + (split ? 2 * rows3 : 0) + 2 * rows + rowsF; /* qkv_rows, packed, qkvh, att */
-    b += last ? 2 * pad64(Nr * P * F4) : 0;                 /* tok_out, tok_tgt */
-    b += split ? rows3 : 0;                                 /* all-to-all work */
+    bool sp = r->sp > 1, tp = r->tp > 1, last = r->held[k->L + 1];
+    int64_t rows3 = pad64(Nr * 3 * k->Ct * F4), rows = pad64(Nr * k->Ct * F4);
+    int64_t rowsF = pad64(Nr * k->Ft * F4), rowsC = pad64(Nr * C * F4);
+    b += rows3 + (sp ? 2 * rows3 : 0) + 2 * rows + rowsF; /* qkv_rows, packed, qkvh, att, gel */
+    b += tp ? rowsC : 0;                                  /* a row-parallel matmul's part */
+    b += last ? 2 * pad64(Nr * P * F4) : 0;               /* tok_out, tok_tgt */
+    if (sp || tp) /* all-to-all and COPY-adjoint work */
+        b += pad64(Nr * max64(3 * k->Ct, C) * F4);
     if (r->lp) { /* 16-bit operands: the widest matmul input and output over Nr rows */
         int64_t in = max64(max64(C, F), max64(P, DT_PLAN_DIT_FREQ_DIM));
         int64_t out = max64(max64(6 * C, F), P);
@@ -151,7 +158,7 @@ static int64_t temp_arena(const dit_rank *k) {
     if (!r->training)
         return b;
     b += r->n_slots * (pad64(pos_stride(k) * F4) + (last ? pad64(Nr * P * F4) : 0));
-    b += 2 * rows + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
+    b += 2 * rowsC + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
     b += pad64(B * 6 * C * F4) + 3 * pad64(B * C * F4); /* dmod, dc, dts, dth */
     return b;
 }
@@ -160,10 +167,11 @@ void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int
                         int64_t *temp) {
     int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
                 (m->width / m->patch_w);
+    int64_t F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd;
     dit_rank k = {.r = r, .B = r->B, .Nr = r->B * S / r->sp, .S = S, .C = m->n_embd,
-                  .P = patch_dim(m), .F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd,
-                  .NH = m->n_head, .L = m->n_layer,
-                  .clip = (int64_t)m->frames * m->channels * m->height * m->width};
+                  .P = patch_dim(m), .F = F, .L = m->n_layer,
+                  .clip = (int64_t)m->frames * m->channels * m->height * m->width,
+                  .Ct = m->n_embd / r->tp, .Ft = F / r->tp, .NHt = m->n_head / r->tp};
     *acts = acts_arena(&k);
     *temp = temp_arena(&k);
 }

@@ -17,15 +17,16 @@ int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int6
 /* The video DiT (plan/memory_dit.c). Its fixed sizes, as models/dit.h has them (plan/ does not
  * include models/; tests/plan/test_memory_dit.c holds the two equal). */
 enum { DT_PLAN_DIT_FREQ_DIM = 256, DT_PLAN_DIT_MLP_RATIO = 4 };
-/* Floats of DiT unit u (0: embedders, 1..L: blocks, L+1: final layer), tensors padded to 16
- * floats; the DiT splits no tensor over tp. */
-int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u);
+/* Floats of DiT unit u (0: embedders, 1..L: blocks, L+1: final layer) on one of `tp` ranks,
+ * tensors padded to 16 floats. */
+int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u, int tp);
 /* The DiT's parameters, unpadded (dt_plan_param_count's answer for model.arch = dit). */
 double dt_plan_dit_param_count(const dt_model_config *m);
 /* One rank of a DiT run, as the memory model sees it. */
 typedef struct dt_plan_dit_rank {
     int B;                           /* clips per micro-batch */
     int sp;                          /* Ulysses degree: this rank's rows are B S / sp */
+    int tp;                          /* Megatron degree: heads and MLP columns split */
     int n_slots;                     /* micro-batches whose activations are held at once */
     const bool *held;                /* [L + 2] units this rank holds */
     const dt_plugin_config *plugin;  /* ac, ac_every */

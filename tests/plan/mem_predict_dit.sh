@@ -1,7 +1,7 @@
 #!/bin/bash
 # Memory is what the planner says, for the video DiT (DESIGN invariant 3): a matrix of DiT
-# layouts (dp x ZeRO 0-3, Ulysses sp, pipelines under GPipe, 1F1B and interleaved, with dp and
-# sp, fp32 and bf16, micro-batches, activation checkpointing full / selective / every 2nd
+# layouts (dp x ZeRO 0-3, Ulysses sp, Megatron tp alone and with sp, pp and ZeRO-3, pipelines
+# under GPipe, 1F1B and interleaved, with dp and sp, fp32 and bf16, micro-batches, activation checkpointing full / selective / every 2nd
 # block, a checkpoint save, optimizer offload) is trained for one step, and on every rank
 # every memory category and the total must EQUAL the measured peak to the byte
 # (plan/memory_dit.c predicts the DiT's arenas, batch buffers and pipeline boundaries from
@@ -37,6 +37,11 @@ case_ dit_pp2_gpipe 2 $(pp gpipe 4)
 case_ dit_pp2_1f1b_ac_full 2 $(pp 1f1b 4) $(ac full)
 case_ dit_pp2_interleaved 2 $(pp interleaved 2) --plugin.pp_chunks=2 --model.n_layer=4
 case_ dit_pp2_sp2_selective 4 $(pp 1f1b 2) --plugin.sp_size=2 $(ac selective)
+case_ dit_tp2 2 --plugin.tp_size=2
+case_ dit_tp2_sp2_bf16_selective 4 --plugin.tp_size=2 --plugin.sp_size=2 $bf16 $(ac selective)
+case_ dit_tp2_pp2_1f1b 4 --plugin.tp_size=2 $(pp 1f1b 4)
+case_ dit_tp2_dp2_zero3_ac_full 4 --plugin.tp_size=2 $(z 3) $(ac full)
+case_ dit_tp2_checkpoint 2 --plugin.tp_size=2 --checkpoint.every=1 --checkpoint.dir=ck2
 case_ dit_ac_full 1 $(ac full)
 case_ dit_ac_selective_bf16 1 $(ac selective) $bf16
 case_ dit_ac_full_every2_sp2 2 $(ac full 2) --plugin.sp_size=2 --model.n_layer=3
