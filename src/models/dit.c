@@ -145,42 +145,47 @@ static void carve_acts(dt_dit *d, dt_dit_carver *cv) {
  * slots' gradients of the boundary and of the loss are here too: a pipeline stage receives
  * and sends them). */
 static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
-    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->F;
-    size_t Ct = (size_t)d->Ct, Ft = (size_t)d->Ft, P = (size_t)d->P;
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
+    size_t F = (size_t)d->F, Ct = (size_t)d->Ct, Ft = (size_t)d->Ft, P = (size_t)d->P;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    bool sp = d->sp->size > 1, tp = d->tp->size > 1, lp = d->ctx.mm_type != DT_F32;
-    d->qkv_rows = dt_dit_carve(cv, Nr * 3 * Ct * f4);
-    d->packed = sp ? dt_dit_carve(cv, Nr * 3 * Ct * f4) : NULL;
-    d->qkvh = sp ? dt_dit_carve(cv, Nr * 3 * Ct * f4) : NULL;
-    d->att_rows = dt_dit_carve(cv, Nr * Ct * f4);
-    d->atth = dt_dit_carve(cv, Nr * Ct * f4);
-    d->gel = dt_dit_carve(cv, Nr * Ft * f4);
-    d->part = tp ? dt_dit_carve(cv, Nr * C * f4) : NULL;
+    bool sp = d->sp->size > 1, tp = d->tp->size > 1, seq = d->rows->size > 1;
+    bool lp = d->ctx.mm_type != DT_F32;
+    d->qkv_rows = dt_dit_carve(cv, Nt * 3 * Ct * f4);
+    d->packed = sp ? dt_dit_carve(cv, Nt * 3 * Ct * f4) : NULL;
+    d->qkvh = sp ? dt_dit_carve(cv, Nt * 3 * Ct * f4) : NULL;
+    d->att_rows = dt_dit_carve(cv, Nt * Ct * f4);
+    d->atth = dt_dit_carve(cv, Nt * Ct * f4);
+    d->gel = dt_dit_carve(cv, Nt * Ft * f4);
+    d->part = tp ? dt_dit_carve(cv, Nt * C * f4) : NULL;
+    d->ln_full = seq ? dt_dit_carve(cv, Nt * C * f4) : NULL;
     d->tok_out = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
     d->tok_tgt = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
-    /* the all-to-alls' local size, the COPY adjoint's rows x cols */
-    d->work = sp || tp ? dt_dit_carve(cv, Nr * (3 * Ct > C ? 3 * Ct : C) * f4) : NULL;
+    /* the all-to-alls' local size, the COPY adjoint's and SEQ_REDUCE_SCATTER's rows x cols */
+    d->work = sp || tp ? dt_dit_carve(cv, Nt * (3 * Ct > C ? 3 * Ct : C) * f4) : NULL;
     /* 16-bit operands: the widest input (C, 4C, P or the timestep features) and output
-     * (6C, 4C or P) of a matmul over Nr >= B rows */
+     * (6C, 4C or P) of a matmul over Nt >= B rows */
     size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
     in = in > P ? in : P;
     in = in > DT_DIT_FREQ_DIM ? in : DT_DIT_FREQ_DIM;
     out = out > P ? out : P;
-    d->x_lp = lp ? dt_dit_carve(cv, Nr * in * h2) : NULL;
-    d->dy_lp = lp && d->training ? dt_dit_carve(cv, Nr * out * h2) : NULL;
+    d->x_lp = lp ? dt_dit_carve(cv, Nt * in * h2) : NULL;
+    d->dy_lp = lp && d->training ? dt_dit_carve(cv, Nt * out * h2) : NULL;
     if (!d->training)
         return;
     for (int s = 0; s < d->n_slots; s++) {
         d->slots[s].dres = dt_dit_carve(cv, (size_t)d->pos_stride * f4);
         d->slots[s].dtok = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
     }
-    d->dA = dt_dit_carve(cv, Nr * C * f4);
-    d->dB = dt_dit_carve(cv, Nr * C * f4);
-    d->dg = dt_dit_carve(cv, Nr * Ft * f4);
-    d->dh = dt_dit_carve(cv, Nr * Ft * f4);
-    d->dqkv = dt_dit_carve(cv, Nr * 3 * Ct * f4);
-    d->dqkvp = dt_dit_carve(cv, Nr * 3 * Ct * f4);
-    d->dattp = dt_dit_carve(cv, Nr * Ct * f4);
+    /* the widest weight gradient summed over split rows: the patch embedding's or the final
+     * linear's [C, P] (the biases, C or P, fit too) */
+    d->pgrad = seq ? dt_dit_carve(cv, C * P * f4) : NULL;
+    d->dA = dt_dit_carve(cv, Nt * C * f4);
+    d->dB = dt_dit_carve(cv, Nt * C * f4);
+    d->dg = dt_dit_carve(cv, Nt * Ft * f4);
+    d->dh = dt_dit_carve(cv, Nt * Ft * f4);
+    d->dqkv = dt_dit_carve(cv, Nt * 3 * Ct * f4);
+    d->dqkvp = dt_dit_carve(cv, Nt * 3 * Ct * f4);
+    d->dattp = dt_dit_carve(cv, Nt * Ct * f4);
     d->dmod = dt_dit_carve(cv, B * 6 * C * f4);
     d->dc = dt_dit_carve(cv, B * C * f4);
     d->dts = dt_dit_carve(cv, B * C * f4);
@@ -226,12 +231,6 @@ static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->T != d->S)
         return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
                           "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
-    if (o->split_backward)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit has no split backward: use "
-                          "plugin.pp_schedule gpipe, 1f1b or interleaved, not a zero-bubble one");
-    if (o->act_compress != DT_ACT_COMPRESS_NONE)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "model.arch=dit does not store activations as "
-                          "int8 (plugin.act_compress); use plugin.ac instead");
     return dt_dit_check_split(&d->cfg, d->tp->size, d->sp->size, o->sequence_tp);
 }
 
@@ -242,6 +241,11 @@ static dt_status alloc_arrays(dt_dit *d) {
     d->acts = calloc((size_t)S * L + 1, sizeof *d->acts);
     d->saved_bytes = calloc((size_t)S * L + 1, sizeof *d->saved_bytes);
     d->saved_live = calloc((size_t)S * L + 1, sizeof *d->saved_live);
+    if (d->training && d->split &&
+        !(d->wgrad = calloc((size_t)S * L + 1, sizeof *d->wgrad)))
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory");
+    if (d->compress && !(d->q8 = calloc(((size_t)S * L + 1) * DT_DIT_N_Q8, sizeof *d->q8)))
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     d->pos_index = calloc((size_t)L + 1, sizeof *d->pos_index);
     d->unit_w = calloc((size_t)U, sizeof *d->unit_w);
     d->unit_g = calloc((size_t)U, sizeof *d->unit_g);
@@ -284,11 +288,19 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
         d->tp = d->own_tp;
     }
     DT_TRY_GOTO(check_opts(d, o));
+    d->rows = o->sequence_tp ? d->tp : NULL;
+    if (!d->rows) {
+        DT_TRY_GOTO(dt_comm_local_init("rows", &d->own_rows));
+        d->rows = d->own_rows;
+    }
     d->Ct = d->C / d->tp->size;
     d->NHt = d->NH / d->tp->size;
     d->Ft = d->F / d->tp->size;
+    d->Nt = dt_dit_rows_tp(d, d->B);
     d->Nr = dt_dit_rows(d, d->B);
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
+    d->split = o->split_backward;
+    d->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
     d->ac = o->ac;
     d->ac_every = o->ac_every > 0 ? o->ac_every : 1;
     d->pos_stride = (((int64_t)d->Nr + d->B) * d->C + 15) / 16 * 16; /* 64-byte aligned */
@@ -353,6 +365,8 @@ void dt_dit_free(dt_dit *d) {
     free(d->pos_index);
     free(d->saved_live);
     free(d->saved_bytes);
+    free(d->q8);
+    free(d->wgrad);
     free(d->acts);
     free(d->slots);
     free(d->blocks);
@@ -364,6 +378,7 @@ void dt_dit_free(dt_dit *d) {
     if (d->full != d->params)
         free(d->full);
     free(d->params);
+    dt_comm_free(d->own_rows);
     dt_comm_free(d->own_tp);
     dt_comm_free(d->own_sp);
     free(d);

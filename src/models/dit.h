@@ -7,10 +7,12 @@
  * the caller binds them), the activations of its micro-batch slots sized at init and the
  * backward scratch; nothing is allocated after init. It runs as one process (dt_dit_init:
  * dt_dit_forward -> loss gradient of dt_dit_output -> dt_dit_backward) or split as the model
- * interface asks (dt_dit_init_model, models/dit_model.c): pipeline stages by unit, Ulysses
- * sequence parallelism over sp, tensor parallelism over tp, ZeRO's bound storage, bf16 matmuls, activation
- * checkpointing. Gradients accumulate until dt_dit_zero_grad. Single-threaded control;
- * kernels use OpenMP inside; collectives over the sp and tp comms the caller gave.
+ * interface asks (dt_dit_init_model, models/dit_model.c): pipeline stages by unit (with a
+ * split backward for zero-bubble schedules), Ulysses sequence parallelism over sp, tensor
+ * parallelism (and Megatron-SP) over tp, ZeRO's bound storage, 16-bit matmuls, activation
+ * checkpointing and int8 storage. Gradients accumulate until dt_dit_zero_grad.
+ * Single-threaded control; kernels use OpenMP inside; collectives over the sp and tp comms
+ * the caller gave.
  *
  * A micro-batch as the model interface hands it over (dt_batch, B clips, T = S tokens):
  *   input   B rows of dt_dit_input_floats() floats: the noisy clip x_t in [frames, channels,
@@ -56,10 +58,10 @@ dt_dit_config dt_dit_config_from_model(const dt_model_config *m);
 dt_status dt_dit_check_config(const dt_dit_config *c);
 
 /* Whether the DiT splits over tp x sp ranks: DT_OK, or one DT_ERR_ARG naming the numbers:
- * Megatron-SP (sequence_tp) is not implemented for the DiT (use sp); n_head % tp (tensor
- * parallelism splits heads and MLP columns), tokens % sp, (n_head / tp) % sp (Ulysses
- * splits a tp rank's heads), and for spatial_temporal the time tokens frames/patch_t % sp
- * (spatial attention stays local: every sp rank holds whole frames). */
+ * n_head % tp (tensor parallelism splits heads and MLP columns), tokens % sp, (n_head / tp)
+ * % sp (Ulysses splits a tp rank's heads), with sequence_tp (Megatron-SP) (tokens / sp) % tp,
+ * and for spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays
+ * local: every sp rank holds whole frames). */
 dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp);
 
 /* Derived sizes: tokens per clip (t/pt)(h/ph)(w/pw), floats per patch pt ph pw channels,
@@ -81,9 +83,9 @@ typedef struct dt_dit_opts {
 dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
                       dt_dit **out);
 /* As the model interface builds it (models/model.h): o->B clips of o->T = S tokens, the
- * splits, slots, held units, bound storage, precision and checkpointing of o. DT_ERR_ARG
- * for a split dt_dit_check_split refuses, DT_ERR_UNSUPPORTED for split backward (zero-bubble
- * schedules) and int8 activation storage. */
+ * splits, slots, held units, bound storage, precision, checkpointing, int8 storage and split
+ * backward of o. DT_ERR_ARG for T other than the clip's tokens or a split dt_dit_check_split
+ * refuses. */
 dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt_mem *mem,
                             dt_dit **out);
 void dt_dit_free(dt_dit *d);
@@ -127,7 +129,11 @@ void dt_dit_zero_grad(dt_dit *d);
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);
-dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b,
+                                bool split);
+/* Split backward (a model built with split_backward): the blocks' matmul weight gradients
+ * backward_units(split) left out. */
+dt_status dt_dit_weight_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 int64_t dt_dit_boundary_count(const dt_dit *d, int B);
 float *dt_dit_boundary(dt_dit *d, int slot, int position, int B);
 float *dt_dit_boundary_grad(dt_dit *d, int slot, int B);

@@ -28,20 +28,31 @@
  * Tensor parallelism (dit_impl.h): q|k|v, the attention and the MLP's hidden width are this
  * tp rank's heads and columns; proj and fc2 leave the region through an all-reduce.
  *
+ * Split backward (zero-bubble schedules): the backward makes the input gradients and the
+ * cheap bias gradients and keeps the five matmuls' output gradients per slot; the weight
+ * pass makes their weight gradients later.
+ *
  * Activation checkpointing (opts ac, block l when l % ac_every == 0): "full" keeps nothing
  * but the block's input (a residual position kept anyway) and reruns the block's forward
  * into the model's shared set right before its backward; "selective" keeps all but the
  * attention output and its log-sum-exp, rerun from the saved q|k|v. A field a slot does not
  * keep is NULL there and lives in the shared set. The reruns are the forward's own kernels
- * and collectives on the same inputs, so gradients are the same bits as without.
+ * and collectives on the same inputs, so gradients are the same bits as without. With int8
+ * storage (act_compress) a slot keeps its large tensors (m1, q|k|v, y, a, x2, m2, h, f; those
+ * its mode keeps) as int8 rows with one scale each: the forward writes them into the shared
+ * set and quantises them when the block is done; they are restored there before the
+ * backward and the weight pass (which then see the stored values, in every layout), so
+ * gradients approximate those of fp32 storage.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/act.h"
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/norm.h"
+#include "kernels/quant.h"
 #include "kernels/reduce.h"
 #include "models/dit_impl.h"
 #include "nn/region.h"
@@ -62,10 +73,10 @@ static bool uses_a2a(const dt_dit *d, attn_kind k) {
 }
 
 /* The kernel's view: rows of q|k|v (all N of a micro-batch after the all-to-all, else this
- * rank's Nr), cut into sequences of the kind's length. */
+ * rank's Nt), cut into sequences of the kind's length. */
 static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
     int sp = uses_a2a(d, k) ? d->sp->size : 1;
-    int rows = sp > 1 ? B * d->S : dt_dit_rows(d, B);
+    int rows = sp > 1 ? B * d->S : dt_dit_rows_tp(d, B);
     int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
     return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NHt / sp, .NKV = d->NHt / sp,
@@ -189,33 +200,17 @@ static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *
     }
 }
 
-/* ---- matmuls in the run's precision --------------------------------------------------------- */
-
-dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,
-                                float *y) {
-    return dt_linear_forward(&d->ctx, l, x, d->x_lp, N, y);
-}
-
-/* The 16-bit copy of x the weight gradient reads is rebuilt here, into the one buffer every
- * matmul shares: the same cast of the same values as the forward's, so the same bits. */
-dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
-                                 const float *dy, int N, float *dx) {
-    if (d->ctx.mm_type != DT_F32)
-        dt_cast_f32_to_lp(d->ctx.mm_type, d->x_lp, x, (int64_t)N * l->in);
-    return dt_linear_backward(&d->ctx, l, x, d->x_lp, dy, d->dy_lp, N, dx);
-}
-
 /* ---- attention between row order and attention order ---------------------------------------- */
 
-/* q|k|v rows [Nr, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
+/* q|k|v rows [Nt, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
 static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, float *qkv) {
-    int Nr = dt_dit_rows(d, B), sp = d->sp->size;
+    int Nt = dt_dit_rows_tp(d, B), sp = d->sp->size;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL)
             permute_rows(d, qkv, rows, 3 * (int64_t)d->Ct, B, true);
         return DT_OK; /* full and spatial: the linear wrote a->qkv itself */
     }
-    regroup(d, d->packed, rows, Nr, true);
+    regroup(d, d->packed, rows, Nt, true);
     float *h = k == ATTN_TEMPORAL ? d->qkvh : qkv;
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
                ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp},
@@ -225,7 +220,7 @@ static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, fl
     return DT_OK;
 }
 
-/* The attention output y (attention order) as rows [Nr, Ct]: y itself, or built in scratch. */
+/* The attention output y (attention order) as rows [Nt, Ct]: y itself, or built in scratch. */
 static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y,
                                    const float **rows) {
     bool a2a = uses_a2a(d, k);
@@ -238,7 +233,7 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     if (!a2a)
         return DT_OK;
     /* heads -> rows is the all-to-all's adjoint, which accumulates */
-    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows(d, B) * d->Ct);
+    dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows_tp(d, B) * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
                ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, *rows,
                           d->att_rows, d->work));
@@ -246,7 +241,7 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     return DT_OK;
 }
 
-/* d rows [Nr, Ct] of the attention output -> its gradient in attention order. */
+/* d rows [Nt, Ct] of the attention output -> its gradient in attention order. */
 static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *drows,
                                     const float **datt) {
     bool a2a = uses_a2a(d, k);
@@ -266,7 +261,7 @@ static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *
     return DT_OK;
 }
 
-/* d q|k|v in attention order (d->dqkvp) -> rows [Nr, 3Ct]. */
+/* d q|k|v in attention order (d->dqkvp) -> rows [Nt, 3Ct]. */
 static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows) {
     int sp = d->sp->size;
     *drows = d->dqkvp;
@@ -282,12 +277,12 @@ static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows
         permute_rows(d, d->qkvh, d->dqkvp, 3 * (int64_t)d->Ct / sp, B, false);
         src = d->qkvh;
     }
-    int Nr = dt_dit_rows(d, B);
-    dt_zero_f32(d->packed, (int64_t)Nr * 3 * d->Ct);
+    int Nt = dt_dit_rows_tp(d, B);
+    dt_zero_f32(d->packed, (int64_t)Nt * 3 * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
                ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, src,
                           d->packed, d->work));
-    regroup(d, d->dqkv, d->packed, Nr, false);
+    regroup(d, d->dqkv, d->packed, Nt, false);
     *drows = d->dqkv;
     return DT_OK;
 }
@@ -333,25 +328,80 @@ static bool holds_kept(const dt_dit *d, keep k) {
     return false;
 }
 
+/* The tensors int8 storage keeps as int8 rows (in dt_dit_q8 order), their fp32 field, and
+ * their shape for a micro-batch: residual rows x C, or tp-region rows x this rank's width
+ * (a row of the attention order's element count, whatever its layout). */
+enum { W_C, W_3CT, W_CT, W_FT };
+static const struct {
+    unsigned bit;
+    size_t field; /* offset in dt_dit_acts */
+    int width;
+} STORED[DT_DIT_N_Q8] = {
+    {F_M1, offsetof(dt_dit_acts, m1), W_C},    {F_QKV, offsetof(dt_dit_acts, qkv), W_3CT},
+    {F_Y, offsetof(dt_dit_acts, y), W_CT},     {F_A, offsetof(dt_dit_acts, a), W_C},
+    {F_X2, offsetof(dt_dit_acts, x2), W_C},    {F_M2, offsetof(dt_dit_acts, m2), W_C},
+    {F_H, offsetof(dt_dit_acts, h), W_FT},     {F_F, offsetof(dt_dit_acts, f), W_C},
+};
+enum { F_INT8 = F_M1 | F_QKV | F_Y | F_A | F_X2 | F_M2 | F_H | F_F };
+
+static void stored_shape(const dt_dit *d, int i, int B, int64_t *rows, int64_t *cols) {
+    bool tp_rows = STORED[i].width != W_C;
+    *rows = tp_rows ? dt_dit_rows_tp(d, B) : dt_dit_rows(d, B);
+    *cols = STORED[i].width == W_C     ? d->C
+            : STORED[i].width == W_3CT ? 3 * (int64_t)d->Ct
+            : STORED[i].width == W_CT  ? d->Ct
+                                       : d->Ft;
+}
+
+static float *field_of(const dt_dit_acts *a, int i) {
+    float *p;
+    memcpy(&p, (const char *)a + STORED[i].field, sizeof p);
+    return p;
+}
+
+/* the fields a slot keeps in fp32 (the rest: int8, or the shared set) */
+static unsigned slot_fields(const dt_dit *d, int l) {
+    return kept_fields(d, l) & (d->compress ? ~(unsigned)F_INT8 : (unsigned)F_ALL);
+}
+
+static dt_dit_q8 *q8_of(const dt_dit *d, int slot, int l) {
+    return &d->q8[((size_t)slot * d->cfg.n_layer + l) * DT_DIT_N_Q8];
+}
+
+/* The int8-kept tensors of view a, to (store) or from the slot's payloads. */
+static void int8_move(dt_dit *d, int slot, int l, int B, const dt_dit_acts *a, bool store) {
+    dt_dit_q8 *q = q8_of(d, slot, l);
+    for (int i = 0; i < DT_DIT_N_Q8; i++) {
+        if (!q[i].q)
+            continue;
+        int64_t rows, cols;
+        stored_shape(d, i, B, &rows, &cols);
+        if (store)
+            dt_quant_int8_rows(q[i].q, q[i].scale, field_of(a, i), rows, cols);
+        else
+            dt_dequant_int8_rows(field_of(a, i), q[i].q, q[i].scale, rows, cols);
+    }
+}
+
 /* Carve fields f (sized for the largest micro-batch), NULL for the rest. */
 static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
-    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, F = (size_t)d->Ft;
-    size_t Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
+    size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
+    size_t F = (size_t)d->Ft, Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
 #define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
     a->mod = PIECE(F_MOD, B * 6 * C);
     a->aff = PIECE(F_MOD, B * 4 * C);
     a->mean1 = PIECE(F_LN, Nr);
     a->rstd1 = PIECE(F_LN, Nr);
     a->m1 = PIECE(F_M1, Nr * C);
-    a->qkv = PIECE(F_QKV, Nr * 3 * Ct);
-    a->y = PIECE(F_Y, Nr * Ct);
-    a->lse = PIECE(F_LSE, Nr * NH);
+    a->qkv = PIECE(F_QKV, Nt * 3 * Ct);
+    a->y = PIECE(F_Y, Nt * Ct);
+    a->lse = PIECE(F_LSE, Nt * NH);
     a->a = PIECE(F_A, Nr * C);
     a->x2 = PIECE(F_X2, Nr * C);
     a->mean2 = PIECE(F_LN, Nr);
     a->rstd2 = PIECE(F_LN, Nr);
     a->m2 = PIECE(F_M2, Nr * C);
-    a->h = PIECE(F_H, Nr * F);
+    a->h = PIECE(F_H, Nt * F);
     a->f = PIECE(F_F, Nr * C);
 #undef PIECE
 }
@@ -363,14 +413,36 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
             if (!dt_dit_holds(d, l + 1))
                 continue;
             size_t at = cv->used;
-            carve_fields(d, cv, kept_fields(d, l), &d->acts[(size_t)s * L + l]);
+            carve_fields(d, cv, slot_fields(d, l), &d->acts[(size_t)s * L + l]);
+            for (int i = 0; d->compress && i < DT_DIT_N_Q8; i++) {
+                if (!(kept_fields(d, l) & STORED[i].bit))
+                    continue;
+                int64_t rows, cols;
+                stored_shape(d, i, d->B, &rows, &cols);
+                dt_dit_q8 *q = &q8_of(d, s, l)[i];
+                q->q = dt_dit_carve(cv, (size_t)(rows * cols));
+                q->scale = dt_dit_carve(cv, (size_t)rows * sizeof(float));
+            }
+            if (d->wgrad) { /* the output gradients the weight pass reads */
+                size_t B = (size_t)d->B, Nt = (size_t)d->Nt, C = (size_t)d->C, f4 = 4;
+                dt_dit_wgrad *w = &d->wgrad[(size_t)s * L + l];
+                w->dmod = dt_dit_carve(cv, B * 6 * C * f4);
+                w->dqkv = dt_dit_carve(cv, Nt * 3 * (size_t)d->Ct * f4);
+                w->dproj = dt_dit_carve(cv, Nt * C * f4);
+                w->dh = dt_dit_carve(cv, Nt * (size_t)d->Ft * f4);
+                w->dfc2 = dt_dit_carve(cv, Nt * C * f4);
+            }
             /* in use from the block's forward to its backward: its set and its input */
             d->saved_bytes[(size_t)s * L + l] =
                 cv->used - at + (size_t)d->Nr * d->C * sizeof(float);
         }
+    /* the shared set: everything a full rerun writes; the attention output a selective
+     * rerun writes; the int8-kept tensors restored (and written by their forward) */
     unsigned shared = holds_kept(d, KEEP_INPUT)     ? F_ALL
                       : holds_kept(d, KEEP_NO_ATTN) ? (unsigned)F_ATTN_OUT
                                                     : 0u;
+    if (d->compress && (holds_kept(d, KEEP_ALL) || holds_kept(d, KEEP_NO_ATTN)))
+        shared |= F_INT8;
     carve_fields(d, cv, shared, &d->shared);
     d->ac_out = holds_kept(d, KEEP_INPUT)
                     ? dt_dit_carve(cv, (size_t)d->Nr * d->C * sizeof(float))
@@ -388,137 +460,152 @@ static dt_dit_acts view(const dt_dit *d, int slot, int l) {
 #undef PICK
 }
 
-/* ---- tensor-parallel matmuls ------------------------------------------------------------------ */
-
-/* A row-parallel matmul (proj, fc2): y = the sum over tp of x_r W_r^T (the REDUCE region),
- * then + b once. Over one tp rank the plain matmul with its bias. */
-static dt_status row_forward(dt_dit *d, const dt_linear *l, const float *x, int Nr, float *y) {
-    if (d->tp->size == 1)
-        return dt_dit_linear_forward(d, l, x, Nr, y);
-    dt_linear nb = *l;
-    nb.b = nb.db = NULL;
-    DT_TRY(dt_dit_linear_forward(d, &nb, x, Nr, d->part));
-    DT_TRY(dt_region_op_get(DT_REGION_KIND_REDUCE)
-               ->forward(d->tp, &(dt_region_shape){Nr, d->C, 0}, d->part, y, NULL));
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < Nr; n++)
-        for (int j = 0; j < d->C; j++)
-            y[n * d->C + j] += l->b[j];
-    return DT_OK;
-}
-
-/* Its backward: the REDUCE adjoint is the identity, so dy is whole on every tp rank; the
- * whole bias's gradient, this rank's columns' weight and input gradients. */
-static dt_status row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int Nr, float *dx) {
-    if (d->tp->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, Nr, dx);
-    dt_linear nb = *l;
-    nb.b = nb.db = NULL;
-    if (l->db)
-        dt_colsum_accumulate(l->db, dy, Nr, d->C);
-    return dt_dit_linear_backward(d, &nb, x, dy, Nr, dx);
-}
-
-/* A column-parallel matmul's (qkv, fc1) backward: its input gradient is partial over tp, and
- * the COPY region's adjoint sums it: dx += all-reduce. */
-static dt_status col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int Nr, float *dx) {
-    if (d->tp->size == 1)
-        return dt_dit_linear_backward(d, l, x, dy, Nr, dx);
-    dt_zero_f32(d->part, (int64_t)Nr * d->C);
-    DT_TRY(dt_dit_linear_backward(d, l, x, dy, Nr, d->part));
-    return dt_region_op_get(DT_REGION_KIND_COPY)
-        ->backward(d->tp, &(dt_region_shape){Nr, d->C, 0}, d->part, dx, d->work);
-}
-
 /* ---- one block ---------------------------------------------------------------------------- */
 
 static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
                                const float *sc, int B, float *out) {
     const dt_dit_block *blk = &d->blocks[l];
-    int C = d->C, Nr = dt_dit_rows(d, B);
+    int C = d->C, Nt = dt_dit_rows_tp(d, B);
     attn_kind k = block_kind(d, l);
+    const float *in;
     DT_TRY(dt_dit_linear_forward(d, &blk->ada, sc, B, a->mod));
     dt_dit_make_affine(a->aff, 4 * C, a->mod, 6 * C, 0, C, B, C);
     dt_dit_make_affine(a->aff + 2 * C, 4 * C, a->mod, 6 * C, 3 * C, 4 * C, B, C);
     dt_dit_ln_rows(d, a->m1, a->mean1, a->rstd1, x, a->aff, 4 * C, B);
     float *rows = !uses_a2a(d, k) && k != ATTN_TEMPORAL ? a->qkv : d->qkv_rows;
-    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, a->m1, Nr, rows));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_linear_forward(d, &blk->qkv, in, Nt, rows));
     DT_TRY(qkv_to_attention(d, k, B, rows, a->qkv));
     dt_attn_shape s = attn_shape(d, k, B);
     dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
                          a->qkv + 2 * s.NH * s.hs);
     const float *att;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    DT_TRY(row_forward(d, &blk->proj, att, Nr, a->a));
+    DT_TRY(dt_dit_row_forward(d, &blk->proj, att, B, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
     dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
-    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, a->m2, Nr, a->h));
-    dt_gelu_forward(d->gel, a->h, (int64_t)Nr * d->Ft);
-    DT_TRY(row_forward(d, &blk->fc2, d->gel, Nr, a->f));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_linear_forward(d, &blk->fc1, in, Nt, a->h));
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
+    DT_TRY(dt_dit_row_forward(d, &blk->fc2, d->gel, B, a->f));
     gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
 
 /* dres: [Nr, C], the gradient of the block's output in, of its input x out. Accumulates the
- * block's weight gradients and d silu(c) into dsc. */
+ * block's weight gradients and d silu(c) into dsc; with wg (split backward) the matmuls'
+ * weight gradients are left to block_weights, their output gradients kept in wg. */
 static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
-                                const float *sc, int B, float *dres, float *dsc) {
+                                const float *sc, int B, float *dres, float *dsc,
+                                dt_dit_wgrad *wg) {
     const dt_dit_block *blk = &d->blocks[l];
-    int C = d->C, Nr = dt_dit_rows(d, B);
-    size_t NC = (size_t)Nr * C, NF = (size_t)Nr * d->Ft;
+    int C = d->C, Nt = dt_dit_rows_tp(d, B);
+    size_t NC = (size_t)dt_dit_rows(d, B) * C, NF = (size_t)Nt * d->Ft;
     attn_kind k = block_kind(d, l);
+    const float *in;
     memset(d->dmod, 0, (size_t)B * 6 * C * sizeof *d->dmod);
     /* MLP branch: out = x2 + gate2 * fc2(gelu(fc1(m2))) */
     gate_backward(d, d->dA, d->dmod, dres, a->f, a->mod, 5 * C, B);
     dt_gelu_forward(d->gel, a->h, (int64_t)NF);
     memset(d->dg, 0, NF * sizeof *d->dg);
-    DT_TRY(row_backward(d, &blk->fc2, d->gel, d->dA, Nr, d->dg));
+    DT_TRY(dt_dit_row_backward(d, &blk->fc2, d->gel, d->dA, B, d->dg, wg ? wg->dfc2 : NULL));
     memset(d->dh, 0, NF * sizeof *d->dh);
     dt_gelu_backward(d->dh, a->h, d->dg, (int64_t)NF);
     memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(col_backward(d, &blk->fc1, a->m2, d->dh, Nr, d->dB));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_col_backward(d, &blk->fc1, in, d->dh, B, d->dB, wg ? wg->dh : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
                             a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
     gate_backward(d, d->dA, d->dmod, dres, a->a, a->mod, 2 * C, B);
     const float *att, *datt, *dqkv;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
-    memset(d->dB, 0, NC * sizeof *d->dB);
-    DT_TRY(row_backward(d, &blk->proj, att, d->dA, Nr, d->dB));
+    memset(d->dB, 0, (size_t)Nt * d->Ct * sizeof *d->dB);
+    DT_TRY(dt_dit_row_backward(d, &blk->proj, att, d->dA, B, d->dB, wg ? wg->dproj : NULL));
     DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
-    memset(d->dqkvp, 0, (size_t)Nr * 3 * d->Ct * sizeof *d->dqkvp);
+    memset(d->dqkvp, 0, (size_t)Nt * 3 * d->Ct * sizeof *d->dqkvp);
     dt_attention_backward(&s, d->dqkvp, d->dqkvp + q, d->dqkvp + 2 * q, datt, a->y, a->lse,
                           a->qkv, a->qkv + q, a->qkv + 2 * q);
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
-    DT_TRY(col_backward(d, &blk->qkv, a->m1, dqkv, Nr, d->dA));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_col_backward(d, &blk->qkv, in, dqkv, B, d->dA, wg ? wg->dqkv : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
                             a->rstd1, B);
-    return dt_dit_linear_backward(d, &blk->ada, sc, d->dmod, B, dsc);
+    if (d->rows->size > 1) /* the modulations saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 6 * C, NULL));
+    dt_linear ada = blk->ada;
+    if (wg) {
+        memcpy(wg->dmod, d->dmod, (size_t)B * 6 * C * sizeof *wg->dmod);
+        ada.dw = NULL;
+    }
+    return dt_dit_linear_backward(d, &ada, sc, d->dmod, B, dsc);
+}
+
+/* The split backward's weight pass: the five matmuls' weight gradients from the output
+ * gradients kept in wg and their inputs, saved or rebuilt as the backward rebuilt them. */
+static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const float *sc, int B,
+                               const dt_dit_wgrad *wg) {
+    const dt_dit_block *blk = &d->blocks[l];
+    int Nt = dt_dit_rows_tp(d, B);
+    const float *in, *att;
+    dt_linear w[5] = {blk->fc2, blk->fc1, blk->proj, blk->qkv, blk->ada};
+    for (int i = 0; i < 5; i++)
+        w[i].db = NULL; /* the biases' gradients came with the backward */
+    dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
+    DT_TRY(dt_dit_linear_backward(d, &w[0], d->gel, wg->dfc2, Nt, NULL));
+    DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
+    DT_TRY(dt_dit_linear_backward(d, &w[1], in, wg->dh, Nt, NULL));
+    DT_TRY(attention_to_rows(d, block_kind(d, l), B, a->y, &att));
+    DT_TRY(dt_dit_linear_backward(d, &w[2], att, wg->dproj, Nt, NULL));
+    DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
+    DT_TRY(dt_dit_linear_backward(d, &w[3], in, wg->dqkv, Nt, NULL));
+    return dt_dit_linear_backward(d, &w[4], sc, wg->dmod, B, NULL);
 }
 
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out) {
     dt_dit_acts a = view(d, slot, l);
-    return block_forward(d, l, &a, x, sc, B, out);
+    DT_TRY(block_forward(d, l, &a, x, sc, B, out));
+    if (d->compress) /* the forward used the fp32 values; the backward will see these */
+        int8_move(d, slot, l, B, &a, true);
+    return DT_OK;
 }
 
 /* Rebuilds, into the shared set, what the slot did not keep (under ZeRO-3 inside the
- * backward's enter/leave, where the block's weights are present), then runs the backward. */
-dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc) {
-    dt_dit_acts a = view(d, slot, l);
+ * backward's or weight pass's enter/leave, where the block's weights are present; the weight
+ * pass comes after other blocks reused the set, so it rebuilds again). */
+static dt_status rebuild(dt_dit *d, int slot, int l, dt_dit_acts *a, const float *x,
+                         const float *sc, int B) {
     keep k = keep_of(d, l);
-    if (k == KEEP_INPUT) {
-        DT_TRY(block_forward(d, l, &a, x, sc, B, d->ac_out));
-    } else if (k == KEEP_NO_ATTN) {
+    if (k == KEEP_INPUT)
+        return block_forward(d, l, a, x, sc, B, d->ac_out);
+    if (d->compress)
+        int8_move(d, slot, l, B, a, false);
+    if (k == KEEP_NO_ATTN) {
         dt_attn_shape s = attn_shape(d, block_kind(d, l), B);
-        dt_attention_forward(&s, a.y, a.lse, a.qkv, a.qkv + s.NH * s.hs,
-                             a.qkv + 2 * s.NH * s.hs);
+        dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
+                             a->qkv + 2 * s.NH * s.hs);
     }
-    return block_backward(d, l, &a, x, sc, B, dres, dsc);
+    return DT_OK;
+}
+
+static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
+    return &d->wgrad[(size_t)slot * d->cfg.n_layer + l];
+}
+
+dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                                int B, float *dres, float *dsc, bool split) {
+    dt_dit_acts a = view(d, slot, l);
+    DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
+    return block_backward(d, l, &a, x, sc, B, dres, dsc, split ? wgrad_of(d, slot, l) : NULL);
+}
+
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                               int B) {
+    dt_dit_acts a = view(d, slot, l);
+    DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
+    return block_weights(d, l, &a, sc, B, wgrad_of(d, slot, l));
 }

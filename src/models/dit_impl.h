@@ -1,6 +1,6 @@
 /* The inside of a dt_dit, shared by its files (dit.c: arenas, views, life cycle;
  * dit_tables.c: parameter tables, unit maps, splits, whole-arena gathers; dit_fwd.c: one
- * block's forward and backward; dit_units.c: the embedders, the final layer, the loss and
+ * block's forward and backward; dit_tp.c: matmuls across tp; dit_units.c: the embedders, the final layer, the loss and
  * the unit-range passes; dit_model.c: the model interface). Nothing outside models/ includes
  * it.
  *
@@ -9,7 +9,10 @@
  * of fc2; the residual rows, the norms, the adaLN modulations, the embedders and the final
  * layer are replicated. Entering a column-parallel matmul is the COPY region (identity
  * forward, all-reduce of the input gradient), leaving a row-parallel one the REDUCE region
- * (all-reduce forward); the row-parallel biases are added once, after it.
+ * (all-reduce forward); the row-parallel biases are added once, after it. Under Megatron-SP
+ * (sequence_tp) the residual rows are split over tp as well: the regions are SEQ_GATHER and
+ * SEQ_REDUCE_SCATTER, and the gradients of what is applied to split rows (the modulations,
+ * the row-parallel biases, the patch embedding and the final linear) are summed over tp.
  *
  * Rows. A micro-batch of B clips is N = B S token rows, flattened [B, S]; an sp rank holds
  * the contiguous rows [r N/sp, (r+1) N/sp) (Nr of them) through the residual stream, the
@@ -31,8 +34,9 @@ typedef struct dt_dit_block {
     dt_linear fc1, fc2;  /* [4C, C], [C, 4C] */
 } dt_dit_block;
 
-/* Saved by a block's forward for its backward, per slot (Nr rows here, widths C, 3C, 4C and
- * NH of the attention and MLP this tp rank's: Ct, 3Ct, Ft, NHt; "attention order":
+/* Saved by a block's forward for its backward, per slot (Nr residual rows, Nt inside the tp
+ * region; widths C, 3C, 4C and NH of the attention and MLP this tp rank's: Ct, 3Ct, Ft, NHt;
+ * "attention order":
  * the kernel's rows, see dit_fwd.c; a field the slot does not keep under activation
  * checkpointing is NULL and lives in the model's shared set). */
 typedef struct dt_dit_acts {
@@ -40,15 +44,33 @@ typedef struct dt_dit_acts {
     float *aff;              /* [B, 2, 2, C] per norm: (1 + scale, shift) as LN affine */
     float *mean1, *rstd1;    /* [Nr] */
     float *m1;               /* [Nr, C] modulated norm output (attention input) */
-    float *qkv;              /* [Nr, 3C] elements, attention order and layout */
-    float *y, *lse;          /* [Nr, C] elements attention output, [Nr NH] elements */
+    float *qkv;              /* [Nt, 3Ct] elements, attention order and layout */
+    float *y, *lse;          /* [Nt, Ct] elements attention output, [Nt NHt] elements */
     float *a;                /* [Nr, C] proj output (before the gate) */
     float *x2;               /* [Nr, C] residual after the attention branch */
     float *mean2, *rstd2;    /* [Nr] */
     float *m2;               /* [Nr, C] */
-    float *h;                /* [Nr, 4C] fc1 output (before GELU) */
+    float *h;                /* [Nt, Ft] fc1 output (before GELU) */
     float *f;                /* [Nr, C] fc2 output (before the gate) */
 } dt_dit_acts;
+
+/* Split backward: the output gradients of a block's matmuls its weight pass reads, per slot
+ * (the gathered ones under tp). */
+typedef struct dt_dit_wgrad {
+    float *dmod;  /* [B, 6C] adaLN */
+    float *dqkv;  /* [Nt, 3Ct] */
+    float *dproj; /* [Nt, C] */
+    float *dh;    /* [Nt, Ft] fc1 */
+    float *dfc2;  /* [Nt, C] */
+} dt_dit_wgrad;
+
+/* An int8 copy of one saved tensor (act_compress = int8): the bytes and one fp32 scale per
+ * row; q NULL: not kept this way. */
+typedef struct dt_dit_q8 {
+    int8_t *q;
+    float *scale;
+} dt_dit_q8;
+enum { DT_DIT_N_Q8 = 8 }; /* m1, qkv, y, a, x2, m2, h, f (dit_fwd.c) */
 
 /* What one micro-batch slot keeps outside its blocks. */
 typedef struct dt_dit_slot {
@@ -71,9 +93,11 @@ typedef struct dt_dit_slot {
 struct dt_dit {
     dt_dit_config cfg;
     int B, S, P, C, NH, F, Tt, Th, Tw;
-    int Nr;          /* rows of the largest micro-batch on this sp rank */
+    int Nt, Nr;      /* rows of the largest micro-batch on this sp rank (inside the tp region)
+                      * and in its residual stream (Nt / tp under Megatron-SP, else Nt) */
     int Ct, NHt, Ft; /* this tp rank's attention width C / tp, heads, MLP width 4C / tp */
     bool training;
+    bool split;      /* split backward (zero-bubble): keep what the weight pass reads */
     dt_mem *mem;     /* borrowed */
     dt_gemm *gemm;
     dt_nn_ctx ctx;
@@ -81,6 +105,8 @@ struct dt_dit {
     dt_comm *own_sp; /* a size-1 comm when the caller gave none */
     dt_comm *tp;     /* borrowed, or own_tp: heads and MLP columns split over it */
     dt_comm *own_tp; /* a size-1 comm when the caller gave none */
+    dt_comm *rows;   /* Megatron-SP: tp (the residual rows split over it), else own_rows */
+    dt_comm *own_rows;
     dt_comm *pp;     /* borrowed; NULL: no pipeline */
 
     /* tables: the single process's (files) and this rank's (its units, packed) */
@@ -110,6 +136,9 @@ struct dt_dit {
     float *pos;                /* [S, C] fixed 3-D sinusoidal positions */
     dt_dit_slot *slots;        /* [n_slots] */
     dt_dit_acts *acts;         /* [n_slots][L] */
+    dt_dit_wgrad *wgrad;       /* [n_slots][L] (split backward), else NULL */
+    bool compress;             /* act_compress = int8 */
+    dt_dit_q8 *q8;             /* [n_slots][L][DT_DIT_N_Q8] with int8 storage, else NULL */
     /* activation checkpointing: what slots do not keep lives in one shared set */
     dt_ac_mode ac;
     int ac_every;
@@ -120,15 +149,17 @@ struct dt_dit {
     float *out;                /* [B, clip] unpatchified output (holder of the final unit) */
 
     /* transients, shared by the blocks (the d* ones NULL when not training) */
-    float *qkv_rows, *packed, *qkvh;  /* [Nr, 3Ct] each (packed, qkvh: sp > 1) */
-    float *att_rows, *atth, *gel;     /* [Nr, Ct], [Nr, Ct], [Nr, Ft] */
-    float *part;                      /* [Nr, C] a row-parallel matmul's partial sum (tp > 1) */
+    float *qkv_rows, *packed, *qkvh;  /* [Nt, 3Ct] each (packed, qkvh: sp > 1) */
+    float *att_rows, *atth, *gel;     /* [Nt, Ct], [Nt, Ct], [Nt, Ft] */
+    float *part;                      /* [Nt, C] a row-parallel matmul's partial sum (tp > 1) */
+    float *ln_full;                   /* [Nt, C] a norm output gathered (Megatron-SP) */
+    float *pgrad;                     /* gradients summed over split rows (Megatron-SP) */
     float *tok_out, *tok_tgt;         /* [Nr, P] final linear output, the target's patches */
     float *work;                      /* region ops' scratch (sp > 1 or tp > 1) */
     dt_bf16 *x_lp, *dy_lp;            /* 16-bit matmul operands (16-bit modes) */
-    float *dA, *dB;                   /* [Nr, C] branch gradients */
-    float *dg, *dh;                   /* [Nr, Ft] */
-    float *dqkv, *dqkvp, *dattp;      /* [Nr, 3Ct], [Nr, 3Ct], [Nr, Ct] */
+    float *dA, *dB;                   /* [Nt, C] branch gradients */
+    float *dg, *dh;                   /* [Nt, Ft] */
+    float *dqkv, *dqkvp, *dattp;      /* [Nt, 3Ct], [Nt, 3Ct], [Nt, Ct] */
     float *dmod, *dc, *dts, *dth;     /* [B, 6C], [B, C] x 3 */
     void *act_arena, *tmp_arena;
 };
@@ -149,10 +180,15 @@ static inline bool dt_dit_holds(const dt_dit *d, int global_unit) {
     return d->unit_local[global_unit] >= 0;
 }
 
-/* Rows of a micro-batch of B clips on this sp rank, and where they start. */
-static inline int dt_dit_rows(const dt_dit *d, int B) { return B * d->S / d->sp->size; }
+/* Rows of a micro-batch of B clips on this rank: inside the tp region (its sp rank's), in
+ * the residual stream, and where the residual rows start in the flattened [B S] batch. */
+static inline int dt_dit_rows_tp(const dt_dit *d, int B) { return B * d->S / d->sp->size; }
+static inline int dt_dit_rows(const dt_dit *d, int B) {
+    return dt_dit_rows_tp(d, B) / d->rows->size;
+}
 static inline int64_t dt_dit_row0(const dt_dit *d, int B) {
-    return (int64_t)d->sp->rank * dt_dit_rows(d, B);
+    return (int64_t)d->sp->rank * dt_dit_rows_tp(d, B) +
+           (int64_t)d->rows->rank * dt_dit_rows(d, B);
 }
 
 /* dit_tables.c: the full table (DiT / Open-Sora names) and this rank's (held units). */
@@ -167,7 +203,27 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv);
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out);
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc);
+                                int B, float *dres, float *dsc, bool split);
+/* split backward's weight pass of block l (after dt_dit_block_backward with split) */
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
+                               int B);
+/* dit_tp.c: a norm output [Nr, C] entering the tp region (itself, or gathered to [Nt, C]);
+ * row-parallel matmul forward (x [Nt, in/tp] -> y [Nr, C]) and backward; column-parallel
+ * backward (dx [Nr, C] +=). keep: not NULL defers the weight gradient (split backward),
+ * keeping its output gradient [Nt, out] there. */
+dt_status dt_dit_enter_rows(dt_dit *d, const float *x, int B, const float **full);
+dt_status dt_dit_row_forward(dt_dit *d, const dt_linear *l, const float *x, int B, float *y);
+dt_status dt_dit_row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                              int B, float *dx, float *keep);
+dt_status dt_dit_col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                              int B, float *dx, float *keep);
+/* dit_tp.c: g[0..n) += the sum over the rows comm of part[0..n) (part is clobbered):
+ * gradients of what is applied to split residual rows (Megatron-SP; a plain add else). */
+dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n);
+/* dit_tp.c: a replicated linear applied to this rank's residual rows (the patch embedding,
+ * the final linear): its weight gradients summed over split rows (Megatron-SP). */
+dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
+                                      const float *dy, int N, float *dx);
 /* dit_fwd.c: the per-clip pieces the final layer shares with the blocks */
 void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, int shift_off,
                         int scale_off, int B, int C);
@@ -177,7 +233,7 @@ void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstrid
                              int scale_off, int shift_off, const float *dy, const float *x,
                              const float *aff, int stride, const float *mean,
                              const float *rstd, int B);
-/* a linear's backward reading x (fp32, or its 16-bit copy rebuilt into d->x_lp) */
+/* dit_tp.c: a linear's backward reading x (fp32, or its 16-bit copy rebuilt into d->x_lp) */
 dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
                                  const float *dy, int N, float *dx);
 dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,

@@ -1,7 +1,7 @@
 /* The video DiT behind the model interface (models/model.h): each operation is the dt_dit
  * call of the same name; a micro-batch is float clip rows and velocity targets (dit.h); the
  * weights file is safetensors with the parameter table's names and the shape as metadata
- * ("arch" = "dit" and the named sizes). No ties, no split backward, no token logits.
+ * ("arch" = "dit" and the named sizes). No ties, no token logits.
  * Owns the dt_dit.
  */
 #include <stdio.h>
@@ -86,9 +86,10 @@ static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scal
 }
 static dt_status backward_units(void *s, int slot, int u0, int u1, const dt_batch *b,
                                 bool split) {
-    if (split)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "model dit: no split backward");
-    return dt_dit_backward_units(D(s), slot, u0, u1, b);
+    return dt_dit_backward_units(D(s), slot, u0, u1, b, split);
+}
+static dt_status weight_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
+    return dt_dit_weight_units(D(s), slot, u0, u1, b);
 }
 static int64_t boundary_count(const void *s, int B, int T) {
     (void)T;
@@ -272,6 +273,7 @@ static const dt_model_ops dit_ops = {
     .forward_units = forward_units,
     .loss_slot = loss_slot,
     .backward_units = backward_units,
+    .weight_units = weight_units,
     .boundary_count = boundary_count,
     .boundary = boundary,
     .boundary_grad = boundary_grad,

@@ -61,10 +61,6 @@ dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequen
     int S = dt_dit_tokens(c), Tt = c->frames / c->pt;
     if (tp < 1 || sp < 1)
         return dt_err_set(DT_ERR_ARG, "tp_size=%d and sp_size=%d must be >= 1", tp, sp);
-    if (sequence_tp)
-        return dt_err_set(DT_ERR_ARG, "model.arch=dit does not implement sp_mode="
-                          "split_gather (Megatron-SP over the tp ranks); use plugin.sp_size "
-                          "(Ulysses sequence parallelism) instead");
     if (c->n_head % tp)
         return dt_err_set(DT_ERR_ARG, "model.n_head=%d is not divisible by plugin.tp_size=%d "
                           "(tensor parallelism splits heads across tp ranks); use a tp_size "
@@ -77,6 +73,11 @@ dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequen
                           "tp_size=%d) are not divisible by plugin.sp_size=%d (Ulysses splits "
                           "heads across sp ranks); use an sp_size that divides %d",
                           c->n_head / tp, c->n_head, tp, sp, c->n_head / tp);
+    if (sequence_tp && (S / sp) % tp)
+        return dt_err_set(DT_ERR_ARG, "the %d tokens of each sp rank (the dit's %d tokens per "
+                          "clip / sp_size=%d) are not divisible by plugin.tp_size=%d "
+                          "(sp_mode=split_gather splits them over the tp ranks); use a tp_size "
+                          "that divides %d", S / sp, S, sp, tp, S / sp);
     if (c->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL && Tt % sp)
         return dt_err_set(DT_ERR_ARG, "the dit's %d time tokens (model.frames=%d / patch_t=%d) "
                           "are not divisible by plugin.sp_size=%d (attn=spatial_temporal keeps "

@@ -149,7 +149,7 @@ static dt_status embed_backward(dt_dit *d, int slot, int B, const float *dres,
     dt_dit_slot *s = &d->slots[slot];
     int C = d->C, Nr = dt_dit_rows(d, B);
     size_t BC = (size_t)B * C;
-    DT_TRY(dt_dit_linear_backward(d, &d->x_emb, s->patches, dres, Nr, NULL));
+    DT_TRY(dt_dit_rows_linear_backward(d, &d->x_emb, s->patches, dres, Nr, NULL));
     silu_backward(d->dc, s->c, dsc, (int64_t)BC);
     if (d->cfg.n_classes > 0)
         dt_rows_scatter_add(d->dy_table, d->dc, s->labels, 0, d->cfg.n_classes + 1, B, C);
@@ -177,11 +177,13 @@ static dt_status final_backward(dt_dit *d, int slot, int B, const float *x, cons
     dt_dit_slot *s = &d->slots[slot];
     int C = d->C, Nr = dt_dit_rows(d, B);
     memset(d->dA, 0, (size_t)Nr * C * sizeof *d->dA);
-    DT_TRY(dt_dit_linear_backward(d, &d->final_lin, s->mf, s->dtok, Nr, d->dA));
+    DT_TRY(dt_dit_rows_linear_backward(d, &d->final_lin, s->mf, s->dtok, Nr, d->dA));
     memset(d->dmod, 0, (size_t)B * 2 * C * sizeof *d->dmod);
     memset(dres, 0, (size_t)Nr * C * sizeof *dres);
     dt_dit_ln_rows_backward(d, dres, d->dmod, 2 * C, C, 0, d->dA, x, s->afff, 2 * C, s->meanf,
                             s->rstdf, B);
+    if (d->rows->size > 1) /* the modulation saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 2 * C, NULL));
     return dt_dit_linear_backward(d, &d->final_ada, sc, d->dmod, B, dsc);
 }
 
@@ -283,15 +285,20 @@ dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_sc
         }
         sum += row / P;
     }
+    if (d->rows->size > 1) /* every tp rank reports its rows' tp group's loss, as GPT's head */
+        DT_TRY(dt_comm_allreduce_f64(d->rows, &sum, 1));
     *loss_sum = sum;
     return leave(d, L + 1, DT_PHASE_HEAD);
 }
 
-dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b) {
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b,
+                                bool split) {
     DT_TRY(check_batch(d, b->B, b->T));
     DT_TRY(check_units(d, slot, u0, u1));
     if (!d->training)
         return dt_err_set(DT_ERR_ARG, "dit: backward of a model built without training");
+    if (split && !d->wgrad)
+        return dt_err_set(DT_ERR_ARG, "dit: split backward needs a model built for it");
     dt_dit_slot *s = &d->slots[slot];
     int L = d->cfg.n_layer, B = b->B;
     float *dres = s->dres, *dsc = dres + (size_t)dt_dit_rows(d, B) * d->C;
@@ -304,8 +311,10 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_ba
     for (int u = u1 <= L ? u1 - 1 : L; u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(d, u, DT_PHASE_BACKWARD));
-        DT_TRY(dt_dit_block_backward(d, slot, l, res_at(d, slot, l), s->sc, B, dres, dsc));
-        mark_saved(d, slot, l, false);
+        DT_TRY(dt_dit_block_backward(d, slot, l, res_at(d, slot, l), s->sc, B, dres, dsc,
+                                     split));
+        if (!split)
+            mark_saved(d, slot, l, false);
         DT_TRY(leave(d, u, DT_PHASE_BACKWARD));
     }
     if (u0 > 0)
@@ -313,6 +322,24 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_ba
     DT_TRY(enter(d, 0, DT_PHASE_BACKWARD));
     DT_TRY(embed_backward(d, slot, B, dres, dsc));
     return leave(d, 0, DT_PHASE_BACKWARD);
+}
+
+/* The embedders' and the final layer's weight gradients came with the backward (cheap next
+ * to the blocks'); the blocks' matmuls make theirs here. */
+dt_status dt_dit_weight_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b) {
+    DT_TRY(check_batch(d, b->B, b->T));
+    DT_TRY(check_units(d, slot, u0, u1));
+    if (!d->wgrad)
+        return dt_err_set(DT_ERR_ARG, "dit: split backward needs a model built for it");
+    int L = d->cfg.n_layer;
+    for (int u = u1 <= L ? u1 - 1 : L; u >= 1 && u >= u0; u--) {
+        int l = u - 1;
+        DT_TRY(enter(d, u, DT_PHASE_WEIGHTS));
+        DT_TRY(dt_dit_block_weights(d, slot, l, res_at(d, slot, l), d->slots[slot].sc, b->B));
+        mark_saved(d, slot, l, false);
+        DT_TRY(leave(d, u, DT_PHASE_WEIGHTS));
+    }
+    return DT_OK;
 }
 
 int64_t dt_dit_boundary_count(const dt_dit *d, int B) {
@@ -364,7 +391,8 @@ dt_status dt_dit_backward(dt_dit *d, const float *dout, int B) {
                           B, d->B);
     /* the gradient of the tokens is the adjoint of unpatchify: patchify */
     patchify(d, d->slots[0].dtok, dout, dt_dit_clip_numel(&d->cfg), B);
-    return dt_dit_backward_units(d, 0, 0, d->cfg.n_layer + 2, &(dt_batch){.B = B, .T = d->S});
+    return dt_dit_backward_units(d, 0, 0, d->cfg.n_layer + 2, &(dt_batch){.B = B, .T = d->S},
+                                 false);
 }
 
 dt_status dt_dit_predict(dt_dit *d, const dt_batch *b, float *out) {

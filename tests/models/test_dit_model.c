@@ -7,10 +7,14 @@
  *   - two slots in flight (forward A, forward B, backward B, backward A) accumulate the two
  *     micro-batches' gradients, and a model cut into two pipeline stages in one process
  *     (boundary tensors copied by hand, conditioning included) gives the whole model's;
- *   - activation checkpointing (full, selective) gives the same gradient bits as none;
- *   - bf16 matmuls stay within bf16 rounding of fp32;
+ *   - activation checkpointing (full, selective) and the split backward (weight passes later)
+ *     give the same gradient bits as neither;
+ *   - bf16 matmuls, and int8 storage of the saved tensors, stay within their rounding of fp32;
  *   - sizes, config_from_sizes, save/load and config_from_file round-trip; the sampler over
- *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors.
+ *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors;
+ *   - the activation and transient arenas are the bytes the written-out formulas (what the
+ *     planner predicts) give, over slots, held units, checkpointing, bf16, split backward,
+ *     int8 storage.
  */
 #include <math.h>
 #include <stdio.h>
@@ -125,7 +129,9 @@ static void check_against_dit(dt_dit_attn attn) {
 }
 
 /* One step's gradient of the whole batch in two micro-batches (A = clips 0..1, B = clip 2)
- * through a model built with `o`, each micro-batch on its own slot. */
+ * through a model built with `o`, each micro-batch on its own slot; with o.split_backward
+ * the backward is split and the weight passes come after both backwards, as a zero-bubble
+ * schedule runs them. */
 static void grads_two_slots(const dt_model_config *mc, dt_model_opts o, const float *w,
                             const batch *bt, float *grad, double *loss) {
     dt_dit_config c = dt_dit_config_from_model(mc);
@@ -146,8 +152,12 @@ static void grads_two_slots(const dt_model_config *mc, dt_model_opts o, const fl
     DT_CHECK_OK(dt_model_loss_slot(m, 0, &a, 0.5f, true, &la));
     DT_CHECK_OK(dt_model_forward_units(m, 1, 0, U, &b));
     DT_CHECK_OK(dt_model_loss_slot(m, 1, &b, 0.5f, true, &lb));
-    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, U, &b, false));
-    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, U, &a, false));
+    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, U, &b, o.split_backward));
+    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, U, &a, o.split_backward));
+    if (o.split_backward) {
+        DT_CHECK_OK(dt_model_weight_units(m, 1, 0, U, &b));
+        DT_CHECK_OK(dt_model_weight_units(m, 0, 0, U, &a));
+    }
     memcpy(grad, dt_model_grads(m), sizeof(float) * nw);
     *loss = la + lb;
     dt_model_free(m);
@@ -265,6 +275,29 @@ static void check_slots_stages_ac(dt_dit_attn attn) {
                      "attn %d: ac %d every %d changes the loss or gradient bits", (int)attn,
                      (int)modes[k], every);
         }
+    /* the split backward (zero-bubble schedules), alone and with checkpointing */
+    for (int k = 0; k < 3; k++) {
+        dt_ac_mode ac = k == 0 ? DT_AC_NONE : modes[k - 1];
+        grads_two_slots(&mc, (dt_model_opts){.split_backward = true, .ac = ac}, w, &bt, g1,
+                        &l1);
+        DT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * nw),
+                 "attn %d: split backward (ac %d) changes the loss or gradient bits", (int)attn,
+                 (int)ac);
+    }
+    /* int8 storage of the saved tensors (alone, with selective checkpointing and the split
+     * backward): within int8 rounding of fp32 storage, and not the same bits */
+    for (int k = 0; k < 2; k++) {
+        dt_model_opts o = {.act_compress = DT_ACT_COMPRESS_INT8};
+        if (k)
+            o.ac = DT_AC_SELECTIVE, o.split_backward = true;
+        grads_two_slots(&mc, o, w, &bt, g1, &l1);
+        double gm = 0;
+        for (int64_t i = 0; i < nw; i++)
+            gm = fmax(gm, fabs(g0[i]));
+        double r = dt_test_max_rel(g1, g0, nw, 0.05 * gm);
+        DT_CHECK(l0 == l1 && r < 0.05 && r > 0, "attn %d: int8 storage (%d): loss %g vs %g, "
+                 "gradient off by %g (relative)", (int)attn, k, l1, l0, r);
+    }
     /* bf16 matmuls: within bf16 rounding of fp32 */
     grads_two_slots(&mc, (dt_model_opts){.precision = DT_PREC_BF16}, w, &bt, g1, &l1);
     double gmax = 0;
@@ -386,8 +419,12 @@ static void check_errors(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
     DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, false, 24));
-    DT_CHECK(dt_model_check_split(&mc, 2, 1, true, 24) == DT_ERR_ARG &&
-                 strstr(dt_err_msg(), "split_gather"), "Megatron-SP: %s", dt_err_msg());
+    DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, true, 24));
+    dt_model_config odd = mc; /* 1 x 3 x 3 = 9 tokens */
+    odd.frames = 2, odd.width = 3, odd.attn = DT_DIT_ATTN_FULL;
+    DT_CHECK(dt_model_check_split(&odd, 2, 1, true, 9) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "the 9 tokens of each sp rank"), "Megatron-SP: %s",
+             dt_err_msg());
     expect_split_error(mc, 4, 1, "model.n_head=2 is not divisible by plugin.tp_size=4");
     mc.n_head = 4;
     expect_split_error(mc, 1, 4, "time tokens (model.frames=4 / patch_t=2) are not divisible "
@@ -403,11 +440,6 @@ static void check_errors(void) {
     dt_mem *mem;
     DT_CHECK_OK(dt_mem_init(&mem));
     dt_model *m = NULL;
-    dt_model_opts o = {.B = 1, .T = 24, .training = true, .split_backward = true};
-    DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m, "split backward");
-    o.split_backward = false, o.act_compress = DT_ACT_COMPRESS_INT8;
-    DT_CHECK(dt_model_create(&mc, &o, mem, &m) == DT_ERR_UNSUPPORTED && !m &&
-                 strstr(dt_err_msg(), "dit"), "int8 storage: %s", dt_err_msg());
     m = create(&mc, (dt_model_opts){.B = 1, .training = true}, mem);
     dt_dit_config c = dt_dit_config_from_model(&mc);
     batch bt = make_batch(&c, 2, 3);
@@ -418,6 +450,11 @@ static void check_errors(void) {
     b.B = 2;
     DT_CHECK(m && dt_model_forward(m, &b) == DT_ERR_ARG && strstr(dt_err_msg(), "2 clips"),
              "too many clips: %s", dt_err_msg());
+    b = view(&bt, 1, 1, &c); /* a valid label */
+    DT_CHECK(m && dt_model_forward(m, &b) == DT_OK &&
+                 dt_model_weight_units(m, 0, 0, 5, &b) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "split backward"),
+             "a weight pass without split backward: %s", dt_err_msg());
     free_batch(&bt);
     dt_model_free(m);
     /* an arch without predict */
@@ -432,6 +469,143 @@ static void check_errors(void) {
     dt_mem_free(mem);
 }
 
+/* ---- the memory formulas (what the planner predicts), against the accountant ---------- */
+
+static size_t a64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+typedef struct mem_case {
+    int B, n_slots, first, last; /* global units [first, last] held */
+    dt_ac_mode ac;
+    int ac_every;
+    dt_precision precision;
+    bool split, int8;
+} mem_case;
+
+/* A block's saved fields, in dt_dit_acts order: bytes of each for N rows of one process. */
+enum { MOD, AFF, MEAN1, RSTD1, M1, QKV, Y, LSE, A, X2, MEAN2, RSTD2, M2, H, FF, N_FIELDS };
+#define BIT(f) (1u << (f))
+static const unsigned ALL = (1u << N_FIELDS) - 1, ATTN_OUT = BIT(Y) | BIT(LSE);
+static const unsigned INT8 = BIT(M1) | BIT(QKV) | BIT(Y) | BIT(A) | BIT(X2) | BIT(M2) | BIT(H) |
+                             BIT(FF);
+
+static void field_sizes(size_t B, size_t N, size_t C, size_t NH, size_t *elems) {
+    size_t e[N_FIELDS] = {6 * B * C, 4 * B * C, N, N, N * C, 3 * N * C, N * C, N * NH,
+                          N * C, N * C, N, N, N * C, 4 * N * C, N * C};
+    memcpy(elems, e, sizeof e);
+}
+
+/* fp32 fields of `mask`, plus (q8) the int8 payloads and row scales of `q8mask` */
+static size_t fields_bytes(const size_t *elems, unsigned mask, unsigned q8mask, size_t N) {
+    size_t b = 0;
+    for (int f = 0; f < N_FIELDS; f++) {
+        if (mask & BIT(f))
+            b += a64(elems[f] * 4);
+        if (q8mask & BIT(f))
+            b += a64(elems[f]) + a64(N * 4);
+    }
+    return b;
+}
+
+/* Bytes of "dit.activations" and "dit.transients" of a one-rank (sp = tp = 1) model, training. */
+static void predict_bytes(const dt_model_config *mc, const mem_case *k, size_t *acts,
+                          size_t *temp) {
+    size_t B = k->B, C = mc->n_embd, F = 4 * C, NH = mc->n_head, L = mc->n_layer;
+    size_t S = (size_t)(mc->frames / mc->patch_t) * (mc->height / mc->patch_h) *
+               (mc->width / mc->patch_w);
+    size_t P = (size_t)mc->channels * mc->patch_t * mc->patch_h * mc->patch_w;
+    size_t clip = (size_t)mc->frames * mc->channels * mc->height * mc->width;
+    size_t N = B * S, f4 = 4, every = k->ac_every > 0 ? k->ac_every : 1;
+    bool unit0 = k->first == 0, fin = k->last == (int)L + 1, lp = k->precision != DT_PREC_FP32;
+    size_t elems[N_FIELDS];
+    field_sizes(B, N, C, NH, elems);
+    /* positions: each held block's input and output, unit 0's output, the final input */
+    size_t n_pos = 0;
+    for (size_t p = 0; p <= L; p++) {
+        bool in_of_block = p < L && (int)p + 1 >= k->first && (int)p + 1 <= k->last;
+        bool out_of_block = p >= 1 && (int)p >= k->first && (int)p <= k->last;
+        n_pos += in_of_block || out_of_block || (p == 0 && unit0) || (p == L && fin);
+    }
+    size_t stride = ((N + B) * C + 15) / 16 * 16;
+    size_t wg = k->split ? a64(24 * B * C) + a64(3 * N * C * f4) + 2 * a64(N * C * f4) +
+                               a64(N * F * f4)
+                         : 0;
+    unsigned shared = 0;
+    *acts = 0;
+    for (int s = 0; s < k->n_slots; s++) {
+        *acts += a64(n_pos * stride * f4) + a64(B * C * f4);
+        if (unit0)
+            *acts += a64(N * P * f4) + a64(B * 256 * f4) + 3 * a64(B * C * f4) + a64(B * 4);
+        if (fin)
+            *acts += 2 * a64(8 * B * C) + 2 * a64(N * f4) + a64(N * C * f4);
+        for (size_t l = 0; l < L; l++) {
+            if ((int)l + 1 < k->first || (int)l + 1 > k->last)
+                continue;
+            bool ck = k->ac != DT_AC_NONE && l % every == 0;
+            unsigned kept = !ck ? ALL : k->ac == DT_AC_FULL ? 0 : ALL & ~ATTN_OUT;
+            shared |= kept == 0 ? ALL : kept != ALL ? ATTN_OUT : 0;
+            shared |= k->int8 && kept ? INT8 : 0;
+            *acts += fields_bytes(elems, k->int8 ? kept & ~INT8 : kept,
+                                  k->int8 ? kept & INT8 : 0, N) +
+                     wg;
+        }
+    }
+    *acts += fields_bytes(elems, shared, 0, N) + (shared == ALL ? a64(N * C * f4) : 0);
+    *acts += a64(S * C * f4) + (fin ? a64(B * clip * f4) : 0);
+    size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
+    in = in > P ? in : P;
+    in = in > 256 ? in : 256;
+    out = out > P ? out : P;
+    *temp = a64(3 * N * C * f4) + 2 * a64(N * C * f4) + a64(N * F * f4) +
+            (fin ? 2 * a64(N * P * f4) : 0) + (lp ? a64(N * in * 2) + a64(N * out * 2) : 0) +
+            k->n_slots * (a64(stride * f4) + (fin ? a64(N * P * f4) : 0)) +
+            2 * a64(N * C * f4) + 2 * a64(N * F * f4) + 2 * a64(3 * N * C * f4) +
+            a64(N * C * f4) + a64(24 * B * C) + 3 * a64(B * C * f4);
+}
+
+static void check_memory(void) {
+    dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    const mem_case cases[] = {
+        {3, 1, 0, 4, DT_AC_NONE, 0, DT_PREC_FP32, false, false},
+        {2, 3, 0, 4, DT_AC_FULL, 2, DT_PREC_FP32, false, false},
+        {2, 2, 0, 2, DT_AC_SELECTIVE, 1, DT_PREC_BF16, true, false},
+        {1, 2, 2, 4, DT_AC_NONE, 0, DT_PREC_BF16, false, false},
+        {4, 1, 1, 3, DT_AC_FULL, 1, DT_PREC_FP32, true, false},
+        {2, 2, 0, 4, DT_AC_NONE, 0, DT_PREC_FP32, false, true},
+        {2, 1, 0, 4, DT_AC_SELECTIVE, 2, DT_PREC_BF16, true, true},
+        {1, 2, 1, 4, DT_AC_FULL, 2, DT_PREC_FP32, false, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mem_case *k = &cases[i];
+        bool held[5];
+        for (int u = 0; u < 5; u++)
+            held[u] = u >= k->first && u <= k->last;
+        dt_mem *mem;
+        DT_CHECK_OK(dt_mem_init(&mem));
+        DT_CHECK_OK(dt_mem_timeline_start(mem, 64));
+        dt_model *m = create(&mc, (dt_model_opts){.B = k->B, .n_slots = k->n_slots,
+                                                  .training = true, .units = held,
+                                                  .ac = k->ac, .ac_every = k->ac_every,
+                                                  .precision = k->precision,
+                                                  .split_backward = k->split,
+                                                  .act_compress = k->int8},
+                             mem);
+        size_t acts = 0, temp = 0, want_acts, want_temp;
+        for (int e = 0; m && e < dt_mem_n_events(mem); e++) {
+            const dt_mem_event *ev = dt_mem_event_at(mem, e);
+            if (ev->kind == DT_MEM_EV_ALLOC && !strcmp(ev->name, "dit.activations"))
+                acts = ev->bytes;
+            if (ev->kind == DT_MEM_EV_ALLOC && !strcmp(ev->name, "dit.transients"))
+                temp = ev->bytes;
+        }
+        predict_bytes(&mc, k, &want_acts, &want_temp);
+        DT_CHECK(acts == want_acts && temp == want_temp, "memory case %zu: activations %zu "
+                 "(formula %zu), transients %zu (formula %zu)", i, acts, want_acts, temp,
+                 want_temp);
+        dt_model_free(m);
+        dt_mem_free(mem);
+    }
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check_against_dit(DT_DIT_ATTN_FULL);
@@ -440,5 +614,6 @@ int main(int argc, char **argv) {
     check_slots_stages_ac(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     check_files_and_sampler();
     check_errors();
+    check_memory();
     return DT_TEST_END();
 }

@@ -32,3 +32,8 @@ add_test(NAME models/torch_dit_full_uncond_fp32
                  ${CMAKE_SOURCE_DIR} full 0 fp32)
 set_tests_properties(models/torch_dit_full_uncond_fp32 PROPERTIES LABELS "models;torch"
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+
+# The video DiT through the unchanged engine and pipeline executor in every layout np 1/2/4
+# allows, against the single process (tests/train/mpi_test_dit_layouts.c, an engine-level test
+# registered here beside the DiT's own).
+dt_add_mpi_test(train mpi_test_dit_layouts "train;mpi")

@@ -4,11 +4,16 @@
  * then its share of each layout; every step's global loss and the final weights must match
  * the single process within 1e-5 (fp32; AdamW eps 1e-6 so rounding noise stays noise).
  *   np 1: ZeRO 0-3 with two micro-batches; the checkpointed single process (ac full and
- *         selective) and bf16 (within bf16 tolerance)
+ *         selective); bf16 and int8 activation storage (within their tolerance of fp32)
  *   np 2: dp 2 x ZeRO 0-3; sp 2 (Ulysses; both attention kinds); pp 2 (1F1B, ZeRO 0 and 3;
- *         interleaved with 2 chunks per rank, ZeRO 2); tp 2 (Megatron: heads and MLP columns)
+ *         interleaved with 2 chunks per rank, ZeRO 2; ZB-H1 with the split backward, ZeRO 1
+ *         and 3 x ac selective); tp 2 (Megatron: heads and MLP columns),
+ *         with and without Megatron-SP
  *   np 4: dp 4 x ZeRO 1; sp 4 (both kinds); dp 2 x sp 2 x ZeRO 2; pp 2 x sp 2; pp 2 x dp 2
- *         x ZeRO 3; sp 2 x ac full; tp 4; tp 2 x sp 2; tp 2 x dp 2 x ZeRO 3; tp 2 x pp 2
+ *         x ZeRO 3; sp 2 x ac full; tp 4; tp 2 x sp 2; tp 2 x dp 2 x ZeRO 3; tp 2 x pp 2;
+ *         Megatron-SP with tp 4 x ac full, tp 2 x sp 2, tp 2 x pp 2; sp 2 x pp 2 ZB-H1;
+ *         tp 2 x pp 2 ZB-H1 with Megatron-SP
+ *   int8 activation storage under sp 2 and tp 2 x sp 2 x Megatron-SP: within int8 rounding
  * Ranks are placed as the booster's mesh does (pp, dp, sp, tp; tp fastest); the engine's
  * gradient group is dp x sp (the ranks holding the same weights). A failure
  * names the layout, the step and the check. Named mpi_test_*.c so the tests/ glob does not
@@ -37,6 +42,9 @@ typedef struct layout {
     dt_ac_mode ac;
     int chunks; /* pipeline chunks per rank: > 1 interleaved 1F1B */
     int tp;
+    int sequence_tp; /* Megatron-SP: the residual rows split over tp too */
+    int zb;          /* pp: the zero-bubble ZB-H1 schedule (split backward, W actions) */
+    int int8;        /* act_compress = int8 (compared within int8 rounding, not 1e-5) */
 } layout;
 
 typedef struct run_out {
@@ -93,13 +101,17 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
     if (L->pp > 1) {
         int v = L->chunks > 1 ? L->chunks : 1;
         DT_CHECK_OK(dt_stage_plan_make(mc->n_layer, L->pp, v, NULL, &plan));
-        DT_CHECK_OK(v > 1 ? dt_sched_interleaved(L->pp, L->n_mb, v, &sched)
-                          : dt_sched_1f1b(L->pp, L->n_mb, &sched));
+        DT_CHECK_OK(L->zb     ? dt_sched_zbh1(L->pp, L->n_mb, &sched)
+                    : v > 1 ? dt_sched_interleaved(L->pp, L->n_mb, v, &sched)
+                            : dt_sched_1f1b(L->pp, L->n_mb, &sched));
         dt_stage_plan_held(&plan, p, held);
         n_slots = sched ? dt_pipeline_slots(sched, p) : 1;
     }
     dt_engine_opts eo = {.zero_stage = L->zero, .bucket_mb = 0.001f, .overlap = true,
                          .precision = L->precision, .B = mb, .T = S, .tp = tp, .sp = sp,
+                         .sequence_tp = L->sequence_tp,
+                         .split_backward = sched && dt_pipeline_split(sched),
+                         .act_compress = L->int8 ? DT_ACT_COMPRESS_INT8 : DT_ACT_COMPRESS_NONE,
                          .units = L->pp > 1 ? held : NULL, .n_slots = n_slots,
                          .pp = L->pp > 1 ? pp : NULL, .ac = L->ac};
     dt_mem *mem = NULL;
@@ -153,8 +165,17 @@ done:
     dt_comm_free(tp);
 }
 
+/* the tensor of the full table holding element i */
+static const char *tensor_at(const dt_model *m, int64_t i) {
+    for (int k = dt_model_n_full_params(m) - 1; k >= 0; k--)
+        if (dt_model_full_param(m, k)->offset <= i)
+            return dt_model_full_param(m, k)->name;
+    return "?";
+}
+
 static void compare(const char *name, dt_dit_attn attn, const run_out *ref, const run_out *got,
-                    int64_t n, double tol) {
+                    const dt_model *m, double tol) {
+    int64_t n = dt_model_full_numel(m);
     for (int s = 0; s < STEPS; s++)
         DT_CHECK(fabs(got->loss[s] - ref->loss[s]) <= tol * fabs(ref->loss[s]),
                  "%s (attn %d), step %d: loss %.9g, single process %.9g", name, (int)attn, s,
@@ -169,8 +190,8 @@ static void compare(const char *name, dt_dit_attn attn, const run_out *ref, cons
         if (e > worst)
             worst = e, at = i;
     }
-    DT_CHECK(worst <= tol * wmax, "%s (attn %d): weight %lld off by %g (largest weight %g)", name,
-             (int)attn, (long long)at, worst, wmax);
+    DT_CHECK(worst <= tol * wmax, "%s (attn %d): weight %lld (%s) off by %g (largest weight %g)",
+             name, (int)attn, (long long)at, tensor_at(m, at), worst, wmax);
 }
 
 static void run_all(dt_comm *world, dt_dit_attn attn) {
@@ -179,57 +200,73 @@ static void run_all(dt_comm *world, dt_dit_attn attn) {
     data dd = make_data(&c);
     int W = world->size;
     const layout L[] = {
-        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1},
-        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1, 1},
-        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"pp 2, interleaved x 2, zero 2", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_NONE, 2, 1},
-        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1},
-        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1},
-        {"tp 2, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2},
-        {"tp 4, zero 2", 1, 1, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 4},
-        {"tp 2 x sp 2, zero 1", 1, 1, 2, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 2},
-        {"tp 2 x dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2},
+        {"zero 0, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"zero 3, 2 micro-batches", 1, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"ac full", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1, 0, 0, 0},
+        {"ac selective", 1, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1, 1, 0, 0, 0},
+        {"dp 2, zero 0", 1, 2, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"dp 2, zero 1", 1, 2, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"dp 2, zero 2", 1, 2, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"sp 2", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"sp 2, zero 3, 2 micro-batches", 1, 1, 2, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"pp 2, 1f1b, zero 0", 2, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"pp 2, 1f1b, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"pp 2, interleaved x 2, zero 2", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_NONE, 2, 1, 0, 0, 0},
+        {"pp 2, zbh1, zero 1", 2, 1, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 1, 0},
+        {"pp 2, zbh1, zero 3, ac selective", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1, 1,
+         0, 1, 0},
+        {"dp 4, zero 1", 1, 4, 1, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"sp 4", 1, 1, 4, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"dp 2 x sp 2, zero 2", 1, 2, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"pp 2 x sp 2, zero 1", 2, 1, 2, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"pp 2 x dp 2, zero 3", 2, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0},
+        {"sp 2 x dp 2, ac full, zero 3", 1, 2, 2, 3, 1, DT_PREC_FP32, DT_AC_FULL, 1, 1, 0, 0, 0},
+        {"tp 2, 2 micro-batches", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2, 0, 0, 0},
+        {"tp 4, zero 2", 1, 1, 1, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 4, 0, 0, 0},
+        {"tp 2 x sp 2, zero 1", 1, 1, 2, 1, 1, DT_PREC_FP32, DT_AC_NONE, 1, 2, 0, 0, 0},
+        {"tp 2 x dp 2, zero 3", 1, 2, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2, 0, 0, 0},
+        {"tp 2, Megatron-SP", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2, 1, 0, 0},
+        {"tp 4, Megatron-SP, ac full", 1, 1, 1, 1, 1, DT_PREC_FP32, DT_AC_FULL, 1, 4, 1, 0, 0},
+        {"tp 2 x sp 2, Megatron-SP, zero 2", 1, 1, 2, 2, 1, DT_PREC_FP32, DT_AC_NONE, 1, 2, 1, 0, 0},
+        {"tp 2 x pp 2, Megatron-SP, zero 3", 2, 1, 1, 3, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2, 1, 0, 0},
+        {"sp 2 x pp 2, zbh1, zero 2", 2, 1, 2, 2, 2, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 1, 0},
+        {"tp 2 x pp 2, Megatron-SP, zbh1", 2, 1, 1, 1, 2, DT_PREC_FP32, DT_AC_NONE, 1, 2, 1, 1, 0},
         {"tp 2 x pp 2, zero 2, ac selective", 2, 1, 1, 2, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1,
-         2},
+         2, 0, 0, 0},
+        {"int8 storage, ac selective", 1, 1, 1, 0, 2, DT_PREC_FP32, DT_AC_SELECTIVE, 1, 1, 0, 0,
+         1},
+        {"sp 2, int8 storage, zero 3", 1, 1, 2, 3, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 1},
+        {"tp 2 x sp 2, Megatron-SP, int8 storage", 1, 1, 2, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1,
+         2, 1, 0, 1},
     };
     dt_comm *self = NULL;
     DT_CHECK_OK(dt_dist_split(world, world->rank, 0, "self", &self));
     run_out ref = {0};
-    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1};
+    const layout one = {"single process", 1, 1, 1, 0, 1, DT_PREC_FP32, DT_AC_NONE, 1, 1, 0, 0, 0};
     run(self, &mc, &one, &dd, &ref);
-    int64_t n = 0;
-    {
-        dt_mem *mem = NULL;
-        dt_model *m = NULL;
-        DT_CHECK_OK(dt_mem_init(&mem));
-        DT_CHECK_OK(dt_model_create(&mc, &(dt_model_opts){.B = 1, .T = 16}, mem, &m));
-        n = m ? dt_model_full_numel(m) : 0;
-        dt_model_free(m);
-        dt_mem_free(mem);
-    }
-    for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+    dt_mem *mem = NULL;
+    dt_model *m = NULL; /* the full table, to name tensors */
+    DT_CHECK_OK(dt_mem_init(&mem));
+    DT_CHECK_OK(dt_model_create(&mc, &(dt_model_opts){.B = 1, .T = 16}, mem, &m));
+    for (size_t i = 0; m && i < sizeof L / sizeof L[0]; i++) {
         if (L[i].pp * L[i].dp * L[i].sp * L[i].tp != W)
             continue;
         run_out got = {0};
         run(world, &mc, &L[i], &dd, &got);
-        compare(L[i].name, attn, &ref, &got, n, 1e-5);
+        if (L[i].int8) /* int8 storage: within its rounding of fp32 */
+            for (int s = 0; s < STEPS; s++)
+                DT_CHECK(fabs(got.loss[s] - ref.loss[s]) <= 1e-2 * ref.loss[s],
+                         "%s (attn %d), step %d: loss %.6g, fp32 %.6g", L[i].name, (int)attn,
+                         s, got.loss[s], ref.loss[s]);
+        else
+            compare(L[i].name, attn, &ref, &got, m, 1e-5);
         free(got.w);
     }
+    dt_model_free(m);
+    dt_mem_free(mem);
     if (W == 1) { /* bf16 matmuls: within bf16 rounding of the fp32 run's loss */
-        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE, 1, 1};
+        const layout bf = {"bf16", 1, 1, 1, 0, 1, DT_PREC_BF16, DT_AC_NONE, 1, 1, 0, 0, 0};
         run_out got = {0};
         run(world, &mc, &bf, &dd, &got);
         for (int s = 0; s < STEPS; s++)

@@ -138,7 +138,6 @@ set_tests_properties(train/bad_inputs PROPERTIES LABELS "train" TIMEOUT 600)
 # The engine (ZeRO 0-3, micro-batches, the tied sum) and the pipeline executor through the
 # model interface alone, on a toy model that is not GPT, against its closed-form gradients.
 dt_add_mpi_test(train mpi_test_model_seam "train;mpi")
-dt_add_mpi_test(train mpi_test_dit_layouts "train;mpi")
 
 # The video DiT through dtrain train and dtrain sample: a tiny config trains briefly, its
 # sampled GIF's background share, motion and mean fall within the training clips' range and
