@@ -1,8 +1,8 @@
 /* Statistics of video clips as a GIF shows them, for tests/train/dit_sample.sh: decodes an
- * animated GIF written by io/gif (K clips side by side, scaled) with giflib and prints, over
- * all clips and frames, the share of background pixels (every channel below -0.75, i.e. the
- * darkest palette level), the mean absolute change between consecutive frames, and the mean
- * pixel value, each also as min and max over the clips:
+ * animated GIF written by io/gif (K clips side by side, scaled) with giflib and prints, per
+ * frame, the share of background pixels (every channel below -0.75, i.e. the darkest palette
+ * level), the mean absolute change from the frame before, and the mean pixel value, each as
+ * its mean, min and max over every frame of every clip:
  *   clip_stats gif FILE.gif CHANNELS HEIGHT WIDTH
  * The same statistics of references, drawn through the same GIF writer and decoder so that
  * both sides see the palette's rounding:
@@ -60,9 +60,11 @@ static int stats_of_gif(const char *path, int channels, int height, int width) {
     }
     stat3 bg = {0}, motion = {0}, mean = {0};
     float a[3], b[3];
-    for (int k = 0; k < K; k++) {
-        double n_bg = 0, diff = 0, sum = 0;
-        for (int f = 0; f < frames; f++)
+    int n = 0;
+    double plane = (double)height * width;
+    for (int k = 0; k < K; k++)
+        for (int f = 0; f < frames; f++, n++) {
+            double n_bg = 0, diff = 0, sum = 0;
             for (int y = 0; y < height; y++)
                 for (int x = 0; x < width; x++) {
                     pixel(g, f, k, x, y, scale, width, channels, a);
@@ -78,14 +80,15 @@ static int stats_of_gif(const char *path, int channels, int height, int width) {
                     for (int ch = 0; ch < channels; ch++)
                         diff += fabsf(a[ch] - b[ch]);
                 }
-        double plane = (double)height * width;
-        add(&bg, n_bg / (frames * plane), k);
-        add(&motion, diff / ((frames - 1) * plane * channels), k);
-        add(&mean, sum / (frames * plane * channels), k);
-    }
+            add(&bg, n_bg / plane, n);
+            add(&mean, sum / (plane * channels), n);
+            if (f > 0) /* the change from the frame before */
+                add(&motion, diff / (plane * channels), n - k - 1);
+        }
+    int n_motion = K * (frames - 1);
     printf("bg %.4f %.4f %.4f motion %.4f %.4f %.4f mean %.4f %.4f %.4f clips %d frames %d\n",
-           bg.sum / K, bg.min, bg.max, motion.sum / K, motion.min, motion.max, mean.sum / K,
-           mean.min, mean.max, K, frames);
+           bg.sum / n, bg.min, bg.max, motion.sum / n_motion, motion.min, motion.max,
+           mean.sum / n, mean.min, mean.max, K, frames);
     DGifCloseFile(g, &err);
     return 0;
 }

@@ -2,9 +2,9 @@
 # The video DiT through `dtrain train` equals the single process in every layout (DESIGN
 # invariant 1): per-step losses (train and validation) and exported weights within 1e-5
 # relative in fp32, for both attention kinds: Ulysses sp 2 and 4 (all_to_all), dp2 x sp2 x
-# ZeRO-2 with micro-batches, a 2-stage pipeline (alone, and 1F1B with sp 2), ZeRO-3 with full
-# activation checkpointing; a checkpoint of sp2 x dp2 resumes in one process. A bf16 run trains (its losses track
-# fp32's within bf16 tolerance). A split that does not divide (tokens % sp, heads % sp) and a
+# ZeRO-2 with micro-batches, a 2-stage pipeline (alone, 1F1B with sp 2, and zero-bubble
+# ZB-H1), ZeRO-3 with full activation checkpointing, and tp 2; a checkpoint of sp2 x dp2
+# resumes in one process. A bf16 run trains (its losses track fp32's within bf16 tolerance). A split that does not divide (tokens % sp, heads % sp) and a
 # clip that does not divide into patches are one clear error on every rank, before the first
 # collective.
 #   dit_layouts.sh DTRAIN SRC_DIR
@@ -27,6 +27,9 @@ for attn in spatial_temporal full; do
     same "${attn}_pp2_sp2_1f1b" 4 "${hy[@]}" --plugin.pp_size=2 --plugin.sp_size=2 \
         --plugin.microbatches=2 --plugin.pp_schedule=1f1b
     same "${attn}_dp2_zero3_ac" 2 "${hy[@]}" --plugin.zero_stage=3 --plugin.ac=full
+    same "${attn}_tp2" 2 "${hy[@]}" --plugin.tp_size=2
+    same "${attn}_pp2_zbh1" 2 "${hy[@]}" --plugin.pp_size=2 --plugin.microbatches=2 \
+        --plugin.pp_schedule=zbh1
     mv ref.jsonl "ref_$attn.jsonl"
     mv ref.safetensors "ref_$attn.safetensors"
 done
