@@ -277,21 +277,6 @@ static void check_act_memory(const dt_config *c, problems *p) {
                 g->ac_every, c->model.n_layer);
 }
 
-/* What the DiT does not implement (models/dit.c refuses it too, later): int8 activation
- * storage and the split backward of the zero-bubble schedule; said here so that `dtrain plan`
- * never offers such a layout and `dtrain train` stops before the first step. */
-static void check_dit_plugin(const dt_config *c, problems *p) {
-    const dt_plugin_config *g = &c->plugin;
-    if (c->model.arch != DT_ARCH_DIT)
-        return;
-    if (g->act_compress == DT_ACT_COMPRESS_INT8)
-        problem(p, true, "plugin.act_compress=int8: model.arch=dit does not store activations "
-                "as int8; use plugin.ac instead");
-    if (g->pp_size > 1 && strcmp(g->pp_schedule, "zbh1") == 0)
-        problem(p, true, "plugin.pp_schedule=zbh1: model.arch=dit has no split backward; use "
-                "gpipe, 1f1b or interleaved");
-}
-
 static void check_checkpoint(const dt_config *c, problems *p) {
     const dt_checkpoint_config *k = &c->checkpoint;
     NONNEG(p, checkpoint, every);
@@ -331,7 +316,6 @@ dt_status dt_config_validate(const dt_config *c) {
     check_optim(c, &p);
     check_plugin(c, &p);
     check_act_memory(c, &p);
-    check_dit_plugin(c, &p);
     check_checkpoint(c, &p);
     check_data(c, &p);
     if (!p.n_arg && !p.n_unsupported)

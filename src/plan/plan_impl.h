@@ -27,6 +27,9 @@ typedef struct dt_plan_dit_rank {
     int B;                           /* clips per micro-batch */
     int sp;                          /* Ulysses degree: this rank's rows are B S / sp */
     int tp;                          /* Megatron degree: heads and MLP columns split */
+    bool sequence_tp;                /* Megatron-SP: the residual rows split over tp too */
+    bool split;                      /* split backward (zero-bubble): per-slot weight-pass
+                                      * output gradients */
     int n_slots;                     /* micro-batches whose activations are held at once */
     const bool *held;                /* [L + 2] units this rank holds */
     const dt_plugin_config *plugin;  /* ac, ac_every */
@@ -37,8 +40,9 @@ void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int
                         int64_t *temp);
 /* The trainer's batch buffers for `rows` clips: inputs (x_t, t, label) and targets (v). */
 int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows);
-/* One pipeline boundary tensor of B clips: this rank's residual rows and silu(c) [B, C]. */
-int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp);
+/* One pipeline boundary tensor of B clips: this rank's residual rows (B S / sp / rows_split)
+ * and silu(c) [B, C]. */
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int rows_split);
 
 /* What block l reruns before its backward (and again before its W pass under a split
  * backward) under plugin.ac: nothing, the attention core (selective: from the saved q|k|v), or

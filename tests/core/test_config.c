@@ -392,25 +392,6 @@ static void test_validate_act_memory(void) {
     }
 }
 
-/* What the DiT does not implement is refused before anything runs (so dtrain plan never
- * offers it): int8 activation storage, the zero-bubble schedule's split backward */
-static void test_validate_dit_plugin(void) {
-#define DIT "model.arch=dit", "data.source=bounce", "train.seq_len=512", "model.max_seq_len=512"
-    const dt_status U = DT_ERR_UNSUPPORTED;
-    BAD(U, "plugin.act_compress=int8: model.arch=dit does not store activations as int8", DIT,
-        "plugin.act_compress=int8");
-    BAD(U, "plugin.pp_schedule=zbh1: model.arch=dit has no split backward", DIT,
-        "plugin.pp_size=2", "plugin.pp_schedule=zbh1");
-    dt_config c;
-    dt_config_defaults(&c);
-    const char *const good[] = {DIT, "plugin.pp_size=2", "plugin.pp_schedule=1f1b",
-                                "plugin.ac=full"};
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
-        DT_CHECK_OK(dt_config_set(&c, good[i]));
-    DT_CHECK_OK(dt_config_validate(&c));
-#undef DIT
-}
-
 /* A key set twice in one input is refused, naming both lines; the config is untouched.
  * The same key in two sections is two keys. data.train empty is a validation error. */
 static void test_duplicates(void) {
@@ -442,7 +423,6 @@ int main(int argc, char **argv) {
     test_overrides();
     test_validate();
     test_validate_act_memory();
-    test_validate_dit_plugin();
     test_duplicates();
     return DT_TEST_END();
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Memory is what the planner says, for the video DiT (DESIGN invariant 3): a matrix of DiT
 # layouts (dp x ZeRO 0-3, Ulysses sp, Megatron tp alone and with sp, pp and ZeRO-3, pipelines
-# under GPipe, 1F1B and interleaved, with dp and sp, fp32 and bf16, micro-batches, activation checkpointing full / selective / every 2nd
+# under GPipe, 1F1B, interleaved and ZB-H1 (split backward), with dp and sp, Megatron-SP,
+# int8 activation storage, fp32 and bf16, micro-batches, activation checkpointing full / selective / every 2nd
 # block, a checkpoint save, optimizer offload) is trained for one step, and on every rank
 # every memory category and the total must EQUAL the measured peak to the byte
 # (plan/memory_dit.c predicts the DiT's arenas, batch buffers and pipeline boundaries from
@@ -42,6 +43,18 @@ case_ dit_tp2_sp2_bf16_selective 4 --plugin.tp_size=2 --plugin.sp_size=2 $bf16 $
 case_ dit_tp2_pp2_1f1b 4 --plugin.tp_size=2 $(pp 1f1b 4)
 case_ dit_tp2_dp2_zero3_ac_full 4 --plugin.tp_size=2 $(z 3) $(ac full)
 case_ dit_tp2_checkpoint 2 --plugin.tp_size=2 --checkpoint.every=1 --checkpoint.dir=ck2
+# Megatron-SP (the residual rows split over tp), int8 activation storage, split backward
+sg=--plugin.sp_mode=split_gather
+int8=--plugin.act_compress=int8
+case_ dit_tp2_split_gather 2 --plugin.tp_size=2 $sg
+case_ dit_tp2_split_gather_bf16_selective_dp2 4 --plugin.tp_size=2 $sg $bf16 $(ac selective)
+case_ dit_int8 1 $int8
+case_ dit_int8_selective_sp2 2 $int8 $(ac selective) --plugin.sp_size=2
+case_ dit_int8_full_every2_tp2_split_gather 2 $int8 $(ac full 2) --plugin.tp_size=2 $sg \
+    --model.n_layer=3
+case_ dit_pp2_zbh1 2 $(pp zbh1 4)
+case_ dit_pp2_zbh1_sp2_selective 4 $(pp zbh1 2) --plugin.sp_size=2 $(ac selective)
+case_ dit_pp2_zbh1_int8_bf16 2 $(pp zbh1 4) $int8 $bf16
 case_ dit_ac_full 1 $(ac full)
 case_ dit_ac_selective_bf16 1 $(ac selective) $bf16
 case_ dit_ac_full_every2_sp2 2 $(ac full 2) --plugin.sp_size=2 --model.n_layer=3
