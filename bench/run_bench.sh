@@ -59,61 +59,14 @@ D_WARM=2 D_STEPS=3        # dtrain: 2 warm-up + 3 timed steps, median of the tim
 T_WARM=1 T_STEPS=3        # PyTorch fp32 (its steps are slower; 1 warm-up + 3 timed)
 log() { echo "[bench $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
 
-# ---- prerequisites --------------------------------------------------------------------------
-apt_install() {
-    if [ "$(id -u)" = 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >"$WORK/apt.log" 2>&1 ||
-            { apt-get update >>"$WORK/apt.log" 2>&1 &&
-              DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >>"$WORK/apt.log" 2>&1; }
-    else
-        log "missing $*; install as root: apt-get install -y $*"; return 1
-    fi
-}
-[ -x /usr/bin/time ] || apt_install time
-$PY -c 'import torch' 2>/dev/null || apt_install python3-torch
-# python3-torch links the generic libblas.so.3; Debian's reference BLAS there runs fp32 matmul
-# at a few GFLOP/s. OpenBLAS provides the same alternative (libblas.so.3-x86_64-linux-gnu) at
-# higher priority, and makes torch's own matmul fast: give PyTorch its best.
-if ! update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null |
-        grep -q '^Value: .*openblas'; then
-    log "libblas.so.3 is not OpenBLAS: installing libopenblas0-pthread for PyTorch"
-    apt_install libopenblas0-pthread || log "WARNING: PyTorch runs on the reference BLAS"
-fi
-# The peer's environment (OpenBLAS's own kernel choice; ATen's level is set further down).
-ATEN_CAP=""
-peer_env() { # THREADS -> env(1) arguments
-    echo "-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$1" \
-        "${ATEN_CAP:+ATEN_CPU_CAPABILITY=$ATEN_CAP}"
-}
-probe() { # THREADS C V TOKENS -> JSON line (bench/torch_probe.py)
-    # shellcheck disable=SC2046
-    env $(peer_env "$1") $PY "$REPO/bench/torch_probe.py" --threads "$1" --n-embd "$2" \
-        --vocab "$3" --tokens "$4"
-}
-jget() { $PY -c 'import json,sys; v=json.loads(sys.argv[1]); [v := v[k] for k in sys.argv[2:]]; print(v)' "$@"; }
-PROBE0=$(probe 1 384 256 2048)
-if [ "$(jget "$PROBE0" openblas)" != True ]; then
-    echo "run_bench.sh: PyTorch is not running on OpenBLAS (loaded: $(jget "$PROBE0" blas));" \
-         "install libopenblas0-pthread (as root) - refusing to compare against an untuned peer" >&2
-    exit 2
-fi
-# ATen's own kernels: AVX-512 where the CPU has it and it is faster here
-if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo &&
-        grep -qw avx512dq /proc/cpuinfo; then
-    ATEN_CAP=avx512; P512=$(probe 1 384 256 2048); ATEN_CAP=""
-    if awk -v a="$(jget "$P512" pointwise_ms)" -v b="$(jget "$PROBE0" pointwise_ms)" \
-            'BEGIN{exit !(a < b)}'; then
-        ATEN_CAP=avx512
-    fi
-    log "ATen pointwise: default $(jget "$PROBE0" cpu_capability) $(jget "$PROBE0" pointwise_ms) ms," \
-        "AVX512 $(jget "$P512" pointwise_ms) ms -> ${ATEN_CAP:-default}"
-fi
+# ---- prerequisites and the peer's best environment (bench/lib.sh) ------------------------
+. "$REPO/bench/lib.sh"
+peer_prepare
 if [ "${BENCH_PERF:-1}" = 1 ] && ! command -v perf >/dev/null; then
     apt_install linux-perf || true
 fi
 
 # ---- build (own build dir, snapshot of $REV) ------------------------------------------------
-. "$REPO/bench/lib.sh"
 bench_build "$REV" dtrain bench_gemm
 DTRAIN=$BUILD/dtrain GEMM=$BUILD/bench_gemm
 
@@ -138,15 +91,7 @@ CPU_ISA=$(for f in avx2 avx512f avx512_bf16; do grep -qw $f /proc/cpuinfo && pri
 } | tee "$WORK/env.txt" >&2
 
 # ---- wait for a quiet machine ---------------------------------------------------------------
-# one benchmark at a time on this machine (bench/run_scaling.sh takes the same lock)
-exec 9>/tmp/dtrain-bench.lock
-flock 9
-waited=0
-while awk -v m="$MAX_LOAD" '{exit !($1 >= m)}' /proc/loadavg && [ "$waited" -lt "$LOAD_WAIT" ]; do
-    [ $((waited % 120)) = 0 ] && log "waiting for load < $MAX_LOAD"
-    sleep 30; waited=$((waited + 30))
-done
-log "start (waited ${waited}s)"
+wait_quiet "$MAX_LOAD" "$LOAD_WAIT"
 START_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- the matrix -----------------------------------------------------------------------------

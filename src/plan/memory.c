@@ -65,6 +65,8 @@ static int kv_heads(const dt_model_config *m) {
  * HuggingFace order, each padded to 16 floats; vocabulary and column-parallel matrices split
  * by rows (rounded up), row-parallel ones by columns, GPT-2's fused c_attn by thirds. */
 static int64_t unit_floats(const dt_model_config *m, int u, int tp) {
+    if (m->arch == DT_ARCH_DIT)
+        return dt_plan_dit_unit_floats(m, u, tp);
     int64_t C = m->n_embd, V = cdiv(m->vocab_size, tp), F = ffn_width(m);
     int64_t kv = (int64_t)kv_heads(m) * (C / m->n_head);
     int L = m->n_layer;
@@ -559,17 +561,26 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     for (int u = 0; u < s.L + 2; u++)
         out->n_full += unit_floats(&c->model, u, 1);
 
-    out->acts_arena = acts_arena(&s, n_slots, split);
-    /* the batch buffers (train/source.h), rows of the source's: int32 ids and targets [T]
-     * each; a DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
-    const dt_model_config *m = &c->model;
-    int64_t rows = s.pp > 1 ? s.rows : s.mb, clip = (int64_t)m->frames * m->channels *
-                                                     m->height * m->width;
-    int64_t batch = m->arch == DT_ARCH_DIT ? rows * (2 * clip + 2) * F4 : 2 * rows * s.T * 4;
-    int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
-    out->cat[DT_MEM_ACTS] = out->acts_arena + rope + batch;
-    out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
-    out->temp_arena = temp_arena(&s, n_slots);
+    /* the batch buffers (train/source.h) hold these rows: int32 ids and targets [T] each; a
+     * DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
+    int batch_rows = s.pp > 1 ? s.rows : s.mb;
+    if (c->model.arch == DT_ARCH_DIT) {
+        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .tp = s.tp,
+                              .sequence_tp = s.rows_split > 1, .split = split,
+                              .n_slots = n_slots, .held = s.held, .plugin = &c->plugin,
+                              .lp = s.lp, .training = true};
+        dt_plan_dit_arenas(&c->model, &r, &out->acts_arena, &out->temp_arena);
+        out->cat[DT_MEM_ACTS] = out->acts_arena + dt_plan_dit_batch_bytes(&c->model, batch_rows);
+        out->cat[DT_MEM_COMM] +=
+            n_inbox * dt_plan_dit_boundary_bytes(&c->model, s.mb, s.sp, s.rows_split);
+    } else {
+        out->acts_arena = acts_arena(&s, n_slots, split);
+        int64_t tokens = (int64_t)batch_rows * s.T * 4; /* int32 ids */
+        int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
+        out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
+        out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
+        out->temp_arena = temp_arena(&s, n_slots);
+    }
     int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
     out->cat[DT_MEM_TEMP] = out->temp_arena + event;
     /* everything but the state events lives from set-up to the end, so the largest sum is the
@@ -581,6 +592,8 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
 
 double dt_plan_param_count(const dt_model_config *m) {
     /* in doubles, unpadded: any config (n_layer 1e9 included) gives a finite answer at once */
+    if (m->arch == DT_ARCH_DIT)
+        return dt_plan_dit_param_count(m);
     double C = m->n_embd, V = m->vocab_size, F = ffn_width(m), L = m->n_layer;
     double kv = m->n_head > 0 ? (double)kv_heads(m) * (m->n_embd / m->n_head) : C;
     if (m->arch == DT_ARCH_GPT2)

@@ -12,6 +12,27 @@ foreach(arch gpt2 llama)
   endforeach()
 endforeach()
 
+# The video DiT against an independent PyTorch DiT: one rectified-flow step (output, loss,
+# every gradient, the AdamW update), both attention kinds, with labels, torch in fp32 and fp64,
+add_executable(models_dit_torch_dump ${CMAKE_CURRENT_LIST_DIR}/dit_torch_dump.c)
+target_link_libraries(models_dit_torch_dump PRIVATE dtrain_static)
+foreach(attn full spatial_temporal)
+  foreach(prec fp32 fp64)
+    set(name models/torch_dit_${attn}_${prec})
+    add_test(NAME ${name}
+             COMMAND ${CMAKE_CURRENT_LIST_DIR}/torch_dit.sh $<TARGET_FILE:models_dit_torch_dump>
+                     ${CMAKE_SOURCE_DIR} ${attn} 5 ${prec})
+    set_tests_properties(${name} PROPERTIES LABELS "models;torch"
+                         ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  endforeach()
+endforeach()
+# and an unconditional model (no label table: every clip's conditioning is the timestep's)
+add_test(NAME models/torch_dit_full_uncond_fp32
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/torch_dit.sh $<TARGET_FILE:models_dit_torch_dump>
+                 ${CMAKE_SOURCE_DIR} full 0 fp32)
+set_tests_properties(models/torch_dit_full_uncond_fp32 PROPERTIES LABELS "models;torch"
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+
 # The video DiT through the unchanged engine and pipeline executor in every layout np 1/2/4
 # allows, against the single process (tests/train/mpi_test_dit_layouts.c, an engine-level test
 # registered here beside the DiT's own).

@@ -1,0 +1,244 @@
+/* The video DiT's rows of the memory model (plan/memory.c; see memory.h): its parameter arena
+ * unit by unit, from the DiT's tensor table (models/dit.h: DiT / Open-Sora names, each tensor
+ * padded to 16 floats; under tp a block's q|k|v and fc1 rows and proj and fc2 columns are
+ * split, everything else is whole), and its activation and transient arenas, batch rows and
+ * pipeline boundaries, from the carves of models/dit.c and dit_fwd.c.
+ *
+ * Pure: no MPI, no tensors; thread-safe.
+ */
+#include "plan/plan_impl.h"
+
+#include <string.h>
+
+static int64_t pad16(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+/* A linear [out, in] and its bias [out], each padded. */
+static int64_t linear_floats(int64_t out, int64_t in) { return pad16(out * in) + pad16(out); }
+
+static int64_t patch_dim(const dt_model_config *m) {
+    return (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
+}
+
+int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u, int tp) {
+    int64_t C = m->n_embd, P = patch_dim(m), Ct = C / tp, Ft = DT_PLAN_DIT_MLP_RATIO * C / tp;
+    if (u == 0) /* x_embedder.proj, t_embedder.mlp.0 (256 timestep features), .2, label table */
+        return linear_floats(C, P) + linear_floats(C, DT_PLAN_DIT_FREQ_DIM) +
+               linear_floats(C, C) + (m->n_classes > 0 ? pad16((m->n_classes + 1) * C) : 0);
+    if (u > m->n_layer) /* final_layer.adaLN_modulation.1, final_layer.linear */
+        return linear_floats(2 * C, C) + linear_floats(P, C);
+    /* adaLN_modulation.1 (whole), attn.qkv (each section's rows split), attn.proj (columns
+     * split, bias whole), mlp.fc1 (rows), mlp.fc2 (columns, bias whole) */
+    return linear_floats(6 * C, C) + linear_floats(3 * Ct, C) + pad16(C * Ct) + pad16(C) +
+           linear_floats(Ft, C) + pad16(C * Ft) + pad16(C);
+}
+
+double dt_plan_dit_param_count(const dt_model_config *m) {
+    double C = m->n_embd, P = (double)patch_dim(m), L = m->n_layer;
+    double y = m->n_classes > 0 ? (m->n_classes + 1.0) * C : 0;
+    return (C * P + C) + (C * DT_PLAN_DIT_FREQ_DIM + C) + (C * C + C) + y +
+           L * (6 * C * C + 6 * C + 3 * C * C + 3 * C + C * C + C +
+                2 * DT_PLAN_DIT_MLP_RATIO * C * C + DT_PLAN_DIT_MLP_RATIO * C + C) +
+           (2 * C * C + 2 * C) + (P * C + P);
+}
+
+/* ---- activations and transients: the carves of models/dit.c and dit_fwd.c ------------- */
+
+static int64_t pad64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+enum { F4 = 4, H2 = 2 };
+
+/* A block's saved fields (models/dit_fwd.c), as bits. */
+enum {
+    F_MOD = 1 << 0, /* mod [B, 6C], aff [B, 4C] */
+    F_LN = 1 << 1,  /* mean1, rstd1, mean2, rstd2: [Nr] each */
+    F_M1 = 1 << 2,
+    F_QKV = 1 << 3,
+    F_Y = 1 << 4,
+    F_LSE = 1 << 5,
+    F_A = 1 << 6,
+    F_X2 = 1 << 7,
+    F_M2 = 1 << 8,
+    F_H = 1 << 9,
+    F_F = 1 << 10,
+    F_ALL = (1 << 11) - 1,
+    F_ATTN_OUT = F_Y | F_LSE, /* what selective checkpointing reruns */
+    /* what act_compress = int8 keeps as int8 rows with one fp32 scale each */
+    F_INT8 = F_M1 | F_QKV | F_Y | F_A | F_X2 | F_M2 | F_H | F_F,
+};
+
+typedef struct dit_rank {
+    const dt_plan_dit_rank *r;
+    int64_t B, S, C, P, F, L, clip;
+    int64_t Nt, Nr;      /* rows inside the tp region (B S / sp) and of the residual stream
+                          * (Nt / tp under Megatron-SP, else Nt) */
+    int64_t Ct, Ft, NHt; /* this tp rank's attention width, MLP width and heads */
+    bool compress;       /* act_compress = int8 */
+} dit_rank;
+
+/* A saved tensor of the fields: its bit, rows and columns (a row of the attention order's
+ * elements, whatever its layout). */
+typedef struct piece {
+    unsigned bit;
+    int64_t rows, cols;
+} piece;
+
+enum { N_PIECES = 15 };
+
+static void pieces(const dit_rank *k, piece p[N_PIECES]) {
+    int64_t B = k->B, Nr = k->Nr, Nt = k->Nt, C = k->C;
+    const piece all[N_PIECES] = {
+        {F_MOD, B, 6 * C}, {F_MOD, B, 4 * C},   {F_LN, Nr, 1}, {F_LN, Nr, 1},
+        {F_M1, Nr, C},     {F_QKV, Nt, 3 * k->Ct}, {F_Y, Nt, k->Ct}, {F_LSE, Nt, k->NHt},
+        {F_A, Nr, C},      {F_X2, Nr, C},       {F_LN, Nr, 1}, {F_LN, Nr, 1},
+        {F_M2, Nr, C},     {F_H, Nt, k->Ft},    {F_F, Nr, C}};
+    memcpy(p, all, sizeof all);
+}
+
+/* Bytes of the fields f in fp32, each piece 64-byte carved. */
+static int64_t fields_bytes(const dit_rank *k, unsigned f) {
+    piece p[N_PIECES];
+    pieces(k, p);
+    int64_t b = 0;
+    for (int i = 0; i < N_PIECES; i++)
+        b += f & p[i].bit ? pad64(p[i].rows * p[i].cols * F4) : 0;
+    return b;
+}
+
+/* int8 storage of the fields f: an int8 [rows, cols] payload and one fp32 scale per row. */
+static int64_t int8_bytes(const dit_rank *k, unsigned f) {
+    piece p[N_PIECES];
+    pieces(k, p);
+    int64_t b = 0;
+    for (int i = 0; i < N_PIECES; i++)
+        if (f & p[i].bit & F_INT8)
+            b += pad64(p[i].rows * p[i].cols) + pad64(p[i].rows * F4);
+    return b;
+}
+
+/* What block l keeps per slot under plugin.ac: all, all but the attention output
+ * (selective), or nothing but its input, a residual position (full). */
+static unsigned kept_fields(const dt_plugin_config *p, int l) {
+    switch (dt_plan_ac_rerun(p, l)) {
+    case DT_PLAN_RERUN_BLOCK: return 0;
+    case DT_PLAN_RERUN_ATTENTION: return F_ALL & ~(unsigned)F_ATTN_OUT;
+    default: return F_ALL;
+    }
+}
+
+static bool holds_rerun(const dit_rank *k, dt_plan_rerun what) {
+    for (int l = 0; l < k->L; l++)
+        if (k->r->held[l + 1] && dt_plan_ac_rerun(k->r->plugin, l) == what)
+            return true;
+    return false;
+}
+
+/* Residual positions a slot keeps: each held block's input and output, the embedders'
+ * output (position 0) and the final layer's input (L). */
+static int residual_positions(const dit_rank *k) {
+    int n = 0, L = (int)k->L;
+    const bool *h = k->r->held;
+    for (int p = 0; p <= L; p++)
+        n += (p < L && h[p + 1]) || (p > 0 && h[p]) || (p == 0 && h[0]) || (p == L && h[L + 1]);
+    return n;
+}
+
+/* Split backward (zero-bubble schedules): the output gradients of a block's matmuls its
+ * weight pass reads, per slot: adaLN [B, 6C], q|k|v [Nt, 3Ct], proj [Nt, C], fc1 [Nt, Ft],
+ * fc2 [Nt, C]. */
+static int64_t wgrad_bytes(const dit_rank *k) {
+    int64_t Nt = k->Nt, C = k->C;
+    return pad64(k->B * 6 * C * F4) + pad64(Nt * 3 * k->Ct * F4) + 2 * pad64(Nt * C * F4) +
+           pad64(Nt * k->Ft * F4);
+}
+
+/* A position: the residual rows [Nr, C] then silu(c) [B, C], 16-float aligned. */
+static int64_t pos_stride(const dit_rank *k) { return pad16((k->Nr + k->B) * k->C); }
+
+static int64_t acts_arena(const dit_rank *k) {
+    const dt_plan_dit_rank *r = k->r;
+    int64_t B = k->B, Nr = k->Nr, C = k->C, per_slot = 0, b = 0;
+    bool first = r->held[0], last = r->held[k->L + 1];
+    per_slot += pad64(residual_positions(k) * pos_stride(k) * F4) + pad64(B * C * F4);
+    if (first) /* patches, timestep features, t_fc1 out and its silu, c, labels */
+        per_slot += pad64(Nr * k->P * F4) + pad64(B * DT_PLAN_DIT_FREQ_DIM * F4) +
+                    3 * pad64(B * C * F4) + pad64(B * 4);
+    if (last) /* final shift/scale, its LN affine, mean, rstd, modulated norm */
+        per_slot += 2 * pad64(B * 2 * C * F4) + 2 * pad64(Nr * F4) + pad64(Nr * C * F4);
+    for (int l = 0; l < k->L; l++) {
+        if (!r->held[l + 1])
+            continue;
+        unsigned kept = kept_fields(r->plugin, l);
+        /* int8 storage: the kept tensors of F_INT8 as payloads, the rest in fp32 */
+        per_slot += k->compress ? fields_bytes(k, kept & ~(unsigned)F_INT8) + int8_bytes(k, kept)
+                                : fields_bytes(k, kept);
+        per_slot += r->split ? wgrad_bytes(k) : 0;
+    }
+    b += r->n_slots * per_slot;
+    /* the shared set: what a full rerun writes (and its discarded output), the attention
+     * output a selective one writes, the int8-kept tensors restored before a backward */
+    bool full = holds_rerun(k, DT_PLAN_RERUN_BLOCK);
+    unsigned shared = full ? F_ALL : holds_rerun(k, DT_PLAN_RERUN_ATTENTION) ? F_ATTN_OUT : 0;
+    if (k->compress &&
+        (holds_rerun(k, DT_PLAN_RERUN_NONE) || holds_rerun(k, DT_PLAN_RERUN_ATTENTION)))
+        shared |= F_INT8;
+    b += fields_bytes(k, shared) + (full ? pad64(Nr * C * F4) : 0);
+    b += pad64(k->S * C * F4); /* the fixed positions */
+    if (last)
+        b += pad64(B * k->clip * F4); /* the unpatchified output */
+    return b;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t temp_arena(const dit_rank *k) {
+    const dt_plan_dit_rank *r = k->r;
+    int64_t B = k->B, Nr = k->Nr, Nt = k->Nt, C = k->C, F = k->F, P = k->P, b = 0;
+    bool sp = r->sp > 1, tp = r->tp > 1, seq = r->sequence_tp && tp, last = r->held[k->L + 1];
+    int64_t rows3 = pad64(Nt * 3 * k->Ct * F4), rows = pad64(Nt * k->Ct * F4);
+    int64_t rowsF = pad64(Nt * k->Ft * F4), rowsC = pad64(Nt * C * F4);
+    b += rows3 + (sp ? 2 * rows3 : 0) + 2 * rows + rowsF; /* qkv_rows, packed, qkvh, att, gel */
+    b += tp ? rowsC : 0;                                  /* a row-parallel matmul's part */
+    b += seq ? rowsC : 0;                                 /* a norm output gathered */
+    b += last ? 2 * pad64(Nr * P * F4) : 0;               /* tok_out, tok_tgt */
+    if (sp || tp) /* all-to-all, COPY-adjoint and reduce-scatter work */
+        b += pad64(Nt * max64(3 * k->Ct, C) * F4);
+    if (r->lp) { /* 16-bit operands: the widest matmul input and output over Nt rows */
+        int64_t in = max64(max64(C, F), max64(P, DT_PLAN_DIT_FREQ_DIM));
+        int64_t out = max64(max64(6 * C, F), P);
+        b += pad64(Nt * in * H2) + (r->training ? pad64(Nt * out * H2) : 0);
+    }
+    if (!r->training)
+        return b;
+    b += r->n_slots * (pad64(pos_stride(k) * F4) + (last ? pad64(Nr * P * F4) : 0));
+    b += seq ? pad64(C * P * F4) : 0; /* the patch / final linear gradient summed over rows */
+    b += 2 * rowsC + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
+    b += pad64(B * 6 * C * F4) + 3 * pad64(B * C * F4); /* dmod, dc, dts, dth */
+    return b;
+}
+
+void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,
+                        int64_t *temp) {
+    int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
+                (m->width / m->patch_w);
+    int64_t F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd;
+    int64_t Nt = r->B * S / r->sp;
+    dit_rank k = {.r = r, .B = r->B, .S = S, .C = m->n_embd, .P = patch_dim(m), .F = F,
+                  .L = m->n_layer,
+                  .clip = (int64_t)m->frames * m->channels * m->height * m->width, .Nt = Nt,
+                  .Nr = r->sequence_tp ? Nt / r->tp : Nt, .Ct = m->n_embd / r->tp,
+                  .Ft = F / r->tp, .NHt = m->n_head / r->tp,
+                  .compress = r->plugin->act_compress == DT_ACT_COMPRESS_INT8};
+    *acts = acts_arena(&k);
+    *temp = temp_arena(&k);
+}
+
+int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows) {
+    int64_t clip = (int64_t)m->frames * m->channels * m->height * m->width;
+    return (int64_t)rows * (clip + 2) * F4 + (int64_t)rows * clip * F4;
+}
+
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int rows_split) {
+    int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
+                (m->width / m->patch_w);
+    return (B * S / sp / rows_split + B) * (int64_t)m->n_embd * F4;
+}
