@@ -463,16 +463,24 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
 }
 
 /* The parameters applied to split rows see only this rank's rows: their gradients are
- * partial sums over the rows comm (size 1 outside Megatron-SP). */
+ * partial sums over the rows comm (size 1 outside Megatron-SP). Added to their gradients, or
+ * copied where the view says the pass overwrites them. */
 static dt_status add_row_param_grads(const dt_block_dims *d, const dt_block_par *p,
                                      const dt_block *blk, float *pgrad) {
     int C = d->C;
     DT_TRY(dt_comm_allreduce_f32(p->rows, pgrad, 6 * (int64_t)C, NULL));
     float *dst[6] = {blk->ln1.dw, blk->ln1.db, blk->ln2.dw, blk->ln2.db, blk->proj.db,
                      blk->down.db};
-    for (int i = 0; i < 6; i++)
-        if (dst[i])
+    bool set[6] = {blk->ln1.grad_set, blk->ln1.grad_set, blk->ln2.grad_set, blk->ln2.grad_set,
+                   blk->proj.grad_set, blk->down.grad_set};
+    for (int i = 0; i < 6; i++) {
+        if (!dst[i])
+            continue;
+        if (set[i])
+            memcpy(dst[i], pgrad + (int64_t)i * C, (size_t)C * sizeof(float));
+        else
             dt_add_inplace(dst[i], pgrad + (int64_t)i * C, C);
+    }
     return DT_OK;
 }
 

@@ -53,6 +53,7 @@ int dt_block_rows_res(const dt_block_par *p, int N);
 
 typedef struct dt_norm_params {
     float *w, *b, *dw, *db; /* b, db NULL for RMSNorm (borrowed) */
+    bool grad_set;          /* the block's backward overwrites dw, db (see dt_block) */
 } dt_norm_params;
 
 typedef struct dt_block {
@@ -63,6 +64,14 @@ typedef struct dt_block {
     dt_linear up;   /* Llama up_proj [F, C]; unused (in = out = 0) for GPT-2 */
     dt_linear down; /* GPT-2 mlp.c_proj [C, F]; Llama down_proj [C, F]; full bias */
 } dt_block;
+
+/* The block's weight gradients accumulate over backward passes, except that each tensor
+ * whose view has grad_set (dt_linear.grad_set, dt_norm_params.grad_set) is OVERWRITTEN by the
+ * pass that writes it: the model sets the flags for a step's first micro-batch, so nobody
+ * zeroes the gradient arena. Which pass writes what: the full backward writes every weight
+ * gradient; under split backward the input pass writes the norms' and the row-parallel
+ * biases' (proj, down), and the weight pass the matmul weights' and the column-parallel
+ * biases' (qkv, fc). */
 
 /* Saved for the backward, one set per block. */
 typedef struct dt_block_acts {

@@ -37,12 +37,12 @@ static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float 
         DT_TRY(dt_gemm_run(ctx->gemm, &s, g, w, NULL, dx));
     }
     if (l->dw) {
-        dt_gemm_shape s = {.M = l->out, .N = l->in, .K = N, .trans_a = true, .accumulate = true,
-                           .dtype = ctx->mm_type};
+        dt_gemm_shape s = {.M = l->out, .N = l->in, .K = N, .trans_a = true,
+                           .accumulate = !l->grad_set, .dtype = ctx->mm_type};
         DT_TRY(dt_gemm_run(ctx->gemm, &s, g, a, NULL, l->dw));
     }
     if (l->db)
-        dt_colsum_accumulate(l->db, dy, N, l->out);
+        (l->grad_set ? dt_colsum_set : dt_colsum_accumulate)(l->db, dy, N, l->out);
     return DT_OK;
 }
 
