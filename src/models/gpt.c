@@ -279,21 +279,24 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
         g->head.logits_lp = lp ? dt_gpt_carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
         g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
     }
+    /* buffers only a split uses (nn/block.c skips the regions of size-1 comms): the tp
+     * region's entry and exit copies, Ulysses' head-layout copies */
+    bool tp = g->par.tp->size > 1, sp = g->par.sp->size > 1;
     dt_block_scratch *s = &g->scratch;
-    s->ln = dt_gpt_carve(cv, r.Nr * C * f4);
+    s->ln = tp ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
     s->ln_full = dt_gpt_carve(cv, r.Nt * C * f4);
-    s->qkv_rows = dt_gpt_carve(cv, r.Nt * W * f4);
-    s->packed = dt_gpt_carve(cv, r.Nt * W * f4);
-    s->att_heads = dt_gpt_carve(cv, r.Nt * A * f4);
-    s->part = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->qkv_rows = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
+    s->packed = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
+    s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
+    s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->g = dt_gpt_carve(cv, r.Nt * F * f4);
     s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
     if (!g->training)
         return;
     s->dln = dt_gpt_carve(cv, r.Nr * C * f4);
-    s->dln_full = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->dln_full = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->dqkv_heads = dt_gpt_carve(cv, r.Nt * W * f4);
-    s->datt = dt_gpt_carve(cv, r.Nt * A * f4);
+    s->datt = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->datt_heads = dt_gpt_carve(cv, r.Nt * A * f4);
     s->dh = dt_gpt_carve(cv, r.Nt * F * f4);
     s->du = d->kind == DT_BLOCK_LLAMA ? dt_gpt_carve(cv, r.Nt * F * f4) : NULL;

@@ -53,10 +53,11 @@ int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N
     int Nt = dt_block_rows_tp(p, N);
     dt_region_shape c = shape(Nt, d->C, 0), q = shape(N, dt_block_qkv_width(d), p->sp->size);
     dt_region_shape a = shape(N, (int64_t)d->NH * d->hs, d->NH);
-    int64_t n[] = {dt_region_work_count(p->enter, &c, p->tp->size),
-                   dt_region_work_count(p->leave, &c, p->tp->size),
-                   dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size),
-                   dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size)};
+    bool tp = !unsplit(p->tp), sp = !unsplit(p->sp); /* size-1 regions are skipped */
+    int64_t n[] = {tp ? dt_region_work_count(p->enter, &c, p->tp->size) : 0,
+                   tp ? dt_region_work_count(p->leave, &c, p->tp->size) : 0,
+                   sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size) : 0,
+                   sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size) : 0};
     int64_t m = 0;
     for (int i = 0; i < 4; i++)
         m = n[i] > m ? n[i] : m;
@@ -241,33 +242,10 @@ dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const d
 
 /* ---- rebuilding what was not kept ------------------------------------------------------- */
 
-/* The same kernels on the same inputs as the forward, so the results are the forward's bits:
- * dt_linear_forward's 16-bit copy is dt_cast_f32_to_lp of its input, as here. */
-void dt_block_rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                             int N, dt_block_acts *a) {
-    if (ctx->mm_type != DT_F32)
-        dt_cast_f32_to_lp(ctx->mm_type, a->att_lp, a->att,
-                          (int64_t)dt_block_rows_tp(p, N) * d->NH * d->hs);
-}
-
 dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, int B, int T, dt_block_acts *a,
                                    dt_block_scratch *s) {
-    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
-    dt_block_rebuild_att_lp(ctx, d, p, B * T, a);
-    return DT_OK;
-}
-
-void dt_block_rebuild_mlp_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                             int N, dt_block_acts *a, dt_block_scratch *s) {
-    if (ctx->mm_type == DT_F32)
-        return;
-    int64_t nf = (int64_t)dt_block_rows_tp(p, N) * d->F;
-    if (d->kind == DT_BLOCK_GPT2)
-        dt_gelu_forward(s->g, a->h, nf);
-    else
-        dt_swiglu_forward(s->g, a->h, a->u, nf);
-    dt_cast_f32_to_lp(ctx->mm_type, a->g_lp, s->g, nf);
+    return attention_core(ctx, d, p, B, T, a, s);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -288,16 +266,25 @@ static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims 
     return DT_OK;
 }
 
-/* The MLP activation is rebuilt from the saved matmul output(s) in fp32 mode; in bf16 mode
- * the down projection's weight gradient reads the saved bf16 copy. */
+/* The 16-bit copies of the row-parallel matmuls' inputs (att_lp, g_lp) are not kept either:
+ * one buffer serves every block, and each is rebuilt right before the weight gradient that
+ * reads it, with the forward's kernels on the forward's inputs (dt_linear_forward's copy is
+ * dt_cast_f32_to_lp of its input, as here), so they are the forward's bits. The MLP
+ * activation is rebuilt from the saved matmul output(s), in either precision. */
 static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               const dt_block_acts *a, dt_block_scratch *s, int64_t nf) {
-    if (ctx->mm_type != DT_F32)
-        return;
     if (d->kind == DT_BLOCK_GPT2)
         dt_gelu_forward(s->g, a->h, nf);
     else
         dt_swiglu_forward(s->g, a->h, a->u, nf);
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, a->g_lp, s->g, nf);
+}
+
+static void rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, int Nt,
+                           const dt_block_acts *a) {
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, a->att_lp, a->att, (int64_t)Nt * d->NH * d->hs);
 }
 
 /* The leaving region's adjoint: dy [Nr, C] -> *dpart [Nt, C] (s->part, or dy itself over
@@ -373,7 +360,8 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               float *dres) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
     int64_t nf = (int64_t)Nt * d->F;
-    recompute_mlp_act(ctx, d, a, s, nf);
+    if (!wg) /* the down projection's weight gradient reads the activation */
+        recompute_mlp_act(ctx, d, a, s, nf);
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,
                                 a->ln2_lp));
     const float *dpart;
@@ -420,6 +408,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
     if (wg) {
         proj.dw = NULL;
         keep(wg->dproj, dpart, (int64_t)Nt * d->C);
+    } else {
+        rebuild_att_lp(ctx, d, Nt, a);
     }
     /* to the head layout: the output gradient, and the output itself (not kept twice); over
      * one sp rank the row layout is the head layout */
@@ -519,6 +509,7 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     if (d->kind == DT_BLOCK_LLAMA)
         DT_TRY(dt_linear_backward(ctx, &blk->up, s->ln_full, a->ln2_lp, wg->du, s->dy_lp, Nt,
                                   NULL));
+    rebuild_att_lp(ctx, d, Nt, a);
     DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, wg->dproj, s->dy_lp, Nt, NULL));
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s,
                                 a->ln1_lp));
