@@ -1,4 +1,5 @@
-/* Pointwise activations: tanh-GELU (GPT-2) and SwiGLU (Llama). Backward ACCUMULATES (+=).
+/* Pointwise activations: tanh-GELU (GPT-2) and SwiGLU (Llama). Backward ACCUMULATES (+=);
+ * the _set variants overwrite instead (the bits of accumulating onto zeros).
  * Stateless, OpenMP-parallel; _ref twins are plain C. */
 #ifndef DT_KERNELS_ACT_H
 #define DT_KERNELS_ACT_H
@@ -8,6 +9,7 @@
 /* y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (HF "gelu_new"); x, y: [n] */
 void dt_gelu_forward(float *y, const float *x, int64_t n);
 void dt_gelu_backward(float *dx, const float *x, const float *dy, int64_t n);
+void dt_gelu_backward_set(float *dx, const float *x, const float *dy, int64_t n);
 void dt_gelu_forward_ref(float *y, const float *x, int64_t n);
 void dt_gelu_backward_ref(float *dx, const float *x, const float *dy, int64_t n);
 
@@ -15,6 +17,8 @@ void dt_gelu_backward_ref(float *dx, const float *x, const float *dy, int64_t n)
 void dt_swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
 void dt_swiglu_backward(float *dgate, float *dup, const float *gate, const float *up,
                         const float *dy, int64_t n);
+void dt_swiglu_backward_set(float *dgate, float *dup, const float *gate, const float *up,
+                            const float *dy, int64_t n);
 void dt_swiglu_forward_ref(float *y, const float *gate, const float *up, int64_t n);
 void dt_swiglu_backward_ref(float *dgate, float *dup, const float *gate, const float *up,
                             const float *dy, int64_t n);

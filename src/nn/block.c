@@ -372,17 +372,15 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         keep(wg->ddown, dpart, (int64_t)Nt * d->C);
     }
     DT_TRY(dt_linear_backward_set_dx(ctx, &down, s->g, a->g_lp, dpart, s->dy_lp, Nt, s->dg));
-    zero(s->dh, nf);
     if (d->kind == DT_BLOCK_GPT2) {
-        dt_gelu_backward(s->dh, a->h, s->dg, nf);
+        dt_gelu_backward_set(s->dh, a->h, s->dg, nf);
         const dt_linear *l[] = {&blk->fc};
         const float *dy[] = {s->dh};
         float *kept[] = {wg ? wg->dh : NULL};
         DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 1, s->ln_full, a->ln2_lp, N,
                                s));
     } else {
-        zero(s->du, nf);
-        dt_swiglu_backward(s->dh, s->du, a->h, a->u, s->dg, nf);
+        dt_swiglu_backward_set(s->dh, s->du, a->h, a->u, s->dg, nf);
         const dt_linear *l[] = {&blk->fc, &blk->up};
         const float *dy[] = {s->dh, s->du};
         float *kept[] = {wg ? wg->dh : NULL, wg ? wg->du : NULL};

@@ -560,13 +560,10 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
 
 dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
     switch (e->zero) {
-    case 0:
-        /* the fused update writes bf16 copies only; an fp16 copy is one cast afterwards */
-        DT_TRY(dt_adamw_step(e->opt, e->w_full, e->g_full, e->mm == DT_BF16 ? e->lp_full : NULL,
-                             lr, grad_scale));
+    case 0: /* the fused update writes the 16-bit copy of what it updates */
         if (e->mm == DT_F16)
-            dt_model_sync_lp(e->model);
-        return DT_OK;
+            return dt_adamw_step_f16(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
+        return dt_adamw_step(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
     case 3:
         invalidate_weights(e);
         return dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);
