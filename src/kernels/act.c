@@ -7,6 +7,7 @@
  */
 #include "kernels/act.h"
 
+#include "kernels/cast.h"
 #include "kernels/kernels_impl.h"
 
 #include <math.h>
@@ -80,6 +81,32 @@ static void gelu_backward(float *dx, const float *x, const float *dy, int64_t n,
     for (int64_t b = 0; b < nb; b++) {
         int64_t o = b * BLOCK;
         gelu_bwd_block(dx + o, x + o, dy + o, min64(BLOCK, n - o), acc);
+    }
+}
+
+/* The 16-bit forwards: each block's fp32 result lives on the stack just long enough to be
+ * rounded (dt_cast_f32_to_lp, so the bits of the fp32 forward then the cast), and the fp32
+ * array is never written. */
+void dt_gelu_forward_lp(dt_dtype t, uint16_t *y, const float *x, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        float tmp[BLOCK];
+        int64_t o = b * BLOCK, len = min64(BLOCK, n - o);
+        gelu_fwd_block(tmp, x + o, len);
+        dt_cast_f32_to_lp(t, y + o, tmp, len);
+    }
+}
+
+void dt_swiglu_forward_lp(dt_dtype t, uint16_t *y, const float *gate, const float *up,
+                          int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        float tmp[BLOCK];
+        int64_t o = b * BLOCK, len = min64(BLOCK, n - o);
+        swiglu_fwd_block(tmp, gate + o, up + o, len);
+        dt_cast_f32_to_lp(t, y + o, tmp, len);
     }
 }
 

@@ -214,6 +214,24 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     return leave_add(d, p, blk->proj.b, x, N, s, part, a->x2);
 }
 
+/* The MLP activation of the saved matmul output(s): fp32 into s->g, or in 16-bit modes its
+ * rounded copy straight into a->g_lp (the same bits as the fp32 one, then the cast). */
+static void mlp_act(const dt_block_dims *d, const dt_block_acts *a, dt_block_scratch *s,
+                    int64_t nf) {
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward(s->g, a->h, nf);
+    else
+        dt_swiglu_forward(s->g, a->h, a->u, nf);
+}
+
+static void mlp_act_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_acts *a,
+                       int64_t nf) {
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward_lp(ctx->mm_type, a->g_lp, a->h, nf);
+    else
+        dt_swiglu_forward_lp(ctx->mm_type, a->g_lp, a->h, a->u, nf);
+}
+
 static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                              const dt_block_par *p, const dt_block *blk, int N, dt_block_acts *a,
                              dt_block_scratch *s, float *out) {
@@ -221,15 +239,17 @@ static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int64_t nf = (int64_t)Nt * d->F;
     DT_TRY(norm_enter(d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
     DT_TRY(dt_linear_forward(ctx, &blk->fc, s->ln_full, a->ln2_lp, Nt, a->h));
-    if (d->kind == DT_BLOCK_GPT2) {
-        dt_gelu_forward(s->g, a->h, nf);
-    } else {
+    if (d->kind == DT_BLOCK_LLAMA)
         DT_TRY(dt_linear_forward(ctx, &blk->up, s->ln_full, a->ln2_lp, Nt, a->u));
-        dt_swiglu_forward(s->g, a->h, a->u, nf);
-    }
     dt_linear down = without_bias(&blk->down);
     float *part = part_out(p, s, out);
-    DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, part));
+    if (ctx->mm_type != DT_F32) { /* the activation is made straight in 16 bits */
+        mlp_act_lp(ctx, d, a, nf);
+        DT_TRY(dt_linear_forward_lp(ctx, &down, a->g_lp, Nt, part));
+    } else {
+        mlp_act(d, a, s, nf);
+        DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, part));
+    }
     return leave_add(d, p, blk->down.b, a->x2, N, s, part, out);
 }
 
@@ -273,12 +293,10 @@ static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims 
  * activation is rebuilt from the saved matmul output(s), in either precision. */
 static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               const dt_block_acts *a, dt_block_scratch *s, int64_t nf) {
-    if (d->kind == DT_BLOCK_GPT2)
-        dt_gelu_forward(s->g, a->h, nf);
-    else
-        dt_swiglu_forward(s->g, a->h, a->u, nf);
     if (ctx->mm_type != DT_F32)
-        dt_cast_f32_to_lp(ctx->mm_type, a->g_lp, s->g, nf);
+        mlp_act_lp(ctx, d, a, nf);
+    else
+        mlp_act(d, a, s, nf);
 }
 
 static void rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, int Nt,
@@ -425,12 +443,10 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
         att_heads = s->att_heads;
     }
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
-    int64_t wa = as.q_stride;
-    zero(s->dqkv_heads, (int64_t)N * wa);
     const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
     float *dq = s->dqkv_heads, *dk = dq + (int64_t)as.NH * as.hs;
     float *dv = dk + (int64_t)as.NKV * as.hs;
-    dt_attention_backward(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, k, v);
+    dt_attention_backward_set(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, k, v);
     rope_apply(&as, rope, s->dqkv_heads, true);
     const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */
     if (!unsplit(p->sp)) {

@@ -26,6 +26,11 @@ typedef struct dt_linear {
 /* x: [N, in], y: [N, out] (overwritten). x_lp: [N, in] bf16, written when ctx is bf16. */
 dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
                             dt_bf16 *x_lp, int N, float *y);
+/* The same in 16-bit modes when the input exists only rounded: x_lp [N, in] of the ctx's type
+ * (made by a producer that rounds as dt_cast_f32_to_lp does), so the results are the bits of
+ * dt_linear_forward on the fp32 input. DT_ERR_ARG in fp32 mode. */
+dt_status dt_linear_forward_lp(const dt_nn_ctx *ctx, const dt_linear *l, const dt_bf16 *x_lp,
+                               int N, float *y);
 /* dy: [N, out]; dx: [N, in] or NULL (input needs no gradient). x (fp32) is read in fp32 mode,
  * x_lp in bf16 mode. dy_lp: [N, out] bf16 scratch, used in bf16 mode. */
 dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,

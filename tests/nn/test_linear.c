@@ -86,6 +86,15 @@ static void check(dt_gemm *g, dt_dtype mm) {
              max_err(dw, rdw, OUT * IN, 1));
     DT_CHECK(max_err(db, rdb, OUT, 1) < 1e-5, "%s db err %g", name, max_err(db, rdb, OUT, 1));
 
+    /* forward_lp on the rounded input: the bits of the forward on the fp32 one */
+    if (mm != DT_F32) {
+        float y_lp[N * OUT];
+        DT_CHECK_OK(dt_linear_forward_lp(&ctx, &l, x_lp, N, y_lp));
+        DT_CHECK(memcmp(y, y_lp, sizeof y) == 0, "%s forward_lp differs", name);
+    } else {
+        DT_CHECK(dt_linear_forward_lp(&ctx, &l, x_lp, N, y) == DT_ERR_ARG, "fp32 forward_lp");
+    }
+
     /* grad_set: dw and db overwritten (garbage before), the bits of accumulating onto zeros */
     float dw0[OUT * IN] = {0}, db0[OUT] = {0};
     dt_linear acc = l;
