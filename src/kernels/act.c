@@ -7,9 +7,11 @@
  */
 #include "kernels/act.h"
 
+#include "kernels/cast.h"
 #include "kernels/kernels_impl.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define BLOCK 16384
@@ -33,14 +35,14 @@ CLONES static void gelu_fwd_block(float *restrict y, const float *restrict x, in
 /* d/dx = sig + 2 x sig (1 - sig) s (1 + 3 c x^2), sig = sigmoid(2u); 1 - sig = e * sig with
  * e = exp(-2u) avoids cancelling when sig is near 1. */
 CLONES static void gelu_bwd_block(float *restrict dx, const float *restrict x,
-                                  const float *restrict dy, int64_t n) {
+                                  const float *restrict dy, int64_t n, bool accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         float u = GELU_S * (v + GELU_C * v * v * v);
         float e = dt_vexp(-2.0f * u);
         float sig = 1.0f / (1.0f + e);
         float d = sig + 2.0f * v * sig * (e * sig) * GELU_S * (1.0f + 3.0f * GELU_C * v * v);
-        dx[i] += dy[i] * d;
+        dx[i] = accumulate ? dx[i] + dy[i] * d : dy[i] * d;
     }
 }
 
@@ -55,13 +57,14 @@ CLONES static void swiglu_fwd_block(float *restrict y, const float *restrict gat
 /* dgate += dy * up * sig (1 + g (1 - sig)), dup += dy * g * sig; 1 - sig = e * sig. */
 CLONES static void swiglu_bwd_block(float *restrict dgate, float *restrict dup,
                                     const float *restrict gate, const float *restrict up,
-                                    const float *restrict dy, int64_t n) {
+                                    const float *restrict dy, int64_t n, bool accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         float e = dt_vexp(-g);
         float sig = 1.0f / (1.0f + e);
-        dgate[i] += dy[i] * up[i] * sig * (1.0f + g * (e * sig));
-        dup[i] += dy[i] * g * sig;
+        float a = dy[i] * up[i] * sig * (1.0f + g * (e * sig)), b = dy[i] * g * sig;
+        dgate[i] = accumulate ? dgate[i] + a : a;
+        dup[i] = accumulate ? dup[i] + b : b;
     }
 }
 
@@ -72,13 +75,47 @@ void dt_gelu_forward(float *y, const float *x, int64_t n) {
         gelu_fwd_block(y + b * BLOCK, x + b * BLOCK, min64(BLOCK, n - b * BLOCK));
 }
 
-void dt_gelu_backward(float *dx, const float *x, const float *dy, int64_t n) {
+static void gelu_backward(float *dx, const float *x, const float *dy, int64_t n, bool acc) {
     int64_t nb = (n + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
         int64_t o = b * BLOCK;
-        gelu_bwd_block(dx + o, x + o, dy + o, min64(BLOCK, n - o));
+        gelu_bwd_block(dx + o, x + o, dy + o, min64(BLOCK, n - o), acc);
     }
+}
+
+/* The 16-bit forwards: each block's fp32 result lives on the stack just long enough to be
+ * rounded (dt_cast_f32_to_lp, so the bits of the fp32 forward then the cast), and the fp32
+ * array is never written. */
+void dt_gelu_forward_lp(dt_dtype t, uint16_t *y, const float *x, int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        float tmp[BLOCK];
+        int64_t o = b * BLOCK, len = min64(BLOCK, n - o);
+        gelu_fwd_block(tmp, x + o, len);
+        dt_cast_f32_to_lp(t, y + o, tmp, len);
+    }
+}
+
+void dt_swiglu_forward_lp(dt_dtype t, uint16_t *y, const float *gate, const float *up,
+                          int64_t n) {
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        float tmp[BLOCK];
+        int64_t o = b * BLOCK, len = min64(BLOCK, n - o);
+        swiglu_fwd_block(tmp, gate + o, up + o, len);
+        dt_cast_f32_to_lp(t, y + o, tmp, len);
+    }
+}
+
+void dt_gelu_backward(float *dx, const float *x, const float *dy, int64_t n) {
+    gelu_backward(dx, x, dy, n, true);
+}
+
+void dt_gelu_backward_set(float *dx, const float *x, const float *dy, int64_t n) {
+    gelu_backward(dx, x, dy, n, false);
 }
 
 void dt_swiglu_forward(float *y, const float *gate, const float *up, int64_t n) {
@@ -90,14 +127,25 @@ void dt_swiglu_forward(float *y, const float *gate, const float *up, int64_t n) 
     }
 }
 
-void dt_swiglu_backward(float *dgate, float *dup, const float *gate, const float *up,
-                        const float *dy, int64_t n) {
+static void swiglu_backward(float *dgate, float *dup, const float *gate, const float *up,
+                            const float *dy, int64_t n, bool acc) {
     int64_t nb = (n + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
         int64_t o = b * BLOCK;
-        swiglu_bwd_block(dgate + o, dup + o, gate + o, up + o, dy + o, min64(BLOCK, n - o));
+        swiglu_bwd_block(dgate + o, dup + o, gate + o, up + o, dy + o, min64(BLOCK, n - o),
+                         acc);
     }
+}
+
+void dt_swiglu_backward(float *dgate, float *dup, const float *gate, const float *up,
+                        const float *dy, int64_t n) {
+    swiglu_backward(dgate, dup, gate, up, dy, n, true);
+}
+
+void dt_swiglu_backward_set(float *dgate, float *dup, const float *gate, const float *up,
+                            const float *dy, int64_t n) {
+    swiglu_backward(dgate, dup, gate, up, dy, n, false);
 }
 
 /* ---- references: the textbook formulas in double with libm ---- */

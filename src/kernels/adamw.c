@@ -7,6 +7,8 @@
  */
 #include "kernels/adamw.h"
 
+#include "kernels/cast.h"
+
 #include <math.h>
 #include <string.h>
 #if defined(__SSE__)
@@ -70,9 +72,13 @@ static inline void sqrt_chunk(float *restrict dst, const float *restrict src, in
  * denom = v.sqrt() / bc2_sqrt + eps; p.addcdiv_(m, denom, value=-step_size).
  * sqrtf may set errno, so GCC (without -fno-math-errno) will not vectorise a loop holding it:
  * the square roots get their own loop (sqrt_chunk) over a CHUNK, and the rest vectorises. */
+/* The 16-bit copy of a chunk of new weights, while it is in L1: bf16 here (vectorised),
+ * fp16 by the best single-threaded cast variant (the bits of dt_cast_f32_to_f16). */
+typedef void (*to_f16_fn)(dt_f16 *dst, const float *src, int64_t n);
+
 CLONES static void adamw_block(float *restrict p, const float *restrict g, float *restrict m,
-                               float *restrict v, dt_bf16 *restrict pb, int64_t n,
-                               const adamw_coef *cp) {
+                               float *restrict v, uint16_t *restrict pb, to_f16_fn to_f16,
+                               int64_t n, const adamw_coef *cp) {
     const adamw_coef c = *cp;
     float root[CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
@@ -89,21 +95,35 @@ CLONES static void adamw_block(float *restrict p, const float *restrict g, float
             float denom = root[i] / c.bc2_sqrt + c.eps;
             pc[i] = pc[i] * c.decay + c.neg_step * mc[i] / denom;
         }
-        if (pb)
+        if (pb && to_f16)
+            to_f16(pb + i0, pc, len);
+        else if (pb)
             for (int i = 0; i < len; i++)
                 pb[i0 + i] = bf16_round(pc[i]);
     }
 }
 
-void dt_adamw_update(float *p, const float *g, float *m, float *v, dt_bf16 *p_bf16, int64_t n,
-                     const dt_adamw_hparams *h) {
+static void update(float *p, const float *g, float *m, float *v, uint16_t *p_lp,
+                   to_f16_fn to_f16, int64_t n, const dt_adamw_hparams *h) {
     adamw_coef c = make_coef(h);
     int64_t nb = (n + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
         int64_t o = b * BLOCK, len = n - o < BLOCK ? n - o : BLOCK;
-        adamw_block(p + o, g + o, m + o, v + o, p_bf16 ? p_bf16 + o : NULL, len, &c);
+        adamw_block(p + o, g + o, m + o, v + o, p_lp ? p_lp + o : NULL, to_f16, len, &c);
     }
+}
+
+void dt_adamw_update(float *p, const float *g, float *m, float *v, dt_bf16 *p_bf16, int64_t n,
+                     const dt_adamw_hparams *h) {
+    update(p, g, m, v, p_bf16, NULL, n, h);
+}
+
+void dt_adamw_update_f16(float *p, const float *g, float *m, float *v, dt_f16 *p_f16, int64_t n,
+                         const dt_adamw_hparams *h) {
+    dt_cast_f16_variant best[DT_CAST_F16_MAX_VARIANTS];
+    dt_cast_f16_variants(best); /* the fastest first */
+    update(p, g, m, v, p_f16, best[0].to_f16, n, h);
 }
 
 void dt_adamw_update_ref(float *p, const float *g, float *m, float *v, dt_bf16 *p_bf16,

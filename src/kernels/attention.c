@@ -386,13 +386,18 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
 
 /* All gradients that flow through kv head g of batch b: alg. 2 of the FlashAttention paper,
  * key tiles outer (dk, dv tiles stay on the stack), the query heads of the group and their
- * query tiles inner. dq rows of those heads are touched by this task only, so no races. */
+ * query tiles inner. dq rows of those heads are touched by this task only, so no races.
+ * set: the task zeroes its dq rows first and writes dk, dv rows instead of adding (the bits
+ * of accumulating into zeros), so the caller need not zero the whole gradient. */
 INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv,
                      const float *dy, const float *y, const float *lse, const float *q,
-                     const float *k, const float *v, const int isa) {
+                     const float *k, const float *v, bool set, const int isa) {
     const int T = s->T, hs = s->hs, C = s->NH * hs, group = s->NH / s->NKV;
     const int64_t qs = s->q_stride, kvs = s->kv_stride;
     const int64_t kv_off = (int64_t)b * T * kvs + (int64_t)g * hs;
+    for (int t = 0; set && t < T; t++)
+        memset(dq + ((int64_t)b * T + t) * qs + (int64_t)g * group * hs, 0,
+               sizeof(float) * group * hs);
     float kt[hs * BC], vt[hs * BC], dkt[BC * hs], dvt[BC * hs];
     float p[BR * BC], ds[BR * BC], dd[BR];
     /* bf16 mode: P is rebuilt from the same bf16-rounded q and k as the forward's scores */
@@ -459,8 +464,15 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
             }
         }
         for (int c = 0; c < nc; c++) {
-            axpy1(dk + kv_off + (int64_t)(k0 + c) * kvs, 1.0f, dkt + c * hs, hs);
-            axpy1(dv + kv_off + (int64_t)(k0 + c) * kvs, 1.0f, dvt + c * hs, hs);
+            float *dkr = dk + kv_off + (int64_t)(k0 + c) * kvs;
+            float *dvr = dv + kv_off + (int64_t)(k0 + c) * kvs;
+            if (set) {
+                memcpy(dkr, dkt + c * hs, sizeof(float) * hs);
+                memcpy(dvr, dvt + c * hs, sizeof(float) * hs);
+            } else {
+                axpy1(dkr, 1.0f, dkt + c * hs, hs);
+                axpy1(dvr, 1.0f, dvt + c * hs, hs);
+            }
         }
     }
 }
@@ -479,20 +491,20 @@ INLINE void fwd_task(const dt_attn_shape *s, int task, float *y, float *lse, con
                  const float *k, const float *v
 #define BWD_ARGS const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv, \
                  const float *dy, const float *y, const float *lse, const float *q,    \
-                 const float *k, const float *v
+                 const float *k, const float *v, bool set
 static void fwd_base(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_BASE); }
 TARGET_AVX2 static void fwd_avx2(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_AVX2); }
 TARGET_AVX512 static void fwd_avx512(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_AVX512); }
 TARGET_AVX512 static void fwd_bf16(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_BF16); }
-static void bwd_base(BWD_ARGS) { bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_BASE); }
+static void bwd_base(BWD_ARGS) { bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_BASE); }
 TARGET_AVX2 static void bwd_avx2(BWD_ARGS) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_AVX2);
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_AVX2);
 }
 TARGET_AVX512 static void bwd_avx512(BWD_ARGS) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_AVX512);
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_AVX512);
 }
 TARGET_AVX512 static void bwd_bf16(BWD_ARGS) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, V_BF16);
+    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_BF16);
 }
 
 static void (*const FWD[DT_ISA_COUNT])(FWD_ARGS) = {fwd_base, fwd_avx2, fwd_avx512, fwd_bf16};
@@ -515,10 +527,16 @@ void dt_attention_forward(const dt_attn_shape *s, float *y, float *lse, const fl
         f(s, t, y, lse, q, k, v);
 }
 
-void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
-                           const float *dy, const float *y, const float *lse, const float *q,
-                           const float *k, const float *v) {
+static void backward(const dt_attn_shape *s, float *dq, float *dk, float *dv, const float *dy,
+                     const float *y, const float *lse, const float *q, const float *k,
+                     const float *v, bool set) {
     if (use_ref(s)) {
+        if (set) /* the reference accumulates: zero the rows of q, k and v first */
+            for (int64_t r = 0; r < (int64_t)s->B * s->T; r++) {
+                memset(dq + r * s->q_stride, 0, sizeof(float) * s->NH * s->hs);
+                memset(dk + r * s->kv_stride, 0, sizeof(float) * s->NKV * s->hs);
+                memset(dv + r * s->kv_stride, 0, sizeof(float) * s->NKV * s->hs);
+            }
         dt_attention_backward_ref(s, dq, dk, dv, dy, y, lse, q, k, v);
         return;
     }
@@ -526,7 +544,19 @@ void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *
     void (*const f)(BWD_ARGS) = BWD[dt_isa_pick(DT_ISA_AVX512BF16)];
 #pragma omp parallel for schedule(dynamic, 1)
     for (int t = 0; t < n_tasks; t++)
-        f(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v);
+        f(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v, set);
+}
+
+void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                           const float *dy, const float *y, const float *lse, const float *q,
+                           const float *k, const float *v) {
+    backward(s, dq, dk, dv, dy, y, lse, q, k, v, false);
+}
+
+void dt_attention_backward_set(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                               const float *dy, const float *y, const float *lse,
+                               const float *q, const float *k, const float *v) {
+    backward(s, dq, dk, dv, dy, y, lse, q, k, v, true);
 }
 
 /* ---- reference: plain loops, double accumulation, one score row at a time ---- */

@@ -5,7 +5,8 @@
  * the forward saves only the output and the per-row log-sum-exp, and the backward recomputes
  * the scores tile by tile (alg. 2). Grouped-query attention: query head h reads kv head
  * h / (NH / NKV). Scratch is a few tiles on each thread's stack; nothing is allocated.
- * Backward ACCUMULATES into dq, dk, dv (+=).
+ * Backward ACCUMULATES into dq, dk, dv (+=); its _set variant overwrites them (the values of
+ * accumulating onto zeros).
  */
 #ifndef DT_KERNELS_ATTENTION_H
 #define DT_KERNELS_ATTENTION_H
@@ -41,6 +42,9 @@ void dt_attention_forward(const dt_attn_shape *s, float *y, float *lse, const fl
 void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                            const float *dy, const float *y, const float *lse, const float *q,
                            const float *k, const float *v);
+void dt_attention_backward_set(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                               const float *dy, const float *y, const float *lse,
+                               const float *q, const float *k, const float *v);
 /* Plain reference: materialises one score row at a time, in double. */
 void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, const float *q,
                               const float *k, const float *v);

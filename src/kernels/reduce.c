@@ -3,11 +3,12 @@
  * count, and no per-thread partial buffers are needed. */
 #include "kernels/reduce.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #define COL_BLOCK 64
 
-void dt_colsum_accumulate(float *out, const float *x, int N, int C) {
+static void colsum(float *out, const float *x, int N, int C, bool accumulate) {
     int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < n_blocks; blk++) {
@@ -19,9 +20,13 @@ void dt_colsum_accumulate(float *out, const float *x, int N, int C) {
                 acc[j - j0] += row[j];
         }
         for (int j = j0; j < j1; j++)
-            out[j] += acc[j - j0];
+            out[j] = accumulate ? out[j] + acc[j - j0] : acc[j - j0];
     }
 }
+
+void dt_colsum_accumulate(float *out, const float *x, int N, int C) { colsum(out, x, N, C, true); }
+
+void dt_colsum_set(float *out, const float *x, int N, int C) { colsum(out, x, N, C, false); }
 
 void dt_rows_gather(float *y, const float *table, const int32_t *idx, int64_t first,
                     int64_t count, int N, int C) {

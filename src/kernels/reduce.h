@@ -5,8 +5,10 @@
 
 #include <stdint.h>
 
-/* out[j] += sum_i x[i*C + j], x: [N, C] */
+/* out[j] += sum_i x[i*C + j], x: [N, C]; _set: out[j] = the same sum (the same bits as
+ * accumulating onto zeros) */
 void dt_colsum_accumulate(float *out, const float *x, int N, int C);
+void dt_colsum_set(float *out, const float *x, int N, int C);
 /* Embedding rows of a vocabulary shard holding ids [first, first + count) (the whole
  * vocabulary: first 0, count V): y[i] = table[idx[i] - first] for an id in the shard, else 0.
  * table: [count, C], y: [N, C]. */

@@ -172,6 +172,30 @@ void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp)
     wire_unit(g, unit);
 }
 
+void dt_gpt_fresh_grads(dt_gpt *g, int unit) {
+    for (int u = unit < 0 ? 0 : unit; u < (unit < 0 ? g->n_units : unit + 1); u++)
+        g->fresh[u] = DT_GPT_FRESH_ALL;
+}
+
+/* Whether any of `bits` of local unit lu is still fresh; clears them: that pass writes now. */
+static bool take_fresh(dt_gpt *g, int lu, unsigned bits) {
+    bool set = (g->fresh[lu] & bits) != 0;
+    g->fresh[lu] &= (uint8_t)~bits;
+    return set;
+}
+
+/* GPT-2 on a rank holding unit 0: the head's matrix is the token embedding, whose gradient
+ * both the head (HEAD) and the embedding (BACKWARD) write; whichever comes first sets it. */
+static bool head_is_embedding(const dt_gpt *g) {
+    return g->cfg.arch == DT_ARCH_GPT2 && g->unit_local[0] >= 0;
+}
+
+static void block_grad_set(dt_block *b, bool set) {
+    b->ln1.grad_set = b->ln2.grad_set = set;
+    b->qkv.grad_set = b->proj.grad_set = b->fc.grad_set = b->up.grad_set = set;
+    b->down.grad_set = set;
+}
+
 void dt_gpt_set_hooks(dt_gpt *g, const dt_gpt_hooks *hooks) {
     g->hooks = hooks ? *hooks : (dt_gpt_hooks){0};
 }
@@ -255,21 +279,24 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
         g->head.logits_lp = lp ? dt_gpt_carve(cv, chunk * V * sizeof(dt_bf16)) : NULL;
         g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
     }
+    /* buffers only a split uses (nn/block.c skips the regions of size-1 comms): the tp
+     * region's entry and exit copies, Ulysses' head-layout copies */
+    bool tp = g->par.tp->size > 1, sp = g->par.sp->size > 1;
     dt_block_scratch *s = &g->scratch;
-    s->ln = dt_gpt_carve(cv, r.Nr * C * f4);
+    s->ln = tp ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
     s->ln_full = dt_gpt_carve(cv, r.Nt * C * f4);
-    s->qkv_rows = dt_gpt_carve(cv, r.Nt * W * f4);
-    s->packed = dt_gpt_carve(cv, r.Nt * W * f4);
-    s->att_heads = dt_gpt_carve(cv, r.Nt * A * f4);
-    s->part = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->qkv_rows = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
+    s->packed = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
+    s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
+    s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->g = dt_gpt_carve(cv, r.Nt * F * f4);
     s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
     if (!g->training)
         return;
     s->dln = dt_gpt_carve(cv, r.Nr * C * f4);
-    s->dln_full = dt_gpt_carve(cv, r.Nt * C * f4);
+    s->dln_full = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->dqkv_heads = dt_gpt_carve(cv, r.Nt * W * f4);
-    s->datt = dt_gpt_carve(cv, r.Nt * A * f4);
+    s->datt = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->datt_heads = dt_gpt_carve(cv, r.Nt * A * f4);
     s->dh = dt_gpt_carve(cv, r.Nt * F * f4);
     s->du = d->kind == DT_BLOCK_LLAMA ? dt_gpt_carve(cv, r.Nt * F * f4) : NULL;
@@ -378,13 +405,15 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->unit_w = calloc((size_t)n_units, sizeof *g->unit_w);
     g->unit_g = calloc((size_t)n_units, sizeof *g->unit_g);
     g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
+    g->fresh = malloc((size_t)n_units);
     g->pos_index = calloc((size_t)cfg->n_layer + 1, sizeof *g->pos_index);
     if (!g->blocks || !g->acts || !g->saved_bytes || !g->saved_live || !g->unit_w ||
-        !g->unit_g || !g->unit_lp || !g->pos_index) {
+        !g->unit_g || !g->unit_lp || !g->fresh || !g->pos_index) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }
     DT_TRY_GOTO(check_fused_qkv(g));
+    dt_gpt_fresh_grads(g, -1);
     plan_positions(g);
     for (int u = 0; u < n_units; u++) {
         int64_t first, count;
@@ -421,6 +450,7 @@ void dt_gpt_free(dt_gpt *g) {
     dt_mem_release(g->mem, g->w_lp);
     dt_mem_release(g->mem, g->g);
     dt_mem_release(g->mem, g->w);
+    free(g->fresh);
     free(g->unit_lp);
     free(g->unit_g);
     free(g->unit_w);
@@ -518,17 +548,30 @@ static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T, f
     return DT_OK;
 }
 
+/* The step's first write of wpe's gradient copies the T rows and zeroes the rest; of wte's
+ * (unless the tied head wrote it first) zeroes it for the scatter: the one gradient that is
+ * zeroed, as any embedding's is, since a scatter touches only the rows of the tokens seen. */
 static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
                                 const float *dres) {
     int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N), C = g->cfg.n_embd;
     int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
     row_starts(g, N, &t0, &r0);
+    int lu = g->unit_local[0];
+    bool head_first = head_is_embedding(g) && !(g->fresh[lu] & DT_GPT_FRESH_HEAD);
+    bool set = take_fresh(g, lu, DT_GPT_FRESH_BACKWARD);
     if (g->dwpe) { /* a partial sum over the rows comm under Megatron-SP */
         memset(g->dpos, 0, (size_t)T * C * sizeof(float));
         dt_rows_positions_grad(g->dpos, dres, r0, T, Nr, C);
         DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, (int64_t)T * C, NULL));
-        dt_add_inplace(g->dwpe, g->dpos, (int64_t)T * C);
+        if (set) {
+            memcpy(g->dwpe, g->dpos, (size_t)T * C * sizeof(float));
+            dt_zero_f32(g->dwpe + (int64_t)T * C, (int64_t)(g->cfg.max_seq_len - T) * C);
+        } else {
+            dt_add_inplace(g->dwpe, g->dpos, (int64_t)T * C);
+        }
     }
+    if (set && !head_first)
+        dt_zero_f32(g->dwte, g->vocab_rows * C);
     const float *dpart = dres; /* the leaving region's adjoint: identity over one tp rank */
     if (g->par.tp->size > 1) {
         memset(g->scratch.part, 0, (size_t)Nt * C * sizeof(float));
@@ -610,8 +653,10 @@ dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, i
     float *dx = !backward ? NULL : unsplit ? dlnf : g->scratch.dln_full;
     if (!unsplit)
         DT_TRY(entry->forward(g->par.tp, &sh, g->lnf_out, x, g->scratch.work));
-    if (backward)
-        memset(dx, 0, (size_t)Nt * C * sizeof(float));
+    if (backward) { /* the tied embedding may have written the matrix's gradient first */
+        bool emb_first = head_is_embedding(g) && !(g->fresh[hu] & DT_GPT_FRESH_BACKWARD);
+        g->head.dw_set = take_fresh(g, hu, DT_GPT_FRESH_HEAD) && !emb_first;
+    }
     DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, x, g->lnf_lp, targets + t0, Nt, grad_scale,
                            backward, g->losses, dx));
     if (backward && !unsplit) {
@@ -642,9 +687,14 @@ static dt_status final_norm_backward(dt_gpt *g, int slot, int N, float *dres) {
                            g->dlnf + slot * nr * C, g->lnf_mean + slot * nr,
                            g->lnf_rstd + slot * nr, Nr, C, dres);
     DT_TRY(dt_comm_allreduce_f32(g->par.rows, pg, 2 * (int64_t)C, NULL));
-    dt_add_inplace(g->lnf.dw, pg, C);
-    if (g->lnf.db)
-        dt_add_inplace(g->lnf.db, pg + C, C);
+    bool set = take_fresh(g, g->unit_local[g->cfg.n_layer + 1], DT_GPT_FRESH_BACKWARD);
+    float *dst[2] = {g->lnf.dw, g->lnf.db};
+    for (int i = 0; i < 2 && dst[i]; i++) {
+        if (set)
+            memcpy(dst[i], pg + (int64_t)i * C, (size_t)C * sizeof(float));
+        else
+            dt_add_inplace(dst[i], pg + (int64_t)i * C, C);
+    }
     return DT_OK;
 }
 
@@ -667,6 +717,9 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
         int l = u - 1;
         DT_TRY(enter(g, lu[u], DT_PHASE_BACKWARD));
         dt_block_wgrad *wg = split ? &g->wgrad[(size_t)slot * L + l] : NULL;
+        block_grad_set(&g->blocks[l],
+                       take_fresh(g, lu[u], DT_GPT_FRESH_BACKWARD |
+                                                (split ? 0 : DT_GPT_FRESH_WEIGHTS)));
         DT_TRY(dt_gpt_block_backward(g, slot, l, res_at(g, slot, l, N), B, T, wg, dres));
         if (!split)
             mark_saved(g, slot, l, false);
@@ -692,6 +745,7 @@ dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T)
     for (int u = (u1 <= L ? u1 - 1 : L); u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(g, g->unit_local[u], DT_PHASE_WEIGHTS));
+        block_grad_set(&g->blocks[l], take_fresh(g, g->unit_local[u], DT_GPT_FRESH_WEIGHTS));
         DT_TRY(dt_gpt_block_weights(g, slot, l, res_at(g, slot, l, N), B, T,
                                     &g->wgrad[(size_t)slot * L + l]));
         mark_saved(g, slot, l, false);

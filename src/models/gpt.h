@@ -5,7 +5,9 @@
  * block sized for `B x T` tokens at init, and the shared backward scratch. Nothing is
  * allocated after dt_gpt_init. Training step:
  *     dt_gpt_forward -> dt_gpt_loss(backward = true) -> dt_gpt_backward
- * and gradients accumulate across micro-batches until dt_gpt_zero_grad.
+ * and gradients accumulate across micro-batches. A step starts with dt_gpt_fresh_grads: the
+ * first write of each gradient then overwrites it, so no arena is zeroed (dt_gpt_zero_grad
+ * zeroes it instead, for callers that want to).
  * Single-threaded control; kernels use OpenMP inside.
  */
 #ifndef DT_MODELS_GPT_H
@@ -98,6 +100,12 @@ int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T);
 float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T);
 float *dt_gpt_boundary_grad(dt_gpt *g, int slot, int B, int T);
 void dt_gpt_zero_grad(dt_gpt *g);
+/* Local unit `unit`'s gradient storage (-1: every unit's) holds nothing of this step: the
+ * next write of each of its gradients overwrites it instead of adding (the first
+ * micro-batch's backward, or the first after the caller bound a new buffer). Bit-identical
+ * to zeroing the storage first, except that an exact zero may keep its sign. Gradients
+ * nothing writes (the arena's padding) keep their bytes, zero since allocation. */
+void dt_gpt_fresh_grads(dt_gpt *g, int unit);
 /* After forwards that no backward follows (evaluation): every slot's saved activations are
  * no longer needed (only the accountant's in-use bytes change). */
 void dt_gpt_drop_saved(dt_gpt *g);

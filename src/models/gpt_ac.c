@@ -5,9 +5,8 @@
  *   ac full                        nothing but its input (a residual position, kept anyway):
  *                                  its forward writes into the model's one shared set and is
  *                                  rerun there right before its backward (and its W pass)
- *   ac selective                   all but the attention core's output (att, lse) and the
- *                                  bf16 copies att_lp, g_lp: rerun from the saved q|k|v (and
- *                                  rebuilt from h, u) into the shared set before backward
+ *   ac selective                   all but the attention core's output (att, lse): rerun
+ *                                  from the saved q|k|v into the shared set before backward
  * A field a slot does not keep points into the shared set (g->shared), so the forward, the
  * reruns and the backward all see one complete dt_block_acts. The reruns are the forward's
  * own kernels on the same inputs, thread count and collectives, so gradients are the same
@@ -20,9 +19,10 @@
  * With act_compress = int8 a slot keeps the fp32 tensors qkv, att, x2, h, u (those its mode
  * keeps) as int8 rows with one scale each (kernels/quant.h): the forward writes them into the
  * shared set, which is quantised when the block's forward is done (x2 is read by the block
- * itself), and restored there before the block's backward and W pass; the bf16 copies are
- * then rebuilt from the restored values. Norm statistics, lse and the residual positions
- * stay fp32. Single-threaded control, like the rest of the model.
+ * itself), and restored there before the block's backward and W pass. Norm statistics, lse
+ * and the residual positions stay fp32. The bf16 copies of matmul inputs are never kept per
+ * slot: one buffer for the norm outputs and one for att / the MLP activation serve every
+ * block, and the backward rebuilds them (nn/block.c). Single-threaded control.
  */
 #include "models/gpt_impl.h"
 
@@ -39,13 +39,11 @@ enum {
     F_LSE = 1 << 3,
     F_X2 = 1 << 4,
     F_H = 1 << 5,
-    F_U = 1 << 6,      /* Llama */
-    F_ATT_LP = 1 << 7, /* bf16 */
-    F_G_LP = 1 << 8,   /* bf16 */
-    F_ALL = (1 << 9) - 1,
-    F_ATTN_OUT = F_ATT | F_LSE | F_ATT_LP | F_G_LP, /* what selective does not keep */
-    F_INT8 = F_QKV | F_ATT | F_X2 | F_H | F_U,      /* what act_compress stores as int8 */
-    F_RESTORED = F_INT8 | F_ATT_LP | F_G_LP,        /* not kept per slot under int8 */
+    F_U = 1 << 6, /* Llama */
+    F_ALL = (1 << 7) - 1,
+    F_ATTN_OUT = F_ATT | F_LSE,                /* what selective does not keep */
+    F_INT8 = F_QKV | F_ATT | F_X2 | F_H | F_U, /* what act_compress stores as int8 */
+    F_RESTORED = F_INT8,                       /* not kept per slot under int8 */
 };
 
 typedef enum keep { KEEP_ALL, KEEP_NO_ATTN, KEEP_INPUT } keep;
@@ -72,14 +70,14 @@ static unsigned kept_fields(const dt_gpt *g, int l) {
     }
 }
 
-/* ... of which these in fp32 / bf16 */
+/* ... of which these in fp32 */
 static unsigned slot_fields(const dt_gpt *g, int l) {
     return kept_fields(g, l) & (g->compress ? ~(unsigned)F_RESTORED : F_ALL);
 }
 
 /* fields of the shared set: everything when a held block reruns its whole forward; the
- * attention output and bf16 copies when one reruns its attention; the restored tensors and
- * bf16 copies when a held block stores int8 */
+ * attention output when one reruns its attention; the restored tensors when a held block
+ * stores int8 */
 static unsigned shared_fields(const dt_gpt *g) {
     unsigned f = 0;
     if (holds_kept(g, KEEP_INPUT))
@@ -148,8 +146,8 @@ static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a)
     const dt_block_dims *d = &g->dims;
     dt_gpt_rows r = dt_gpt_rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
-    size_t heads = (size_t)d->NH / g->par.sp->size, f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    bool lp = g->ctx.mm_type != DT_F32, llama = d->kind == DT_BLOCK_LLAMA;
+    size_t heads = (size_t)d->NH / g->par.sp->size, f4 = sizeof(float);
+    bool llama = d->kind == DT_BLOCK_LLAMA;
 #define PIECE(bit, n) ((f & (bit)) ? dt_gpt_carve(cv, (n)) : NULL)
     a->ln1_mean = PIECE(F_LN, r.Nr * f4);
     a->ln1_rstd = PIECE(F_LN, r.Nr * f4);
@@ -161,8 +159,6 @@ static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a)
     a->ln2_rstd = PIECE(F_LN, r.Nr * f4);
     a->h = PIECE(F_H, r.Nt * F * f4);
     a->u = llama ? PIECE(F_U, r.Nt * F * f4) : NULL;
-    a->att_lp = lp ? PIECE(F_ATT_LP, r.Nt * A * h2) : NULL;
-    a->g_lp = lp ? PIECE(F_G_LP, r.Nt * F * h2) : NULL;
 #undef PIECE
 }
 
@@ -171,9 +167,12 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
     dt_gpt_rows r = dt_gpt_rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), f4 = sizeof(float);
     int L = g->cfg.n_layer;
-    /* the norm outputs' bf16 copies are rebuilt in backward: one buffer for all blocks */
-    dt_bf16 *ln_lp = g->ctx.mm_type != DT_F32 ? dt_gpt_carve(cv, r.Nt * C * sizeof(dt_bf16))
-                                              : NULL;
+    /* the bf16 copies of matmul inputs are rebuilt in backward: one buffer for the norm
+     * outputs and one for att and the MLP activation (never needed at once), for all blocks */
+    bool lp = g->ctx.mm_type != DT_F32;
+    size_t A = (size_t)d->NH * d->hs, wide = A > F ? A : F;
+    dt_bf16 *ln_lp = lp ? dt_gpt_carve(cv, r.Nt * C * sizeof(dt_bf16)) : NULL;
+    dt_bf16 *act_lp = lp ? dt_gpt_carve(cv, r.Nt * wide * sizeof(dt_bf16)) : NULL;
     for (size_t slot = 0; slot < (size_t)g->n_slots; slot++)
         for (int l = 0; l < L; l++) {
             if (!dt_gpt_holds_block(g, l))
@@ -182,6 +181,7 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
             dt_block_acts *a = &g->acts[slot * L + l];
             carve_fields(g, cv, slot_fields(g, l), a);
             a->ln1_lp = a->ln2_lp = ln_lp;
+            a->att_lp = a->g_lp = act_lp;
             if (g->compress)
                 carve_q8(g, cv, kept_fields(g, l), &g->q8[slot * L + l]);
             if (g->wgrad) {
@@ -200,6 +200,7 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
     carve_fields(g, cv, sf, &g->shared);
     g->shared_slot = g->shared_block = -1;
     g->shared.ln1_lp = g->shared.ln2_lp = ln_lp;
+    g->shared.att_lp = g->shared.g_lp = act_lp;
     g->ac_out = holds_kept(g, KEEP_INPUT) ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
 }
 
@@ -292,10 +293,6 @@ static dt_status rebuild(dt_gpt *g, int slot, int l, const float *x, int B, int 
         int8_move(g, slot, l, B * T, a, false);
     if (k == KEEP_NO_ATTN)
         DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, B, T, a, &g->scratch));
-    else if (g->compress)
-        dt_block_rebuild_att_lp(&g->ctx, &g->dims, &g->par, B * T, a);
-    if (k == KEEP_NO_ATTN || g->compress)
-        dt_block_rebuild_mlp_lp(&g->ctx, &g->dims, &g->par, B * T, a, &g->scratch);
     return DT_OK;
 }
 

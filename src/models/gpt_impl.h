@@ -8,6 +8,12 @@
 #include "nn/block.h"
 #include "nn/lm_head.h"
 
+/* A unit's gradient writes, by the pass that makes them: the backward (every gradient of the
+ * unit; under split backward a block's input-pass ones), the split weight pass, the head. A
+ * set bit: that pass has not yet written this step, so it overwrites instead of adding. */
+enum { DT_GPT_FRESH_BACKWARD = 1, DT_GPT_FRESH_WEIGHTS = 2, DT_GPT_FRESH_HEAD = 4,
+       DT_GPT_FRESH_ALL = 7 };
+
 /* An int8 copy of one saved [rows, cols] tensor: the bytes and one fp32 scale per row. */
 typedef struct dt_gpt_q8 {
     int8_t *q;
@@ -46,6 +52,7 @@ struct dt_gpt {
     int *unit_param;               /* [n_units + 1] local tensors of each unit */
     float **unit_w, **unit_g;      /* [n_units] current storage of each unit (first element) */
     dt_bf16 **unit_lp;
+    uint8_t *fresh; /* [n_units] DT_GPT_FRESH_* writes that still overwrite (dt_gpt_fresh_grads) */
     /* micro-batches held at once (slots), and the residual positions a slot keeps */
     int n_slots, n_pos;
     int *pos_index; /* [L + 1] residual position (input of block l; L = final input) -> index */

@@ -183,6 +183,10 @@ typedef struct dt_model_ops {
     /* (optional: no token sampling) logits [vocab] of the last position of one sequence
      * tokens[0..T) (T <= the init T), on a one-process model */
     dt_status (*logits_last)(void *self, const int32_t *tokens, int T, float *logits);
+    /* (optional: the caller zeroes gradients) the unit's gradient storage (-1: every unit's)
+     * holds nothing of this step: the next write of each of its gradients overwrites it, as
+     * if it had been zeroed (an exact zero may keep its sign); the storage is not touched */
+    void (*fresh_grads)(void *self, int unit);
 } dt_model_ops;
 
 typedef struct dt_model {
@@ -262,6 +266,14 @@ static inline void dt_model_init_weights(dt_model *m, uint64_t seed) {
 }
 static inline void dt_model_sync_lp(dt_model *m) { m->ops->sync_lp(m->self); }
 static inline void dt_model_zero_grad(dt_model *m) { m->ops->zero_grad(m->self); }
+/* Whether the model overwrites the unit's gradients (-1: all) on their next write; false: it
+ * has no fresh_grads and the caller must zero their storage itself. */
+static inline bool dt_model_fresh_grads(dt_model *m, int unit) {
+    if (!m->ops->fresh_grads)
+        return false;
+    m->ops->fresh_grads(m->self, unit);
+    return true;
+}
 
 static inline dt_status dt_model_forward_units(dt_model *m, int slot, int u0, int u1,
                                                const dt_batch *b) {

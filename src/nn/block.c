@@ -53,10 +53,11 @@ int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N
     int Nt = dt_block_rows_tp(p, N);
     dt_region_shape c = shape(Nt, d->C, 0), q = shape(N, dt_block_qkv_width(d), p->sp->size);
     dt_region_shape a = shape(N, (int64_t)d->NH * d->hs, d->NH);
-    int64_t n[] = {dt_region_work_count(p->enter, &c, p->tp->size),
-                   dt_region_work_count(p->leave, &c, p->tp->size),
-                   dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size),
-                   dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size)};
+    bool tp = !unsplit(p->tp), sp = !unsplit(p->sp); /* size-1 regions are skipped */
+    int64_t n[] = {tp ? dt_region_work_count(p->enter, &c, p->tp->size) : 0,
+                   tp ? dt_region_work_count(p->leave, &c, p->tp->size) : 0,
+                   sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size) : 0,
+                   sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size) : 0};
     int64_t m = 0;
     for (int i = 0; i < 4; i++)
         m = n[i] > m ? n[i] : m;
@@ -213,6 +214,24 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     return leave_add(d, p, blk->proj.b, x, N, s, part, a->x2);
 }
 
+/* The MLP activation of the saved matmul output(s): fp32 into s->g, or in 16-bit modes its
+ * rounded copy straight into a->g_lp (the same bits as the fp32 one, then the cast). */
+static void mlp_act(const dt_block_dims *d, const dt_block_acts *a, dt_block_scratch *s,
+                    int64_t nf) {
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward(s->g, a->h, nf);
+    else
+        dt_swiglu_forward(s->g, a->h, a->u, nf);
+}
+
+static void mlp_act_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_acts *a,
+                       int64_t nf) {
+    if (d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward_lp(ctx->mm_type, a->g_lp, a->h, nf);
+    else
+        dt_swiglu_forward_lp(ctx->mm_type, a->g_lp, a->h, a->u, nf);
+}
+
 static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                              const dt_block_par *p, const dt_block *blk, int N, dt_block_acts *a,
                              dt_block_scratch *s, float *out) {
@@ -220,15 +239,17 @@ static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int64_t nf = (int64_t)Nt * d->F;
     DT_TRY(norm_enter(d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
     DT_TRY(dt_linear_forward(ctx, &blk->fc, s->ln_full, a->ln2_lp, Nt, a->h));
-    if (d->kind == DT_BLOCK_GPT2) {
-        dt_gelu_forward(s->g, a->h, nf);
-    } else {
+    if (d->kind == DT_BLOCK_LLAMA)
         DT_TRY(dt_linear_forward(ctx, &blk->up, s->ln_full, a->ln2_lp, Nt, a->u));
-        dt_swiglu_forward(s->g, a->h, a->u, nf);
-    }
     dt_linear down = without_bias(&blk->down);
     float *part = part_out(p, s, out);
-    DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, part));
+    if (ctx->mm_type != DT_F32) { /* the activation is made straight in 16 bits */
+        mlp_act_lp(ctx, d, a, nf);
+        DT_TRY(dt_linear_forward_lp(ctx, &down, a->g_lp, Nt, part));
+    } else {
+        mlp_act(d, a, s, nf);
+        DT_TRY(dt_linear_forward(ctx, &down, s->g, a->g_lp, Nt, part));
+    }
     return leave_add(d, p, blk->down.b, a->x2, N, s, part, out);
 }
 
@@ -241,33 +262,10 @@ dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const d
 
 /* ---- rebuilding what was not kept ------------------------------------------------------- */
 
-/* The same kernels on the same inputs as the forward, so the results are the forward's bits:
- * dt_linear_forward's 16-bit copy is dt_cast_f32_to_lp of its input, as here. */
-void dt_block_rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                             int N, dt_block_acts *a) {
-    if (ctx->mm_type != DT_F32)
-        dt_cast_f32_to_lp(ctx->mm_type, a->att_lp, a->att,
-                          (int64_t)dt_block_rows_tp(p, N) * d->NH * d->hs);
-}
-
 dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, int B, int T, dt_block_acts *a,
                                    dt_block_scratch *s) {
-    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
-    dt_block_rebuild_att_lp(ctx, d, p, B * T, a);
-    return DT_OK;
-}
-
-void dt_block_rebuild_mlp_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                             int N, dt_block_acts *a, dt_block_scratch *s) {
-    if (ctx->mm_type == DT_F32)
-        return;
-    int64_t nf = (int64_t)dt_block_rows_tp(p, N) * d->F;
-    if (d->kind == DT_BLOCK_GPT2)
-        dt_gelu_forward(s->g, a->h, nf);
-    else
-        dt_swiglu_forward(s->g, a->h, a->u, nf);
-    dt_cast_f32_to_lp(ctx->mm_type, a->g_lp, s->g, nf);
+    return attention_core(ctx, d, p, B, T, a, s);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -288,16 +286,23 @@ static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims 
     return DT_OK;
 }
 
-/* The MLP activation is rebuilt from the saved matmul output(s) in fp32 mode; in bf16 mode
- * the down projection's weight gradient reads the saved bf16 copy. */
+/* The 16-bit copies of the row-parallel matmuls' inputs (att_lp, g_lp) are not kept either:
+ * one buffer serves every block, and each is rebuilt right before the weight gradient that
+ * reads it, with the forward's kernels on the forward's inputs (dt_linear_forward's copy is
+ * dt_cast_f32_to_lp of its input, as here), so they are the forward's bits. The MLP
+ * activation is rebuilt from the saved matmul output(s), in either precision. */
 static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               const dt_block_acts *a, dt_block_scratch *s, int64_t nf) {
     if (ctx->mm_type != DT_F32)
-        return;
-    if (d->kind == DT_BLOCK_GPT2)
-        dt_gelu_forward(s->g, a->h, nf);
+        mlp_act_lp(ctx, d, a, nf);
     else
-        dt_swiglu_forward(s->g, a->h, a->u, nf);
+        mlp_act(d, a, s, nf);
+}
+
+static void rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, int Nt,
+                           const dt_block_acts *a) {
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, a->att_lp, a->att, (int64_t)Nt * d->NH * d->hs);
 }
 
 /* The leaving region's adjoint: dy [Nr, C] -> *dpart [Nt, C] (s->part, or dy itself over
@@ -373,7 +378,8 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                               float *dres) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
     int64_t nf = (int64_t)Nt * d->F;
-    recompute_mlp_act(ctx, d, a, s, nf);
+    if (!wg) /* the down projection's weight gradient reads the activation */
+        recompute_mlp_act(ctx, d, a, s, nf);
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s,
                                 a->ln2_lp));
     const float *dpart;
@@ -384,17 +390,15 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         keep(wg->ddown, dpart, (int64_t)Nt * d->C);
     }
     DT_TRY(dt_linear_backward_set_dx(ctx, &down, s->g, a->g_lp, dpart, s->dy_lp, Nt, s->dg));
-    zero(s->dh, nf);
     if (d->kind == DT_BLOCK_GPT2) {
-        dt_gelu_backward(s->dh, a->h, s->dg, nf);
+        dt_gelu_backward_set(s->dh, a->h, s->dg, nf);
         const dt_linear *l[] = {&blk->fc};
         const float *dy[] = {s->dh};
         float *kept[] = {wg ? wg->dh : NULL};
         DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 1, s->ln_full, a->ln2_lp, N,
                                s));
     } else {
-        zero(s->du, nf);
-        dt_swiglu_backward(s->dh, s->du, a->h, a->u, s->dg, nf);
+        dt_swiglu_backward_set(s->dh, s->du, a->h, a->u, s->dg, nf);
         const dt_linear *l[] = {&blk->fc, &blk->up};
         const float *dy[] = {s->dh, s->du};
         float *kept[] = {wg ? wg->dh : NULL, wg ? wg->du : NULL};
@@ -420,6 +424,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
     if (wg) {
         proj.dw = NULL;
         keep(wg->dproj, dpart, (int64_t)Nt * d->C);
+    } else {
+        rebuild_att_lp(ctx, d, Nt, a);
     }
     /* to the head layout: the output gradient, and the output itself (not kept twice); over
      * one sp rank the row layout is the head layout */
@@ -437,12 +443,10 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
         att_heads = s->att_heads;
     }
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
-    int64_t wa = as.q_stride;
-    zero(s->dqkv_heads, (int64_t)N * wa);
     const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
     float *dq = s->dqkv_heads, *dk = dq + (int64_t)as.NH * as.hs;
     float *dv = dk + (int64_t)as.NKV * as.hs;
-    dt_attention_backward(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, k, v);
+    dt_attention_backward_set(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, k, v);
     rope_apply(&as, rope, s->dqkv_heads, true);
     const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */
     if (!unsplit(p->sp)) {
@@ -463,16 +467,24 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
 }
 
 /* The parameters applied to split rows see only this rank's rows: their gradients are
- * partial sums over the rows comm (size 1 outside Megatron-SP). */
+ * partial sums over the rows comm (size 1 outside Megatron-SP). Added to their gradients, or
+ * copied where the view says the pass overwrites them. */
 static dt_status add_row_param_grads(const dt_block_dims *d, const dt_block_par *p,
                                      const dt_block *blk, float *pgrad) {
     int C = d->C;
     DT_TRY(dt_comm_allreduce_f32(p->rows, pgrad, 6 * (int64_t)C, NULL));
     float *dst[6] = {blk->ln1.dw, blk->ln1.db, blk->ln2.dw, blk->ln2.db, blk->proj.db,
                      blk->down.db};
-    for (int i = 0; i < 6; i++)
-        if (dst[i])
+    bool set[6] = {blk->ln1.grad_set, blk->ln1.grad_set, blk->ln2.grad_set, blk->ln2.grad_set,
+                   blk->proj.grad_set, blk->down.grad_set};
+    for (int i = 0; i < 6; i++) {
+        if (!dst[i])
+            continue;
+        if (set[i])
+            memcpy(dst[i], pgrad + (int64_t)i * C, (size_t)C * sizeof(float));
+        else
             dt_add_inplace(dst[i], pgrad + (int64_t)i * C, C);
+    }
     return DT_OK;
 }
 
@@ -511,6 +523,7 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     if (d->kind == DT_BLOCK_LLAMA)
         DT_TRY(dt_linear_backward(ctx, &blk->up, s->ln_full, a->ln2_lp, wg->du, s->dy_lp, Nt,
                                   NULL));
+    rebuild_att_lp(ctx, d, Nt, a);
     DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, wg->dproj, s->dy_lp, Nt, NULL));
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s,
                                 a->ln1_lp));

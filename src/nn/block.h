@@ -53,6 +53,7 @@ int dt_block_rows_res(const dt_block_par *p, int N);
 
 typedef struct dt_norm_params {
     float *w, *b, *dw, *db; /* b, db NULL for RMSNorm (borrowed) */
+    bool grad_set;          /* the block's backward overwrites dw, db (see dt_block) */
 } dt_norm_params;
 
 typedef struct dt_block {
@@ -64,6 +65,14 @@ typedef struct dt_block {
     dt_linear down; /* GPT-2 mlp.c_proj [C, F]; Llama down_proj [C, F]; full bias */
 } dt_block;
 
+/* The block's weight gradients accumulate over backward passes, except that each tensor
+ * whose view has grad_set (dt_linear.grad_set, dt_norm_params.grad_set) is OVERWRITTEN by the
+ * pass that writes it: the model sets the flags for a step's first micro-batch, so nobody
+ * zeroes the gradient arena. Which pass writes what: the full backward writes every weight
+ * gradient; under split backward the input pass writes the norms' and the row-parallel
+ * biases' (proj, down), and the weight pass the matmul weights' and the column-parallel
+ * biases' (qkv, fc). */
+
 /* Saved for the backward, one set per block. */
 typedef struct dt_block_acts {
     float *ln1_mean, *ln1_rstd;       /* [Nr] (mean unused for RMSNorm) */
@@ -72,7 +81,9 @@ typedef struct dt_block_acts {
     float *x2;                        /* [Nr, C] residual stream after the attention branch */
     float *ln2_mean, *ln2_rstd;       /* [Nr] */
     float *h, *u;                     /* [Nt, F]: fc (or gate) output, up output */
-    dt_bf16 *att_lp, *g_lp;           /* bf16 matmul inputs (NULL in fp32 mode) */
+    dt_bf16 *att_lp, *g_lp;           /* [Nt, A], [Nt, F] bf16 matmul inputs (NULL in fp32
+                                       * mode): may be one buffer shared by all blocks
+                                       * (rebuilt in backward from att, h, u) */
     dt_bf16 *ln1_lp, *ln2_lp;         /* [Nt, C] bf16 norm outputs: may be one buffer shared
                                        * by all blocks (rebuilt in backward) */
 } dt_block_acts;
@@ -135,19 +146,13 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    int B, int T, const dt_block_acts *a, dt_block_scratch *s,
                                    const dt_block_wgrad *wg);
 
-/* Rebuilding what selective checkpointing (or restoring compressed activations) did not
- * keep, before a backward or weight pass, bit for bit as the forward made it:
- * rerun_attention: from a->qkv (saved, after RoPE) the attention core again into a->lse and,
- * back in row layout, a->att (and a->att_lp in bf16 mode); collective over sp (all-to-all).
- * rebuild_mlp_lp: in bf16 mode a->g_lp from a->h (and a->u); nothing in fp32 mode. */
+/* Rebuilding what selective checkpointing did not keep, before a backward or weight pass,
+ * bit for bit as the forward made it: from a->qkv (saved, after RoPE) the attention core
+ * again into a->lse and, back in row layout, a->att; collective over sp (all-to-all). (The
+ * 16-bit copies the backward reads are rebuilt by the backward itself.) */
 dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, int B, int T, dt_block_acts *a,
                                    dt_block_scratch *s);
-void dt_block_rebuild_mlp_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                             int N, dt_block_acts *a, dt_block_scratch *s);
-/* in bf16 mode a->att_lp from a->att (restored); nothing in fp32 mode */
-void dt_block_rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                             int N, dt_block_acts *a);
 
 /* The block's norm (LayerNorm for GPT-2, RMSNorm for Llama), shared with the final norm.
  * Backward accumulates into dx and the norm's weight gradients. */

@@ -20,6 +20,14 @@ dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const floa
     return dt_gemm_run(ctx->gemm, &s, a, w, l->b, y);
 }
 
+dt_status dt_linear_forward_lp(const dt_nn_ctx *ctx, const dt_linear *l, const dt_bf16 *x_lp,
+                               int N, float *y) {
+    dt_gemm_shape s = {.M = N, .N = l->out, .K = l->in, .trans_b = true, .dtype = ctx->mm_type};
+    if (ctx->mm_type == DT_F32)
+        return dt_err_set(DT_ERR_ARG, "dt_linear_forward_lp: fp32 matmuls take fp32 inputs");
+    return dt_gemm_run(ctx->gemm, &s, x_lp, l->w_lp, l->b, y);
+}
+
 /* dy is cast to 16 bits once and read by both matmuls (dx, then dW) while it is warm. */
 static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
                           const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N, float *dx,
@@ -37,12 +45,12 @@ static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float 
         DT_TRY(dt_gemm_run(ctx->gemm, &s, g, w, NULL, dx));
     }
     if (l->dw) {
-        dt_gemm_shape s = {.M = l->out, .N = l->in, .K = N, .trans_a = true, .accumulate = true,
-                           .dtype = ctx->mm_type};
+        dt_gemm_shape s = {.M = l->out, .N = l->in, .K = N, .trans_a = true,
+                           .accumulate = !l->grad_set, .dtype = ctx->mm_type};
         DT_TRY(dt_gemm_run(ctx->gemm, &s, g, a, NULL, l->dw));
     }
     if (l->db)
-        dt_colsum_accumulate(l->db, dy, N, l->out);
+        (l->grad_set ? dt_colsum_set : dt_colsum_accumulate)(l->db, dy, N, l->out);
     return DT_OK;
 }
 

@@ -24,6 +24,7 @@ typedef struct dt_lm_head {
     int C, V;            /* V: rows of w held by this rank (padding rows included) */
     const float *w;      /* [V, C] (borrowed; GPT-2 ties it to the token embedding) */
     float *dw;           /* [V, C] or NULL */
+    bool dw_set;         /* the first chunk OVERWRITES dw (the step's first write of it) */
     const dt_bf16 *w_lp; /* bf16 copy, or NULL in fp32 mode */
     dt_comm *tp;         /* borrowed, never NULL: the vocabulary is split over it; size 1 =
                           * whole vocabulary on this rank (dt_comm_local_init) */
@@ -45,7 +46,8 @@ int64_t dt_lm_head_stats_count(const dt_lm_head *h);
  * global token ids, the same on every tp rank (negative = ignored row, loss 0, no gradient;
  * >= vocab_size is a caller bug and gives a NaN loss); losses: [N] per-row cross-entropy,
  * bit-identical on every tp rank. With backward: the gradient of grad_scale * sum(losses) is
- * ACCUMULATED into dx [N, C] and head->dw (this rank's rows; padding rows get exactly 0).
+ * written into dx [N, C] (overwritten: each chunk's rows once) and ACCUMULATED into head->dw
+ * (this rank's rows; padding rows get exactly 0), or written there with dw_set.
  * dx gets only this rank's PARTIAL sum over its vocabulary rows: the head does not reduce it;
  * the caller sums dx over tp (e.g. the adjoint all-reduce of nn/region's copy op, which can
  * then overlap the rest of the backward).

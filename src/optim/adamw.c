@@ -72,7 +72,8 @@ typedef struct step_args {
     const dt_adamw *o;
     float *w;
     const float *g;
-    dt_bf16 *w_lp;
+    uint16_t *w_lp;
+    dt_dtype lp_type; /* of w_lp: DT_BF16 or DT_F16 */
     float lr, grad_scale;
 } step_args;
 
@@ -95,19 +96,33 @@ static void update_range(void *ctx, int64_t at, int64_t n, float *m, float *v) {
                               .weight_decay = p->decay ? o->cfg.weight_decay : 0.0f,
                               .grad_scale = s->grad_scale, .step = o->t};
         int64_t off = a - o->first, in = a - lo;
-        dt_adamw_update(s->w + off, s->g + off, m + in, v + in, s->w_lp ? s->w_lp + off : NULL,
-                        b - a, &h);
+        uint16_t *lp = s->w_lp ? s->w_lp + off : NULL;
+        if (s->lp_type == DT_F16)
+            dt_adamw_update_f16(s->w + off, s->g + off, m + in, v + in, lp, b - a, &h);
+        else
+            dt_adamw_update(s->w + off, s->g + off, m + in, v + in, lp, b - a, &h);
     }
 }
 
-dt_status dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
-                        float grad_scale) {
+static dt_status step(dt_adamw *o, float *w, const float *g, dt_dtype lp_type, uint16_t *w_lp,
+                      float lr, float grad_scale) {
     o->t++;
-    step_args s = {.o = o, .w = w, .g = g, .w_lp = w_lp, .lr = lr, .grad_scale = grad_scale};
+    step_args s = {.o = o, .w = w, .g = g, .w_lp = w_lp, .lp_type = lp_type, .lr = lr,
+                   .grad_scale = grad_scale};
     if (o->disk)
         return dt_offload_stream(o->disk, update_range, &s);
     update_range(&s, 0, o->count, o->m, o->v);
     return DT_OK;
+}
+
+dt_status dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
+                        float grad_scale) {
+    return step(o, w, g, DT_BF16, w_lp, lr, grad_scale);
+}
+
+dt_status dt_adamw_step_f16(dt_adamw *o, float *w, const float *g, dt_f16 *w_f16, float lr,
+                            float grad_scale) {
+    return step(o, w, g, DT_F16, w_f16, lr, grad_scale);
 }
 
 int dt_adamw_steps_taken(const dt_adamw *o) { return o->t; }

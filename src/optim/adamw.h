@@ -31,6 +31,9 @@ void dt_adamw_free(dt_adamw *o);
  * Fails only offloaded, on an I/O error (DT_ERR_IO naming the file). */
 dt_status dt_adamw_step(dt_adamw *o, float *w, const float *g, dt_bf16 *w_lp, float lr,
                         float grad_scale);
+/* The same, with w_f16 (or NULL) getting the fp16 copy (dt_cast_f32_to_f16's bits). */
+dt_status dt_adamw_step_f16(dt_adamw *o, float *w, const float *g, dt_f16 *w_f16, float lr,
+                            float grad_scale);
 
 int dt_adamw_steps_taken(const dt_adamw *o);
 void dt_adamw_set_steps_taken(dt_adamw *o, int t);

@@ -114,9 +114,8 @@ typedef struct block_cost {
 
 /* plugin.act_compress = int8: each fp32 tensor block l keeps (qkv, att unless the attention
  * is rerun, x2, h, u) is quantised after the forward (4 bytes read, 1 written) and restored
- * before the backward and again before a split backward's W pass (1 read, 4 written); in
- * 16-bit modes the copies att_lp, g_lp are rebuilt from the restored values (4 read, 2
- * written). Returns one pass's seconds. */
+ * before the backward and again before a split backward's W pass (1 read, 4 written).
+ * Returns one pass's seconds. */
 static double act_compress_int8_pass(const work *w, dt_plan_rerun r) {
     if (w->c->plugin.act_compress != DT_ACT_COMPRESS_INT8 || r == DT_PLAN_RERUN_BLOCK)
         return 0;
@@ -126,20 +125,22 @@ static double act_compress_int8_pass(const work *w, dt_plan_rerun r) {
     return 5 * n / w->d->mem_bandwidth;
 }
 
-/* 16-bit modes: rebuilding att_lp and g_lp from fp32 (selective reruns, int8 restores). */
+/* 16-bit modes: the pass that makes the weight gradients rebuilds the copies att_lp and g_lp
+ * (the MLP activation again from h, then both rounded: 4 bytes read, 2 written). */
 static double lp_rebuild(const work *w) {
     bool lp = w->c->plugin.precision != DT_PREC_FP32;
-    return lp ? 6 * w->Nt * (w->A + w->F) / w->d->mem_bandwidth : 0;
+    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->d->mem_bandwidth
+              : 0;
 }
 
 /* plugin.ac: the attention core rerun (its FLOPs, its heads -> rows all-to-all under
- * Ulysses, the 16-bit copies rebuilt), or the whole block's forward. */
+ * Ulysses), or the whole block's forward. */
 static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double forward) {
     if (r == DT_PLAN_RERUN_BLOCK)
         return forward;
     if (r != DT_PLAN_RERUN_ATTENTION)
         return 0;
-    double t = at + lp_rebuild(w);
+    double t = at;
     if (w->sp > 1)
         t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->d->bandwidth;
     return t;
@@ -152,7 +153,7 @@ static block_cost cost_block(const work *w, int l, bool split) {
     double at_f = flops / w->attn.fwd, at_b = 2 * flops / w->attn.bwd;
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
-    double restore = q8 > 0 ? q8 + (r == DT_PLAN_RERUN_NONE ? lp_rebuild(w) : 0) : 0;
+    double restore = q8;
     double fwd = mm.fwd + at_f + pw.fwd + block_comm(w, false);
     block_cost k = {.f = fwd + q8};
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
@@ -160,10 +161,10 @@ static block_cost cost_block(const work *w, int l, bool split) {
     double b_in = mm.dx + at_b + pw.bwd + block_comm(w, true) + rebuild;
     k.rerun = rebuild;
     if (split) {
-        k.wgt = mm.dw + pw.wgt + rebuild;
+        k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w);
         k.b = b_in;
     } else {
-        k.b = b_in + mm.dw;
+        k.b = b_in + mm.dw + lp_rebuild(w);
     }
     return k;
 }

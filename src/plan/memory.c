@@ -113,13 +113,11 @@ enum {
     A_LSE = 1 << 3,
     A_X2 = 1 << 4,
     A_H = 1 << 5,
-    A_U = 1 << 6,      /* Llama */
-    A_ATT_LP = 1 << 7, /* 16-bit modes */
-    A_G_LP = 1 << 8,   /* 16-bit modes */
-    A_ALL = (1 << 9) - 1,
-    A_ATTN_OUT = A_ATT | A_LSE | A_ATT_LP | A_G_LP, /* what selective reruns */
-    A_INT8 = A_QKV | A_ATT | A_X2 | A_H | A_U,      /* what act_compress stores as int8 */
-    A_RESTORED = A_INT8 | A_ATT_LP | A_G_LP,        /* not kept per slot under int8 */
+    A_U = 1 << 6, /* Llama */
+    A_ALL = (1 << 7) - 1,
+    A_ATTN_OUT = A_ATT | A_LSE,                /* what selective reruns */
+    A_INT8 = A_QKV | A_ATT | A_X2 | A_H | A_U, /* what act_compress stores as int8 */
+    A_RESTORED = A_INT8,                       /* not kept per slot under int8 */
 };
 
 dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l) {
@@ -156,8 +154,7 @@ bool dt_plan_fresh_pair(const dt_schedule *s, int rank, int chunk, int mb) {
 typedef enum ac_kind { AC_KEEP_ALL, AC_KEEP_NO_ATTN, AC_KEEP_INPUT } ac_kind;
 
 /* plugin.ac: a fully checkpointed block keeps only its input (a residual position, kept
- * anyway), a selective one all but the attention core's output (att, lse) and the 16-bit
- * copies att_lp, g_lp. */
+ * anyway), a selective one all but the attention core's output (att, lse). */
 static ac_kind ac_kind_of(const shape *s, int l) {
     static const ac_kind of[] = {[DT_PLAN_RERUN_NONE] = AC_KEEP_ALL,
                                  [DT_PLAN_RERUN_ATTENTION] = AC_KEEP_NO_ATTN,
@@ -184,7 +181,7 @@ static bool int8_on(const shape *s) {
     return s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8;
 }
 
-/* Bytes of the fields f in fp32 (16-bit for the copies), each piece 64-byte carved. */
+/* Bytes of the fields f in fp32, each piece 64-byte carved. */
 static int64_t fields_bytes(const shape *s, unsigned f) {
     int64_t heads = s->NH / s->sp, b = 0;
     b += f & A_LN ? 4 * pad64(s->Nr * F4) : 0;
@@ -194,8 +191,6 @@ static int64_t fields_bytes(const shape *s, unsigned f) {
     b += f & A_X2 ? pad64(s->Nr * s->C * F4) : 0;
     b += f & A_H ? pad64(s->Nt * s->F * F4) : 0;
     b += (f & A_U) && !s->gpt2 ? pad64(s->Nt * s->F * F4) : 0;
-    b += (f & A_ATT_LP) && s->lp ? pad64(s->Nt * s->A * H2) : 0;
-    b += (f & A_G_LP) && s->lp ? pad64(s->Nt * s->F * H2) : 0;
     return b;
 }
 
@@ -257,8 +252,9 @@ static int residual_positions(const shape *s) {
 
 static int64_t acts_arena(const shape *s, int n_slots, bool split) {
     int64_t S = n_slots, b = pad64(S * residual_positions(s) * s->Nr * s->C * F4);
-    if (s->lp)
-        b += pad64(s->Nt * s->C * H2); /* the norm outputs' 16-bit copy, rebuilt: shared */
+    if (s->lp) /* the 16-bit copies of matmul inputs, rebuilt in backward: shared by all
+                * blocks, one for the norm outputs and one for att and the MLP activation */
+        b += pad64(s->Nt * s->C * H2) + pad64(s->Nt * max64(s->A, s->F) * H2);
     for (int l = 0; l < s->L; l++) {
         if (!holds_block(s, l))
             continue;
@@ -285,12 +281,17 @@ static int64_t head_chunk_rows(int64_t V, int64_t N) {
 }
 
 /* Scratch of the region ops: entering (copy: the whole [Nt, C]; gather: its own rows),
- * leaving (reduce: in place; reduce-scatter: the whole), and the Ulysses all-to-alls. */
+ * leaving (reduce: in place; reduce-scatter: the whole), and the Ulysses all-to-alls; a
+ * region over one rank is skipped and needs none. */
 static int64_t region_work(const shape *s) {
     bool sg = s->c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
     int64_t enter = sg ? s->Nt * s->C / s->tp : s->Nt * s->C;
     int64_t leave = sg ? s->Nt * s->C : 0;
     int64_t q = s->N * s->W / s->sp, a = s->N * s->A / s->sp;
+    if (s->tp == 1)
+        enter = leave = 0;
+    if (s->sp == 1)
+        q = a = 0;
     return max64(max64(enter, leave), max64(q, a));
 }
 
@@ -305,8 +306,12 @@ static int64_t temp_arena(const shape *s, int n_slots) {
     int64_t rc = pad64(s->Nr * s->C * F4), tc = pad64(s->Nt * s->C * F4);
     int64_t tw = pad64(s->Nt * s->W * F4), ta = pad64(s->Nt * s->A * F4);
     int64_t tf = pad64(s->Nt * s->F * F4);
-    b += rc + tc + 2 * tw + ta + tc + tf + pad64(region_work(s) * F4); /* forward */
-    b += rc + tc + tw + 2 * ta + 2 * tf + (s->gpt2 ? 0 : tf) + pad64(6 * (int64_t)s->C * F4);
+    /* forward; what only a tp split (the region's entry and exit copies) or a Ulysses split
+     * (the head-layout copies) uses is carved only then */
+    bool tp = s->tp > 1, sp = s->sp > 1;
+    b += (tp ? rc + tc : 0) + tc + (sp ? 2 * tw + ta : 0) + tf + pad64(region_work(s) * F4);
+    b += rc + (tp ? tc : 0) + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) +
+         pad64(6 * (int64_t)s->C * F4);
     if (s->lp) {
         int64_t widest = max64(max64(s->C, s->W), s->F);
         b += pad64(s->Nt * widest * H2);

@@ -46,6 +46,7 @@ struct dt_engine {
     float *w_full, *g_full; /* the model's own arenas (stages 0-2 / 0-1), borrowed */
     dt_bf16 *lp_full;
     float *w_shard, *g_shard;
+    bool *shard_fresh; /* [n_units] stages 2-3: the unit's piece of g_shard not written this step */
     dt_adamw *opt;
     /* stages 0-1: buckets of whole units, reduced once their lowest unit is done */
     int *bucket_of_unit; /* bucket whose lowest unit this is, or -1 */
@@ -129,7 +130,11 @@ static dt_status complete_reduction(dt_engine *e, unit_buf *b) {
     DT_TRY(dt_comm_wait(e->dp, &b->greq));
     int n = counts_of(e, b->gunit)[e->dp->rank];
     float *dst = e->g_shard + piece_offset(e, b->gunit);
-    dt_add_inplace(dst, b->piece, n);
+    if (e->shard_fresh[b->gunit]) /* the step's first: g_shard is not zeroed */
+        memcpy(dst, b->piece, (size_t)n * sizeof *dst);
+    else
+        dt_add_inplace(dst, b->piece, n);
+    e->shard_fresh[b->gunit] = false;
     b->gunit = -1;
     return DT_OK;
 }
@@ -157,6 +162,13 @@ static dt_status progress(dt_engine *e) {
 
 /* ---- hooks ------------------------------------------------------------------------------ */
 
+/* A unit's gradient storage g starts afresh (a new step, or a buffer just bound to it): the
+ * model overwrites it on first write where it can, so nothing zeroes it; else it is zeroed. */
+static void fresh_unit(dt_engine *e, int unit, float *g) {
+    if (!dt_model_fresh_grads(e->model, unit))
+        dt_zero_f32(g, e->ucount[unit]);
+}
+
 /* The memory timeline's phase follows the model's, except inside an evaluation. */
 static void set_mem_phase(dt_engine *e, dt_model_phase phase) {
     static const dt_mem_phase of[DT_PHASE_COUNT] = {
@@ -180,8 +192,8 @@ static dt_status on_enter(void *ctx, int unit, dt_model_phase phase) {
     if (e->zero >= 2 && phase == DT_PHASE_BACKWARD && !is_persistent(e, unit) && !e->g_whole) {
         unit_buf *b = buf_of(e, unit);
         DT_TRY(complete_reduction(e, b)); /* the buffer's previous unit */
-        dt_zero_f32(b->g, e->ucount[unit]);
         dt_model_bind_unit(e->model, unit, NULL, b->g, NULL);
+        fresh_unit(e, unit, b->g);
     }
     return DT_OK;
 }
@@ -220,8 +232,9 @@ static dt_status plan_units(dt_engine *e, double bucket_bytes) {
     e->bucket_first = calloc((size_t)U, sizeof *e->bucket_first);
     e->bucket_count = calloc((size_t)U, sizeof *e->bucket_count);
     e->bucket_req = calloc((size_t)U, sizeof *e->bucket_req);
+    e->shard_fresh = calloc((size_t)U, sizeof *e->shard_fresh);
     if (!e->counts || !e->ufirst || !e->ucount || !e->bucket_of_unit || !e->bucket_first ||
-        !e->bucket_count || !e->bucket_req)
+        !e->bucket_count || !e->bucket_req || !e->shard_fresh)
         return dt_err_set(DT_ERR_OOM, "engine: out of memory");
     for (int u = 0; u < U; u++) {
         dt_model_unit_range(e->model, u, &e->ufirst[u], &e->ucount[u]);
@@ -395,6 +408,7 @@ void dt_engine_free(dt_engine *e) {
     free(e->bucket_first);
     free(e->bucket_count);
     free(e->bucket_req);
+    free(e->shard_fresh);
     free(e);
 }
 
@@ -419,14 +433,18 @@ static int n_persistent(const dt_engine *e) { return e->n_units > 1 ? 2 : 1; }
 
 static int persistent_unit(const dt_engine *e, int i) { return i == 0 ? 0 : e->n_units - 1; }
 
+/* Nothing is zeroed per step: every gradient buffer starts afresh (fresh_unit), and each
+ * unit's first reduced piece is copied into g_shard (complete_reduction) or the whole arena
+ * reduce-scattered over it (finish). g_shard's tail past own_count stays as allocated. */
 dt_status dt_engine_begin_step(dt_engine *e) {
     if (e->zero >= 2) {
-        dt_zero_f32(e->g_shard, e->S);
-        if (e->g_whole)
+        for (int u = 0; u < e->n_units; u++)
+            e->shard_fresh[u] = true;
+        if (e->g_whole && !dt_model_fresh_grads(e->model, -1))
             dt_zero_f32(e->g_whole, e->n_total);
         for (int i = 0; e->pipelined && !e->g_whole && i < n_persistent(e); i++)
-            dt_zero_f32(e->pers[i].g, e->ucount[persistent_unit(e, i)]);
-    } else {
+            fresh_unit(e, persistent_unit(e, i), e->pers[i].g);
+    } else if (!dt_model_fresh_grads(e->model, -1)) {
         dt_model_zero_grad(e->model);
     }
     /* pipelined ZeRO 0/1 reduce in finish: the last micro-batch is not a unit-order event */
@@ -440,7 +458,7 @@ dt_status dt_engine_micro_batch(dt_engine *e, const dt_batch *b, float grad_scal
     if (e->zero >= 2) {
         DT_TRY(complete_all(e)); /* the persistent units' buffers are reused below */
         for (int i = 0; i < n_persistent(e); i++)
-            dt_zero_f32(e->pers[i].g, e->ucount[persistent_unit(e, i)]);
+            fresh_unit(e, persistent_unit(e, i), e->pers[i].g);
     }
     DT_TRY(dt_model_forward(e->model, b));
     DT_TRY(dt_model_loss(e->model, b, grad_scale, true, loss_sum));
@@ -542,13 +560,10 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
 
 dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
     switch (e->zero) {
-    case 0:
-        /* the fused update writes bf16 copies only; an fp16 copy is one cast afterwards */
-        DT_TRY(dt_adamw_step(e->opt, e->w_full, e->g_full, e->mm == DT_BF16 ? e->lp_full : NULL,
-                             lr, grad_scale));
+    case 0: /* the fused update writes the 16-bit copy of what it updates */
         if (e->mm == DT_F16)
-            dt_model_sync_lp(e->model);
-        return DT_OK;
+            return dt_adamw_step_f16(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
+        return dt_adamw_step(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
     case 3:
         invalidate_weights(e);
         return dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);

@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "kernels/act.h"
+#include "kernels/cast.h"
 
 static double gelu_d(double x) {
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -24,6 +25,13 @@ static float *copy(const float *p, int64_t n) {
     float *q = malloc(sizeof(float) * n);
     memcpy(q, p, sizeof(float) * n);
     return q;
+}
+
+static bool same_values(const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
 }
 
 static void check_gelu(int64_t n, float scale) {
@@ -53,6 +61,22 @@ static void check_gelu(int64_t n, float scale) {
     /* dx is dx0 + dy*gelu'(x), of order 1 and often cancelling: compare on an absolute floor */
     DT_CHECK(dt_test_max_rel(dx, dxr, n, 1.0) < 1e-6, "gelu bwd max rel %.3g",
              dt_test_max_rel(dx, dxr, n, 1.0));
+    /* _set: overwrites dx0's values with those of accumulating onto zeros (an exact zero
+     * may differ in sign: 0 + -0 is +0) */
+    float *zero = calloc(n, sizeof(float)), *set = copy(dx0, n);
+    dt_gelu_backward(zero, x, dy, n);
+    dt_gelu_backward_set(set, x, dy, n);
+    DT_CHECK(same_values(set, zero, n), "gelu bwd _set differs");
+    free(zero), free(set);
+    /* _lp: the cast of the fp32 forward, bit for bit, in both 16-bit types */
+    uint16_t *lp = malloc(2 * n), *want = malloc(2 * n);
+    for (int t = DT_BF16; t <= DT_F16; t++) {
+        dt_gelu_forward_lp((dt_dtype)t, lp, x, n);
+        dt_cast_f32_to_lp((dt_dtype)t, want, y, n);
+        DT_CHECK(!memcmp(lp, want, 2 * n), "gelu fwd _lp (%s) differs from the cast",
+                 dt_dtype_name((dt_dtype)t));
+    }
+    free(lp), free(want);
     free(x), free(dy), free(dx0), free(y), free(yr), free(yd), free(gd), free(dx), free(dxr);
 }
 
@@ -85,6 +109,20 @@ static void check_swiglu(int64_t n, float scale) {
     DT_CHECK(dt_test_nmse(dg, gg, n) < 1e-9 && dt_test_nmse(du, gu, n) < 1e-13,
              "swiglu bwd vs finite differences: nmse dgate %.3g dup %.3g",
              dt_test_nmse(dg, gg, n), dt_test_nmse(du, gu, n));
+    float *zg = calloc(n, sizeof(float)), *zu = calloc(n, sizeof(float));
+    float *sg = copy(dg0, n), *su = copy(du0, n);
+    dt_swiglu_backward(zg, zu, g, u, dy, n);
+    dt_swiglu_backward_set(sg, su, g, u, dy, n);
+    DT_CHECK(same_values(sg, zg, n) && same_values(su, zu, n), "swiglu bwd _set differs");
+    uint16_t *lp = malloc(2 * n), *want = malloc(2 * n);
+    for (int t = DT_BF16; t <= DT_F16; t++) {
+        dt_swiglu_forward_lp((dt_dtype)t, lp, g, u, n);
+        dt_cast_f32_to_lp((dt_dtype)t, want, y, n);
+        DT_CHECK(!memcmp(lp, want, 2 * n), "swiglu fwd _lp (%s) differs from the cast",
+                 dt_dtype_name((dt_dtype)t));
+    }
+    free(lp), free(want);
+    free(zg), free(zu), free(sg), free(su);
     free(g), free(u), free(dy), free(dg0), free(du0), free(y), free(yr), free(yd), free(gg);
     free(gu), free(dg), free(du), free(dgr), free(dur);
 }

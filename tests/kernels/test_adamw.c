@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "kernels/adamw.h"
+#include "kernels/cast.h"
 
 static void adamw_double(double *p, const float *g, double *m, double *v, int64_t n,
                          const dt_adamw_hparams *h) {
@@ -73,10 +74,36 @@ static void check_first_step(void) {
         DT_CHECK_CLOSE(p[i], 1.0 - 0.1 * (g[i] > 0 ? 1 : -1), 1e-6);
 }
 
+/* The fp16 copy: the same update, and the bits dt_cast_f32_to_f16 gives of the new weights
+ * (values past fp16's range included: they round to +-inf). */
+static void check_f16_copy(int64_t n) {
+    dt_adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                          .weight_decay = 0.1f, .grad_scale = 1, .step = 1};
+    float *p = malloc(sizeof(float) * n), *pr = malloc(sizeof(float) * n);
+    float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    float *mr = calloc(n, sizeof(float)), *vr = calloc(n, sizeof(float));
+    float *g = malloc(sizeof(float) * n);
+    dt_f16 *ph = malloc(sizeof(dt_f16) * n), *want = malloc(sizeof(dt_f16) * n);
+    dt_test_fill(p, n, 3, 1e5f);
+    dt_test_fill(g, n, 4, 1.0f);
+    memcpy(pr, p, sizeof(float) * n);
+    dt_adamw_update_f16(p, g, m, v, ph, n, &h);
+    dt_adamw_update(pr, g, mr, vr, NULL, n, &h);
+    dt_cast_f32_to_f16(want, pr, n);
+    DT_CHECK(!memcmp(p, pr, sizeof(float) * n) && !memcmp(m, mr, sizeof(float) * n) &&
+                 !memcmp(v, vr, sizeof(float) * n),
+             "n=%lld: the fp16 variant's update differs", (long long)n);
+    DT_CHECK(!memcmp(ph, want, sizeof(dt_f16) * n), "n=%lld: fp16 copy differs from the cast",
+             (long long)n);
+    free(p), free(pr), free(m), free(v), free(mr), free(vr), free(g), free(ph), free(want);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check(1000, 0.0f, 1.0f, false);
     check(100003, 0.1f, 0.5f, true); /* threaded, ragged block */
+    check_f16_copy(1000);
+    check_f16_copy(100003);
     check_first_step();
     if (dt_test.perf) {
         int64_t n = 1 << 24;

@@ -121,6 +121,28 @@ static void check_vs_ref_mode(int B, int T, int NH, int NKV, int hs, bool causal
     fused_free(&r);
 }
 
+/* The _set backward over a garbage-filled dqkv: the values of accumulating onto zeros (an
+ * exact zero may differ in sign), in both modes and through the reference fallback too. */
+static void check_set(int B, int T, int NH, int NKV, int hs, bool causal, bool bf16) {
+    fused a = fused_make(B, T, NH, NKV, hs, causal, 1.0f, 300 + T + NH);
+    a.s.bf16 = bf16;
+    run_fwd(&a, false);
+    const float *q = a.qkv, *k = q + a.s.NH * a.s.hs, *v = k + a.s.NKV * a.s.hs;
+    float *acc = calloc(a.n_qkv, sizeof(float));
+    dt_attention_backward(&a.s, acc, acc + a.s.NH * hs, acc + (NH + NKV) * hs, a.dy, a.y, a.lse,
+                          q, k, v);
+    dt_test_fill(a.dqkv, a.n_qkv, 9, 1e3f);
+    float *dq = a.dqkv, *dk = dq + a.s.NH * a.s.hs, *dv = dk + a.s.NKV * a.s.hs;
+    dt_attention_backward_set(&a.s, dq, dk, dv, a.dy, a.y, a.lse, q, k, v);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < a.n_qkv; i++)
+        bad += a.dqkv[i] != acc[i];
+    DT_CHECK(bad == 0, "backward_set B%d T%d NH%d NKV%d hs%d %s: %lld values differ", B, T, NH,
+             NKV, hs, bf16 ? "bf16" : "fp32", (long long)bad);
+    free(acc);
+    fused_free(&a);
+}
+
 static void check_vs_ref(int B, int T, int NH, int NKV, int hs, bool causal, float qk_scale) {
     check_vs_ref_mode(B, T, NH, NKV, hs, causal, qk_scale, false);
     check_vs_ref_mode(B, T, NH, NKV, hs, causal, qk_scale, true);
@@ -235,6 +257,10 @@ static void perf(int B, int T, int NH, int NKV, int hs, bool bf16) {
 
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
+    check_set(2, 37, 4, 2, 64, true, false);
+    check_set(2, 37, 4, 2, 64, true, true);
+    check_set(1, 20, 2, 1, 16, false, false);
+    check_set(1, 8, 2, 2, 300, true, false); /* hs > MAX_HS: the reference path */
     for (int isa = 0; isa < DT_ISA_COUNT; isa++) {
         if (!dt_isa_supported((dt_isa)isa)) {
             printf("SKIP attention variant %s: this CPU does not run it\n",

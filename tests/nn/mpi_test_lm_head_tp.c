@@ -152,6 +152,22 @@ static void test_head(dt_gemm *gemm, dt_comm *c, const head_ref *R, int chunk, d
     DT_CHECK(c->stats.calls[DT_COMM_ALLGATHER] - ag1 == (uint64_t)n_chunks,
              "%s: loss-only all-gathers", what);
 
+    /* dw_set: dW overwritten, bit for bit the accumulation onto zeros; dx is overwritten
+     * whatever it held (both filled with garbage first) */
+    float *dw_acc = calloc((size_t)V * C, sizeof(float)), *dx_acc = malloc(sizeof(float) * N * C);
+    h.dw = dw_acc;
+    DT_CHECK_OK(dt_lm_head_loss(&ctx, &h, R->x, x_lp, R->tg, N, 1.0f, true, losses2, dx_acc));
+    dt_test_fill(dw, (int64_t)V * C, 77, 1e3f);
+    dt_test_fill(dx, (int64_t)N * C, 78, 1e3f);
+    h.dw = dw;
+    h.dw_set = true;
+    DT_CHECK_OK(dt_lm_head_loss(&ctx, &h, R->x, x_lp, R->tg, N, 1.0f, true, losses2, dx));
+    h.dw_set = false;
+    DT_CHECK(memcmp(dw, dw_acc, sizeof(float) * V * C) == 0, "%s: dw_set differs from "
+             "accumulating onto zeros", what);
+    DT_CHECK(memcmp(dx, dx_acc, sizeof(float) * N * C) == 0, "%s: dx not overwritten", what);
+    free(dw_acc), free(dx_acc);
+
     /* local logits: this rank's columns, padding included */
     DT_CHECK_OK(dt_lm_head_logits(&ctx, &h, R->x, x_lp, N, lg));
     double *zl = calloc((size_t)N * V, sizeof(double));

@@ -1,5 +1,5 @@
 /* Linear layer forward and backward against double precision, in fp32, bf16 and fp16 matmul
- * modes; backward accumulates. */
+ * modes; backward accumulates, or overwrites the weight gradients with grad_set. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +85,27 @@ static void check(dt_gemm *g, dt_dtype mm) {
     DT_CHECK(max_err(dw, rdw, OUT * IN, 1) < 1e-5, "%s dw err %g", name,
              max_err(dw, rdw, OUT * IN, 1));
     DT_CHECK(max_err(db, rdb, OUT, 1) < 1e-5, "%s db err %g", name, max_err(db, rdb, OUT, 1));
+
+    /* forward_lp on the rounded input: the bits of the forward on the fp32 one */
+    if (mm != DT_F32) {
+        float y_lp[N * OUT];
+        DT_CHECK_OK(dt_linear_forward_lp(&ctx, &l, x_lp, N, y_lp));
+        DT_CHECK(memcmp(y, y_lp, sizeof y) == 0, "%s forward_lp differs", name);
+    } else {
+        DT_CHECK(dt_linear_forward_lp(&ctx, &l, x_lp, N, y) == DT_ERR_ARG, "fp32 forward_lp");
+    }
+
+    /* grad_set: dw and db overwritten (garbage before), the bits of accumulating onto zeros */
+    float dw0[OUT * IN] = {0}, db0[OUT] = {0};
+    dt_linear acc = l;
+    acc.dw = dw0, acc.db = db0;
+    DT_CHECK_OK(dt_linear_backward(&ctx, &acc, x, x_lp, dy, dy_lp, N, NULL));
+    dt_test_fill(dw, OUT * IN, 5, 100.0f);
+    dt_test_fill(db, OUT, 6, 100.0f);
+    l.grad_set = true;
+    DT_CHECK_OK(dt_linear_backward(&ctx, &l, x, x_lp, dy, dy_lp, N, NULL));
+    DT_CHECK(memcmp(dw, dw0, sizeof dw) == 0, "%s grad_set dw differs", name);
+    DT_CHECK(memcmp(db, db0, sizeof db) == 0, "%s grad_set db differs", name);
 }
 
 int main(int argc, char **argv) {
