@@ -73,7 +73,8 @@ else
         bad "without the library: $(head -2 nolib.err)"
 fi
 export LD_LIBRARY_PATH=$P/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-ldd app/booster_train | grep -q "libdtrain.so.$abi => $P/$lib/" && ok "runs against the installed libdtrain.so.$abi" ||
+# grep -q may stop reading before ldd ends, which pipefail would count as a failure
+ldd app/booster_train > ldd.txt; grep -q "libdtrain.so.$abi => $P/$lib/" ldd.txt && ok "runs against the installed libdtrain.so.$abi" ||
     bad "ldd: $(ldd app/booster_train | grep dtrain)"
 
 dt=$P/bin/dtrain
