@@ -117,13 +117,20 @@ static void regroup(const dt_dit *d, float *dst, const float *src, int rows, boo
 
 /* ---- per-clip pieces over this rank's rows ------------------------------------------------- */
 
+/* The end of clip b's rows within this rank's rows, which end at `rows_end` (a rank's rows
+ * may start or end inside a clip). */
+static int64_t clip_piece_end(const dt_dit *d, int b, int64_t rows_end) {
+    int64_t clip_end = (int64_t)(b + 1) * d->S;
+    return clip_end < rows_end ? clip_end : rows_end;
+}
+
 void dt_dit_ln_rows(const dt_dit *d, float *y, float *mean, float *rstd, const float *x,
                     const float *aff, int stride, int B) {
     size_t C = (size_t)d->C;
     int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
     for (int64_t r = r0; r < r0 + Nr;) {
         int b = (int)(r / d->S);
-        int64_t end = (int64_t)(b + 1) * d->S < r0 + Nr ? (int64_t)(b + 1) * d->S : r0 + Nr;
+        int64_t end = clip_piece_end(d, b, r0 + Nr);
         size_t lo = (size_t)(r - r0);
         dt_layernorm_forward(y + lo * C, mean + lo, rstd + lo, x + lo * C,
                              aff + (size_t)b * stride, aff + (size_t)b * stride + C,
@@ -141,7 +148,7 @@ void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstrid
     int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
     for (int64_t r = r0; r < r0 + Nr;) {
         int b = (int)(r / d->S);
-        int64_t end = (int64_t)(b + 1) * d->S < r0 + Nr ? (int64_t)(b + 1) * d->S : r0 + Nr;
+        int64_t end = clip_piece_end(d, b, r0 + Nr);
         size_t lo = (size_t)(r - r0);
         dt_layernorm_backward(dx + lo * C, dmod + (size_t)b * mstride + scale_off,
                               dmod + (size_t)b * mstride + shift_off, dy + lo * C, x + lo * C,
