@@ -155,3 +155,7 @@ set_tests_properties(train/dit_sample PROPERTIES LABELS "train" TIMEOUT 300
 add_test(NAME train/dit_layouts
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/dit_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/dit_layouts PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+
+add_test(NAME train/golden_loss
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/golden_loss.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/golden_loss PROPERTIES LABELS "train" TIMEOUT 300)
