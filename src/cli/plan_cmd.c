@@ -24,6 +24,7 @@
 #include "cli/args.h"
 #include "cli/plan_device.h"
 #include "cli/plan_probe.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "io/atomic.h"
 #include "models/model.h"
@@ -62,13 +63,10 @@ typedef struct cands {
 } cands;
 
 static dt_status push(cands *l, const cand *x) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 256;
-        cand *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return dt_err_set(DT_ERR_OOM, "plan: out of memory");
-        l->v = v, l->cap = cap;
-    }
+    cand *v = dt_grow(l->v, &l->cap, l->n, sizeof *v, 256);
+    if (!v)
+        return dt_err_set(DT_ERR_OOM, "plan: out of memory");
+    l->v = v;
     l->v[l->n++] = *x;
     return DT_OK;
 }

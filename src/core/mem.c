@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/grow.h"
 
 typedef struct mem_buf {
     void *ptr;
@@ -69,14 +70,10 @@ void dt_mem_free(dt_mem *m) {
 dt_status dt_mem_alloc(dt_mem *m, dt_mem_cat cat, const char *name, size_t bytes, void **out) {
     *out = NULL;
     DT_ASSERT(cat >= 0 && cat < DT_MEM_CAT_COUNT);
-    if (m->n_bufs == m->cap_bufs) {
-        int cap = m->cap_bufs ? 2 * m->cap_bufs : 64;
-        mem_buf *b = realloc(m->bufs, (size_t)cap * sizeof *b);
-        if (!b)
-            return dt_err_set(DT_ERR_OOM, "memory accountant: out of memory");
-        m->bufs = b;
-        m->cap_bufs = cap;
-    }
+    mem_buf *grown = dt_grow(m->bufs, &m->cap_bufs, m->n_bufs, sizeof *grown, 64);
+    if (!grown)
+        return dt_err_set(DT_ERR_OOM, "memory accountant: out of memory");
+    m->bufs = grown;
     size_t rounded = (bytes + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (!p)

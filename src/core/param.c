@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/rng.h"
 
 void dt_shard_local_shape(const dt_shard *s, int64_t *rows, int64_t *cols) {
@@ -115,14 +116,10 @@ void dt_param_full_to_shard(const dt_param *p, int index, const float *full, flo
 dt_status dt_param_append(dt_param **table, int *n, int *cap, int64_t *n_total,
                           const char *name, int64_t rows, int64_t cols, dt_param_init init,
                           float std, dt_param **out) {
-    if (*n == *cap) {
-        int grown = *cap ? 2 * *cap : 64;
-        dt_param *t = realloc(*table, (size_t)grown * sizeof *t);
-        if (!t)
-            return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
-        *table = t;
-        *cap = grown;
-    }
+    dt_param *t = dt_grow(*table, cap, *n, sizeof *t, 64);
+    if (!t)
+        return dt_err_set(DT_ERR_OOM, "model: out of memory for the parameter table");
+    *table = t;
     dt_param *p = &(*table)[(*n)++];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/grow.h"
 #include "io/atomic.h"
 
 /* A header beyond this is not a real checkpoint: HF's own limit is 100 MB too. */
@@ -532,14 +533,10 @@ dt_status dt_st_writer_add(dt_st_writer *w, const char *name, dt_st_dtype dtype,
         return dt_err_set(DT_ERR_ARG, "%s: tensor \"%s\": too many bytes", __func__, name);
     if (nbytes > 0 && !data)
         return dt_err_set(DT_ERR_ARG, "%s: tensor \"%s\": NULL data", __func__, name);
-    if (w->n == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 16;
-        wentry *e = realloc(w->e, (size_t)cap * sizeof *e);
-        if (!e)
-            return dt_err_set(DT_ERR_OOM, "%s: out of memory", __func__);
-        w->e = e;
-        w->cap = cap;
-    }
+    wentry *grown = dt_grow(w->e, &w->cap, w->n, sizeof *grown, 16);
+    if (!grown)
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory", __func__);
+    w->e = grown;
     wentry *e = &w->e[w->n];
     memset(e, 0, sizeof *e);
     if (!(e->name = strdup(name)))
@@ -594,16 +591,12 @@ dt_status dt_st_writer_set_metadata(dt_st_writer *w, const char *key, const char
             w->meta[i].value = v;
             return DT_OK;
         }
-    if (w->n_meta == w->cap_meta) {
-        int cap = w->cap_meta ? 2 * w->cap_meta : 8;
-        kv *m = realloc(w->meta, (size_t)cap * sizeof *m);
-        if (!m) {
-            free(v);
-            return dt_err_set(DT_ERR_OOM, "%s: out of memory", __func__);
-        }
-        w->meta = m;
-        w->cap_meta = cap;
+    kv *m = dt_grow(w->meta, &w->cap_meta, w->n_meta, sizeof *m, 8);
+    if (!m) {
+        free(v);
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory", __func__);
     }
+    w->meta = m;
     char *k = strdup(key);
     if (!k) {
         free(v);

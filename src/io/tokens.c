@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/grow.h"
 #include "io/atomic.h"
 
 #define HEADER_BYTES ((size_t)DT_TOKENS_HEADER_INTS * sizeof(int32_t))
@@ -209,14 +210,10 @@ static void src_list_free(src_list *l) {
 }
 
 static dt_status src_list_push(src_list *l, const char *path, const struct stat *sb) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 64;
-        src_file *f = realloc(l->f, (size_t)cap * sizeof *f);
-        if (!f)
-            return dt_err_set(DT_ERR_OOM, "%s: out of memory listing input files", path);
-        l->f = f;
-        l->cap = cap;
-    }
+    src_file *f = dt_grow(l->f, &l->cap, l->n, sizeof *f, 64);
+    if (!f)
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory listing input files", path);
+    l->f = f;
     if (!(l->f[l->n].path = strdup(path)))
         return dt_err_set(DT_ERR_OOM, "%s: out of memory listing input files", path);
     l->f[l->n].dev = sb->st_dev;

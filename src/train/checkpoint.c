@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/grow.h"
 #include "io/atomic.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_impl.h"
@@ -99,15 +100,12 @@ dt_status dt_ckpt_list(const char *dir, long long **steps, int *n) {
         long long s = folder_step(dir, e->d_name);
         if (s < 0)
             continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long long *p = realloc(*steps, (size_t)cap * sizeof *p);
-            if (!p) {
-                st = dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
-                break;
-            }
-            *steps = p;
+        long long *p = dt_grow(*steps, &cap, *n, sizeof *p, 16);
+        if (!p) {
+            st = dt_err_set(DT_ERR_OOM, "checkpoint: out of memory");
+            break;
         }
+        *steps = p;
         (*steps)[(*n)++] = s;
     }
     closedir(d);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/grow.h"
 #include "io/atomic.h"
 
 enum { FIELDS = 6 }; /* a span as doubles: t0, t1, kind, chunk, mb, step */
@@ -38,14 +39,10 @@ dt_status dt_trace_add(dt_trace *t, dt_span_kind k, int chunk, int mb, int step,
                        double t1) {
     if (!t)
         return DT_OK;
-    if (t->n == t->cap) {
-        int cap = t->cap ? 2 * t->cap : 256;
-        dt_span *s = realloc(t->spans, (size_t)cap * sizeof *s);
-        if (!s)
-            return dt_err_set(DT_ERR_OOM, "trace: out of memory for %d spans", cap);
-        t->spans = s;
-        t->cap = cap;
-    }
+    dt_span *s = dt_grow(t->spans, &t->cap, t->n, sizeof *s, 256);
+    if (!s)
+        return dt_err_set(DT_ERR_OOM, "trace: out of memory for %d spans", 2 * t->cap);
+    t->spans = s;
     t->spans[t->n++] = (dt_span){.t0 = t0, .t1 = t1, .kind = k, .chunk = chunk, .mb = mb,
                                  .step = step};
     return DT_OK;
