@@ -334,40 +334,49 @@ dt_status dt_region_all_to_all_backward(dt_comm *c, const dt_region_shape *s, co
  * all-reduce runs in dy itself. */
 #define COMM(fwd, bwd, in_place)                                                                   \
     .forward_comm = fwd, .backward_comm = bwd, .backward_in_place = in_place
+/* Scratch, in units of the full tensor: the blocking ops' (the larger of forward and backward,
+ * copy staging dy for its in-place all-reduce) and dt_region_backward_begin's. */
+#define WORK(blocking, begin)                                                                      \
+    .work = DT_REGION_WORK_##blocking, .backward_work = DT_REGION_WORK_##begin
 
 static const dt_region_op OPS[DT_REGION_KIND_COUNT] = {
     [DT_REGION_KIND_COPY] = {"copy", dt_region_copy_forward, dt_region_copy_backward,
                              DT_REGION_LAYOUT_REPLICATED, DT_REGION_LAYOUT_PER_RANK,
-                             COMM(false, true, true)},
+                             COMM(false, true, true), WORK(FULL, NONE)},
     [DT_REGION_KIND_REDUCE] = {"reduce", dt_region_reduce_forward, dt_region_reduce_backward,
                                DT_REGION_LAYOUT_PER_RANK, DT_REGION_LAYOUT_REPLICATED,
-                               COMM(true, false, false)},
+                               COMM(true, false, false), WORK(NONE, NONE)},
     [DT_REGION_KIND_SCATTER] = {"scatter", dt_region_scatter_forward, dt_region_scatter_backward,
                                 DT_REGION_LAYOUT_REPLICATED, DT_REGION_LAYOUT_COLS,
-                                COMM(false, true, false)},
+                                COMM(false, true, false), WORK(FULL, FULL)},
     [DT_REGION_KIND_GATHER] = {"gather", dt_region_gather_forward, dt_region_gather_backward,
                                DT_REGION_LAYOUT_COLS, DT_REGION_LAYOUT_REPLICATED,
-                               COMM(true, false, false)},
+                               COMM(true, false, false), WORK(FULL, NONE)},
     [DT_REGION_KIND_SEQ_GATHER] = {"seq_gather", dt_region_seq_gather_forward,
                                    dt_region_seq_gather_backward, DT_REGION_LAYOUT_ROWS,
-                                   DT_REGION_LAYOUT_PER_RANK, COMM(true, true, false)},
+                                   DT_REGION_LAYOUT_PER_RANK, COMM(true, true, false),
+                                   WORK(SHARD, SHARD)},
     [DT_REGION_KIND_SEQ_REDUCE_SCATTER] = {"seq_reduce_scatter",
                                            dt_region_seq_reduce_scatter_forward,
                                            dt_region_seq_reduce_scatter_backward,
                                            DT_REGION_LAYOUT_PER_RANK, DT_REGION_LAYOUT_ROWS,
-                                           COMM(true, true, false)},
+                                           COMM(true, true, false), WORK(FULL, FULL)},
     [DT_REGION_KIND_SEQ_SPLIT] = {"seq_split", dt_region_seq_split_forward,
                                   dt_region_seq_split_backward, DT_REGION_LAYOUT_REPLICATED,
-                                  DT_REGION_LAYOUT_ROWS, COMM(false, true, false)},
+                                  DT_REGION_LAYOUT_ROWS, COMM(false, true, false),
+                                  WORK(FULL, FULL)},
     [DT_REGION_KIND_SEQ_GATHER_SPLIT] = {"seq_gather_split", dt_region_seq_gather_split_forward,
                                          dt_region_seq_gather_split_backward, DT_REGION_LAYOUT_ROWS,
-                                         DT_REGION_LAYOUT_REPLICATED, COMM(true, false, false)},
+                                         DT_REGION_LAYOUT_REPLICATED, COMM(true, false, false),
+                                         WORK(NONE, NONE)},
     [DT_REGION_KIND_ALL_TO_ALL] = {"all_to_all", dt_region_all_to_all_forward,
                                    dt_region_all_to_all_backward, DT_REGION_LAYOUT_ROWS,
-                                   DT_REGION_LAYOUT_HEADS, COMM(true, true, false)},
+                                   DT_REGION_LAYOUT_HEADS, COMM(true, true, false),
+                                   WORK(SHARD, SHARD)},
 };
 
 #undef COMM
+#undef WORK
 
 /* The adjoints' halves; post is NULL exactly where OPS[k].backward_comm is false. */
 static const struct {
@@ -474,32 +483,16 @@ int64_t dt_region_count(dt_region_layout layout, const dt_region_shape *s, int s
     }
 }
 
+static int64_t work_floats(dt_region_work w, const dt_region_shape *s, int size) {
+    return w == DT_REGION_WORK_FULL ? full(s) : w == DT_REGION_WORK_SHARD ? full(s) / size : 0;
+}
+
 int64_t dt_region_work_count(dt_region_kind k, const dt_region_shape *s, int size) {
-    switch (k) {
-    case DT_REGION_KIND_COPY:
-    case DT_REGION_KIND_SCATTER:
-    case DT_REGION_KIND_GATHER:
-    case DT_REGION_KIND_SEQ_REDUCE_SCATTER:
-    case DT_REGION_KIND_SEQ_SPLIT:
-        return full(s);
-    case DT_REGION_KIND_SEQ_GATHER:
-    case DT_REGION_KIND_ALL_TO_ALL:
-        return full(s) / size;
-    default:
-        return 0;
-    }
+    const dt_region_op *op = dt_region_op_get(k);
+    return op ? work_floats(op->work, s, size) : 0;
 }
 
 int64_t dt_region_backward_work_count(dt_region_kind k, const dt_region_shape *s, int size) {
-    switch (k) {
-    case DT_REGION_KIND_SCATTER:
-    case DT_REGION_KIND_SEQ_REDUCE_SCATTER:
-    case DT_REGION_KIND_SEQ_SPLIT:
-        return full(s);
-    case DT_REGION_KIND_SEQ_GATHER:
-    case DT_REGION_KIND_ALL_TO_ALL:
-        return full(s) / size;
-    default: /* copy reduces in place in dy; reduce, gather, seq_gather_split move no data */
-        return 0;
-    }
+    const dt_region_op *op = dt_region_op_get(k);
+    return op ? work_floats(op->backward_work, s, size) : 0;
 }

@@ -67,6 +67,15 @@ typedef enum dt_region_kind {
     DT_REGION_KIND_COUNT
 } dt_region_kind;
 
+/* Scratch of a region op, in units of the tensor: none, the local share (full / size), or the
+ * whole tensor. */
+typedef enum dt_region_work {
+    DT_REGION_WORK_NONE,
+    DT_REGION_WORK_SHARD,
+    DT_REGION_WORK_FULL,
+    DT_REGION_WORK_COUNT
+} dt_region_work;
+
 typedef struct dt_region_op {
     const char *name; /* "copy", "seq_split", ... */
     dt_region_fn forward, backward;
@@ -77,6 +86,9 @@ typedef struct dt_region_op {
     /* dt_region_backward_begin runs the collective in place in dy (copy's all-reduce): dy is
      * overwritten with the all-reduced dy. false: begin/end never write dy. */
     bool backward_in_place;
+    /* Scratch the op needs: for the blocking forward and backward (work), and for
+     * dt_region_backward_begin (backward_work; never more than work). */
+    dt_region_work work, backward_work;
 } dt_region_op;
 
 /* The op table entry for `k` (static, never freed); NULL for an out-of-range k. */
