@@ -74,20 +74,20 @@ static void wire_block(dt_gpt *g, int l, const unit_store *u) {
     dt_block *b = &g->blocks[l];
     int qkv_rows = dt_block_qkv_width(&g->dims);
     if (g->cfg.arch == DT_ARCH_GPT2) {
-        b->ln1 = norm_view(u, &q[0], &q[1]);
-        b->qkv = linear_view(u, &q[2], &q[3], qkv_rows);
-        b->proj = linear_view(u, &q[4], &q[5], q[4].shape[0]);
-        b->ln2 = norm_view(u, &q[6], &q[7]);
-        b->fc = linear_view(u, &q[8], &q[9], q[8].shape[0]);
-        b->down = linear_view(u, &q[10], &q[11], q[10].shape[0]);
-    } else {
-        b->ln1 = norm_view(u, &q[0], NULL);
-        b->qkv = linear_view(u, &q[1], NULL, qkv_rows);
-        b->proj = linear_view(u, &q[4], NULL, q[4].shape[0]);
-        b->ln2 = norm_view(u, &q[5], NULL);
-        b->fc = linear_view(u, &q[6], NULL, q[6].shape[0]);
-        b->up = linear_view(u, &q[7], NULL, q[7].shape[0]);
-        b->down = linear_view(u, &q[8], NULL, q[8].shape[0]);
+        b->ln1 = norm_view(u, &q[GPT2_LN1_W], &q[GPT2_LN1_B]);
+        b->qkv = linear_view(u, &q[GPT2_QKV_W], &q[GPT2_QKV_B], qkv_rows);
+        b->proj = linear_view(u, &q[GPT2_PROJ_W], &q[GPT2_PROJ_B], q[GPT2_PROJ_W].shape[0]);
+        b->ln2 = norm_view(u, &q[GPT2_LN2_W], &q[GPT2_LN2_B]);
+        b->fc = linear_view(u, &q[GPT2_FC_W], &q[GPT2_FC_B], q[GPT2_FC_W].shape[0]);
+        b->down = linear_view(u, &q[GPT2_DOWN_W], &q[GPT2_DOWN_B], q[GPT2_DOWN_W].shape[0]);
+    } else { /* q, k, v adjacent (check_fused_qkv): one matmul from q's view */
+        b->ln1 = norm_view(u, &q[LLAMA_LN1_W], NULL);
+        b->qkv = linear_view(u, &q[LLAMA_Q_W], NULL, qkv_rows);
+        b->proj = linear_view(u, &q[LLAMA_O_W], NULL, q[LLAMA_O_W].shape[0]);
+        b->ln2 = norm_view(u, &q[LLAMA_LN2_W], NULL);
+        b->fc = linear_view(u, &q[LLAMA_GATE_W], NULL, q[LLAMA_GATE_W].shape[0]);
+        b->up = linear_view(u, &q[LLAMA_UP_W], NULL, q[LLAMA_UP_W].shape[0]);
+        b->down = linear_view(u, &q[LLAMA_DOWN_W], NULL, q[LLAMA_DOWN_W].shape[0]);
     }
 }
 
@@ -134,8 +134,9 @@ static dt_status check_fused_qkv(const dt_gpt *g) {
     for (int l = 0; l < g->cfg.n_layer; l++) {
         if (g->unit_local[l + 1] < 0)
             continue;
-        const dt_param *q = unit_tensors(g, l + 1) + 1;
-        if (q[0].offset + q[0].numel != q[1].offset || q[1].offset + q[1].numel != q[2].offset)
+        const dt_param *t = unit_tensors(g, l + 1);
+        const dt_param *q = &t[LLAMA_Q_W], *k = &t[LLAMA_K_W], *v = &t[LLAMA_V_W];
+        if (q->offset + q->numel != k->offset || k->offset + k->numel != v->offset)
             return dt_err_set(DT_ERR_ARG, "model: q/k/v projections of layer %d are not "
                               "contiguous (n_embd=%d should be a multiple of 16)", l,
                               g->cfg.n_embd);

@@ -14,6 +14,17 @@
 enum { DT_GPT_FRESH_BACKWARD = 1, DT_GPT_FRESH_WEIGHTS = 2, DT_GPT_FRESH_HEAD = 4,
        DT_GPT_FRESH_ALL = 7 };
 
+/* A block's tensors in table order (HuggingFace's), by name: build_table_* lays a block's rows
+ * out by these ids and wire_block reads them by the same ids, so neither relies on a position. */
+enum dt_gpt2_row {
+    GPT2_LN1_W, GPT2_LN1_B, GPT2_QKV_W, GPT2_QKV_B, GPT2_PROJ_W, GPT2_PROJ_B,
+    GPT2_LN2_W, GPT2_LN2_B, GPT2_FC_W, GPT2_FC_B, GPT2_DOWN_W, GPT2_DOWN_B, GPT2_BLOCK_ROWS
+};
+enum dt_llama_row {
+    LLAMA_LN1_W, LLAMA_Q_W, LLAMA_K_W, LLAMA_V_W, LLAMA_O_W, LLAMA_LN2_W,
+    LLAMA_GATE_W, LLAMA_UP_W, LLAMA_DOWN_W, LLAMA_BLOCK_ROWS
+};
+
 /* An int8 copy of one saved [rows, cols] tensor: the bytes and one fp32 scale per row. */
 typedef struct dt_gpt_q8 {
     int8_t *q;

@@ -90,36 +90,85 @@ static dt_status localize(dt_gpt *g, const bool *held) {
     return DT_OK;
 }
 
-#define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
 /* how each tensor splits over tp: vocabulary and column-parallel rows, row-parallel columns */
 #define WHOLE DT_SHARD_NONE
 #define ROWS DT_SHARD_ROWS
 #define COLS DT_SHARD_COLS
 #define QKV DT_SHARD_QKV
 
+/* A block row's sizes and initial spread, resolved per model by the arrays below. */
+typedef enum { SZ_0, SZ_C, SZ_3C, SZ_4C, SZ_KV, SZ_F, SZ_COUNT } row_size;
+typedef enum { STD_0, STD_W, STD_PROJ, STD_COUNT } row_std;
+
+typedef struct block_row {
+    const char *name; /* with the layer index for %d */
+    row_size rows, cols;
+    dt_param_init init;
+    row_std std;
+    bool conv1d;
+    dt_shard_kind split;
+} block_row;
+
+static const block_row GPT2_ROWS[GPT2_BLOCK_ROWS] = {
+    [GPT2_LN1_W] = {"h.%d.ln_1.weight", SZ_C, SZ_0, DT_INIT_ONES, STD_0, false, WHOLE},
+    [GPT2_LN1_B] = {"h.%d.ln_1.bias", SZ_C, SZ_0, DT_INIT_ZEROS, STD_0, false, WHOLE},
+    [GPT2_QKV_W] = {"h.%d.attn.c_attn.weight", SZ_3C, SZ_C, DT_INIT_NORMAL, STD_W, true, QKV},
+    [GPT2_QKV_B] = {"h.%d.attn.c_attn.bias", SZ_3C, SZ_0, DT_INIT_ZEROS, STD_0, false, QKV},
+    [GPT2_PROJ_W] = {"h.%d.attn.c_proj.weight", SZ_C, SZ_C, DT_INIT_NORMAL, STD_PROJ, true,
+                     COLS},
+    [GPT2_PROJ_B] = {"h.%d.attn.c_proj.bias", SZ_C, SZ_0, DT_INIT_ZEROS, STD_0, false,
+                     WHOLE},
+    [GPT2_LN2_W] = {"h.%d.ln_2.weight", SZ_C, SZ_0, DT_INIT_ONES, STD_0, false, WHOLE},
+    [GPT2_LN2_B] = {"h.%d.ln_2.bias", SZ_C, SZ_0, DT_INIT_ZEROS, STD_0, false, WHOLE},
+    [GPT2_FC_W] = {"h.%d.mlp.c_fc.weight", SZ_4C, SZ_C, DT_INIT_NORMAL, STD_W, true, ROWS},
+    [GPT2_FC_B] = {"h.%d.mlp.c_fc.bias", SZ_4C, SZ_0, DT_INIT_ZEROS, STD_0, false, ROWS},
+    [GPT2_DOWN_W] = {"h.%d.mlp.c_proj.weight", SZ_C, SZ_4C, DT_INIT_NORMAL, STD_PROJ, true,
+                     COLS},
+    [GPT2_DOWN_B] = {"h.%d.mlp.c_proj.bias", SZ_C, SZ_0, DT_INIT_ZEROS, STD_0, false, WHOLE},
+};
+
+#define L_ "model.layers.%d."
+static const block_row LLAMA_ROWS[LLAMA_BLOCK_ROWS] = {
+    [LLAMA_LN1_W] = {L_ "input_layernorm.weight", SZ_C, SZ_0, DT_INIT_ONES, STD_0, false, WHOLE},
+    [LLAMA_Q_W] = {L_ "self_attn.q_proj.weight", SZ_C, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+    [LLAMA_K_W] = {L_ "self_attn.k_proj.weight", SZ_KV, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+    [LLAMA_V_W] = {L_ "self_attn.v_proj.weight", SZ_KV, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+    [LLAMA_O_W] = {L_ "self_attn.o_proj.weight", SZ_C, SZ_C, DT_INIT_NORMAL, STD_W, false, COLS},
+    [LLAMA_LN2_W] = {L_ "post_attention_layernorm.weight", SZ_C, SZ_0, DT_INIT_ONES, STD_0, false,
+                     WHOLE},
+    [LLAMA_GATE_W] = {L_ "mlp.gate_proj.weight", SZ_F, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+    [LLAMA_UP_W] = {L_ "mlp.up_proj.weight", SZ_F, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+    [LLAMA_DOWN_W] = {L_ "mlp.down_proj.weight", SZ_C, SZ_F, DT_INIT_NORMAL, STD_W, false, COLS},
+};
+#undef L_
+
+/* Layer l's rows, in id order. */
+static dt_status add_block(dt_gpt *g, const block_row *rows, int n, int l,
+                           const int64_t size[SZ_COUNT], const float std[STD_COUNT]) {
+    char name[96];
+    for (int i = 0; i < n; i++) {
+        const block_row *r = &rows[i];
+        snprintf(name, sizeof name, r->name, l);
+        DT_TRY(add_param(g, name, size[r->rows], size[r->cols], r->init, std[r->std], r->conv1d,
+                         r->split));
+    }
+    return DT_OK;
+}
+
 static dt_status build_table_gpt2(dt_gpt *g) {
     const dt_model_config *c = &g->cfg;
     g->n_embed_params = 2;
-    g->per_layer = 12;
+    g->per_layer = GPT2_BLOCK_ROWS;
     int64_t C = c->n_embd;
-    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
-    char name[96];
-    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
-    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std, false, WHOLE));
-    for (int l = 0; l < c->n_layer; l++) {
-        DT_TRY(add_param(g, NAME("h.%d.ln_1.weight", l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.ln_1.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.weight", l), 3 * C, C, DT_INIT_NORMAL, std, true, QKV));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_attn.bias", l), 3 * C, 0, DT_INIT_ZEROS, 0, false, QKV));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.weight", l), C, C, DT_INIT_NORMAL, proj_std, true, COLS));
-        DT_TRY(add_param(g, NAME("h.%d.attn.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.ln_2.weight", l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.ln_2.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.weight", l), 4 * C, C, DT_INIT_NORMAL, std, true, ROWS));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_fc.bias", l), 4 * C, 0, DT_INIT_ZEROS, 0, false, ROWS));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.weight", l), C, 4 * C, DT_INIT_NORMAL, proj_std, true, COLS));
-        DT_TRY(add_param(g, NAME("h.%d.mlp.c_proj.bias", l), C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-    }
+    const int64_t size[SZ_COUNT] = {[SZ_C] = C, [SZ_3C] = 3 * C, [SZ_4C] = 4 * C};
+    const float std[STD_COUNT] = {[STD_W] = 0.02f,
+                                  [STD_PROJ] = 0.02f / sqrtf(2.0f * c->n_layer)};
+    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std[STD_W], false,
+                     ROWS));
+    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std[STD_W], false,
+                     WHOLE));
+    for (int l = 0; l < c->n_layer; l++)
+        DT_TRY(add_block(g, GPT2_ROWS, GPT2_BLOCK_ROWS, l, size, std));
     DT_TRY(add_param(g, "ln_f.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
     DT_TRY(add_param(g, "ln_f.bias", C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
     return DT_OK;
@@ -127,31 +176,22 @@ static dt_status build_table_gpt2(dt_gpt *g) {
 
 static dt_status build_table_llama(dt_gpt *g) {
     const dt_model_config *c = &g->cfg;
-    int64_t C = c->n_embd, hs = C / c->n_head, kv = (int64_t)dt_gpt_kv_heads(c) * hs;
-    int64_t F = dt_gpt_ffn_hidden(c);
-    float std = 0.02f;
-    char name[96];
+    int64_t C = c->n_embd, hs = C / c->n_head;
+    const int64_t size[SZ_COUNT] = {[SZ_C] = C, [SZ_KV] = (int64_t)dt_gpt_kv_heads(c) * hs,
+                                    [SZ_F] = dt_gpt_ffn_hidden(c)};
+    const float std[STD_COUNT] = {[STD_W] = 0.02f};
     g->n_embed_params = 1;
-    g->per_layer = 9;
-    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
-    for (int l = 0; l < c->n_layer; l++) {
-        const char *p = "model.layers";
-        DT_TRY(add_param(g, NAME("%s.%d.input_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.q_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.k_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.v_proj.weight", p, l), kv, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.self_attn.o_proj.weight", p, l), C, C, DT_INIT_NORMAL, std, false, COLS));
-        DT_TRY(add_param(g, NAME("%s.%d.post_attention_layernorm.weight", p, l), C, 0, DT_INIT_ONES, 0, false, WHOLE));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.gate_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.up_proj.weight", p, l), F, C, DT_INIT_NORMAL, std, false, ROWS));
-        DT_TRY(add_param(g, NAME("%s.%d.mlp.down_proj.weight", p, l), C, F, DT_INIT_NORMAL, std, false, COLS));
-    }
+    g->per_layer = LLAMA_BLOCK_ROWS;
+    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL,
+                     std[STD_W], false, ROWS));
+    for (int l = 0; l < c->n_layer; l++)
+        DT_TRY(add_block(g, LLAMA_ROWS, LLAMA_BLOCK_ROWS, l, size, std));
     DT_TRY(add_param(g, "model.norm.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
-    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std, false, ROWS));
+    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std[STD_W], false,
+                     ROWS));
     return DT_OK;
 }
 
-#undef NAME
 #undef WHOLE
 #undef ROWS
 #undef COLS
