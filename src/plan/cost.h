@@ -24,6 +24,11 @@
  * and plugin.act_compress = int8 (each kept tensor read and written once to compress, once to
  * restore). A rate left 0 falls back: attention to the matmul rate, norms and activations to
  * their bytes / mem_bandwidth.
+ * The video DiT (model.arch = dit) has its own rows (plan/cost_dit.c): its blocks' products
+ * (the adaLN modulations over one row a clip), non-causal attention over the clip, a frame or
+ * a position across time, its pointwise passes, and only the collectives it makes (no
+ * all-to-all for spatial attention); the device's rates, the pipeline replay (its boundary
+ * carries silu(c) too), data parallelism and the optimizer are shared.
  * Pure: no MPI, no tensors; thread-safe when gemm_rate is.
  */
 #ifndef DT_PLAN_COST_H
