@@ -397,6 +397,21 @@ static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, wo
     return DT_OK;
 }
 
+double dt_plan_step_flops(const dt_config *c) {
+    const dt_model_config *m = &c->model;
+    if (m->arch == DT_ARCH_DIT)
+        return dt_plan_dit_step_flops(m, c->train.batch_size);
+    double C = m->n_embd, hs = C / m->n_head, T = c->train.seq_len;
+    double kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    double F = m->arch == DT_ARCH_GPT2 ? 4 * C
+               : m->ffn_hidden > 0     ? m->ffn_hidden
+                                       : (double)(((8 * m->n_embd + 2) / 3 + 63) / 64 * 64);
+    /* per token: q|k|v, proj, the MLP (Llama: gate and up), the head; causal attention */
+    double block = C * (C + 2 * kv * hs) + C * C + (m->arch == DT_ARCH_GPT2 ? 2 : 3) * C * F;
+    double token = 2 * (m->n_layer * block + C * m->vocab_size) + m->n_layer * 2 * T * C;
+    return 3 * token * c->train.batch_size * T;
+}
+
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *sched, dt_plan_time *out) {
     memset(out, 0, sizeof *out);

@@ -69,6 +69,12 @@ typedef struct dt_plan_time {
     double bubble;    /* pipeline: idle share of the replayed schedule (0 without pp) */
 } dt_plan_time;
 
+/* The model FLOPs of one training step of c (train.batch_size sequences or clips): forward
+ * and backward (twice the forward) of every matmul and of the attention cores (causal: half
+ * of 4 T hs a token and head; the DiT's non-causal: all of it, T its block's sequence), no
+ * reruns, whatever the layout. */
+double dt_plan_step_flops(const dt_config *c);
+
 /* Predict one step of a `world`-rank run of c. sched: the pipeline schedule run (borrowed;
  * NULL: generated from plugin.pp_schedule). DT_ERR_ARG when the layout does not split. */
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,

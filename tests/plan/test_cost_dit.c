@@ -20,7 +20,6 @@
 #include "harness.h"
 #include "models/dit.h"
 #include "plan/cost.h"
-#include "plan/cost_impl.h"
 
 static dt_config config_of(const dt_dit_config *d, int batch) {
     dt_config c;
@@ -82,7 +81,7 @@ static void check_shape(const dt_dit_config *dc) {
     const int batch = 4;
     dt_config c = config_of(dc, batch);
     double fwd = clip_forward_flops(d, dc);
-    double planned = dt_plan_dit_step_flops(&c.model, batch);
+    double planned = dt_plan_step_flops(&c);
     DT_CHECK_CLOSE(planned, 3 * batch * fwd, 1e-12 * planned);
     DT_CHECK_CLOSE(planned, batch * dt_dit_flops_per_sample(d), 1e-12 * planned);
 
