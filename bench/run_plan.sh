@@ -14,6 +14,10 @@
 #   PLAN_DTRAIN=PATH   the dtrain binary (default: build/dtrain of this checkout)
 #   PLAN_WORK=DIR      scratch folder (default: a new /tmp/dtrain-plan.XXXXXX)
 #   PLAN_SHAPE="L H C V T B"   model and batch (default "4 4 256 256 128 8")
+#   PLAN_MODEL=gpt2    dit: the video DiT of configs/dit-bounce.ini instead (16 clips of 128
+#                      patch tokens, spatial_temporal), over its own layouts: dp with ZeRO,
+#                      Ulysses with spatial_temporal and with full attention, tp, Megatron-SP,
+#                      pp under 1F1B and ZB-H1
 # Output: a markdown table on stdout; metrics, logs and predictions under $WORK.
 set -euo pipefail
 
@@ -32,7 +36,8 @@ log() { echo "[plan $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "dtrain: $(git -C "$REPO" rev-parse --short HEAD)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
-    echo "shape: GPT-2 L$L H$H C$C V$V, T $T, global batch $B, 2 ranks x 1 thread"
+    [ "${PLAN_MODEL:-gpt2}" = dit ] ||
+        echo "shape: GPT-2 L$L H$H C$C V$V, T $T, global batch $B, 2 ranks x 1 thread"
 } | tee "$WORK/env.txt" >&2
 
 common="--model.arch=gpt2 --model.n_layer=$L --model.n_head=$H --model.n_embd=$C \
@@ -56,6 +61,22 @@ RUNS=(
     "pp2 ZB-H1 m4|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=4"
     "pp2 interleaved v2 m4|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4"
 )
+if [ "${PLAN_MODEL:-gpt2}" = dit ]; then
+    common="--config $REPO/configs/dit-bounce.ini --train.steps=6 --train.log_every=1 \
+--train.eval_every=0 --checkpoint.every=0 --train.export= --train.micro_batch_size=0 \
+--plugin.precision=fp32"
+    echo "shape: the video DiT of configs/dit-bounce.ini, 2 ranks x 1 thread" | tee -a "$WORK/env.txt" >&2
+    RUNS=(
+        "dp2 ZeRO 0|--plugin.type=ddp"
+        "dp2 ZeRO 2|--plugin.type=zero2"
+        "Ulysses sp2 spatial_temporal|--plugin.type=hybrid --plugin.sp_size=2"
+        "Ulysses sp2 full attention|--plugin.type=hybrid --plugin.sp_size=2 --model.attn=full"
+        "tp2|--plugin.type=hybrid --plugin.tp_size=2"
+        "tp2 split_gather|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather"
+        "pp2 1F1B m4|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=1f1b --plugin.microbatches=4"
+        "pp2 ZB-H1 m4|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=4"
+    )
+fi
 # shellcheck disable=SC2086
 DEVICE=$(OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --device this --show-device $common)
 echo "device this: $DEVICE" | tee -a "$WORK/env.txt" >&2

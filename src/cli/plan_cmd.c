@@ -414,11 +414,12 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     cand x = {.c = *c, .dp = world / (c->plugin.tp_size * c->plugin.sp_size * c->plugin.pp_size),
               .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
     memcpy(x.cat, m.cat, sizeof x.cat);
-    char extra[512];
+    char extra[640];
     int k = snprintf(extra, sizeof extra, ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
-                     "\"bubble\": %.4f", rank, m.n_slots, m.n_inbox, (long long)m.n_local,
-                     1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble);
+                     "\"bubble\": %.4f, \"step_gflop\": %.3f", rank, m.n_slots, m.n_inbox,
+                     (long long)m.n_local, 1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble,
+                     dt_plan_step_flops(c) / 1e9);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "

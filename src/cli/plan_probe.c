@@ -52,7 +52,7 @@ static dt_status probe_norm(const dt_config *c, dt_plan_rate2 *out) {
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing the norms");
     }
     double tf[REPS], tb[REPS];
-    bool llama = c->model.arch != DT_ARCH_GPT2;
+    bool llama = c->model.arch == DT_ARCH_LLAMA; /* GPT-2 and the DiT: LayerNorm */
     for (int i = 0; i < REPS; i++) {
         double t0 = dt_now();
         if (llama)
@@ -74,7 +74,7 @@ static dt_status probe_norm(const dt_config *c, dt_plan_rate2 *out) {
 }
 
 static int ffn_hidden(const dt_model_config *m) {
-    if (m->arch == DT_ARCH_GPT2)
+    if (m->arch != DT_ARCH_LLAMA) /* GPT-2 and the DiT */
         return 4 * m->n_embd;
     return m->ffn_hidden > 0 ? m->ffn_hidden : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
 }
@@ -88,7 +88,7 @@ static dt_status probe_act(const dt_config *c, dt_plan_rate2 *out) {
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing the activation");
     }
     double tf[REPS], tb[REPS];
-    bool gelu = c->model.arch == DT_ARCH_GPT2;
+    bool gelu = c->model.arch != DT_ARCH_LLAMA;
     for (int i = 0; i < REPS; i++) {
         double t0 = dt_now();
         if (gelu)
@@ -108,11 +108,17 @@ static dt_status probe_act(const dt_config *c, dt_plan_rate2 *out) {
     return DT_OK;
 }
 
-/* One micro-batch's attention of the config (all heads, causal), in fp32 or bf16 mode; FLOPs
- * counted as the time model does: 2 T hs per query head and token forward, twice backward. */
+/* One micro-batch's attention of the config (all heads), in fp32 or bf16 mode; FLOPs counted
+ * as the time model does: causal (GPT-2, Llama) 2 T hs per query head and token forward,
+ * non-causal (the DiT, over the sequence its first block sees: the clip, or one frame's
+ * tokens under spatial_temporal) 4 T hs; twice that backward. */
 static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *out) {
     const dt_model_config *m = &c->model;
-    int T = c->train.seq_len, B = probe_rows(c) / T;
+    bool dit = m->arch == DT_ARCH_DIT;
+    int T = c->train.seq_len;
+    if (dit && m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL)
+        T = (m->height / m->patch_h) * (m->width / m->patch_w);
+    int B = probe_rows(c) / T;
     int NH = m->n_head, NKV = m->n_kv_head > 0 ? m->n_kv_head : NH, hs = m->n_embd / NH;
     B = B > 0 ? B : 1;
     int64_t tok = (int64_t)B * T, q_n = tok * NH * hs, kv_n = tok * NKV * hs;
@@ -125,7 +131,7 @@ static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *o
     }
     dt_attn_shape s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs,
                        .q_stride = (int64_t)NH * hs, .kv_stride = (int64_t)NKV * hs,
-                       .scale = 0.125f, .causal = true, .bf16 = bf16};
+                       .scale = 0.125f, .causal = !dit, .bf16 = bf16};
     double tf[REPS], tb[REPS];
     for (int i = 0; i < REPS; i++) {
         double t0 = dt_now();
@@ -134,7 +140,7 @@ static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *o
         dt_attention_backward(&s, dq, dk, dv, dy, y, lse, q, k, v);
         tf[i] = t1 - t0, tb[i] = dt_now() - t1;
     }
-    double flops = 2.0 * tok * T * NH * hs;
+    double flops = (dit ? 4.0 : 2.0) * tok * T * NH * hs;
     out->fwd = flops / best_of(tf);
     out->bwd = 2 * flops / best_of(tb);
     free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);

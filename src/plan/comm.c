@@ -1,4 +1,7 @@
-/* The communication ledger. See comm.h.
+/* The communication ledger. See comm.h. GPT-2 and Llama (nn/block.c, models/gpt.c) and the
+ * video DiT (models/dit_fwd.c, dit_units.c, dit_tp.c) make their own collectives in a
+ * micro-batch; the gradient group's traffic and the pipeline's are the engine's, the same for
+ * both.
  *
  * Per call, for a group of p ranks (a group of one moves nothing): all-reduce of n bytes
  * 2 n (p-1) / p (integer division, as counted); all-gather and reduce-scatter: the total less
@@ -23,6 +26,8 @@ typedef struct ledger {
     bool held[DT_MAX_CHUNKS + 2], first, last; /* units here; the embedding's / head's stage */
     bool split, lp;                              /* split backward; 16-bit matmuls */
     const dt_plugin_config *plugin;              /* plugin.ac, ac_every */
+    bool dit, dit_st;   /* the video DiT; its attention alternates spatial / temporal */
+    int64_t B, P;       /* DiT: clips per micro-batch, floats per patch */
 } ledger;
 
 static void add(int64_t *bytes, int64_t *calls, int64_t b) {
@@ -139,6 +144,85 @@ static void micro_batch(ledger *g, const bool *skip) {
         rows_grads(g, g->T * g->C); /* wpe */
     if (g->first)
         leave_bwd(g);
+}
+
+/* ---- the video DiT (models/dit_fwd.c, dit_units.c, dit_tp.c) ------------------------------ */
+
+/* Under Ulysses, full and temporal attention need whole sequences (the all-to-alls); spatial
+ * attention (the even blocks of spatial_temporal) runs on the rank's own frames. */
+static bool dit_a2a(const ledger *g, int l) { return g->sp > 1 && !(g->dit_st && l % 2 == 0); }
+
+/* A block's forward: the modulated norm enters the tp region (gathered under Megatron-SP),
+ * q|k|v to heads and the output back to rows, proj leaves; the MLP enters and fc2 leaves. */
+static void dit_block_fwd(ledger *g, int l) {
+    enter_fwd(g);
+    if (dit_a2a(g, l)) {
+        sp_op(g, a2a_qkv(g));
+        sp_op(g, a2a_att(g));
+    }
+    leave_fwd(g);
+    enter_fwd(g);
+    leave_fwd(g);
+}
+
+/* A block's backward (block_backward): fc2's bias summed over split rows and its output
+ * gradient gathered, m2 gathered again, fc1's input gradient summed; the attention output
+ * rebuilt as rows (its all-to-all again), proj as fc2, the output gradient to heads and
+ * d q|k|v back to rows, m1 gathered, qkv's input gradient summed; the modulation gradients
+ * [B, 6C] summed over split rows. The weight pass of a split backward gathers m2 and m1 and
+ * rebuilds the attention rows once more. A full rerun is the block's forward again, before
+ * the backward and before the weight pass (dit_fwd.c: rebuild); selective reruns only the
+ * attention kernel, from q|k|v kept in attention order: no collective. */
+static void dit_block_bwd(ledger *g, int l) {
+    bool a2a = dit_a2a(g, l), full = dt_plan_ac_rerun(g->plugin, l) == DT_PLAN_RERUN_BLOCK;
+    if (full)
+        dit_block_fwd(g, l);
+    rows_grads(g, g->C);
+    leave_bwd(g);
+    enter_fwd(g);
+    enter_bwd(g);
+    if (a2a)
+        sp_op(g, a2a_att(g));
+    rows_grads(g, g->C);
+    leave_bwd(g);
+    if (a2a) {
+        sp_op(g, a2a_att(g));
+        sp_op(g, a2a_qkv(g));
+    }
+    enter_fwd(g);
+    enter_bwd(g);
+    rows_grads(g, 6 * g->B * g->C);
+    if (!g->split)
+        return;
+    if (full)
+        dit_block_fwd(g, l);
+    enter_fwd(g);
+    if (a2a)
+        sp_op(g, a2a_att(g));
+    enter_fwd(g);
+}
+
+/* One micro-batch through the rank's units. The embedders and the final layer are replicated
+ * over tp: only Megatron-SP sums the gradients of what they apply to split rows (the patch
+ * embedding, the final linear and the final modulation) and the loss over the rows. */
+static void dit_micro_batch(ledger *g) {
+    for (int l = 0; l < g->L; l++)
+        if (g->held[l + 1])
+            dit_block_fwd(g, l);
+    if (g->last) {
+        if (g->sg) /* the loss: one double */
+            tp_op(g, allreduce(g->rows, 8));
+        rows_grads(g, g->P * g->C);
+        rows_grads(g, g->P);
+        rows_grads(g, 2 * g->B * g->C);
+    }
+    for (int l = g->L - 1; l >= 0; l--)
+        if (g->held[l + 1])
+            dit_block_bwd(g, l);
+    if (g->first) {
+        rows_grads(g, g->C * g->P);
+        rows_grads(g, g->C);
+    }
 }
 
 /* ---- over the gradient group (train/engine.c) -------------------------------------------- */
@@ -287,6 +371,10 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     g.Nt = g.N / g.sp;
     g.W = (g.NH + 2 * (nkv / tp)) * hs;
     g.A = g.NH * hs;
+    g.dit = m->arch == DT_ARCH_DIT;
+    g.dit_st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
+    g.B = mb;
+    g.P = (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
     for (int u = 0; u < g.L + 2; u++)
         g.held[u] = true;
     int sends = 0;
@@ -330,14 +418,18 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     for (int u = 0; u < a.U; u++)
         a.first[u] = a.n, a.n += a.size[u];
     a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
-    for (int k = 0; k < g.n_mb; k++)
-        micro_batch(&g, skip[k]);
+    for (int k = 0; k < g.n_mb; k++) {
+        if (g.dit) /* its reruns are never skipped */
+            dit_micro_batch(&g);
+        else
+            micro_batch(&g, skip[k]);
+    }
     free(skip);
     out->grad_known = !(g.pp > 1 && g.zero == 3);
     if (out->grad_known)
         grad_step(&g, c, &a);
     tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp (and pp) */
-    int64_t boundary = (g.Nt / g.rows) * g.C * 4;
+    int64_t boundary = (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4; /* DiT: and silu(c) */
     out->pp = sends * boundary + allreduce(g.pp, 8);
     return DT_OK;
 }

@@ -1,8 +1,9 @@
 /* The communication ledger: the bytes one training step moves on each of a rank's comms, as
  * the run's metrics count them (comm_bytes_grad, _tp, _sp, _pp; core/comm.c's bus-bytes
  * convention), from every collective and message the algorithm makes, in the order it makes
- * them (nn/block.c, models/gpt.c, nn/lm_head.c, train/engine.c, train/pipeline.c), for the
- * units the rank's pipeline stage holds. Pure; thread-safe.
+ * them (nn/block.c, models/gpt.c, nn/lm_head.c; the video DiT's models/dit_fwd.c, dit_units.c,
+ * dit_tp.c; train/engine.c, train/pipeline.c), for the units the rank's pipeline stage holds.
+ * Pure; thread-safe.
  */
 #ifndef DT_PLAN_COMM_H
 #define DT_PLAN_COMM_H

@@ -12,45 +12,44 @@
 #include <string.h>
 
 #include "plan/comm.h"
+#include "plan/cost_impl.h"
 #include "plan/memory.h"
 #include "plan/mesh.h"
 #include "plan/plan_impl.h"
 #include "plan/stages.h"
 
-typedef struct work {
-    const dt_config *c;
-    const dt_plan_device *d;
-    double rate;                 /* the matmul peak of the run's operand type */
-    dt_plan_rate2 attn, norm, act; /* resolved: no zero left */
-    bool lp;                     /* 16-bit matmul operands */
-    int tp, sp, dp, pp, v, L, T, n_mb, zero, grad_p;
-    bool gpt2, sg;
-    double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles */
-} work;
+typedef dt_plan_work work;
+typedef dt_plan_chunk_cost chunk_cost;
+typedef dt_plan_linear_s linear_s;
 
-static double coll(const work *w, int p, double bytes) {
+double dt_plan_cost_coll(const work *w, int p, double bytes) {
     return p > 1 ? w->d->latency + bytes / w->d->bandwidth : 0;
 }
-static double allreduce(const work *w, int p, double n) { return coll(w, p, 2 * n * (p - 1) / p); }
-static double gather_like(const work *w, int p, double n) { return coll(w, p, n * (p - 1) / p); }
+double dt_plan_cost_allreduce(const work *w, int p, double n) {
+    return dt_plan_cost_coll(w, p, 2 * n * (p - 1) / p);
+}
+double dt_plan_cost_gather(const work *w, int p, double n) {
+    return dt_plan_cost_coll(w, p, n * (p - 1) / p);
+}
+static double allreduce(const work *w, int p, double n) { return dt_plan_cost_allreduce(w, p, n); }
+static double gather_like(const work *w, int p, double n) { return dt_plan_cost_gather(w, p, n); }
 
 /* ---- one block, one micro-batch ------------------------------------------------------------- */
 
 /* seconds of an m x k by k x n product */
-static double gemm_s(const work *w, double m, double n, double k) {
+double dt_plan_cost_gemm(const work *w, double m, double n, double k) {
     double rate = w->d->gemm_rate ? w->d->gemm_rate(w->d->gemm_ctx, w->lp, m, n, k) : 0;
     return 2 * m * n * k / (rate > 0 ? rate : w->rate);
 }
 
 /* A linear layer [m, in] -> [m, out]: its forward, and its backward's two products. */
-typedef struct linear_s {
-    double fwd, dx, dw;
-} linear_s;
-
+void dt_plan_cost_add_linear(const work *w, double m, double in, double out, linear_s *acc) {
+    acc->fwd += dt_plan_cost_gemm(w, m, out, in);
+    acc->dx += dt_plan_cost_gemm(w, m, in, out);
+    acc->dw += dt_plan_cost_gemm(w, out, in, m);
+}
 static void add_linear(const work *w, double m, double in, double out, linear_s *acc) {
-    acc->fwd += gemm_s(w, m, out, in);
-    acc->dx += gemm_s(w, m, in, out);
-    acc->dw += gemm_s(w, out, in, m);
+    dt_plan_cost_add_linear(w, m, in, out, acc);
 }
 
 static linear_s block_linears(const work *w) {
@@ -171,11 +170,6 @@ static block_cost cost_block(const work *w, int l, bool split) {
 
 /* ---- chunks and the schedule ------------------------------------------------------------- */
 
-typedef struct chunk_cost {
-    double f, b, wgt;
-    double b_fresh; /* b when it follows the chunk's own F at once (dt_plan_fresh_block) */
-} chunk_cost;
-
 static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chunk_cost *out) {
     int n = w->pp * w->v;
     for (int c = 0; c < n; c++) {
@@ -225,7 +219,7 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
     }
     for (int i = 0; i < pairs; i++)
         act[i] = grad[i] = -1;
-    double msg = w->d->latency + w->Nr * w->C * 4 / w->d->bandwidth;
+    double msg = w->d->latency + w->boundary / w->d->bandwidth;
     for (int r = 0; r < s->pp; r++)
         end[r] = busy[r] = 0;
     bool progress = true;
@@ -354,7 +348,7 @@ static double positive_or(double x, double fallback) { return x > 0 ? x : fallba
 static void resolve_rates(work *w, const dt_model_config *m) {
     const dt_plan_device *d = w->d;
     dt_plan_rate2 at = w->lp ? d->attn_16 : d->attn_fp32;
-    double bw = d->mem_bandwidth, swiglu = m->arch != DT_ARCH_GPT2;
+    double bw = d->mem_bandwidth, swiglu = m->arch == DT_ARCH_LLAMA;
     w->attn = (dt_plan_rate2){positive_or(at.fwd, w->rate), positive_or(at.bwd, w->rate)};
     w->norm = (dt_plan_rate2){positive_or(d->norm.fwd, bw / 8), positive_or(d->norm.bwd, bw / 12)};
     w->act = (dt_plan_rate2){positive_or(d->act.fwd, bw / (swiglu ? 12 : 8)),
@@ -375,14 +369,15 @@ static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, wo
         return dt_err_set(DT_ERR_ARG, "time model: train.batch_size=%d does not split into "
                           "micro-batches over %d data-parallel ranks", c->train.batch_size, dp);
     int tp = p->tp_size, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
-    int F = m->arch == DT_ARCH_GPT2 ? 4 * m->n_embd
-            : m->ffn_hidden > 0     ? m->ffn_hidden
-                                    : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
+    int F = m->arch != DT_ARCH_LLAMA ? 4 * m->n_embd /* GPT-2 and the DiT */
+            : m->ffn_hidden > 0      ? m->ffn_hidden
+                                     : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
     double hs = (double)m->n_embd / m->n_head;
     *w = (work){.c = c, .d = d, .tp = tp, .sp = p->sp_size, .dp = dp, .pp = p->pp_size,
                 .v = p->pp_size > 1 ? p->pp_chunks : 1, .L = m->n_layer, .T = c->train.seq_len,
                 .n_mb = rows / mb, .zero = dt_config_zero_stage(c), .grad_p = dp * p->sp_size,
                 .gpt2 = m->arch == DT_ARCH_GPT2, .sg = p->sp_mode == DT_SP_SPLIT_GATHER,
+                .dit = m->arch == DT_ARCH_DIT, .B = mb,
                 .rate = p->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16};
     w->N = (double)mb * w->T;
     w->Nt = w->N / w->sp;
@@ -394,11 +389,27 @@ static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, wo
     w->F = (double)(F / tp);
     w->V = (double)((m->vocab_size + tp - 1) / tp);
     w->lp = p->precision != DT_PREC_FP32;
+    w->boundary = (w->Nr + (w->dit ? w->B : 0)) * w->C * 4; /* the DiT's carries silu(c) */
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
         (p->offload == DT_OFFLOAD_DISK && !(d->disk_bandwidth > 0)))
         return dt_err_set(DT_ERR_ARG, "time model: the device's rates must be positive");
     return DT_OK;
+}
+
+double dt_plan_step_flops(const dt_config *c) {
+    const dt_model_config *m = &c->model;
+    if (m->arch == DT_ARCH_DIT)
+        return dt_plan_dit_step_flops(m, c->train.batch_size);
+    double C = m->n_embd, hs = C / m->n_head, T = c->train.seq_len;
+    double kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    double F = m->arch == DT_ARCH_GPT2 ? 4 * C
+               : m->ffn_hidden > 0     ? m->ffn_hidden
+                                       : (double)(((8 * m->n_embd + 2) / 3 + 63) / 64 * 64);
+    /* per token: q|k|v, proj, the MLP (Llama: gate and up), the head; causal attention */
+    double block = C * (C + 2 * kv * hs) + C * C + (m->arch == DT_ARCH_GPT2 ? 2 : 3) * C * F;
+    double token = 2 * (m->n_layer * block + C * m->vocab_size) + m->n_layer * 2 * T * C;
+    return 3 * token * c->train.batch_size * T;
 }
 
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
@@ -421,7 +432,10 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
     double *end = calloc((size_t)w.pp, sizeof *end), *busy = calloc((size_t)w.pp, sizeof *busy);
     dt_status st = cc && end && busy ? DT_OK : dt_err_set(DT_ERR_OOM, "time model: out of memory");
     if (st == DT_OK) {
-        cost_chunks(&w, &sp, split, cc);
+        if (w.dit)
+            dt_plan_dit_chunk_costs(&w, &sp, split, cc);
+        else
+            cost_chunks(&w, &sp, split, cc);
         if (w.pp > 1) {
             st = replay(&w, sched, cc, end, busy);
         } else {

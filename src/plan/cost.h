@@ -24,6 +24,11 @@
  * and plugin.act_compress = int8 (each kept tensor read and written once to compress, once to
  * restore). A rate left 0 falls back: attention to the matmul rate, norms and activations to
  * their bytes / mem_bandwidth.
+ * The video DiT (model.arch = dit) has its own rows (plan/cost_dit.c): its blocks' products
+ * (the adaLN modulations over one row a clip), non-causal attention over the clip, a frame or
+ * a position across time, its pointwise passes, and only the collectives it makes (no
+ * all-to-all for spatial attention); the device's rates, the pipeline replay (its boundary
+ * carries silu(c) too), data parallelism and the optimizer are shared.
  * Pure: no MPI, no tensors; thread-safe when gemm_rate is.
  */
 #ifndef DT_PLAN_COST_H
@@ -63,6 +68,12 @@ typedef struct dt_plan_time {
     double comm_s;    /* its data-parallel communication not hidden behind compute */
     double bubble;    /* pipeline: idle share of the replayed schedule (0 without pp) */
 } dt_plan_time;
+
+/* The model FLOPs of one training step of c (train.batch_size sequences or clips): forward
+ * and backward (twice the forward) of every matmul and of the attention cores (causal: half
+ * of 4 T hs a token and head; the DiT's non-causal: all of it, T its block's sequence), no
+ * reruns, whatever the layout. */
+double dt_plan_step_flops(const dt_config *c);
 
 /* Predict one step of a `world`-rank run of c. sched: the pipeline schedule run (borrowed;
  * NULL: generated from plugin.pp_schedule). DT_ERR_ARG when the layout does not split. */

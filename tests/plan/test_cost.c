@@ -1,4 +1,5 @@
-/* plan/cost: the time model against a step worked out by hand (one GPT-2 layer, FLOPs / rate),
+/* plan/cost: the time model and the model FLOPs of a step against a step worked out by hand
+ * (one GPT-2 layer, one Llama layer with grouped KV heads, FLOPs / rate),
  * the pipeline bubble of the replayed schedules against the closed forms, and the directions
  * its levers must move the step (overlap hides the gradient reduction, recomputation costs a
  * forward, tensor parallelism divides the matmuls). */
@@ -38,6 +39,14 @@ static void test_by_hand(void) {
      * attention 2 x 16 x 16 x 16 = 8192, LM head 2 x 16 x 16 x 16 = 8192; backward twice */
     double want = 3.0 * (98304 + 8192 + 8192) / 1e9;
     DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), want, 1e-9);
+    DT_CHECK_CLOSE(dt_plan_step_flops(&c), want * 1e9, 1e-6);
+    dt_config l = c; /* Llama (SwiGLU 48 wide, 2 KV heads of 4): only matmuls cost here */
+    l.model.arch = DT_ARCH_LLAMA, l.model.n_head = 4, l.model.n_kv_head = 2;
+    l.model.ffn_hidden = 48;
+    double kv = 2 * 16 * (16 + 2 * 8) + 2 * 16 * 16, mlp = 2 * 3 * 16 * 48; /* a token */
+    double lwant = 3.0 * (16 * (kv + mlp) + 8192 + 8192);
+    DT_CHECK_CLOSE(dt_plan_step_flops(&l), lwant, 1e-6);
+    DT_CHECK_CLOSE(step(&l, 1, &FAST_NET, NULL), lwant / 1e9, 1e-9);
     c.train.batch_size = 4, c.train.micro_batch_size = 1;
     DT_CHECK_CLOSE(step(&c, 1, &FAST_NET, NULL), 4 * want, 1e-9);
 }

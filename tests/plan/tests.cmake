@@ -13,3 +13,9 @@ add_test(NAME plan/mem_predict_dit
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/mem_predict_dit.sh $<TARGET_FILE:dtrain>
                  ${CMAKE_SOURCE_DIR})
 set_tests_properties(plan/mem_predict_dit PROPERTIES LABELS "plan;mpi" TIMEOUT 600)
+
+# The communication ledger equals the bytes a real run moved, on a DiT layout matrix.
+add_test(NAME plan/comm_predict_dit
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/comm_predict_dit.sh $<TARGET_FILE:dtrain>
+                 ${CMAKE_SOURCE_DIR})
+set_tests_properties(plan/comm_predict_dit PROPERTIES LABELS "plan;mpi" TIMEOUT 600)

@@ -1,0 +1,63 @@
+/* Shared inside plan/ by the time model's two halves: cost.c (the device's rates, GPT-2 and
+ * Llama blocks, the pipeline replay, data parallelism and the optimizer) and cost_dit.c (the
+ * video DiT's units). Nothing outside plan/ includes it. Pure; thread-safe when the device's
+ * gemm_rate is.
+ */
+#ifndef DT_PLAN_COST_IMPL_H
+#define DT_PLAN_COST_IMPL_H
+
+#include <stdbool.h>
+
+#include "core/config.h"
+#include "plan/cost.h"
+#include "plan/stages.h"
+
+/* One layout's work on one rank, as the time model sees it. */
+typedef struct dt_plan_work {
+    const dt_config *c;
+    const dt_plan_device *d;
+    double rate;                   /* the matmul peak of the run's operand type */
+    dt_plan_rate2 attn, norm, act; /* resolved: no zero left */
+    bool lp;                       /* 16-bit matmul operands */
+    int tp, sp, dp, pp, v, L, T, n_mb, zero, grad_p;
+    bool gpt2, sg, dit;
+    double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles (DiT: T = S tokens a
+                                              * clip, F = 4 C / tp) */
+    double B;                      /* sequences (DiT: clips) per micro-batch */
+    double boundary;               /* bytes of one pipeline boundary message */
+} dt_plan_work;
+
+/* A chunk's passes on one micro-batch: forward, backward (the input half when split), the
+ * split backward's weight pass, and the backward when it follows the chunk's own forward at
+ * once (its rerun skipped). */
+typedef struct dt_plan_chunk_cost {
+    double f, b, wgt, b_fresh;
+} dt_plan_chunk_cost;
+
+/* A linear layer's forward and its backward's two products, in seconds. */
+typedef struct dt_plan_linear_s {
+    double fwd, dx, dw;
+} dt_plan_linear_s;
+
+/* Seconds of a collective over p ranks moving `bytes` (its bus bytes): latency + bytes /
+ * bandwidth, 0 for a group of one; an all-reduce of n bytes; an all-gather or reduce-scatter
+ * of a whole of n bytes. */
+double dt_plan_cost_coll(const dt_plan_work *w, int p, double bytes);
+double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n);
+double dt_plan_cost_gather(const dt_plan_work *w, int p, double n);
+/* Seconds of an m x k by k x n product at the device's rate for that shape. */
+double dt_plan_cost_gemm(const dt_plan_work *w, double m, double n, double k);
+/* Adds a linear [m, in] -> [m, out] to acc. */
+void dt_plan_cost_add_linear(const dt_plan_work *w, double m, double in, double out,
+                             dt_plan_linear_s *acc);
+
+/* The video DiT (plan/cost_dit.c): every chunk's passes of one micro-batch. */
+void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, bool split,
+                             dt_plan_chunk_cost *out);
+
+/* The DiT's model FLOPs of one training step over `clips` clips: the forward and backward
+ * (twice the forward) of every matmul and of the attention cores (non-causal: 4 T hs a token
+ * and head, T the length of the sequence the block's attention sees), no reruns. */
+double dt_plan_dit_step_flops(const dt_model_config *m, double clips);
+
+#endif
