@@ -47,14 +47,26 @@ INLINE TARGET_BF16 __m512 load16(const void *p, int64_t i, bool io16) {
 
 INLINE TARGET_BF16 __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
 
+/* The operands are rows of hs elements at a large stride in the layer's buffers, read once per
+ * task: the row AHEAD rows on is fetched while this one is converted. */
+enum { AHEAD = 6 };
+INLINE void prefetch_row(const void *p, int64_t i, int n, bool io16) {
+    const char *a = io16 ? (const char *)((const uint16_t *)p + i) : (const char *)((const float *)p + i);
+    for (int b = 0; b < n * (io16 ? 2 : 4); b += 64)
+        __builtin_prefetch(a + b, 0, 3);
+}
+
 /* dst[i][0:n/2] = the bf16 pairs of row i of src (n % 16 == 0): a left operand, rows as
  * they are */
 INLINE TARGET_BF16 void pack_rows(uint32_t *dst, const void *src, int64_t off, int64_t stride,
                                   int nr, int n, bool io16) {
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < nr; i++) {
+        if (i + AHEAD < nr)
+            prefetch_row(src, off + (i + AHEAD) * stride, n, io16);
         for (int d = 0; d < n; d += 16)
             _mm256_storeu_si256((__m256i *)(dst + (int64_t)i * (n / 2) + d / 2),
                                 to_bf16(load16(src, off + i * stride + d, io16)));
+    }
 }
 
 /* dst[j][0:n] = the pairs (src[2j][c], src[2j+1][c]) for j < (nr+1)/2, a missing odd row as
@@ -64,7 +76,9 @@ INLINE TARGET_BF16 void pack_interleave(uint32_t *dst, const void *src, int64_t 
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                          24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
                                          16, 0);
-    for (int j = 0; j < (nr + 1) / 2; j++)
+    for (int j = 0; j < (nr + 1) / 2; j++) {
+        for (int a = 2 * j + AHEAD; a < 2 * j + AHEAD + 2 && a < nr; a++)
+            prefetch_row(src, off + a * stride, n, io16);
         for (int c = 0; c < n; c += 16) {
             const __m256i lo = to_bf16(load16(src, off + 2 * j * stride + c, io16));
             const __m256i hi = 2 * j + 1 < nr ? to_bf16(load16(src, off + (2 * j + 1) * stride + c, io16))
@@ -72,6 +86,7 @@ INLINE TARGET_BF16 void pack_interleave(uint32_t *dst, const void *src, int64_t 
             const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             _mm512_storeu_si512(dst + (int64_t)j * n + c, _mm512_permutexvar_epi16(idx, both));
         }
+    }
 }
 
 /* dst[j][c] = the pair (src[c][2j], src[c][2j+1]) for c < TBC (keys past nc zero), j < hs/2:
@@ -153,6 +168,16 @@ INLINE void zero_tail(float *row, int lim) {
         memset(row + lim, 0, (TBC - lim) * sizeof *row);
 }
 
+/* the maximum of row[0:lim], 0 < lim <= TBC (a positive scale commutes with it) */
+INLINE TARGET_BF16 float row_max(const float *row, int lim) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int c = 0; c < lim; c += 16) {
+        const __mmask16 k = lim - c >= 16 ? 0xffff : (__mmask16)((1u << (lim - c)) - 1);
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_loadu_ps(row + c));
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
 /* ---- forward: one (b, h) per task, alg. 1 of the FlashAttention paper ---- */
 
 /* scratch words of one forward task: k transposed per key tile [tiles][hs/2][TBC], then v
@@ -192,9 +217,13 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
             for (int i = 0; i < nr; i++) {
                 float *row = sc + i * TBC;
                 const int lim = vis(i, nc, off, s->causal);
-                float mx = m[i], sum = 0.0f;
-                for (int c = 0; c < lim; c++)
-                    mx = row[c] * scale > mx ? row[c] * scale : mx;
+                float sum = 0.0f;
+                float mx = m[i];
+                if (scale > 0.0f)
+                    mx = fmaxf(mx, row_max(row, lim) * scale);
+                else
+                    for (int c = 0; c < lim; c++)
+                        mx = fmaxf(mx, row[c] * scale);
                 /* key 0 is in the first tile, so m is finite from then on and alpha is 0
                  * exactly once */
                 const float alpha = m[i] == -INFINITY ? 0.0f : dt_vexp(m[i] - mx);
