@@ -267,13 +267,14 @@ INLINE void exp_row(float *row, float scale, float sub, int lim) {
         memset(row + lim, 0, (BC - lim) * sizeof *row);
 }
 
-/* The operands of one call: fp32, or (io16) q, k, v, y in bf16; io16 implies bf16 mode. */
+/* The operands of one call: fp32, or (io16) q, k, v in bf16 and (y16) y in bf16; io16
+ * implies bf16 mode. */
 typedef struct io {
     const void *q, *k, *v;
     void *y;
     const float *dy;
     float *lse, *dq, *dk, *dv;
-    bool io16, set;
+    bool io16, y16, set;
 } io;
 
 /* One query tile of one (b, h) through all its key tiles: alg. 1 of the FlashAttention paper.
@@ -352,7 +353,7 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, const io *x, 
         const int64_t yo = ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
         for (int d = 0; d < hs; d++) {
             const float yd = o[i * hs + d] * inv;
-            if (x->io16)
+            if (x->y16)
                 ((dt_bf16 *)x->y)[yo + d] = dt_bf16_from_f32(yd);
             else
                 ((float *)x->y)[yo + d] = yd;
@@ -425,7 +426,7 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, const io *x, const in
                      * dy that dP sees */
                     float acc = 0.0f;
                     for (int d = 0; d < hs; d++)
-                        acc += dya[i * dyas + d] * ld(x->y, yoff + i * C + d, x->io16);
+                        acc += dya[i * dyas + d] * ld(x->y, yoff + i * C + d, x->y16);
                     dd[i] = acc;
                 }
                 /* dP = dy v^T, then dS = P (dP - D), pre-multiplied by scale for dq and dk */
@@ -505,7 +506,8 @@ static bool use_dpbf16(const dt_attn_shape *s, bool io16) {
 }
 
 static void forward(const dt_attn_shape *s, const io *x) {
-    if (use_dpbf16(s, x->io16) && dt_attn_bf16_forward(s, x->y, x->lse, x->q, x->k, x->v, x->io16))
+    if (use_dpbf16(s, x->io16) &&
+        dt_attn_bf16_forward(s, x->y, x->lse, x->q, x->k, x->v, x->io16, x->y16))
         return;
     const int n_tasks = s->B * s->NH * ((s->T + BR - 1) / BR);
     void (*const f)(const dt_attn_shape *, int, const io *) = FWD[dt_isa_pick(DT_ISA_AVX512BF16)];
@@ -517,7 +519,7 @@ static void forward(const dt_attn_shape *s, const io *x) {
 static void backward(const dt_attn_shape *s, const io *x) {
     if (use_dpbf16(s, x->io16) &&
         dt_attn_bf16_backward(s, x->dq, x->dk, x->dv, x->dy, x->y, x->lse, x->q, x->k, x->v,
-                              x->io16, x->set))
+                              x->io16, x->y16, x->set))
         return;
     const int n_tasks = s->B * s->NKV;
     void (*const f)(const dt_attn_shape *, int, int, const io *) =
@@ -577,41 +579,44 @@ static int64_t span(const dt_attn_shape *s, int64_t stride, int64_t width) {
     return ((int64_t)s->B * s->T - 1) * stride + width;
 }
 
-void dt_attention_forward_bf16(const dt_attn_shape *s, uint16_t *y, float *lse, const uint16_t *q,
-                               const uint16_t *k, const uint16_t *v) {
+void dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, float *lse,
+                               const uint16_t *q, const uint16_t *k, const uint16_t *v) {
     if (!use_ref(s)) {
-        forward(s, &(io){.q = q, .k = k, .v = v, .y = y, .lse = lse, .io16 = true});
+        forward(s, &(io){.q = q, .k = k, .v = v, .y = y, .lse = lse, .io16 = true, .y16 = y16});
         return;
     }
     const int64_t nq = span(s, s->q_stride, (int64_t)s->NH * s->hs);
     const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
     const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
-    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv), *yf = widen(y, ny);
+    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv);
+    float *yf = y16 ? malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1)) : y;
     if (qf && kf && vf && yf) {
         dt_attn_shape sb = *s;
         sb.bf16 = true;
         dt_attention_forward_ref(&sb, yf, lse, qf, kf, vf);
-        for (int64_t i = 0; i < ny; i++)
-            y[i] = dt_bf16_from_f32(yf[i]);
+        for (int64_t i = 0; y16 && i < ny; i++)
+            ((dt_bf16 *)y)[i] = dt_bf16_from_f32(yf[i]);
     }
     free(qf);
     free(kf);
     free(vf);
-    free(yf);
+    if (y16)
+        free(yf);
 }
 
 void dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk, float *dv,
-                                    const float *dy, const uint16_t *y, const float *lse,
+                                    const float *dy, const void *y, bool y16, const float *lse,
                                     const uint16_t *q, const uint16_t *k, const uint16_t *v) {
     if (!use_ref(s)) {
         backward(s, &(io){.q = q, .k = k, .v = v, .y = (void *)y, .dy = dy, .lse = (float *)lse,
-                          .dq = dq, .dk = dk, .dv = dv, .io16 = true, .set = true});
+                          .dq = dq, .dk = dk, .dv = dv, .io16 = true, .y16 = y16, .set = true});
         return;
     }
     const int64_t nq = span(s, s->q_stride, (int64_t)s->NH * s->hs);
     const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
     const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
-    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv), *yf = widen(y, ny);
+    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv);
+    float *yf = y16 ? widen(y, ny) : (float *)y;
     if (qf && kf && vf && yf) {
         dt_attn_shape sb = *s;
         sb.bf16 = true;
@@ -620,7 +625,8 @@ void dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk
     free(qf);
     free(kf);
     free(vf);
-    free(yf);
+    if (y16)
+        free(yf);
 }
 
 /* ---- reference: plain loops, double accumulation, one score row at a time ---- */

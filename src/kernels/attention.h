@@ -45,13 +45,13 @@ void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *
 void dt_attention_backward_set(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                                const float *dy, const float *y, const float *lse,
                                const float *q, const float *k, const float *v);
-/* bf16 storage (bf16 mode implied): q, k, v and y are bf16 arrays at the same strides; lse, dy
- * and the gradients stay fp32. The results are those of the fp32 entry points in bf16 mode on
- * the same (bf16) values, with y rounded once at the end. */
-void dt_attention_forward_bf16(const dt_attn_shape *s, uint16_t *y, float *lse, const uint16_t *q,
-                               const uint16_t *k, const uint16_t *v);
+/* bf16 storage (bf16 mode implied): q, k, v are bf16 arrays at the same strides, and so is y
+ * when y16 (else fp32); lse, dy and the gradients stay fp32. The results are those of the fp32
+ * entry points in bf16 mode on the same (bf16) values, y rounded once at the end when y16. */
+void dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, float *lse,
+                               const uint16_t *q, const uint16_t *k, const uint16_t *v);
 void dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk, float *dv,
-                                    const float *dy, const uint16_t *y, const float *lse,
+                                    const float *dy, const void *y, bool y16, const float *lse,
                                     const uint16_t *q, const uint16_t *k, const uint16_t *v);
 /* Plain reference: materialises one score row at a time, in double. */
 void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, const float *q,

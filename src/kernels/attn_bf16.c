@@ -188,7 +188,7 @@ static size_t fwd_words(int T, int hs) {
 
 static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, float *lse,
                                  const void *q, const void *k, const void *v, bool io16,
-                                 uint32_t *w) {
+                                 bool y16, uint32_t *w) {
     const int T = s->T, hs = s->hs, H2 = hs / 2, C = s->NH * hs, kvh = h / (s->NH / s->NKV);
     const int64_t qs = s->q_stride, kvs = s->kv_stride;
     const int64_t qoff = (int64_t)b * T * qs + (int64_t)h * hs;
@@ -253,7 +253,7 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
             const int64_t yo = ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
             for (int d = 0; d < hs; d += 16) {
                 const __m512 yv = _mm512_mul_ps(_mm512_loadu_ps(o + i * hs + d), inv);
-                if (io16)
+                if (y16)
                     _mm256_storeu_si256((__m256i *)((uint16_t *)y + yo + d), to_bf16(yv));
                 else
                     _mm512_storeu_ps((float *)y + yo + d, yv);
@@ -264,7 +264,7 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
 }
 
 bool dt_attn_bf16_forward(const dt_attn_shape *s, void *y, float *lse, const void *q,
-                          const void *k, const void *v, bool io16) {
+                          const void *k, const void *v, bool io16, bool y16) {
     const size_t per = fwd_words(s->T, s->hs);
     uint32_t *buf = malloc(sizeof(uint32_t) * per * (size_t)omp_get_max_threads());
     if (!buf)
@@ -275,7 +275,7 @@ bool dt_attn_bf16_forward(const dt_attn_shape *s, void *y, float *lse, const voi
         uint32_t *w = buf + per * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < n_tasks; t++)
-            fwd_head(s, t / s->NH, t % s->NH, y, lse, q, k, v, io16, w);
+            fwd_head(s, t / s->NH, t % s->NH, y, lse, q, k, v, io16, y16, w);
     }
     free(buf);
     return true;
@@ -330,7 +330,7 @@ INLINE TARGET_BF16 __m512 round16(__m512 x) {
 static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                                   float *dv, const float *dy, const void *y, const float *lse,
                                   const void *q, const void *k, const void *v, bool io16,
-                                  bool set, const bwd_scratch *w) {
+                                  bool y16, bool set, const bwd_scratch *w) {
     const int T = s->T, hs = s->hs, H2 = hs / 2, C = s->NH * hs, group = s->NH / s->NKV;
     const int64_t qs = s->q_stride, kvs = s->kv_stride;
     const int64_t kvoff = (int64_t)b * T * kvs + (int64_t)g * hs;
@@ -363,7 +363,7 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
             __m512 acc = _mm512_setzero_ps();
             for (int d = 0; d < hs; d += 16)
                 acc = _mm512_fmadd_ps(round16(_mm512_loadu_ps(dy + yoff + t * C + d)),
-                                      load16(y, yoff + t * C + d, io16), acc);
+                                      load16(y, yoff + t * C + d, y16), acc);
             w->dd[t] = _mm512_reduce_add_ps(acc);
         }
         for (int k0 = 0; k0 < T; k0 += TBC) {
@@ -414,7 +414,7 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
 
 bool dt_attn_bf16_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                            const float *dy, const void *y, const float *lse, const void *q,
-                           const void *k, const void *v, bool io16, bool set) {
+                           const void *k, const void *v, bool io16, bool y16, bool set) {
     const size_t per = bwd_words(s->T, s->hs);
     uint32_t *buf = malloc(sizeof(uint32_t) * per * (size_t)omp_get_max_threads());
     if (!buf)
@@ -426,7 +426,8 @@ bool dt_attn_bf16_backward(const dt_attn_shape *s, float *dq, float *dk, float *
         bwd_carve(&w, buf + per * (size_t)omp_get_thread_num(), s->T, s->hs);
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < n_tasks; t++)
-            bwd_group(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v, io16, set, &w);
+            bwd_group(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v, io16, y16, set,
+                      &w);
     }
     free(buf);
     return true;

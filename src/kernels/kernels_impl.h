@@ -53,13 +53,13 @@ static inline __attribute__((always_inline)) float dt_vexp(float x) {
 }
 
 /* Attention's bf16 mode on AVX512_BF16 (attn_bf16.c; hs % 16 == 0, hs <= 256): the kernels
- * of attention.h with every product on vdpbf16ps. io16: q, k, v and y are bf16 (uint16) arrays
- * at the same strides, else fp32. They allocate one scratch block per call (a few tiles of the
+ * of attention.h with every product on vdpbf16ps. io16: q, k, v are bf16 (uint16) arrays at
+ * the same strides, else fp32; y16: y likewise. They allocate one scratch block per call (a few tiles of the
  * whole sequence per thread) and return false, having done nothing, when it cannot be had. */
 bool dt_attn_bf16_forward(const dt_attn_shape *s, void *y, float *lse, const void *q,
-                          const void *k, const void *v, bool io16);
+                          const void *k, const void *v, bool io16, bool y16);
 bool dt_attn_bf16_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                            const float *dy, const void *y, const float *lse, const void *q,
-                           const void *k, const void *v, bool io16, bool set);
+                           const void *k, const void *v, bool io16, bool y16, bool set);
 
 #endif

@@ -187,7 +187,8 @@ static void check_thread_independence(bool bf16) {
 }
 
 /* The bf16-storage entry points against the fp32 ones in bf16 mode on the same bf16 values
- * (q, k, v rounded first; the backward given the bf16 y): the same bits, y rounded once. */
+ * (q, k, v rounded first; the backward given the bf16 y): the same bits, y rounded once (y16)
+ * or not at all (fp32 y). */
 static void check_bf16_io(int B, int T, int NH, int NKV, int hs, bool causal) {
     fused a = fused_make(B, T, NH, NKV, hs, causal, 1.0f, 40 + T + hs);
     a.s.bf16 = true;
@@ -198,25 +199,32 @@ static void check_bf16_io(int B, int T, int NH, int NKV, int hs, bool causal) {
         a.qkv[i] = dt_bf16_to_f32(qkv16[i]);
     }
     const int64_t nq = (int64_t)NH * hs, nkv = (int64_t)NKV * hs;
-    dt_attention_forward_bf16(&a.s, y16, lse16, qkv16, qkv16 + nq, qkv16 + nq + nkv);
+    dt_attention_forward_bf16(&a.s, y16, true, lse16, qkv16, qkv16 + nq, qkv16 + nq + nkv);
     run_fwd(&a, false);
-    int64_t bad = 0;
+    float *y32 = malloc(sizeof(float) * a.n_y), *d32 = malloc(sizeof(float) * a.n_qkv);
+    dt_attention_forward_bf16(&a.s, y32, false, lse16, qkv16, qkv16 + nq, qkv16 + nq + nkv);
+    int64_t bad = memcmp(y32, a.y, sizeof(float) * a.n_y) != 0;
     for (int64_t i = 0; i < a.n_y; i++) {
         bad += y16[i] != dt_bf16_from_f32(a.y[i]);
         a.y[i] = dt_bf16_to_f32(y16[i]);
     }
     bad += memcmp(lse16, a.lse, sizeof(float) * a.n_lse) != 0;
     dt_test_fill(d16, a.n_qkv, 11, 1e3f);
-    dt_attention_backward_set_bf16(&a.s, d16, d16 + nq, d16 + nq + nkv, a.dy, y16, lse16, qkv16,
+    dt_attention_backward_set_bf16(&a.s, d16, d16 + nq, d16 + nq + nkv, a.dy, y16, true, lse16,
+                                   qkv16,
                                    qkv16 + nq, qkv16 + nq + nkv);
+    dt_attention_backward_set_bf16(&a.s, d32, d32 + nq, d32 + nq + nkv, a.dy, a.y, false, lse16,
+                                   qkv16, qkv16 + nq, qkv16 + nq + nkv);
     run_bwd(&a, false);
     for (int64_t i = 0; i < a.n_qkv; i++)
-        bad += d16[i] != a.dqkv[i];
+        bad += (d16[i] != a.dqkv[i]) + (d32[i] != a.dqkv[i]);
     DT_CHECK(bad == 0, "bf16 storage %s B%d T%d NH%d NKV%d hs%d %s: %lld values differ",
              dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), B, T, NH, NKV, hs,
              causal ? "causal" : "full", (long long)bad);
     free(qkv16);
     free(y16);
+    free(y32);
+    free(d32);
     free(lse16);
     free(d16);
     fused_free(&a);
