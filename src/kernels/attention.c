@@ -4,9 +4,10 @@
  * thread's stack; nothing is allocated. Every output element is produced by one thread in a
  * fixed order, so results do not depend on the OpenMP thread count. The tile bodies are
  * compiled for AVX-512 (16-wide, an 8 x 32 micro-kernel), AVX2+FMA and the baseline ISA, and
- * picked at run time (kernels/isa.h). In bf16 mode the AVX-512-BF16 variant forms QK^T and PV
- * with vdpbf16ps from operands packed as bf16 pairs; the other variants round the same operands
- * to bf16 and multiply in fp32, which gives the same exact products.
+ * picked at run time (kernels/isa.h). In bf16 mode on AVX512_BF16 machines attn_bf16.c runs
+ * instead (every product on vdpbf16ps); the variants here round the same operands to bf16 and
+ * multiply in fp32, which gives the same exact products. The bf16-storage entry points read
+ * q, k, v (and y) in bf16 through the same bodies.
  */
 #include "kernels/attention.h"
 
