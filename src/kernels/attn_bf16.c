@@ -365,6 +365,8 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
         pack_rows(w->dyr, dy, yoff, C, T, hs, false);
         pack_interleave(w->dyi, dy, yoff, C, T, hs, false);
         for (int t = 0; t < T; t++) { /* D_t = rowsum(dy_t y_t) = sum_j P_tj dP_tj */
+            if (t + AHEAD < T)
+                prefetch_row(y, yoff + (t + AHEAD) * C, hs, y16);
             __m512 acc = _mm512_setzero_ps();
             for (int d = 0; d < hs; d += 16)
                 acc = _mm512_fmadd_ps(round16(_mm512_loadu_ps(dy + yoff + t * C + d)),
@@ -408,6 +410,10 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
     }
     for (int t = 0; t < T; t++) {
         float *dkr = dk + kvoff + t * kvs, *dvr = dv + kvoff + t * kvs;
+        for (int b4 = 0; t + AHEAD < T && b4 < hs * 4; b4 += 64) { /* rows written ahead */
+            __builtin_prefetch((char *)(dkr + AHEAD * kvs) + b4, 1, 3);
+            __builtin_prefetch((char *)(dvr + AHEAD * kvs) + b4, 1, 3);
+        }
         const float *sk = w->dk + (int64_t)t * hs, *sv = w->dv + (int64_t)t * hs;
 #pragma omp simd
         for (int d = 0; d < hs; d++) {
