@@ -4,13 +4,15 @@
  * thread's stack; nothing is allocated. Every output element is produced by one thread in a
  * fixed order, so results do not depend on the OpenMP thread count. The tile bodies are
  * compiled for AVX-512 (16-wide, an 8 x 32 micro-kernel), AVX2+FMA and the baseline ISA, and
- * picked at run time (kernels/isa.h). In bf16 mode the AVX-512-BF16 variant forms QK^T and PV
- * with vdpbf16ps from operands packed as bf16 pairs; the other variants round the same operands
- * to bf16 and multiply in fp32, which gives the same exact products.
+ * picked at run time (kernels/isa.h). In bf16 mode on AVX512_BF16 machines attn_bf16.c runs
+ * instead (every product on vdpbf16ps); the variants here round the same operands to bf16 and
+ * multiply in fp32, which gives the same exact products. The bf16-storage entry points read
+ * q, k, v (and y) in bf16 through the same bodies.
  */
 #include "kernels/attention.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
@@ -23,10 +25,16 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
+/* GCC's prefer-vector-width lets its loops use zmm; clang ignores a target string with it */
+#ifdef __clang__
+#define PREFER_512 ""
+#else
+#define PREFER_512 ",prefer-vector-width=512"
+#endif
 #define TARGET_AVX512 \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma" PREFER_512)))
 
-enum { V_BASE, V_AVX2, V_AVX512, V_BF16 }; /* compile-time variant of the tile bodies */
+enum { V_BASE, V_AVX2, V_AVX512 }; /* compile-time variant of the tile bodies */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -217,54 +225,33 @@ INLINE void tile_abt(float *restrict s, const float *a, int64_t a_stride, const 
 
 /* x rounded to bf16 (nearest even) and back: the operand a bf16 matmul would see */
 static inline float bf16_round(float x) { return dt_bf16_to_f32(dt_bf16_from_f32(x)); }
-static inline uint32_t bf16_pair(float lo, float hi) {
-    return (uint32_t)dt_bf16_from_f32(lo) | (uint32_t)dt_bf16_from_f32(hi) << 16;
+
+/* element i of an operand array: fp32, or bf16 (io16: the 16-bit entry points) */
+static inline float ld(const void *p, int64_t i, bool io16) {
+    return io16 ? dt_bf16_to_f32(((const dt_bf16 *)p)[i]) : ((const float *)p)[i];
 }
 
-/* dst[i][0:n] = bf16(src[i][0:n]) for i < nr: a tile of operand rows, rounded (bf16 mode) */
-INLINE void pack_round(float *restrict dst, const float *src, int64_t stride, int nr, int n) {
+/* dst[i][0:n] = src[off + i*stride + 0:n] for i < nr, rounded to bf16 when `round`: a tile of
+ * operand rows (bf16 mode) */
+INLINE void pack_round(float *restrict dst, const void *src, int64_t off, int64_t stride, int nr,
+                       int n, bool round, bool io16) {
     for (int i = 0; i < nr; i++)
-        for (int d = 0; d < n; d++)
-            dst[i * n + d] = bf16_round(src[i * stride + d]);
-}
-
-/* dst[i][j] = the bf16 pair (src[i][2j], src[i][2j+1]) for j < n/2 (n even): rows of the left
- * operand of dt_attn_dpbf16 */
-INLINE void pack_pairs_rows(uint32_t *restrict dst, const float *src, int64_t stride, int nr,
-                            int n) {
-    for (int i = 0; i < nr; i++)
-        for (int j = 0; j < n / 2; j++)
-            dst[i * (n / 2) + j] = bf16_pair(src[i * stride + 2 * j], src[i * stride + 2 * j + 1]);
-}
-
-/* dst[j][c] = the bf16 pair (src[c][2j], src[c][2j+1]) for c < nc, 0 for nc <= c < BC: the key
- * tile as the right operand of QK^T */
-INLINE void pack_pairs_t(uint32_t *restrict dst, const float *src, int64_t stride, int nc,
-                         int hs) {
-    for (int j = 0; j < hs / 2; j++)
-        for (int c = 0; c < BC; c++)
-            dst[j * BC + c] =
-                c < nc ? bf16_pair(src[c * stride + 2 * j], src[c * stride + 2 * j + 1]) : 0;
-}
-
-/* dst[j][d] = the bf16 pair (src[2j][d], src[2j+1][d]), rows past nc zero: the value tile as
- * the right operand of PV */
-INLINE void pack_pairs_cols(uint32_t *restrict dst, const float *src, int64_t stride, int nc,
-                            int hs) {
-    for (int j = 0; j < (nc + 1) / 2; j++)
-        for (int d = 0; d < hs; d++)
-            dst[j * hs + d] = bf16_pair(src[2 * j * stride + d],
-                                        2 * j + 1 < nc ? src[(2 * j + 1) * stride + d] : 0.0f);
+        for (int d = 0; d < n; d++) {
+            const float x = ld(src, off + i * stride + d, io16);
+            dst[i * n + d] = round ? bf16_round(x) : x;
+        }
 }
 
 /* bt[d][c] = src[c][d] (rounded to bf16 when `round`): the transpose makes the score rows
  * contiguous over keys. Columns past nc are zeroed so whole-vector loops over BC read defined
  * values. */
-INLINE void pack_t(float *restrict bt, const float *src, int64_t stride, int nc, int hs,
-                   bool round) {
+INLINE void pack_t(float *restrict bt, const void *src, int64_t off, int64_t stride, int nc,
+                   int hs, bool round, bool io16) {
     for (int c = 0; c < nc; c++)
-        for (int d = 0; d < hs; d++)
-            bt[d * BC + c] = round ? bf16_round(src[c * stride + d]) : src[c * stride + d];
+        for (int d = 0; d < hs; d++) {
+            const float x = ld(src, off + c * stride + d, io16);
+            bt[d * BC + c] = round ? bf16_round(x) : x;
+        }
     if (nc < BC)
         for (int d = 0; d < hs; d++)
             memset(bt + d * BC + nc, 0, (BC - nc) * sizeof *bt);
@@ -287,30 +274,33 @@ INLINE void exp_row(float *row, float scale, float sub, int lim) {
         memset(row + lim, 0, (BC - lim) * sizeof *row);
 }
 
+/* The operands of one call: fp32, or (io16) q, k, v in bf16 and (y16) y in bf16; io16
+ * implies bf16 mode. */
+typedef struct io {
+    const void *q, *k, *v;
+    void *y;
+    const float *dy;
+    float *lse, *dq, *dk, *dv;
+    bool io16, y16, set;
+} io;
+
 /* One query tile of one (b, h) through all its key tiles: alg. 1 of the FlashAttention paper.
  * The running max m and sum l rescale the output accumulator whenever the max grows, so the
  * result equals softmax(S) V without keeping S. */
-INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, float *lse,
-                     const float *q, const float *k, const float *v, const int isa) {
+INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, const io *x, const int isa) {
     const int T = s->T, hs = s->hs, nr = imin(BR, T - q0);
     const int kvh = h / (s->NH / s->NKV);
-    const float *qb = q + ((int64_t)b * T + q0) * s->q_stride + (int64_t)h * hs;
-    const float *kb = k + (int64_t)b * T * s->kv_stride + (int64_t)kvh * hs;
-    const float *vb = v + (int64_t)b * T * s->kv_stride + (int64_t)kvh * hs;
+    const int64_t qoff = ((int64_t)b * T + q0) * s->q_stride + (int64_t)h * hs;
+    const int64_t kvoff = (int64_t)b * T * s->kv_stride + (int64_t)kvh * hs;
     float kt[hs * BC], o[BR * hs];
     float sc[BR * BC], m[BR], l[BR];
-    /* bf16 mode: q, k, P and v rounded (qr, vr), or packed as pairs for vdpbf16ps (qp, kp, pp,
-     * vp) when the variant has it and hs fits its 16-float vectors */
-    const bool bf = s->bf16, dp = isa == V_BF16 && bf && hs % 16 == 0;
-    float qr[bf && !dp ? BR * hs : 1], vr[bf && !dp ? BC * hs : 1];
-    uint32_t qp[dp ? BR * hs / 2 : 1], kp[dp ? BC * hs / 2 : 1], pp[dp ? BR * BC / 2 : 1],
-        vp[dp ? BC * hs / 2 : 1];
-    const float *qa = qb;
+    /* bf16 mode: q, k, P and v rounded (qr, vr) */
+    const bool bf = s->bf16 || x->io16;
+    float qr[bf ? BR * hs : 1], vr[bf ? BC * hs : 1];
+    const float *qa = (const float *)x->q + qoff;
     int64_t qas = s->q_stride;
-    if (dp)
-        pack_pairs_rows(qp, qb, s->q_stride, nr, hs);
-    else if (bf) {
-        pack_round(qr, qb, s->q_stride, nr, hs);
+    if (bf) {
+        pack_round(qr, x->q, qoff, s->q_stride, nr, hs, true, x->io16);
         qa = qr;
         qas = hs;
     }
@@ -322,20 +312,14 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
     const int kend = s->causal ? q0 + nr : T;
     for (int k0 = 0; k0 < kend; k0 += BC) {
         const int nc = imin(BC, kend - k0);
-        const float *kb0 = kb + (int64_t)k0 * s->kv_stride, *vb0 = vb + (int64_t)k0 * s->kv_stride;
-        if (dp)
-            pack_pairs_t(kp, kb0, s->kv_stride, nc, hs);
-        else
-            pack_t(kt, kb0, s->kv_stride, nc, hs, bf);
+        const int64_t koff = kvoff + (int64_t)k0 * s->kv_stride;
+        pack_t(kt, x->k, koff, s->kv_stride, nc, hs, bf, x->io16);
         /* query q0+i sees key k0+c iff c <= i + (q0 - k0): that bounds the score columns,
          * and the keys j summed over in P v */
         const int off = q0 - k0;
         const band cols = s->causal ? (band){1 << 29, 1 << 29, off} : NO_BAND;
         const band diag = s->causal ? (band){1 << 29, off, 1 << 29} : NO_BAND;
-        if (dp)
-            dt_attn_dpbf16(sc, BC, nr, qp, hs / 2, kp, hs / 2, BC, false);
-        else
-            tile_abt(sc, qa, qas, kt, nr, hs, cols, isa);
+        tile_abt(sc, qa, qas, kt, nr, hs, cols, isa);
         for (int i = 0; i < nr; i++) {
             float *row = sc + i * BC;
             const int lim = visible(i, nc, q0, k0, s->causal);
@@ -353,9 +337,7 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                 sum += row[c];
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
-            if (dp)
-                pack_pairs_rows(pp + i * (BC / 2), row, 0, 1, BC);
-            else if (bf)
+            if (bf)
                 for (int c = 0; c < lim; c++)
                     row[c] = bf16_round(row[c]);
             if (alpha != 1.0f) {
@@ -365,22 +347,25 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
                     oi[d] *= alpha;
             }
         }
-        if (dp) {
-            pack_pairs_cols(vp, vb0, s->kv_stride, nc, hs);
-            dt_attn_dpbf16(o, hs, nr, pp, BC / 2, vp, (nc + 1) / 2, hs, true);
-        } else if (bf) {
-            pack_round(vr, vb0, s->kv_stride, nc, hs);
+        if (bf) {
+            pack_round(vr, x->v, koff, s->kv_stride, nc, hs, true, x->io16);
             gemm_acc(o, hs, nr, sc, BC, 1, vr, hs, nc, hs, diag, isa);
         } else
-            gemm_acc(o, hs, nr, sc, BC, 1, vb0, s->kv_stride, nc, hs, diag, isa);
+            gemm_acc(o, hs, nr, sc, BC, 1, (const float *)x->v + koff, s->kv_stride, nc, hs,
+                     diag, isa);
     }
     const int C = s->NH * hs;
     for (int i = 0; i < nr; i++) {
         float inv = 1.0f / l[i];
-        float *yi = y + ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
-        for (int d = 0; d < hs; d++)
-            yi[d] = o[i * hs + d] * inv;
-        lse[((int64_t)b * s->NH + h) * T + q0 + i] = m[i] + logf(l[i]);
+        const int64_t yo = ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
+        for (int d = 0; d < hs; d++) {
+            const float yd = o[i * hs + d] * inv;
+            if (x->y16)
+                ((dt_bf16 *)x->y)[yo + d] = dt_bf16_from_f32(yd);
+            else
+                ((float *)x->y)[yo + d] = yd;
+        }
+        x->lse[((int64_t)b * s->NH + h) * T + q0 + i] = m[i] + logf(l[i]);
     }
 }
 
@@ -388,30 +373,32 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, float *y, flo
  * key tiles outer (dk, dv tiles stay on the stack), the query heads of the group and their
  * query tiles inner. dq rows of those heads are touched by this task only, so no races.
  * set: the task zeroes its dq rows first and writes dk, dv rows instead of adding (the bits
- * of accumulating into zeros), so the caller need not zero the whole gradient. */
-INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv,
-                     const float *dy, const float *y, const float *lse, const float *q,
-                     const float *k, const float *v, bool set, const int isa) {
+ * of accumulating into zeros), so the caller need not zero the whole gradient. bf16 mode: the
+ * operands of the five products (q, k; dy, v; P, dS) are rounded to bf16, the sums stay fp32. */
+INLINE void bwd_task(const dt_attn_shape *s, int b, int g, const io *x, const int isa) {
     const int T = s->T, hs = s->hs, C = s->NH * hs, group = s->NH / s->NKV;
     const int64_t qs = s->q_stride, kvs = s->kv_stride;
     const int64_t kv_off = (int64_t)b * T * kvs + (int64_t)g * hs;
-    for (int t = 0; set && t < T; t++)
-        memset(dq + ((int64_t)b * T + t) * qs + (int64_t)g * group * hs, 0,
+    for (int t = 0; x->set && t < T; t++)
+        memset(x->dq + ((int64_t)b * T + t) * qs + (int64_t)g * group * hs, 0,
                sizeof(float) * group * hs);
+    const bool bf = s->bf16 || x->io16;
     float kt[hs * BC], vt[hs * BC], dkt[BC * hs], dvt[BC * hs];
     float p[BR * BC], ds[BR * BC], dd[BR];
-    /* bf16 mode: P is rebuilt from the same bf16-rounded q and k as the forward's scores */
-    const bool bf = s->bf16, dp = isa == V_BF16 && bf && hs % 16 == 0;
-    float qr[bf && !dp ? BR * hs : 1];
-    uint32_t qp[dp ? BR * hs / 2 : 1], kp[dp ? BC * hs / 2 : 1];
+    /* bf16 mode: rounded rows of k, q, dy and a rounded copy of P */
+    float kr[bf ? BC * hs : 1], qr[bf ? BR * hs : 1], dyr[bf ? BR * hs : 1], pr[bf ? BR * BC : 1];
     for (int k0 = 0; k0 < T; k0 += BC) {
         const int nc = imin(BC, T - k0);
-        const float *kb = k + kv_off + (int64_t)k0 * kvs, *vb = v + kv_off + (int64_t)k0 * kvs;
-        if (dp)
-            pack_pairs_t(kp, kb, kvs, nc, hs);
-        else
-            pack_t(kt, kb, kvs, nc, hs, bf);
-        pack_t(vt, vb, kvs, nc, hs, false);
+        const int64_t koff = kv_off + (int64_t)k0 * kvs;
+        pack_t(kt, x->k, koff, kvs, nc, hs, bf, x->io16);
+        pack_t(vt, x->v, koff, kvs, nc, hs, bf, x->io16);
+        const float *ka = (const float *)x->k + koff;
+        int64_t kas = kvs;
+        if (bf) {
+            pack_round(kr, x->k, koff, kvs, nc, hs, true, x->io16);
+            ka = kr;
+            kas = hs;
+        }
         memset(dkt, 0, sizeof(float) * nc * hs);
         memset(dvt, 0, sizeof(float) * nc * hs);
         for (int h = g * group; h < (g + 1) * group; h++) {
@@ -419,11 +406,18 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
             for (int q0 = s->causal ? k0 : 0; q0 < T; q0 += BR) {
                 const int nr = imin(BR, T - q0);
                 const int64_t row0 = (int64_t)b * T + q0;
-                const float *qb = q + row0 * qs + (int64_t)h * hs;
-                const float *dyb = dy + row0 * C + (int64_t)h * hs;
-                const float *yb = y + row0 * C + (int64_t)h * hs;
-                const float *lb = lse + ((int64_t)b * s->NH + h) * T + q0;
-                float *dqb = dq + row0 * qs + (int64_t)h * hs;
+                const int64_t qoff = row0 * qs + (int64_t)h * hs, yoff = row0 * C + (int64_t)h * hs;
+                const float *qa = (const float *)x->q + qoff, *dya = x->dy + yoff;
+                int64_t qas = qs, dyas = C;
+                if (bf) {
+                    pack_round(qr, x->q, qoff, qs, nr, hs, true, x->io16);
+                    pack_round(dyr, x->dy, yoff, C, nr, hs, true, false);
+                    qa = qr;
+                    dya = dyr;
+                    qas = dyas = hs;
+                }
+                const float *lb = x->lse + ((int64_t)b * s->NH + h) * T + q0;
+                float *dqb = x->dq + qoff;
                 /* P = exp(S - lse): the forward's softmax, rebuilt from the saved lse */
                 /* key c is visible to query i iff c <= i + off: it bounds the score columns
                  * of a query row, the keys summed into dq, and (i >= c - off) the queries
@@ -432,41 +426,42 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                 const band cols = s->causal ? (band){1 << 29, 1 << 29, off} : NO_BAND;
                 const band qrows = s->causal ? (band){1 << 29, off, 1 << 29} : NO_BAND;
                 const band krows = s->causal ? (band){off, 1 << 29, 1 << 29} : NO_BAND;
-                if (dp) {
-                    pack_pairs_rows(qp, qb, qs, nr, hs);
-                    dt_attn_dpbf16(p, BC, nr, qp, hs / 2, kp, hs / 2, BC, false);
-                } else if (bf) {
-                    pack_round(qr, qb, qs, nr, hs);
-                    tile_abt(p, qr, hs, kt, nr, hs, cols, isa);
-                } else
-                    tile_abt(p, qb, qs, kt, nr, hs, cols, isa);
+                tile_abt(p, qa, qas, kt, nr, hs, cols, isa);
                 for (int i = 0; i < nr; i++) {
                     exp_row(p + i * BC, s->scale, lb[i], visible(i, nc, q0, k0, s->causal));
-                    /* D_i = rowsum(dy_i * y_i) = sum_j P_ij dP_ij (alg. 2, line 19) */
+                    /* D_i = rowsum(dy_i * y_i) = sum_j P_ij dP_ij (alg. 2, line 19), of the
+                     * dy that dP sees */
                     float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
                     for (int d = 0; d < hs; d++)
-                        acc += dyb[i * C + d] * yb[i * C + d];
+                        acc += dya[i * dyas + d] * ld(x->y, yoff + i * C + d, x->y16);
                     dd[i] = acc;
                 }
                 /* dP = dy v^T, then dS = P (dP - D), pre-multiplied by scale for dq and dk */
-                tile_abt(ds, dyb, C, vt, nr, hs, cols, isa);
+                tile_abt(ds, dya, dyas, vt, nr, hs, cols, isa);
                 for (int i = 0; i < nr; i++) {
                     float *dsr = ds + i * BC;
-                    const float *pr = p + i * BC, di = dd[i], sc = s->scale;
+                    const float *pi = p + i * BC, di = dd[i], sc = s->scale;
 #pragma omp simd
                     for (int c = 0; c < BC; c++)
-                        dsr[c] = pr[c] * (dsr[c] - di) * sc;
+                        dsr[c] = pi[c] * (dsr[c] - di) * sc;
                 }
-                gemm_acc(dqb, qs, nr, ds, BC, 1, kb, kvs, nc, hs, qrows, isa); /* dq += dS k */
-                gemm_acc(dvt, hs, nc, p, 1, BC, dyb, C, nr, hs, krows, isa); /* dv += P^T dy */
-                gemm_acc(dkt, hs, nc, ds, 1, BC, qb, qs, nr, hs, krows, isa); /* dk += dS^T q */
+                const float *pa = p;
+                if (bf) {
+                    for (int e = 0; e < nr * BC; e++) {
+                        pr[e] = bf16_round(p[e]);
+                        ds[e] = bf16_round(ds[e]);
+                    }
+                    pa = pr;
+                }
+                gemm_acc(dqb, qs, nr, ds, BC, 1, ka, kas, nc, hs, qrows, isa);  /* dq += dS k */
+                gemm_acc(dvt, hs, nc, pa, 1, BC, dya, dyas, nr, hs, krows, isa); /* dv += P^T dy */
+                gemm_acc(dkt, hs, nc, ds, 1, BC, qa, qas, nr, hs, krows, isa);  /* dk += dS^T q */
             }
         }
         for (int c = 0; c < nc; c++) {
-            float *dkr = dk + kv_off + (int64_t)(k0 + c) * kvs;
-            float *dvr = dv + kv_off + (int64_t)(k0 + c) * kvs;
-            if (set) {
+            float *dkr = x->dk + kv_off + (int64_t)(k0 + c) * kvs;
+            float *dvr = x->dv + kv_off + (int64_t)(k0 + c) * kvs;
+            if (x->set) {
                 memcpy(dkr, dkt + c * hs, sizeof(float) * hs);
                 memcpy(dvr, dvt + c * hs, sizeof(float) * hs);
             } else {
@@ -478,58 +473,80 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
 }
 
 /* Heavy causal tiles (late queries) are handed out first for a better dynamic balance. */
-INLINE void fwd_task(const dt_attn_shape *s, int task, float *y, float *lse, const float *q,
-                     const float *k, const float *v, const int isa) {
+INLINE void fwd_task(const dt_attn_shape *s, int task, const io *x, const int isa) {
     const int nqt = (s->T + BR - 1) / BR;
     const int qt = nqt - 1 - task % nqt, bh = task / nqt;
-    fwd_tile(s, bh / s->NH, bh % s->NH, qt * BR, y, lse, q, k, v, isa);
+    fwd_tile(s, bh / s->NH, bh % s->NH, qt * BR, x, isa);
 }
 
-/* One clone of the task bodies per variant; the AVX-512-BF16 one differs from the AVX-512 one
- * only in bf16 mode (its dt_attn_dpbf16 calls). */
-#define FWD_ARGS const dt_attn_shape *s, int t, float *y, float *lse, const float *q, \
-                 const float *k, const float *v
-#define BWD_ARGS const dt_attn_shape *s, int b, int g, float *dq, float *dk, float *dv, \
-                 const float *dy, const float *y, const float *lse, const float *q,    \
-                 const float *k, const float *v, bool set
-static void fwd_base(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_BASE); }
-TARGET_AVX2 static void fwd_avx2(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_AVX2); }
-TARGET_AVX512 static void fwd_avx512(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_AVX512); }
-TARGET_AVX512 static void fwd_bf16(FWD_ARGS) { fwd_task(s, t, y, lse, q, k, v, V_BF16); }
-static void bwd_base(BWD_ARGS) { bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_BASE); }
-TARGET_AVX2 static void bwd_avx2(BWD_ARGS) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_AVX2);
+/* One clone of the task bodies per variant; the AVX-512-BF16 machines run the AVX-512 clone
+ * where attn_bf16.c does not apply (fp32 mode, head sizes not a multiple of 16). */
+static void fwd_base(const dt_attn_shape *s, int t, const io *x) { fwd_task(s, t, x, V_BASE); }
+TARGET_AVX2 static void fwd_avx2(const dt_attn_shape *s, int t, const io *x) {
+    fwd_task(s, t, x, V_AVX2);
 }
-TARGET_AVX512 static void bwd_avx512(BWD_ARGS) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_AVX512);
+TARGET_AVX512 static void fwd_avx512(const dt_attn_shape *s, int t, const io *x) {
+    fwd_task(s, t, x, V_AVX512);
 }
-TARGET_AVX512 static void bwd_bf16(BWD_ARGS) {
-    bwd_task(s, b, g, dq, dk, dv, dy, y, lse, q, k, v, set, V_BF16);
+static void bwd_base(const dt_attn_shape *s, int b, int g, const io *x) {
+    bwd_task(s, b, g, x, V_BASE);
+}
+TARGET_AVX2 static void bwd_avx2(const dt_attn_shape *s, int b, int g, const io *x) {
+    bwd_task(s, b, g, x, V_AVX2);
+}
+TARGET_AVX512 static void bwd_avx512(const dt_attn_shape *s, int b, int g, const io *x) {
+    bwd_task(s, b, g, x, V_AVX512);
 }
 
-static void (*const FWD[DT_ISA_COUNT])(FWD_ARGS) = {fwd_base, fwd_avx2, fwd_avx512, fwd_bf16};
-static void (*const BWD[DT_ISA_COUNT])(BWD_ARGS) = {bwd_base, bwd_avx2, bwd_avx512, bwd_bf16};
+static void (*const FWD[DT_ISA_COUNT])(const dt_attn_shape *, int, const io *) = {
+    fwd_base, fwd_avx2, fwd_avx512, fwd_avx512};
+static void (*const BWD[DT_ISA_COUNT])(const dt_attn_shape *, int, int, const io *) = {
+    bwd_base, bwd_avx2, bwd_avx512, bwd_avx512};
 
 static bool use_ref(const dt_attn_shape *s) {
     return s->hs > MAX_HS || s->hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0;
 }
 
-void dt_attention_forward(const dt_attn_shape *s, float *y, float *lse, const float *q,
-                          const float *k, const float *v) {
-    if (use_ref(s)) {
-        dt_attention_forward_ref(s, y, lse, q, k, v);
-        return;
-    }
-    const int n_tasks = s->B * s->NH * ((s->T + BR - 1) / BR);
-    void (*const f)(FWD_ARGS) = FWD[dt_isa_pick(DT_ISA_AVX512BF16)];
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < n_tasks; t++)
-        f(s, t, y, lse, q, k, v);
+/* attn_bf16.c takes bf16 mode on AVX512_BF16 machines for head sizes of whole vectors */
+static bool use_dpbf16(const dt_attn_shape *s, bool io16) {
+    return (s->bf16 || io16) && s->hs % 16 == 0 && dt_isa_pick(DT_ISA_AVX512BF16) == DT_ISA_AVX512BF16;
 }
 
-static void backward(const dt_attn_shape *s, float *dq, float *dk, float *dv, const float *dy,
-                     const float *y, const float *lse, const float *q, const float *k,
-                     const float *v, bool set) {
+static void forward(const dt_attn_shape *s, const io *x) {
+    if (use_dpbf16(s, x->io16) &&
+        dt_attn_bf16_forward(s, x->y, x->lse, x->q, x->k, x->v, x->io16, x->y16))
+        return;
+    const int n_tasks = s->B * s->NH * ((s->T + BR - 1) / BR);
+    void (*const f)(const dt_attn_shape *, int, const io *) = FWD[dt_isa_pick(DT_ISA_AVX512BF16)];
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < n_tasks; t++)
+        f(s, t, x);
+}
+
+static void backward(const dt_attn_shape *s, const io *x) {
+    if (use_dpbf16(s, x->io16) &&
+        dt_attn_bf16_backward(s, x->dq, x->dk, x->dv, x->dy, x->y, x->lse, x->q, x->k, x->v,
+                              x->io16, x->y16, x->set))
+        return;
+    const int n_tasks = s->B * s->NKV;
+    void (*const f)(const dt_attn_shape *, int, int, const io *) =
+        BWD[dt_isa_pick(DT_ISA_AVX512BF16)];
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < n_tasks; t++)
+        f(s, t / s->NKV, t % s->NKV, x);
+}
+
+void dt_attention_forward(const dt_attn_shape *s, float *y, float *lse, const float *q,
+                          const float *k, const float *v) {
+    if (use_ref(s))
+        dt_attention_forward_ref(s, y, lse, q, k, v);
+    else
+        forward(s, &(io){.q = q, .k = k, .v = v, .y = y, .lse = lse});
+}
+
+static void backward_f32(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                         const float *dy, const float *y, const float *lse, const float *q,
+                         const float *k, const float *v, bool set) {
     if (use_ref(s)) {
         if (set) /* the reference accumulates: zero the rows of q, k and v first */
             for (int64_t r = 0; r < (int64_t)s->B * s->T; r++) {
@@ -540,23 +557,83 @@ static void backward(const dt_attn_shape *s, float *dq, float *dk, float *dv, co
         dt_attention_backward_ref(s, dq, dk, dv, dy, y, lse, q, k, v);
         return;
     }
-    const int n_tasks = s->B * s->NKV;
-    void (*const f)(BWD_ARGS) = BWD[dt_isa_pick(DT_ISA_AVX512BF16)];
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < n_tasks; t++)
-        f(s, t / s->NKV, t % s->NKV, dq, dk, dv, dy, y, lse, q, k, v, set);
+    backward(s, &(io){.q = q, .k = k, .v = v, .y = (void *)y, .dy = dy, .lse = (float *)lse,
+                      .dq = dq, .dk = dk, .dv = dv, .set = set});
 }
 
 void dt_attention_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                            const float *dy, const float *y, const float *lse, const float *q,
                            const float *k, const float *v) {
-    backward(s, dq, dk, dv, dy, y, lse, q, k, v, false);
+    backward_f32(s, dq, dk, dv, dy, y, lse, q, k, v, false);
 }
 
 void dt_attention_backward_set(const dt_attn_shape *s, float *dq, float *dk, float *dv,
                                const float *dy, const float *y, const float *lse,
                                const float *q, const float *k, const float *v) {
-    backward(s, dq, dk, dv, dy, y, lse, q, k, v, true);
+    backward_f32(s, dq, dk, dv, dy, y, lse, q, k, v, true);
+}
+
+/* hs > MAX_HS in bf16 storage: the reference on fp32 copies (exact: bf16 values are fp32's) */
+static float *widen(const dt_bf16 *a, int64_t n) {
+    float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; f && i < n; i++)
+        f[i] = dt_bf16_to_f32(a[i]);
+    return f;
+}
+
+/* elements spanned by B*T rows of stride `stride` whose last row holds `width` values */
+static int64_t span(const dt_attn_shape *s, int64_t stride, int64_t width) {
+    return ((int64_t)s->B * s->T - 1) * stride + width;
+}
+
+void dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, float *lse,
+                               const uint16_t *q, const uint16_t *k, const uint16_t *v) {
+    if (!use_ref(s)) {
+        forward(s, &(io){.q = q, .k = k, .v = v, .y = y, .lse = lse, .io16 = true, .y16 = y16});
+        return;
+    }
+    const int64_t nq = span(s, s->q_stride, (int64_t)s->NH * s->hs);
+    const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
+    const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
+    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv);
+    float *yf = y16 ? malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1)) : y;
+    if (qf && kf && vf && yf) {
+        dt_attn_shape sb = *s;
+        sb.bf16 = true;
+        dt_attention_forward_ref(&sb, yf, lse, qf, kf, vf);
+        for (int64_t i = 0; y16 && i < ny; i++)
+            ((dt_bf16 *)y)[i] = dt_bf16_from_f32(yf[i]);
+    }
+    free(qf);
+    free(kf);
+    free(vf);
+    if (y16)
+        free(yf);
+}
+
+void dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                                    const float *dy, const void *y, bool y16, const float *lse,
+                                    const uint16_t *q, const uint16_t *k, const uint16_t *v) {
+    if (!use_ref(s)) {
+        backward(s, &(io){.q = q, .k = k, .v = v, .y = (void *)y, .dy = dy, .lse = (float *)lse,
+                          .dq = dq, .dk = dk, .dv = dv, .io16 = true, .y16 = y16, .set = true});
+        return;
+    }
+    const int64_t nq = span(s, s->q_stride, (int64_t)s->NH * s->hs);
+    const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
+    const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
+    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv);
+    float *yf = y16 ? widen(y, ny) : (float *)y;
+    if (qf && kf && vf && yf) {
+        dt_attn_shape sb = *s;
+        sb.bf16 = true;
+        backward_f32(&sb, dq, dk, dv, dy, yf, lse, qf, kf, vf, true);
+    }
+    free(qf);
+    free(kf);
+    free(vf);
+    if (y16)
+        free(yf);
 }
 
 /* ---- reference: plain loops, double accumulation, one score row at a time ---- */
@@ -576,6 +653,24 @@ static double dot_qk(const float *a, const float *b, int n, bool bf) {
     for (int d = 0; d < n; d++)
         acc += (double)bf16_round(a[d]) * bf16_round(b[d]);
     return acc;
+}
+
+/* an operand of a product: rounded to bf16 in bf16 mode */
+static double op(float x, bool bf) { return bf ? bf16_round(x) : x; }
+
+/* D = rowsum(dy y), of the dy that dP sees (rounded in bf16 mode) */
+static double dot_dy(const float *dy, const float *y, int n, bool bf) {
+    double acc = 0.0;
+    for (int d = 0; d < n; d++)
+        acc += op(dy[d], bf) * y[d];
+    return acc;
+}
+
+/* dS_tj times scale (the factor of dq and dk), from P_tj and dP_tj - D_t: rounded to bf16 as
+ * the operand of dS k and dS^T q in bf16 mode */
+static double ds_of(const dt_attn_shape *s, double p, double dp_minus_d) {
+    const double ds = s->scale * p * dp_minus_d;
+    return s->bf16 ? bf16_round((float)ds) : ds;
 }
 
 void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, const float *q,
@@ -641,18 +736,18 @@ void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, flo
                 const int64_t r = (int64_t)b * T + t;
                 const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
                 const double lt = lse[((int64_t)b * s->NH + h) * T + t];
-                const double D = dot_d(dyt, y + r * C + h * hs, hs);
+                const double D = dot_dy(dyt, y + r * C + h * hs, hs, s->bf16);
                 for (int d = 0; d < hs; d++)
                     acc[d] = 0.0;
                 for (int j = 0; j < (s->causal ? t + 1 : T); j++) {
                     const float *kj = k + kv0 + j * kvs;
                     double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
-                    double dsj = pj * (dot_d(dyt, v + kv0 + j * kvs, hs) - D);
+                    double dsj = ds_of(s, pj, dot_qk(dyt, v + kv0 + j * kvs, hs, s->bf16) - D);
                     for (int d = 0; d < hs; d++)
-                        acc[d] += dsj * kj[d];
+                        acc[d] += dsj * op(kj[d], s->bf16);
                 }
                 for (int d = 0; d < hs; d++)
-                    dq[r * qs + h * hs + d] += (float)(s->scale * acc[d]);
+                    dq[r * qs + h * hs + d] += (float)acc[d];
             }
         }
         for (int g = 0; g < s->NKV; g++) { /* dk_j, dv_j over the group's heads and queries */
@@ -667,14 +762,16 @@ void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, flo
                         const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
                         const double lt = lse[((int64_t)b * s->NH + h) * T + t];
                         double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
-                        double dsj = pj * (dot_d(dyt, vj, hs) - dot_d(dyt, y + r * C + h * hs, hs));
+                        double dsj = ds_of(s, pj, dot_qk(dyt, vj, hs, s->bf16) -
+                                                      dot_dy(dyt, y + r * C + h * hs, hs, s->bf16));
+                        const double pb = s->bf16 ? bf16_round((float)pj) : pj;
                         for (int d = 0; d < hs; d++) {
-                            acc[d] += dsj * qt[d];
-                            acc2[d] += pj * dyt[d];
+                            acc[d] += dsj * op(qt[d], s->bf16);
+                            acc2[d] += pb * op(dyt[d], s->bf16);
                         }
                     }
                 for (int d = 0; d < hs; d++) {
-                    dk[kv0 + j * kvs + d] += (float)(s->scale * acc[d]);
+                    dk[kv0 + j * kvs + d] += (float)acc[d];
                     dv[kv0 + j * kvs + d] += (float)acc2[d];
                 }
             }

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/attention.h"
+
 /* c ? a : b as bit masks (a float ternary stays a branch and blocks vectorisation) */
 static inline __attribute__((always_inline)) float dt_select_f(int c, float a, float b) {
     int32_t ia, ib, m = -(int32_t)c;
@@ -50,11 +52,14 @@ static inline __attribute__((always_inline)) float dt_vexp(float x) {
     return p * scale;
 }
 
-/* out[r][0:n] (+)= sum_{j<K2} dot2(a[r*as + j], b[j*n + 0:n]) for r < nr, with AVX512_BF16's
- * vdpbf16ps: each uint32 holds two bf16 (element 2j in the low half, 2j+1 in the high half), a
- * pair of a times the pairs of a row of b. n % 16 == 0; `acc` adds to out, else overwrites it.
- * Only for CPUs with avx512bf16 (attn_bf16.c). */
-void dt_attn_dpbf16(float *out, int64_t os, int nr, const uint32_t *a, int64_t as,
-                    const uint32_t *b, int K2, int n, bool acc);
+/* Attention's bf16 mode on AVX512_BF16 (attn_bf16.c; hs % 16 == 0, hs <= 256): the kernels
+ * of attention.h with every product on vdpbf16ps. io16: q, k, v are bf16 (uint16) arrays at
+ * the same strides, else fp32; y16: y likewise. They allocate one scratch block per call (a few tiles of the
+ * whole sequence per thread) and return false, having done nothing, when it cannot be had. */
+bool dt_attn_bf16_forward(const dt_attn_shape *s, void *y, float *lse, const void *q,
+                          const void *k, const void *v, bool io16, bool y16);
+bool dt_attn_bf16_backward(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                           const float *dy, const void *y, const float *lse, const void *q,
+                           const void *k, const void *v, bool io16, bool y16, bool set);
 
 #endif

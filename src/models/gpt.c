@@ -286,7 +286,7 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     dt_block_scratch *s = &g->scratch;
     s->ln = tp ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
     s->ln_full = dt_gpt_carve(cv, r.Nt * C * f4);
-    s->qkv_rows = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
+    s->qkv_rows = sp || dt_gpt_acts16(g) ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
     s->packed = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
     s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;

@@ -20,8 +20,9 @@
  * keeps) as int8 rows with one scale each (kernels/quant.h): the forward writes them into the
  * shared set, which is quantised when the block's forward is done (x2 is read by the block
  * itself), and restored there before the block's backward and W pass. Norm statistics, lse
- * and the residual positions stay fp32. The bf16 copies of matmul inputs are never kept per
- * slot: one buffer for the norm outputs and one for att / the MLP activation serve every
+ * and the residual positions stay fp32. Without int8, bf16 mode keeps qkv and att in bf16
+ * (qkv16, att16: the attention's operands and the proj matmul's input as they are). The other
+ * bf16 copies of matmul inputs are never kept per slot: one buffer for the norm outputs and one for att / the MLP activation serve every
  * block, and the backward rebuilds them (nn/block.c). Single-threaded control.
  */
 #include "models/gpt_impl.h"
@@ -141,6 +142,8 @@ static void carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
     }
 }
 
+bool dt_gpt_acts16(const dt_gpt *g) { return g->ctx.mm_type == DT_BF16 && !g->compress; }
+
 /* Carve the fields of `f` (sized for the largest micro-batch) in dt_block_acts order. */
 static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a) {
     const dt_block_dims *d = &g->dims;
@@ -151,8 +154,12 @@ static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a)
 #define PIECE(bit, n) ((f & (bit)) ? dt_gpt_carve(cv, (n)) : NULL)
     a->ln1_mean = PIECE(F_LN, r.Nr * f4);
     a->ln1_rstd = PIECE(F_LN, r.Nr * f4);
-    a->qkv = PIECE(F_QKV, r.Nt * W * f4);
-    a->att = PIECE(F_ATT, r.Nt * A * f4);
+    size_t h2 = sizeof(dt_bf16);
+    bool s16 = dt_gpt_acts16(g);
+    a->qkv = s16 ? NULL : PIECE(F_QKV, r.Nt * W * f4);
+    a->qkv16 = s16 ? PIECE(F_QKV, r.Nt * W * h2) : NULL;
+    a->att = s16 ? NULL : PIECE(F_ATT, r.Nt * A * f4);
+    a->att16 = s16 ? PIECE(F_ATT, r.Nt * A * h2) : NULL;
     a->lse = PIECE(F_LSE, r.N * heads * f4);
     a->x2 = PIECE(F_X2, r.Nr * C * f4);
     a->ln2_mean = PIECE(F_LN, r.Nr * f4);
@@ -228,6 +235,8 @@ static dt_block_acts view(const dt_gpt *g, int slot, int l) {
         .g_lp = o->g_lp ? o->g_lp : s->g_lp,
         .ln1_lp = o->ln1_lp ? o->ln1_lp : s->ln1_lp,
         .ln2_lp = o->ln2_lp ? o->ln2_lp : s->ln2_lp,
+        .qkv16 = o->qkv16 ? o->qkv16 : s->qkv16,
+        .att16 = o->att16 ? o->att16 : s->att16,
     };
 }
 

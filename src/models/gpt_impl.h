@@ -133,6 +133,10 @@ static inline bool dt_gpt_holds_block(const dt_gpt *g, int l) { return g->unit_l
 /* Activations of the held blocks, per slot, and the shared recompute / restore set: carved
  * into the "activations" arena (gpt_ac.c). */
 void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv);
+/* bf16 mode without int8 storage: the blocks keep q|k|v and att in bf16 (qkv16, att16), and
+ * the qkv matmul writes its fp32 output into scratch.qkv_rows first (carved then also over one
+ * sp rank) */
+bool dt_gpt_acts16(const dt_gpt *g);
 /* One held block of a slot, by the checkpointing and storage modes (gpt_ac.c): forward from
  * x into out; backward (wg: split backward's input pass) accumulating into dres; the split
  * backward's weight pass. Same contracts as dt_block_forward/backward/weight_backward. */

@@ -172,6 +172,11 @@ static dt_status leave_add(const dt_block_dims *d, const dt_block_par *p, const 
     return DT_OK;
 }
 
+/* bf16 mode keeps q|k|v and the attention output in bf16 (a->qkv16, a->att16) instead of fp32
+ * (a->qkv, a->att): the attention reads and writes them directly and the proj matmul takes
+ * att16 as its bf16 input (the model carves one kind or the other; see block.h). */
+static bool kept16(const dt_block_acts *a) { return a->qkv16 != NULL; }
+
 /* the attention core on the saved q|k|v: a->lse, s->att_heads, then a->att in row layout */
 static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                 const dt_block_par *p, int B, int T, dt_block_acts *a,
@@ -179,7 +184,23 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     int64_t A = (int64_t)d->NH * d->hs;
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
-    const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
+    const int64_t ko = (int64_t)as.NH * as.hs, vo = ko + (int64_t)as.NKV * as.hs;
+    if (kept16(a)) {
+        const dt_bf16 *q = a->qkv16;
+        /* y rounded to bf16 by the kernel, in head layout: over one sp rank that is att16
+         * itself; else it passes att16 (the same size) on its way through the fp32
+         * all-to-all, which moves the bf16 values exactly (s->qkv_rows is free here) */
+        dt_attention_forward_bf16(&as, a->att16, true, a->lse, q, q + ko, q + vo);
+        if (unsplit(p->sp))
+            return DT_OK;
+        dt_cast_bf16_to_f32(s->att_heads, a->att16, (int64_t)N * A / p->sp->size);
+        zero(s->qkv_rows, (int64_t)Nt * A);
+        DT_TRY(region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->att_heads,
+                          s->qkv_rows, s->work));
+        dt_cast_f32_to_bf16(a->att16, s->qkv_rows, (int64_t)Nt * A);
+        return DT_OK;
+    }
+    const float *q = a->qkv, *k = q + ko, *v = q + vo;
     if (unsplit(p->sp)) { /* the head layout of whole sequences is the row layout */
         dt_attention_forward(&as, a->att, a->lse, q, k, v);
         return DT_OK;
@@ -197,20 +218,28 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d);
     DT_TRY(norm_enter(d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
-    if (unsplit(p->sp)) { /* one group: q|k|v of whole sequences, in place */
-        DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, a->qkv));
+    /* q|k|v of whole sequences: in place, or (bf16 storage) in s->qkv_rows, rounded once
+     * after RoPE */
+    float *qkv = kept16(a) ? s->qkv_rows : a->qkv;
+    if (unsplit(p->sp)) { /* one group */
+        DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, qkv));
     } else {
         DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, s->qkv_rows));
         regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
-        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, a->qkv,
+        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, qkv,
                           s->work));
     }
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
-    rope_apply(&as, rope, a->qkv, false);
+    rope_apply(&as, rope, qkv, false);
+    if (kept16(a))
+        dt_cast_f32_to_bf16(a->qkv16, qkv, (int64_t)Nt * W);
     DT_TRY(attention_core(ctx, d, p, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);
     float *part = part_out(p, s, a->x2);
-    DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, part));
+    if (kept16(a))
+        DT_TRY(dt_linear_forward_lp(ctx, &proj, a->att16, Nt, part));
+    else
+        DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, part));
     return leave_add(d, p, blk->proj.b, x, N, s, part, a->x2);
 }
 
@@ -301,8 +330,14 @@ static void recompute_mlp_act(const dt_nn_ctx *ctx, const dt_block_dims *d,
 
 static void rebuild_att_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, int Nt,
                            const dt_block_acts *a) {
-    if (ctx->mm_type != DT_F32)
+    if (ctx->mm_type != DT_F32 && !kept16(a))
         dt_cast_f32_to_lp(ctx->mm_type, a->att_lp, a->att, (int64_t)Nt * d->NH * d->hs);
+}
+
+/* the proj matmul's input: fp32 att and its 16-bit copy, or (bf16 storage) att16 alone */
+static const float *proj_in(const dt_block_acts *a) { return kept16(a) ? NULL : a->att; }
+static const dt_bf16 *proj_in_lp(const dt_block_acts *a) {
+    return kept16(a) ? a->att16 : a->att_lp;
 }
 
 /* The leaving region's adjoint: dy [Nr, C] -> *dpart [Nt, C] (s->part, or dy itself over
@@ -431,22 +466,36 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
      * one sp rank the row layout is the head layout */
     const float *att_heads = a->att;
     if (unsplit(p->sp)) {
-        DT_TRY(dt_linear_backward_set_dx(ctx, &proj, a->att, a->att_lp, dpart, s->dy_lp, Nt,
-                                         s->datt_heads));
+        DT_TRY(dt_linear_backward_set_dx(ctx, &proj, proj_in(a), proj_in_lp(a), dpart, s->dy_lp,
+                                         Nt, s->datt_heads));
     } else {
-        DT_TRY(dt_linear_backward_set_dx(ctx, &proj, a->att, a->att_lp, dpart, s->dy_lp, Nt,
-                                         s->datt));
+        DT_TRY(dt_linear_backward_set_dx(ctx, &proj, proj_in(a), proj_in_lp(a), dpart, s->dy_lp,
+                                         Nt, s->datt));
         DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->datt,
                           s->datt_heads, s->work));
-        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), a->att,
+        const float *att = a->att;
+        if (kept16(a)) { /* s->datt is free again: the bf16 values widened (exactly) */
+            dt_cast_bf16_to_f32(s->datt, a->att16, (int64_t)Nt * A);
+            att = s->datt;
+        }
+        DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), att,
                           s->att_heads, s->work));
         att_heads = s->att_heads;
     }
     dt_attn_shape as = attn_shape(ctx, d, p, B, T);
-    const float *q = a->qkv, *k = q + (int64_t)as.NH * as.hs, *v = k + (int64_t)as.NKV * as.hs;
-    float *dq = s->dqkv_heads, *dk = dq + (int64_t)as.NH * as.hs;
-    float *dv = dk + (int64_t)as.NKV * as.hs;
-    dt_attention_backward_set(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, k, v);
+    const int64_t ko = (int64_t)as.NH * as.hs, vo = ko + (int64_t)as.NKV * as.hs;
+    float *dq = s->dqkv_heads, *dk = dq + ko, *dv = dq + vo;
+    if (kept16(a)) {
+        const dt_bf16 *q = a->qkv16;
+        bool y16 = unsplit(p->sp); /* att16 itself, or its fp32 copy in head layout */
+        dt_attention_backward_set_bf16(&as, dq, dk, dv, s->datt_heads,
+                                       y16 ? (const void *)a->att16 : (const void *)att_heads,
+                                       y16, a->lse, q, q + ko, q + vo);
+    } else {
+        const float *q = a->qkv;
+        dt_attention_backward_set(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, q + ko,
+                                  q + vo);
+    }
     rope_apply(&as, rope, s->dqkv_heads, true);
     const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */
     if (!unsplit(p->sp)) {
@@ -524,7 +573,8 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         DT_TRY(dt_linear_backward(ctx, &blk->up, s->ln_full, a->ln2_lp, wg->du, s->dy_lp, Nt,
                                   NULL));
     rebuild_att_lp(ctx, d, Nt, a);
-    DT_TRY(dt_linear_backward(ctx, &proj, a->att, a->att_lp, wg->dproj, s->dy_lp, Nt, NULL));
+    DT_TRY(dt_linear_backward(ctx, &proj, proj_in(a), proj_in_lp(a), wg->dproj, s->dy_lp, Nt,
+                              NULL));
     DT_TRY(recompute_norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s,
                                 a->ln1_lp));
     return dt_linear_backward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, wg->dqkv, s->dy_lp, Nt,

@@ -86,6 +86,10 @@ typedef struct dt_block_acts {
                                        * (rebuilt in backward from att, h, u) */
     dt_bf16 *ln1_lp, *ln2_lp;         /* [Nt, C] bf16 norm outputs: may be one buffer shared
                                        * by all blocks (rebuilt in backward) */
+    dt_bf16 *qkv16, *att16;           /* bf16 mode: q|k|v [N, W/sp] (after RoPE, rounded once)
+                                       * and att [Nt, NH hs] kept in bf16 in place of qkv and
+                                       * att (then NULL; att_lp unused by the attention); NULL
+                                       * in the other modes and under int8 storage */
 } dt_block_acts;
 
 /* Transients shared by every block (W = (NH + 2 NKV) hs, A = NH hs). In fp32 mode the norm

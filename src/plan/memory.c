@@ -14,7 +14,8 @@
  *            export allocates for the time it runs
  * The memory features are each counted in the function named after them, from what their
  * code carves: plugin.ac (ac_kind_of, ac_shared_bytes), act_compress (act_compress_int8_payload),
- * offload (dt_plan_offload_chunk, optim_bytes); fp16 has bf16's sizes.
+ * offload (dt_plan_offload_chunk, optim_bytes); fp16 has bf16's sizes but for qkv and att,
+ * which bf16 keeps in bf16 (acts16).
  */
 #include "plan/memory.h"
 
@@ -45,6 +46,7 @@ typedef struct shape {
     int64_t NH, NKV, F, W, A; /* local widths (this tp rank's) */
     int64_t vocab_rows;       /* vocabulary rows per tp rank, rounded up */
     bool held[DT_MAX_CHUNKS + 2];
+    bool acts16; /* bf16 without int8 storage: qkv and att kept in bf16 (models/gpt_ac.c) */
 } shape;
 
 static int ffn_width(const dt_model_config *m) {
@@ -185,8 +187,8 @@ static bool int8_on(const shape *s) {
 static int64_t fields_bytes(const shape *s, unsigned f) {
     int64_t heads = s->NH / s->sp, b = 0;
     b += f & A_LN ? 4 * pad64(s->Nr * F4) : 0;
-    b += f & A_QKV ? pad64(s->Nt * s->W * F4) : 0;
-    b += f & A_ATT ? pad64(s->Nt * s->A * F4) : 0;
+    b += f & A_QKV ? pad64(s->Nt * s->W * (s->acts16 ? H2 : F4)) : 0;
+    b += f & A_ATT ? pad64(s->Nt * s->A * (s->acts16 ? H2 : F4)) : 0;
     b += f & A_LSE ? pad64(s->N * heads * F4) : 0;
     b += f & A_X2 ? pad64(s->Nr * s->C * F4) : 0;
     b += f & A_H ? pad64(s->Nt * s->F * F4) : 0;
@@ -310,6 +312,7 @@ static int64_t temp_arena(const shape *s, int n_slots) {
      * (the head-layout copies) uses is carved only then */
     bool tp = s->tp > 1, sp = s->sp > 1;
     b += (tp ? rc + tc : 0) + tc + (sp ? 2 * tw + ta : 0) + tf + pad64(region_work(s) * F4);
+    b += !sp && s->acts16 ? tw : 0; /* qkv_rows: the fp32 q|k|v before its bf16 copy */
     b += rc + (tp ? tc : 0) + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) +
          pad64(6 * (int64_t)s->C * F4);
     if (s->lp) {
@@ -409,7 +412,9 @@ static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
                  .rows_split = p->sp_mode == DT_SP_SPLIT_GATHER ? p->tp_size : 1,
                  .grad_p = dp * p->sp_size,
                  .grad_rank = xy[DT_AXIS_DP] * p->sp_size + xy[DT_AXIS_SP],
-                 .pp_rank = xy[DT_AXIS_PP]};
+                 .pp_rank = xy[DT_AXIS_PP],
+                 .acts16 = p->precision == DT_PREC_BF16 &&
+                           p->act_compress == DT_ACT_COMPRESS_NONE};
     int B = c->train.batch_size, mbs = c->train.micro_batch_size, n_mb = p->microbatches;
     if (B < 1 || B % dp)
         return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
