@@ -51,15 +51,24 @@ static void test_by_hand(void) {
         sum += m.cat[k];
     DT_CHECK(m.total == sum, "total is the sum of the persistent peaks");
     /* bf16 adds the 16-bit weights and the shared 16-bit copies of matmul inputs: the norm
-     * outputs' [16, 16], att's / the MLP activation's [16, 64], the final norm output's */
+     * outputs' [16, 16], att's / the MLP activation's [16, 64], the final norm output's; it
+     * keeps h [16, 64] in bf16 (2048 bytes less) */
     c.plugin.precision = DT_PREC_BF16;
     dt_plan_mem b = predict(&c, 1, 0);
     DT_CHECK(b.cat[DT_MEM_PARAMS] == 6 * n, "bf16 params %lld", (long long)b.cat[DT_MEM_PARAMS]);
-    DT_CHECK(b.acts_arena == acts + 512 + 2048 + 512, "bf16 arena %lld",
+    DT_CHECK(b.acts_arena == acts + 512 + 2048 + 512 - 2048, "bf16 arena %lld",
              (long long)b.acts_arena);
+    /* fp16 keeps h in fp32 (2048 more) and, over one tp rank, the fp32 norm output [16, 16]
+     * (1024) that bf16's norm does without; neither keeps the fp32 MLP activation [16, 64] */
     c.plugin.precision = DT_PREC_FP16;
     dt_plan_mem h = predict(&c, 1, 0);
-    DT_CHECK(h.total == b.total, "fp16 takes bf16's memory");
+    DT_CHECK(h.acts_arena == b.acts_arena + 2048 && h.temp_arena == b.temp_arena + 1024,
+             "fp16 vs bf16: acts %lld / %lld, temp %lld / %lld", (long long)h.acts_arena,
+             (long long)b.acts_arena, (long long)h.temp_arena, (long long)b.temp_arena);
+    /* against fp32: the 16-bit logits chunk [16, 16] (512) and backward scratch [16, 64]
+     * (2048) added, the fp32 MLP activation [16, 64] (4096) dropped */
+    DT_CHECK(h.temp_arena == m.temp_arena + 512 + 2048 - 4096, "fp16 temp %lld, fp32 %lld",
+             (long long)h.temp_arena, (long long)m.temp_arena);
 }
 
 static void test_zero(void) {
@@ -173,6 +182,12 @@ static void test_features_by_hand(void) {
     c.plugin.ac = DT_AC_NONE;
     c.plugin.act_compress = DT_ACT_COMPRESS_INT8;
     DT_CHECK(predict(&c, 1, 0).acts_arena == none - 9536 + 320 + 2560 + 9216, "int8");
+    /* int8 in bf16: the same payloads, the shared h restored in bf16 (2048 less), plus the
+     * shared 16-bit copies */
+    c.plugin.precision = DT_PREC_BF16;
+    DT_CHECK(predict(&c, 1, 0).acts_arena ==
+                 none - 9536 + 320 + 2560 + 9216 - 2048 + 512 + 2048 + 512, "int8 bf16");
+    c.plugin.precision = DT_PREC_FP32;
     /* int8 + selective: slot ln 256 + payloads of qkv, x2, h 2240; shared att, lse, qkv, x2,
      * h 9280 */
     c.plugin.ac = DT_AC_SELECTIVE;
@@ -187,11 +202,12 @@ static void test_features_by_hand(void) {
     c.plugin.precision = DT_PREC_BF16;
     c.plugin.ac = DT_AC_NONE;
     int64_t none3_bf16 = predict(&c, 1, 0).acts_arena;
-    DT_CHECK(none3_bf16 == none3 + 512 + 2048 + 512, "bf16: shared copies only");
+    DT_CHECK(none3_bf16 == none3 + 512 + 2048 + 512 - 3 * 2048,
+             "bf16: shared copies, h in bf16");
     c.plugin.ac = DT_AC_SELECTIVE;
     DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 - 1088, "selective bf16");
     c.plugin.precision = DT_PREC_FP16;
-    DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 - 1088, "selective fp16");
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 - 1088 + 3 * 2048, "selective fp16");
     /* int8 + full every 2nd of two blocks: block 0 keeps nothing, block 1 stores int8 (2880);
      * the shared set is every field (9536) + the output (1024) */
     c = tiny();
