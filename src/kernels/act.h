@@ -33,8 +33,10 @@ void dt_swiglu_backward_ref(float *dgate, float *dup, const float *gate, const f
 /* On bf16 storage (bf16 mode keeps the matmul outputs in bf16, as autocast does): the fp32
  * math on the inputs' exact values; forwards write the bf16 rounding of the fp32 result
  * (nearest even), backwards OVERWRITE fp32 gradients. Each runs the widest variant of
- * {portable, AVX2, AVX-512} the CPU and the cap allow (kernels/isa.h); the variants agree
- * to a few fp32 ulp (forwards: to one bf16 ulp, where a value lies near a rounding tie).
+ * {portable, AVX2, AVX-512, and for the forwards AVX512_BF16} the CPU and the cap allow
+ * (kernels/isa.h); the variants agree to a few fp32 ulp (forwards: to one bf16 ulp where a
+ * value lies near a rounding tie; the AVX512_BF16 rounding flushes results below 1.2e-38 to
+ * zero).
  * _ref: the double formulas, rounded once. */
 void dt_gelu_forward_bf16(dt_bf16 *y, const dt_bf16 *x, int64_t n);
 void dt_gelu_backward_bf16_set(float *dx, const dt_bf16 *x, const float *dy, int64_t n);

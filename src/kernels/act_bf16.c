@@ -1,9 +1,11 @@
 /* The activations on bf16 storage (see act.h): tanh-GELU and SwiGLU reading the bf16 matmul
  * outputs that bf16 mode keeps (autocast's storage), math in fp32 on their exact values.
  *
- * Three variants, picked at run time (kernels/isa.h): the portable loop (dt_vexp, which GCC
+ * Variants picked at run time (kernels/isa.h): the portable loop (dt_vexp, which GCC
  * vectorises), the same loop compiled for AVX2+FMA, and AVX-512 intrinsics whose exp scales
- * by vscalefps and whose reciprocals are vrcp14ps plus one Newton step (about 1 ulp). Each
+ * by vscalefps and whose reciprocals are vrcp14ps plus one Newton step (about 1 ulp); the
+ * forwards also have an AVX512_BF16 variant that rounds by vcvtneps2bf16 (nearest even, as
+ * the others, except that results below bf16's normal range, 1.2e-38, become zero). Each
  * element's result is independent of the thread split, so the thread count changes no bit.
  * Blocks of BLOCK elements are shared by OpenMP threads. Stateless, allocation-free; _ref
  * twins are plain C in double.
@@ -22,8 +24,9 @@
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define TARGET_AVX512                                                                          \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
+#define AVX512_FEATURES "avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512"
+#define TARGET_AVX512 __attribute__((target(AVX512_FEATURES)))
+#define TARGET_AVX512BF16 __attribute__((target(AVX512_FEATURES ",avx512bf16")))
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -115,10 +118,11 @@ TARGET_AVX512 static inline __m256i to_bf16(__m512 v) {
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
 
-/* e^x on [-87.3, 88.3] (clamped, as dt_vexp): x = n ln2 + r, |r| <= ln2/2, Cephes' expf
- * polynomial for e^r, and 2^n applied by vscalefps */
+/* e^x for x <= 88.3 (larger x clamped there, as dt_vexp; below -87.3 vscalefps goes on into
+ * the subnormals and to 0): x = n ln2 + r, |r| <= ln2/2, Cephes' expf polynomial for e^r
+ * (written as one Horner chain), and 2^n applied by vscalefps. */
 TARGET_AVX512 static inline __m512 exp512(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -129,7 +133,8 @@ TARGET_AVX512 static inline __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
 
@@ -139,12 +144,12 @@ TARGET_AVX512 static inline __m512 recip512(__m512 d) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
-/* gelu on 16 lanes: y = v sig, and (bwd) the derivative */
+/* gelu on 16 lanes: y = v sig, and (bwd) the derivative; -2u = v (-2s - 2sc v^2) */
 TARGET_AVX512 static inline __m512 gelu512(__m512 v, __m512 *dgelu) {
     __m512 v2 = _mm512_mul_ps(v, v);
-    __m512 u = _mm512_mul_ps(_mm512_set1_ps(GELU_S),
-                             _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_C), v2), v, v));
-    __m512 e = exp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
+    __m512 k2 = _mm512_fmadd_ps(_mm512_set1_ps(-2.0f * GELU_S * GELU_C), v2,
+                                _mm512_set1_ps(-2.0f * GELU_S));
+    __m512 e = exp512(_mm512_mul_ps(v, k2));
     __m512 sig = recip512(_mm512_add_ps(e, _mm512_set1_ps(1.0f)));
     if (dgelu) {
         __m512 k = _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_C), v2, _mm512_set1_ps(1.0f));
@@ -155,13 +160,28 @@ TARGET_AVX512 static inline __m512 gelu512(__m512 v, __m512 *dgelu) {
     return _mm512_mul_ps(v, sig);
 }
 
-TARGET_AVX512 static void gelu_fwd_avx512(GELU_FWD_ARGS) {
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 y16 = gelu512(load_bf16_n(x + i, m), NULL);
-        _mm256_mask_storeu_epi16(y + i, m, to_bf16(y16));
+/* the forwards' loops, for a rounding `round` (to_bf16, or vcvtneps2bf16) */
+#define GELU_FWD_512(round)                                                                    \
+    for (int64_t i = 0; i < n; i += 16) {                                                      \
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);                 \
+        __m512 y16 = gelu512(load_bf16_n(x + i, m), NULL);                                     \
+        _mm256_mask_storeu_epi16(y + i, m, round(y16));                                        \
     }
+#define SWIGLU_FWD_512(round)                                                                  \
+    for (int64_t i = 0; i < n; i += 16) {                                                      \
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);                 \
+        __m512 g = load_bf16_n(gate + i, m), e;                                                \
+        __m512 s = sigmoid512(g, &e);                                                          \
+        __m512 y16 = _mm512_mul_ps(_mm512_mul_ps(g, s), load_bf16_n(up + i, m));               \
+        _mm256_mask_storeu_epi16(y + i, m, round(y16));                                        \
+    }
+
+TARGET_AVX512BF16 static inline __m256i cvtne_bf16(__m512 v) {
+    return (__m256i)_mm512_cvtneps_pbh(v);
 }
+
+TARGET_AVX512 static void gelu_fwd_avx512(GELU_FWD_ARGS) { GELU_FWD_512(to_bf16) }
+TARGET_AVX512BF16 static void gelu_fwd_avx512bf16(GELU_FWD_ARGS) { GELU_FWD_512(cvtne_bf16) }
 
 TARGET_AVX512 static void gelu_bwd_avx512(GELU_BWD_ARGS) {
     for (int64_t i = 0; i < n; i += 16) {
@@ -177,14 +197,9 @@ TARGET_AVX512 static inline __m512 sigmoid512(__m512 g, __m512 *e) {
     return recip512(_mm512_add_ps(*e, _mm512_set1_ps(1.0f)));
 }
 
-TARGET_AVX512 static void swiglu_fwd_avx512(SWIGLU_FWD_ARGS) {
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 g = load_bf16_n(gate + i, m), e;
-        __m512 s = sigmoid512(g, &e);
-        __m512 y16 = _mm512_mul_ps(_mm512_mul_ps(g, s), load_bf16_n(up + i, m));
-        _mm256_mask_storeu_epi16(y + i, m, to_bf16(y16));
-    }
+TARGET_AVX512 static void swiglu_fwd_avx512(SWIGLU_FWD_ARGS) { SWIGLU_FWD_512(to_bf16) }
+TARGET_AVX512BF16 static void swiglu_fwd_avx512bf16(SWIGLU_FWD_ARGS) {
+    SWIGLU_FWD_512(cvtne_bf16)
 }
 
 TARGET_AVX512 static void swiglu_bwd_avx512(SWIGLU_BWD_ARGS) {
@@ -208,9 +223,11 @@ typedef void (*gelu_fwd_fn)(GELU_FWD_ARGS);
 typedef void (*gelu_bwd_fn)(GELU_BWD_ARGS);
 typedef void (*swiglu_fwd_fn)(SWIGLU_FWD_ARGS);
 typedef void (*swiglu_bwd_fn)(SWIGLU_BWD_ARGS);
-static const gelu_fwd_fn GELU_FWD[] = {gelu_fwd_base, gelu_fwd_avx2, gelu_fwd_avx512};
+static const gelu_fwd_fn GELU_FWD[] = {gelu_fwd_base, gelu_fwd_avx2, gelu_fwd_avx512,
+                                       gelu_fwd_avx512bf16};
 static const gelu_bwd_fn GELU_BWD[] = {gelu_bwd_base, gelu_bwd_avx2, gelu_bwd_avx512};
-static const swiglu_fwd_fn SWIGLU_FWD[] = {swiglu_fwd_base, swiglu_fwd_avx2, swiglu_fwd_avx512};
+static const swiglu_fwd_fn SWIGLU_FWD[] = {swiglu_fwd_base, swiglu_fwd_avx2, swiglu_fwd_avx512,
+                                           swiglu_fwd_avx512bf16};
 static const swiglu_bwd_fn SWIGLU_BWD[] = {swiglu_bwd_base, swiglu_bwd_avx2, swiglu_bwd_avx512};
 
 #define FOR_BLOCKS(call)                                                                       \
@@ -224,7 +241,7 @@ static const swiglu_bwd_fn SWIGLU_BWD[] = {swiglu_bwd_base, swiglu_bwd_avx2, swi
     } while (0)
 
 void dt_gelu_forward_bf16(dt_bf16 *y, const dt_bf16 *x, int64_t n) {
-    gelu_fwd_fn f = GELU_FWD[dt_isa_pick(DT_ISA_AVX512)];
+    gelu_fwd_fn f = GELU_FWD[dt_isa_pick(DT_ISA_AVX512BF16)];
     FOR_BLOCKS(f(y + o, x + o, len));
 }
 
@@ -234,7 +251,7 @@ void dt_gelu_backward_bf16_set(float *dx, const dt_bf16 *x, const float *dy, int
 }
 
 void dt_swiglu_forward_bf16(dt_bf16 *y, const dt_bf16 *gate, const dt_bf16 *up, int64_t n) {
-    swiglu_fwd_fn f = SWIGLU_FWD[dt_isa_pick(DT_ISA_AVX512)];
+    swiglu_fwd_fn f = SWIGLU_FWD[dt_isa_pick(DT_ISA_AVX512BF16)];
     FOR_BLOCKS(f(y + o, gate + o, up + o, len));
 }
 

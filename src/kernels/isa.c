@@ -63,6 +63,6 @@ void dt_kernels_describe(char *buf, size_t n) {
              "attention %s, cross-entropy %s, bf16-storage activations %s, bf16 casts/norms/"
              "activations/AdamW %s, fp16 casts %s, int8 quant %s",
              dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)),
-             dt_isa_name(dt_isa_pick(DT_ISA_AVX512)), dt_isa_name(dt_isa_pick(DT_ISA_AVX512)),
+             dt_isa_name(dt_isa_pick(DT_ISA_AVX512)), dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)),
              clone, f16[0].name, dt_quant_isa_name(qi));
 }

@@ -179,11 +179,11 @@ static void check_bf16_close(const dt_bf16 *y, const dt_bf16 *yr, int64_t n, con
         far += d > fabs(r) / 128 + 1e-30;
     }
     DT_CHECK(far == 0 && off <= n / 200 + 1, "%s (%s): %lld values 1 bf16 ulp off, %lld further",
-             what, dt_isa_name(dt_isa_pick(DT_ISA_AVX512)), (long long)off, (long long)far);
+             what, dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), (long long)off, (long long)far);
 }
 
 static void check_bf16_variant(int64_t n, float scale) {
-    const char *isa = dt_isa_name(dt_isa_pick(DT_ISA_AVX512));
+    const char *isa = dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)); /* forwards' variant */
     dt_bf16 *x = fill_bf16(n, 11, scale), *u = fill_bf16(n, 12, 2.0f);
     float *dy = fill(n, 13, 1.0f), *dx = fill(n, 14, 1.0f), *dxr = fill(n, 15, 1.0f);
     float *du = fill(n, 16, 1.0f), *dur = fill(n, 17, 1.0f), *xf = malloc(4 * n);
@@ -224,7 +224,7 @@ static void check_bf16_variant(int64_t n, float scale) {
 
 /* every variant this CPU runs, against the references */
 static void check_bf16(void) {
-    for (int isa = 0; isa <= DT_ISA_AVX512; isa++) {
+    for (int isa = 0; isa <= DT_ISA_AVX512BF16; isa++) {
         if (!dt_isa_supported((dt_isa)isa)) {
             printf("SKIP bf16 activations %s: this CPU does not run it\n",
                    dt_isa_name((dt_isa)isa));
@@ -241,7 +241,7 @@ static void perf_bf16(void) {
     int64_t n = 1024 * 3072;
     dt_bf16 *x = fill_bf16(n, 1, 3), *y = malloc(2 * n);
     float *dy = fill(n, 2, 1), *d = malloc(4 * n);
-    for (int isa = 0; isa <= DT_ISA_AVX512; isa++) {
+    for (int isa = 0; isa <= DT_ISA_AVX512BF16; isa++) {
         if (!dt_isa_supported((dt_isa)isa))
             continue;
         dt_isa_set_cap((dt_isa)isa);
