@@ -9,6 +9,9 @@
  * backward (the inverse rotation) turns the rotated gradients back into qkv gradients.
  * Gradients of parameters applied to split rows (norms, row-parallel biases) go to
  * scratch.pgrad first and are summed over the rows comm before they are added.
+ * bf16 mode stores as autocast does: the MLP's matmul outputs h (u) in bf16, rounded once by
+ * the matmul, read in bf16 by the activation kernels; over one tp rank the norms write the
+ * bf16 copy the matmuls read directly. fp16 mode keeps h, u and the norm outputs in fp32.
  */
 #include "nn/block.h"
 
