@@ -24,7 +24,8 @@
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define AVX512_FEATURES "avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512"
+/* (no prefer-vector-width: the intrinsics fix the width, and clang rejects that key) */
+#define AVX512_FEATURES "avx512f,avx512bw,avx512dq,avx512vl,fma"
 #define TARGET_AVX512 __attribute__((target(AVX512_FEATURES)))
 #define TARGET_AVX512BF16 __attribute__((target(AVX512_FEATURES ",avx512bf16")))
 
@@ -96,12 +97,7 @@ TARGET_AVX2 static void swiglu_bwd_avx2(SWIGLU_BWD_ARGS) { SWIGLU_BWD_BODY }
 
 /* ---- AVX-512 ---- */
 
-/* 16 bf16 -> 16 fp32 (exact) */
-TARGET_AVX512 static inline __m512 load_bf16(const dt_bf16 *p) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
+/* the first lanes of m: bf16 -> fp32 (exact) */
 TARGET_AVX512 static inline __m512 load_bf16_n(const dt_bf16 *p, __mmask16 m) {
     __m256i h = _mm256_maskz_loadu_epi16(m, p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
