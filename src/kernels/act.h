@@ -1,6 +1,6 @@
 /* Pointwise activations: tanh-GELU (GPT-2) and SwiGLU (Llama). Backward ACCUMULATES (+=);
- * the _set variants overwrite instead (the bits of accumulating onto zeros).
- * Stateless, OpenMP-parallel; _ref twins are plain C. */
+ * the _set variants overwrite instead (the bits of accumulating onto zeros). The _bf16
+ * variants read bf16 inputs (act_bf16.c). Stateless, OpenMP-parallel; _ref twins are plain C. */
 #ifndef DT_KERNELS_ACT_H
 #define DT_KERNELS_ACT_H
 
@@ -29,5 +29,25 @@ void dt_swiglu_backward_set(float *dgate, float *dup, const float *gate, const f
 void dt_swiglu_forward_ref(float *y, const float *gate, const float *up, int64_t n);
 void dt_swiglu_backward_ref(float *dgate, float *dup, const float *gate, const float *up,
                             const float *dy, int64_t n);
+
+/* On bf16 storage (bf16 mode keeps the matmul outputs in bf16, as autocast does): the fp32
+ * math on the inputs' exact values; forwards write the bf16 rounding of the fp32 result
+ * (nearest even), backwards OVERWRITE fp32 gradients. Each runs the widest variant of
+ * {portable, AVX2, AVX-512, and for the forwards AVX512_BF16} the CPU and the cap allow
+ * (kernels/isa.h); the variants agree to a few fp32 ulp (forwards: to one bf16 ulp where a
+ * value lies near a rounding tie; the AVX512_BF16 rounding flushes results below 1.2e-38 to
+ * zero).
+ * _ref: the double formulas, rounded once. */
+void dt_gelu_forward_bf16(dt_bf16 *y, const dt_bf16 *x, int64_t n);
+void dt_gelu_backward_bf16_set(float *dx, const dt_bf16 *x, const float *dy, int64_t n);
+void dt_swiglu_forward_bf16(dt_bf16 *y, const dt_bf16 *gate, const dt_bf16 *up, int64_t n);
+void dt_swiglu_backward_bf16_set(float *dgate, float *dup, const dt_bf16 *gate,
+                                 const dt_bf16 *up, const float *dy, int64_t n);
+void dt_gelu_forward_bf16_ref(dt_bf16 *y, const dt_bf16 *x, int64_t n);
+void dt_gelu_backward_bf16_set_ref(float *dx, const dt_bf16 *x, const float *dy, int64_t n);
+void dt_swiglu_forward_bf16_ref(dt_bf16 *y, const dt_bf16 *gate, const dt_bf16 *up,
+                                int64_t n);
+void dt_swiglu_backward_bf16_set_ref(float *dgate, float *dup, const dt_bf16 *gate,
+                                     const dt_bf16 *up, const float *dy, int64_t n);
 
 #endif

@@ -1,5 +1,5 @@
 /* Matrix products: C = op(A) · op(B) (+ bias), fp32, bf16 or fp16 operands, fp32
- * accumulate/output.
+ * accumulate/output (or, dt_gemm_run_bf16_out, bf16 output rounded once from fp32).
  *
  * dt_gemm_run goes through oneDNN's matmul primitive (kernels/dnnl/), created once per shape
  * and kept in the dt_gemm cache. When oneDNN has no kernel for 16-bit operands on this CPU
@@ -36,6 +36,12 @@ void dt_gemm_free(dt_gemm *g);
 /* bias: NULL or [N], added to every row (only allowed with accumulate == false). */
 dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const void *B,
                       const float *bias, float *C);
+/* The same with bf16 operands (s->dtype == DT_BF16) and a bf16 C: the fp32 sum plus bias,
+ * rounded once to the nearest bf16 (even on ties), as autocast's bf16 matmul output. No
+ * accumulate. Where the CPU has no bf16 matmul, the fp32 result goes through a cached scratch
+ * and is rounded by dt_cast_f32_to_bf16. */
+dt_status dt_gemm_run_bf16_out(dt_gemm *g, const dt_gemm_shape *s, const void *A,
+                               const void *B, const float *bias, dt_bf16 *C);
 void dt_gemm_ref(const dt_gemm_shape *s, const void *A, const void *B, const float *bias,
                  float *C);
 

@@ -60,8 +60,9 @@ void dt_kernels_describe(char *buf, size_t n) {
     dt_cast_f16_variant f16[DT_CAST_F16_MAX_VARIANTS];
     dt_cast_f16_variants(f16);
     snprintf(buf, n,
-             "attention %s, cross-entropy %s, bf16 casts/norms/activations/AdamW %s, fp16 casts "
-             "%s, int8 quant %s",
+             "attention %s, cross-entropy %s, bf16-storage activations %s, bf16 casts/norms/"
+             "activations/AdamW %s, fp16 casts %s, int8 quant %s",
              dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)),
-             dt_isa_name(dt_isa_pick(DT_ISA_AVX512)), clone, f16[0].name, dt_quant_isa_name(qi));
+             dt_isa_name(dt_isa_pick(DT_ISA_AVX512)), dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)),
+             clone, f16[0].name, dt_quant_isa_name(qi));
 }

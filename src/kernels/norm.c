@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define LANES 16
 #define COL_BLOCK 64
@@ -55,6 +56,34 @@ CLONES static void ln_fwd_row(float *restrict y, float *mean, float *rstd, const
     for (int i = 0; i < C; i++)
         y[i] = (x[i] - mu) * rs * w[i] + b[i];
     *mean = mu;
+    *rstd = rs;
+}
+
+/* round to nearest even, NaN kept quiet (dt_cast_f32_to_bf16's bits), branch-free */
+static inline dt_bf16 to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    return (dt_bf16)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+/* ln_fwd_row / rms_fwd_row with a bf16 y: the same statistics and expression, then rounded */
+CLONES static void ln_fwd_row_bf16(dt_bf16 *restrict y, float *mean, float *rstd,
+                                   const float *restrict x, const float *restrict w,
+                                   const float *restrict b, int C, float eps) {
+    float mu = dot_lanes(x, NULL, C) / C;
+    float rs = 1.0f / sqrtf(centered_sumsq(x, mu, C) / C + eps);
+    for (int i = 0; i < C; i++)
+        y[i] = to_bf16((x[i] - mu) * rs * w[i] + b[i]);
+    *mean = mu;
+    *rstd = rs;
+}
+
+CLONES static void rms_fwd_row_bf16(dt_bf16 *restrict y, float *rstd, const float *restrict x,
+                                    const float *restrict w, int C, float eps) {
+    float rs = 1.0f / sqrtf(dot_lanes(x, x, C) / C + eps);
+    for (int i = 0; i < C; i++)
+        y[i] = to_bf16(x[i] * rs * w[i]);
     *rstd = rs;
 }
 
@@ -134,6 +163,20 @@ void dt_layernorm_forward(float *y, float *mean, float *rstd, const float *x, co
 #pragma omp parallel for schedule(static) if ((int64_t)N * C >= PAR_MIN)
     for (int64_t n = 0; n < N; n++)
         ln_fwd_row(y + n * C, &mean[n], &rstd[n], x + n * C, w, b, C, eps);
+}
+
+void dt_layernorm_forward_bf16(dt_bf16 *y, float *mean, float *rstd, const float *x,
+                               const float *w, const float *b, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if ((int64_t)N * C >= PAR_MIN)
+    for (int64_t n = 0; n < N; n++)
+        ln_fwd_row_bf16(y + n * C, &mean[n], &rstd[n], x + n * C, w, b, C, eps);
+}
+
+void dt_rmsnorm_forward_bf16(dt_bf16 *y, float *rstd, const float *x, const float *w, int N,
+                             int C, float eps) {
+#pragma omp parallel for schedule(static) if ((int64_t)N * C >= PAR_MIN)
+    for (int64_t n = 0; n < N; n++)
+        rms_fwd_row_bf16(y + n * C, &rstd[n], x + n * C, w, C, eps);
 }
 
 void dt_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,

@@ -180,6 +180,29 @@ void dt_dequant_int8_rows(float *x, const int8_t *q, const float *scale, int64_t
 
 /* ---- reference -------------------------------------------------------------------------- */
 
+void dt_quant_int8_rows_bf16(int8_t *q, float *scale, const dt_bf16 *x, int64_t rows,
+                             int64_t cols) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const dt_bf16 *xr = x + r * cols;
+        float m = 0.0f;
+        for (int64_t j = 0; j < cols; j++)
+            m = fmaxf(m, fabsf(dt_bf16_to_f32(xr[j])));
+        scale[r] = scale_of(m);
+        float inv = inv_of(m);
+        for (int64_t j = 0; j < cols; j++)
+            q[r * cols + j] = q_of(dt_bf16_to_f32(xr[j]) * inv);
+    }
+}
+
+void dt_dequant_int8_rows_bf16(dt_bf16 *x, const int8_t *q, const float *scale, int64_t rows,
+                               int64_t cols) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++)
+            x[r * cols + j] = dt_bf16_from_f32((float)q[r * cols + j] * scale[r]);
+}
+
 void dt_quant_int8_rows_ref(int8_t *q, float *scale, const float *x, int64_t rows,
                             int64_t cols) {
     for (int64_t i = 0; i < rows; i++) {

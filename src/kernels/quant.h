@@ -14,11 +14,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
+
 /* x: [rows, cols] -> q: [rows, cols], scale: [rows] */
 void dt_quant_int8_rows(int8_t *q, float *scale, const float *x, int64_t rows, int64_t cols);
 /* q, scale -> x: [rows, cols] (x = q * scale) */
 void dt_dequant_int8_rows(float *x, const int8_t *q, const float *scale, int64_t rows,
                           int64_t cols);
+
+/* The same on bf16 rows (bf16 mode keeps the MLP's h and u in bf16): q and scale are the
+ * fp32 kernels' on the exactly widened values; dequantisation rounds q * scale to the nearest
+ * bf16. Portable loops, OpenMP over rows. */
+void dt_quant_int8_rows_bf16(int8_t *q, float *scale, const dt_bf16 *x, int64_t rows,
+                             int64_t cols);
+void dt_dequant_int8_rows_bf16(dt_bf16 *x, const int8_t *q, const float *scale, int64_t rows,
+                               int64_t cols);
 
 /* Plain reference: one row after another, scalar C. */
 void dt_quant_int8_rows_ref(int8_t *q, float *scale, const float *x, int64_t rows,

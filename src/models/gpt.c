@@ -285,12 +285,14 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     bool tp = g->par.tp->size > 1, sp = g->par.sp->size > 1;
     dt_block_scratch *s = &g->scratch;
     s->ln = tp ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
-    s->ln_full = dt_gpt_carve(cv, r.Nt * C * f4);
+    /* bf16 over one tp rank: the norm writes its bf16 output straight (nn/block.c) */
+    bool bf16_norm = g->ctx.mm_type == DT_BF16 && !tp;
+    s->ln_full = bf16_norm ? NULL : dt_gpt_carve(cv, r.Nt * C * f4);
     s->qkv_rows = sp || dt_gpt_acts16(g) ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
     s->packed = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
     s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
-    s->g = dt_gpt_carve(cv, r.Nt * F * f4);
+    s->g = lp ? NULL : dt_gpt_carve(cv, r.Nt * F * f4); /* 16-bit modes write a->g_lp */
     s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
     if (!g->training)
         return;

@@ -20,14 +20,17 @@
  * keeps) as int8 rows with one scale each (kernels/quant.h): the forward writes them into the
  * shared set, which is quantised when the block's forward is done (x2 is read by the block
  * itself), and restored there before the block's backward and W pass. Norm statistics, lse
- * and the residual positions stay fp32. Without int8, bf16 mode keeps qkv and att in bf16
- * (qkv16, att16: the attention's operands and the proj matmul's input as they are). The other
- * bf16 copies of matmul inputs are never kept per slot: one buffer for the norm outputs and one for att / the MLP activation serve every
+ * and the residual positions stay fp32; in bf16 mode h and u are bf16 (dt_block_acts.h_lp,
+ * u_lp) and are stored from and restored to bf16. Without int8, bf16 mode also keeps qkv and
+ * att in bf16 (qkv16, att16: the attention's operands and the proj matmul's input as they
+ * are). The other bf16 copies of matmul inputs are never kept per slot: one buffer for the
+ * norm outputs and one for att / the MLP activation serve every
  * block, and the backward rebuilds them (nn/block.c). Single-threaded control.
  */
 #include "models/gpt_impl.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/quant.h"
@@ -106,16 +109,20 @@ static q8_shape q8_shape_of(const dt_gpt *g, unsigned bit, int64_t N) {
     }
 }
 
-/* The int8-stored tensors: their field bit, their payload and their fp32 view, by name. */
+/* The int8-stored tensors: their field bit, their payload and their fp32 view (and bf16
+ * view, where bf16 mode keeps the tensor in bf16), by name. */
+#define NO_LP SIZE_MAX
 static const struct {
     unsigned bit;
-    size_t q8, acts; /* offsets in dt_gpt_q8_acts and dt_block_acts */
+    size_t q8, acts, acts_lp; /* offsets in dt_gpt_q8_acts and dt_block_acts */
 } STORED[] = {
-    {F_QKV, offsetof(dt_gpt_q8_acts, qkv), offsetof(dt_block_acts, qkv)},
-    {F_ATT, offsetof(dt_gpt_q8_acts, att), offsetof(dt_block_acts, att)},
-    {F_X2, offsetof(dt_gpt_q8_acts, x2), offsetof(dt_block_acts, x2)},
-    {F_H, offsetof(dt_gpt_q8_acts, h), offsetof(dt_block_acts, h)},
-    {F_U, offsetof(dt_gpt_q8_acts, u), offsetof(dt_block_acts, u)},
+    {F_QKV, offsetof(dt_gpt_q8_acts, qkv), offsetof(dt_block_acts, qkv), NO_LP},
+    {F_ATT, offsetof(dt_gpt_q8_acts, att), offsetof(dt_block_acts, att), NO_LP},
+    {F_X2, offsetof(dt_gpt_q8_acts, x2), offsetof(dt_block_acts, x2), NO_LP},
+    {F_H, offsetof(dt_gpt_q8_acts, h), offsetof(dt_block_acts, h),
+     offsetof(dt_block_acts, h_lp)},
+    {F_U, offsetof(dt_gpt_q8_acts, u), offsetof(dt_block_acts, u),
+     offsetof(dt_block_acts, u_lp)},
 };
 enum { N_STORED = sizeof STORED / sizeof STORED[0] };
 
@@ -126,6 +133,13 @@ static dt_gpt_q8 *q8_field(dt_gpt_q8_acts *q, int i) {
 static float *acts_field(const dt_block_acts *a, int i) {
     float *p;
     memcpy(&p, (const char *)a + STORED[i].acts, sizeof p);
+    return p;
+}
+
+static dt_bf16 *acts_field_lp(const dt_block_acts *a, int i) {
+    dt_bf16 *p = NULL;
+    if (STORED[i].acts_lp != NO_LP)
+        memcpy(&p, (const char *)a + STORED[i].acts_lp, sizeof p);
     return p;
 }
 
@@ -150,7 +164,7 @@ static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a)
     dt_gpt_rows r = dt_gpt_rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
     size_t heads = (size_t)d->NH / g->par.sp->size, f4 = sizeof(float);
-    bool llama = d->kind == DT_BLOCK_LLAMA;
+    bool llama = d->kind == DT_BLOCK_LLAMA, bf = g->ctx.mm_type == DT_BF16;
 #define PIECE(bit, n) ((f & (bit)) ? dt_gpt_carve(cv, (n)) : NULL)
     a->ln1_mean = PIECE(F_LN, r.Nr * f4);
     a->ln1_rstd = PIECE(F_LN, r.Nr * f4);
@@ -164,8 +178,11 @@ static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a)
     a->x2 = PIECE(F_X2, r.Nr * C * f4);
     a->ln2_mean = PIECE(F_LN, r.Nr * f4);
     a->ln2_rstd = PIECE(F_LN, r.Nr * f4);
-    a->h = PIECE(F_H, r.Nt * F * f4);
-    a->u = llama ? PIECE(F_U, r.Nt * F * f4) : NULL;
+    /* h, u: fp32, or in bf16 mode bf16 (nn/block.h) */
+    a->h = bf ? NULL : PIECE(F_H, r.Nt * F * f4);
+    a->u = llama && !bf ? PIECE(F_U, r.Nt * F * f4) : NULL;
+    a->h_lp = bf ? PIECE(F_H, r.Nt * F * sizeof(dt_bf16)) : NULL;
+    a->u_lp = llama && bf ? PIECE(F_U, r.Nt * F * sizeof(dt_bf16)) : NULL;
 #undef PIECE
 }
 
@@ -231,6 +248,8 @@ static dt_block_acts view(const dt_gpt *g, int slot, int l) {
         .ln2_rstd = o->ln2_rstd ? o->ln2_rstd : s->ln2_rstd,
         .h = o->h ? o->h : s->h,
         .u = o->u ? o->u : s->u,
+        .h_lp = o->h_lp ? o->h_lp : s->h_lp,
+        .u_lp = o->u_lp ? o->u_lp : s->u_lp,
         .att_lp = o->att_lp ? o->att_lp : s->att_lp,
         .g_lp = o->g_lp ? o->g_lp : s->g_lp,
         .ln1_lp = o->ln1_lp ? o->ln1_lp : s->ln1_lp,
@@ -252,10 +271,16 @@ static void int8_move(dt_gpt *g, int slot, int l, int N, dt_block_acts *a, bool 
         if (!t->q)
             continue;
         q8_shape sh = q8_shape_of(g, STORED[i].bit, N);
-        if (store)
-            dt_quant_int8_rows(t->q, t->scale, acts_field(a, i), sh.rows, sh.cols);
+        float *x = acts_field(a, i);
+        dt_bf16 *x_lp = x ? NULL : acts_field_lp(a, i); /* bf16 storage */
+        if (store && x_lp)
+            dt_quant_int8_rows_bf16(t->q, t->scale, x_lp, sh.rows, sh.cols);
+        else if (store)
+            dt_quant_int8_rows(t->q, t->scale, x, sh.rows, sh.cols);
+        else if (x_lp)
+            dt_dequant_int8_rows_bf16(x_lp, t->q, t->scale, sh.rows, sh.cols);
         else
-            dt_dequant_int8_rows(acts_field(a, i), t->q, t->scale, sh.rows, sh.cols);
+            dt_dequant_int8_rows(x, t->q, t->scale, sh.rows, sh.cols);
     }
 }
 

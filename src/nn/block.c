@@ -9,6 +9,9 @@
  * backward (the inverse rotation) turns the rotated gradients back into qkv gradients.
  * Gradients of parameters applied to split rows (norms, row-parallel biases) go to
  * scratch.pgrad first and are summed over the rows comm before they are added.
+ * bf16 mode stores as autocast does: the MLP's matmul outputs h (u) in bf16, rounded once by
+ * the matmul, read in bf16 by the activation kernels; over one tp rank the norms write the
+ * bf16 copy the matmuls read directly. fp16 mode keeps h, u and the norm outputs in fp32.
  */
 #include "nn/block.h"
 
@@ -72,6 +75,14 @@ void dt_block_norm_forward(dt_block_kind kind, const dt_norm_params *p, const fl
         dt_layernorm_forward(y, mean, rstd, x, p->w, p->b, N, C, eps);
     else
         dt_rmsnorm_forward(y, rstd, x, p->w, N, C, eps);
+}
+
+void dt_block_norm_forward_bf16(dt_block_kind kind, const dt_norm_params *p, const float *x,
+                                int N, int C, float eps, dt_bf16 *y, float *mean, float *rstd) {
+    if (kind == DT_BLOCK_GPT2)
+        dt_layernorm_forward_bf16(y, mean, rstd, x, p->w, p->b, N, C, eps);
+    else
+        dt_rmsnorm_forward_bf16(y, rstd, x, p->w, N, C, eps);
 }
 
 void dt_block_norm_backward(dt_block_kind kind, const dt_norm_params *p, const float *x,
@@ -144,16 +155,39 @@ static dt_linear without_bias(const dt_linear *l) {
 
 /* ---- forward ----------------------------------------------------------------------------- */
 
-/* norm -> enter the tp region: s->ln_full [Nt, C] */
-static dt_status norm_enter(const dt_block_dims *d, const dt_block_par *p,
+/* Whether the MLP's matmul outputs (h, u) are kept in bf16 (a->h_lp, a->u_lp), as autocast
+ * keeps them: bf16 mode. fp16 mode keeps them in fp32 (fp16's range would need scaling). */
+static bool mlp_bf16(const dt_nn_ctx *ctx) { return ctx->mm_type == DT_BF16; }
+
+/* norm -> enter the tp region: s->ln_full [Nt, C], and in 16-bit modes its rounded copy
+ * lp [Nt, C], which the column-parallel matmuls read. In bf16 mode over one tp rank the norm
+ * writes lp directly (the same bits; s->ln_full is not carved then); a split region moves
+ * fp32 rows, so there the norm writes fp32 and the entered rows are cast. */
+static dt_status norm_enter(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
                             const dt_norm_params *np, const float *x, int N, float *mean,
-                            float *rstd, dt_block_scratch *s) {
+                            float *rstd, dt_block_scratch *s, dt_bf16 *lp) {
     int Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N);
+    if (ctx->mm_type == DT_BF16 && unsplit(p->tp)) {
+        dt_block_norm_forward_bf16(d->kind, np, x, Nr, d->C, d->norm_eps, lp, mean, rstd);
+        return DT_OK;
+    }
     float *ln = unsplit(p->tp) ? s->ln_full : s->ln;
     dt_block_norm_forward(d->kind, np, x, Nr, d->C, d->norm_eps, ln, mean, rstd);
-    if (ln == s->ln_full)
-        return DT_OK;
-    return region_fwd(p->enter, p->tp, shape(Nt, d->C, 0), s->ln, s->ln_full, s->work);
+    if (ln != s->ln_full)
+        DT_TRY(region_fwd(p->enter, p->tp, shape(Nt, d->C, 0), s->ln, s->ln_full, s->work));
+    if (ctx->mm_type != DT_F32)
+        dt_cast_f32_to_lp(ctx->mm_type, lp, s->ln_full, (int64_t)Nt * d->C);
+    return DT_OK;
+}
+
+/* A column-parallel layer on the entered norm output: s->ln_full in fp32 mode, else its
+ * 16-bit copy lp (norm_enter's). */
+static dt_status column_forward(const dt_nn_ctx *ctx, const dt_linear *l,
+                                const dt_block_scratch *s, const dt_bf16 *lp, int Nt,
+                                float *y) {
+    if (ctx->mm_type == DT_F32)
+        return dt_linear_forward(ctx, l, s->ln_full, NULL, Nt, y);
+    return dt_linear_forward_lp(ctx, l, lp, Nt, y);
 }
 
 /* Where a row-parallel matmul writes its partial sum: s->part, or y itself over one rank. */
@@ -217,14 +251,14 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    dt_block_acts *a, dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d);
-    DT_TRY(norm_enter(d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s));
+    DT_TRY(norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s, a->ln1_lp));
     /* q|k|v of whole sequences: in place, or (bf16 storage) in s->qkv_rows, rounded once
      * after RoPE */
     float *qkv = kept16(a) ? s->qkv_rows : a->qkv;
     if (unsplit(p->sp)) { /* one group */
-        DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, qkv));
+        DT_TRY(column_forward(ctx, &blk->qkv, s, a->ln1_lp, Nt, qkv));
     } else {
-        DT_TRY(dt_linear_forward(ctx, &blk->qkv, s->ln_full, a->ln1_lp, Nt, s->qkv_rows));
+        DT_TRY(column_forward(ctx, &blk->qkv, s, a->ln1_lp, Nt, s->qkv_rows));
         regroup_qkv(d, sp, s->qkv_rows, s->packed, Nt, true);
         DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, qkv,
                           s->work));
@@ -244,7 +278,8 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
 }
 
 /* The MLP activation of the saved matmul output(s): fp32 into s->g, or in 16-bit modes its
- * rounded copy straight into a->g_lp (the same bits as the fp32 one, then the cast). */
+ * rounded copy straight into a->g_lp (fp16: the same bits as the fp32 one, then the cast;
+ * bf16: from the bf16 h, u). */
 static void mlp_act(const dt_block_dims *d, const dt_block_acts *a, dt_block_scratch *s,
                     int64_t nf) {
     if (d->kind == DT_BLOCK_GPT2)
@@ -255,7 +290,11 @@ static void mlp_act(const dt_block_dims *d, const dt_block_acts *a, dt_block_scr
 
 static void mlp_act_lp(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_acts *a,
                        int64_t nf) {
-    if (d->kind == DT_BLOCK_GPT2)
+    if (mlp_bf16(ctx) && d->kind == DT_BLOCK_GPT2)
+        dt_gelu_forward_bf16(a->g_lp, a->h_lp, nf);
+    else if (mlp_bf16(ctx))
+        dt_swiglu_forward_bf16(a->g_lp, a->h_lp, a->u_lp, nf);
+    else if (d->kind == DT_BLOCK_GPT2)
         dt_gelu_forward_lp(ctx->mm_type, a->g_lp, a->h, nf);
     else
         dt_swiglu_forward_lp(ctx->mm_type, a->g_lp, a->h, a->u, nf);
@@ -266,10 +305,17 @@ static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                              dt_block_scratch *s, float *out) {
     int Nt = dt_block_rows_tp(p, N);
     int64_t nf = (int64_t)Nt * d->F;
-    DT_TRY(norm_enter(d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s));
-    DT_TRY(dt_linear_forward(ctx, &blk->fc, s->ln_full, a->ln2_lp, Nt, a->h));
-    if (d->kind == DT_BLOCK_LLAMA)
-        DT_TRY(dt_linear_forward(ctx, &blk->up, s->ln_full, a->ln2_lp, Nt, a->u));
+    DT_TRY(norm_enter(ctx, d, p, &blk->ln2, a->x2, N, a->ln2_mean, a->ln2_rstd, s, a->ln2_lp));
+    bool llama = d->kind == DT_BLOCK_LLAMA;
+    if (mlp_bf16(ctx)) { /* h (u) in bf16: bias added in fp32, rounded once */
+        DT_TRY(dt_linear_forward_bf16_out(ctx, &blk->fc, a->ln2_lp, Nt, a->h_lp));
+        if (llama)
+            DT_TRY(dt_linear_forward_bf16_out(ctx, &blk->up, a->ln2_lp, Nt, a->u_lp));
+    } else {
+        DT_TRY(column_forward(ctx, &blk->fc, s, a->ln2_lp, Nt, a->h));
+        if (llama)
+            DT_TRY(column_forward(ctx, &blk->up, s, a->ln2_lp, Nt, a->u));
+    }
     dt_linear down = without_bias(&blk->down);
     float *part = part_out(p, s, out);
     if (ctx->mm_type != DT_F32) { /* the activation is made straight in 16 bits */
@@ -302,17 +348,13 @@ dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
 /* The norm outputs (and the copy entering the region, gathered under Megatron-SP) are not
  * kept per block, in either precision: they are rebuilt just before the weight gradients
  * that read them, so each rank keeps only its own rows' statistics (Korthikanti et al.
- * sec. 4.2.2). In bf16 mode the rebuilt copy is rounded into the (shared) bf16 buffer the
- * matmul reads. */
+ * sec. 4.2.2). In 16-bit modes the rebuilt copy goes to the (shared) buffer the matmul
+ * reads, by the forward's norm_enter (the same bits). */
 static dt_status recompute_norm_enter(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                       const dt_block_par *p, const dt_norm_params *np,
                                       const float *x, int N, const float *mean,
                                       const float *rstd, dt_block_scratch *s, dt_bf16 *lp) {
-    DT_TRY(norm_enter(d, p, np, x, N, (float *)mean, (float *)rstd, s));
-    if (ctx->mm_type != DT_F32)
-        dt_cast_f32_to_lp(ctx->mm_type, lp, s->ln_full,
-                          (int64_t)dt_block_rows_tp(p, N) * d->C);
-    return DT_OK;
+    return norm_enter(ctx, d, p, np, x, N, (float *)mean, (float *)rstd, s, lp);
 }
 
 /* The 16-bit copies of the row-parallel matmuls' inputs (att_lp, g_lp) are not kept either:
@@ -426,14 +468,20 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     }
     DT_TRY(dt_linear_backward_set_dx(ctx, &down, s->g, a->g_lp, dpart, s->dy_lp, Nt, s->dg));
     if (d->kind == DT_BLOCK_GPT2) {
-        dt_gelu_backward_set(s->dh, a->h, s->dg, nf);
+        if (mlp_bf16(ctx))
+            dt_gelu_backward_bf16_set(s->dh, a->h_lp, s->dg, nf);
+        else
+            dt_gelu_backward_set(s->dh, a->h, s->dg, nf);
         const dt_linear *l[] = {&blk->fc};
         const float *dy[] = {s->dh};
         float *kept[] = {wg ? wg->dh : NULL};
         DT_TRY(column_backward(ctx, d, p, l, dy, wg ? kept : NULL, 1, s->ln_full, a->ln2_lp, N,
                                s));
     } else {
-        dt_swiglu_backward_set(s->dh, s->du, a->h, a->u, s->dg, nf);
+        if (mlp_bf16(ctx))
+            dt_swiglu_backward_bf16_set(s->dh, s->du, a->h_lp, a->u_lp, s->dg, nf);
+        else
+            dt_swiglu_backward_set(s->dh, s->du, a->h, a->u, s->dg, nf);
         const dt_linear *l[] = {&blk->fc, &blk->up};
         const float *dy[] = {s->dh, s->du};
         float *kept[] = {wg ? wg->dh : NULL, wg ? wg->du : NULL};

@@ -90,18 +90,21 @@ typedef struct dt_block_acts {
                                        * and att [Nt, NH hs] kept in bf16 in place of qkv and
                                        * att (then NULL; att_lp unused by the attention); NULL
                                        * in the other modes and under int8 storage */
+    dt_bf16 *h_lp, *u_lp;             /* [Nt, F] bf16 mode only: h and u kept in bf16, as
+                                       * autocast keeps them (h, u are NULL then) */
 } dt_block_acts;
 
 /* Transients shared by every block (W = (NH + 2 NKV) hs, A = NH hs). In fp32 mode the norm
  * outputs and the MLP activation are recomputed in backward into ln/ln_full/g. */
 typedef struct dt_block_scratch {
     float *ln;        /* [Nr, C] */
-    float *ln_full;   /* [Nt, C] the norm output inside the tp region */
+    float *ln_full;   /* [Nt, C] the norm output inside the tp region; unused (may be NULL)
+                       * in bf16 mode over one tp rank, where the norm writes its bf16 copy */
     float *qkv_rows;  /* [Nt, W] the qkv matmul's output (and, in backward, its gradient) */
     float *packed;    /* [Nt, W] q|k|v regrouped per sp rank for the all-to-all */
     float *att_heads; /* [N, A/sp] attention output in head layout */
     float *part;      /* [Nt, C] a row-parallel matmul's partial sum (and its gradient) */
-    float *g;         /* [Nt, F] MLP activation */
+    float *g;         /* [Nt, F] MLP activation, fp32 mode only (16-bit modes write a->g_lp) */
     float *work;      /* region-op scratch: dt_block_work_count floats */
     /* backward only (NULL when not training) */
     float *dln, *dln_full;  /* [Nr, C], [Nt, C] */
@@ -162,6 +165,9 @@ dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
  * Backward accumulates into dx and the norm's weight gradients. */
 void dt_block_norm_forward(dt_block_kind kind, const dt_norm_params *p, const float *x, int N,
                            int C, float eps, float *y, float *mean, float *rstd);
+/* The same with y in bf16: the bits of dt_block_norm_forward's output rounded to bf16. */
+void dt_block_norm_forward_bf16(dt_block_kind kind, const dt_norm_params *p, const float *x,
+                                int N, int C, float eps, dt_bf16 *y, float *mean, float *rstd);
 void dt_block_norm_backward(dt_block_kind kind, const dt_norm_params *p, const float *x,
                             const float *dy, const float *mean, const float *rstd, int N, int C,
                             float *dx);

@@ -28,6 +28,14 @@ dt_status dt_linear_forward_lp(const dt_nn_ctx *ctx, const dt_linear *l, const d
     return dt_gemm_run(ctx->gemm, &s, x_lp, l->w_lp, l->b, y);
 }
 
+dt_status dt_linear_forward_bf16_out(const dt_nn_ctx *ctx, const dt_linear *l,
+                                     const dt_bf16 *x_lp, int N, dt_bf16 *y) {
+    dt_gemm_shape s = {.M = N, .N = l->out, .K = l->in, .trans_b = true, .dtype = ctx->mm_type};
+    if (ctx->mm_type != DT_BF16)
+        return dt_err_set(DT_ERR_ARG, "dt_linear_forward_bf16_out: needs bf16 matmuls");
+    return dt_gemm_run_bf16_out(ctx->gemm, &s, x_lp, l->w_lp, l->b, y);
+}
+
 /* dy is cast to 16 bits once and read by both matmuls (dx, then dW) while it is warm. */
 static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
                           const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N, float *dx,

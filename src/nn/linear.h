@@ -31,6 +31,10 @@ dt_status dt_linear_forward(const dt_nn_ctx *ctx, const dt_linear *l, const floa
  * dt_linear_forward on the fp32 input. DT_ERR_ARG in fp32 mode. */
 dt_status dt_linear_forward_lp(const dt_nn_ctx *ctx, const dt_linear *l, const dt_bf16 *x_lp,
                                int N, float *y);
+/* bf16 mode only (DT_ERR_ARG otherwise): input x_lp [N, in] bf16, output y [N, out] in bf16,
+ * the fp32 sum plus bias rounded once (autocast's bf16 linear output). */
+dt_status dt_linear_forward_bf16_out(const dt_nn_ctx *ctx, const dt_linear *l,
+                                     const dt_bf16 *x_lp, int N, dt_bf16 *y);
 /* dy: [N, out]; dx: [N, in] or NULL (input needs no gradient). x (fp32) is read in fp32 mode,
  * x_lp in bf16 mode. dy_lp: [N, out] bf16 scratch, used in bf16 mode. */
 dt_status dt_linear_backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,

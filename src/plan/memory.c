@@ -47,6 +47,7 @@ typedef struct shape {
     int64_t vocab_rows;       /* vocabulary rows per tp rank, rounded up */
     bool held[DT_MAX_CHUNKS + 2];
     bool acts16; /* bf16 without int8 storage: qkv and att kept in bf16 (models/gpt_ac.c) */
+    bool bf16;   /* bf16 mode: the MLP's h, u kept in bf16 (nn/block.h) */
 } shape;
 
 static int ffn_width(const dt_model_config *m) {
@@ -183,7 +184,7 @@ static bool int8_on(const shape *s) {
     return s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8;
 }
 
-/* Bytes of the fields f in fp32, each piece 64-byte carved. */
+/* Bytes of the fields f in fp32 (h, u in bf16 mode: bf16), each piece 64-byte carved. */
 static int64_t fields_bytes(const shape *s, unsigned f) {
     int64_t heads = s->NH / s->sp, b = 0;
     b += f & A_LN ? 4 * pad64(s->Nr * F4) : 0;
@@ -191,8 +192,9 @@ static int64_t fields_bytes(const shape *s, unsigned f) {
     b += f & A_ATT ? pad64(s->Nt * s->A * (s->acts16 ? H2 : F4)) : 0;
     b += f & A_LSE ? pad64(s->N * heads * F4) : 0;
     b += f & A_X2 ? pad64(s->Nr * s->C * F4) : 0;
-    b += f & A_H ? pad64(s->Nt * s->F * F4) : 0;
-    b += (f & A_U) && !s->gpt2 ? pad64(s->Nt * s->F * F4) : 0;
+    int64_t hu = s->bf16 ? H2 : F4;
+    b += f & A_H ? pad64(s->Nt * s->F * hu) : 0;
+    b += (f & A_U) && !s->gpt2 ? pad64(s->Nt * s->F * hu) : 0;
     return b;
 }
 
@@ -309,9 +311,12 @@ static int64_t temp_arena(const shape *s, int n_slots) {
     int64_t tw = pad64(s->Nt * s->W * F4), ta = pad64(s->Nt * s->A * F4);
     int64_t tf = pad64(s->Nt * s->F * F4);
     /* forward; what only a tp split (the region's entry and exit copies) or a Ulysses split
-     * (the head-layout copies) uses is carved only then */
+     * (the head-layout copies) uses is carved only then; the fp32 norm output ln_full not in
+     * bf16 mode over one tp rank (the norm writes bf16), the fp32 MLP activation g only in
+     * fp32 mode */
     bool tp = s->tp > 1, sp = s->sp > 1;
-    b += (tp ? rc + tc : 0) + tc + (sp ? 2 * tw + ta : 0) + tf + pad64(region_work(s) * F4);
+    b += (tp ? rc + tc : 0) + (s->bf16 && !tp ? 0 : tc) + (sp ? 2 * tw + ta : 0) +
+         (s->lp ? 0 : tf) + pad64(region_work(s) * F4);
     b += !sp && s->acts16 ? tw : 0; /* qkv_rows: the fp32 q|k|v before its bf16 copy */
     b += rc + (tp ? tc : 0) + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) +
          pad64(6 * (int64_t)s->C * F4);
@@ -406,6 +411,7 @@ static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
     int dp = d.size[DT_AXIS_DP];
     *s = (shape){.c = c, .gpt2 = m->arch == DT_ARCH_GPT2,
                  .lp = p->precision == DT_PREC_BF16 || p->precision == DT_PREC_FP16,
+                 .bf16 = p->precision == DT_PREC_BF16,
                  .L = m->n_layer, .C = m->n_embd, .hs = m->n_embd / m->n_head,
                  .T = c->train.seq_len, .tp = p->tp_size, .sp = p->sp_size, .pp = p->pp_size,
                  .zero = dt_config_zero_stage(c),

@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "kernels/act.h"
 #include "kernels/cast.h"
+#include "kernels/isa.h"
 
 static double gelu_d(double x) {
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -158,6 +159,109 @@ static void check_extremes(void) {
     DT_CHECK(isnan(out), "gelu(NaN) = %g", out);
 }
 
+/* bf16 storage: fill, rounded to bf16 (with both saturated tails and an exact zero) */
+static dt_bf16 *fill_bf16(int64_t n, uint64_t seed, float scale) {
+    float *f = fill(n, seed, scale);
+    dt_bf16 *h = malloc(2 * n);
+    f[0] = 0, f[1] = -30, f[2] = 30, f[3] = -1e4f, f[4] = 1e4f, f[5] = -90, f[6] = 90;
+    dt_cast_f32_to_bf16(h, f, n);
+    free(f);
+    return h;
+}
+
+/* a bf16 output against its reference: at most one bf16 ulp apart (a value near a rounding
+ * tie may land either side; results below 1e-30, the saturated tail, count as zero) */
+static void check_bf16_close(const dt_bf16 *y, const dt_bf16 *yr, int64_t n, const char *what) {
+    int64_t off = 0, far = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = dt_bf16_to_f32(y[i]), r = dt_bf16_to_f32(yr[i]), d = fabs(a - r);
+        off += d > 1e-30;
+        far += d > fabs(r) / 128 + 1e-30;
+    }
+    DT_CHECK(far == 0 && off <= n / 200 + 1, "%s (%s): %lld values 1 bf16 ulp off, %lld further",
+             what, dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), (long long)off, (long long)far);
+}
+
+static void check_bf16_variant(int64_t n, float scale) {
+    const char *isa = dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)); /* forwards' variant */
+    dt_bf16 *x = fill_bf16(n, 11, scale), *u = fill_bf16(n, 12, 2.0f);
+    float *dy = fill(n, 13, 1.0f), *dx = fill(n, 14, 1.0f), *dxr = fill(n, 15, 1.0f);
+    float *du = fill(n, 16, 1.0f), *dur = fill(n, 17, 1.0f), *xf = malloc(4 * n);
+    float *dxf = malloc(4 * n);
+    dt_bf16 *y = malloc(2 * n), *yr = malloc(2 * n);
+    dt_cast_bf16_to_f32(xf, x, n);
+    dt_gelu_forward_bf16(y, x, n);
+    dt_gelu_forward_bf16_ref(yr, x, n);
+    check_bf16_close(y, yr, n, "gelu fwd bf16");
+    dt_gelu_backward_bf16_set(dx, x, dy, n);
+    dt_gelu_backward_bf16_set_ref(dxr, x, dy, n);
+    /* dy * gelu'(x) cancels near x = -0.75: compare on an absolute floor, as for fp32 */
+    DT_CHECK(dt_test_nmse(dx, dxr, n) < 1e-13 && dt_test_max_rel(dx, dxr, n, 1.0) < 1e-6,
+             "gelu bwd bf16 (%s) n=%lld: nmse %.3g max rel %.3g", isa, (long long)n,
+             dt_test_nmse(dx, dxr, n), dt_test_max_rel(dx, dxr, n, 1.0));
+    /* the fp32 kernel on the widened values: the same math */
+    dt_gelu_backward_set(dxf, xf, dy, n);
+    DT_CHECK(dt_test_nmse(dx, dxf, n) < 1e-13, "gelu bwd bf16 (%s) vs fp32 kernel: nmse %.3g",
+             isa, dt_test_nmse(dx, dxf, n));
+    dt_swiglu_forward_bf16(y, x, u, n);
+    dt_swiglu_forward_bf16_ref(yr, x, u, n);
+    check_bf16_close(y, yr, n, "swiglu fwd bf16");
+    dt_swiglu_backward_bf16_set(dx, du, x, u, dy, n);
+    dt_swiglu_backward_bf16_set_ref(dxr, dur, x, u, dy, n);
+    DT_CHECK(dt_test_nmse(dx, dxr, n) < 1e-13 && dt_test_nmse(du, dur, n) < 1e-13 &&
+                 dt_test_max_rel(dx, dxr, n, 1.0) < 1e-6 &&
+                 dt_test_max_rel(du, dur, n, 1.0) < 1e-6,
+             "swiglu bwd bf16 (%s) n=%lld: nmse dgate %.3g dup %.3g, max rel %.3g %.3g", isa,
+             (long long)n, dt_test_nmse(dx, dxr, n), dt_test_nmse(du, dur, n),
+             dt_test_max_rel(dx, dxr, n, 1.0), dt_test_max_rel(du, dur, n, 1.0));
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++)
+        finite &= isfinite(dx[i]) && isfinite(du[i]) && isfinite(dt_bf16_to_f32(y[i]));
+    DT_CHECK(finite, "bf16 activations (%s): non-finite output", isa);
+    free(x), free(u), free(dy), free(dx), free(dxr), free(du), free(dur), free(xf), free(dxf);
+    free(y), free(yr);
+}
+
+/* every variant this CPU runs, against the references */
+static void check_bf16(void) {
+    for (int isa = 0; isa <= DT_ISA_AVX512BF16; isa++) {
+        if (!dt_isa_supported((dt_isa)isa)) {
+            printf("SKIP bf16 activations %s: this CPU does not run it\n",
+                   dt_isa_name((dt_isa)isa));
+            continue;
+        }
+        dt_isa_set_cap((dt_isa)isa);
+        check_bf16_variant(1001, 4.0f); /* ragged tail */
+        check_bf16_variant(100003, 6.0f); /* threaded, ragged block */
+    }
+    dt_isa_set_cap(DT_ISA_COUNT - 1);
+}
+
+static void perf_bf16(void) {
+    int64_t n = 1024 * 3072;
+    dt_bf16 *x = fill_bf16(n, 1, 3), *y = malloc(2 * n);
+    float *dy = fill(n, 2, 1), *d = malloc(4 * n);
+    for (int isa = 0; isa <= DT_ISA_AVX512BF16; isa++) {
+        if (!dt_isa_supported((dt_isa)isa))
+            continue;
+        dt_isa_set_cap((dt_isa)isa);
+        int reps = 10;
+        dt_gelu_forward_bf16(y, x, n);
+        double t0 = dt_test_seconds();
+        for (int r = 0; r < reps; r++)
+            dt_gelu_forward_bf16(y, x, n);
+        double t1 = dt_test_seconds();
+        for (int r = 0; r < reps; r++)
+            dt_gelu_backward_bf16_set(d, x, dy, n);
+        double t2 = dt_test_seconds();
+        printf("perf bf16 %s n=%lld: gelu fwd %.2f ms, bwd %.2f ms\n",
+               dt_isa_name((dt_isa)isa), (long long)n, (t1 - t0) / reps * 1e3,
+               (t2 - t1) / reps * 1e3);
+    }
+    dt_isa_set_cap(DT_ISA_COUNT - 1);
+    free(x), free(y), free(dy), free(d);
+}
+
 static void perf(void) {
     int64_t n = 1024 * 3072;
     float *x = fill(n, 1, 3), *y = malloc(sizeof(float) * n), *d = calloc(n, sizeof(float));
@@ -189,7 +293,10 @@ int main(int argc, char **argv) {
     check_swiglu(1001, 6.0f);
     check_swiglu(100003, 12.0f);
     check_extremes();
-    if (dt_test.perf)
+    check_bf16();
+    if (dt_test.perf) {
         perf();
+        perf_bf16();
+    }
     return DT_TEST_END();
 }

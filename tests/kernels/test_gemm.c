@@ -96,6 +96,53 @@ static void check_case(dt_gemm *g, int M, int N, int K, bool ta, bool tb, bool a
     free(A2), free(Ah2);
 }
 
+/* dt_gemm_run_bf16_out against the rounding of the fp32-output run (oneDNN's bf16 kernel
+ * sums in fp32 and rounds once, nearest even: the same bits, or where its blocking sums in
+ * another order one bf16 ulp away) and against the double reference (bf16 rounding error);
+ * the padding of C untouched. */
+static void check_bf16_out(dt_gemm *g, int M, int N, int K, bool tb, bool bias, int pad,
+                           uint64_t seed) {
+    dt_gemm_shape s = {.M = M, .N = N, .K = K, .trans_b = tb, .dtype = DT_BF16};
+    int64_t ldc = N + pad;
+    if (pad)
+        s.ldc = ldc;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+    float *bv = malloc(sizeof(float) * N), *C = malloc(sizeof(float) * M * ldc);
+    float *Cd = malloc(sizeof(float) * M * ldc), *Cw = malloc(sizeof(float) * M * ldc);
+    dt_bf16 *Ah = malloc(2 * M * K), *Bh = malloc(2 * K * N), *Ch = malloc(2 * M * ldc);
+    dt_test_fill(A, M * K, seed, 1.0f);
+    dt_test_fill(B, K * N, seed + 1, 1.0f);
+    dt_test_fill(bv, N, seed + 2, 1.0f);
+    to_lp(DT_BF16, Ah, A, M * K);
+    to_lp(DT_BF16, Bh, B, K * N);
+    for (int64_t i = 0; i < M * ldc; i++)
+        Ch[i] = 0x7fc1; /* a NaN the run must leave in the padding */
+    DT_CHECK_OK(dt_gemm_run(g, &s, Ah, Bh, bias ? bv : NULL, C));
+    DT_CHECK_OK(dt_gemm_run_bf16_out(g, &s, Ah, Bh, bias ? bv : NULL, Ch));
+    dt_gemm_ref(&s, Ah, Bh, bias ? bv : NULL, Cd);
+    int far = 0, off = 0;
+    bool pad_ok = true;
+    for (int m = 0; m < M; m++)
+        for (int64_t n = 0; n < ldc; n++) {
+            int64_t i = m * ldc + n;
+            if (n >= N) {
+                pad_ok &= Ch[i] == 0x7fc1;
+                Cw[i] = Cd[i] = 0;
+                continue;
+            }
+            int d = (int)Ch[i] - (int)dt_bf16_from_f32(C[i]);
+            off += d != 0;
+            far += d > 1 || d < -1;
+            Cw[i] = dt_bf16_to_f32(Ch[i]);
+        }
+    double e = dt_test_nmse(Cw, Cd, M * ldc);
+    printf("bf16 out %dx%dx%d: %d of %d values one bf16 ulp from the rounded fp32 run\n", M, N, K, off, M * N);
+    DT_CHECK(far == 0 && off <= M * N / 100 && pad_ok && e < 1e-4,
+             "bf16 out %dx%dx%d tb=%d bias=%d pad=%d: %d values 1 ulp off, %d further, pad %d, "
+             "nmse vs double %.3g", M, N, K, tb, bias, pad, off, far, pad_ok, e);
+    free(A), free(B), free(bv), free(C), free(Cd), free(Cw), free(Ah), free(Bh), free(Ch);
+}
+
 static void check_errors(dt_gemm *g) {
     float x[16] = {0}, bias[4] = {0};
     dt_gemm_shape s = {.M = 2, .N = 2, .K = 2, .accumulate = true};
@@ -108,6 +155,14 @@ static void check_errors(dt_gemm *g) {
     s = (dt_gemm_shape){.M = 2, .N = 2, .K = 0};
     DT_CHECK_OK(dt_gemm_run(g, &s, x, x, b2, c));
     DT_CHECK(c[0] == 1 && c[1] == 2 && c[2] == 1 && c[3] == 2, "K=0 with bias");
+    dt_bf16 h[4] = {0};
+    s = (dt_gemm_shape){.M = 2, .N = 2, .K = 2, .dtype = DT_F32};
+    DT_CHECK(dt_gemm_run_bf16_out(g, &s, x, x, NULL, h) == DT_ERR_ARG, "bf16 out of fp32 operands");
+    s = (dt_gemm_shape){.M = 2, .N = 2, .K = 2, .accumulate = true, .dtype = DT_BF16};
+    DT_CHECK(dt_gemm_run_bf16_out(g, &s, x, x, NULL, h) == DT_ERR_ARG, "bf16 out accumulating");
+    s = (dt_gemm_shape){.M = 2, .N = 2, .K = 0, .dtype = DT_BF16};
+    DT_CHECK_OK(dt_gemm_run_bf16_out(g, &s, x, x, b2, h));
+    DT_CHECK(h[0] == 0x3f80 && h[1] == 0x4000 && h[3] == 0x4000, "bf16 out K=0 with bias");
 }
 
 static void perf(dt_gemm *g, dt_dtype dt) {
@@ -150,6 +205,9 @@ int main(int argc, char **argv) {
     check_case(g, 130, 257, 300, true, true, false, true, 5, DT_F16, 11);
     check_case(g, 200, 64, 96, false, true, true, false, 0, DT_F16, 12); /* dense widening */
     check_case(g, 1, 1, 1, false, false, false, false, 0, DT_F32, 9);
+    check_bf16_out(g, 37, 53, 29, true, true, 0, 40);
+    check_bf16_out(g, 37, 53, 29, false, false, 5, 50);
+    check_bf16_out(g, 256, 1536, 384, true, true, 0, 60); /* the small GPT's c_fc */
     check_errors(g);
     const char *i32 = dt_gemm_impl_name(g, DT_F32), *i16 = dt_gemm_impl_name(g, DT_BF16);
     const char *ih = dt_gemm_impl_name(g, DT_F16);

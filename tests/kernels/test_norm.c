@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/cast.h"
 #include "kernels/norm.h"
 
 enum { LN, RMS };
@@ -201,6 +202,31 @@ static void perf(int kind, int N, int C) {
     free(x), free(w), free(b), free(y), free(dx), free(dw), free(db), free(mean), free(rstd);
 }
 
+/* The bf16-output forwards: the fp32 forward's values rounded to bf16, bit for bit, and the
+ * same statistics. */
+static void check_bf16(int kind, int N, int C, uint64_t seed) {
+    int64_t n = (int64_t)N * C;
+    float *x = alloc_fill(n, seed, 2.0f, 0.5f), *w = alloc_fill(C, seed + 1, 1.0f, 1.0f);
+    float *b = alloc_fill(C, seed + 2, 0.5f, 0.0f), *y = malloc(sizeof(float) * n);
+    float *m = malloc(sizeof(float) * N), *r = malloc(sizeof(float) * N);
+    float *m2 = malloc(sizeof(float) * N), *r2 = malloc(sizeof(float) * N);
+    dt_bf16 *yh = malloc(2 * (size_t)n), *want = malloc(2 * (size_t)n);
+    if (kind == LN) {
+        dt_layernorm_forward(y, m, r, x, w, b, N, C, 1e-5f);
+        dt_layernorm_forward_bf16(yh, m2, r2, x, w, b, N, C, 1e-5f);
+    } else {
+        dt_rmsnorm_forward(y, r, x, w, N, C, 1e-5f);
+        dt_rmsnorm_forward_bf16(yh, r2, x, w, N, C, 1e-5f);
+    }
+    dt_cast_f32_to_bf16(want, y, n);
+    DT_CHECK(!memcmp(yh, want, 2 * (size_t)n) && !memcmp(r, r2, sizeof(float) * N) &&
+                 (kind != LN || !memcmp(m, m2, sizeof(float) * N)),
+             "%s bf16 forward N=%d C=%d differs from the rounded fp32 forward",
+             kind == LN ? "layernorm" : "rmsnorm", N, C);
+    free(x), free(w), free(b), free(y), free(m), free(r), free(m2), free(r2), free(yh);
+    free(want);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     for (int kind = LN; kind <= RMS; kind++) {
@@ -208,6 +234,8 @@ int main(int argc, char **argv) {
         check(kind, 3, 130, 20);   /* more than two column strips, finite differences */
         check(kind, 300, 203, 30); /* ragged lanes and strips, threaded */
         check(kind, 64, 768, 40);  /* GPT-2 width */
+        check_bf16(kind, 300, 203, 50);
+        check_bf16(kind, 64, 768, 60);
     }
     if (dt_test.perf) {
         perf(LN, 8192, 768);

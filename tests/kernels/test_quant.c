@@ -87,6 +87,26 @@ int main(int argc, char **argv) {
             }
         }
         omp_set_num_threads(nt);
+        /* bf16 rows: the _ref's payload and scales on the widened values, and its dequantised
+         * values rounded to bf16 */
+        dt_bf16 *xh = malloc(2 * (size_t)n), *yh = malloc(2 * (size_t)n);
+        float *xw = malloc(sizeof(float) * n), *yw = malloc(sizeof(float) * n);
+        int8_t *qh = malloc((size_t)n), *qw = malloc((size_t)n);
+        float *sh = malloc(sizeof(float) * rows), *sw = malloc(sizeof(float) * rows);
+        int64_t bad_lp = 0;
+        for (int64_t i = 0; i < n; i++)
+            xh[i] = dt_bf16_from_f32(x[i]), xw[i] = dt_bf16_to_f32(xh[i]);
+        dt_quant_int8_rows_bf16(qh, sh, xh, rows, cols);
+        dt_quant_int8_rows_ref(qw, sw, xw, rows, cols);
+        dt_dequant_int8_rows_bf16(yh, qw, sw, rows, cols);
+        dt_dequant_int8_rows_ref(yw, qw, sw, rows, cols);
+        for (int64_t i = 0; i < n; i++)
+            bad_lp += yh[i] != dt_bf16_from_f32(yw[i]);
+        DT_CHECK(memcmp(qh, qw, (size_t)n) == 0 && memcmp(sh, sw, sizeof(float) * rows) == 0 &&
+                     bad_lp == 0,
+                 "bf16 rows (cols %lld): payload, scales or %lld dequantised values differ",
+                 (long long)cols, (long long)bad_lp);
+        free(xh), free(yh), free(xw), free(yw), free(qh), free(qw), free(sh), free(sw);
         /* the default entry points are one of the variants */
         int8_t *q2 = malloc((size_t)n);
         float *s2 = malloc(sizeof(float) * rows);

@@ -94,6 +94,17 @@ static void check(dt_gemm *g, dt_dtype mm) {
     } else {
         DT_CHECK(dt_linear_forward_lp(&ctx, &l, x_lp, N, y) == DT_ERR_ARG, "fp32 forward_lp");
     }
+    /* bf16 output (bf16 mode only): the fp32 output rounded once, bias included */
+    dt_bf16 y16[N * OUT], want16[N * OUT];
+    if (mm == DT_BF16) {
+        DT_CHECK_OK(dt_linear_forward_bf16_out(&ctx, &l, x_lp, N, y16));
+        dt_cast_f32_to_bf16(want16, y, N * OUT);
+        DT_CHECK(memcmp(y16, want16, sizeof y16) == 0, "bf16 forward_bf16_out differs from "
+                 "the rounded fp32 output");
+    } else {
+        DT_CHECK(dt_linear_forward_bf16_out(&ctx, &l, x_lp, N, y16) == DT_ERR_ARG,
+                 "%s forward_bf16_out accepted", name);
+    }
 
     /* grad_set: dw and db overwritten (garbage before), the bits of accumulating onto zeros */
     float dw0[OUT * IN] = {0}, db0[OUT] = {0};

@@ -51,20 +51,28 @@ static void test_by_hand(void) {
         sum += m.cat[k];
     DT_CHECK(m.total == sum, "total is the sum of the persistent peaks");
     /* bf16 adds the 16-bit weights and the shared 16-bit copies of matmul inputs: the norm
-     * outputs' [16, 16], att's / the MLP activation's [16, 64], the final norm output's; and
-     * keeps qkv [16, 48] and att [16, 16] in bf16 (3072 + 1024 -> 1536 + 512) */
+     * outputs' [16, 16], att's / the MLP activation's [16, 64], the final norm output's; it
+     * keeps qkv [16, 48], att [16, 16] and h [16, 64] in bf16 (3072 + 1024 + 4096 -> 1536 +
+     * 512 + 2048) */
     c.plugin.precision = DT_PREC_BF16;
     dt_plan_mem b = predict(&c, 1, 0);
     DT_CHECK(b.cat[DT_MEM_PARAMS] == 6 * n, "bf16 params %lld", (long long)b.cat[DT_MEM_PARAMS]);
-    DT_CHECK(b.acts_arena == acts + 512 + 2048 + 512 - 2048, "bf16 arena %lld",
+    DT_CHECK(b.acts_arena == acts + 512 + 2048 + 512 - 4096, "bf16 arena %lld",
              (long long)b.acts_arena);
-    /* fp16 keeps qkv and att in fp32 (2048 more) and needs no fp32 q|k|v scratch before the
-     * bf16 copy (the [16, 48] qkv_rows, 3072 less); otherwise bf16's memory */
+    /* fp16 keeps qkv, att (2048 more) and h (2048 more) in fp32; of the temporaries it keeps
+     * the fp32 norm output [16, 16] (1024) that bf16's norm does without over one tp rank, and
+     * needs no fp32 q|k|v scratch before a bf16 copy (the [16, 48] qkv_rows, 3072 less) */
     c.plugin.precision = DT_PREC_FP16;
     dt_plan_mem h = predict(&c, 1, 0);
-    DT_CHECK(h.acts_arena == b.acts_arena + 2048, "fp16 arena %lld", (long long)h.acts_arena);
-    DT_CHECK(h.total == b.total + 2048 - 3072, "fp16 total %lld vs bf16 %lld",
+    DT_CHECK(h.acts_arena == b.acts_arena + 4096 && h.temp_arena == b.temp_arena + 1024 - 3072,
+             "fp16 vs bf16: acts %lld / %lld, temp %lld / %lld", (long long)h.acts_arena,
+             (long long)b.acts_arena, (long long)h.temp_arena, (long long)b.temp_arena);
+    DT_CHECK(h.total == b.total + 4096 + 1024 - 3072, "fp16 total %lld vs bf16 %lld",
              (long long)h.total, (long long)b.total);
+    /* against fp32: the 16-bit logits chunk [16, 16] (512) and backward scratch [16, 64]
+     * (2048) added, the fp32 MLP activation [16, 64] (4096) dropped */
+    DT_CHECK(h.temp_arena == m.temp_arena + 512 + 2048 - 4096, "fp16 temp %lld, fp32 %lld",
+             (long long)h.temp_arena, (long long)m.temp_arena);
 }
 
 static void test_zero(void) {
@@ -178,6 +186,12 @@ static void test_features_by_hand(void) {
     c.plugin.ac = DT_AC_NONE;
     c.plugin.act_compress = DT_ACT_COMPRESS_INT8;
     DT_CHECK(predict(&c, 1, 0).acts_arena == none - 9536 + 320 + 2560 + 9216, "int8");
+    /* int8 in bf16: the same payloads, the shared h restored in bf16 (2048 less), plus the
+     * shared 16-bit copies */
+    c.plugin.precision = DT_PREC_BF16;
+    DT_CHECK(predict(&c, 1, 0).acts_arena ==
+                 none - 9536 + 320 + 2560 + 9216 - 2048 + 512 + 2048 + 512, "int8 bf16");
+    c.plugin.precision = DT_PREC_FP32;
     /* int8 + selective: slot ln 256 + payloads of qkv, x2, h 2240; shared att, lse, qkv, x2,
      * h 9280 */
     c.plugin.ac = DT_AC_SELECTIVE;
@@ -191,14 +205,15 @@ static void test_features_by_hand(void) {
     DT_CHECK(predict(&c, 1, 0).acts_arena == none3 - 1088, "selective every 2nd");
     c.plugin.precision = DT_PREC_BF16;
     c.plugin.ac = DT_AC_NONE;
-    /* bf16: the shared copies, and qkv and att in bf16 (2048 less per block) */
+    /* bf16: the shared copies, and qkv, att and h in bf16 (4096 less per block) */
     int64_t none3_bf16 = predict(&c, 1, 0).acts_arena;
-    DT_CHECK(none3_bf16 == none3 + 512 + 2048 + 512 - 3 * 2048, "bf16: shared copies, bf16 qkv, att");
+    DT_CHECK(none3_bf16 == none3 + 512 + 2048 + 512 - 6 * 2048,
+             "bf16: shared copies, bf16 qkv, att, h");
     /* selective: blocks 0 and 2 drop att (bf16, 512) + lse (64), the shared set holds them once */
     c.plugin.ac = DT_AC_SELECTIVE;
     DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 - 576, "selective bf16");
-    c.plugin.precision = DT_PREC_FP16; /* qkv and att in fp32 */
-    DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 + 3 * 2048 - 1088, "selective fp16");
+    c.plugin.precision = DT_PREC_FP16; /* qkv, att and h in fp32 */
+    DT_CHECK(predict(&c, 1, 0).acts_arena == none3_bf16 + 6 * 2048 - 1088, "selective fp16");
     /* int8 + full every 2nd of two blocks: block 0 keeps nothing, block 1 stores int8 (2880);
      * the shared set is every field (9536) + the output (1024) */
     c = tiny();

@@ -20,7 +20,7 @@
 /* The normalised shape: leading dimensions resolved (never 0) so equal layouts share a key. */
 typedef struct gemm_key {
     int M, N, K;
-    bool trans_a, trans_b, accumulate, has_bias;
+    bool trans_a, trans_b, accumulate, has_bias, bf16_out;
     dt_dtype dtype;
     int64_t lda, ldb, ldc;
 } gemm_key;
@@ -29,7 +29,8 @@ typedef struct gemm_entry {
     gemm_key key;
     dnnl_primitive_t prim;
     dnnl_memory_t mem_a, mem_b, mem_c, mem_bias; /* mem_bias NULL without bias */
-    bool widen;       /* 16-bit request served by the fp32 primitive on widened operands */
+    bool widen;       /* 16-bit request served by the fp32 primitive on widened operands
+                       * (a bf16 output then goes through wide_c and is rounded after) */
 } gemm_entry;
 
 struct dt_gemm {
@@ -40,8 +41,8 @@ struct dt_gemm {
     char impl[DT_DTYPE_COUNT][IMPL_LEN]; /* "" until a primitive of that dtype exists */
     /* widened bf16 operands (A and B as stored, dense fp32): one pair shared by every shape,
      * grown to the largest, since calls run one at a time */
-    float *wide_a, *wide_b;
-    size_t cap_a, cap_b;
+    float *wide_a, *wide_b, *wide_c;
+    size_t cap_a, cap_b, cap_c;
 };
 
 static void entry_destroy(gemm_entry *e) {
@@ -83,6 +84,7 @@ void dt_gemm_free(dt_gemm *g) {
     free(g->entries);
     free(g->wide_a);
     free(g->wide_b);
+    free(g->wide_c);
     dnnl_stream_destroy(g->stream);
     dnnl_engine_destroy(g->engine);
     free(g);
@@ -91,7 +93,8 @@ void dt_gemm_free(dt_gemm *g) {
 static bool key_equal(const gemm_key *a, const gemm_key *b) {
     return a->M == b->M && a->N == b->N && a->K == b->K && a->trans_a == b->trans_a &&
            a->trans_b == b->trans_b && a->accumulate == b->accumulate &&
-           a->has_bias == b->has_bias && a->dtype == b->dtype && a->lda == b->lda &&
+           a->has_bias == b->has_bias && a->bf16_out == b->bf16_out && a->dtype == b->dtype &&
+           a->lda == b->lda &&
            a->ldb == b->ldb && a->ldc == b->ldc;
 }
 
@@ -101,11 +104,11 @@ static int64_t cols_a(const gemm_key *k) { return k->trans_a ? k->M : k->K; }
 static int64_t rows_b(const gemm_key *k) { return k->trans_b ? k->N : k->K; }
 static int64_t cols_b(const gemm_key *k) { return k->trans_b ? k->K : k->N; }
 
-#define KEY_FMT "%dx%dx%d ta=%d tb=%d acc=%d bias=%d %s lda=%lld ldb=%lld ldc=%lld"
+#define KEY_FMT "%dx%dx%d ta=%d tb=%d acc=%d bias=%d %s%s lda=%lld ldb=%lld ldc=%lld"
 #define KEY_ARGS(k)                                                                            \
     (k)->M, (k)->N, (k)->K, (int)(k)->trans_a, (int)(k)->trans_b, (int)(k)->accumulate,        \
-        (int)(k)->has_bias, dt_dtype_name((k)->dtype), (long long)(k)->lda, (long long)(k)->ldb, \
-        (long long)(k)->ldc
+        (int)(k)->has_bias, dt_dtype_name((k)->dtype), (k)->bf16_out ? " bf16-out" : "",       \
+        (long long)(k)->lda, (long long)(k)->ldb, (long long)(k)->ldc
 
 /* Builds the primitive for key `k` with operand type `dt` and leading dimensions lda/ldb
  * (which differ from the key's for widened operands). Returns the raw dnnl status so the
@@ -136,7 +139,9 @@ static dnnl_status_t build(dt_gemm *g, const gemm_key *k, dnnl_data_type_t dt, i
     } while (0)
     STEP(dnnl_memory_desc_init_by_strides(&da, 2, dims_a, dt, st_a));
     STEP(dnnl_memory_desc_init_by_strides(&db, 2, dims_b, dt, st_b));
-    STEP(dnnl_memory_desc_init_by_strides(&dc, 2, dims_c, dnnl_f32, st_c));
+    /* a bf16 C from the bf16 primitive only: the fp32 fallback writes fp32 scratch */
+    dnnl_data_type_t ct = k->bf16_out && dt == dnnl_bf16 ? dnnl_bf16 : dnnl_f32;
+    STEP(dnnl_memory_desc_init_by_strides(&dc, 2, dims_c, ct, st_c));
     STEP(dnnl_memory_desc_init_by_strides(&dbias, 2, dims_bias, dnnl_f32, st_bias));
     STEP(dnnl_matmul_desc_init(&md, &da, &db, k->has_bias ? &dbias : NULL, &dc));
     if (k->accumulate) {
@@ -179,7 +184,9 @@ static dt_status entry_create(dt_gemm *g, const gemm_key *k, gemm_entry *e) {
         entry_destroy(e);
         e->key = *k;
         e->widen = true;
-        ds = build(g, k, dnnl_f32, cols_a(k), cols_b(k), e, impl, &what);
+        gemm_key wk = *k; /* the fp32 C of the fallback is dense scratch when bf16 out */
+        wk.ldc = k->bf16_out ? k->N : k->ldc;
+        ds = build(g, &wk, dnnl_f32, cols_a(k), cols_b(k), e, impl, &what);
         snprintf(impl, IMPL_LEN, "fp32 fallback");
     }
     if (ds != dnnl_success) {
@@ -248,7 +255,7 @@ static void widen(float *dst, const uint16_t *src, dt_dtype t, int64_t rows, int
 }
 
 static dt_status check_shape(const dt_gemm_shape *s, const void *A, const void *B,
-                             const float *bias, const float *C, gemm_key *k) {
+                             const float *bias, const void *C, gemm_key *k) {
     if (s->M < 0 || s->N < 0 || s->K < 0 || (int)s->dtype < 0 || s->dtype >= DT_DTYPE_COUNT)
         return dt_err_set(DT_ERR_ARG, "dt_gemm_run: bad shape %dx%dx%d dtype %d", s->M, s->N,
                           s->K, (int)s->dtype);
@@ -284,22 +291,32 @@ static dt_status grow(float **buf, size_t *cap, size_t n, const gemm_key *k) {
     return DT_OK;
 }
 
-dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const void *B,
-                      const float *bias, float *C) {
-    gemm_key k;
-    DT_TRY(check_shape(s, A, B, bias, C, &k));
+/* C is float (or, k->bf16_out, dt_bf16) */
+static dt_status run(dt_gemm *g, const gemm_key *kp, const void *A, const void *B,
+                     const float *bias, void *C) {
+    gemm_key k = *kp;
     if (k.M == 0 || k.N == 0)
         return DT_OK;
     if (k.K == 0) { /* empty sum: oneDNN rejects zero dims, and the answer is trivial */
         if (!k.accumulate)
             for (int64_t m = 0; m < k.M; m++)
-                for (int64_t n = 0; n < k.N; n++)
-                    C[m * k.ldc + n] = bias ? bias[n] : 0.0f;
+                for (int64_t n = 0; n < k.N; n++) {
+                    float v = bias ? bias[n] : 0.0f;
+                    if (k.bf16_out)
+                        ((dt_bf16 *)C)[m * k.ldc + n] = dt_bf16_from_f32(v);
+                    else
+                        ((float *)C)[m * k.ldc + n] = v;
+                }
         return DT_OK;
     }
     gemm_entry *e;
     DT_TRY(lookup(g, &k, &e));
     const void *a = A, *b = B;
+    void *c = C;
+    if (e->widen && k.bf16_out) {
+        DT_TRY(grow(&g->wide_c, &g->cap_c, (size_t)(k.M * k.N), &k));
+        c = g->wide_c;
+    }
     if (e->widen) {
         DT_TRY(grow(&g->wide_a, &g->cap_a, (size_t)(rows_a(&k) * cols_a(&k)), &k));
         DT_TRY(grow(&g->wide_b, &g->cap_b, (size_t)(rows_b(&k) * cols_b(&k)), &k));
@@ -313,7 +330,7 @@ dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const v
     const char *what = "dnnl_memory_set_data_handle";
     if ((ds = dnnl_memory_set_data_handle(e->mem_a, (void *)a)) != dnnl_success ||
         (ds = dnnl_memory_set_data_handle(e->mem_b, (void *)b)) != dnnl_success ||
-        (ds = dnnl_memory_set_data_handle(e->mem_c, C)) != dnnl_success ||
+        (ds = dnnl_memory_set_data_handle(e->mem_c, c)) != dnnl_success ||
         (bias && (ds = dnnl_memory_set_data_handle(e->mem_bias, (void *)bias)) != dnnl_success))
         goto fail;
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->mem_a},
@@ -326,10 +343,31 @@ dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const v
     what = "dnnl_stream_wait";
     if ((ds = dnnl_stream_wait(g->stream)) != dnnl_success)
         goto fail;
+    if (c != C) /* the fallback's fp32 result, rounded once */
+        for (int64_t m = 0; m < k.M; m++)
+            dt_cast_f32_to_bf16((dt_bf16 *)C + m * k.ldc, g->wide_c + m * k.N, k.N);
     return DT_OK;
 fail:
     return dt_err_set(DT_ERR_DNNL, "dt_gemm_run: %s failed for " KEY_FMT " (dnnl status %d)",
                       what, KEY_ARGS(&k), (int)ds);
+}
+
+dt_status dt_gemm_run(dt_gemm *g, const dt_gemm_shape *s, const void *A, const void *B,
+                      const float *bias, float *C) {
+    gemm_key k;
+    DT_TRY(check_shape(s, A, B, bias, C, &k));
+    return run(g, &k, A, B, bias, C);
+}
+
+dt_status dt_gemm_run_bf16_out(dt_gemm *g, const dt_gemm_shape *s, const void *A,
+                               const void *B, const float *bias, dt_bf16 *C) {
+    gemm_key k;
+    DT_TRY(check_shape(s, A, B, bias, C, &k));
+    if (k.dtype != DT_BF16 || k.accumulate)
+        return dt_err_set(DT_ERR_ARG, "dt_gemm_run_bf16_out: bf16 operands and no accumulate, "
+                          "not " KEY_FMT, KEY_ARGS(&k));
+    k.bf16_out = true;
+    return run(g, &k, A, B, bias, C);
 }
 
 const char *dt_gemm_impl_name(dt_gemm *g, dt_dtype dtype) {
