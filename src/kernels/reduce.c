@@ -1,32 +1,190 @@
-/* Column sums and embedding gather/scatter. Columns are split across threads in blocks, so
- * each output element is summed by one thread in row order: deterministic for any thread
- * count, and no per-thread partial buffers are needed. */
+/* Column sums and embedding gather/scatter. Columns are split across threads in contiguous
+ * ranges, so each output element is summed by one thread in row order: deterministic for any
+ * thread count, and no per-thread partial buffers are needed. The column sum walks its range
+ * row by row (contiguous loads, the running sums in L1), and can write the bf16 copy of what
+ * it reads in the same pass (the backward's dy: its bias gradient and its matmul operand). */
 #include "kernels/reduce.h"
 
+#include <immintrin.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <string.h>
 
 #define COL_BLOCK 64
+#define SUM_WIDTH 2048      /* columns whose running sums one pass over the rows keeps (8 KiB) */
+#define SUM_PAR_MIN 65536   /* elements below which one thread sums */
 
-static void colsum(float *out, const float *x, int N, int C, bool accumulate) {
-    int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < n_blocks; blk++) {
-        int j0 = blk * COL_BLOCK, j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
-        float acc[COL_BLOCK] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *row = x + (int64_t)i * C;
-            for (int j = j0; j < j1; j++)
-                acc[j - j0] += row[j];
+/* ---- column sums with an optional bf16 copy: one single-threaded body per ISA ----------- */
+
+/* acc[0:w] += rows [0, N) of x[:, 0:w] (row stride C), in row order; lp (or NULL, same
+ * layout) gets each element rounded to bf16 as dt_bf16_from_f32 does. */
+typedef void (*sum_rows_fn)(float *acc, dt_bf16 *lp, const float *x, int N, int64_t C, int w);
+
+static void sum_rows_ref(float *acc, dt_bf16 *lp, const float *x, int N, int64_t C, int w) {
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < w; j++) {
+            acc[j] += x[i * C + j];
+            if (lp)
+                lp[i * C + j] = dt_bf16_from_f32(x[i * C + j]);
         }
-        for (int j = j0; j < j1; j++)
-            out[j] = accumulate ? out[j] + acc[j - j0] : acc[j - j0];
+}
+
+/* round to nearest even on the bit pattern, NaN kept quiet: (u + 0x7fff + lsb) >> 16, or
+ * (u >> 16) | 0x40 for a NaN -- dt_bf16_from_f32 on 16 (8) lanes */
+__attribute__((target("avx512f"))) static inline __m256i bf16_avx512(__m512 f) {
+    __m512i u = _mm512_castps_si512(f), hi = _mm512_srli_epi32(u, 16);
+    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __m512i q = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
+}
+
+__attribute__((target("avx2"))) static inline __m256i bf16_avx2(__m256 f) {
+    __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
+    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i q = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+    /* |u| <= 0x7fffffff: the signed compare is the unsigned one */
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, q, nan);
+}
+
+__attribute__((target("avx512f"))) static void sum_rows_avx512(float *acc, dt_bf16 *lp,
+                                                               const float *x, int N,
+                                                               int64_t C, int w) {
+    int w16 = w & ~15;
+    for (int i = 0; i < N; i++) {
+        const float *r = x + i * C;
+        if (lp) {
+            dt_bf16 *o = lp + i * C;
+            for (int j = 0; j < w16; j += 16) {
+                __m512 v = _mm512_loadu_ps(r + j);
+                _mm512_storeu_ps(acc + j, _mm512_add_ps(_mm512_loadu_ps(acc + j), v));
+                _mm256_storeu_si256((__m256i *)(o + j), bf16_avx512(v));
+            }
+        } else {
+            for (int j = 0; j < w16; j += 16)
+                _mm512_storeu_ps(acc + j,
+                                 _mm512_add_ps(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(r + j)));
+        }
+    }
+    if (w16 < w)
+        sum_rows_ref(acc + w16, lp ? lp + w16 : NULL, x + w16, N, C, w - w16);
+}
+
+__attribute__((target("avx2"))) static void sum_rows_avx2(float *acc, dt_bf16 *lp,
+                                                          const float *x, int N, int64_t C,
+                                                          int w) {
+    int w16 = w & ~15;
+    for (int i = 0; i < N; i++) {
+        const float *r = x + i * C;
+        if (lp) {
+            dt_bf16 *o = lp + i * C;
+            for (int j = 0; j < w16; j += 16) {
+                __m256 a = _mm256_loadu_ps(r + j), b = _mm256_loadu_ps(r + j + 8);
+                _mm256_storeu_ps(acc + j, _mm256_add_ps(_mm256_loadu_ps(acc + j), a));
+                _mm256_storeu_ps(acc + j + 8, _mm256_add_ps(_mm256_loadu_ps(acc + j + 8), b));
+                /* packus interleaves the 128-bit lanes: a0-3 b0-3 a4-7 b4-7, then reorder */
+                __m256i p = _mm256_packus_epi32(bf16_avx2(a), bf16_avx2(b));
+                _mm256_storeu_si256((__m256i *)(o + j), _mm256_permute4x64_epi64(p, 0xd8));
+            }
+        } else {
+            for (int j = 0; j < w16; j += 8)
+                _mm256_storeu_ps(acc + j,
+                                 _mm256_add_ps(_mm256_loadu_ps(acc + j), _mm256_loadu_ps(r + j)));
+        }
+    }
+    if (w16 < w)
+        sum_rows_ref(acc + w16, lp ? lp + w16 : NULL, x + w16, N, C, w - w16);
+}
+
+/* Columns [j0, j1) of the whole kernel, in strips of SUM_WIDTH: the sums start at 0 and add
+ * rows in order (the bits of the _ref loop), then set or add onto out. */
+static void sum_columns(sum_rows_fn f, float *out, bool accumulate, dt_bf16 *lp, const float *x,
+                        int N, int C, int j0, int j1) {
+    float acc[SUM_WIDTH];
+    for (int a = j0; a < j1; a += SUM_WIDTH) {
+        int w = j1 - a < SUM_WIDTH ? j1 - a : SUM_WIDTH;
+        memset(acc, 0, (size_t)w * sizeof *acc);
+        f(acc, lp ? lp + a : NULL, x + a, N, C, w);
+        for (int j = 0; j < w; j++)
+            out[a + j] = accumulate ? out[a + j] + acc[j] : acc[j];
     }
 }
 
-void dt_colsum_accumulate(float *out, const float *x, int N, int C) { colsum(out, x, N, C, true); }
+#define SUM_WHOLE(fn)                                                                         \
+    static void fn##_whole(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,   \
+                           int C) {                                                           \
+        sum_columns(fn, out, accumulate, lp, x, N, C, 0, C);                                  \
+    }
+SUM_WHOLE(sum_rows_avx512)
+SUM_WHOLE(sum_rows_avx2)
+SUM_WHOLE(sum_rows_ref)
 
-void dt_colsum_set(float *out, const float *x, int N, int C) { colsum(out, x, N, C, false); }
+int dt_colsum_variants(dt_colsum_variant out[DT_COLSUM_MAX_VARIANTS]) {
+    int n = 0;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        out[n++] = (dt_colsum_variant){"avx512f", sum_rows_avx512_whole};
+    if (__builtin_cpu_supports("avx2"))
+        out[n++] = (dt_colsum_variant){"avx2", sum_rows_avx2_whole};
+    out[n++] = (dt_colsum_variant){"ref", sum_rows_ref_whole};
+    return n;
+}
+
+static sum_rows_fn best_sum_rows(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return sum_rows_avx512;
+    if (__builtin_cpu_supports("avx2"))
+        return sum_rows_avx2;
+    return sum_rows_ref;
+}
+
+/* Thread t of n takes the columns of 16-column groups [g t / n, g (t+1) / n): whole vectors,
+ * and every column is summed by one thread in row order whatever the split. */
+static void colsum(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N, int C) {
+    sum_rows_fn f = best_sum_rows();
+    int groups = (C + 15) / 16;
+#pragma omp parallel if ((int64_t)N * C >= SUM_PAR_MIN)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int j0 = 16 * (int)((int64_t)groups * t / nt);
+        int j1 = 16 * (int)((int64_t)groups * (t + 1) / nt);
+        if (j1 > C)
+            j1 = C;
+        if (j0 < j1)
+            sum_columns(f, out, accumulate, lp, x, N, C, j0, j1);
+    }
+}
+
+void dt_colsum_accumulate(float *out, const float *x, int N, int C) {
+    colsum(out, true, NULL, x, N, C);
+}
+
+void dt_colsum_set(float *out, const float *x, int N, int C) { colsum(out, false, NULL, x, N, C); }
+
+void dt_colsum_cast_bf16(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,
+                         int C) {
+    colsum(out, accumulate, lp, x, N, C);
+}
+
+void dt_colsum_cast_bf16_ref(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,
+                             int C) {
+    for (int j = 0; j < C; j++) {
+        float s = 0;
+        for (int i = 0; i < N; i++)
+            s += x[(int64_t)i * C + j];
+        out[j] = accumulate ? out[j] + s : s;
+    }
+    for (int64_t i = 0; lp && i < (int64_t)N * C; i++)
+        lp[i] = dt_bf16_from_f32(x[i]);
+}
 
 void dt_rows_gather(float *y, const float *table, const int32_t *idx, int64_t first,
                     int64_t count, int N, int C) {
