@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "kernels/bf16_vec.h"
+
 #define COL_BLOCK 64
 #define SUM_WIDTH 2048      /* columns whose running sums one pass over the rows keeps (8 KiB) */
 #define SUM_PAR_MIN 65536   /* elements below which one thread sums */
@@ -29,31 +31,6 @@ static void sum_rows_ref(float *acc, dt_bf16 *lp, const float *x, int N, int64_t
         }
 }
 
-/* round to nearest even on the bit pattern, NaN kept quiet: (u + 0x7fff + lsb) >> 16, or
- * (u >> 16) | 0x40 for a NaN -- dt_bf16_from_f32 on 16 (8) lanes */
-__attribute__((target("avx512f"))) static inline __m256i bf16_avx512(__m512 f) {
-    __m512i u = _mm512_castps_si512(f), hi = _mm512_srli_epi32(u, 16);
-    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __m512i q = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
-}
-
-__attribute__((target("avx2"))) static inline __m256i bf16_avx2(__m256 f) {
-    __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
-    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    __m256i q = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-    /* |u| <= 0x7fffffff: the signed compare is the unsigned one */
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, q, nan);
-}
-
 __attribute__((target("avx512f"))) static void sum_rows_avx512(float *acc, dt_bf16 *lp,
                                                                const float *x, int N,
                                                                int64_t C, int w) {
@@ -65,7 +42,7 @@ __attribute__((target("avx512f"))) static void sum_rows_avx512(float *acc, dt_bf
             for (int j = 0; j < w16; j += 16) {
                 __m512 v = _mm512_loadu_ps(r + j);
                 _mm512_storeu_ps(acc + j, _mm512_add_ps(_mm512_loadu_ps(acc + j), v));
-                _mm256_storeu_si256((__m256i *)(o + j), bf16_avx512(v));
+                _mm256_storeu_si256((__m256i *)(o + j), dt_bf16_round_avx512(v));
             }
         } else {
             for (int j = 0; j < w16; j += 16)
@@ -89,9 +66,7 @@ __attribute__((target("avx2"))) static void sum_rows_avx2(float *acc, dt_bf16 *l
                 __m256 a = _mm256_loadu_ps(r + j), b = _mm256_loadu_ps(r + j + 8);
                 _mm256_storeu_ps(acc + j, _mm256_add_ps(_mm256_loadu_ps(acc + j), a));
                 _mm256_storeu_ps(acc + j + 8, _mm256_add_ps(_mm256_loadu_ps(acc + j + 8), b));
-                /* packus interleaves the 128-bit lanes: a0-3 b0-3 a4-7 b4-7, then reorder */
-                __m256i p = _mm256_packus_epi32(bf16_avx2(a), bf16_avx2(b));
-                _mm256_storeu_si256((__m256i *)(o + j), _mm256_permute4x64_epi64(p, 0xd8));
+                _mm256_storeu_si256((__m256i *)(o + j), dt_bf16_round_avx2(a, b));
             }
         } else {
             for (int j = 0; j < w16; j += 8)
