@@ -13,7 +13,7 @@
 #include "kernels/bf16_vec.h"
 
 #define COL_BLOCK 64
-#define SUM_WIDTH 2048      /* columns whose running sums one pass over the rows keeps (8 KiB) */
+#define SUM_WIDTH 4096      /* columns whose running sums one pass over the rows keeps (16 KiB) */
 #define SUM_PAR_MIN 65536   /* elements below which one thread sums */
 
 /* ---- column sums with an optional bf16 copy: one single-threaded body per ISA ----------- */
