@@ -12,9 +12,10 @@
  * accumulating onto zeros) */
 void dt_colsum_accumulate(float *out, const float *x, int N, int C);
 void dt_colsum_set(float *out, const float *x, int N, int C);
-/* Both in one pass over x: out[j] (+)= the column sum (the bits of dt_colsum_accumulate /
- * _set: accumulate true / false), and lp: [N, C] (or NULL) = x rounded to bf16 (the bits of
- * dt_cast_f32_to_bf16). The bf16 backward's dy: bias gradient and matmul operand. */
+/* Both: out[j] (+)= the column sum (the bits of dt_colsum_accumulate / _set: accumulate
+ * true / false), and lp: [N, C] (or NULL) = x rounded to bf16 (the bits of
+ * dt_cast_f32_to_bf16). The bf16 backward's dy: bias gradient and matmul operand. One pass
+ * over x on one thread; on several, the cast's row blocks, then the column sum (faster). */
 void dt_colsum_cast_bf16(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,
                          int C);
 void dt_colsum_cast_bf16_ref(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,
