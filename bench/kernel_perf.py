@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 
-TESTS = ["attention", "xent", "act", "adamw", "cast", "norm", "rope", "quant"]
+TESTS = ["attention", "xent", "act", "adamw", "cast", "reduce", "norm", "rope", "quant"]
 NUM = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|GB/s|GFLOP/s)")
 
 

@@ -8,6 +8,16 @@
 #include "core/dtype.h"
 
 void dt_cast_f32_to_bf16(dt_bf16 *dst, const float *src, int64_t n); /* round to nearest even */
+/* The loop over dt_bf16_from_f32; every variant below gives its bits. */
+void dt_cast_f32_to_bf16_ref(dt_bf16 *dst, const float *src, int64_t n);
+/* One single-threaded implementation of the fp32 -> bf16 cast (tests compare each to _ref). */
+typedef struct dt_cast_bf16_variant {
+    const char *name; /* "avx512f", "avx2", "ref" */
+    void (*to_bf16)(dt_bf16 *dst, const float *src, int64_t n);
+} dt_cast_bf16_variant;
+enum { DT_CAST_BF16_MAX_VARIANTS = 3 };
+/* The variants this CPU can run into out[], fastest first, "ref" last; returns how many. */
+int dt_cast_bf16_variants(dt_cast_bf16_variant out[DT_CAST_BF16_MAX_VARIANTS]);
 void dt_cast_bf16_to_f32(float *dst, const dt_bf16 *src, int64_t n);
 /* Round fp32 values to the nearest bf16 and back, in place (what a bf16 store would keep). */
 void dt_round_bf16_inplace(float *x, int64_t n);

@@ -3,12 +3,31 @@
 #ifndef DT_KERNELS_REDUCE_H
 #define DT_KERNELS_REDUCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "core/dtype.h"
 
 /* out[j] += sum_i x[i*C + j], x: [N, C]; _set: out[j] = the same sum (the same bits as
  * accumulating onto zeros) */
 void dt_colsum_accumulate(float *out, const float *x, int N, int C);
 void dt_colsum_set(float *out, const float *x, int N, int C);
+/* Both: out[j] (+)= the column sum (the bits of dt_colsum_accumulate / _set: accumulate
+ * true / false), and lp: [N, C] (or NULL) = x rounded to bf16 (the bits of
+ * dt_cast_f32_to_bf16). The bf16 backward's dy: bias gradient and matmul operand. One pass
+ * over x on one thread; on several, the cast's row blocks, then the column sum (faster). */
+void dt_colsum_cast_bf16(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,
+                         int C);
+void dt_colsum_cast_bf16_ref(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N,
+                             int C);
+/* One single-threaded implementation of dt_colsum_cast_bf16 (tests compare each to _ref). */
+typedef struct dt_colsum_variant {
+    const char *name; /* "avx512f", "avx2", "ref" */
+    void (*run)(float *out, bool accumulate, dt_bf16 *lp, const float *x, int N, int C);
+} dt_colsum_variant;
+enum { DT_COLSUM_MAX_VARIANTS = 3 };
+/* The variants this CPU can run into out[], fastest first, "ref" last; returns how many. */
+int dt_colsum_variants(dt_colsum_variant out[DT_COLSUM_MAX_VARIANTS]);
 /* Embedding rows of a vocabulary shard holding ids [first, first + count) (the whole
  * vocabulary: first 0, count V): y[i] = table[idx[i] - first] for an id in the shard, else 0.
  * table: [count, C], y: [N, C]. */

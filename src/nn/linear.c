@@ -36,13 +36,22 @@ dt_status dt_linear_forward_bf16_out(const dt_nn_ctx *ctx, const dt_linear *l,
     return dt_gemm_run_bf16_out(ctx->gemm, &s, x_lp, l->w_lp, l->b, y);
 }
 
-/* dy is cast to 16 bits once and read by both matmuls (dx, then dW) while it is warm. */
+/* dy is cast to 16 bits once and read by both matmuls (dx, then dW) while it is warm. The
+ * bias gradient is summed first, while dy is warm from its producer; in bf16 mode in the pass
+ * that casts dy (the same bits as the column sum on its own). */
 static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float *x,
                           const dt_bf16 *x_lp, const float *dy, dt_bf16 *dy_lp, int N, float *dx,
                           bool accumulate_dx) {
     const void *g = dy, *a = x, *w = l->w;
+    if (l->db && ctx->mm_type == DT_BF16) {
+        dt_colsum_cast_bf16(l->db, !l->grad_set, dy_lp, dy, N, l->out);
+    } else {
+        if (l->db)
+            (l->grad_set ? dt_colsum_set : dt_colsum_accumulate)(l->db, dy, N, l->out);
+        if (ctx->mm_type != DT_F32)
+            dt_cast_f32_to_lp(ctx->mm_type, dy_lp, dy, (int64_t)N * l->out);
+    }
     if (ctx->mm_type != DT_F32) {
-        dt_cast_f32_to_lp(ctx->mm_type, dy_lp, dy, (int64_t)N * l->out);
         g = dy_lp;
         a = x_lp;
         w = l->w_lp;
@@ -57,8 +66,6 @@ static dt_status backward(const dt_nn_ctx *ctx, const dt_linear *l, const float 
                            .accumulate = !l->grad_set, .dtype = ctx->mm_type};
         DT_TRY(dt_gemm_run(ctx->gemm, &s, g, a, NULL, l->dw));
     }
-    if (l->db)
-        (l->grad_set ? dt_colsum_set : dt_colsum_accumulate)(l->db, dy, N, l->out);
     return DT_OK;
 }
 

@@ -1,5 +1,6 @@
 /* Tests for kernels/cast.h: bf16 casts against the scalar rounding in core/dtype.h (and the
- * ties, NaN, Inf corner cases); the fp16 _ref casts against independent definitions (the
+ * ties, NaN, Inf corner cases), every fp32 -> bf16 variant this CPU runs against it bit for bit;
+ * the fp16 _ref casts against independent definitions (the
  * value formula of every fp16 pattern, and a search for the nearest fp16 with ties to even),
  * and every fp16 variant this CPU runs against _ref, bit for bit (f16->f32 over all 65536
  * inputs); the reductions against double-precision loops, including independence from the
@@ -138,9 +139,44 @@ static void check_f16(void) {
     free(x), free(h), free(hr), free(y), free(yr);
 }
 
+/* every fp32 -> bf16 variant against dt_bf16_from_f32, bit for bit: a sweep of patterns
+ * over every exponent (ties, NaN payloads, infinities, subnormals: 1 in 2^12 of all floats
+ * plus every pattern around the rounding point of each exponent), at ragged lengths */
+static void check_bf16_variants(void) {
+    int64_t n = (int64_t)1 << 20;
+    float *x = malloc(sizeof(float) * n);
+    dt_bf16 *h = malloc(sizeof(dt_bf16) * n), *want = malloc(sizeof(dt_bf16) * n);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t near = ((uint32_t)(i & 0x1ff) << 23) | 0x7f00u | ((uint32_t)i >> 9 & 0xff);
+        uint32_t u = i < n / 2 ? (uint32_t)i << 12 : near; /* the sweep, then near the halves */
+        x[i] = from_bits(u ^ (i & 1 ? 0x80000000u : 0) ^ (i % 3 == 0 ? 0x8000u : 0));
+    }
+    for (int64_t i = 0; i < n; i++)
+        want[i] = dt_bf16_from_f32(x[i]);
+    dt_cast_f32_to_bf16_ref(h, x, n);
+    DT_CHECK(!memcmp(h, want, sizeof(dt_bf16) * n), "bf16 _ref differs from dt_bf16_from_f32");
+    dt_cast_bf16_variant v[DT_CAST_BF16_MAX_VARIANTS];
+    int nv = dt_cast_bf16_variants(v);
+    DT_CHECK(!strcmp(v[nv - 1].name, "ref"), "the last bf16 variant is %s", v[nv - 1].name);
+    int64_t lens[] = {n, 15, 17, 1000003 % n};
+    for (int k = 0; k < nv; k++)
+        for (int l = 0; l < 4; l++) {
+            memset(h, 0xab, sizeof(dt_bf16) * n);
+            v[k].to_bf16(h, x, lens[l]);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < lens[l]; i++)
+                bad += h[i] != want[i];
+            bad += lens[l] < n && h[lens[l]] != 0xabab; /* nothing past the end */
+            DT_CHECK(bad == 0, "bf16 variant %s n=%lld: %lld mismatches", v[k].name,
+                     (long long)lens[l], (long long)bad);
+        }
+    free(x), free(h), free(want);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check_f16();
+    check_bf16_variants();
     const int64_t n = 300001; /* several blocks plus a ragged tail */
     float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
     float *r = malloc(sizeof(float) * n);
@@ -220,6 +256,14 @@ int main(int argc, char **argv) {
             dt_cast_f32_to_bf16(b, a, big);
         t = (dt_test_seconds() - t) / 5;
         printf("perf cast f32->bf16 n=%lld: %.2f GB/s\n", (long long)big, 6.0 * big / t / 1e9);
+        dt_cast_bf16_variant bv[DT_CAST_BF16_MAX_VARIANTS];
+        for (int k = 0, nv = dt_cast_bf16_variants(bv); k < nv; k++) {
+            t = dt_test_seconds();
+            bv[k].to_bf16(b, a, big);
+            t = dt_test_seconds() - t;
+            printf("perf cast f32->bf16 %s n=%lld: %.2f GB/s\n", bv[k].name, (long long)big,
+                   6.0 * big / t / 1e9);
+        }
         dt_cast_f16_variant v[DT_CAST_F16_MAX_VARIANTS];
         for (int k = 0, nv = dt_cast_f16_variants(v); k < nv; k++) {
             t = dt_test_seconds();
