@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/status.h"
+
 typedef struct dt_attn_shape {
     int B, T;          /* batch, sequence length (queries and keys) */
     int NH, NKV, hs;   /* query heads, key/value heads (NH % NKV == 0), head size */
@@ -53,12 +55,15 @@ void dt_attention_backward_set(const dt_attn_shape *s, float *dq, float *dk, flo
                                const float *q, const float *k, const float *v);
 /* bf16 storage (bf16 mode implied): q, k, v are bf16 arrays at the same strides, and so is y
  * when y16 (else fp32); lse, dy and the gradients stay fp32. The results are those of the fp32
- * entry points in bf16 mode on the same (bf16) values, y rounded once at the end when y16. */
-void dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, float *lse,
-                               const uint16_t *q, const uint16_t *k, const uint16_t *v);
-void dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk, float *dv,
-                                    const float *dy, const void *y, bool y16, const float *lse,
+ * entry points in bf16 mode on the same (bf16) values, y rounded once at the end when y16.
+ * DT_ERR_OOM (nothing written) only where a head size above the packed kernels' limit runs the
+ * reference on fp32 copies of the operands and those cannot be allocated. */
+dt_status dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, float *lse,
                                     const uint16_t *q, const uint16_t *k, const uint16_t *v);
+dt_status dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk, float *dv,
+                                         const float *dy, const void *y, bool y16,
+                                         const float *lse, const uint16_t *q, const uint16_t *k,
+                                         const uint16_t *v);
 /* Plain reference: materialises one score row at a time, in double. */
 void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, const float *q,
                               const float *k, const float *v);

@@ -224,7 +224,7 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
         /* y rounded to bf16 by the kernel, in head layout: over one sp rank that is att16
          * itself; else it passes att16 (the same size) on its way through the fp32
          * all-to-all, which moves the bf16 values exactly (s->qkv_rows is free here) */
-        dt_attention_forward_bf16(&as, a->att16, true, a->lse, q, q + ko, q + vo);
+        DT_TRY(dt_attention_forward_bf16(&as, a->att16, true, a->lse, q, q + ko, q + vo));
         if (unsplit(p->sp))
             return DT_OK;
         dt_cast_bf16_to_f32(s->att_heads, a->att16, (int64_t)N * A / p->sp->size);
@@ -536,9 +536,10 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
     if (kept16(a)) {
         const dt_bf16 *q = a->qkv16;
         bool y16 = unsplit(p->sp); /* att16 itself, or its fp32 copy in head layout */
-        dt_attention_backward_set_bf16(&as, dq, dk, dv, s->datt_heads,
-                                       y16 ? (const void *)a->att16 : (const void *)att_heads,
-                                       y16, a->lse, q, q + ko, q + vo);
+        DT_TRY(dt_attention_backward_set_bf16(
+            &as, dq, dk, dv, s->datt_heads,
+            y16 ? (const void *)a->att16 : (const void *)att_heads, y16, a->lse, q, q + ko,
+            q + vo));
     } else {
         const float *q = a->qkv;
         dt_attention_backward_set(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, q + ko,

@@ -199,10 +199,12 @@ static void check_bf16_io(int B, int T, int NH, int NKV, int hs, bool causal) {
         a.qkv[i] = dt_bf16_to_f32(qkv16[i]);
     }
     const int64_t nq = (int64_t)NH * hs, nkv = (int64_t)NKV * hs;
-    dt_attention_forward_bf16(&a.s, y16, true, lse16, qkv16, qkv16 + nq, qkv16 + nq + nkv);
+    DT_CHECK_OK(dt_attention_forward_bf16(&a.s, y16, true, lse16, qkv16, qkv16 + nq,
+                                          qkv16 + nq + nkv));
     run_fwd(&a, false);
     float *y32 = malloc(sizeof(float) * a.n_y), *d32 = malloc(sizeof(float) * a.n_qkv);
-    dt_attention_forward_bf16(&a.s, y32, false, lse16, qkv16, qkv16 + nq, qkv16 + nq + nkv);
+    DT_CHECK_OK(dt_attention_forward_bf16(&a.s, y32, false, lse16, qkv16, qkv16 + nq,
+                                          qkv16 + nq + nkv));
     int64_t bad = memcmp(y32, a.y, sizeof(float) * a.n_y) != 0;
     for (int64_t i = 0; i < a.n_y; i++) {
         bad += y16[i] != dt_bf16_from_f32(a.y[i]);
@@ -210,11 +212,12 @@ static void check_bf16_io(int B, int T, int NH, int NKV, int hs, bool causal) {
     }
     bad += memcmp(lse16, a.lse, sizeof(float) * a.n_lse) != 0;
     dt_test_fill(d16, a.n_qkv, 11, 1e3f);
-    dt_attention_backward_set_bf16(&a.s, d16, d16 + nq, d16 + nq + nkv, a.dy, y16, true, lse16,
-                                   qkv16,
-                                   qkv16 + nq, qkv16 + nq + nkv);
-    dt_attention_backward_set_bf16(&a.s, d32, d32 + nq, d32 + nq + nkv, a.dy, a.y, false, lse16,
-                                   qkv16, qkv16 + nq, qkv16 + nq + nkv);
+    DT_CHECK_OK(dt_attention_backward_set_bf16(&a.s, d16, d16 + nq, d16 + nq + nkv, a.dy, y16,
+                                               true, lse16, qkv16, qkv16 + nq,
+                                               qkv16 + nq + nkv));
+    DT_CHECK_OK(dt_attention_backward_set_bf16(&a.s, d32, d32 + nq, d32 + nq + nkv, a.dy, a.y,
+                                               false, lse16, qkv16, qkv16 + nq,
+                                               qkv16 + nq + nkv));
     run_bwd(&a, false);
     for (int64_t i = 0; i < a.n_qkv; i++)
         bad += (d16[i] != a.dqkv[i]) + (d32[i] != a.dqkv[i]);
@@ -317,8 +320,30 @@ static void perf(int B, int T, int NH, int NKV, int hs, bool bf16) {
     fused_free(&f);
 }
 
+/* Under AddressSanitizer an impossible allocation must return NULL, as glibc's does, rather than
+ * end the test (check_bf16_oom); the environment's ASAN_OPTIONS still apply on top. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+/* The reference path of bf16 storage (hs > the packed kernels' limit) widens the operands to
+ * fp32; when that cannot be allocated it is an error, not silently missing output. The shape is
+ * too large to allocate, so the (tiny) operands are never read. */
+static void check_bf16_oom(void) {
+    dt_attn_shape s = {.B = 1 << 20, .T = 1 << 20, .NH = 1, .NKV = 1, .hs = 512,
+                       .q_stride = 3 * 512, .kv_stride = 3 * 512, .scale = 1, .causal = true,
+                       .bf16 = true};
+    uint16_t qkv[3 * 512] = {0};
+    float y[512], lse[1], d[3 * 512];
+    DT_CHECK(dt_attention_forward_bf16(&s, y, false, lse, qkv, qkv + 512, qkv + 1024) ==
+                 DT_ERR_OOM, "forward: out of memory reported");
+    DT_CHECK(dt_attention_backward_set_bf16(&s, d, d + 512, d + 1024, y, y, false, lse, qkv,
+                                            qkv + 512, qkv + 1024) == DT_ERR_OOM,
+             "backward: out of memory reported");
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
+    check_bf16_oom();
     check_set(2, 37, 4, 2, 64, true, false);
     check_set(2, 37, 4, 2, 64, true, true);
     check_set(1, 20, 2, 1, 16, false, false);
