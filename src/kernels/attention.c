@@ -581,14 +581,39 @@ static float *widen(const dt_bf16 *a, int64_t n) {
     return f;
 }
 
-static dt_status widen_oom(const dt_attn_shape *s) {
-    return dt_err_set(DT_ERR_OOM, "attention: no memory for fp32 copies of q, k, v (B %d, T %d, "
-                      "%d heads of %d)", s->B, s->T, s->NH, s->hs);
-}
-
 /* elements spanned by B*T rows of stride `stride` whose last row holds `width` values */
 static int64_t span(const dt_attn_shape *s, int64_t stride, int64_t width) {
     return ((int64_t)s->B * s->T - 1) * stride + width;
+}
+
+/* The fp32 copies the reference path runs on: q, k, v, and y when it is bf16 (y16): widened
+ * from it (read_y, the backward) or room for the forward to write. y itself otherwise. */
+typedef struct wide_ops {
+    float *q, *k, *v, *y;
+    bool y_owned;
+} wide_ops;
+
+static void wide_free(wide_ops *w) {
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    if (w->y_owned)
+        free(w->y);
+}
+
+static dt_status widen_ops(const dt_attn_shape *s, const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, void *y, bool y16, bool read_y, wide_ops *w) {
+    const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
+    const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
+    *w = (wide_ops){.q = widen(q, span(s, s->q_stride, (int64_t)s->NH * s->hs)),
+                    .k = widen(k, nkv), .v = widen(v, nkv), .y = y, .y_owned = y16};
+    if (y16)
+        w->y = read_y ? widen(y, ny) : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
+    if (w->q && w->k && w->v && w->y)
+        return DT_OK;
+    wide_free(w);
+    return dt_err_set(DT_ERR_OOM, "attention: no memory for fp32 copies of q, k, v (B %d, T %d, "
+                      "%d heads of %d)", s->B, s->T, s->NH, s->hs);
 }
 
 dt_status dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, float *lse,
@@ -597,27 +622,16 @@ dt_status dt_attention_forward_bf16(const dt_attn_shape *s, void *y, bool y16, f
         forward(s, &(io){.q = q, .k = k, .v = v, .y = y, .lse = lse, .io16 = true, .y16 = y16});
         return DT_OK;
     }
-    const int64_t nq = span(s, s->q_stride, (int64_t)s->NH * s->hs);
-    const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
+    wide_ops w;
+    DT_TRY(widen_ops(s, q, k, v, y, y16, false, &w));
+    dt_attn_shape sb = *s;
+    sb.bf16 = true;
+    dt_attention_forward_ref(&sb, w.y, lse, w.q, w.k, w.v);
     const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
-    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv);
-    float *yf = y16 ? malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1)) : y;
-    dt_status st = DT_OK;
-    if (qf && kf && vf && yf) {
-        dt_attn_shape sb = *s;
-        sb.bf16 = true;
-        dt_attention_forward_ref(&sb, yf, lse, qf, kf, vf);
-        for (int64_t i = 0; y16 && i < ny; i++)
-            ((dt_bf16 *)y)[i] = dt_bf16_from_f32(yf[i]);
-    } else {
-        st = widen_oom(s);
-    }
-    free(qf);
-    free(kf);
-    free(vf);
-    if (y16)
-        free(yf);
-    return st;
+    for (int64_t i = 0; y16 && i < ny; i++)
+        ((dt_bf16 *)y)[i] = dt_bf16_from_f32(w.y[i]);
+    wide_free(&w);
+    return DT_OK;
 }
 
 dt_status dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, float *dk, float *dv,
@@ -629,25 +643,13 @@ dt_status dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, floa
                           .dq = dq, .dk = dk, .dv = dv, .io16 = true, .y16 = y16, .set = true});
         return DT_OK;
     }
-    const int64_t nq = span(s, s->q_stride, (int64_t)s->NH * s->hs);
-    const int64_t nkv = span(s, s->kv_stride, (int64_t)s->NKV * s->hs);
-    const int64_t ny = (int64_t)s->B * s->T * s->NH * s->hs;
-    float *qf = widen(q, nq), *kf = widen(k, nkv), *vf = widen(v, nkv);
-    float *yf = y16 ? widen(y, ny) : (float *)y;
-    dt_status st = DT_OK;
-    if (qf && kf && vf && yf) {
-        dt_attn_shape sb = *s;
-        sb.bf16 = true;
-        backward_f32(&sb, dq, dk, dv, dy, yf, lse, qf, kf, vf, true);
-    } else {
-        st = widen_oom(s);
-    }
-    free(qf);
-    free(kf);
-    free(vf);
-    if (y16)
-        free(yf);
-    return st;
+    wide_ops w;
+    DT_TRY(widen_ops(s, q, k, v, (void *)y, y16, true, &w));
+    dt_attn_shape sb = *s;
+    sb.bf16 = true;
+    backward_f32(&sb, dq, dk, dv, dy, w.y, lse, w.q, w.k, w.v, true);
+    wide_free(&w);
+    return DT_OK;
 }
 
 /* ---- reference: plain loops, double accumulation, one score row at a time ---- */
