@@ -52,6 +52,14 @@ INLINE TARGET_BF16 __m512 load16(const void *p, int64_t i, bool io16) {
 
 INLINE TARGET_BF16 __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
 
+/* 16 elements as bf16: bf16 storage is copied as it is (rounding a bf16 value to bf16 is the
+ * identity), fp32 is rounded */
+INLINE TARGET_BF16 __m256i load_bf16x16(const void *p, int64_t i, bool io16) {
+    if (io16)
+        return _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+    return to_bf16(_mm512_loadu_ps((const float *)p + i));
+}
+
 /* The operands are rows of hs elements at a large stride in the layer's buffers, read once per
  * task: the row AHEAD rows on is fetched while this one is converted. */
 enum { AHEAD = 6 };
@@ -70,7 +78,7 @@ INLINE TARGET_BF16 void pack_rows(uint32_t *dst, const void *src, int64_t off, i
             prefetch_row(src, off + (i + AHEAD) * stride, n, io16);
         for (int d = 0; d < n; d += 16)
             _mm256_storeu_si256((__m256i *)(dst + (int64_t)i * (n / 2) + d / 2),
-                                to_bf16(load16(src, off + i * stride + d, io16)));
+                                load_bf16x16(src, off + i * stride + d, io16));
     }
 }
 
@@ -85,8 +93,8 @@ INLINE TARGET_BF16 void pack_interleave(uint32_t *dst, const void *src, int64_t 
         for (int a = 2 * j + AHEAD; a < 2 * j + AHEAD + 2 && a < nr; a++)
             prefetch_row(src, off + a * stride, n, io16);
         for (int c = 0; c < n; c += 16) {
-            const __m256i lo = to_bf16(load16(src, off + 2 * j * stride + c, io16));
-            const __m256i hi = 2 * j + 1 < nr ? to_bf16(load16(src, off + (2 * j + 1) * stride + c, io16))
+            const __m256i lo = load_bf16x16(src, off + 2 * j * stride + c, io16);
+            const __m256i hi = 2 * j + 1 < nr ? load_bf16x16(src, off + (2 * j + 1) * stride + c, io16)
                                               : _mm256_setzero_si256();
             const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             _mm512_storeu_si512(dst + (int64_t)j * n + c, _mm512_permutexvar_epi16(idx, both));
@@ -167,12 +175,6 @@ static TARGET_BF16 void mm(float *out, int64_t os, int nr, const uint32_t *a, in
 
 static inline int vis(int i, int nc, int off, bool causal) { return causal ? imin(nc, i + off + 1) : nc; }
 
-/* row[0:TBC] past lim set to exact zeros */
-INLINE void zero_tail(float *row, int lim) {
-    if (lim < TBC)
-        memset(row + lim, 0, (TBC - lim) * sizeof *row);
-}
-
 /* the maximum of row[0:lim], 0 < lim <= TBC (a positive scale commutes with it) */
 INLINE TARGET_BF16 float row_max(const float *row, int lim) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -181,6 +183,48 @@ INLINE TARGET_BF16 float row_max(const float *row, int lim) {
         mx = _mm512_mask_max_ps(mx, k, mx, _mm512_loadu_ps(row + c));
     }
     return _mm512_reduce_max_ps(mx);
+}
+
+/* e^x, x <= 0 (clamped below at -87.3, so results stay normal floats), as dt_vexp does it
+ * (Cody-Waite reduction, degree-7 Taylor polynomial, about 2 ulp) with fused multiply-adds:
+ * the compiled dt_vexp loop's separate multiplies and adds made the softmax rows a third of
+ * the forward. Masked lanes are never read, so no upper clamp is needed. */
+INLINE TARGET_BF16 __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* the lanes c0 + [0, 16) that lie below lim */
+INLINE __mmask16 below(int c0, int lim) {
+    return lim - c0 >= 16 ? 0xffff : lim <= c0 ? 0 : (__mmask16)((1u << (lim - c0)) - 1);
+}
+
+/* One forward score row: dst (TBC/2 words) = bf16(e^(row*scale - mx)), exact zeros from lim
+ * on; returns the sum of the fp32 values before rounding. */
+INLINE TARGET_BF16 float softmax_row_bf16(uint32_t *dst, const float *row, float scale, float mx,
+                                          int lim) {
+    const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(mx);
+    __m512 sum = _mm512_setzero_ps();
+    for (int c = 0; c < TBC; c += 16) {
+        const __mmask16 k = below(c, lim);
+        const __m512 e = _mm512_maskz_mov_ps(
+            k, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + c), vs, vm)));
+        sum = _mm512_add_ps(sum, e);
+        _mm256_storeu_si256((__m256i *)(dst + c / 2), to_bf16(e));
+    }
+    return _mm512_reduce_add_ps(sum);
 }
 
 /* ---- forward: one (b, h) per task, alg. 1 of the FlashAttention paper ---- */
@@ -209,7 +253,6 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
     for (int q0 = 0; q0 < T; q0 += TBR) {
         const int nr = imin(TBR, T - q0);
         pack_rows(qp, q, qoff + q0 * qs, qs, nr, hs, io16);
-        memset(o, 0, sizeof(float) * nr * hs);
         for (int i = 0; i < nr; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
@@ -220,9 +263,8 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
             mm(sc, TBC, nr, qp, H2, 1, kt + (int64_t)k0 * H2, TBC, H2, TBC, false,
                s->causal ? BAND_COLS : BAND_NONE, off);
             for (int i = 0; i < nr; i++) {
-                float *row = sc + i * TBC;
+                const float *row = sc + i * TBC;
                 const int lim = vis(i, nc, off, s->causal);
-                float sum = 0.0f;
                 float mx = m[i];
                 if (scale > 0.0f)
                     mx = fmaxf(mx, row_max(row, lim) * scale);
@@ -232,25 +274,16 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
                 /* key 0 is in the first tile, so m is finite from then on and alpha is 0
                  * exactly once */
                 const float alpha = m[i] == -INFINITY ? 0.0f : dt_vexp(m[i] - mx);
-#pragma omp simd reduction(+ : sum)
-                for (int c = 0; c < TBC; c++) {
-                    row[c] = dt_vexp(row[c] * scale - mx);
-                    sum += c < lim ? row[c] : 0.0f;
-                }
-                zero_tail(row, lim);
-                l[i] = l[i] * alpha + sum;
+                l[i] = l[i] * alpha + softmax_row_bf16(pp + i * (TBC / 2), row, scale, mx, lim);
                 m[i] = mx;
-                for (int c = 0; c < TBC; c += 16)
-                    _mm256_storeu_si256((__m256i *)(pp + i * (TBC / 2) + c / 2),
-                                        to_bf16(_mm512_loadu_ps(row + c)));
-                if (alpha != 1.0f) {
+                if (k0 > 0 && alpha != 1.0f) { /* o is first written by the k0 = 0 product */
                     float *oi = o + i * hs;
 #pragma omp simd
                     for (int d = 0; d < hs; d++)
                         oi[d] *= alpha;
                 }
             }
-            mm(o, hs, nr, pp, TBC / 2, 1, vi + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs, true,
+            mm(o, hs, nr, pp, TBC / 2, 1, vi + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs, k0 > 0,
                s->causal ? BAND_KEYS : BAND_NONE, off);
         }
         for (int i = 0; i < nr; i++) {
@@ -332,6 +365,46 @@ INLINE TARGET_BF16 __m512 round16(__m512 x) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16(x)), 16));
 }
 
+/* P = e^(S scale - lse) and dS = P (dP - D) scale for 16 keys of one query row (lanes outside
+ * k exact zeros) */
+INLINE TARGET_BF16 void p_ds16(const float *sr, const float *dr, float scale, float li, float di,
+                               __mmask16 k, __m512 *p, __m512 *ds) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    *p = _mm512_maskz_mov_ps(
+        k, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, sr), vs, _mm512_set1_ps(li))));
+    *ds = _mm512_maskz_mul_ps(
+        k, _mm512_mul_ps(*p, _mm512_sub_ps(_mm512_loadu_ps(dr), _mm512_set1_ps(di))), vs);
+}
+
+/* Query rows i and i + 1 (a missing last row as zeros) of a backward tile pair, from the score
+ * tile p and the dP tile ds to the three bf16 operands of the products that follow, with no fp32
+ * copy between: dS as rows (dsr, for dq), P and dS interleaved over the row pair (pi, dsi, for
+ * dv and dk). lim0, lim1: the keys each row sees. */
+INLINE TARGET_BF16 void grad_row_pair(uint32_t *dsr, uint32_t *pi, uint32_t *dsi, const float *p,
+                                      const float *ds, int i, int nr, const float *lse,
+                                      const float *dd, float scale, int lim0, int lim1) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                         16, 0);
+    const bool two = i + 1 < nr;
+    for (int c = 0; c < TBC; c += 16) {
+        __m512 p0, d0, p1 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
+        p_ds16(p + i * TBC + c, ds + i * TBC + c, scale, lse[i], dd[i], below(c, lim0), &p0,
+               &d0);
+        if (two)
+            p_ds16(p + (i + 1) * TBC + c, ds + (i + 1) * TBC + c, scale, lse[i + 1], dd[i + 1],
+                   below(c, lim1), &p1, &d1);
+        const __m256i d0h = to_bf16(d0), d1h = to_bf16(d1);
+        _mm256_storeu_si256((__m256i *)(dsr + i * (TBC / 2) + c / 2), d0h);
+        if (two)
+            _mm256_storeu_si256((__m256i *)(dsr + (i + 1) * (TBC / 2) + c / 2), d1h);
+        const __m512i pb = _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16(p0)), to_bf16(p1), 1);
+        const __m512i db = _mm512_inserti64x4(_mm512_castsi256_si512(d0h), d1h, 1);
+        _mm512_storeu_si512(pi + (i / 2) * TBC + c, _mm512_permutexvar_epi16(idx, pb));
+        _mm512_storeu_si512(dsi + (i / 2) * TBC + c, _mm512_permutexvar_epi16(idx, db));
+    }
+}
+
 static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *dq, float *dk,
                                   float *dv, const float *dy, const void *y, const float *lse,
                                   const void *q, const void *k, const void *v, bool io16,
@@ -349,8 +422,6 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
                         hs, io16);
     }
     pack_interleave(w->ki, k, kvoff, kvs, T, hs, io16);
-    memset(w->dk, 0, sizeof(float) * T * hs);
-    memset(w->dv, 0, sizeof(float) * T * hs);
     float p[TBR * TBC], ds[TBR * TBC];
     uint32_t dsr[TBR * TBC / 2], pi[TBR * TBC / 2], dsi[TBR * TBC / 2];
     const float scale = s->scale;
@@ -358,8 +429,6 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
         const int64_t qoff = (int64_t)b * T * qs + (int64_t)h * hs;
         const int64_t yoff = (int64_t)b * T * C + (int64_t)h * hs;
         const float *lh = lse + ((int64_t)b * s->NH + h) * T;
-        for (int t = 0; set && t < T; t++)
-            memset(dq + qoff + t * qs, 0, sizeof(float) * hs);
         pack_rows(w->qr, q, qoff, qs, T, hs, io16);
         pack_interleave(w->qi, q, qoff, qs, T, hs, io16);
         pack_rows(w->dyr, dy, yoff, C, T, hs, false);
@@ -378,33 +447,26 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
             /* causal: queries before k0 see none of these keys */
             for (int q0 = s->causal ? k0 : 0; q0 < T; q0 += TBR) {
                 const int nr = imin(TBR, T - q0), off = q0 - k0;
+                /* the first products into dq (with set) and into the task's dk, dv write
+                 * rather than add: every row of them gets one at k0 = 0, and at the first
+                 * query tile of the group's first head */
+                const bool dq_acc = !set || k0 > 0;
+                const bool kv_acc = h > g * group || q0 > (s->causal ? k0 : 0);
                 /* P = exp(S - lse), the forward's softmax; dP = dy v^T */
                 mm(p, TBC, nr, w->qr + (int64_t)q0 * H2, H2, 1, w->kt + (int64_t)k0 * H2, TBC, H2,
                    TBC, false, band_c, off);
                 mm(ds, TBC, nr, w->dyr + (int64_t)q0 * H2, H2, 1, w->vt + (int64_t)k0 * H2, TBC,
                    H2, TBC, false, band_c, off);
-                for (int i = 0; i < nr; i++) {
-                    float *pr = p + i * TBC, *dr = ds + i * TBC;
-                    const float li = lh[q0 + i], di = w->dd[q0 + i];
-                    const int lim = vis(i, nc, off, s->causal);
-#pragma omp simd
-                    for (int c = 0; c < TBC; c++) {
-                        pr[c] = dt_vexp(pr[c] * scale - li);
-                        dr[c] = pr[c] * (dr[c] - di) * scale; /* dS, times scale for dq, dk */
-                    }
-                    zero_tail(pr, lim);
-                    zero_tail(dr, lim);
-                }
-                pack_rows(dsr, ds, 0, TBC, nr, TBC, false);
-                pack_interleave(pi, p, 0, TBC, nr, TBC, false);
-                pack_interleave(dsi, ds, 0, TBC, nr, TBC, false);
+                for (int i = 0; i < nr; i += 2)
+                    grad_row_pair(dsr, pi, dsi, p, ds, i, nr, lh + q0, w->dd + q0, scale,
+                                  vis(i, nc, off, s->causal), vis(i + 1, nc, off, s->causal));
                 /* dq += dS k; dk += dS^T q; dv += P^T dy */
                 mm(dq + qoff + (int64_t)q0 * qs, qs, nr, dsr, TBC / 2, 1,
-                   w->ki + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs, true, band_k, off);
+                   w->ki + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs, dq_acc, band_k, off);
                 mm(w->dk + (int64_t)k0 * hs, hs, nc, dsi, 1, TBC, w->qi + (int64_t)(q0 / 2) * hs,
-                   hs, (nr + 1) / 2, hs, true, band_q, off);
+                   hs, (nr + 1) / 2, hs, kv_acc, band_q, off);
                 mm(w->dv + (int64_t)k0 * hs, hs, nc, pi, 1, TBC, w->dyi + (int64_t)(q0 / 2) * hs,
-                   hs, (nr + 1) / 2, hs, true, band_q, off);
+                   hs, (nr + 1) / 2, hs, kv_acc, band_q, off);
             }
         }
     }
