@@ -20,6 +20,8 @@
 
 #include <stdint.h>
 
+#include "core/dtype.h"
+
 /* logits: [n, ld] row-major; the window is columns [0, V) of each row (V >= 0, V <= ld),
  * holding global ids [first, first + V). targets: [n] global ids, negative = ignored row.
  * mx, sum, zt: [n] outputs:
@@ -62,5 +64,11 @@ void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
                   const int32_t *targets, const float *scale, float grad_scale);
 void dt_xent_grad_ref(float *e, int64_t ld, int n, int V, int width, int first,
                       const int32_t *targets, const float *scale, float grad_scale);
+/* dt_xent_grad, then each row's width values rounded to t (DT_BF16 or DT_F16) into
+ * lp[r * ld_lp + 0:width] while the row is still in cache: the bits of dt_xent_grad followed
+ * by dt_cast_f32_to_lp, with one pass over the [n, width] gradient instead of two. */
+void dt_xent_grad_lp(float *e, int64_t ld, int n, int V, int width, int first,
+                     const int32_t *targets, const float *scale, float grad_scale, dt_dtype t,
+                     uint16_t *lp, int64_t ld_lp);
 
 #endif

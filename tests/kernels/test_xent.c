@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/cast.h"
 #include "kernels/isa.h"
 #include "kernels/xent.h"
 
@@ -149,6 +150,40 @@ static void check_stats_vs_ref(void) {
     DT_CHECK(zero, "padding columns of the gradient are not 0");
     free(a);
     free(r);
+}
+
+/* The fused gradient + 16-bit rounding equals dt_xent_grad followed by the cast, bit for bit,
+ * into rows at their own stride (the columns past width untouched), ignored rows included. */
+static void check_grad_lp(dt_dtype t) {
+    const int n = 9, V = 1000, width = 1003, ld = 1010, ld_lp = 1024, first = 40;
+    float *a = malloc(sizeof(float) * n * ld), *r = malloc(sizeof(float) * n * ld);
+    uint16_t *lp = malloc(sizeof(uint16_t) * n * ld_lp), *want = malloc(sizeof(uint16_t) * width);
+    int32_t tg[9];
+    float scale[9];
+    for (int i = 0; i < n; i++) {
+        tg[i] = i % 3 == 0 ? first + 90 * i : i % 3 == 1 ? first + V + i : -1;
+        scale[i] = 0.02f * (i + 1);
+    }
+    dt_test_fill(a, n * ld, 33, 1.0f);
+    memcpy(r, a, sizeof(float) * n * ld);
+    memset(lp, 0x5a, sizeof(uint16_t) * n * ld_lp);
+    dt_xent_grad_lp(a, ld, n, V, width, first, tg, scale, 0.5f, t, lp, ld_lp);
+    dt_xent_grad(r, ld, n, V, width, first, tg, scale, 0.5f);
+    int64_t bad = 0, touched = 0;
+    for (int i = 0; i < n; i++) {
+        dt_cast_f32_to_lp(t, want, r + (int64_t)i * ld, width);
+        bad += memcmp(want, lp + (int64_t)i * ld_lp, sizeof(uint16_t) * width) != 0;
+        for (int j = width; j < ld_lp; j++)
+            touched += lp[(int64_t)i * ld_lp + j] != 0x5a5a;
+    }
+    DT_CHECK(bad == 0, "%s: %lld rows of dt_xent_grad_lp differ from grad + cast",
+             dt_dtype_name(t), (long long)bad);
+    DT_CHECK(touched == 0, "%s: dt_xent_grad_lp wrote %lld values past width",
+             dt_dtype_name(t), (long long)touched);
+    free(a);
+    free(r);
+    free(lp);
+    free(want);
 }
 
 /* A row of `vocab` logits split into p windows of w = ceil(vocab / p) columns (the last ones
@@ -332,6 +367,8 @@ int main(int argc, char **argv) {
         check_vs_ref(5, 100, 4, 1e4f, 1.0f);         /* logits +-1e4: one-hot softmax, no NaN */
         check_vs_ref(6, 31, 0, 0.0f, 2.0f);          /* all-equal logits: uniform softmax */
         check_stats_vs_ref();
+        check_grad_lp(DT_BF16);
+        check_grad_lp(DT_F16);
         for (int ref = 0; ref < 2; ref++) {
             check_windows(12, 1000, 1, 4.0f, ref);
             check_windows(12, 37, 2, 4.0f, ref);   /* 19 + 18 valid, 1 padding column */
