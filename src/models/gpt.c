@@ -276,9 +276,9 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     bool lp = g->ctx.mm_type != DT_F32;
     if (dt_gpt_head_unit(g) >= 0) {
         size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
-        size_t ld = (size_t)dt_lm_head_grad_ld((int)V);
-        g->head.logits = dt_gpt_carve(cv, chunk * (lp ? V : ld) * f4);
-        g->head.logits_lp = lp ? dt_gpt_carve(cv, chunk * ld * sizeof(dt_bf16)) : NULL;
+        g->head.logits = dt_gpt_carve(cv, chunk * V * f4);
+        g->head.logits_lp =
+            lp ? dt_gpt_carve(cv, chunk * dt_lm_head_ld16((int)V) * sizeof(dt_bf16)) : NULL;
         g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
     }
     /* buffers only a split uses (nn/block.c skips the regions of size-1 comms): the tp

@@ -21,11 +21,10 @@ int dt_lm_head_chunk_rows(int V, int N) {
     return (N + n_chunks - 1) / n_chunks;
 }
 
-/* Gradient rows at a stride of whole 64-element blocks: the two backward products read them
- * (the weight gradient transposed), and over GPT-2's odd 50257 columns oneDNN ran them slower
- * on unaligned rows (2 threads, 256-row chunks: weight gradient 250-290 vs 365-385 GFLOP/s in
- * bf16, 185-190 vs 200 in fp32; dx 180-190 vs 220 in fp32) */
-int64_t dt_lm_head_grad_ld(int V) { return ((int64_t)V + 63) / 64 * 64; }
+/* 16-bit gradient rows at a stride of whole 64-element blocks: the weight-gradient product
+ * reads them transposed, and with GPT-2's odd 50257 (rows not 16-byte aligned) oneDNN ran it
+ * at 290 GFLOP/s instead of 380 (2 threads, bf16, chunks of 256 rows) */
+int64_t dt_lm_head_ld16(int V) { return ((int64_t)V + 63) / 64 * 64; }
 
 /* [size][3][chunk] gathered statistics (this rank's block is filled in place and all-gathered)
  * and the [chunk] gradient factors. */
@@ -69,25 +68,22 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
     const void *w = operand(ctx, h->w, h->w_lp);
     const int p = h->tp->size, me = h->tp->rank, nv = valid_rows(h);
     int counts[MAX_TP] = {0}; /* zeroed: the compiler cannot see p <= MAX_TP */
-    /* fp32 keeps its gradient in the logits rows, so they take the gradient's stride; in
-     * 16-bit modes the dense fp32 rows measured faster for the forward product */
-    const int64_t lds = dt_lm_head_grad_ld(h->V), ldl = ctx->mm_type == DT_F32 ? lds : h->V;
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
         int n = N - r0 < h->chunk ? N - r0 : h->chunk;
         const int32_t *tg = targets + r0;
         const void *xc = ctx->mm_type != DT_F32 ? (const void *)(x_lp + (int64_t)r0 * h->C)
                                                  : (const void *)(x + (int64_t)r0 * h->C);
         dt_gemm_shape fwd = {.M = n, .N = h->V, .K = h->C, .trans_b = true,
-                             .dtype = ctx->mm_type, .ldc = ldl};
+                             .dtype = ctx->mm_type};
         DT_TRY(dt_gemm_run(ctx->gemm, &fwd, xc, w, NULL, h->logits));
         /* this rank's block of [p][3][n] stats, gathered in place */
         float *all = h->stats, *mine = all + (int64_t)me * 3 * n;
         float *scale = all + (int64_t)p * 3 * n; // [n]
         if (backward)
-            dt_xent_row_stats_exp(h->logits, ldl, n, nv, h->vocab_first, tg, mine, mine + n,
+            dt_xent_row_stats_exp(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
                                   mine + 2 * n);
         else
-            dt_xent_row_stats(h->logits, ldl, n, nv, h->vocab_first, tg, mine, mine + n,
+            dt_xent_row_stats(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
                               mine + 2 * n);
         for (int k = 0; k < p; k++)
             counts[k] = 3 * n;
@@ -97,19 +93,21 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         if (!backward)
             continue;
         const void *g = h->logits;
+        int64_t ldg = h->V;
         if (ctx->mm_type != DT_F32) {
-            dt_xent_grad_lp(h->logits, ldl, n, nv, h->V, h->vocab_first, tg, scale, grad_scale,
-                            ctx->mm_type, h->logits_lp, lds);
+            ldg = dt_lm_head_ld16(h->V);
+            dt_xent_grad_lp(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale,
+                            ctx->mm_type, h->logits_lp, ldg);
             g = h->logits_lp;
         } else {
-            dt_xent_grad(h->logits, ldl, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
+            dt_xent_grad(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
         }
-        dt_gemm_shape dxs = {.M = n, .N = h->C, .K = h->V, .dtype = ctx->mm_type, .lda = lds};
+        dt_gemm_shape dxs = {.M = n, .N = h->C, .K = h->V, .dtype = ctx->mm_type, .lda = ldg};
         DT_TRY(dt_gemm_run(ctx->gemm, &dxs, g, w, NULL, dx + (int64_t)r0 * h->C));
         if (h->dw) {
             dt_gemm_shape dws = {.M = h->V, .N = h->C, .K = n, .trans_a = true,
                                  .accumulate = r0 > 0 || !h->dw_set, .dtype = ctx->mm_type,
-                                 .lda = lds};
+                                 .lda = ldg};
             DT_TRY(dt_gemm_run(ctx->gemm, &dws, g, xc, NULL, h->dw));
         }
     }

@@ -304,11 +304,9 @@ static int64_t temp_arena(const shape *s, int n_slots) {
     bool head = (s->gpt2 && s->held[0]) || holds_final(s);
     if (head) {
         int64_t chunk = head_chunk_rows(s->vocab_rows, s->Nt);
-        /* gradient rows at a stride of whole 64-element blocks (nn/lm_head.c): the 16-bit
-         * copy's, or in fp32 the logits' own */
-        int64_t ld = cdiv(s->vocab_rows, 64) * 64;
-        b += pad64(chunk * (s->lp ? s->vocab_rows : ld) * F4) +
-             (s->lp ? pad64(chunk * ld * H2) : 0) +
+        /* the 16-bit gradient rows at a stride of whole 64-element blocks (nn/lm_head.c) */
+        int64_t ld16 = cdiv(s->vocab_rows, 64) * 64;
+        b += pad64(chunk * s->vocab_rows * F4) + (s->lp ? pad64(chunk * ld16 * H2) : 0) +
              pad64(chunk * (3 * (int64_t)s->tp + 1) * F4);
     }
     int64_t rc = pad64(s->Nr * s->C * F4), tc = pad64(s->Nt * s->C * F4);

@@ -101,8 +101,8 @@ static void test_head(dt_gemm *gemm, dt_comm *c, const head_ref *R, int chunk, d
     dt_cast_f32_to_bf16(w_lp, w, (int64_t)V * C);
     dt_lm_head h = {.C = C, .V = V, .w = w, .dw = dw, .w_lp = bf16 ? w_lp : NULL, .tp = c,
                     .vocab_first = v0, .vocab_size = vocab, .chunk = chunk};
-    h.logits = malloc(sizeof(float) * chunk * dt_lm_head_grad_ld(V));
-    h.logits_lp = bf16 ? malloc(sizeof(dt_bf16) * chunk * dt_lm_head_grad_ld(V)) : NULL;
+    h.logits = malloc(sizeof(float) * chunk * V);
+    h.logits_lp = bf16 ? malloc(sizeof(dt_bf16) * chunk * dt_lm_head_ld16(V)) : NULL;
     h.stats = malloc(sizeof(float) * (size_t)dt_lm_head_stats_count(&h));
     const int n_chunks = (N + chunk - 1) / chunk;
     char what[96];
