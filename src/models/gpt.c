@@ -289,7 +289,10 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     /* bf16 over one tp rank: the norm writes its bf16 output straight (nn/block.c) */
     bool bf16_norm = g->ctx.mm_type == DT_BF16 && !tp;
     s->ln_full = bf16_norm ? NULL : dt_gpt_carve(cv, r.Nt * C * f4);
-    s->qkv_rows = sp || dt_gpt_acts16(g) ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
+    /* bf16 q|k|v storage makes an fp32 q|k|v first only for RoPE (Llama): GPT-2's matmul
+     * writes bf16 itself */
+    bool rope = g->dims.kind != DT_BLOCK_GPT2;
+    s->qkv_rows = sp || (dt_gpt_acts16(g) && rope) ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
     s->packed = sp ? dt_gpt_carve(cv, r.Nt * W * f4) : NULL;
     s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;

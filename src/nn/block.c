@@ -245,6 +245,21 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
                       s->work);
 }
 
+/* from the saved q|k|v on: the attention core, the projection, bias and residual */
+static dt_status attention_rest(const dt_nn_ctx *ctx, const dt_block_dims *d,
+                                const dt_block_par *p, const dt_block *blk, const float *x,
+                                int B, int T, dt_block_acts *a, dt_block_scratch *s) {
+    int N = B * T, Nt = dt_block_rows_tp(p, N);
+    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
+    dt_linear proj = without_bias(&blk->proj);
+    float *part = part_out(p, s, a->x2);
+    if (kept16(a))
+        DT_TRY(dt_linear_forward_lp(ctx, &proj, a->att16, Nt, part));
+    else
+        DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, part));
+    return leave_add(d, p, blk->proj.b, x, N, s, part, a->x2);
+}
+
 static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, const dt_block *blk,
                                    const dt_rope_cache *rope, const float *x, int B, int T,
@@ -252,6 +267,12 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d);
     DT_TRY(norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s, a->ln1_lp));
+    if (kept16(a) && unsplit(p->sp) && !rope->cos_t) {
+        /* nothing between the matmul and the rounding: the matmul writes bf16 itself (the
+         * bits of its fp32 result rounded once), no fp32 q|k|v is made */
+        DT_TRY(dt_linear_forward_bf16_out(ctx, &blk->qkv, a->ln1_lp, Nt, a->qkv16));
+        return attention_rest(ctx, d, p, blk, x, B, T, a, s);
+    }
     /* q|k|v of whole sequences: in place, or (bf16 storage) in s->qkv_rows, rounded once
      * after RoPE */
     float *qkv = kept16(a) ? s->qkv_rows : a->qkv;
@@ -267,14 +288,7 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
     rope_apply(&as, rope, qkv, false);
     if (kept16(a))
         dt_cast_f32_to_bf16(a->qkv16, qkv, (int64_t)Nt * W);
-    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
-    dt_linear proj = without_bias(&blk->proj);
-    float *part = part_out(p, s, a->x2);
-    if (kept16(a))
-        DT_TRY(dt_linear_forward_lp(ctx, &proj, a->att16, Nt, part));
-    else
-        DT_TRY(dt_linear_forward(ctx, &proj, a->att, a->att_lp, Nt, part));
-    return leave_add(d, p, blk->proj.b, x, N, s, part, a->x2);
+    return attention_rest(ctx, d, p, blk, x, B, T, a, s);
 }
 
 /* The MLP activation of the saved matmul output(s): fp32 into s->g, or in 16-bit modes its

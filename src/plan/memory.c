@@ -319,7 +319,8 @@ static int64_t temp_arena(const shape *s, int n_slots) {
     bool tp = s->tp > 1, sp = s->sp > 1;
     b += (tp ? rc + tc : 0) + (s->bf16 && !tp ? 0 : tc) + (sp ? 2 * tw + ta : 0) +
          (s->lp ? 0 : tf) + pad64(region_work(s) * F4);
-    b += !sp && s->acts16 ? tw : 0; /* qkv_rows: the fp32 q|k|v before its bf16 copy */
+    /* qkv_rows: the fp32 q|k|v before RoPE and its bf16 copy (GPT-2's matmul writes bf16) */
+    b += !sp && s->acts16 && !s->gpt2 ? tw : 0;
     b += rc + (tp ? tc : 0) + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) +
          pad64(6 * (int64_t)s->C * F4);
     if (s->lp) {
