@@ -320,6 +320,38 @@ static void perf(int B, int T, int NH, int NKV, int hs, bool bf16) {
     fused_free(&f);
 }
 
+/* The bf16-storage entry points as a bf16 run's block calls them (q|k|v and y in bf16), times
+ * like perf() */
+static void perf16(int B, int T, int NH, int NKV, int hs) {
+    fused f = fused_make(B, T, NH, NKV, hs, true, 1.0f, 5);
+    f.s.bf16 = true;
+    uint16_t *qkv16 = malloc(sizeof(uint16_t) * f.n_qkv), *y16 = malloc(sizeof(uint16_t) * f.n_y);
+    for (int64_t i = 0; i < f.n_qkv; i++)
+        qkv16[i] = dt_bf16_from_f32(f.qkv[i]);
+    const uint16_t *q = qkv16, *k = q + (int64_t)NH * hs, *v = k + (int64_t)NKV * hs;
+    float *dq = f.dqkv, *dk = dq + (int64_t)NH * hs, *dv = dk + (int64_t)NKV * hs;
+    double tf = 1e30, tb = 1e30;
+    for (int rep = 0; rep < 6; rep++) { /* the first warms up */
+        double t0 = dt_test_seconds();
+        DT_CHECK_OK(dt_attention_forward_bf16(&f.s, y16, true, f.lse, q, k, v));
+        double t1 = dt_test_seconds();
+        DT_CHECK_OK(dt_attention_backward_set_bf16(&f.s, dq, dk, dv, f.dy, y16, true, f.lse, q,
+                                                   k, v));
+        double t2 = dt_test_seconds();
+        tf = rep ? fmin(tf, t1 - t0) : tf;
+        tb = rep ? fmin(tb, t2 - t1) : tb;
+    }
+    double fl = 4.0 * B * NH * (double)T * T * hs / 2;
+    printf("perf attention %s bf16-storage causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd "
+           "%.2f ms (%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s), fwd+bwd %.2f ms (%.1f GFLOP/s)\n",
+           dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), B, T, NH, NKV, hs,
+           omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2.5 * fl / tb * 1e-9,
+           (tf + tb) * 1e3, 3.5 * fl / (tf + tb) * 1e-9);
+    free(qkv16);
+    free(y16);
+    fused_free(&f);
+}
+
 /* Under AddressSanitizer an impossible allocation must return NULL, as glibc's does, rather than
  * end the test (check_bf16_oom); the environment's ASAN_OPTIONS still apply on top. */
 const char *__asan_default_options(void);
@@ -371,12 +403,15 @@ int main(int argc, char **argv) {
         }
         check_thread_independence(false);
         check_thread_independence(true);
-        if (dt_test.perf)
+        if (dt_test.perf) {
             for (int bf16 = 0; bf16 <= 1; bf16++) {
                 perf(4, 256, 12, 12, 64, bf16);
                 perf(8, 256, 6, 6, 64, bf16);
                 perf(1, 1024, 12, 12, 64, bf16);
             }
+            perf16(4, 256, 12, 12, 64);
+            perf16(8, 256, 6, 6, 64);
+        }
     }
     dt_isa_set_cap(DT_ISA_COUNT - 1);
     check_fd(1, 37, 2, 2, 8, true);
