@@ -185,10 +185,11 @@ INLINE TARGET_BF16 float row_max(const float *row, int lim) {
     return _mm512_reduce_max_ps(mx);
 }
 
-/* e^x, x <= 0 (clamped below at -87.3, so results stay normal floats), as dt_vexp does it
- * (Cody-Waite reduction, degree-7 Taylor polynomial, about 2 ulp) with fused multiply-adds:
- * the compiled dt_vexp loop's separate multiplies and adds made the softmax rows a third of
- * the forward. Masked lanes are never read, so no upper clamp is needed. */
+/* e^x for x <= 0 up to rounding (scores minus their row maximum or their lse), clamped below at
+ * -87.3 so results stay normal floats, as dt_vexp does it (Cody-Waite reduction, degree-7
+ * Taylor polynomial, about 2 ulp) with fused multiply-adds: the compiled dt_vexp loop's
+ * separate multiplies and adds made the softmax rows a third of the forward. Lanes past a
+ * row's keys may overflow to inf; the callers' masks drop them. */
 INLINE TARGET_BF16 __m512 exp16(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
