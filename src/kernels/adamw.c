@@ -56,12 +56,10 @@ static adamw_coef make_coef(const dt_adamw_hparams *h) {
  * with the same traffic at one thread, now 1.4x (the two divisions and the root per element,
  * which PyTorch's bits need, are the rest). Short loops per chunk measured faster than one
  * loop doing everything, and software prefetching slower. */
-/* The 16-bit copy of a chunk of new weights, while it is in L1, by the best single-threaded
- * cast variant (the bits of dt_cast_f32_to_bf16 / dt_cast_f32_to_f16). */
-typedef void (*to_lp_fn)(uint16_t *dst, const float *src, int64_t n);
-
+/* The 16-bit copy of a chunk of new weights is made while it is in L1, by the cast that
+ * dt_cast_f32_to_lp runs (its bits). */
 CLONES static void adamw_block(float *restrict p, const float *restrict g, float *restrict m,
-                               float *restrict v, uint16_t *restrict pb, to_lp_fn to_lp,
+                               float *restrict v, uint16_t *restrict pb, dt_cast_lp_fn to_lp,
                                int64_t n, const adamw_coef *cp) {
     const adamw_coef c = *cp;
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
@@ -83,7 +81,7 @@ CLONES static void adamw_block(float *restrict p, const float *restrict g, float
 }
 
 static void update(float *p, const float *g, float *m, float *v, uint16_t *p_lp,
-                   to_lp_fn to_lp, int64_t n, const dt_adamw_hparams *h) {
+                   dt_cast_lp_fn to_lp, int64_t n, const dt_adamw_hparams *h) {
     adamw_coef c = make_coef(h);
     int64_t nb = (n + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
@@ -95,16 +93,12 @@ static void update(float *p, const float *g, float *m, float *v, uint16_t *p_lp,
 
 void dt_adamw_update(float *p, const float *g, float *m, float *v, dt_bf16 *p_bf16, int64_t n,
                      const dt_adamw_hparams *h) {
-    dt_cast_bf16_variant best[DT_CAST_BF16_MAX_VARIANTS];
-    dt_cast_bf16_variants(best); /* the fastest first */
-    update(p, g, m, v, p_bf16, best[0].to_bf16, n, h);
+    update(p, g, m, v, p_bf16, dt_cast_f32_to_lp_fn(DT_BF16), n, h);
 }
 
 void dt_adamw_update_f16(float *p, const float *g, float *m, float *v, dt_f16 *p_f16, int64_t n,
                          const dt_adamw_hparams *h) {
-    dt_cast_f16_variant best[DT_CAST_F16_MAX_VARIANTS];
-    dt_cast_f16_variants(best); /* the fastest first */
-    update(p, g, m, v, p_f16, best[0].to_f16, n, h);
+    update(p, g, m, v, p_f16, dt_cast_f32_to_lp_fn(DT_F16), n, h);
 }
 
 void dt_adamw_update_ref(float *p, const float *g, float *m, float *v, dt_bf16 *p_bf16,

@@ -243,6 +243,14 @@ void dt_cast_f32_to_f16_ref(dt_f16 *dst, const float *src, int64_t n) {
 
 void dt_cast_f16_to_f32_ref(float *dst, const dt_f16 *src, int64_t n) { f16_to_ref(dst, src, n); }
 
+dt_cast_lp_fn dt_cast_f32_to_lp_fn(dt_dtype t) {
+    if (t == DT_F16)
+        return best_f16().to_f16;
+    dt_cast_bf16_variant v[DT_CAST_BF16_MAX_VARIANTS];
+    dt_cast_bf16_variants(v); /* the fastest first */
+    return v[0].to_bf16;
+}
+
 void dt_cast_f32_to_lp(dt_dtype t, uint16_t *dst, const float *src, int64_t n) {
     if (t == DT_F16)
         dt_cast_f32_to_f16(dst, src, n);

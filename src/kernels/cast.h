@@ -32,6 +32,10 @@ void dt_cast_f16_to_f32_ref(float *dst, const dt_f16 *src, int64_t n);
 
 /* fp32 -> the 16-bit matmul operand type t (DT_BF16 or DT_F16) in 16-bit storage. */
 void dt_cast_f32_to_lp(dt_dtype t, uint16_t *dst, const float *src, int64_t n);
+/* The single-threaded cast that dt_cast_f32_to_lp runs (the fastest variant this CPU has), for
+ * kernels that cast their own pieces inside their own parallel loops. */
+typedef void (*dt_cast_lp_fn)(uint16_t *dst, const float *src, int64_t n);
+dt_cast_lp_fn dt_cast_f32_to_lp_fn(dt_dtype t);
 
 /* One single-threaded implementation of the fp16 casts (tests compare each against _ref). */
 typedef struct dt_cast_f16_variant {

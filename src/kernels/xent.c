@@ -202,40 +202,12 @@ static void grad_base(float *e, int V, int width, int t, float f, float gs) {
 static void (*const GRAD[DT_ISA_AVX512 + 1])(float *, int, int, int, float, float) = {
     grad_base, grad_avx2, grad_avx512};
 
-void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
-                  const int32_t *targets, const float *scale, float grad_scale) {
+/* The gradient rows in place (an ignored row's are zeros), each then cast into lp when cast is
+ * given. */
+static void grad_rows(float *e, int64_t ld, int n, int V, int width, int first,
+                      const int32_t *targets, const float *scale, float grad_scale,
+                      dt_cast_lp_fn cast, uint16_t *lp, int64_t ld_lp) {
     void (*const f)(float *, int, int, int, float, float) = GRAD[dt_isa_pick(DT_ISA_AVX512)];
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        float *x = e + r * ld;
-        if (targets[r] < 0) {
-            memset(x, 0, sizeof(float) * (size_t)width);
-            continue;
-        }
-        const int t = targets[r] - first;
-        f(x, V, width, t, scale[r], grad_scale);
-    }
-}
-
-/* The row cast of a 16-bit type: the fastest single-threaded variant (the bits of
- * dt_cast_f32_to_lp) */
-typedef void (*row_cast_fn)(uint16_t *dst, const float *src, int64_t n);
-static row_cast_fn row_cast(dt_dtype t) {
-    if (t == DT_F16) {
-        dt_cast_f16_variant v[DT_CAST_F16_MAX_VARIANTS];
-        dt_cast_f16_variants(v);
-        return v[0].to_f16;
-    }
-    dt_cast_bf16_variant v[DT_CAST_BF16_MAX_VARIANTS];
-    dt_cast_bf16_variants(v);
-    return v[0].to_bf16;
-}
-
-void dt_xent_grad_lp(float *e, int64_t ld, int n, int V, int width, int first,
-                     const int32_t *targets, const float *scale, float grad_scale, dt_dtype t,
-                     uint16_t *lp, int64_t ld_lp) {
-    void (*const f)(float *, int, int, int, float, float) = GRAD[dt_isa_pick(DT_ISA_AVX512)];
-    const row_cast_fn cast = row_cast(t);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         float *x = e + r * ld;
@@ -243,8 +215,21 @@ void dt_xent_grad_lp(float *e, int64_t ld, int n, int V, int width, int first,
             memset(x, 0, sizeof(float) * (size_t)width);
         else
             f(x, V, width, targets[r] - first, scale[r], grad_scale);
-        cast(lp + r * ld_lp, x, width);
+        if (cast)
+            cast(lp + r * ld_lp, x, width);
     }
+}
+
+void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
+                  const int32_t *targets, const float *scale, float grad_scale) {
+    grad_rows(e, ld, n, V, width, first, targets, scale, grad_scale, NULL, NULL, 0);
+}
+
+void dt_xent_grad_lp(float *e, int64_t ld, int n, int V, int width, int first,
+                     const int32_t *targets, const float *scale, float grad_scale, dt_dtype t,
+                     uint16_t *lp, int64_t ld_lp) {
+    grad_rows(e, ld, n, V, width, first, targets, scale, grad_scale, dt_cast_f32_to_lp_fn(t),
+              lp, ld_lp);
 }
 
 void dt_xent_grad_ref(float *e, int64_t ld, int n, int V, int width, int first,

@@ -295,6 +295,17 @@ static void check_fd(int B, int T, int NH, int NKV, int hs, bool causal) {
     fused_free(&f);
 }
 
+/* One `perf` line: forward QK^T and PV, 4 B NH T^2 hs, halved for causal; backward 2.5x
+ * (5 products) */
+static void print_perf(const char *mode, const dt_attn_shape *s, double tf, double tb) {
+    double fl = 4.0 * s->B * s->NH * (double)s->T * s->T * s->hs / 2;
+    printf("perf attention %s%s causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd %.2f ms "
+           "(%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s), fwd+bwd %.2f ms (%.1f GFLOP/s)\n",
+           dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), mode, s->B, s->T, s->NH, s->NKV, s->hs,
+           omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2.5 * fl / tb * 1e-9,
+           (tf + tb) * 1e3, 3.5 * fl / (tf + tb) * 1e-9);
+}
+
 static void perf(int B, int T, int NH, int NKV, int hs, bool bf16) {
     fused f = fused_make(B, T, NH, NKV, hs, true, 1.0f, 3);
     f.s.bf16 = bf16;
@@ -310,13 +321,7 @@ static void perf(int B, int T, int NH, int NKV, int hs, bool bf16) {
         tf = fmin(tf, t1 - t0);
         tb = fmin(tb, t2 - t1);
     }
-    /* forward: QK^T and PV, 4 B NH T^2 hs, halved for causal; backward 2.5x (5 products) */
-    double fl = 4.0 * B * NH * (double)T * T * hs / 2;
-    printf("perf attention %s%s causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd %.2f ms "
-           "(%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s), fwd+bwd %.2f ms (%.1f GFLOP/s)\n",
-           dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), bf16 ? " bf16" : "", B, T, NH, NKV, hs,
-           omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3,
-           2.5 * fl / tb * 1e-9, (tf + tb) * 1e3, 3.5 * fl / (tf + tb) * 1e-9);
+    print_perf(bf16 ? " bf16" : "", &f.s, tf, tb);
     fused_free(&f);
 }
 
@@ -341,12 +346,7 @@ static void perf16(int B, int T, int NH, int NKV, int hs) {
         tf = rep ? fmin(tf, t1 - t0) : tf;
         tb = rep ? fmin(tb, t2 - t1) : tb;
     }
-    double fl = 4.0 * B * NH * (double)T * T * hs / 2;
-    printf("perf attention %s bf16-storage causal B=%d T=%d NH=%d NKV=%d hs=%d threads=%d: fwd "
-           "%.2f ms (%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s), fwd+bwd %.2f ms (%.1f GFLOP/s)\n",
-           dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), B, T, NH, NKV, hs,
-           omp_get_max_threads(), tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2.5 * fl / tb * 1e-9,
-           (tf + tb) * 1e3, 3.5 * fl / (tf + tb) * 1e-9);
+    print_perf(" bf16-storage", &f.s, tf, tb);
     free(qkv16);
     free(y16);
     fused_free(&f);
