@@ -84,23 +84,23 @@ INLINE TARGET_BF16 void pack_rows(uint32_t *dst, const void *src, int64_t off, i
 
 /* The 16 pairs (lo[c], hi[c]) of two rows' 16 bf16 values, as vdpbf16ps takes them */
 INLINE TARGET_BF16 __m512i interleave16(__m256i lo, __m256i hi) {
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                         16, 0);
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
 }
 
 /* dst[j][0:n] = the pairs (src[2j][c], src[2j+1][c]) for j < (nr+1)/2, a missing odd row as
  * zeros: an operand summed over its rows, interleaved (n % 16 == 0) */
-INLINE TARGET_BF16 void pack_interleave(uint32_t *dst, const void *src, int64_t off,
-                                        int64_t stride, int nr, int n, bool io16) {
+INLINE TARGET_BF16 void pack_interleave(uint32_t *dst, const void *src, int64_t off, int64_t stride,
+                                        int nr, int n, bool io16) {
     for (int j = 0; j < (nr + 1) / 2; j++) {
         for (int a = 2 * j + AHEAD; a < 2 * j + AHEAD + 2 && a < nr; a++)
             prefetch_row(src, off + a * stride, n, io16);
         for (int c = 0; c < n; c += 16) {
             const __m256i lo = load_bf16x16(src, off + 2 * j * stride + c, io16);
-            const __m256i hi = 2 * j + 1 < nr ? load_bf16x16(src, off + (2 * j + 1) * stride + c, io16)
-                                              : _mm256_setzero_si256();
+            const __m256i hi = 2 * j + 1 < nr
+                                   ? load_bf16x16(src, off + (2 * j + 1) * stride + c, io16)
+                                   : _mm256_setzero_si256();
             _mm512_storeu_si512(dst + (int64_t)j * n + c, interleave16(lo, hi));
         }
     }
@@ -391,8 +391,7 @@ INLINE TARGET_BF16 void grad_row_pair(uint32_t *dsr, uint32_t *pi, uint32_t *dsi
     const bool two = i + 1 < nr;
     for (int c = 0; c < TBC; c += 16) {
         __m512 p0, d0, p1 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
-        p_ds16(p + i * TBC + c, ds + i * TBC + c, scale, lse[i], dd[i], below(c, lim0), &p0,
-               &d0);
+        p_ds16(p + i * TBC + c, ds + i * TBC + c, scale, lse[i], dd[i], below(c, lim0), &p0, &d0);
         if (two)
             p_ds16(p + (i + 1) * TBC + c, ds + (i + 1) * TBC + c, scale, lse[i + 1], dd[i + 1],
                    below(c, lim1), &p1, &d1);

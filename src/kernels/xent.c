@@ -220,16 +220,16 @@ static void grad_rows(float *e, int64_t ld, int n, int V, int width, int first,
     }
 }
 
-void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first,
-                  const int32_t *targets, const float *scale, float grad_scale) {
+void dt_xent_grad(float *e, int64_t ld, int n, int V, int width, int first, const int32_t *targets,
+                  const float *scale, float grad_scale) {
     grad_rows(e, ld, n, V, width, first, targets, scale, grad_scale, NULL, NULL, 0);
 }
 
 void dt_xent_grad_lp(float *e, int64_t ld, int n, int V, int width, int first,
                      const int32_t *targets, const float *scale, float grad_scale, dt_dtype t,
                      uint16_t *lp, int64_t ld_lp) {
-    grad_rows(e, ld, n, V, width, first, targets, scale, grad_scale, dt_cast_f32_to_lp_fn(t),
-              lp, ld_lp);
+    grad_rows(e, ld, n, V, width, first, targets, scale, grad_scale, dt_cast_f32_to_lp_fn(t), lp,
+              ld_lp);
 }
 
 void dt_xent_grad_ref(float *e, int64_t ld, int n, int V, int width, int first,

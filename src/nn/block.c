@@ -246,9 +246,9 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
 }
 
 /* from the saved q|k|v on: the attention core, the projection, bias and residual */
-static dt_status attention_rest(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                const dt_block_par *p, const dt_block *blk, const float *x,
-                                int B, int T, dt_block_acts *a, dt_block_scratch *s) {
+static dt_status attention_rest(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                                const dt_block *blk, const float *x, int B, int T, dt_block_acts *a,
+                                dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     DT_TRY(attention_core(ctx, d, p, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);

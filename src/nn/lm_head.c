@@ -105,8 +105,12 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         dt_gemm_shape dxs = {.M = n, .N = h->C, .K = h->V, .dtype = ctx->mm_type, .lda = ldg};
         DT_TRY(dt_gemm_run(ctx->gemm, &dxs, g, w, NULL, dx + (int64_t)r0 * h->C));
         if (h->dw) {
-            dt_gemm_shape dws = {.M = h->V, .N = h->C, .K = n, .trans_a = true,
-                                 .accumulate = r0 > 0 || !h->dw_set, .dtype = ctx->mm_type,
+            dt_gemm_shape dws = {.M = h->V,
+                                 .N = h->C,
+                                 .K = n,
+                                 .trans_a = true,
+                                 .accumulate = r0 > 0 || !h->dw_set,
+                                 .dtype = ctx->mm_type,
                                  .lda = ldg};
             DT_TRY(dt_gemm_run(ctx->gemm, &dws, g, xc, NULL, h->dw));
         }

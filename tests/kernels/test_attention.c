@@ -340,8 +340,8 @@ static void perf16(int B, int T, int NH, int NKV, int hs) {
         double t0 = dt_test_seconds();
         DT_CHECK_OK(dt_attention_forward_bf16(&f.s, y16, true, f.lse, q, k, v));
         double t1 = dt_test_seconds();
-        DT_CHECK_OK(dt_attention_backward_set_bf16(&f.s, dq, dk, dv, f.dy, y16, true, f.lse, q,
-                                                   k, v));
+        DT_CHECK_OK(
+            dt_attention_backward_set_bf16(&f.s, dq, dk, dv, f.dy, y16, true, f.lse, q, k, v));
         double t2 = dt_test_seconds();
         tf = rep ? fmin(tf, t1 - t0) : tf;
         tb = rep ? fmin(tb, t2 - t1) : tb;

@@ -176,10 +176,10 @@ static void check_grad_lp(dt_dtype t) {
         for (int j = width; j < ld_lp; j++)
             touched += lp[(int64_t)i * ld_lp + j] != 0x5a5a;
     }
-    DT_CHECK(bad == 0, "%s: %lld rows of dt_xent_grad_lp differ from grad + cast",
-             dt_dtype_name(t), (long long)bad);
-    DT_CHECK(touched == 0, "%s: dt_xent_grad_lp wrote %lld values past width",
-             dt_dtype_name(t), (long long)touched);
+    DT_CHECK(bad == 0, "%s: %lld rows of dt_xent_grad_lp differ from grad + cast", dt_dtype_name(t),
+             (long long)bad);
+    DT_CHECK(touched == 0, "%s: dt_xent_grad_lp wrote %lld values past width", dt_dtype_name(t),
+             (long long)touched);
     free(a);
     free(r);
     free(lp);
