@@ -202,21 +202,53 @@ static void grad_base(float *e, int V, int width, int t, float f, float gs) {
 static void (*const GRAD[DT_ISA_AVX512 + 1])(float *, int, int, int, float, float) = {
     grad_base, grad_avx2, grad_avx512};
 
+/* Elements per rounding block of cast_row: 512 bytes of stack. */
+enum { CAST_ROW_BLOCK = 256 };
+
+/* Rounds a gradient row into lp a block at a time through the stack, so lp may start where the
+ * row starts: block j's 16-bit values land on fp32 elements [j/2, (j+m)/2), all read by then
+ * (the casts themselves take non-overlapping operands). */
+static void cast_row(dt_cast_lp_fn cast, uint16_t *lp, const float *x, int width) {
+    uint16_t blk[CAST_ROW_BLOCK];
+    for (int j = 0; j < width; j += CAST_ROW_BLOCK) {
+        int m = width - j < CAST_ROW_BLOCK ? width - j : CAST_ROW_BLOCK;
+        cast(blk, x + j, m);
+        memcpy(lp + j, blk, sizeof(uint16_t) * (size_t)m);
+    }
+}
+
+/* With the 16-bit rows written over the fp32 ones (lp == e, ld_lp <= 2 ld), the rows from a
+ * that may run at once: those whose 16-bit row starts where its fp32 row does (ld_lp = 2 ld)
+ * or ends below row a's fp32 row (every row before a is done). Row a alone always may: its
+ * 16-bit row starts at or below its fp32 row, and cast_row's writes trail its reads. At a
+ * stride of ld_lp < 2 ld the batches about double: 1, 1, 2, 4, ... rows. */
+static int in_place_batch_end(int64_t ld, int n, int width, int64_t ld_lp, int a) {
+    int b = a + 1;
+    while (b < n && (ld_lp == 2 * ld || b * ld_lp + width <= 2 * a * ld))
+        b++;
+    return b;
+}
+
 /* The gradient rows in place (an ignored row's are zeros), each then cast into lp when cast is
  * given. */
 static void grad_rows(float *e, int64_t ld, int n, int V, int width, int first,
                       const int32_t *targets, const float *scale, float grad_scale,
                       dt_cast_lp_fn cast, uint16_t *lp, int64_t ld_lp) {
     void (*const f)(float *, int, int, int, float, float) = GRAD[dt_isa_pick(DT_ISA_AVX512)];
+    bool in_place = cast && (void *)lp == (void *)e;
+    for (int a = 0; a < n;) {
+        int b = in_place ? in_place_batch_end(ld, n, width, ld_lp, a) : n;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        float *x = e + r * ld;
-        if (targets[r] < 0)
-            memset(x, 0, sizeof(float) * (size_t)width);
-        else
-            f(x, V, width, targets[r] - first, scale[r], grad_scale);
-        if (cast)
-            cast(lp + r * ld_lp, x, width);
+        for (int r = a; r < b; r++) {
+            float *x = e + r * ld;
+            if (targets[r] < 0)
+                memset(x, 0, sizeof(float) * (size_t)width);
+            else
+                f(x, V, width, targets[r] - first, scale[r], grad_scale);
+            if (cast)
+                cast_row(cast, lp + r * ld_lp, x, width);
+        }
+        a = b;
     }
 }
 

@@ -66,7 +66,10 @@ void dt_xent_grad_ref(float *e, int64_t ld, int n, int V, int width, int first,
                       const int32_t *targets, const float *scale, float grad_scale);
 /* dt_xent_grad, then each row's width values rounded to t (DT_BF16 or DT_F16) into
  * lp[r * ld_lp + 0:width] while the row is still in cache: the bits of dt_xent_grad followed
- * by dt_cast_f32_to_lp, with one pass over the [n, width] gradient instead of two. */
+ * by dt_cast_f32_to_lp, with one pass over the [n, width] gradient instead of two.
+ * lp either does not overlap e or is e itself, with width <= ld_lp <= 2 * ld: the 16-bit rows
+ * are then written over the fp32 ones (one buffer for the logits and their rounded gradient),
+ * in batches of rows whose writes only land on rows already read. */
 void dt_xent_grad_lp(float *e, int64_t ld, int n, int V, int width, int first,
                      const int32_t *targets, const float *scale, float grad_scale, dt_dtype t,
                      uint16_t *lp, int64_t ld_lp);

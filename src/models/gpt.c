@@ -268,27 +268,25 @@ static void carve_acts(dt_gpt *g, dt_carver *cv) {
     g->losses = dt_gpt_carve(cv, r.Nt * f4);
 }
 
-static void carve_scratch(dt_gpt *g, dt_carver *cv) {
+/* The head's logits chunk (16-bit modes round its gradient over it) and its statistics. */
+static void carve_head(dt_gpt *g, dt_carver *cv) {
+    size_t chunk = (size_t)g->head.chunk;
+    g->head.logits = dt_gpt_carve(cv, chunk * (size_t)g->vocab_rows * sizeof(float));
+    g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * sizeof(float));
+}
+
+/* What only a block call uses, forward and (training) backward: nothing of it outlives the
+ * call. Buffers only a split uses (nn/block.c skips the regions of size-1 comms): the tp
+ * region's entry and exit copies, Ulysses' head-layout copies. */
+static void carve_block_only(dt_gpt *g, dt_carver *cv) {
     const dt_block_dims *d = &g->dims;
     dt_gpt_rows r = dt_gpt_rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
-    size_t f4 = sizeof(float), S = (size_t)g->n_slots;
+    size_t f4 = sizeof(float);
     bool lp = g->ctx.mm_type != DT_F32;
-    if (dt_gpt_head_unit(g) >= 0) {
-        size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows;
-        g->head.logits = dt_gpt_carve(cv, chunk * V * f4);
-        g->head.logits_lp =
-            lp ? dt_gpt_carve(cv, chunk * dt_lm_head_ld16((int)V) * sizeof(dt_bf16)) : NULL;
-        g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * f4);
-    }
-    /* buffers only a split uses (nn/block.c skips the regions of size-1 comms): the tp
-     * region's entry and exit copies, Ulysses' head-layout copies */
     bool tp = g->par.tp->size > 1, sp = g->par.sp->size > 1;
     dt_block_scratch *s = &g->scratch;
     s->ln = tp ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
-    /* bf16 over one tp rank: the norm writes its bf16 output straight (nn/block.c) */
-    bool bf16_norm = g->ctx.mm_type == DT_BF16 && !tp;
-    s->ln_full = bf16_norm ? NULL : dt_gpt_carve(cv, r.Nt * C * f4);
     /* bf16 q|k|v storage makes an fp32 q|k|v first only for RoPE (Llama): GPT-2's matmul
      * writes bf16 itself */
     bool rope = g->dims.kind != DT_BLOCK_GPT2;
@@ -297,11 +295,9 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->g = lp ? NULL : dt_gpt_carve(cv, r.Nt * F * f4); /* 16-bit modes write a->g_lp */
-    s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(d, &g->par, (int)r.N) * f4);
     if (!g->training)
         return;
     s->dln = dt_gpt_carve(cv, r.Nr * C * f4);
-    s->dln_full = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->dqkv_heads = dt_gpt_carve(cv, r.Nt * W * f4);
     s->datt = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->datt_heads = dt_gpt_carve(cv, r.Nt * A * f4);
@@ -312,6 +308,31 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     size_t widest = C > W ? C : W;
     widest = widest > F ? widest : F;
     s->dy_lp = lp ? dt_gpt_carve(cv, r.Nt * widest * sizeof(dt_bf16)) : NULL;
+}
+
+static void carve_scratch(dt_gpt *g, dt_carver *cv) {
+    dt_gpt_rows r = dt_gpt_rows_max(g);
+    size_t C = g->dims.C, f4 = sizeof(float), S = (size_t)g->n_slots;
+    bool tp = g->par.tp->size > 1;
+    dt_block_scratch *s = &g->scratch;
+    /* shared by the blocks and the head (a tp split's entering region and its work) */
+    bool bf16_norm = g->ctx.mm_type == DT_BF16 && !tp; /* the norm writes bf16 (nn/block.c) */
+    s->ln_full = bf16_norm ? NULL : dt_gpt_carve(cv, r.Nt * C * f4);
+    s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(&g->dims, &g->par, (int)r.N) * f4);
+    s->dln_full = g->training && tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
+    /* the head and a block never run at once: their own buffers share one region */
+    size_t region = cv->used, head_end = region;
+    if (dt_gpt_head_unit(g) >= 0) {
+        carve_head(g, cv);
+        head_end = cv->used;
+        cv->used = region;
+    }
+    carve_block_only(g, cv);
+    if (cv->used < head_end)
+        cv->used = head_end;
+    if (!g->training)
+        return;
+    /* live across calls: the residual's gradient per slot, the final norm's, wpe's rows */
     g->dres = dt_gpt_carve(cv, S * r.Nr * C * f4);
     g->dlnf = holds_final(g) ? dt_gpt_carve(cv, S * r.Nr * C * f4) : NULL;
     g->dpos = g->cfg.arch == DT_ARCH_GPT2 ? dt_gpt_carve(cv, (size_t)g->T * C * f4) : NULL;

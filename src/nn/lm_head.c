@@ -21,10 +21,15 @@ int dt_lm_head_chunk_rows(int V, int N) {
     return (N + n_chunks - 1) / n_chunks;
 }
 
-/* 16-bit gradient rows at a stride of whole 64-element blocks: the weight-gradient product
- * reads them transposed, and with GPT-2's odd 50257 (rows not 16-byte aligned) oneDNN ran it
- * at 290 GFLOP/s instead of 380 (2 threads, bf16, chunks of 256 rows) */
-int64_t dt_lm_head_ld16(int V) { return ((int64_t)V + 63) / 64 * 64; }
+/* The 16-bit gradient rows, written over the fp32 logits they come from, at a stride of whole
+ * 64-element blocks: the weight-gradient product reads them transposed, and with GPT-2's odd
+ * 50257 (rows not 16-byte aligned) oneDNN ran it at 290 GFLOP/s instead of 380 (2 threads,
+ * bf16, chunks of 256 rows). A row of under 32 columns has no room for that in its fp32 bytes;
+ * each 16-bit row then starts where its fp32 row does. */
+static int64_t grad16_ld(int V) {
+    int64_t blocks = ((int64_t)V + 63) / 64 * 64;
+    return blocks <= 2 * (int64_t)V ? blocks : 2 * (int64_t)V;
+}
 
 /* [size][3][chunk] gathered statistics (this rank's block is filled in place and all-gathered)
  * and the [chunk] gradient factors. */
@@ -67,6 +72,7 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         dt_cast_f32_to_lp(ctx->mm_type, x_lp, x, (int64_t)N * h->C);
     const void *w = operand(ctx, h->w, h->w_lp);
     const int p = h->tp->size, me = h->tp->rank, nv = valid_rows(h);
+    const int64_t ld = h->V;  /* dense: oneDNN's brgemm writes no strided fp32 output */
     int counts[MAX_TP] = {0}; /* zeroed: the compiler cannot see p <= MAX_TP */
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
         int n = N - r0 < h->chunk ? N - r0 : h->chunk;
@@ -80,10 +86,10 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         float *all = h->stats, *mine = all + (int64_t)me * 3 * n;
         float *scale = all + (int64_t)p * 3 * n; // [n]
         if (backward)
-            dt_xent_row_stats_exp(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
+            dt_xent_row_stats_exp(h->logits, ld, n, nv, h->vocab_first, tg, mine, mine + n,
                                   mine + 2 * n);
         else
-            dt_xent_row_stats(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
+            dt_xent_row_stats(h->logits, ld, n, nv, h->vocab_first, tg, mine, mine + n,
                               mine + 2 * n);
         for (int k = 0; k < p; k++)
             counts[k] = 3 * n;
@@ -93,14 +99,13 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         if (!backward)
             continue;
         const void *g = h->logits;
-        int64_t ldg = h->V;
-        if (ctx->mm_type != DT_F32) {
-            ldg = dt_lm_head_ld16(h->V);
-            dt_xent_grad_lp(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale,
-                            ctx->mm_type, h->logits_lp, ldg);
-            g = h->logits_lp;
+        int64_t ldg = ld;
+        if (ctx->mm_type != DT_F32) { /* the 16-bit gradient rows over the fp32 logits */
+            ldg = grad16_ld(h->V);
+            dt_xent_grad_lp(h->logits, ld, n, nv, h->V, h->vocab_first, tg, scale, grad_scale,
+                            ctx->mm_type, (uint16_t *)h->logits, ldg);
         } else {
-            dt_xent_grad(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
+            dt_xent_grad(h->logits, ld, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
         }
         dt_gemm_shape dxs = {.M = n, .N = h->C, .K = h->V, .dtype = ctx->mm_type, .lda = ldg};
         DT_TRY(dt_gemm_run(ctx->gemm, &dxs, g, w, NULL, dx + (int64_t)r0 * h->C));

@@ -32,15 +32,13 @@ typedef struct dt_lm_head {
     int vocab_size;      /* the true vocabulary: rows with global id >= vocab_size are padding,
                           * never predicted (out of the softmax, zero gradient) */
     int chunk;           /* rows per chunk */
-    float *logits;       /* [chunk, V] scratch (borrowed) */
-    dt_bf16 *logits_lp;  /* [chunk, dt_lm_head_ld16(V)] 16-bit gradient scratch (16-bit modes) */
+    float *logits;       /* [chunk, V] scratch (borrowed); 16-bit modes round the gradient
+                          * over it (rows at a stride of whole 64-element blocks when they fit) */
     float *stats;        /* [dt_lm_head_stats_count(h)] scratch (borrowed) */
 } dt_lm_head;
 
 /* Rows per chunk that keep a chunk's logits near 64 MiB (at least 64 rows). */
 int dt_lm_head_chunk_rows(int V, int N);
-/* the row stride of logits_lp */
-int64_t dt_lm_head_ld16(int V);
 /* Floats of h->stats scratch for h->chunk and h->tp's size: chunk * (3 * size + 1). */
 int64_t dt_lm_head_stats_count(const dt_lm_head *h);
 

@@ -299,34 +299,41 @@ static int64_t region_work(const shape *s) {
     return max64(max64(enter, leave), max64(q, a));
 }
 
-static int64_t temp_arena(const shape *s, int n_slots) {
-    int64_t b = 0, S = n_slots;
-    bool head = (s->gpt2 && s->held[0]) || holds_final(s);
-    if (head) {
-        int64_t chunk = head_chunk_rows(s->vocab_rows, s->Nt);
-        /* the 16-bit gradient rows at a stride of whole 64-element blocks (nn/lm_head.c) */
-        int64_t ld16 = cdiv(s->vocab_rows, 64) * 64;
-        b += pad64(chunk * s->vocab_rows * F4) + (s->lp ? pad64(chunk * ld16 * H2) : 0) +
-             pad64(chunk * (3 * (int64_t)s->tp + 1) * F4);
-    }
+/* The LM head's logits chunk (16-bit modes round its gradient over it, nn/lm_head.c) and its
+ * statistics. */
+static int64_t head_bytes(const shape *s) {
+    int64_t chunk = head_chunk_rows(s->vocab_rows, s->Nt);
+    return pad64(chunk * s->vocab_rows * F4) + pad64(chunk * (3 * (int64_t)s->tp + 1) * F4);
+}
+
+/* What only a block call uses, forward and backward. What only a tp split (the region's entry
+ * and exit copies) or a Ulysses split (the head-layout copies) uses is carved only then; the
+ * fp32 MLP activation g only in fp32 mode; an fp32 q|k|v before RoPE only with bf16 storage
+ * and RoPE (GPT-2's matmul writes bf16). */
+static int64_t block_only_bytes(const shape *s) {
     int64_t rc = pad64(s->Nr * s->C * F4), tc = pad64(s->Nt * s->C * F4);
     int64_t tw = pad64(s->Nt * s->W * F4), ta = pad64(s->Nt * s->A * F4);
     int64_t tf = pad64(s->Nt * s->F * F4);
-    /* forward; what only a tp split (the region's entry and exit copies) or a Ulysses split
-     * (the head-layout copies) uses is carved only then; the fp32 norm output ln_full not in
-     * bf16 mode over one tp rank (the norm writes bf16), the fp32 MLP activation g only in
-     * fp32 mode */
     bool tp = s->tp > 1, sp = s->sp > 1;
-    b += (tp ? rc + tc : 0) + (s->bf16 && !tp ? 0 : tc) + (sp ? 2 * tw + ta : 0) +
-         (s->lp ? 0 : tf) + pad64(region_work(s) * F4);
-    /* qkv_rows: the fp32 q|k|v before RoPE and its bf16 copy (GPT-2's matmul writes bf16) */
+    int64_t b = (tp ? rc + tc : 0) + (sp ? 2 * tw + ta : 0) + (s->lp ? 0 : tf);
     b += !sp && s->acts16 && !s->gpt2 ? tw : 0;
-    b += rc + (tp ? tc : 0) + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) +
-         pad64(6 * (int64_t)s->C * F4);
+    b += rc + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) + pad64(6 * (int64_t)s->C * F4);
     if (s->lp) {
         int64_t widest = max64(max64(s->C, s->W), s->F);
         b += pad64(s->Nt * widest * H2);
     }
+    return b;
+}
+
+static int64_t temp_arena(const shape *s, int n_slots) {
+    int64_t S = n_slots, tc = pad64(s->Nt * s->C * F4);
+    bool tp = s->tp > 1;
+    bool head = (s->gpt2 && s->held[0]) || holds_final(s);
+    /* shared by blocks and head: the fp32 norm output ln_full (not in bf16 over one tp rank,
+     * where the norm writes bf16), the region ops' work, a tp split's dln_full */
+    int64_t b = (s->bf16 && !tp ? 0 : tc) + pad64(region_work(s) * F4) + (tp ? tc : 0);
+    /* the head's buffers and a block's own share one region: never live at once */
+    b += max64(head ? head_bytes(s) : 0, block_only_bytes(s));
     b += pad64(S * s->Nr * s->C * F4); /* residual gradient per slot */
     if (holds_final(s))
         b += pad64(S * s->Nr * s->C * F4);

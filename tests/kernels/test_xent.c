@@ -153,26 +153,38 @@ static void check_stats_vs_ref(void) {
 }
 
 /* The fused gradient + 16-bit rounding equals dt_xent_grad followed by the cast, bit for bit,
- * into rows at their own stride (the columns past width untouched), ignored rows included. */
+ * into rows at their own stride (the columns past width untouched), ignored rows included;
+ * and the same bits when the 16-bit rows are written over the fp32 ones, at a stride of
+ * twice theirs (each over its own start) or at a narrower one (rows moving down; n = 40 rows
+ * run in batches of 1, 1, 2, 4, ...). */
 static void check_grad_lp(dt_dtype t) {
-    const int n = 9, V = 1000, width = 1003, ld = 1010, ld_lp = 1024, first = 40;
+    const int n = 40, V = 1000, width = 1003, ld = 1010, ld_lp = 1024, first = 40;
     float *a = malloc(sizeof(float) * n * ld), *r = malloc(sizeof(float) * n * ld);
+    float *in_place = malloc(sizeof(float) * n * ld), *narrow = malloc(sizeof(float) * n * ld);
     uint16_t *lp = malloc(sizeof(uint16_t) * n * ld_lp), *want = malloc(sizeof(uint16_t) * width);
-    int32_t tg[9];
-    float scale[9];
+    int32_t tg[40];
+    float scale[40];
     for (int i = 0; i < n; i++) {
         tg[i] = i % 3 == 0 ? first + 90 * i : i % 3 == 1 ? first + V + i : -1;
         scale[i] = 0.02f * (i + 1);
     }
     dt_test_fill(a, n * ld, 33, 1.0f);
     memcpy(r, a, sizeof(float) * n * ld);
+    memcpy(in_place, a, sizeof(float) * n * ld);
+    memcpy(narrow, a, sizeof(float) * n * ld);
     memset(lp, 0x5a, sizeof(uint16_t) * n * ld_lp);
     dt_xent_grad_lp(a, ld, n, V, width, first, tg, scale, 0.5f, t, lp, ld_lp);
+    dt_xent_grad_lp(in_place, ld, n, V, width, first, tg, scale, 0.5f, t, (uint16_t *)in_place,
+                    2 * (int64_t)ld);
+    dt_xent_grad_lp(narrow, ld, n, V, width, first, tg, scale, 0.5f, t, (uint16_t *)narrow, ld_lp);
     dt_xent_grad(r, ld, n, V, width, first, tg, scale, 0.5f);
-    int64_t bad = 0, touched = 0;
+    int64_t bad = 0, bad_in_place = 0, bad_narrow = 0, touched = 0;
     for (int i = 0; i < n; i++) {
         dt_cast_f32_to_lp(t, want, r + (int64_t)i * ld, width);
         bad += memcmp(want, lp + (int64_t)i * ld_lp, sizeof(uint16_t) * width) != 0;
+        bad_in_place += memcmp(want, in_place + (int64_t)i * ld, sizeof(uint16_t) * width) != 0;
+        bad_narrow +=
+            memcmp(want, (uint16_t *)narrow + (int64_t)i * ld_lp, sizeof(uint16_t) * width) != 0;
         for (int j = width; j < ld_lp; j++)
             touched += lp[(int64_t)i * ld_lp + j] != 0x5a5a;
     }
@@ -180,6 +192,16 @@ static void check_grad_lp(dt_dtype t) {
              (long long)bad);
     DT_CHECK(touched == 0, "%s: dt_xent_grad_lp wrote %lld values past width", dt_dtype_name(t),
              (long long)touched);
+    DT_CHECK(bad_in_place == 0,
+             "%s: %lld rows of dt_xent_grad_lp written over their own fp32 "
+             "rows differ from grad + cast",
+             dt_dtype_name(t), (long long)bad_in_place);
+    DT_CHECK(bad_narrow == 0,
+             "%s: %lld rows of dt_xent_grad_lp written over the fp32 rows at "
+             "a narrower stride differ from grad + cast",
+             dt_dtype_name(t), (long long)bad_narrow);
+    free(in_place);
+    free(narrow);
     free(a);
     free(r);
     free(lp);

@@ -102,7 +102,6 @@ static void test_head(dt_gemm *gemm, dt_comm *c, const head_ref *R, int chunk, d
     dt_lm_head h = {.C = C, .V = V, .w = w, .dw = dw, .w_lp = bf16 ? w_lp : NULL, .tp = c,
                     .vocab_first = v0, .vocab_size = vocab, .chunk = chunk};
     h.logits = malloc(sizeof(float) * chunk * V);
-    h.logits_lp = bf16 ? malloc(sizeof(dt_bf16) * chunk * dt_lm_head_ld16(V)) : NULL;
     h.stats = malloc(sizeof(float) * (size_t)dt_lm_head_stats_count(&h));
     const int n_chunks = (N + chunk - 1) / chunk;
     char what[96];
@@ -178,7 +177,7 @@ static void test_head(dt_gemm *gemm, dt_comm *c, const head_ref *R, int chunk, d
     DT_CHECK(ez <= tol, "%s: local logits err %.3g", what, ez);
 
     free(w), free(dw), free(dx), free(lg), free(w_lp), free(x_lp), free(want), free(got);
-    free(zl), free(h.logits), free(h.logits_lp), free(h.stats);
+    free(zl), free(h.logits), free(h.stats);
 }
 
 static void test_bad_args(dt_gemm *gemm, dt_comm *c) {

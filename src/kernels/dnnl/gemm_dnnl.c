@@ -5,6 +5,9 @@
  * CPU has no bf16 or fp16 matmul (oneDNN answers "unimplemented": bf16 on AVX2-only parts, and
  * fp16 everywhere in oneDNN 2.6 except AVX512-FP16 parts), the 16-bit operands are widened
  * exactly into fp32 scratch shared by all shapes and the fp32 primitive runs instead.
+ * Every primitive's own scratchpad (oneDNN's packing buffers: 15 MB for the GPT-2 head's
+ * weight-gradient product) is one buffer of the dt_gemm, grown to the largest, rather than
+ * oneDNN's allocation and release on every run, which left holes that grew the heap.
  * A dt_gemm belongs to one thread of control; the primitives themselves use OpenMP threads.
  */
 #include <oneapi/dnnl/dnnl.h>
@@ -29,6 +32,8 @@ typedef struct gemm_entry {
     gemm_key key;
     dnnl_primitive_t prim;
     dnnl_memory_t mem_a, mem_b, mem_c, mem_bias; /* mem_bias NULL without bias */
+    dnnl_memory_t mem_scratch;                   /* NULL when the primitive needs none */
+    size_t scratch_bytes;
     bool widen;       /* 16-bit request served by the fp32 primitive on widened operands
                        * (a bf16 output then goes through wide_c and is rounded after) */
 } gemm_entry;
@@ -43,6 +48,8 @@ struct dt_gemm {
      * grown to the largest, since calls run one at a time */
     float *wide_a, *wide_b, *wide_c;
     size_t cap_a, cap_b, cap_c;
+    void *scratch; /* the primitives' scratchpad, shared likewise */
+    size_t cap_scratch;
 };
 
 static void entry_destroy(gemm_entry *e) {
@@ -50,6 +57,7 @@ static void entry_destroy(gemm_entry *e) {
     dnnl_memory_destroy(e->mem_b);
     dnnl_memory_destroy(e->mem_c);
     dnnl_memory_destroy(e->mem_bias);
+    dnnl_memory_destroy(e->mem_scratch);
     dnnl_primitive_destroy(e->prim);
     memset(e, 0, sizeof *e);
 }
@@ -85,6 +93,7 @@ void dt_gemm_free(dt_gemm *g) {
     free(g->wide_a);
     free(g->wide_b);
     free(g->wide_c);
+    free(g->scratch);
     dnnl_stream_destroy(g->stream);
     dnnl_engine_destroy(g->engine);
     free(g);
@@ -144,9 +153,10 @@ static dnnl_status_t build(dt_gemm *g, const gemm_key *k, dnnl_data_type_t dt, i
     STEP(dnnl_memory_desc_init_by_strides(&dc, 2, dims_c, ct, st_c));
     STEP(dnnl_memory_desc_init_by_strides(&dbias, 2, dims_bias, dnnl_f32, st_bias));
     STEP(dnnl_matmul_desc_init(&md, &da, &db, k->has_bias ? &dbias : NULL, &dc));
+    STEP(dnnl_primitive_attr_create(&attr));
+    STEP(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (k->accumulate) {
         /* C += A·B is a "sum" post-op: oneDNN reads the old C before overwriting it. */
-        STEP(dnnl_primitive_attr_create(&attr));
         STEP(dnnl_post_ops_create(&ops));
         STEP(dnnl_post_ops_append_sum(ops, 1.0f));
         STEP(dnnl_primitive_attr_set_post_ops(attr, ops));
@@ -162,6 +172,10 @@ static dnnl_status_t build(dt_gemm *g, const gemm_key *k, dnnl_data_type_t dt, i
     STEP(dnnl_memory_create(&e->mem_c, &dc, g->engine, DNNL_MEMORY_NONE));
     if (k->has_bias)
         STEP(dnnl_memory_create(&e->mem_bias, &dbias, g->engine, DNNL_MEMORY_NONE));
+    const dnnl_memory_desc_t *ds_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = ds_md ? dnnl_memory_desc_get_size(ds_md) : 0;
+    if (e->scratch_bytes)
+        STEP(dnnl_memory_create(&e->mem_scratch, ds_md, g->engine, DNNL_MEMORY_NONE));
 #undef STEP
 done:
     dnnl_primitive_desc_destroy(pd);
@@ -291,6 +305,20 @@ static dt_status grow(float **buf, size_t *cap, size_t n, const gemm_key *k) {
     return DT_OK;
 }
 
+/* The shared scratchpad holds at least n bytes, 64-byte aligned as oneDNN wants. */
+static dt_status grow_scratch(dt_gemm *g, size_t n, const gemm_key *k) {
+    if (n <= g->cap_scratch)
+        return DT_OK;
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (!p)
+        return dt_err_set(DT_ERR_OOM, "dt_gemm_run: no memory for a %zu-byte scratchpad " KEY_FMT,
+                          n, KEY_ARGS(k));
+    free(g->scratch);
+    g->scratch = p;
+    g->cap_scratch = n;
+    return DT_OK;
+}
+
 /* C is float (or, k->bf16_out, dt_bf16) */
 static dt_status run(dt_gemm *g, const gemm_key *kp, const void *A, const void *B,
                      const float *bias, void *C) {
@@ -325,20 +353,26 @@ static dt_status run(dt_gemm *g, const gemm_key *kp, const void *A, const void *
         a = g->wide_a;
         b = g->wide_b;
     }
+    DT_TRY(grow_scratch(g, e->scratch_bytes, &k));
     /* oneDNN only reads SRC/WEIGHTS/BIAS; its handle setter just takes a non-const void *. */
     dnnl_status_t ds;
     const char *what = "dnnl_memory_set_data_handle";
     if ((ds = dnnl_memory_set_data_handle(e->mem_a, (void *)a)) != dnnl_success ||
         (ds = dnnl_memory_set_data_handle(e->mem_b, (void *)b)) != dnnl_success ||
         (ds = dnnl_memory_set_data_handle(e->mem_c, c)) != dnnl_success ||
-        (bias && (ds = dnnl_memory_set_data_handle(e->mem_bias, (void *)bias)) != dnnl_success))
+        (bias && (ds = dnnl_memory_set_data_handle(e->mem_bias, (void *)bias)) != dnnl_success) ||
+        (e->mem_scratch &&
+         (ds = dnnl_memory_set_data_handle(e->mem_scratch, g->scratch)) != dnnl_success))
         goto fail;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->mem_a},
-                               {DNNL_ARG_WEIGHTS, e->mem_b},
-                               {DNNL_ARG_DST, e->mem_c},
-                               {DNNL_ARG_BIAS, e->mem_bias}};
+    dnnl_exec_arg_t args[5] = {
+        {DNNL_ARG_SRC, e->mem_a}, {DNNL_ARG_WEIGHTS, e->mem_b}, {DNNL_ARG_DST, e->mem_c}};
+    int n_args = 3;
+    if (bias)
+        args[n_args++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem_bias};
+    if (e->mem_scratch)
+        args[n_args++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->mem_scratch};
     what = "dnnl_primitive_execute";
-    if ((ds = dnnl_primitive_execute(e->prim, g->stream, bias ? 4 : 3, args)) != dnnl_success)
+    if ((ds = dnnl_primitive_execute(e->prim, g->stream, n_args, args)) != dnnl_success)
         goto fail;
     what = "dnnl_stream_wait";
     if ((ds = dnnl_stream_wait(g->stream)) != dnnl_success)
