@@ -5,9 +5,9 @@
  * CPU has no bf16 or fp16 matmul (oneDNN answers "unimplemented": bf16 on AVX2-only parts, and
  * fp16 everywhere in oneDNN 2.6 except AVX512-FP16 parts), the 16-bit operands are widened
  * exactly into fp32 scratch shared by all shapes and the fp32 primitive runs instead.
- * Every primitive's own scratchpad (oneDNN's packing buffers: 15 MB for the GPT-2 head's
- * weight-gradient product) is one buffer of the dt_gemm, grown to the largest, rather than
- * oneDNN's allocation and release on every run, which left holes that grew the heap.
+ * The primitives' scratchpads (oneDNN's packing buffers) are one buffer of the dt_gemm, grown
+ * to the largest any shape asks, whatever oneDNN's build would do with them (one per
+ * primitive, or one global), so their memory is one known buffer.
  * A dt_gemm belongs to one thread of control; the primitives themselves use OpenMP threads.
  */
 #include <oneapi/dnnl/dnnl.h>
