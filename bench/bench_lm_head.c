@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     if (dt_gemm_init(&gemm) != DT_OK)
         return 1;
     dt_nn_ctx ctx = {.gemm = gemm, .mm_type = DT_F32};
-    int chunk = dt_lm_head_chunk_rows(V, N);
+    int chunk = dt_lm_head_chunk_rows(V, N, DT_LM_HEAD_LOGITS_FLOATS);
     float *w = malloc(sizeof(float) * V * C), *dw = calloc((size_t)V * C, sizeof(float));
     float *x = malloc(sizeof(float) * N * C), *dx = calloc((size_t)N * C, sizeof(float));
     float *logits = malloc(sizeof(float) * chunk * V), *losses = malloc(sizeof(float) * N);

@@ -201,8 +201,35 @@ void dt_gpt_set_hooks(dt_gpt *g, const dt_gpt_hooks *hooks) {
     g->hooks = hooks ? *hooks : (dt_gpt_hooks){0};
 }
 
+/* The 16-bit weights of an entered unit, per unit (g->lp_per_unit): the head's matrix for the
+ * head, a block's whole range for a block (kept while the same block is entered again); the
+ * embedding and the final norm read fp32 only. Costs one cast of each block per forward and
+ * per backward, and of the head's matrix per micro-batch, instead of a 16-bit copy of the
+ * whole model held for the run. */
+static void cast_entered(dt_gpt *g, int unit, dt_gpt_phase phase) {
+    dt_dtype mm = g->ctx.mm_type;
+    if (phase == DT_PHASE_HEAD) {
+        dt_cast_f32_to_lp(mm, g->lp_head, g->head.w, (int64_t)g->head.V * g->head.C);
+        g->head.w_lp = g->lp_head;
+        g->lp_block_unit = -1; /* the head's buffers overlay the block's */
+        return;
+    }
+    int gu = g->unit_global[unit];
+    if (gu < 1 || gu > g->cfg.n_layer || g->lp_block_unit == unit)
+        return;
+    int64_t first, count;
+    dt_gpt_unit_range(g, unit, &first, &count);
+    dt_cast_f32_to_lp(mm, g->lp_block, g->unit_w[unit], count);
+    g->lp_block_unit = unit;
+    dt_gpt_bind_unit(g, unit, NULL, NULL, g->lp_block);
+}
+
 static dt_status enter(dt_gpt *g, int unit, dt_gpt_phase phase) {
-    return g->hooks.enter ? g->hooks.enter(g->hooks.ctx, unit, phase) : DT_OK;
+    if (g->hooks.enter)
+        DT_TRY(g->hooks.enter(g->hooks.ctx, unit, phase));
+    if (g->lp_per_unit)
+        cast_entered(g, unit, phase);
+    return DT_OK;
 }
 
 static dt_status leave(dt_gpt *g, int unit, dt_gpt_phase phase) {
@@ -268,11 +295,26 @@ static void carve_acts(dt_gpt *g, dt_carver *cv) {
     g->losses = dt_gpt_carve(cv, r.Nt * f4);
 }
 
-/* The head's logits chunk (16-bit modes round its gradient over it) and its statistics. */
+/* The head's logits chunk (16-bit modes round its gradient over it), its statistics and, per
+ * unit, its 16-bit matrix. */
 static void carve_head(dt_gpt *g, dt_carver *cv) {
-    size_t chunk = (size_t)g->head.chunk;
-    g->head.logits = dt_gpt_carve(cv, chunk * (size_t)g->vocab_rows * sizeof(float));
+    size_t chunk = (size_t)g->head.chunk, V = (size_t)g->vocab_rows, C = g->dims.C;
+    g->head.logits = dt_gpt_carve(cv, chunk * V * sizeof(float));
     g->head.stats = dt_gpt_carve(cv, (size_t)dt_lm_head_stats_count(&g->head) * sizeof(float));
+    g->lp_head = g->lp_per_unit ? dt_gpt_carve(cv, V * C * sizeof(dt_bf16)) : NULL;
+}
+
+/* Floats of the widest block unit held here (0: none). */
+static int64_t widest_block_unit(const dt_gpt *g) {
+    int64_t widest = 0;
+    for (int u = 0; u < g->n_units; u++) {
+        int gu = g->unit_global[u];
+        int64_t first, count;
+        dt_gpt_unit_range(g, u, &first, &count);
+        if (gu >= 1 && gu <= g->cfg.n_layer && count > widest)
+            widest = count;
+    }
+    return widest;
 }
 
 /* What only a block call uses, forward and (training) backward: nothing of it outlives the
@@ -295,6 +337,9 @@ static void carve_block_only(dt_gpt *g, dt_carver *cv) {
     s->att_heads = sp ? dt_gpt_carve(cv, r.Nt * A * f4) : NULL;
     s->part = tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     s->g = lp ? NULL : dt_gpt_carve(cv, r.Nt * F * f4); /* 16-bit modes write a->g_lp */
+    g->lp_block = g->lp_per_unit && widest_block_unit(g) > 0
+                      ? dt_gpt_carve(cv, (size_t)widest_block_unit(g) * sizeof(dt_bf16))
+                      : NULL;
     if (!g->training)
         return;
     s->dln = dt_gpt_carve(cv, r.Nr * C * f4);
@@ -405,10 +450,8 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
                                  (void **)&g->w));
     if (training && !o->external_grads)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "grads", n * sizeof(float), (void **)&g->g));
-    if (g->ctx.mm_type != DT_F32 && !o->external_weights)
-        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS,
-                                 g->ctx.mm_type == DT_F16 ? "weights.fp16" : "weights.bf16",
-                                 n * sizeof(dt_bf16), (void **)&g->w_lp));
+    g->lp_per_unit = g->ctx.mm_type != DT_F32 && !o->external_weights;
+    g->lp_block_unit = -1;
     int n_units = g->n_units;
     g->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
@@ -446,10 +489,11 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     for (int u = 0; u < n_units; u++) {
         int64_t first, count;
         dt_gpt_unit_range(g, u, &first, &count);
-        dt_gpt_bind_unit(g, u, g->w ? g->w + first : NULL, g->g ? g->g + first : NULL,
-                         g->w_lp ? g->w_lp + first : NULL);
+        dt_gpt_bind_unit(g, u, g->w ? g->w + first : NULL, g->g ? g->g + first : NULL, NULL);
     }
-    g->head.chunk = dt_lm_head_chunk_rows((int)g->vocab_rows, (int)dt_gpt_rows_max(g).Nt);
+    g->head.chunk = dt_lm_head_chunk_rows((int)g->vocab_rows, (int)dt_gpt_rows_max(g).Nt,
+                                          g->lp_per_unit ? DT_LM_HEAD_LOGITS_FLOATS_CAST
+                                                         : DT_LM_HEAD_LOGITS_FLOATS);
     g->head.vocab_size = cfg->vocab_size; /* rows past it are padding, never predicted */
     g->head.vocab_first = (int)(g->par.tp->rank * g->vocab_rows);
     g->head.tp = g->par.tp;
@@ -475,7 +519,6 @@ void dt_gpt_free(dt_gpt *g) {
     dt_mem_release(g->mem, g->rope_cos);
     dt_mem_release(g->mem, g->tmp_arena);
     dt_mem_release(g->mem, g->act_arena);
-    dt_mem_release(g->mem, g->w_lp);
     dt_mem_release(g->mem, g->g);
     dt_mem_release(g->mem, g->w);
     free(g->fresh);
@@ -508,10 +551,7 @@ void dt_gpt_init_weights(dt_gpt *g, uint64_t seed) {
     dt_gpt_sync_lp(g);
 }
 
-void dt_gpt_sync_lp(dt_gpt *g) {
-    if (g->w_lp && g->w)
-        dt_cast_f32_to_lp(g->ctx.mm_type, g->w_lp, g->w, g->n_total);
-}
+void dt_gpt_sync_lp(dt_gpt *g) { g->lp_block_unit = -1; /* the next entry casts the new weights */ }
 
 void dt_gpt_zero_grad(dt_gpt *g) {
     if (g->g)

@@ -68,7 +68,8 @@ void dt_gpt_bind_unit(dt_gpt *g, int unit, float *w, float *grad, dt_bf16 *w_lp)
 typedef dt_model_phase dt_gpt_phase;
 typedef dt_model_hooks dt_gpt_hooks;
 void dt_gpt_set_hooks(dt_gpt *g, const dt_gpt_hooks *hooks);
-/* Refresh the bf16 weight copy after the fp32 weights changed outside the optimizer. */
+/* The fp32 weights changed (optimizer step, load): the 16-bit weights, cast per unit as units
+ * are entered, are cast afresh from them. */
 void dt_gpt_sync_lp(dt_gpt *g);
 
 /* tokens: [B, T] */
@@ -131,7 +132,7 @@ dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full);
 void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local);
 float *dt_gpt_weights(dt_gpt *g);     /* NULL with external weights */
 float *dt_gpt_grads(dt_gpt *g);       /* NULL when not training or with external grads */
-dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL in fp32 mode or with external weights */
+dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL: no whole 16-bit copy (cast per unit) */
 /* Model FLOPs per trained token (forward + backward) at sequence length T, for MFU:
  * 6 x (matmul weights incl. the LM head) + 6 L C T (causal attention's two matmuls). */
 double dt_gpt_flops_per_token(const dt_gpt *g, int T);

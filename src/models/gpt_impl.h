@@ -70,7 +70,13 @@ struct dt_gpt {
     dt_gpt_hooks hooks;
     int64_t n_total;
     float *w, *g;   /* weights, grads */
-    dt_bf16 *w_lp;  /* bf16 weights (bf16 mode) */
+    /* 16-bit modes with the model's own fp32 weights: the 16-bit weights exist only for the
+     * unit at work, cast when it is entered (gpt.c: cast_entered), a block's range into
+     * lp_block and the head's matrix into lp_head; both lie in the transients' region that
+     * a block and the head share, so entering one invalidates the other's cast */
+    bool lp_per_unit;
+    dt_bf16 *lp_block, *lp_head;
+    int lp_block_unit; /* local unit whose cast lp_block holds, -1 none */
 
     float *wte, *wpe, *dwte, *dwpe; /* wpe: GPT-2 only */
     dt_norm_params lnf;

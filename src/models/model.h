@@ -123,7 +123,8 @@ typedef struct dt_model_ops {
     int64_t (*full_numel)(const void *self); /* the single process's arena */
     float *(*weights)(void *self);     /* NULL with external weights */
     float *(*grads)(void *self);       /* NULL when not training or with external grads */
-    dt_bf16 *(*weights_lp)(void *self); /* 16-bit copy; NULL in fp32 or with external weights */
+    dt_bf16 *(*weights_lp)(void *self); /* whole 16-bit copy; NULL in fp32, with external
+                                         * weights, or where the model casts unit by unit */
     /* the group the tables' shard specs split over (tp; a size-1 comm when not split) */
     dt_comm *(*tp)(const void *self);
     /* tied tensors held here (see dt_model_tie): how many, and the i-th */
@@ -132,7 +133,8 @@ typedef struct dt_model_ops {
 
     /* weights */
     void (*init_weights)(void *self, uint64_t seed); /* own arena, reproducible from seed */
-    void (*sync_lp)(void *self); /* refresh the 16-bit copy after the fp32 weights changed */
+    void (*sync_lp)(void *self); /* the fp32 weights changed: refresh (or mark stale) the
+                                  * 16-bit weights made from them */
     void (*zero_grad)(void *self);
 
     /* Forward over global units [u0, u1) (all held here) on micro-batch slot `slot`: unit 0

@@ -37,8 +37,13 @@ typedef struct dt_lm_head {
     float *stats;        /* [dt_lm_head_stats_count(h)] scratch (borrowed) */
 } dt_lm_head;
 
-/* Rows per chunk that keep a chunk's logits near 64 MiB (at least 64 rows). */
-int dt_lm_head_chunk_rows(int V, int N);
+/* Rows per chunk that keep a chunk's logits near `floats` (at least 64 rows), in equal chunks. */
+int dt_lm_head_chunk_rows(int V, int N, int64_t floats);
+/* The logits budget a model gives its head: 16 Mi floats (64 MiB); 8 Mi where the head's own
+ * 16-bit matrix is cast beside them for the head's time (a GPT's 16-bit modes), which then
+ * takes the room of the other half. */
+#define DT_LM_HEAD_LOGITS_FLOATS ((int64_t)16 << 20)
+#define DT_LM_HEAD_LOGITS_FLOATS_CAST ((int64_t)8 << 20)
 /* Floats of h->stats scratch for h->chunk and h->tp's size: chunk * (3 * size + 1). */
 int64_t dt_lm_head_stats_count(const dt_lm_head *h);
 

@@ -275,9 +275,10 @@ static int64_t acts_arena(const shape *s, int n_slots, bool split) {
 
 /* ---- transients ------------------------------------------------------------------------- */
 
-/* Rows of the LM head's logits chunk: about 16 Mi floats, at least 64 rows, in equal chunks. */
-static int64_t head_chunk_rows(int64_t V, int64_t N) {
-    int64_t rows = ((int64_t)16 << 20) / (V > 0 ? V : 1);
+/* Rows of the LM head's logits chunk: about 16 Mi floats (8 Mi when its 16-bit matrix is cast
+ * beside them), at least 64 rows, in equal chunks (nn/lm_head.c). */
+static int64_t head_chunk_rows(int64_t V, int64_t N, bool cast) {
+    int64_t rows = ((int64_t)(cast ? 8 : 16) << 20) / (V > 0 ? V : 1);
     rows = rows < 64 ? 64 : rows;
     if (rows >= N)
         return N;
@@ -299,24 +300,30 @@ static int64_t region_work(const shape *s) {
     return max64(max64(enter, leave), max64(q, a));
 }
 
-/* The LM head's logits chunk (16-bit modes round its gradient over it, nn/lm_head.c) and its
- * statistics. */
+/* 16-bit modes with the model's own weights (not ZeRO-3's gathered ones): the 16-bit weights
+ * of the block or head at work, cast as it is entered (models/gpt.c). */
+static bool lp_per_unit(const shape *s) { return s->lp && s->zero < 3; }
+
+/* The LM head's logits chunk (16-bit modes round its gradient over it, nn/lm_head.c), its
+ * statistics and, per unit, its 16-bit matrix. */
 static int64_t head_bytes(const shape *s) {
-    int64_t chunk = head_chunk_rows(s->vocab_rows, s->Nt);
-    return pad64(chunk * s->vocab_rows * F4) + pad64(chunk * (3 * (int64_t)s->tp + 1) * F4);
+    int64_t chunk = head_chunk_rows(s->vocab_rows, s->Nt, lp_per_unit(s));
+    return pad64(chunk * s->vocab_rows * F4) + pad64(chunk * (3 * (int64_t)s->tp + 1) * F4) +
+           (lp_per_unit(s) ? pad64(s->vocab_rows * s->C * H2) : 0);
 }
 
 /* What only a block call uses, forward and backward. What only a tp split (the region's entry
  * and exit copies) or a Ulysses split (the head-layout copies) uses is carved only then; the
  * fp32 MLP activation g only in fp32 mode; an fp32 q|k|v before RoPE only with bf16 storage
  * and RoPE (GPT-2's matmul writes bf16). */
-static int64_t block_only_bytes(const shape *s) {
+static int64_t block_only_bytes(const shape *s, int64_t widest_block) {
     int64_t rc = pad64(s->Nr * s->C * F4), tc = pad64(s->Nt * s->C * F4);
     int64_t tw = pad64(s->Nt * s->W * F4), ta = pad64(s->Nt * s->A * F4);
     int64_t tf = pad64(s->Nt * s->F * F4);
     bool tp = s->tp > 1, sp = s->sp > 1;
     int64_t b = (tp ? rc + tc : 0) + (sp ? 2 * tw + ta : 0) + (s->lp ? 0 : tf);
     b += !sp && s->acts16 && !s->gpt2 ? tw : 0;
+    b += lp_per_unit(s) && widest_block > 0 ? pad64(widest_block * H2) : 0;
     b += rc + tw + (sp ? ta : 0) + ta + 2 * tf + (s->gpt2 ? 0 : tf) + pad64(6 * (int64_t)s->C * F4);
     if (s->lp) {
         int64_t widest = max64(max64(s->C, s->W), s->F);
@@ -325,7 +332,7 @@ static int64_t block_only_bytes(const shape *s) {
     return b;
 }
 
-static int64_t temp_arena(const shape *s, int n_slots) {
+static int64_t temp_arena(const shape *s, int n_slots, int64_t widest_block) {
     int64_t S = n_slots, tc = pad64(s->Nt * s->C * F4);
     bool tp = s->tp > 1;
     bool head = (s->gpt2 && s->held[0]) || holds_final(s);
@@ -333,7 +340,7 @@ static int64_t temp_arena(const shape *s, int n_slots) {
      * where the norm writes bf16), the region ops' work, a tp split's dln_full */
     int64_t b = (s->bf16 && !tp ? 0 : tc) + pad64(region_work(s) * F4) + (tp ? tc : 0);
     /* the head's buffers and a block's own share one region: never live at once */
-    b += max64(head ? head_bytes(s) : 0, block_only_bytes(s));
+    b += max64(head ? head_bytes(s) : 0, block_only_bytes(s, widest_block));
     b += pad64(S * s->Nr * s->C * F4); /* residual gradient per slot */
     if (holds_final(s))
         b += pad64(S * s->Nr * s->C * F4);
@@ -491,7 +498,9 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
     out->n_local = n;
     out->own_count = own;
     int64_t *cat = out->cat;
-    cat[DT_MEM_PARAMS] = s->zero == 3 ? S * F4 : n * F4 + (s->lp ? n * H2 : 0);
+    /* a whole 16-bit copy only in a DiT: a GPT casts unit by unit into its transients */
+    bool lp_copy = s->lp && s->c->model.arch == DT_ARCH_DIT;
+    cat[DT_MEM_PARAMS] = s->zero == 3 ? S * F4 : n * F4 + (lp_copy ? n * H2 : 0);
     cat[DT_MEM_GRADS] = s->zero >= 2 ? S * F4 + (split ? n * F4 : 0) : n * F4;
     cat[DT_MEM_OPTIM] = optim_bytes(s, s->zero == 0 ? n : own);
     if (s->zero < 2)
@@ -605,7 +614,11 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
         int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
         out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
         out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
-        out->temp_arena = temp_arena(&s, n_slots);
+        int64_t widest_block = 0; /* floats of the widest block unit held (blocks are alike) */
+        for (int l = 0; l < s.L; l++)
+            if (holds_block(&s, l))
+                widest_block = unit_floats(&c->model, l + 1, s.tp);
+        out->temp_arena = temp_arena(&s, n_slots, widest_block);
     }
     int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
     out->cat[DT_MEM_TEMP] = out->temp_arena + event;

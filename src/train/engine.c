@@ -560,10 +560,15 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
 
 dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
     switch (e->zero) {
-    case 0: /* the fused update writes the 16-bit copy of what it updates */
+    case 0: /* the fused update writes the 16-bit copy of what it updates, where the model
+             * keeps one; a model that casts unit by unit is told its casts are stale */
         if (e->mm == DT_F16)
-            return dt_adamw_step_f16(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
-        return dt_adamw_step(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale);
+            DT_TRY(dt_adamw_step_f16(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale));
+        else
+            DT_TRY(dt_adamw_step(e->opt, e->w_full, e->g_full, e->lp_full, lr, grad_scale));
+        if (e->lp && !e->lp_full)
+            dt_model_sync_lp(e->model);
+        return DT_OK;
     case 3:
         invalidate_weights(e);
         return dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);
