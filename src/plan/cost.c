@@ -145,6 +145,12 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
     return t;
 }
 
+/* 16-bit modes: a GPT casts a block's weights as it enters it, forward and backward (its
+ * weight pass too), 4 bytes read and 2 written a float (models/gpt.c). */
+static double unit_cast(const work *w) {
+    return w->lp ? 6 * w->block_floats / w->d->mem_bandwidth : 0;
+}
+
 static block_cost cost_block(const work *w, int l, bool split) {
     linear_s mm = block_linears(w);
     pointwise_s pw = block_pointwise(w);
@@ -153,14 +159,14 @@ static block_cost cost_block(const work *w, int l, bool split) {
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
-    double fwd = mm.fwd + at_f + pw.fwd + block_comm(w, false);
+    double fwd = mm.fwd + at_f + pw.fwd + block_comm(w, false) + unit_cast(w);
     block_cost k = {.f = fwd + q8};
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
-    double b_in = mm.dx + at_b + pw.bwd + block_comm(w, true) + rebuild;
+    double b_in = mm.dx + at_b + pw.bwd + block_comm(w, true) + rebuild + unit_cast(w);
     k.rerun = rebuild;
     if (split) {
-        k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w);
+        k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w) + unit_cast(w);
         k.b = b_in;
     } else {
         k.b = b_in + mm.dw + lp_rebuild(w);
@@ -191,10 +197,11 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
             k.b += 12 * w->Nt * w->C / bw;
         }
         if (c == n - 1) { /* LM head: final norm, logits, cross-entropy (its passes over the
-                           * logits: max, exp-sum, gradient), statistics, gradients */
+                           * logits: max, exp-sum, gradient), statistics, gradients; in
+                           * 16-bit modes the casts of its input and of its matrix */
             linear_s head = {0};
             add_linear(w, w->Nt, w->C, w->V, &head);
-            double lp = w->lp ? 6 * w->Nt * (w->C + w->V) / bw : 0;
+            double lp = w->lp ? 6 * (w->Nt * (w->C + w->V) + w->V * w->C) / bw : 0;
             k.f += head.fwd + w->Nr * w->C / w->norm.fwd + 12 * w->Nt * w->V / bw + lp +
                    gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
             k.b += head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
@@ -334,8 +341,8 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     double opt = w->zero == 0 ? n : n / p;
     *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->d->mem_bandwidth) +
                  opt * 4 / w->d->mem_bandwidth;
-    if (w->c->plugin.precision != DT_PREC_FP32)
-        *optimizer += n * 2 / w->d->mem_bandwidth; /* the 16-bit copy */
+    if (w->lp && w->dit) /* the DiT's 16-bit copy, written by the update; a GPT casts per unit */
+        *optimizer += n * 2 / w->d->mem_bandwidth;
     if (w->c->plugin.precision == DT_PREC_FP16) /* loss scaling: the overflow flag, world-wide */
         *exposed += allreduce(w, world, 8);
 }
@@ -389,6 +396,10 @@ static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, wo
     w->F = (double)(F / tp);
     w->V = (double)((m->vocab_size + tp - 1) / tp);
     w->lp = p->precision != DT_PREC_FP32;
+    int64_t ucount[DT_MAX_CHUNKS + 2];
+    if (!w->dit && m->n_layer >= 1 && m->n_layer <= DT_MAX_CHUNKS &&
+        dt_plan_local_units(m, tp, NULL, ucount) > 1)
+        w->block_floats = (double)ucount[1];
     w->boundary = (w->Nr + (w->dit ? w->B : 0)) * w->C * 4; /* the DiT's carries silu(c) */
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||

@@ -24,6 +24,7 @@ typedef struct dt_plan_work {
     double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles (DiT: T = S tokens a
                                               * clip, F = 4 C / tp) */
     double B;                      /* sequences (DiT: clips) per micro-batch */
+    double block_floats;           /* a GPT block unit's local weights (its 16-bit cast) */
     double boundary;               /* bytes of one pipeline boundary message */
 } dt_plan_work;
 
