@@ -135,6 +135,13 @@ static inline dt_gpt_rows dt_gpt_rows_max(const dt_gpt *g) {
 }
 
 static inline bool dt_gpt_holds_block(const dt_gpt *g, int l) { return g->unit_local[l + 1] >= 0; }
+static inline bool dt_gpt_holds_final(const dt_gpt *g) {
+    return g->unit_local[g->cfg.n_layer + 1] >= 0;
+}
+
+/* The residual positions a slot keeps, then the "activations" and "transients" arenas carved
+ * for them (gpt_arenas.c); the head's chunk must be set first. */
+dt_status dt_gpt_alloc_arenas(dt_gpt *g);
 
 /* Activations of the held blocks, per slot, and the shared recompute / restore set: carved
  * into the "activations" arena (gpt_ac.c). */

@@ -27,7 +27,8 @@ int dt_lm_head_chunk_rows(int V, int N, int64_t floats) {
  * 64-element blocks: the weight-gradient product reads them transposed, and with GPT-2's odd
  * 50257 (rows not 16-byte aligned) oneDNN ran it at 290 GFLOP/s instead of 380 (2 threads,
  * bf16, chunks of 256 rows). A row of under 32 columns has no room for that in its fp32 bytes;
- * each 16-bit row then starts where its fp32 row does. */
+ * each 16-bit row then starts where its fp32 row does. The fp32 logits stay dense: given a
+ * padded output stride, oneDNN 2.6 left its brgemm kernel for gemm:jit. */
 static int64_t grad16_ld(int V) {
     int64_t blocks = ((int64_t)V + 63) / 64 * 64;
     return blocks <= 2 * (int64_t)V ? blocks : 2 * (int64_t)V;
@@ -74,7 +75,6 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         dt_cast_f32_to_lp(ctx->mm_type, x_lp, x, (int64_t)N * h->C);
     const void *w = operand(ctx, h->w, h->w_lp);
     const int p = h->tp->size, me = h->tp->rank, nv = valid_rows(h);
-    const int64_t ld = h->V;  /* dense: oneDNN's brgemm writes no strided fp32 output */
     int counts[MAX_TP] = {0}; /* zeroed: the compiler cannot see p <= MAX_TP */
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
         int n = N - r0 < h->chunk ? N - r0 : h->chunk;
@@ -88,10 +88,10 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         float *all = h->stats, *mine = all + (int64_t)me * 3 * n;
         float *scale = all + (int64_t)p * 3 * n; // [n]
         if (backward)
-            dt_xent_row_stats_exp(h->logits, ld, n, nv, h->vocab_first, tg, mine, mine + n,
+            dt_xent_row_stats_exp(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
                                   mine + 2 * n);
         else
-            dt_xent_row_stats(h->logits, ld, n, nv, h->vocab_first, tg, mine, mine + n,
+            dt_xent_row_stats(h->logits, h->V, n, nv, h->vocab_first, tg, mine, mine + n,
                               mine + 2 * n);
         for (int k = 0; k < p; k++)
             counts[k] = 3 * n;
@@ -101,13 +101,13 @@ dt_status dt_lm_head_loss(const dt_nn_ctx *ctx, const dt_lm_head *h, const float
         if (!backward)
             continue;
         const void *g = h->logits;
-        int64_t ldg = ld;
-        if (ctx->mm_type != DT_F32) { /* the 16-bit gradient rows over the fp32 logits */
+        int64_t ldg = h->V;
+        if (ctx->mm_type != DT_F32) { /* the 16-bit gradient rows over the dense fp32 logits */
             ldg = grad16_ld(h->V);
-            dt_xent_grad_lp(h->logits, ld, n, nv, h->V, h->vocab_first, tg, scale, grad_scale,
+            dt_xent_grad_lp(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale,
                             ctx->mm_type, (uint16_t *)h->logits, ldg);
         } else {
-            dt_xent_grad(h->logits, ld, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
+            dt_xent_grad(h->logits, h->V, n, nv, h->V, h->vocab_first, tg, scale, grad_scale);
         }
         dt_gemm_shape dxs = {.M = n, .N = h->C, .K = h->V, .dtype = ctx->mm_type, .lda = ldg};
         DT_TRY(dt_gemm_run(ctx->gemm, &dxs, g, w, NULL, dx + (int64_t)r0 * h->C));
