@@ -30,6 +30,7 @@
 #include "models/model.h"
 #include "plan/comm.h"
 #include "plan/cost.h"
+#include "plan/layout.h"
 #include "plan/memory.h"
 #include "plan/mesh.h"
 #include "plan/stages.h"
@@ -73,7 +74,8 @@ static dt_status push(cands *l, const cand *x) {
 
 /* ---- which layouts are valid ------------------------------------------------------------ */
 
-/* sched: the schedule to run (borrowed), or NULL: the one plugin.pp_schedule names. */
+/* sched: the schedule to run (borrowed), or NULL: the one plugin.pp_schedule names. Every
+ * rank's layout agrees on what runs (the schedule is validated for all of them). */
 static dt_status check_layout(const dt_config *c, int world, const dt_schedule *sched) {
     const dt_plugin_config *p = &c->plugin;
     dt_mesh_dims d;
@@ -81,30 +83,12 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     DT_TRY(dt_config_validate(c));
     DT_TRY(dt_model_check_split(&c->model, p->tp_size, p->sp_size,
                                 p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));
-    if (p->pp_size < 2)
-        return DT_OK;
-    dt_stage_plan sp;
-    DT_TRY(dt_stage_plan_make(c->model.n_layer, p->pp_size, p->pp_chunks, p->pp_layers, &sp));
-    int rows = c->train.batch_size / d.size[DT_AXIS_DP];
-    int n_mb = p->microbatches > 0 ? p->microbatches : 1;
-    if (rows % n_mb)
-        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
-                          "of a data-parallel rank", n_mb, rows);
-    dt_schedule *own = NULL;
-    if (!sched)
-        DT_TRY(dt_plan_schedule_make(p, n_mb, &own));
-    const dt_schedule *s = sched ? sched : own;
-    dt_status st = DT_OK;
-    if (s->pp != p->pp_size || s->n_chunks != p->pp_chunks || s->n_mb != n_mb)
-        st = dt_err_set(DT_ERR_ARG, "plugin.pp_schedule %s is for pp %d, %d chunks per rank, %d "
-                        "micro-batches; the layout has pp_size %d, pp_chunks %d, %d "
-                        "micro-batches", p->pp_schedule, s->pp, s->n_chunks, s->n_mb,
-                        p->pp_size, p->pp_chunks, n_mb);
-    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
-    if (st == DT_OK)
-        st = dt_sched_validate(s, &lim);
+    dt_layout l;
+    const dt_schedule *s;
+    dt_schedule *own;
+    DT_TRY(dt_layout_make_scheduled(c, world, 0, sched, &l, &s, &own));
     dt_sched_free(own);
-    return st;
+    return DT_OK;
 }
 
 /* ---- predictions -------------------------------------------------------------------------- */

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "plan/memory.h"
-#include "plan/mesh.h"
 #include "plan/plan_impl.h"
 #include "plan/stages.h"
 
@@ -331,52 +330,30 @@ static int pipeline_sends(const dt_schedule *s, int rank) {
     return k;
 }
 
-static bool schedule_split(const dt_schedule *s) {
-    for (int i = 0; i < s->row[s->pp]; i++)
-        if (s->actions[i].op == DT_SCHED_OP_W)
-            return true;
-    return false;
-}
-
-dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_schedule *sched,
-                             dt_plan_comm *out) {
-    memset(out, 0, sizeof *out);
+/* The bytes of every comm over one step of layout l (its schedule sched when pp > 1). */
+static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_schedule *sched,
+                           dt_plan_comm *out) {
+    const dt_layout l = *l_;
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
-    if (m->n_layer < 1 || m->n_layer > DT_MAX_CHUNKS)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: model.n_layer=%d (1 to %d)",
-                          m->n_layer, DT_MAX_CHUNKS);
-    dt_mesh_dims d;
-    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
-    int xy[DT_AXIS_COUNT], dp = d.size[DT_AXIS_DP];
-    dt_mesh_coords(&d, rank, xy);
-    int rows = c->train.batch_size / dp;
-    int mb = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : rows;
-    if (p->microbatches > 0)
-        mb = rows / p->microbatches;
-    if (rows < 1 || mb < 1 || rows % mb || c->train.batch_size % dp)
-        return dt_err_set(DT_ERR_ARG, "communication ledger: train.batch_size=%d does not split "
-                          "over %d data-parallel ranks", c->train.batch_size, dp);
-    int tp = p->tp_size, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    int tp = l.tp, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     int64_t hs = m->n_embd / m->n_head;
-    ledger g = {.out = out, .tp = tp, .sp = p->sp_size, .grad_p = dp * p->sp_size,
-                .grad_rank = xy[DT_AXIS_DP] * p->sp_size + xy[DT_AXIS_SP],
-                .sg = p->sp_mode == DT_SP_SPLIT_GATHER, .gpt2 = m->arch == DT_ARCH_GPT2,
-                .C = m->n_embd, .hs = hs, .NH = m->n_head / tp, .T = c->train.seq_len,
-                .vocab_rows = (m->vocab_size + tp - 1) / tp, .n_mb = rows / mb, .L = m->n_layer,
-                .zero = dt_config_zero_stage(c), .pp = p->pp_size,
-                .lp = p->precision != DT_PREC_FP32, .plugin = p};
-    g.rows = g.sg ? tp : 1;
-    g.N = (int64_t)mb * g.T;
-    g.Nt = g.N / g.sp;
+    ledger g = {.out = out, .tp = tp, .sp = l.sp, .grad_p = l.grad_size,
+                .grad_rank = l.grad_rank, .sg = l.rows_tp, .gpt2 = m->arch == DT_ARCH_GPT2,
+                .C = m->n_embd, .hs = hs, .NH = m->n_head / tp, .T = l.T,
+                .vocab_rows = (m->vocab_size + tp - 1) / tp, .n_mb = l.n_mb, .L = l.n_layer,
+                .zero = l.zero, .pp = l.pp, .lp = l.precision != DT_PREC_FP32, .plugin = p,
+                .split = l.split_backward};
+    g.rows = l.rows_split;
+    g.N = l.tokens_mb;
+    g.Nt = l.tokens_sp;
     g.W = (g.NH + 2 * (nkv / tp)) * hs;
     g.A = g.NH * hs;
     g.dit = m->arch == DT_ARCH_DIT;
     g.dit_st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
-    g.B = mb;
+    g.B = l.mb;
     g.P = (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
-    for (int u = 0; u < g.L + 2; u++)
-        g.held[u] = true;
+    memcpy(g.held, l.held, sizeof g.held);
     int sends = 0;
     /* skip[k][l]: micro-batch k's block l finds its forward still in the shared set */
     static const int MB_MAX = 4096;
@@ -387,29 +364,17 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     if (!skip)
         return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
     if (g.pp > 1) {
-        dt_stage_plan stages;
-        dt_status st = dt_stage_plan_make(g.L, g.pp, p->pp_chunks, p->pp_layers, &stages);
-        dt_schedule *own = NULL;
-        if (st == DT_OK && !sched)
-            st = dt_plan_schedule_make(p, g.n_mb, &own);
-        if (st != DT_OK) {
-            free(skip);
-            return st;
+        const dt_stage_plan *stages = &l.stages;
+        sends = pipeline_sends(sched, l.pp_rank);
+        for (int c = l.pp_rank; c < stages->n_chunks; c += g.pp) {
+            int b = dt_plan_fresh_block(p, stages->first[c], stages->first[c + 1], g.L);
+            for (int k = 0; b >= 0 && k < g.n_mb; k++)
+                skip[k][b] = dt_plan_fresh_pair(sched, l.pp_rank, c, k);
         }
-        dt_stage_plan_held(&stages, xy[DT_AXIS_PP], g.held);
-        const dt_schedule *s = sched ? sched : own;
-        sends = pipeline_sends(s, xy[DT_AXIS_PP]);
-        g.split = schedule_split(s);
-        for (int c = xy[DT_AXIS_PP]; c < stages.n_chunks; c += g.pp) {
-            int l = dt_plan_fresh_block(p, stages.first[c], stages.first[c + 1], g.L);
-            for (int k = 0; l >= 0 && k < g.n_mb; k++)
-                skip[k][l] = dt_plan_fresh_pair(s, xy[DT_AXIS_PP], c, k);
-        }
-        dt_sched_free(own);
     } else {
-        int l = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
-        for (int k = 0; l >= 0 && k < g.n_mb; k++)
-            skip[k][l] = true;
+        int b = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
+        for (int k = 0; b >= 0 && k < g.n_mb; k++)
+            skip[k][b] = true;
     }
     g.first = g.held[0];
     g.last = g.held[g.L + 1];
@@ -432,4 +397,16 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     int64_t boundary = (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4; /* DiT: and silu(c) */
     out->pp = sends * boundary + allreduce(g.pp, 8);
     return DT_OK;
+}
+
+dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_schedule *given,
+                             dt_plan_comm *out) {
+    const dt_schedule *sched;
+    memset(out, 0, sizeof *out);
+    dt_layout l;
+    dt_schedule *own;
+    DT_TRY(dt_layout_make_scheduled(c, world, rank, given, &l, &sched, &own));
+    dt_status st = ledger_of(c, &l, sched, out);
+    dt_sched_free(own);
+    return st;
 }

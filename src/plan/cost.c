@@ -362,40 +362,29 @@ static void resolve_rates(work *w, const dt_model_config *m) {
                              positive_or(d->act.bwd, bw / (swiglu ? 20 : 12))};
 }
 
-static dt_status fill(const dt_config *c, int world, const dt_plan_device *d, work *w) {
+static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_device *d, work *w) {
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
-    dt_mesh_dims dims;
-    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &dims));
-    int dp = dims.size[DT_AXIS_DP];
-    int rows = c->train.batch_size / dp, mb = c->train.micro_batch_size > 0
-                                                 ? c->train.micro_batch_size : rows;
-    if (p->microbatches > 0)
-        mb = rows / p->microbatches;
-    if (rows < 1 || mb < 1 || rows % mb || c->train.batch_size % dp)
-        return dt_err_set(DT_ERR_ARG, "time model: train.batch_size=%d does not split into "
-                          "micro-batches over %d data-parallel ranks", c->train.batch_size, dp);
-    int tp = p->tp_size, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    int tp = l->tp, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     int F = m->arch != DT_ARCH_LLAMA ? 4 * m->n_embd /* GPT-2 and the DiT */
             : m->ffn_hidden > 0      ? m->ffn_hidden
                                      : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
     double hs = (double)m->n_embd / m->n_head;
-    *w = (work){.c = c, .d = d, .tp = tp, .sp = p->sp_size, .dp = dp, .pp = p->pp_size,
-                .v = p->pp_size > 1 ? p->pp_chunks : 1, .L = m->n_layer, .T = c->train.seq_len,
-                .n_mb = rows / mb, .zero = dt_config_zero_stage(c), .grad_p = dp * p->sp_size,
-                .gpt2 = m->arch == DT_ARCH_GPT2, .sg = p->sp_mode == DT_SP_SPLIT_GATHER,
-                .dit = m->arch == DT_ARCH_DIT, .B = mb,
-                .rate = p->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16};
-    w->N = (double)mb * w->T;
-    w->Nt = w->N / w->sp;
-    w->Nr = w->sg ? w->Nt / tp : w->Nt;
+    *w = (work){.c = c, .d = d, .tp = tp, .sp = l->sp, .dp = l->dp, .pp = l->pp,
+                .v = l->stages.v, .L = l->n_layer, .T = l->T, .n_mb = l->n_mb, .zero = l->zero,
+                .grad_p = l->grad_size, .gpt2 = m->arch == DT_ARCH_GPT2, .sg = l->rows_tp,
+                .dit = m->arch == DT_ARCH_DIT, .B = l->mb,
+                .rate = l->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16};
+    w->N = (double)l->tokens_mb;
+    w->Nt = (double)l->tokens_sp;
+    w->Nr = (double)l->tokens_rows;
     w->C = m->n_embd, w->hs = hs;
     w->NH = (double)(m->n_head / tp);
     w->A = w->NH * hs;
     w->W = (w->NH + 2.0 * (nkv / tp)) * hs;
     w->F = (double)(F / tp);
     w->V = (double)((m->vocab_size + tp - 1) / tp);
-    w->lp = p->precision != DT_PREC_FP32;
+    w->lp = l->precision != DT_PREC_FP32;
     int64_t ucount[DT_MAX_CHUNKS + 2];
     if (!w->dit && m->n_layer >= 1 && m->n_layer <= DT_MAX_CHUNKS &&
         dt_plan_local_units(m, tp, NULL, ucount) > 1)
@@ -424,24 +413,24 @@ double dt_plan_step_flops(const dt_config *c) {
 }
 
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
-                            const dt_schedule *sched, dt_plan_time *out) {
+                            const dt_schedule *given, dt_plan_time *out) {
+    const dt_schedule *sched;
     memset(out, 0, sizeof *out);
     work w = {0};
-    DT_TRY(fill(c, world, d, &w));
-    dt_stage_plan sp;
-    DT_TRY(dt_stage_plan_make(w.L, w.pp, w.v, c->plugin.pp_layers, &sp));
-    dt_schedule *own = NULL;
-    if (w.pp > 1 && !sched) {
-        DT_TRY(dt_plan_schedule_make(&c->plugin, w.n_mb, &own));
-        sched = own;
+    dt_layout lay;
+    dt_schedule *own;
+    DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &lay, &sched, &own));
+    dt_status st = fill(c, &lay, d, &w);
+    if (st != DT_OK) {
+        dt_sched_free(own);
+        return st;
     }
-    bool split = false;
-    for (int i = 0; sched && i < sched->row[sched->pp]; i++)
-        split |= sched->actions[i].op == DT_SCHED_OP_W;
+    const dt_stage_plan sp = lay.stages;
+    bool split = lay.split_backward;
     int n_chunks = w.pp * w.v;
     chunk_cost *cc = calloc((size_t)n_chunks, sizeof *cc);
     double *end = calloc((size_t)w.pp, sizeof *end), *busy = calloc((size_t)w.pp, sizeof *busy);
-    dt_status st = cc && end && busy ? DT_OK : dt_err_set(DT_ERR_OOM, "time model: out of memory");
+    st = cc && end && busy ? DT_OK : dt_err_set(DT_ERR_OOM, "time model: out of memory");
     if (st == DT_OK) {
         if (w.dit)
             dt_plan_dit_chunk_costs(&w, &sp, split, cc);

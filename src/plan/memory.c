@@ -23,9 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/mesh.h"
+#include "plan/layout.h"
 #include "plan/plan_impl.h"
-#include "plan/stages.h"
 
 static int64_t pad64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 static int64_t pad16(int64_t floats) { return (floats + 15) / 16 * 16; }
@@ -122,13 +121,6 @@ enum {
     A_INT8 = A_QKV | A_ATT | A_X2 | A_H | A_U, /* what act_compress stores as int8 */
     A_RESTORED = A_INT8,                       /* not kept per slot under int8 */
 };
-
-dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l) {
-    int every = p->ac_every > 0 ? p->ac_every : 1;
-    if (p->ac == DT_AC_NONE || l % every)
-        return DT_PLAN_RERUN_NONE;
-    return p->ac == DT_AC_FULL ? DT_PLAN_RERUN_BLOCK : DT_PLAN_RERUN_ATTENTION;
-}
 
 int dt_plan_fresh_block(const dt_plugin_config *p, int u0, int u1, int n_layer) {
     if (p->act_compress != DT_ACT_COMPRESS_NONE)
@@ -349,125 +341,29 @@ static int64_t temp_arena(const shape *s, int n_slots, int64_t widest_block) {
     return b;
 }
 
-/* ---- pipeline slots and inbox, replayed from the schedule ------------------------------- */
-
-static bool schedule_split(const dt_schedule *s) {
-    for (int i = 0; i < s->row[s->pp]; i++)
-        if (s->actions[i].op == DT_SCHED_OP_W)
-            return true;
-    return false;
-}
-
-int dt_plan_pipeline_slots(const dt_schedule *s, int rank) {
-    int n, live = 0, peak = 0, pairs = s->pp * s->n_chunks * s->n_mb;
-    bool split = schedule_split(s);
-    const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    char *in_flight = calloc((size_t)pairs, 1);
-    if (!in_flight)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        int k = a[i].stage * s->n_mb + a[i].mb;
-        bool release = split ? a[i].op == DT_SCHED_OP_W
-                             : a[i].op == DT_SCHED_OP_SEND_GRAD ||
-                                   (a[i].op == DT_SCHED_OP_B && a[i].stage == 0);
-        if (a[i].op == DT_SCHED_OP_F && !in_flight[k]) {
-            in_flight[k] = 1;
-            live++;
-            peak = live > peak ? live : peak;
-        } else if (release && in_flight[k]) {
-            in_flight[k] = 0;
-            live--;
-        }
-    }
-    free(in_flight);
-    return peak;
-}
-
-int dt_plan_pipeline_inbox(const dt_schedule *s, int rank) {
-    int n, waiting = 0, peak = 0;
-    const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    for (int i = 0; i < n; i++) {
-        if (a[i].op == DT_SCHED_OP_RECV_ACT) {
-            waiting++;
-            peak = waiting > peak ? waiting : peak;
-        } else if (a[i].op == DT_SCHED_OP_F && a[i].stage > 0 && waiting > 0) {
-            waiting--;
-        }
-    }
-    return peak;
-}
-
-dt_status dt_plan_schedule_make(const dt_plugin_config *p, int n_mb, dt_schedule **out) {
-    const char *k = p->pp_schedule;
-    if (strncmp(k, "file:", 5) == 0)
-        return dt_err_set(DT_ERR_ARG, "planner: plugin.pp_schedule=%s: give the schedule "
-                          "read from the file", k);
-    if (strcmp(k, "gpipe") == 0)
-        return dt_sched_gpipe(p->pp_size, n_mb, out);
-    if (strcmp(k, "interleaved") == 0)
-        return dt_sched_interleaved(p->pp_size, n_mb, p->pp_chunks, out);
-    if (strcmp(k, "zbh1") == 0)
-        return dt_sched_zbh1(p->pp_size, n_mb, out);
-    return dt_sched_1f1b(p->pp_size, n_mb, out);
-}
-
 /* ---- the rank ------------------------------------------------------------------------------ */
 
-static dt_status fill_shape(const dt_config *c, int world, int rank, shape *s) {
+/* The model's local widths on the layout's rank. */
+static void fill_shape(const dt_config *c, const dt_layout *l, shape *s) {
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
-    dt_mesh_dims d;
-    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
-    if (m->n_layer < 1 || m->n_layer > DT_MAX_CHUNKS)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "memory model: model.n_layer=%d (1 to %d)",
-                          m->n_layer, DT_MAX_CHUNKS);
-    if (rank < 0 || rank >= world)
-        return dt_err_set(DT_ERR_ARG, "memory model: rank %d of %d", rank, world);
-    int xy[DT_AXIS_COUNT];
-    dt_mesh_coords(&d, rank, xy);
-    int dp = d.size[DT_AXIS_DP];
     *s = (shape){.c = c, .gpt2 = m->arch == DT_ARCH_GPT2,
-                 .lp = p->precision == DT_PREC_BF16 || p->precision == DT_PREC_FP16,
-                 .bf16 = p->precision == DT_PREC_BF16,
-                 .L = m->n_layer, .C = m->n_embd, .hs = m->n_embd / m->n_head,
-                 .T = c->train.seq_len, .tp = p->tp_size, .sp = p->sp_size, .pp = p->pp_size,
-                 .zero = dt_config_zero_stage(c),
-                 .rows_split = p->sp_mode == DT_SP_SPLIT_GATHER ? p->tp_size : 1,
-                 .grad_p = dp * p->sp_size,
-                 .grad_rank = xy[DT_AXIS_DP] * p->sp_size + xy[DT_AXIS_SP],
-                 .pp_rank = xy[DT_AXIS_PP],
-                 .acts16 = p->precision == DT_PREC_BF16 &&
+                 .lp = l->precision == DT_PREC_BF16 || l->precision == DT_PREC_FP16,
+                 .bf16 = l->precision == DT_PREC_BF16,
+                 .L = l->n_layer, .C = m->n_embd, .hs = m->n_embd / m->n_head, .T = l->T,
+                 .tp = l->tp, .sp = l->sp, .pp = l->pp, .zero = l->zero,
+                 .rows_split = l->rows_split, .grad_p = l->grad_size, .grad_rank = l->grad_rank,
+                 .pp_rank = l->pp_rank, .mb = l->mb, .rows = l->rows,
+                 .N = l->tokens_mb, .Nt = l->tokens_sp, .Nr = l->tokens_rows,
+                 .acts16 = l->precision == DT_PREC_BF16 &&
                            p->act_compress == DT_ACT_COMPRESS_NONE};
-    int B = c->train.batch_size, mbs = c->train.micro_batch_size, n_mb = p->microbatches;
-    if (B < 1 || B % dp)
-        return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
-                          "data-parallel ranks", B, dp);
-    s->rows = B / dp;
-    s->mb = mbs > 0 ? mbs : s->rows;
-    if (n_mb > 0)
-        s->mb = s->rows % n_mb ? 0 : s->rows / n_mb;
-    if (s->mb < 1 || s->rows % s->mb)
-        return dt_err_set(DT_ERR_ARG, "the %d sequences of a data-parallel rank do not split "
-                          "into micro-batches (train.micro_batch_size=%d, plugin.microbatches="
-                          "%d)", s->rows, mbs, n_mb);
-    s->N = (int64_t)s->mb * s->T;
-    s->Nt = s->N / s->sp;
-    s->Nr = s->Nt / s->rows_split;
     s->NH = m->n_head / s->tp;
     s->NKV = kv_heads(m) / s->tp;
     s->F = ffn_width(m) / s->tp;
     s->W = (s->NH + 2 * s->NKV) * s->hs;
     s->A = s->NH * s->hs;
     s->vocab_rows = cdiv(m->vocab_size, s->tp);
-    if (s->pp == 1) {
-        for (int u = 0; u < s->L + 2; u++)
-            s->held[u] = true;
-        return DT_OK;
-    }
-    dt_stage_plan sp;
-    DT_TRY(dt_stage_plan_make(m->n_layer, s->pp, p->pp_chunks, p->pp_layers, &sp));
-    dt_stage_plan_held(&sp, s->pp_rank, s->held);
-    return DT_OK;
+    memcpy(s->held, l->held, sizeof s->held);
 }
 
 /* plugin.offload = disk: the moments stream through one window of two chunk slots, each
@@ -567,25 +463,15 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     memset(out, 0, sizeof *out);
     dt_plan_mem_opts none = {0};
     o = o ? o : &none;
+    dt_layout l;
+    const dt_schedule *sched;
+    dt_schedule *own;
+    DT_TRY(dt_layout_make_scheduled(c, world, rank, o->schedule, &l, &sched, &own));
+    dt_sched_free(own);
     shape s;
-    DT_TRY(fill_shape(c, world, rank, &s));
-    int n_slots = 1, n_inbox = 0;
-    bool split = false;
-    if (s.pp > 1) {
-        dt_schedule *own = NULL;
-        const dt_schedule *sch = o->schedule;
-        if (!sch) {
-            DT_TRY(dt_plan_schedule_make(&c->plugin, s.rows / s.mb, &own));
-            sch = own;
-        }
-        n_slots = dt_plan_pipeline_slots(sch, s.pp_rank);
-        n_inbox = dt_plan_pipeline_inbox(sch, s.pp_rank);
-        split = schedule_split(sch);
-        dt_sched_free(own);
-        if (n_slots < 0)
-            return dt_err_set(DT_ERR_OOM, "memory model: out of memory");
-        n_slots = n_slots > 0 ? n_slots : 1;
-    }
+    fill_shape(c, &l, &s);
+    int n_slots = l.n_slots, n_inbox = l.n_inbox;
+    bool split = l.split_backward;
     out->pp_rank = s.pp_rank;
     out->grad_rank = s.grad_rank;
     out->n_slots = n_slots;

@@ -55,15 +55,4 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
  * arena's 16-float padding left out): for a size check before anything is built. */
 double dt_plan_param_count(const dt_model_config *m);
 
-/* The schedule plugin.pp_schedule names (gpipe, 1f1b, interleaved with pp_chunks, zbh1) for
- * n_mb micro-batches; DT_ERR_ARG for file: schedules, which the caller reads. */
-dt_status dt_plan_schedule_make(const dt_plugin_config *p, int n_mb, dt_schedule **out);
-
-/* Micro-batches whose activations rank `rank` holds at once when it runs schedule s: a
- * (chunk, mb) takes a slot at its F and gives it back when its input gradient has been sent
- * (chunk 0: after its B), or after its W when the backward is split. */
-int dt_plan_pipeline_slots(const dt_schedule *s, int rank);
-/* Most inputs received ahead of their forward at once on `rank` (pipeline inbox buffers). */
-int dt_plan_pipeline_inbox(const dt_schedule *s, int rank);
-
 #endif

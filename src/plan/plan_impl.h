@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "plan/layout.h"
 #include "plan/schedule.h"
 
 /* Floats of each unit this tp rank holds (held[u] for u in 0..L+1; NULL: all), in unit order,
@@ -44,12 +45,6 @@ int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows);
  * and silu(c) [B, C]. */
 int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int rows_split);
 
-/* What block l reruns before its backward (and again before its W pass under a split
- * backward) under plugin.ac: nothing, the attention core (selective: from the saved q|k|v), or
- * the whole block forward (full). Block l is checkpointed iff l % ac_every == 0. */
-typedef enum dt_plan_rerun { DT_PLAN_RERUN_NONE, DT_PLAN_RERUN_ATTENTION, DT_PLAN_RERUN_BLOCK }
-    dt_plan_rerun;
-dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l);
 
 /* The block of units [u0, u1) whose rerun is skipped when its backward follows its own
  * forward at once (models/gpt_ac.c: the shared set still holds the last checkpointed block's

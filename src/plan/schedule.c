@@ -231,3 +231,53 @@ dt_status dt_sched_parse(const char *text, dt_schedule **out) {
     *out = s;
     return DT_OK;
 }
+
+/* ---- what a schedule asks of a rank's memory ---------------------------------------------- */
+
+bool dt_sched_split(const dt_schedule *s) {
+    for (int i = 0; i < s->row[s->pp]; i++)
+        if (s->actions[i].op == DT_SCHED_OP_W)
+            return true;
+    return false;
+}
+
+bool dt_sched_takes_slot(const dt_sched_action *a) { return a->op == DT_SCHED_OP_F; }
+
+bool dt_sched_gives_slot(const dt_sched_action *a, bool split) {
+    if (split)
+        return a->op == DT_SCHED_OP_W;
+    return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
+}
+
+int dt_sched_slots(const dt_schedule *s, int rank) {
+    int n, live = 0, peak = 0;
+    bool split = dt_sched_split(s);
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    char *held = calloc((size_t)s->pp * s->n_chunks * s->n_mb, 1);
+    if (!held)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int k = a[i].stage * s->n_mb + a[i].mb;
+        if (dt_sched_takes_slot(&a[i]) && !held[k]) {
+            held[k] = 1;
+            peak = ++live > peak ? live : peak;
+        } else if (dt_sched_gives_slot(&a[i], split) && held[k]) {
+            held[k] = 0;
+            live--;
+        }
+    }
+    free(held);
+    return peak;
+}
+
+int dt_sched_inbox(const dt_schedule *s, int rank) {
+    int n, live = 0, peak = 0;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) {
+        if (a[i].op == DT_SCHED_OP_RECV_ACT)
+            peak = ++live > peak ? live : peak;
+        else if (a[i].op == DT_SCHED_OP_F && a[i].stage > 0 && live > 0)
+            live--; /* a chunk with a predecessor consumed its received input */
+    }
+    return peak;
+}

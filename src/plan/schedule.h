@@ -8,6 +8,7 @@
 #ifndef DT_PLAN_SCHEDULE_H
 #define DT_PLAN_SCHEDULE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/status.h"
@@ -132,5 +133,17 @@ typedef struct dt_sched_stats {
 dt_status dt_sched_simulate(const dt_schedule *s, dt_sched_stats *out);
 /* Most (chunk, mb) pairs rank `rank` holds at once: F done, B not yet. */
 int dt_sched_peak_in_flight(const dt_schedule *s, int rank);
+
+/* What a schedule asks of a rank's memory, read by the runtime and the planner alike. A
+ * (chunk, mb) takes an activation slot at its F and gives it back once its input gradient has
+ * been sent (chunk 0, which sends none: at its B), or at its W when the backward is split. An
+ * input received ahead of its F waits in an inbox buffer, not a slot. */
+bool dt_sched_split(const dt_schedule *s); /* the schedule has W actions (zero-bubble) */
+bool dt_sched_takes_slot(const dt_sched_action *a);
+bool dt_sched_gives_slot(const dt_sched_action *a, bool split);
+/* Most micro-batches whose activations `rank` holds at once; -1 when out of memory. */
+int dt_sched_slots(const dt_schedule *s, int rank);
+/* Most inputs received ahead of their F at once on `rank` (its inbox buffers). */
+int dt_sched_inbox(const dt_schedule *s, int rank);
 
 #endif

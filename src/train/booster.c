@@ -24,8 +24,8 @@
 #include "optim/loss_scale.h"
 #include "core/clock.h"
 #include "io/atomic.h"
+#include "plan/layout.h"
 #include "plan/schedule.h"
-#include "plan/stages.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
 #include "train/finite.h"
@@ -39,7 +39,7 @@ struct dt_booster {
     dt_mesh *mesh;
     dt_comm *dp;    /* borrowed from the mesh: which rows of the batch this rank reads */
     dt_comm *grad;  /* borrowed: dp x sp, the ranks whose gradients and losses are summed */
-    int rows, mb, B, T;
+    dt_layout lay; /* this rank's (plan/layout.h): every split below is read from it */
     dt_optim_config optim;
     int total_steps;
     dt_lr_schedule_fn lr;
@@ -54,7 +54,6 @@ struct dt_booster {
     size_t in_row, tg_row;
     dt_train_state state;
     /* pipeline (pp > 1) */
-    dt_stage_plan stages;
     dt_schedule *schedule;
     dt_pipeline *pipeline;
     dt_trace trace;
@@ -69,17 +68,10 @@ static bool pipelined(const dt_booster *b) { return b->mesh->axis[DT_AXIS_PP]->s
 
 static bool is_root(const dt_booster *b) { return b->world->rank == 0; }
 
-static int zero_stage(const dt_plugin_config *p) {
-    dt_config c = {.plugin = *p};
-    return dt_config_zero_stage(&c);
-}
-
 dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_booster **out) {
     *out = NULL;
     dt_mesh_dims dims;
     DT_TRY(dt_mesh_infer(world->size, plugin->pp_size, plugin->sp_size, plugin->tp_size, &dims));
-    if (zero_stage(plugin) > 0 && plugin->type == DT_PLUGIN_DDP)
-        return dt_err_set(DT_ERR_ARG, "plugin.type=ddp has no ZeRO stage; use zero1/2/3");
     dt_booster *b = calloc(1, sizeof *b);
     if (!b)
         return dt_err_set(DT_ERR_OOM, "booster: out of memory");
@@ -115,38 +107,22 @@ void dt_booster_free(dt_booster *b) {
 
 /* ---- boost -------------------------------------------------------------------------------- */
 
-static bool sequence_tp(const dt_booster *b) {
-    return b->plugin.sp_mode == DT_SP_SPLIT_GATHER;
-}
-
-static dt_status check_batch(const dt_booster *b, const dt_boost_spec *s) {
-    int dp = b->dp->size;
-    DT_TRY(dt_model_check_split(s->model, b->plugin.tp_size, b->plugin.sp_size, sequence_tp(b),
-                                s->seq_len));
-    if (s->batch_size < 1 || s->batch_size % dp)
-        return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
-                          "data-parallel ranks; use a multiple of %d", s->batch_size, dp, dp);
-    int rows = s->batch_size / dp, mb = s->micro_batch_size, n_mb = b->plugin.microbatches;
-    if (n_mb > 0 && rows % n_mb)
-        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
-                          "each of the %d data-parallel ranks gets (batch_size %d)", n_mb, rows,
-                          dp, s->batch_size);
-    if (n_mb > 0 && mb > 0 && mb * n_mb != rows)
-        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d and train.micro_batch_size=%d "
-                          "disagree: %d x %d is not the %d sequences of each data-parallel "
-                          "rank; set one of them", n_mb, mb, n_mb, mb, rows);
-    if (mb < 0 || (mb > 0 && rows % mb))
-        return dt_err_set(DT_ERR_ARG, "train.micro_batch_size=%d does not divide the %d "
-                          "sequences each of the %d data-parallel ranks gets (batch_size %d)",
-                          mb, rows, dp, s->batch_size);
-    return DT_OK;
+/* The run's layout on this rank, from the plugin and the spec; the model's own split rules
+ * (heads and widths over tp and sp) checked beside it. Pure: every rank reaches one verdict. */
+static dt_status make_layout(dt_booster *b, const dt_boost_spec *s) {
+    dt_config c = {.model = *s->model, .plugin = b->plugin,
+                   .train = {.batch_size = s->batch_size, .micro_batch_size = s->micro_batch_size,
+                             .seq_len = s->seq_len}};
+    DT_TRY(dt_layout_make(&c, b->world->size, b->world->rank, &b->lay));
+    return dt_model_check_split(s->model, b->lay.tp, b->lay.sp, b->lay.rows_tp, b->lay.T);
 }
 
 /* The schedule every pp rank runs: generated, or read from the user's file; validated with
  * blocking (rendezvous) sends, so a bad one fails here, on every rank, before any message. */
-static dt_status make_schedule(dt_booster *b, int n_mb) {
+static dt_status make_schedule(dt_booster *b) {
     const dt_plugin_config *p = &b->plugin;
-    int pp = p->pp_size;
+    char what[sizeof p->pp_schedule + 64];
+    snprintf(what, sizeof what, "plugin.pp_schedule=%s", p->pp_schedule);
     if (strncmp(p->pp_schedule, "file:", 5) == 0) {
         const char *path = p->pp_schedule + 5;
         char *text;
@@ -155,32 +131,11 @@ static dt_status make_schedule(dt_booster *b, int n_mb) {
         dt_status st = dt_sched_parse(text, &b->schedule);
         free(text);
         DT_TRY(dt_err_wrap(st, "plugin.pp_schedule file %s", path));
-        const dt_schedule *s = b->schedule;
-        if (s->pp != pp || s->n_chunks != p->pp_chunks || s->n_mb != n_mb)
-            return dt_err_set(DT_ERR_ARG, "plugin.pp_schedule file %s is for pp %d, %d chunks "
-                              "per rank, %d micro-batches; this run has pp_size %d, pp_chunks "
-                              "%d, %d micro-batches", path, s->pp, s->n_chunks, s->n_mb, pp,
-                              p->pp_chunks, n_mb);
-    } else if (strcmp(p->pp_schedule, "gpipe") == 0) {
-        DT_TRY(dt_sched_gpipe(pp, n_mb, &b->schedule));
-    } else if (strcmp(p->pp_schedule, "interleaved") == 0) {
-        DT_TRY(dt_sched_interleaved(pp, n_mb, p->pp_chunks, &b->schedule));
-    } else if (strcmp(p->pp_schedule, "zbh1") == 0) {
-        DT_TRY(dt_sched_zbh1(pp, n_mb, &b->schedule));
+        snprintf(what, sizeof what, "plugin.pp_schedule file %s", path);
     } else {
-        DT_TRY(dt_sched_1f1b(pp, n_mb, &b->schedule));
+        DT_TRY(dt_layout_schedule_make(&b->lay, p, &b->schedule));
     }
-    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
-    return dt_err_wrap(dt_sched_validate(b->schedule, &lim), "plugin.pp_schedule=%s",
-                       p->pp_schedule);
-}
-
-/* the stage plan and schedule are pure: every rank reaches the same verdict */
-static dt_status plan_pipeline(dt_booster *b, const dt_boost_spec *s, int n_mb) {
-    const dt_plugin_config *p = &b->plugin;
-    DT_TRY(dt_stage_plan_make(s->model->n_layer, p->pp_size, p->pp_chunks, p->pp_layers,
-                              &b->stages));
-    return make_schedule(b, n_mb);
+    return dt_layout_set_schedule(&b->lay, b->schedule, what);
 }
 
 /* The training and validation sources. Bouncing-shapes validation clips come from a seed of
@@ -206,39 +161,38 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
     return DT_OK;
 }
 
+/* The engine's options: what the layout says this rank runs, and the plugin's knobs. */
+static dt_engine_opts engine_opts(const dt_booster *b) {
+    const dt_layout *l = &b->lay;
+    const dt_plugin_config *p = &b->plugin;
+    dt_engine_opts eo = {.zero_stage = l->zero, .bucket_mb = p->bucket_mb, .overlap = p->overlap,
+                         .precision = l->precision, .B = l->mb, .T = l->T,
+                         .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
+                         .sequence_tp = l->rows_tp, .ac = l->ac, .ac_every = l->ac_every,
+                         .act_compress = p->act_compress, .offload = p->offload,
+                         .offload_dir = p->offload_dir, .offload_window_mb = p->offload_window_mb,
+                         .world_rank = l->rank};
+    if (pipelined(b)) {
+        eo.units = l->held;
+        eo.n_slots = l->n_slots;
+        eo.pp = b->mesh->axis[DT_AXIS_PP];
+        eo.tied = b->mesh->tied; /* the model's tied tensors (dt_model_tie) */
+        eo.split_backward = l->split_backward;
+    }
+    return eo;
+}
+
 /* may fail on one rank only (its files), so the caller agrees on the outcome */
 static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
-    const dt_model_config *m = s->model;
     DT_TRY(open_sources(b, s));
-    dt_engine_opts eo = {.zero_stage = zero_stage(&b->plugin), .bucket_mb = b->plugin.bucket_mb,
-                         .overlap = b->plugin.overlap,
-                         .precision = b->plugin.precision, .B = b->mb, .T = s->seq_len,
-                         .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
-                         .sequence_tp = sequence_tp(b), .ac = b->plugin.ac,
-                         .ac_every = b->plugin.ac_every,
-                         .act_compress = b->plugin.act_compress, .offload = b->plugin.offload,
-                         .offload_dir = b->plugin.offload_dir,
-                         .offload_window_mb = b->plugin.offload_window_mb,
-                         .world_rank = b->world->rank};
-    bool held[DT_MAX_CHUNKS + 2];
-    if (pipelined(b)) {
-        dt_comm *pp = b->mesh->axis[DT_AXIS_PP];
-        if (s->model->n_layer + 2 > DT_MAX_CHUNKS + 2)
-            return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: at most %d layers", DT_MAX_CHUNKS);
-        dt_stage_plan_held(&b->stages, pp->rank, held);
-        eo.units = held;
-        eo.n_slots = dt_pipeline_slots(b->schedule, pp->rank);
-        eo.pp = pp;
-        eo.tied = b->mesh->tied; /* the model's tied tensors (dt_model_tie) */
-        eo.split_backward = dt_pipeline_split(b->schedule);
-    }
-    DT_TRY(dt_engine_init(m, s->optim, &eo, b->grad, b->mem, &b->engine));
+    dt_engine_opts eo = engine_opts(b);
+    DT_TRY(dt_engine_init(s->model, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
     if (pipelined(b))
-        DT_TRY(dt_pipeline_init(b->schedule, &b->stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                                eo.n_slots, b->mb, s->seq_len, b->mem, &b->pipeline));
+        DT_TRY(dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], b->model,
+                                b->lay.n_slots, b->lay.mb, b->lay.T, b->mem, &b->pipeline));
     /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
-    size_t batch_rows = (size_t)(pipelined(b) ? b->rows : b->mb);
+    size_t batch_rows = (size_t)(pipelined(b) ? b->lay.rows : b->lay.mb);
     b->in_row = dt_source_input_row_bytes(b->train);
     b->tg_row = dt_source_target_row_bytes(b->train);
     DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", batch_rows * b->in_row,
@@ -318,15 +272,9 @@ static dt_status start_timeline(dt_booster *b, const char *name) {
 dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
     if (b->engine)
         return dt_err_set(DT_ERR_ARG, "booster: boost() was already called");
-    DT_TRY(check_batch(b, s));
-    b->B = s->batch_size;
-    b->T = s->seq_len;
-    b->rows = s->batch_size / b->dp->size;
-    b->mb = s->micro_batch_size > 0 ? s->micro_batch_size : b->rows;
-    if (b->plugin.microbatches > 0)
-        b->mb = b->rows / b->plugin.microbatches;
-    if (pipelined(b))
-        DT_TRY(plan_pipeline(b, s, b->rows / b->mb));
+    DT_TRY(make_layout(b, s));
+    if (pipelined(b)) /* a schedule file may be missing on one rank only */
+        DT_TRY(dt_comm_agree(b->world, make_schedule(b)));
     if (s->trace) {
         DT_TRY(dt_trace_init(&b->trace, b->world));
         b->tracing = true;
@@ -387,28 +335,28 @@ static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
 /* a pipeline's step share as the schedule reads it: micro-batch after micro-batch */
 static dt_pipeline_batch pipeline_batch(const dt_booster *b, float grad_scale) {
     return (dt_pipeline_batch){.inputs = b->inputs, .targets = b->targets,
-                               .input_bytes = (size_t)b->mb * b->in_row,
-                               .target_bytes = (size_t)b->mb * b->tg_row, .B = b->mb,
-                               .T = b->T, .grad_scale = grad_scale};
+                               .input_bytes = (size_t)b->lay.mb * b->in_row,
+                               .target_bytes = (size_t)b->lay.mb * b->tg_row, .B = b->lay.mb,
+                               .T = b->lay.T, .grad_scale = grad_scale};
 }
 
 /* forward and backward of the step's micro-batches: in turn, or over the pipeline schedule */
 static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss_sum) {
-    int row0 = b->dp->rank * b->rows;
+    int row0 = b->lay.row0;
     *loss_sum = 0;
     if (pipelined(b)) {
-        DT_TRY(dt_source_rows(b->train, row0, b->rows, b->inputs, b->targets));
+        DT_TRY(dt_source_rows(b->train, row0, b->lay.rows, b->inputs, b->targets));
         dt_pipeline_batch pb = pipeline_batch(b, grad_scale);
         return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
                                (int)b->state.step, loss_sum);
     }
-    for (int row = 0; row < b->rows; row += b->mb) {
+    for (int row = 0; row < b->lay.rows; row += b->lay.mb) {
         double part, t0 = trace_now(b);
-        dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->mb);
-        DT_TRY(dt_source_rows(b->train, row0 + row, b->mb, b->inputs, b->targets));
-        dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->mb, .T = b->T};
-        DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->mb >= b->rows, &part));
-        DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->mb, t0));
+        dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->lay.mb);
+        DT_TRY(dt_source_rows(b->train, row0 + row, b->lay.mb, b->inputs, b->targets));
+        dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T};
+        DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->lay.mb >= b->lay.rows, &part));
+        DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->lay.mb, t0));
         *loss_sum += part;
     }
     return DT_OK;
@@ -418,7 +366,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
  * set is marked in use and unused once per micro-batch (the accountant also keeps twice the
  * most events seen in one step). */
 static dt_status reserve_events(dt_booster *b) {
-    int n_mb = b->rows / b->mb;
+    int n_mb = b->lay.n_mb;
     return dt_mem_timeline_reserve(b->mem, 2 * n_mb * dt_model_n_units(b->model) + 64);
 }
 
@@ -457,7 +405,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* the loss scale is a power of two (from a power-of-two start): multiplying by it and
      * dividing the norm and the update by it again are exact */
     float loss_scale = fp16(b) ? b->state.scaler.scale : 1.0f;
-    float grad_scale = loss_scale / ((float)b->B * b->T);
+    float grad_scale = loss_scale / ((float)b->lay.B * b->lay.T);
     double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0, ts = trace_now(b);
     const dt_comm *comms[N_STEP_COMMS];
     uint64_t bytes0[N_STEP_COMMS];
@@ -511,7 +459,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     }
     DT_TRY(sum_loss(b, &loss_sum)); /* reporting, not counted */
     b->stranded = false;
-    r->loss = loss_sum / ((double)b->B * b->T);
+    r->loss = loss_sum / ((double)b->lay.B * b->lay.T);
     r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
     dt_source_position(b->train, &b->state.data_pos, &b->state.data_step);
@@ -528,7 +476,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
 dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     if (!b->val)
         return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
-    int row0 = b->dp->rank * b->rows;
+    int row0 = b->lay.row0;
     double sum = 0;
     DT_TRY(reserve_events(b));
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EVAL, -1);
@@ -537,15 +485,15 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     for (int i = 0; i < n_batches; i++) {
         if (pipelined(b)) {
             double part;
-            DT_TRY(dt_source_rows(b->val, row0, b->rows, b->inputs, b->targets));
+            DT_TRY(dt_source_rows(b->val, row0, b->lay.rows, b->inputs, b->targets));
             dt_pipeline_batch pb = pipeline_batch(b, 0);
-            DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->rows / b->mb, &part));
+            DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->lay.n_mb, &part));
             sum += part;
         }
-        for (int row = 0; !pipelined(b) && row < b->rows; row += b->mb) {
+        for (int row = 0; !pipelined(b) && row < b->lay.rows; row += b->lay.mb) {
             double part;
-            DT_TRY(dt_source_rows(b->val, row0 + row, b->mb, b->inputs, b->targets));
-            dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->mb, .T = b->T};
+            DT_TRY(dt_source_rows(b->val, row0 + row, b->lay.mb, b->inputs, b->targets));
+            dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T};
             DT_TRY(dt_engine_eval(b->engine, &mb, &part));
             sum += part;
         }
@@ -553,7 +501,7 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     }
     DT_TRY(sum_loss(b, &sum));
     b->stranded = false;
-    *loss = sum / ((double)n_batches * b->B * b->T);
+    *loss = sum / ((double)n_batches * b->lay.B * b->lay.T);
     return DT_OK;
 }
 
@@ -589,11 +537,10 @@ static dt_status export_weights(dt_booster *b, const char *path) {
 
 /* the layout, for the manifest */
 static void layout_text(const dt_booster *b, char *out, size_t n) {
-    const dt_plugin_config *p = &b->plugin;
+    const dt_layout *l = &b->lay;
     snprintf(out, n, "world=%d dp=%d tp=%d pp=%d sp=%d zero=%d microbatches=%d precision=%s",
-             b->world->size, b->dp->size, b->mesh->axis[DT_AXIS_TP]->size,
-             b->mesh->axis[DT_AXIS_PP]->size, b->mesh->axis[DT_AXIS_SP]->size, zero_stage(p),
-             b->rows / b->mb, dt_precision_name(p->precision));
+             l->world, l->dp, l->tp, l->pp, l->sp, l->zero, l->n_mb,
+             dt_precision_name(l->precision));
 }
 
 /* the run's configuration as INI text for the manifest (rank 0), or NULL */
@@ -652,12 +599,12 @@ dt_status dt_booster_export(dt_booster *b, const char *path) { return export_wei
 static dt_status sample_on_root(dt_booster *b, const float *full, const int32_t *prompt,
                                 int n_prompt, int n_new, float temperature, uint64_t seed,
                                 int32_t *out) {
-    dt_model_opts o = {.B = 1, .T = b->T, .precision = b->plugin.precision};
+    dt_model_opts o = {.B = 1, .T = b->lay.T, .precision = b->plugin.precision};
     dt_model *g = NULL;
     DT_TRY(dt_model_create(dt_model_cfg(b->model), &o, b->mem, &g));
     memcpy(dt_model_weights(g), full, (size_t)dt_model_numel(g) * sizeof(float));
     dt_model_sync_lp(g);
-    dt_status st = dt_sample_tokens(g, b->T, prompt, n_prompt, n_new, temperature, seed, out);
+    dt_status st = dt_sample_tokens(g, b->lay.T, prompt, n_prompt, n_new, temperature, seed, out);
     dt_model_free(g);
     return st;
 }
@@ -779,5 +726,5 @@ int64_t dt_booster_steps_done(const dt_booster *b) { return b->state.step; }
 bool dt_booster_stranded(const dt_booster *b) { return b && b->stranded; }
 dt_model *dt_booster_model(dt_booster *b) { return b->model; }
 int dt_booster_dp_size(const dt_booster *b) { return b->dp->size; }
-int dt_booster_micro_batch(const dt_booster *b) { return b->mb; }
+int dt_booster_micro_batch(const dt_booster *b) { return b->lay.mb; }
 dt_mem *dt_booster_mem(dt_booster *b) { return b->mem; }

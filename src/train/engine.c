@@ -13,6 +13,7 @@
 
 #include "kernels/cast.h"
 #include "optim/adamw.h"
+#include "plan/layout.h"
 
 enum { N_SLOTS = 2 };
 
@@ -38,6 +39,7 @@ struct dt_engine {
     float *g_whole;
     dt_mem *mem; /* borrowed */
     int zero, n_units;
+    dt_grad_home *home; /* [n_units] where each unit's gradients live, decided at init */
     bool lp, overlap;
     dt_dtype mm; /* matmul operand type: what the 16-bit copies hold */
     int64_t n_total, S, own_first, own_count;
@@ -189,7 +191,7 @@ static dt_status on_enter(void *ctx, int unit, dt_model_phase phase) {
         else if (phase == DT_PHASE_BACKWARD)
             DT_TRY(prefetch(e, unit - 1));
     }
-    if (e->zero >= 2 && phase == DT_PHASE_BACKWARD && !is_persistent(e, unit) && !e->g_whole) {
+    if (phase == DT_PHASE_BACKWARD && e->home[unit] == DT_GRAD_ROTATING) {
         unit_buf *b = buf_of(e, unit);
         DT_TRY(complete_reduction(e, b)); /* the buffer's previous unit */
         dt_model_bind_unit(e->model, unit, NULL, b->g, NULL);
@@ -202,19 +204,24 @@ static dt_status on_leave(void *ctx, int unit, dt_model_phase phase) {
     dt_engine *e = ctx;
     if (phase != DT_PHASE_BACKWARD || !e->comm_now)
         return DT_OK;
-    if (e->zero >= 2 && ((e->pipelined && is_persistent(e, unit)) || e->g_whole))
-        return DT_OK; /* accumulates over the step's micro-batches; reduced in finish */
-    if (e->zero >= 2) {
+    switch (e->home[unit]) {
+    case DT_GRAD_ARENA: {
+        int k = e->bucket_of_unit[unit];
+        if (k < 0 || !e->overlap)
+            return DT_OK;
+        return dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k], e->bucket_count[k],
+                                     &e->bucket_req[k]);
+    }
+    case DT_GRAD_ROTATING:
+    case DT_GRAD_PINNED: {
         unit_buf *b = buf_of(e, unit);
         b->gunit = unit;
         DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, unit), &b->greq));
         return e->overlap ? DT_OK : complete_reduction(e, b);
     }
-    int k = e->bucket_of_unit[unit];
-    if (k < 0 || !e->overlap)
+    default: /* accumulates over the step's micro-batches; reduced in finish */
         return DT_OK;
-    return dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k], e->bucket_count[k],
-                                 &e->bucket_req[k]);
+    }
 }
 
 /* ---- set-up ----------------------------------------------------------------------------- */
@@ -223,7 +230,7 @@ static dt_status alloc(dt_engine *e, dt_mem_cat cat, const char *name, size_t by
     return dt_mem_alloc(e->mem, cat, name, bytes, (void **)out);
 }
 
-static dt_status plan_units(dt_engine *e, double bucket_bytes) {
+static dt_status plan_units(dt_engine *e, double bucket_bytes, bool split) {
     int P = e->dp->size, U = e->n_units;
     e->counts = calloc((size_t)(U + 1) * P, sizeof *e->counts);
     e->ufirst = calloc((size_t)U, sizeof *e->ufirst);
@@ -233,10 +240,12 @@ static dt_status plan_units(dt_engine *e, double bucket_bytes) {
     e->bucket_count = calloc((size_t)U, sizeof *e->bucket_count);
     e->bucket_req = calloc((size_t)U, sizeof *e->bucket_req);
     e->shard_fresh = calloc((size_t)U, sizeof *e->shard_fresh);
+    e->home = calloc((size_t)U, sizeof *e->home);
     if (!e->counts || !e->ufirst || !e->ucount || !e->bucket_of_unit || !e->bucket_first ||
-        !e->bucket_count || !e->bucket_req || !e->shard_fresh)
+        !e->bucket_count || !e->bucket_req || !e->shard_fresh || !e->home)
         return dt_err_set(DT_ERR_OOM, "engine: out of memory");
     for (int u = 0; u < U; u++) {
+        e->home[u] = dt_grad_home_of(e->zero, split, e->pipelined, u, U);
         dt_model_unit_range(e->model, u, &e->ufirst[u], &e->ucount[u]);
         for (int r = 0; r < P; r++)
             counts_of(e, u)[r] = (int)overlap(e->ufirst[u], e->ucount[u], (int64_t)r * e->S, e->S);
@@ -352,7 +361,7 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     e->S = (per_rank + 15) / 16 * 16;
     e->own_first = (int64_t)dp->rank * e->S;
     e->own_count = overlap(0, e->n_total, e->own_first, e->S);
-    DT_TRY_GOTO(plan_units(e, (double)o->bucket_mb * 1048576.0));
+    DT_TRY_GOTO(plan_units(e, (double)o->bucket_mb * 1048576.0, o->split_backward));
     DT_TRY_GOTO(setup_storage(e, o->split_backward));
     int64_t first = e->zero == 0 ? 0 : e->own_first;
     int64_t count = e->zero == 0 ? e->n_total : e->own_count;
@@ -409,6 +418,7 @@ void dt_engine_free(dt_engine *e) {
     free(e->bucket_count);
     free(e->bucket_req);
     free(e->shard_fresh);
+    free(e->home);
     free(e);
 }
 
@@ -442,8 +452,11 @@ dt_status dt_engine_begin_step(dt_engine *e) {
             e->shard_fresh[u] = true;
         if (e->g_whole && !dt_model_fresh_grads(e->model, -1))
             dt_zero_f32(e->g_whole, e->n_total);
-        for (int i = 0; e->pipelined && !e->g_whole && i < n_persistent(e); i++)
-            fresh_unit(e, persistent_unit(e, i), e->pers[i].g);
+        for (int i = 0; i < n_persistent(e); i++) {
+            int u = persistent_unit(e, i);
+            if (e->home[u] == DT_GRAD_PINNED_STEP)
+                fresh_unit(e, u, e->pers[i].g);
+        }
     } else if (!dt_model_fresh_grads(e->model, -1)) {
         dt_model_zero_grad(e->model);
     }
@@ -457,8 +470,11 @@ dt_status dt_engine_micro_batch(dt_engine *e, const dt_batch *b, float grad_scal
     e->comm_now = e->zero >= 2 || last;
     if (e->zero >= 2) {
         DT_TRY(complete_all(e)); /* the persistent units' buffers are reused below */
-        for (int i = 0; i < n_persistent(e); i++)
-            fresh_unit(e, persistent_unit(e, i), e->pers[i].g);
+        for (int i = 0; i < n_persistent(e); i++) {
+            int u = persistent_unit(e, i);
+            if (e->home[u] == DT_GRAD_PINNED)
+                fresh_unit(e, u, e->pers[i].g);
+        }
     }
     DT_TRY(dt_model_forward(e->model, b));
     DT_TRY(dt_model_loss(e->model, b, grad_scale, true, loss_sum));
@@ -511,9 +527,11 @@ dt_status dt_engine_finish(dt_engine *e) {
     if (e->g_whole) /* this rank's part of the whole arena lands at g_shard[0] */
         DT_TRY(dt_comm_reduce_scatter_f32(e->dp, e->g_whole, e->g_shard,
                                           counts_of(e, e->n_units), NULL));
-    for (int i = 0; e->zero >= 2 && e->pipelined && !e->g_whole && i < n_persistent(e); i++) {
+    for (int i = 0; e->zero >= 2 && i < n_persistent(e); i++) {
         unit_buf *b = &e->pers[i];
         int u = persistent_unit(e, i);
+        if (e->home[u] != DT_GRAD_PINNED_STEP)
+            continue;
         b->gunit = u;
         DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, u), &b->greq));
         DT_TRY(complete_reduction(e, b));

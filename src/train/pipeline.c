@@ -28,65 +28,8 @@ struct dt_pipeline {
     dt_comm_req *recv_grad;
 };
 
-/* A (chunk, mb) holds its slot from its F until its input gradient has been sent (chunk 0,
- * which sends none: its B), or with a split backward until its W. An input received ahead
- * of its F waits in a small inbox buffer, not a slot: schedules post the next receive before
- * the current backward, and a whole slot for it would be one more micro-batch of
- * activations. The executor and the counts below use these predicates. */
-static bool takes_slot(const dt_sched_action *a) { return a->op == DT_SCHED_OP_F; }
-
-static bool gives_slot(const dt_sched_action *a, bool split) {
-    if (split)
-        return a->op == DT_SCHED_OP_W;
-    return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
-}
-
-bool dt_pipeline_split(const dt_schedule *s) {
-    for (int r = 0; r < s->pp; r++) {
-        int n;
-        const dt_sched_action *a = dt_sched_row(s, r, &n);
-        for (int i = 0; i < n; i++)
-            if (a[i].op == DT_SCHED_OP_W)
-                return true;
-    }
-    return false;
-}
-
-/* Most inputs received ahead of their F at once on `rank`. */
-static int inbox_count(const dt_schedule *s, int rank) {
-    int n, live = 0, peak = 0;
-    const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    for (int i = 0; i < n; i++) {
-        if (a[i].op == DT_SCHED_OP_RECV_ACT)
-            peak = ++live > peak ? live : peak;
-        else if (a[i].op == DT_SCHED_OP_F && a[i].stage > 0 && live > 0)
-            live--; /* a chunk with a predecessor consumed its received input */
-    }
-    return peak;
-}
-
-int dt_pipeline_slots(const dt_schedule *s, int rank) {
-    int n, live = 0, peak = 0;
-    const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    int total = s->pp * s->n_chunks * s->n_mb;
-    bool split = dt_pipeline_split(s);
-    char *held = calloc((size_t)total, 1);
-    if (!held)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        int k = a[i].stage * s->n_mb + a[i].mb;
-        bool take = takes_slot(&a[i]), give = gives_slot(&a[i], split);
-        if (take && !held[k]) {
-            held[k] = 1;
-            peak = ++live > peak ? live : peak;
-        } else if (give && held[k]) {
-            held[k] = 0;
-            live--;
-        }
-    }
-    free(held);
-    return peak;
-}
+/* Slots and inbox buffers follow plan/schedule.h's rules (dt_sched_takes_slot, _gives_slot,
+ * _inbox), which the planner counts with too. */
 
 static int idx(const dt_pipeline *p, int chunk, int mb) { return chunk * p->n_mb + mb; }
 
@@ -102,7 +45,7 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
         return dt_err_set(DT_ERR_ARG, "pipeline: the schedule is for pp %d x %d chunks, the "
                           "model is cut into pp %d x %d chunks over %d ranks", s->pp,
                           s->n_chunks, plan->pp, plan->v, pp->size);
-    int need = dt_pipeline_slots(s, pp->rank);
+    int need = dt_sched_slots(s, pp->rank);
     if (need > n_slots)
         return dt_err_set(DT_ERR_ARG, "pipeline: rank %d needs %d activation slots, the model "
                           "has %d", pp->rank, need, n_slots);
@@ -115,8 +58,8 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
         return dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
     int pairs = plan->n_chunks * s->n_mb;
     *p = (dt_pipeline){.s = s, .plan = plan, .pp = pp, .model = model, .rank = pp->rank,
-                       .n_slots = n_slots, .n_mb = s->n_mb, .split = dt_pipeline_split(s),
-                       .n_inbox = inbox_count(s, pp->rank), .mem = mem};
+                       .n_slots = n_slots, .n_mb = s->n_mb, .split = dt_sched_split(s),
+                       .n_inbox = dt_sched_inbox(s, pp->rank), .mem = mem};
     p->slots = calloc((size_t)n_slots, sizeof *p->slots);
     p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
     p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
@@ -293,14 +236,14 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         DT_TRY(dt_model_backward_units(g, slot, first_unit(p, c), end_unit(p, c), &in,
                                        p->split));
         DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
-        if (gives_slot(a, p->split)) /* chunk 0: nothing to send, the slot is free */
+        if (dt_sched_gives_slot(a, p->split)) /* chunk 0: nothing to send, the slot is free */
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_W:
         slot = p->slot_of[k];
         DT_TRY(dt_model_weight_units(g, slot, first_unit(p, c), end_unit(p, c), &in));
         DT_TRY(dt_trace_add(trace, DT_SPAN_WEIGHT, c, mb, step, t0, dt_trace_now(trace)));
-        if (gives_slot(a, p->split))
+        if (dt_sched_gives_slot(a, p->split))
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
@@ -308,7 +251,7 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, slot, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
                             &p->slots[slot].sends[1]));
-        if (gives_slot(a, p->split)) /* reusable once the send completes (slot_acquire waits) */
+        if (dt_sched_gives_slot(a, p->split)) /* reusable once the send completes (slot_acquire waits) */
             slot_release(p, c, mb);
         return DT_OK;
     default:

@@ -9,8 +9,8 @@
  * backward has sent its input gradient (or after its W); a slot's outgoing messages are
  * completed before it is reused. An input that arrives ahead of its forward lands in a small
  * inbox buffer (one boundary tensor) and is copied into the slot at the forward.
- * dt_pipeline_slots tells how many slots a schedule needs on a rank (GPipe: all micro-
- * batches; 1F1B: pp - r on stage r).
+ * dt_sched_slots (plan/schedule.h) tells how many slots a schedule needs on a rank (GPipe:
+ * all micro-batches; 1F1B: pp - r on stage r).
  */
 #ifndef DT_TRAIN_PIPELINE_H
 #define DT_TRAIN_PIPELINE_H
@@ -25,14 +25,6 @@
 #include "train/trace.h"
 
 typedef struct dt_pipeline dt_pipeline;
-
-/* Most (chunk, micro-batch) pairs `rank` holds at once: from its F until its input gradient
- * is sent, or until its W with a split backward. */
-int dt_pipeline_slots(const dt_schedule *s, int rank);
-
-/* Whether the schedule splits the backward (has W actions): the model must then be built
- * with split_backward. */
-bool dt_pipeline_split(const dt_schedule *s);
 
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
  * slots. Borrows all. */

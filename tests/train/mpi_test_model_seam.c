@@ -550,7 +550,7 @@ static void run_pipeline(dt_comm *w, int zero, const float *x, const float *y) {
     DT_CHECK_OK(dt_stage_plan_make(U - 2, 2, 1, NULL, &plan));
     DT_CHECK_OK(dt_sched_1f1b(2, n_mb, &s));
     dt_stage_plan_held(&plan, pp->rank, held);
-    int n_slots = s ? dt_pipeline_slots(s, pp->rank) : 1;
+    int n_slots = s ? dt_sched_slots(s, pp->rank) : 1;
     dt_engine_opts eo = {.zero_stage = zero, .bucket_mb = 0.0003f, .overlap = true,
                          .precision = DT_PREC_FP32, .B = mb, .T = 1, .units = held,
                          .n_slots = n_slots, .pp = pp, .create = toy_create};
