@@ -35,11 +35,11 @@ dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n) {
 }
 
 static dt_region_kind enter_kind(const dt_dit *d) {
-    return d->rows->size > 1 ? DT_REGION_KIND_SEQ_GATHER : DT_REGION_KIND_COPY;
+    return dt_region_enter_kind(d->rows->size > 1);
 }
 
 static dt_region_kind leave_kind(const dt_dit *d) {
-    return d->rows->size > 1 ? DT_REGION_KIND_SEQ_REDUCE_SCATTER : DT_REGION_KIND_REDUCE;
+    return dt_region_leave_kind(d->rows->size > 1);
 }
 
 /* A norm output [Nr, C] entering the tp region: itself (COPY's forward is the identity), or

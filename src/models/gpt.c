@@ -270,10 +270,8 @@ static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
         }
     }
     g->par = (dt_block_par){.tp = use[0], .sp = use[1], .rows = use[2],
-                            .enter = o->sequence_tp ? DT_REGION_KIND_SEQ_GATHER
-                                                    : DT_REGION_KIND_COPY,
-                            .leave = o->sequence_tp ? DT_REGION_KIND_SEQ_REDUCE_SCATTER
-                                                    : DT_REGION_KIND_REDUCE};
+                            .enter = dt_region_enter_kind(o->sequence_tp),
+                            .leave = dt_region_leave_kind(o->sequence_tp)};
     return dt_gpt_check_split(&g->cfg, use[0]->size, use[1]->size, o->sequence_tp, g->T);
 }
 

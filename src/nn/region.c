@@ -394,6 +394,14 @@ static const struct {
     [DT_REGION_KIND_ALL_TO_ALL] = {all_to_all_post, all_to_all_finish},
 };
 
+dt_region_kind dt_region_enter_kind(bool rows_split) {
+    return rows_split ? DT_REGION_KIND_SEQ_GATHER : DT_REGION_KIND_COPY;
+}
+
+dt_region_kind dt_region_leave_kind(bool rows_split) {
+    return rows_split ? DT_REGION_KIND_SEQ_REDUCE_SCATTER : DT_REGION_KIND_REDUCE;
+}
+
 const dt_region_op *dt_region_op_get(dt_region_kind k) {
     return (int)k >= 0 && k < DT_REGION_KIND_COUNT ? &OPS[k] : NULL;
 }

@@ -93,6 +93,11 @@ typedef struct dt_region_op {
 
 /* The op table entry for `k` (static, never freed); NULL for an out-of-range k. */
 const dt_region_op *dt_region_op_get(dt_region_kind k);
+/* The pair a tensor-parallel block runs between: rows_split (Megatron-SP: the residual rows
+ * split over the tp ranks) enters by all-gathering rows and leaves by reduce-scattering them;
+ * otherwise it enters by copy and leaves by all-reduce. Every model picks its regions here. */
+dt_region_kind dt_region_enter_kind(bool rows_split);
+dt_region_kind dt_region_leave_kind(bool rows_split);
 /* Local element count of a tensor in `layout` on a comm of `size` ranks (assumes the shape
  * divides; the ops check). */
 int64_t dt_region_count(dt_region_layout layout, const dt_region_shape *s, int size);
