@@ -74,10 +74,12 @@ static dt_status push(cands *l, const cand *x) {
 
 /* ---- which layouts are valid ------------------------------------------------------------ */
 
-/* sched: the schedule to run (borrowed), or NULL: the one plugin.pp_schedule names. Every
- * rank's layout agrees on what runs (the schedule is validated for all of them). */
-static dt_status check_layout(const dt_config *c, int world, const dt_schedule *sched) {
+/* given: the schedule to run (borrowed; validated here), or NULL: the one plugin.pp_schedule
+ * names, generated into *own (the caller frees it; generators make valid schedules). */
+static dt_status check_layout(const dt_config *c, int world, const dt_schedule *given,
+                              dt_schedule **own) {
     const dt_plugin_config *p = &c->plugin;
+    *own = NULL;
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
     DT_TRY(dt_config_validate(c));
@@ -85,20 +87,22 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
                                 p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));
     dt_layout l;
     const dt_schedule *s;
-    dt_schedule *own;
-    DT_TRY(dt_layout_make_scheduled(c, world, 0, sched, &l, &s, &own));
-    dt_sched_free(own);
-    return DT_OK;
+    DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &l, &s, own));
+    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
+    return given ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
+                               p->pp_schedule)
+                 : DT_OK;
 }
 
 /* ---- predictions -------------------------------------------------------------------------- */
 
-static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t mem) {
+static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t mem,
+                         const dt_schedule *sched) {
     const dt_plugin_config *p = &x->c.plugin;
     int stride = world / p->pp_size; /* rank (pp r, 0, 0, 0) = r * dp * sp * tp */
     memset(x->cat, 0, sizeof x->cat);
     x->total = 0;
-    dt_plan_mem_opts o = {.at_export = true};
+    dt_plan_mem_opts o = {.at_export = true, .schedule = sched};
     for (int r = 0; r < p->pp_size; r++) {
         dt_plan_mem m;
         DT_TRY(dt_plan_memory(&x->c, world, r * stride, &o, &m));
@@ -108,7 +112,7 @@ static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t 
         }
     }
     dt_plan_time t;
-    DT_TRY(dt_plan_step_time(&x->c, world, dev, NULL, &t));
+    DT_TRY(dt_plan_step_time(&x->c, world, dev, sched, &t));
     x->step_s = t.step_s;
     x->fits = x->total <= mem;
     return DT_OK;
@@ -118,7 +122,8 @@ static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t 
 
 enum { MAX_PINS = 32 };
 
-/* The --plugin.KEY=VALUE assignments of the command line: the enumeration keeps them. */
+/* The --plugin.KEY=VALUE and --train.KEY=VALUE assignments of the command line: the
+ * enumeration keeps them. */
 typedef struct pins {
     const char *set[MAX_PINS];
     int n;
@@ -147,19 +152,40 @@ static bool keeps_pins(const space *sp, const dt_config *c) {
     for (int i = 0; i < sp->pinned->n; i++) {
         dt_config again = *c;
         if (dt_config_set(&again, sp->pinned->set[i]) != DT_OK ||
-            memcmp(&again.plugin, &c->plugin, sizeof again.plugin))
+            memcmp(&again.plugin, &c->plugin, sizeof again.plugin) ||
+            memcmp(&again.train, &c->train, sizeof again.train))
             return false;
     }
     return true;
 }
 
 static dt_status consider(const space *sp, cand *x) {
-    if (!keeps_pins(sp, &x->c) || check_layout(&x->c, sp->world, NULL) != DT_OK)
+    dt_schedule *sched = NULL;
+    if (!keeps_pins(sp, &x->c) || check_layout(&x->c, sp->world, NULL, &sched) != DT_OK)
         return DT_OK; /* not a layout dtrain runs */
     x->dp = sp->world / (x->c.plugin.tp_size * x->c.plugin.sp_size * x->c.plugin.pp_size);
-    if (predict(x, sp->world, sp->dev, sp->mem) != DT_OK)
-        return DT_OK;
-    return push(sp->out, x);
+    dt_status st = predict(x, sp->world, sp->dev, sp->mem, sched);
+    dt_sched_free(sched);
+    return st == DT_OK ? push(sp->out, x) : DT_OK;
+}
+
+/* ZeRO stage z with the plugin.type that runs it: a pinned type keeps its own stage (zero1-3;
+ * ddp and none: 0) or, for hybrid, takes z as its zero_stage; unpinned, hybrid for z > 0 and
+ * plain data parallelism for 0. false: the pinned type does not run stage z. */
+static bool set_stage(const space *sp, dt_plugin_config *p, int z) {
+    if (!is_pinned(sp, "plugin.type")) {
+        p->type = z ? DT_PLUGIN_HYBRID : DT_PLUGIN_NONE;
+        p->zero_stage = z;
+        return true;
+    }
+    p->type = sp->base->plugin.type;
+    if (p->type == DT_PLUGIN_HYBRID) {
+        p->zero_stage = z;
+        return true;
+    }
+    p->zero_stage = 0;
+    dt_config c = {.plugin = *p};
+    return dt_config_zero_stage(&c) == z;
 }
 
 /* The memory levers on one mesh and schedule: ZeRO stage, precision (fp32 and one 16-bit
@@ -174,7 +200,9 @@ static dt_status levers(const space *sp, cand *x) {
         {DT_AC_NONE, 1}, {DT_AC_SELECTIVE, 1}, {DT_AC_FULL, 1}, {DT_AC_FULL, 2}};
     bool every_pinned = is_pinned(sp, "plugin.ac_every");
     int grad_p = sp->world / (x->c.plugin.tp_size * x->c.plugin.pp_size);
-    for (int z = 0; z <= (grad_p > 1 ? 3 : 0); z++)
+    for (int z = 0; z <= (grad_p > 1 ? 3 : 0); z++) {
+        if (!set_stage(sp, &x->c.plugin, z))
+            continue;
         for (int pi = 0; pi < 2; pi++)
             for (int ai = 0; ai < 4; ai++)
                 for (int q = 0; q < 2; q++)
@@ -185,8 +213,6 @@ static dt_status levers(const space *sp, cand *x) {
                             (q && acs[ai].ac == DT_AC_FULL && every == 1))
                             continue;
                         dt_plugin_config *p = &x->c.plugin;
-                        p->type = z ? DT_PLUGIN_HYBRID : DT_PLUGIN_NONE;
-                        p->zero_stage = z;
                         p->precision = precs[pi];
                         p->ac = acs[ai].ac;
                         p->ac_every = every;
@@ -196,20 +222,36 @@ static dt_status levers(const space *sp, cand *x) {
                             snprintf(p->offload_dir, sizeof p->offload_dir, "offload");
                         DT_TRY(consider(sp, x));
                     }
+    }
     return DT_OK;
 }
 
-/* Micro-batch counts: 1, 2, 4, ... up to the rows of a dp rank (a pipeline: pp, 2 pp, 4 pp). */
+/* Micro-batch sizes, with gradient accumulation over the rest of a dp rank's rows: every
+ * power of two that divides the rows, and the rows themselves (at most the 6 largest, and 1);
+ * a pipeline keeps at least pp micro-batches. A pinned train.micro_batch_size or
+ * plugin.microbatches is the only one tried. */
 static dt_status micro_batches(const space *sp, cand *x, int dp) {
-    int rows = sp->base->train.batch_size / dp, pp = x->c.plugin.pp_size;
-    if (rows < 1 || sp->base->train.batch_size % dp)
+    int B = sp->base->train.batch_size, rows = B / dp, pp = x->c.plugin.pp_size;
+    if (rows < 1 || B % dp)
         return DT_OK;
-    x->c.train.micro_batch_size = 0;
-    int tried = 0;
-    for (int m = pp > 1 ? pp : 1; m <= rows && tried < (pp > 1 ? 3 : 4); m *= 2) {
-        if (rows % m)
+    if (is_pinned(sp, "train.micro_batch_size") || is_pinned(sp, "plugin.microbatches")) {
+        x->c.train.micro_batch_size = sp->base->train.micro_batch_size;
+        x->c.plugin.microbatches = sp->base->plugin.microbatches;
+        return levers(sp, x);
+    }
+    enum { MAX_SIZES = 6 };
+    int size[32], n = 0;
+    for (int mb = rows; mb >= 1; mb = mb % 2 ? 0 : mb / 2) /* rows, rows/2, ... while even */
+        size[n++] = mb;
+    for (int mb = 1; mb < size[n - 1]; mb *= 2) /* powers of two below an odd part */
+        if (rows % mb == 0)
+            size[n++] = mb;
+    x->c.plugin.microbatches = 0;
+    for (int i = 0, tried = 0; i < n; i++) {
+        bool last_chance = size[i] == 1;
+        if ((tried >= MAX_SIZES - 1 && !last_chance) || (pp > 1 && rows / size[i] < pp))
             continue;
-        x->c.plugin.microbatches = m;
+        x->c.train.micro_batch_size = size[i];
         DT_TRY(levers(sp, x));
         tried++;
     }
@@ -232,6 +274,8 @@ static dt_status schedules(const space *sp, cand *x, int dp) {
     return DT_OK;
 }
 
+/* Every layout the search makes, and the configuration as given (with its pins: a key the
+ * search does not vary, such as plugin.pp_layers, is then still planned). */
 static dt_status enumerate(const space *sp) {
     cand x = {.c = *sp->base};
     x.c.plugin.pp_layers[0] = '\0';
@@ -251,7 +295,11 @@ static dt_status enumerate(const space *sp) {
                     DT_TRY(schedules(sp, &x, W / (tp * s * pp)));
                 }
             }
-    return DT_OK;
+    for (int i = 0; i < sp->out->n; i++)
+        if (!memcmp(&sp->out->v[i].c, sp->base, sizeof *sp->base))
+            return DT_OK;
+    cand given = {.c = *sp->base};
+    return consider(sp, &given);
 }
 
 /* ---- output ------------------------------------------------------------------------------ */
@@ -275,9 +323,12 @@ static void layout_text(const cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " ulysses%d", p->sp_size);
     if (p->pp_size > 1)
         k += (size_t)snprintf(buf + k, n - k, " pp%d %s", p->pp_size, p->pp_schedule);
-    k += (size_t)snprintf(buf + k, n - k, " m%d", p->microbatches);
-    if (p->zero_stage)
-        k += (size_t)snprintf(buf + k, n - k, " z%d", p->zero_stage);
+    int rows = x->c.train.batch_size / x->dp;
+    int mb = p->microbatches > 0 ? rows / p->microbatches
+             : x->c.train.micro_batch_size > 0 ? x->c.train.micro_batch_size : rows;
+    k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, rows / mb);
+    if (dt_config_zero_stage(&x->c))
+        k += (size_t)snprintf(buf + k, n - k, " z%d", dt_config_zero_stage(&x->c));
     if (p->ac != DT_AC_NONE)
         k += (size_t)snprintf(buf + k, n - k, " ac=%s", dt_ac_mode_name(p->ac));
     if (p->ac != DT_AC_NONE && p->ac_every > 1)
@@ -350,12 +401,21 @@ static void print_nothing_fits(const cands *l, int64_t mem, const dt_config *bas
     for (int i = 0; i < l->n; i++)
         if (!best || l->v[i].total < best->total)
             best = &l->v[i];
-    if (!best) { /* say why through the plainest layout: data parallelism over every rank */
+    if (!best) { /* say why: the layout as configured, else plain data parallelism */
+        dt_schedule *own;
+        dt_status st = check_layout(base, world, NULL, &own);
+        dt_sched_free(own);
+        if (st != DT_OK) {
+            dt_error("no layout of this model runs on %d ranks; as configured: %s", world,
+                     dt_err_msg());
+            return;
+        }
         dt_config dp = *base;
         dp.plugin.tp_size = dp.plugin.sp_size = dp.plugin.pp_size = 1;
         dp.plugin.microbatches = 0;
         dt_plan_mem m;
-        dt_status st = check_layout(&dp, world, NULL);
+        st = check_layout(&dp, world, NULL, &own);
+        dt_sched_free(own);
         if (st == DT_OK)
             st = dt_plan_memory(&dp, world, 0, NULL, &m);
         dt_error("no layout of this model runs on %d ranks%s%s", world,
@@ -381,8 +441,11 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
             st = dt_sched_parse(text, &sched);
         free(text);
     }
+    dt_schedule *own = NULL;
     if (st == DT_OK)
-        st = check_layout(c, world, sched);
+        st = check_layout(c, world, sched, &own);
+    if (own)
+        sched = own;
     dt_plan_mem m;
     dt_plan_time t;
     dt_plan_mem_opts o = {.schedule = sched};
@@ -494,7 +557,8 @@ static int parse(int argc, char **argv, args *a) {
             a->explain = true;
         else if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '.')) {
             ok = dt_config_set(&a->cfg, argv[i] + 2) == DT_OK;
-            if (ok && !strncmp(argv[i], "--plugin.", 9) && a->pinned.n < MAX_PINS)
+            bool pin = !strncmp(argv[i], "--plugin.", 9) || !strncmp(argv[i], "--train.", 8);
+            if (ok && pin && a->pinned.n < MAX_PINS)
                 a->pinned.set[a->pinned.n++] = argv[i] + 2;
         }
         else {

@@ -115,9 +115,6 @@ static void check_model(const dt_config *c, problems *p) {
     NONNEG(p, model, ffn_hidden);
     if ((int)m->arch < 0 || m->arch >= DT_ARCH_COUNT)
         problem(p, false, "model.arch=%d is not a known architecture", (int)m->arch);
-    if (m->vocab_size > 65536)
-        problem(p, false, "model.vocab_size=%d is over 65536 (token shards store uint16 ids)",
-                m->vocab_size);
     if (!(m->norm_eps > 0))
         problem(p, false, "model.norm_eps=%g must be > 0", (double)m->norm_eps);
     if (m->n_head > 0 && m->n_embd > 0 && m->n_embd % m->n_head)

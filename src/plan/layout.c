@@ -114,8 +114,6 @@ dt_status dt_layout_set_schedule(dt_layout *l, const dt_schedule *s, const char 
         return dt_err_set(DT_ERR_ARG, "%s is for pp %d, %d chunks per rank, %d micro-batches; "
                           "this run has pp_size %d, pp_chunks %d, %d micro-batches", what,
                           s->pp, s->n_chunks, s->n_mb, l->pp, l->stages.v, l->n_mb);
-    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
-    DT_TRY(dt_err_wrap(dt_sched_validate(s, &lim), "%s", what));
     int slots = dt_sched_slots(s, l->pp_rank);
     if (slots < 0)
         return dt_err_set(DT_ERR_OOM, "layout: out of memory");

@@ -86,9 +86,10 @@ dt_status dt_layout_make(const dt_config *c, int world, int rank, dt_layout *out
  * the layout's micro-batches; DT_ERR_ARG for a file: schedule, which the caller reads. */
 dt_status dt_layout_schedule_make(const dt_layout *l, const dt_plugin_config *p,
                                   dt_schedule **out);
-/* Checks that s is this layout's (pp, chunks, micro-batches) and valid with blocking sends,
- * then records what it asks of this rank: activation slots, inbox buffers, split backward.
- * `what` names the schedule in a refusal (e.g. "plugin.pp_schedule=1f1b"). */
+/* Checks that s is this layout's (pp, chunks, micro-batches), then records what it asks of
+ * this rank: activation slots, inbox buffers, split backward. `what` names the schedule in a
+ * refusal (e.g. "plugin.pp_schedule=1f1b"). Whether s is valid is dt_sched_validate's to
+ * say, once, where a schedule is read (generated ones are valid by construction). */
 dt_status dt_layout_set_schedule(dt_layout *l, const dt_schedule *s, const char *what);
 
 /* dt_layout_make and, with pp > 1, its schedule: `given` (borrowed), or else the one

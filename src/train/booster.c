@@ -135,7 +135,9 @@ static dt_status make_schedule(dt_booster *b) {
     } else {
         DT_TRY(dt_layout_schedule_make(&b->lay, p, &b->schedule));
     }
-    return dt_layout_set_schedule(&b->lay, b->schedule, what);
+    DT_TRY(dt_layout_set_schedule(&b->lay, b->schedule, what));
+    dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
+    return dt_err_wrap(dt_sched_validate(b->schedule, &lim), "%s", what);
 }
 
 /* The training and validation sources. Bouncing-shapes validation clips come from a seed of

@@ -89,4 +89,41 @@ assert seen("plugin.precision") == {"fp32", "bf16"}, seen("plugin.precision")
 ' && ok "levers enumerated" || bad "levers enumerated"
 "$dtrain" plan --config "$cfg" --world 8 --json --top 100000 --mem 1TiB --plugin.precision=fp16 \
     | grep -q '"plugin.precision": "fp16"' && ok "fp16 pinned" || bad "fp16 pinned"
+# pinned plain data parallelism plans (the runtime runs it), on both spellings
+tiny="$src/configs/tiny-gpt2.ini"
+for pin in "--plugin.type=ddp" "--plugin.type=hybrid --plugin.zero_stage=0"; do
+    out=$("$dtrain" plan --config "$tiny" --world 2 --json --top 1000 $pin 2>&1)
+    echo "$out" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l)["layout"] for l in sys.stdin]
+assert rows and all(r["plugin.zero_stage"] == 0 and r["plugin.type"] in ("ddp", "hybrid")
+                    for r in rows), rows[:1]
+' && ok "$pin plans" || bad "$pin: $out"
+done
+# a pinned micro-batch size is the one planned, and the search goes down to micro-batch 1
+out=$("$dtrain" plan --config "$cfg" --world 8 --json --top 1000 --train.seq_len=2048 \
+    --train.batch_size=96 --plugin.tp_size=1 --plugin.pp_size=1 --plugin.type=zero3 \
+    --plugin.ac=none --train.micro_batch_size=6 2>&1)
+echo "$out" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert rows and rows[0]["fits"], "the pinned 7B FSDP layout fits in 80 GiB"
+assert all(r["layout"]["train.micro_batch_size"] == 6 and r["layout"]["plugin.ac"] == "none"
+           and r["layout"]["plugin.tp_size"] == 1 for r in rows), "pins kept"
+' && ok "pinned micro-batch 6" || bad "pinned micro-batch 6: $(echo "$out" | head -2)"
+"$dtrain" plan --config "$cfg" --world 8 --json --top 100000 --mem 1TiB --train.batch_size=64 \
+    | /usr/bin/python3 -c '
+import json, sys
+sizes = {json.loads(l)["layout"]["train.micro_batch_size"] for l in sys.stdin}
+assert 1 in sizes and 8 in sizes, sorted(sizes)
+' && ok "micro-batch sizes down to 1" || bad "micro-batch sizes"
+# a large vocabulary is the data reader's concern, not the plan's
+"$dtrain" plan --config "$cfg" --world 8 --top 1 --model.vocab_size=128256 --model.n_kv_head=8 \
+    > /dev/null && ok "vocabulary 128256 plans" || bad "vocabulary 128256"
+# a pinned layout that cannot run says why; a key the search does not vary is still planned
+out=$("$dtrain" plan --config "$tiny" --world 2 --plugin.tp_size=3 2>&1)
+echo "$out" | grep -q "as configured: world size 2 is not divisible by .* tp_size 3" \
+    && ok "tp 3 on 2 ranks: $out" || bad "tp 3 on 2 ranks: $out"
+"$dtrain" plan --config "$tiny" --world 4 --plugin.pp_size=2 --plugin.pp_layers=1,1 --json \
+    | grep -q '"plugin.pp_size": 2' && ok "pinned pp_layers planned" || bad "pinned pp_layers"
 exit $fail
