@@ -74,10 +74,11 @@ static dt_status push(cands *l, const cand *x) {
 
 /* ---- which layouts are valid ------------------------------------------------------------ */
 
-/* given: the schedule to run (borrowed; validated here), or NULL: the one plugin.pp_schedule
- * names, generated into *own (the caller frees it; generators make valid schedules). */
+/* given: the schedule to run (borrowed; validated here unless `trusted`, a generator's), or
+ * NULL: the one plugin.pp_schedule names, generated into *own (the caller frees it;
+ * generators make valid schedules). */
 static dt_status check_layout(const dt_config *c, int world, const dt_schedule *given,
-                              dt_schedule **own) {
+                              bool trusted, dt_schedule **own) {
     const dt_plugin_config *p = &c->plugin;
     *own = NULL;
     dt_mesh_dims d;
@@ -89,9 +90,9 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     const dt_schedule *s;
     DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &l, &s, own));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
-    return given ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
-                               p->pp_schedule)
-                 : DT_OK;
+    return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim),
+                                           "plugin.pp_schedule=%s", p->pp_schedule)
+                             : DT_OK;
 }
 
 /* ---- predictions -------------------------------------------------------------------------- */
@@ -129,6 +130,14 @@ typedef struct pins {
     int n;
 } pins;
 
+/* The schedule of the candidates in hand: the memory levers share one (it depends only on
+ * pp, micro-batches, chunks and the kind), so it is generated once for all of them. */
+typedef struct sched_cache {
+    dt_schedule *s;
+    int pp, n_mb, v;
+    char kind[sizeof ((dt_plugin_config *)0)->pp_schedule];
+} sched_cache;
+
 typedef struct space {
     const dt_config *base;
     int world;
@@ -136,6 +145,7 @@ typedef struct space {
     int64_t mem;
     cands *out;
     const pins *pinned;
+    sched_cache *cache;
 } space;
 
 /* Whether the command line pinned plugin.`key`. */
@@ -159,13 +169,37 @@ static bool keeps_pins(const space *sp, const dt_config *c) {
     return true;
 }
 
+/* The cached schedule when it is x's (NULL: none yet, or x has no pipeline). */
+static const dt_schedule *cached_schedule(const space *sp, const cand *x) {
+    const dt_plugin_config *p = &x->c.plugin;
+    const sched_cache *k = sp->cache;
+    dt_layout l;
+    if (p->pp_size < 2 || !k->s || dt_layout_make(&x->c, sp->world, 0, &l) != DT_OK)
+        return NULL;
+    bool same = k->pp == l.pp && k->n_mb == l.n_mb && k->v == l.stages.v &&
+                !strcmp(k->kind, p->pp_schedule);
+    return same ? k->s : NULL;
+}
+
+static void cache_schedule(const space *sp, const cand *x, dt_schedule *s) {
+    sched_cache *k = sp->cache;
+    dt_sched_free(k->s);
+    *k = (sched_cache){.s = s, .pp = s->pp, .n_mb = s->n_mb, .v = s->n_chunks};
+    snprintf(k->kind, sizeof k->kind, "%s", x->c.plugin.pp_schedule);
+}
+
 static dt_status consider(const space *sp, cand *x) {
-    dt_schedule *sched = NULL;
-    if (!keeps_pins(sp, &x->c) || check_layout(&x->c, sp->world, NULL, &sched) != DT_OK)
+    if (!keeps_pins(sp, &x->c))
+        return DT_OK;
+    const dt_schedule *sched = cached_schedule(sp, x);
+    dt_schedule *own = NULL;
+    if (check_layout(&x->c, sp->world, sched, true, &own) != DT_OK)
         return DT_OK; /* not a layout dtrain runs */
+    if (own)
+        cache_schedule(sp, x, own);
+    sched = own ? own : sched;
     x->dp = sp->world / (x->c.plugin.tp_size * x->c.plugin.sp_size * x->c.plugin.pp_size);
     dt_status st = predict(x, sp->world, sp->dev, sp->mem, sched);
-    dt_sched_free(sched);
     return st == DT_OK ? push(sp->out, x) : DT_OK;
 }
 
@@ -403,7 +437,7 @@ static void print_nothing_fits(const cands *l, int64_t mem, const dt_config *bas
             best = &l->v[i];
     if (!best) { /* say why: the layout as configured, else plain data parallelism */
         dt_schedule *own;
-        dt_status st = check_layout(base, world, NULL, &own);
+        dt_status st = check_layout(base, world, NULL, false, &own);
         dt_sched_free(own);
         if (st != DT_OK) {
             dt_error("no layout of this model runs on %d ranks; as configured: %s", world,
@@ -414,7 +448,7 @@ static void print_nothing_fits(const cands *l, int64_t mem, const dt_config *bas
         dp.plugin.tp_size = dp.plugin.sp_size = dp.plugin.pp_size = 1;
         dp.plugin.microbatches = 0;
         dt_plan_mem m;
-        st = check_layout(&dp, world, NULL, &own);
+        st = check_layout(&dp, world, NULL, false, &own);
         dt_sched_free(own);
         if (st == DT_OK)
             st = dt_plan_memory(&dp, world, 0, NULL, &m);
@@ -443,7 +477,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     }
     dt_schedule *own = NULL;
     if (st == DT_OK)
-        st = check_layout(c, world, sched, &own);
+        st = check_layout(c, world, sched, false, &own);
     if (own)
         sched = own;
     dt_plan_mem m;
@@ -659,9 +693,11 @@ static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
     if (a.explain)
         return explain(&a.cfg, a.world, a.rank, &dev, mem);
     cands l = {0};
+    sched_cache cache = {0};
     space sp = {.base = &a.cfg, .world = a.world, .dev = &dev, .mem = mem, .out = &l,
-                .pinned = &a.pinned};
+                .pinned = &a.pinned, .cache = &cache};
     st = enumerate(&sp);
+    dt_sched_free(cache.s);
     if (st != DT_OK) {
         free(l.v);
         dt_error("%s", dt_err_msg());

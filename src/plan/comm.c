@@ -42,6 +42,19 @@ static void gather_op(ledger *g, int64_t b) {
     add(&g->out->grad_gather, &g->out->calls_grad_gather, b);
 }
 
+/* out += sign * d, field by field */
+static void comm_add(dt_plan_comm *out, const dt_plan_comm *d, int64_t sign) {
+    out->grad += sign * d->grad;
+    out->tp += sign * d->tp;
+    out->sp += sign * d->sp;
+    out->pp += sign * d->pp;
+    out->calls_grad += sign * d->calls_grad;
+    out->calls_tp += sign * d->calls_tp;
+    out->calls_sp += sign * d->calls_sp;
+    out->grad_gather += sign * d->grad_gather;
+    out->calls_grad_gather += sign * d->calls_grad_gather;
+}
+
 /* ---- inside the tp region: [Nt, C] enters (copy | all-gather rows) and leaves (all-reduce |
  * reduce-scatter rows); their adjoints in backward ---------------------------------------- */
 
@@ -366,11 +379,18 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_sch
     if (g.pp > 1) {
         const dt_stage_plan *stages = &l.stages;
         sends = pipeline_sends(sched, l.pp_rank);
+        bool *fresh = calloc((size_t)stages->n_chunks * g.n_mb, sizeof *fresh);
+        if (!fresh) {
+            free(skip);
+            return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
+        }
+        dt_plan_fresh_pairs(sched, l.pp_rank, fresh);
         for (int c = l.pp_rank; c < stages->n_chunks; c += g.pp) {
             int b = dt_plan_fresh_block(p, stages->first[c], stages->first[c + 1], g.L);
             for (int k = 0; b >= 0 && k < g.n_mb; k++)
-                skip[k][b] = dt_plan_fresh_pair(sched, l.pp_rank, c, k);
+                skip[k][b] = fresh[c * g.n_mb + k];
         }
+        free(fresh);
     } else {
         int b = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
         for (int k = 0; b >= 0 && k < g.n_mb; k++)
@@ -383,11 +403,21 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_sch
     for (int u = 0; u < a.U; u++)
         a.first[u] = a.n, a.n += a.size[u];
     a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
+    /* micro-batches alike (the same reruns skipped) move the same bytes: the first of a run
+     * of them is counted, the others add its difference */
+    dt_plan_comm before, delta;
     for (int k = 0; k < g.n_mb; k++) {
+        if (k > 0 && !memcmp(skip[k], skip[k - 1], sizeof skip[k])) {
+            comm_add(out, &delta, 1);
+            continue;
+        }
+        before = *out;
         if (g.dit) /* its reruns are never skipped */
             dit_micro_batch(&g);
         else
             micro_batch(&g, skip[k]);
+        delta = *out;
+        comm_add(&delta, &before, -1);
     }
     free(skip);
     out->grad_known = !(g.pp > 1 && g.zero == 3);

@@ -220,10 +220,13 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
     int pairs = s->pp * s->n_chunks * s->n_mb;
     double *act = malloc((size_t)pairs * sizeof *act), *grad = malloc((size_t)pairs * sizeof *grad);
     int *at = calloc((size_t)s->pp, sizeof *at);
-    if (!act || !grad || !at) {
-        free(act), free(grad), free(at);
+    bool *fresh = calloc((size_t)pairs, sizeof *fresh);
+    if (!act || !grad || !at || !fresh) {
+        free(act), free(grad), free(at), free(fresh);
         return dt_err_set(DT_ERR_OOM, "time model: out of memory");
     }
+    for (int r = 0; r < s->pp; r++)
+        dt_plan_fresh_pairs(s, r, fresh);
     for (int i = 0; i < pairs; i++)
         act[i] = grad[i] = -1;
     double msg = w->d->latency + w->boundary / w->d->bandwidth;
@@ -252,8 +255,7 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
                 else if (x.op == DT_SCHED_OP_SEND_GRAD)
                     grad[k - s->n_mb] = end[r] + msg;
                 else if (x.op == DT_SCHED_OP_B)
-                    t = dt_plan_fresh_pair(s, r, x.stage, x.mb) ? cc[x.stage].b_fresh
-                                                                 : cc[x.stage].b;
+                    t = fresh[k] ? cc[x.stage].b_fresh : cc[x.stage].b;
                 else
                     t = x.op == DT_SCHED_OP_F ? cc[x.stage].f : cc[x.stage].wgt;
                 end[r] += t;
@@ -261,7 +263,7 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
             }
         }
     }
-    free(act), free(grad), free(at);
+    free(act), free(grad), free(at), free(fresh);
     return left == 0 ? DT_OK : dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
 }
 

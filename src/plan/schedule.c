@@ -234,8 +234,9 @@ dt_status dt_sched_parse(const char *text, dt_schedule **out) {
 
 /* ---- what a schedule asks of a rank's memory ---------------------------------------------- */
 
+/* A valid schedule has a W for every (chunk, mb) or for none, so rank 0's row tells. */
 bool dt_sched_split(const dt_schedule *s) {
-    for (int i = 0; i < s->row[s->pp]; i++)
+    for (int i = 0; i < s->row[1]; i++)
         if (s->actions[i].op == DT_SCHED_OP_W)
             return true;
     return false;

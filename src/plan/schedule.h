@@ -138,7 +138,7 @@ int dt_sched_peak_in_flight(const dt_schedule *s, int rank);
  * (chunk, mb) takes an activation slot at its F and gives it back once its input gradient has
  * been sent (chunk 0, which sends none: at its B), or at its W when the backward is split. An
  * input received ahead of its F waits in an inbox buffer, not a slot. */
-bool dt_sched_split(const dt_schedule *s); /* the schedule has W actions (zero-bubble) */
+bool dt_sched_split(const dt_schedule *s); /* a valid schedule has W actions (zero-bubble) */
 bool dt_sched_takes_slot(const dt_sched_action *a);
 bool dt_sched_gives_slot(const dt_sched_action *a, bool split);
 /* Most micro-batches whose activations `rank` holds at once; -1 when out of memory. */
