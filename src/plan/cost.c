@@ -23,7 +23,7 @@ typedef dt_plan_chunk_cost chunk_cost;
 typedef dt_plan_linear_s linear_s;
 
 double dt_plan_cost_coll(const work *w, int p, double bytes) {
-    return p > 1 ? w->d->latency + bytes / w->d->bandwidth : 0;
+    return p > 1 ? w->d->latency + bytes / w->bw_tp : 0;
 }
 double dt_plan_cost_allreduce(const work *w, int p, double n) {
     return dt_plan_cost_coll(w, p, 2 * n * (p - 1) / p);
@@ -38,7 +38,12 @@ static double gather_like(const work *w, int p, double n) { return dt_plan_cost_
 
 /* seconds of an m x k by k x n product */
 double dt_plan_cost_gemm(const work *w, double m, double n, double k) {
-    double rate = w->d->gemm_rate ? w->d->gemm_rate(w->d->gemm_ctx, w->lp, m, n, k) : 0;
+    const dt_plan_device *d = w->d;
+    double rate = d->gemm_rate ? d->gemm_rate(d->gemm_ctx, w->lp, m, n, k) : 0;
+    if (!(rate > 0) && d->gemm_efficiency > 0) {
+        double h = d->gemm_half;
+        rate = w->rate * d->gemm_efficiency * (m / (m + h)) * (n / (n + h)) * (k / (k + h));
+    }
     return 2 * m * n * k / (rate > 0 ? rate : w->rate);
 }
 
@@ -76,8 +81,7 @@ typedef struct pointwise_s {
 } pointwise_s;
 
 static pointwise_s block_pointwise(const work *w) {
-    const dt_plan_device *d = w->d;
-    double rows = w->Nr * w->C, hidden = w->Nt * w->F, bw = d->mem_bandwidth;
+    double rows = w->Nr * w->C, hidden = w->Nt * w->F, bw = w->mem_bw;
     double lp = w->lp ? 6 : 0, mlp_in = w->gpt2 ? 1 : 2;
     double dy_cast = lp * w->Nt * (w->W + w->C + mlp_in * w->F + w->C) / bw;
     pointwise_s p = {0};
@@ -100,8 +104,8 @@ static double block_comm(const work *w, bool backward) {
     if (w->sp > 1) {
         double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
         double one = w->d->latency;
-        t += backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->d->bandwidth
-                      : 2 * one + (att + qkv) * (w->sp - 1) / w->d->bandwidth;
+        t += backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->bw_sp
+                      : 2 * one + (att + qkv) * (w->sp - 1) / w->bw_sp;
     }
     return t;
 }
@@ -121,14 +125,14 @@ static double act_compress_int8_pass(const work *w, dt_plan_rerun r) {
     double n = w->Nt * w->W + w->Nr * w->C + w->Nt * w->F * (w->gpt2 ? 1 : 2);
     if (r == DT_PLAN_RERUN_NONE)
         n += w->Nt * w->A;
-    return 5 * n / w->d->mem_bandwidth;
+    return 5 * n / w->mem_bw;
 }
 
 /* 16-bit modes: the pass that makes the weight gradients rebuilds the copies att_lp and g_lp
  * (the MLP activation again from h, then both rounded: 4 bytes read, 2 written). */
 static double lp_rebuild(const work *w) {
     bool lp = w->c->plugin.precision != DT_PREC_FP32;
-    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->d->mem_bandwidth
+    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->mem_bw
               : 0;
 }
 
@@ -141,14 +145,14 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
         return 0;
     double t = at;
     if (w->sp > 1)
-        t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->d->bandwidth;
+        t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
     return t;
 }
 
 /* 16-bit modes: a GPT casts a block's weights as it enters it, forward and backward (its
  * weight pass too), 4 bytes read and 2 written a float (models/gpt.c). */
 static double unit_cast(const work *w) {
-    return w->lp ? 6 * w->block_floats / w->d->mem_bandwidth : 0;
+    return w->lp ? 6 * w->block_floats / w->mem_bw : 0;
 }
 
 static block_cost cost_block(const work *w, int l, bool split) {
@@ -189,7 +193,7 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
             k.f += b.f, k.b += b.b, k.wgt += b.wgt;
             saved += u - 1 == fresh ? b.rerun : 0;
         }
-        double bw = w->d->mem_bandwidth;
+        double bw = w->mem_bw;
         if (c == 0) { /* the embedding (a gather and the positions, 12 bytes an element each
                        * way) leaves the tp region */
             k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
@@ -229,7 +233,7 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
         dt_plan_fresh_pairs(s, r, fresh);
     for (int i = 0; i < pairs; i++)
         act[i] = grad[i] = -1;
-    double msg = w->d->latency + w->boundary / w->d->bandwidth;
+    double msg = w->d->latency + w->boundary / w->bw_pp;
     for (int r = 0; r < s->pp; r++)
         end[r] = busy[r] = 0;
     bool progress = true;
@@ -331,7 +335,7 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
                     double *optimizer) {
     int p = w->grad_p;
     dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
-    double bw = w->d->bandwidth, lat = w->d->latency;
+    double bw = w->bw_grad, lat = w->d->latency;
     double t_reduce = t.reduce_bytes / bw + (double)t.reduce_calls * lat;
     double t_gather = t.gather_bytes / bw + (double)t.gather_calls * lat;
     bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
@@ -341,10 +345,10 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
      * gradient norm reads the gradients once more */
     double opt = w->zero == 0 ? n : n / p;
-    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->d->mem_bandwidth) +
-                 opt * 4 / w->d->mem_bandwidth;
+    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->mem_bw) +
+                 opt * 4 / w->mem_bw;
     if (w->lp && w->dit) /* the DiT's 16-bit copy, written by the update; a GPT casts per unit */
-        *optimizer += n * 2 / w->d->mem_bandwidth;
+        *optimizer += n * 2 / w->mem_bw;
     if (w->c->plugin.precision == DT_PREC_FP16) /* loss scaling: the overflow flag, world-wide */
         *exposed += allreduce(w, world, 8);
 }
@@ -357,11 +361,18 @@ static double positive_or(double x, double fallback) { return x > 0 ? x : fallba
 static void resolve_rates(work *w, const dt_model_config *m) {
     const dt_plan_device *d = w->d;
     dt_plan_rate2 at = w->lp ? d->attn_16 : d->attn_fp32;
-    double bw = d->mem_bandwidth, swiglu = m->arch == DT_ARCH_LLAMA;
-    w->attn = (dt_plan_rate2){positive_or(at.fwd, w->rate), positive_or(at.bwd, w->rate)};
+    double bw = w->mem_bw, swiglu = m->arch == DT_ARCH_LLAMA;
+    double mm = w->rate * (d->gemm_efficiency > 0 ? d->gemm_efficiency : 1);
+    w->attn = (dt_plan_rate2){positive_or(at.fwd, mm), positive_or(at.bwd, mm)};
     w->norm = (dt_plan_rate2){positive_or(d->norm.fwd, bw / 8), positive_or(d->norm.bwd, bw / 12)};
     w->act = (dt_plan_rate2){positive_or(d->act.fwd, bw / (swiglu ? 12 : 8)),
                              positive_or(d->act.bwd, bw / (swiglu ? 20 : 12))};
+}
+
+/* Bytes/s of a group whose members lie within `span` consecutive ranks. */
+static double group_bandwidth(const dt_plan_device *d, int span) {
+    bool across = d->node_size > 0 && span > d->node_size && d->inter_bandwidth > 0;
+    return across ? d->inter_bandwidth : d->bandwidth;
 }
 
 static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_device *d, work *w) {
@@ -392,6 +403,13 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
         dt_plan_local_units(m, tp, NULL, ucount) > 1)
         w->block_floats = (double)ucount[1];
     w->boundary = (w->Nr + (w->dit ? w->B : 0)) * w->C * 4; /* the DiT's carries silu(c) */
+    w->mem_bw = d->mem_bandwidth * (d->mem_efficiency > 0 ? d->mem_efficiency : 1);
+    /* tp varies fastest, then sp, dp, pp (plan/mesh.h): a group whose span of consecutive
+     * ranks exceeds a node talks across nodes */
+    w->bw_tp = group_bandwidth(d, l->tp);
+    w->bw_sp = group_bandwidth(d, l->tp * l->sp);
+    w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->dp);
+    w->bw_pp = group_bandwidth(d, l->world);
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
         (p->offload == DT_OFFLOAD_DISK && !(d->disk_bandwidth > 0)))
@@ -449,18 +467,17 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         makespan = end[r] > makespan ? end[r] : makespan;
     for (int r = 0; st == DT_OK && r < w.pp; r++) {
         idle += makespan - busy[r];
-        dt_plan_mem m;
         int rank = r * w.dp * w.sp * w.tp; /* (pp r, dp 0, sp 0, tp 0) */
-        dt_plan_mem_opts mo = {.schedule = sched};
-        st = dt_plan_memory(c, world, rank, &mo, &m);
-        if (st != DT_OK)
-            break;
+        bool held[DT_MAX_CHUNKS + 2];
+        int64_t ucount[DT_MAX_CHUNKS + 2], n_local = 0;
+        dt_stage_plan_held(&sp, r, held);
+        for (int u = 0, n = dt_plan_local_units(&c->model, w.tp, held, ucount); u < n; u++)
+            n_local += ucount[u]; /* the rank's padded parameter arena */
         double backward = 0;
         for (int k = r; k < n_chunks; k += w.pp)
             backward += w.n_mb * (cc[k].b + cc[k].wgt);
         double exposed, opt;
-        cost_dp(&w, world, rank, sched, (double)m.n_local, backward, busy[r], split, &exposed,
-                &opt);
+        cost_dp(&w, world, rank, sched, (double)n_local, backward, busy[r], split, &exposed, &opt);
         double step = makespan + exposed + opt;
         if (step > out->step_s) {
             out->step_s = step;

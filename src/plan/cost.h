@@ -58,8 +58,16 @@ typedef struct dt_plan_device {
                                        * head, bwd twice that); 0: the matmul rate */
     dt_plan_rate2 norm, act;     /* elements/s: a norm over [tokens, C]; the MLP activation
                                   * over [tokens, F]; 0: from mem_bandwidth */
-    dt_plan_gemm_rate gemm_rate; /* NULL: every product at the peak */
+    dt_plan_gemm_rate gemm_rate; /* NULL: every product at the peak (or as below) */
     void *gemm_ctx;
+    /* What a tuned implementation reaches on a datasheet device (presets; 0 = not modelled:
+     * `this` is measured, so its rates are already what runs). */
+    double gemm_efficiency;   /* share of the matmul peak a large product reaches */
+    double gemm_half;         /* a product dimension at which it reaches half of that: each
+                               * of m, n, k scales the rate by x / (x + gemm_half) */
+    double mem_efficiency;    /* share of mem_bandwidth a memory-bound kernel streams at */
+    int node_size;            /* ranks joined by `bandwidth` (NVLink); groups spanning nodes */
+    double inter_bandwidth;   /* move at inter_bandwidth bytes/s a rank (InfiniBand) */
 } dt_plan_device;
 
 typedef struct dt_plan_time {

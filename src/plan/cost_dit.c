@@ -142,7 +142,7 @@ static double attention_flops(const dit_work *x, int l) {
 static pass block_pointwise(const dit_work *x, int l) {
     const dt_plan_work *w = x->w;
     const dims *k = &x->k;
-    double bw = w->d->mem_bandwidth, rows = k->Nr * k->C, hid = k->Nt * k->Ft;
+    double bw = w->mem_bw, rows = k->Nr * k->C, hid = k->Nt * k->Ft;
     double qkv = k->Nt * 3 * k->Ct, att = k->Nt * k->Ct, tc = k->Nt * k->C;
     bool a2a = w->sp > 1 && !spatial(&x->g, l), temporal = x->g.st && l % 2 == 1;
     /* moves between row order and attention order: 8 bytes an element */
@@ -178,8 +178,8 @@ static pass block_comm(const dit_work *x, int l) {
     double leave_f = enter_b;
     double qkv = 0, att = 0;
     if (w->sp > 1 && !spatial(&x->g, l)) { /* blocks of (N/sp) rows x (width/sp) to each peer */
-        qkv = d->latency + (w->N / w->sp) * (w->W / w->sp) * 4 * (w->sp - 1) / d->bandwidth;
-        att = d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / d->bandwidth;
+        qkv = d->latency + (w->N / w->sp) * (w->W / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
+        att = d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
     }
     /* Megatron-SP: the proj and fc2 biases' and the modulations' gradients summed over rows */
     double sums = w->sg ? 2 * dt_plan_cost_allreduce(w, w->tp, w->C * 4) +
@@ -203,7 +203,7 @@ static double int8_pass(const dit_work *x, dt_plan_rerun r) {
     double n = 5 * k->Nr * k->C + k->Nt * (3 * k->Ct + k->Ft);
     if (r == DT_PLAN_RERUN_NONE)
         n += k->Nt * k->Ct;
-    return 5 * n / w->d->mem_bandwidth;
+    return 5 * n / w->mem_bw;
 }
 
 static pass cost_block(const dit_work *x, int l, bool split) {
@@ -228,7 +228,7 @@ static pass cost_block(const dit_work *x, int l, bool split) {
 static pass cost_embed(const dit_work *x) {
     const dt_plan_work *w = x->w;
     const dims *k = &x->k;
-    double bw = w->d->mem_bandwidth, lp = w->lp ? 6 : 0;
+    double bw = w->mem_bw, lp = w->lp ? 6 : 0;
     pass mm = unit_matmuls(x, 0, false);
     double io = 8 * k->Nr * k->P + 12 * k->Nr * k->C + lp * k->Nr * k->P;
     pass p = {.f = mm.f + io / bw, .b = mm.b + (8 * k->Nr * k->C + lp * 2 * k->Nr * k->P) / bw};
@@ -243,7 +243,7 @@ static pass cost_embed(const dit_work *x) {
 static pass cost_final(const dit_work *x) {
     const dt_plan_work *w = x->w;
     const dims *k = &x->k;
-    double bw = w->d->mem_bandwidth, rows = k->Nr * k->C, tok = k->Nr * k->P;
+    double bw = w->mem_bw, rows = k->Nr * k->C, tok = k->Nr * k->P;
     double lp = w->lp ? 6 : 0;
     pass mm = unit_matmuls(x, w->L + 1, false);
     pass p = {.f = mm.f + rows / w->norm.fwd + (20 * tok + lp * rows) / bw,

@@ -26,6 +26,9 @@ typedef struct dt_plan_work {
     double B;                      /* sequences (DiT: clips) per micro-batch */
     double block_floats;           /* a GPT block unit's local weights (its 16-bit cast) */
     double boundary;               /* bytes of one pipeline boundary message */
+    double mem_bw;                 /* bytes/s a memory-bound kernel streams at */
+    /* bytes/s a rank moves in each group's collectives: inside a node, or across nodes */
+    double bw_tp, bw_sp, bw_grad, bw_pp;
 } dt_plan_work;
 
 /* A chunk's passes on one micro-batch: forward, backward (the input half when split), the
@@ -40,9 +43,9 @@ typedef struct dt_plan_linear_s {
     double fwd, dx, dw;
 } dt_plan_linear_s;
 
-/* Seconds of a collective over p ranks moving `bytes` (its bus bytes): latency + bytes /
- * bandwidth, 0 for a group of one; an all-reduce of n bytes; an all-gather or reduce-scatter
- * of a whole of n bytes. */
+/* Seconds of a tensor-parallel collective over p ranks moving `bytes` (its bus bytes):
+ * latency + bytes / bandwidth, 0 for a group of one; an all-reduce of n bytes; an all-gather
+ * or reduce-scatter of a whole of n bytes. */
 double dt_plan_cost_coll(const dt_plan_work *w, int p, double bytes);
 double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n);
 double dt_plan_cost_gather(const dt_plan_work *w, int p, double n);

@@ -115,8 +115,6 @@ dt_status dt_layout_set_schedule(dt_layout *l, const dt_schedule *s, const char 
                           "this run has pp_size %d, pp_chunks %d, %d micro-batches", what,
                           s->pp, s->n_chunks, s->n_mb, l->pp, l->stages.v, l->n_mb);
     int slots = dt_sched_slots(s, l->pp_rank);
-    if (slots < 0)
-        return dt_err_set(DT_ERR_OOM, "layout: out of memory");
     l->n_slots = slots > 0 ? slots : 1;
     l->n_inbox = dt_sched_inbox(s, l->pp_rank);
     l->split_backward = dt_sched_split(s);

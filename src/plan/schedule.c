@@ -250,24 +250,17 @@ bool dt_sched_gives_slot(const dt_sched_action *a, bool split) {
     return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
 }
 
+/* Counted for a valid schedule, where each (chunk, mb) has one F and one release. */
 int dt_sched_slots(const dt_schedule *s, int rank) {
     int n, live = 0, peak = 0;
     bool split = dt_sched_split(s);
     const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    char *held = calloc((size_t)s->pp * s->n_chunks * s->n_mb, 1);
-    if (!held)
-        return -1;
     for (int i = 0; i < n; i++) {
-        int k = a[i].stage * s->n_mb + a[i].mb;
-        if (dt_sched_takes_slot(&a[i]) && !held[k]) {
-            held[k] = 1;
+        if (dt_sched_takes_slot(&a[i]))
             peak = ++live > peak ? live : peak;
-        } else if (dt_sched_gives_slot(&a[i], split) && held[k]) {
-            held[k] = 0;
+        else if (dt_sched_gives_slot(&a[i], split))
             live--;
-        }
     }
-    free(held);
     return peak;
 }
 

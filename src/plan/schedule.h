@@ -141,7 +141,7 @@ int dt_sched_peak_in_flight(const dt_schedule *s, int rank);
 bool dt_sched_split(const dt_schedule *s); /* a valid schedule has W actions (zero-bubble) */
 bool dt_sched_takes_slot(const dt_sched_action *a);
 bool dt_sched_gives_slot(const dt_sched_action *a, bool split);
-/* Most micro-batches whose activations `rank` holds at once; -1 when out of memory. */
+/* Most micro-batches whose activations `rank` holds at once (of a valid schedule). */
 int dt_sched_slots(const dt_schedule *s, int rank);
 /* Most inputs received ahead of their F at once on `rank` (its inbox buffers). */
 int dt_sched_inbox(const dt_schedule *s, int rank);
