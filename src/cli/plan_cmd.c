@@ -314,10 +314,13 @@ static dt_status enumerate(const space *sp) {
     cand x = {.c = *sp->base};
     x.c.plugin.pp_layers[0] = '\0';
     int W = sp->world;
+    int node = sp->dev->node_size > 0 ? sp->dev->node_size : W;
     for (int tp = 1; tp <= W; tp++)
         for (int s = 1; tp * s <= W; s++)
-            for (int pp = 1; tp * s * pp <= W; pp++) {
-                if (W % (tp * s * pp))
+            for (int pp = 1; tp * s * pp <= W && pp <= x.c.model.n_layer; pp++) {
+                /* tensor and Ulysses collectives run on every block's path: the search keeps
+                 * them inside a node (a pinned layout beyond it is still planned as given) */
+                if (W % (tp * s * pp) || tp * s > node)
                     continue;
                 dt_plugin_config *p = &x.c.plugin;
                 p->tp_size = tp, p->sp_size = s, p->pp_size = pp;

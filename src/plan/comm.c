@@ -384,7 +384,7 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_sch
             free(skip);
             return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
         }
-        dt_plan_fresh_pairs(sched, l.pp_rank, fresh);
+        dt_sched_fresh(sched, l.pp_rank, fresh);
         for (int c = l.pp_rank; c < stages->n_chunks; c += g.pp) {
             int b = dt_plan_fresh_block(p, stages->first[c], stages->first[c + 1], g.L);
             for (int k = 0; b >= 0 && k < g.n_mb; k++)

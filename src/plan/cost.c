@@ -224,13 +224,14 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
     int pairs = s->pp * s->n_chunks * s->n_mb;
     double *act = malloc((size_t)pairs * sizeof *act), *grad = malloc((size_t)pairs * sizeof *grad);
     int *at = calloc((size_t)s->pp, sizeof *at);
-    bool *fresh = calloc((size_t)pairs, sizeof *fresh);
+    bool *own = s->fresh ? NULL : calloc((size_t)pairs, sizeof *own);
+    const bool *fresh = s->fresh ? s->fresh : own;
     if (!act || !grad || !at || !fresh) {
-        free(act), free(grad), free(at), free(fresh);
+        free(act), free(grad), free(at), free(own);
         return dt_err_set(DT_ERR_OOM, "time model: out of memory");
     }
-    for (int r = 0; r < s->pp; r++)
-        dt_plan_fresh_pairs(s, r, fresh);
+    for (int r = 0; own && r < s->pp; r++)
+        dt_sched_fresh(s, r, own);
     for (int i = 0; i < pairs; i++)
         act[i] = grad[i] = -1;
     double msg = w->d->latency + w->boundary / w->bw_pp;
@@ -267,7 +268,7 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
             }
         }
     }
-    free(act), free(grad), free(at), free(fresh);
+    free(act), free(grad), free(at), free(own);
     return left == 0 ? DT_OK : dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
 }
 

@@ -131,21 +131,6 @@ int dt_plan_fresh_block(const dt_plugin_config *p, int u0, int u1, int n_layer) 
     return -1;
 }
 
-void dt_plan_fresh_pairs(const dt_schedule *s, int rank, bool *fresh) {
-    int n, prev = -1;
-    const dt_sched_action *a = dt_sched_row(s, rank, &n);
-    for (int i = 0; i < n; i++) {
-        dt_sched_op op = a[i].op;
-        if (op != DT_SCHED_OP_F && op != DT_SCHED_OP_B && op != DT_SCHED_OP_W)
-            continue;
-        if (op == DT_SCHED_OP_B)
-            fresh[a[i].stage * s->n_mb + a[i].mb] =
-                prev >= 0 && a[prev].op == DT_SCHED_OP_F && a[prev].stage == a[i].stage &&
-                a[prev].mb == a[i].mb;
-        prev = i;
-    }
-}
-
 typedef enum ac_kind { AC_KEEP_ALL, AC_KEEP_NO_ATTN, AC_KEEP_INPUT } ac_kind;
 
 /* plugin.ac: a fully checkpointed block keeps only its input (a residual position, kept

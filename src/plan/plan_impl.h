@@ -51,9 +51,4 @@ int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int 
  * forward); -1 when none is (no checkpointed block, or act_compress, which always restores). */
 int dt_plan_fresh_block(const dt_plugin_config *p, int u0, int u1, int n_layer);
 
-/* For each (chunk, mb) of `rank`: does its B come right after its F of the same pair (no F,
- * B or W of another between)? Sets fresh[chunk * n_mb + mb] for the rank's pairs (one pass
- * over its row; the caller zeroes the pp * n_chunks * n_mb flags). */
-void dt_plan_fresh_pairs(const dt_schedule *s, int rank, bool *fresh);
-
 #endif

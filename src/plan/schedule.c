@@ -56,6 +56,9 @@ void dt_sched_free(dt_schedule *s) {
         return;
     free(s->row);
     free(s->actions);
+    free(s->slots);
+    free(s->inbox);
+    free(s->fresh);
     free(s);
 }
 
@@ -228,6 +231,11 @@ dt_status dt_sched_parse(const char *text, dt_schedule **out) {
     }
     s->n_chunks = max_stage / pp + 1;
     s->n_mb = max_mb + 1;
+    st = dt_sched_count(s);
+    if (st != DT_OK) {
+        dt_sched_free(s);
+        return st;
+    }
     *out = s;
     return DT_OK;
 }
@@ -250,8 +258,73 @@ bool dt_sched_gives_slot(const dt_sched_action *a, bool split) {
     return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
 }
 
-/* Counted for a valid schedule, where each (chunk, mb) has one F and one release. */
+static int count_slots(const dt_schedule *s, int rank);
+static int count_inbox(const dt_schedule *s, int rank);
+
+static void count_fresh(const dt_schedule *s, int rank, bool *fresh) {
+    int n, prev = -1;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) {
+        dt_sched_op op = a[i].op;
+        if (op != DT_SCHED_OP_F && op != DT_SCHED_OP_B && op != DT_SCHED_OP_W)
+            continue;
+        if (op == DT_SCHED_OP_B && a[i].stage >= 0 && a[i].mb >= 0 &&
+            a[i].stage < s->pp * s->n_chunks && a[i].mb < s->n_mb)
+            fresh[a[i].stage * s->n_mb + a[i].mb] =
+                prev >= 0 && a[prev].op == DT_SCHED_OP_F && a[prev].stage == a[i].stage &&
+                a[prev].mb == a[i].mb;
+        prev = i;
+    }
+}
+
+dt_status dt_sched_count(dt_schedule *s) {
+    free(s->slots);
+    free(s->inbox);
+    free(s->fresh);
+    s->slots = s->inbox = NULL;
+    s->fresh = NULL;
+    size_t pairs = (size_t)s->pp * s->n_chunks * s->n_mb;
+    int *slots = malloc((size_t)s->pp * sizeof *slots), *inbox = malloc((size_t)s->pp * sizeof *inbox);
+    bool *fresh = calloc(pairs, sizeof *fresh);
+    if (!slots || !inbox || !fresh) {
+        free(slots), free(inbox), free(fresh);
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory", __func__);
+    }
+    for (int r = 0; r < s->pp; r++) {
+        slots[r] = count_slots(s, r);
+        inbox[r] = count_inbox(s, r);
+        count_fresh(s, r, fresh);
+    }
+    s->slots = slots;
+    s->inbox = inbox;
+    s->fresh = fresh;
+    return DT_OK;
+}
+
+void dt_sched_fresh(const dt_schedule *s, int rank, bool *fresh) {
+    if (!s->fresh) {
+        count_fresh(s, rank, fresh);
+        return;
+    }
+    int n;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) /* the rank's pairs: those it runs a B of */
+        if (a[i].op == DT_SCHED_OP_B) {
+            int k = a[i].stage * s->n_mb + a[i].mb;
+            fresh[k] = s->fresh[k];
+        }
+}
+
 int dt_sched_slots(const dt_schedule *s, int rank) {
+    return s->slots ? s->slots[rank] : count_slots(s, rank);
+}
+
+int dt_sched_inbox(const dt_schedule *s, int rank) {
+    return s->inbox ? s->inbox[rank] : count_inbox(s, rank);
+}
+
+/* Counted for a valid schedule, where each (chunk, mb) has one F and one release. */
+static int count_slots(const dt_schedule *s, int rank) {
     int n, live = 0, peak = 0;
     bool split = dt_sched_split(s);
     const dt_sched_action *a = dt_sched_row(s, rank, &n);
@@ -264,7 +337,7 @@ int dt_sched_slots(const dt_schedule *s, int rank) {
     return peak;
 }
 
-int dt_sched_inbox(const dt_schedule *s, int rank) {
+static int count_inbox(const dt_schedule *s, int rank) {
     int n, live = 0, peak = 0;
     const dt_sched_action *a = dt_sched_row(s, rank, &n);
     for (int i = 0; i < n; i++) {

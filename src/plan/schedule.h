@@ -53,6 +53,10 @@ typedef struct dt_schedule {
     int n_mb;                 /* micro-batches per step */
     int *row;                 /* [pp + 1] offsets into actions */
     dt_sched_action *actions; /* [row[pp]] */
+    int *slots, *inbox;       /* [pp] each rank's dt_sched_slots / _inbox, counted once by
+                               * dt_sched_count (generators and the parser call it); NULL:
+                               * counted at every call */
+    bool *fresh;              /* [pp * n_chunks * n_mb] dt_sched_fresh's answers, likewise */
 } dt_schedule;
 
 /* An empty schedule with room for n_actions[r] actions on rank r (zeroed: fill them in).
@@ -141,6 +145,14 @@ int dt_sched_peak_in_flight(const dt_schedule *s, int rank);
 bool dt_sched_split(const dt_schedule *s); /* a valid schedule has W actions (zero-bubble) */
 bool dt_sched_takes_slot(const dt_sched_action *a);
 bool dt_sched_gives_slot(const dt_sched_action *a, bool split);
+/* Counts every rank's slots and inbox into s once, so planners asking again are answered at
+ * once. Call after the actions are final; DT_ERR_OOM. */
+dt_status dt_sched_count(dt_schedule *s);
+/* For each (chunk, mb) of `rank`: does its B come right after its F of the same pair (no F,
+ * B or W of another between), so a checkpointed block's rerun finds its forward still
+ * there? Sets fresh[chunk * n_mb + mb] for the rank's pairs (the caller zeroes the
+ * pp * n_chunks * n_mb flags). */
+void dt_sched_fresh(const dt_schedule *s, int rank, bool *fresh);
 /* Most micro-batches whose activations `rank` holds at once (of a valid schedule). */
 int dt_sched_slots(const dt_schedule *s, int rank);
 /* Most inputs received ahead of their F at once on `rank` (its inbox buffers). */

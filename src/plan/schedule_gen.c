@@ -150,8 +150,11 @@ static dt_status place_comm(const order *o, dt_schedule **out) {
         for (int i = 0; i < n_ev[r]; i++)
             s->actions[s->row[r] + i] = e[i].a;
     }
+    DT_TRY_GOTO(dt_sched_count(s));
     *out = s;
+    s = NULL;
 fail:
+    dt_sched_free(s);
     free(ev);
     free(n_ev);
     free(clock);
