@@ -501,9 +501,10 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     char extra[640];
     int k = snprintf(extra, sizeof extra, ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
-                     "\"bubble\": %.4f, \"step_gflop\": %.3f", rank, m.n_slots, m.n_inbox,
+                     "\"bubble\": %.4f, \"step_gflop\": %.3f, "
+                     "\"block_bytes_per_token_hidden\": %.2f", rank, m.n_slots, m.n_inbox,
                      (long long)m.n_local, 1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble,
-                     dt_plan_step_flops(c) / 1e9);
+                     dt_plan_step_flops(c) / 1e9, m.block_bytes_per_token_hidden);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "

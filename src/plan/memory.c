@@ -490,6 +490,12 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
             if (holds_block(&s, l))
                 widest_block = unit_floats(&c->model, l + 1, s.tp);
         out->temp_arena = temp_arena(&s, n_slots, widest_block);
+        for (int l = 0; l < s.L; l++)
+            if (holds_block(&s, l)) {
+                int64_t kept = block_slot_bytes(&s, l) + pad64(s.Nr * s.C * F4);
+                out->block_bytes_per_token_hidden = (double)kept / ((double)s.N * s.C);
+                break;
+            }
     }
     int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
     out->cat[DT_MEM_TEMP] = out->temp_arena + event;

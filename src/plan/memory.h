@@ -43,6 +43,11 @@ typedef struct dt_plan_mem {
     int64_t own_count;      /* floats of the arena this rank's ZeRO shard owns */
     int64_t n_full;         /* floats of the whole model's padded arena (checkpoints) */
     int64_t acts_arena, temp_arena; /* the carved activation and transient arenas */
+    /* What one block keeps for its backward per micro-batch (its saved tensors and its
+     * output's residual position, the next block's input), in bytes per token of the
+     * micro-batch, per hidden unit: Korthikanti et al. 2022's per-layer measure (34 + 5 a s / h
+     * for a 16-bit layer without recomputation, 2 with full). 0: no block held, or a DiT. */
+    double block_bytes_per_token_hidden;
 } dt_plan_mem;
 
 /* Predict rank `rank` of a `world`-rank run of c. DT_ERR_ARG naming the key when the layout
