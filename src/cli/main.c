@@ -146,6 +146,14 @@ static int cmd_train(int argc, char **argv) {
     /* rank 0 prepares the default data; the others wait for it and learn its outcome */
     if (!have_file)
         st = dt_comm_agree(world, world->rank == 0 ? prepare_default_data(&cfg) : DT_OK);
+    /* plugin.pp_layers = auto: rank 0 measures this machine and balances the stages, every
+     * rank runs its answer */
+    if (st == DT_OK && cfg.plugin.pp_size > 1 && !strcmp(cfg.plugin.pp_layers, "auto")) {
+        st = dt_comm_agree(world, world->rank == 0 ? dt_cli_plan_auto_layers(&cfg, world->size)
+                                                   : DT_OK);
+        if (st == DT_OK)
+            st = dt_comm_broadcast(world, cfg.plugin.pp_layers, sizeof cfg.plugin.pp_layers, 0);
+    }
     bool stranded = false;
     if (st == DT_OK)
         st = dt_train_run(&cfg, world, &stranded);

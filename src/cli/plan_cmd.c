@@ -188,8 +188,20 @@ static void cache_schedule(const space *sp, const cand *x, dt_schedule *s) {
     snprintf(k->kind, sizeof k->kind, "%s", x->c.plugin.pp_schedule);
 }
 
+/* plugin.pp_layers = auto on a candidate: the counts the time model balances on this device */
+static bool is_auto(const dt_plugin_config *p) { return !strcmp(p->pp_layers, "auto"); }
+
+static dt_status resolve_auto(dt_config *c, int world, const dt_plan_device *dev) {
+    if (!is_auto(&c->plugin) || c->plugin.pp_size < 2)
+        return DT_OK;
+    char layers[sizeof c->plugin.pp_layers];
+    DT_TRY(dt_plan_stage_split(c, world, dev, layers, sizeof layers));
+    memcpy(c->plugin.pp_layers, layers, sizeof layers);
+    return DT_OK;
+}
+
 static dt_status consider(const space *sp, cand *x) {
-    if (!keeps_pins(sp, &x->c))
+    if (!keeps_pins(sp, &x->c) || resolve_auto(&x->c, sp->world, sp->dev) != DT_OK)
         return DT_OK;
     const dt_schedule *sched = cached_schedule(sp, x);
     dt_schedule *own = NULL;
@@ -260,6 +272,28 @@ static dt_status levers(const space *sp, cand *x) {
     return DT_OK;
 }
 
+/* Stage boundaries: the even split and, where the time model balances the stages otherwise
+ * (the embedding and the LM head weigh on the end stages), that one too. */
+static dt_status splits(const space *sp, cand *x) {
+    dt_plugin_config *p = &x->c.plugin;
+    if (p->pp_size < 2 || is_pinned(sp, "plugin.pp_layers"))
+        return levers(sp, x);
+    p->pp_layers[0] = '\0';
+    DT_TRY(levers(sp, x));
+    char layers[sizeof p->pp_layers];
+    dt_stage_plan even, balanced;
+    int L = x->c.model.n_layer;
+    if (dt_plan_stage_split(&x->c, sp->world, sp->dev, layers, sizeof layers) != DT_OK ||
+        dt_stage_plan_make(L, p->pp_size, p->pp_chunks, NULL, &even) != DT_OK ||
+        dt_stage_plan_make(L, p->pp_size, p->pp_chunks, layers, &balanced) != DT_OK ||
+        !memcmp(even.first, balanced.first, sizeof even.first))
+        return DT_OK;
+    memcpy(p->pp_layers, layers, sizeof layers);
+    dt_status st = levers(sp, x);
+    p->pp_layers[0] = '\0';
+    return st;
+}
+
 /* Micro-batch sizes, with gradient accumulation over the rest of a dp rank's rows: every
  * power of two that divides the rows, and the rows themselves (at most the 6 largest, and 1);
  * a pipeline keeps at least pp micro-batches. A pinned train.micro_batch_size or
@@ -271,7 +305,7 @@ static dt_status micro_batches(const space *sp, cand *x, int dp) {
     if (is_pinned(sp, "train.micro_batch_size") || is_pinned(sp, "plugin.microbatches")) {
         x->c.train.micro_batch_size = sp->base->train.micro_batch_size;
         x->c.plugin.microbatches = sp->base->plugin.microbatches;
-        return levers(sp, x);
+        return splits(sp, x);
     }
     enum { MAX_SIZES = 6 };
     int size[32], n = 0;
@@ -286,7 +320,7 @@ static dt_status micro_batches(const space *sp, cand *x, int dp) {
         if ((tried >= MAX_SIZES - 1 && !last_chance) || (pp > 1 && rows / size[i] < pp))
             continue;
         x->c.train.micro_batch_size = size[i];
-        DT_TRY(levers(sp, x));
+        DT_TRY(splits(sp, x));
         tried++;
     }
     return DT_OK;
@@ -360,6 +394,8 @@ static void layout_text(const cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " ulysses%d", p->sp_size);
     if (p->pp_size > 1)
         k += (size_t)snprintf(buf + k, n - k, " pp%d %s", p->pp_size, p->pp_schedule);
+    if (p->pp_size > 1 && p->pp_layers[0])
+        k += (size_t)snprintf(buf + k, n - k, " [%.40s]", p->pp_layers);
     int rows = x->c.train.batch_size / x->dp;
     int mb = p->microbatches > 0 ? rows / p->microbatches
              : x->c.train.micro_batch_size > 0 ? x->c.train.micro_batch_size : rows;
@@ -412,13 +448,13 @@ static void print_one(const cand *x, int rank, const char *extra) {
     const dt_plugin_config *p = &x->c.plugin;
     printf("{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
            "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
-           "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.type\": \"%s\", "
+           "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.pp_layers\": \"%s\", \"plugin.type\": \"%s\", "
            "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.ac_every\": %d, "
            "\"plugin.precision\": \"%s\", "
            "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
            "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
            x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode),
-           p->pp_schedule, p->pp_chunks, dt_plugin_type_name(p->type), p->zero_stage,
+           p->pp_schedule, p->pp_chunks, p->pp_layers, dt_plugin_type_name(p->type), p->zero_stage,
            dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
            x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
            dt_offload_name(p->offload));
@@ -478,6 +514,10 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
             st = dt_sched_parse(text, &sched);
         free(text);
     }
+    dt_config resolved = *c;
+    if (st == DT_OK)
+        st = resolve_auto(&resolved, world, dev);
+    c = &resolved;
     dt_schedule *own = NULL;
     if (st == DT_OK)
         st = check_layout(c, world, sched, false, &own);
@@ -717,4 +757,23 @@ static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
         print_nothing_fits(&l, mem, &a.cfg, a.world);
     free(l.v);
     return any ? 0 : 1;
+}
+
+dt_status dt_cli_plan_auto_layers(dt_config *c, int world) {
+    dt_plan_device dev;
+    int64_t mem;
+    dt_plan_probe *probe = NULL;
+    dt_status st = dt_plan_device_get("this", world, &dev, &mem);
+    if (st == DT_OK)
+        st = dt_plan_probe_this(c, &dev, &probe);
+    char layers[sizeof c->plugin.pp_layers];
+    if (st == DT_OK)
+        st = dt_plan_stage_split(c, world, &dev, layers, sizeof layers);
+    dt_plan_probe_free(probe);
+    DT_TRY(st);
+    dt_info("plugin.pp_layers=auto: %s layers per pipeline chunk, the split whose slowest stage "
+            "is fastest by the time model on this machine (the embedding and the LM head "
+            "counted)", layers);
+    memcpy(c->plugin.pp_layers, layers, sizeof layers);
+    return DT_OK;
 }

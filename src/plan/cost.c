@@ -8,6 +8,7 @@
 #include "plan/cost.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,8 +181,37 @@ static block_cost cost_block(const work *w, int l, bool split) {
 
 /* ---- chunks and the schedule ------------------------------------------------------------- */
 
+/* The embedding's extra work on the first chunk: a gather and the positions, 12 bytes an
+ * element each way, and leaving the tp region. */
+static chunk_cost embed_cost(const work *w) {
+    double bw = w->mem_bw;
+    chunk_cost k = {0};
+    k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
+    k.f += 12 * w->Nt * w->C / bw;
+    k.b += 12 * w->Nt * w->C / bw;
+    return k;
+}
+
+/* The LM head's on the last chunk: final norm, logits, cross-entropy (its passes over the
+ * logits: max, exp-sum, gradient), statistics, gradients; in 16-bit modes the casts of its
+ * input and of its matrix. */
+static chunk_cost head_cost(const work *w) {
+    double bw = w->mem_bw;
+    linear_s head = {0};
+    add_linear(w, w->Nt, w->C, w->V, &head);
+    double lp = w->lp ? 6 * (w->Nt * (w->C + w->V) + w->V * w->C) / bw : 0;
+    chunk_cost k = {0};
+    k.f += head.fwd + w->Nr * w->C / w->norm.fwd + 12 * w->Nt * w->V / bw + lp +
+           gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
+    k.b += head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
+           (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
+                  : allreduce(w, w->tp, w->Nt * w->C * 4));
+    return k;
+}
+
 static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chunk_cost *out) {
     int n = w->pp * w->v;
+    chunk_cost embed = embed_cost(w), head = head_cost(w);
     for (int c = 0; c < n; c++) {
         chunk_cost k = {0};
         int fresh = dt_plan_fresh_block(&w->c->plugin, sp->first[c], sp->first[c + 1], w->L);
@@ -193,25 +223,10 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
             k.f += b.f, k.b += b.b, k.wgt += b.wgt;
             saved += u - 1 == fresh ? b.rerun : 0;
         }
-        double bw = w->mem_bw;
-        if (c == 0) { /* the embedding (a gather and the positions, 12 bytes an element each
-                       * way) leaves the tp region */
-            k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
-            k.f += 12 * w->Nt * w->C / bw;
-            k.b += 12 * w->Nt * w->C / bw;
-        }
-        if (c == n - 1) { /* LM head: final norm, logits, cross-entropy (its passes over the
-                           * logits: max, exp-sum, gradient), statistics, gradients; in
-                           * 16-bit modes the casts of its input and of its matrix */
-            linear_s head = {0};
-            add_linear(w, w->Nt, w->C, w->V, &head);
-            double lp = w->lp ? 6 * (w->Nt * (w->C + w->V) + w->V * w->C) / bw : 0;
-            k.f += head.fwd + w->Nr * w->C / w->norm.fwd + 12 * w->Nt * w->V / bw + lp +
-                   gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
-            k.b += head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
-                   (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
-                          : allreduce(w, w->tp, w->Nt * w->C * 4));
-        }
+        if (c == 0)
+            k.f += embed.f, k.b += embed.b;
+        if (c == n - 1)
+            k.f += head.f, k.b += head.b;
         k.b_fresh = k.b - saved;
         out[c] = k;
     }
@@ -491,4 +506,79 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
     free(cc), free(end), free(busy);
     dt_sched_free(own);
     return st;
+}
+
+/* ---- stage boundaries from time ------------------------------------------------------------ */
+
+/* The contiguous cut of the layers into n chunks (each at least one layer) whose slowest chunk
+ * is fastest, the first chunk carrying the embedding and the last the head: dynamic
+ * programming over (chunks, layers), O(n L^2). */
+static dt_status balance(const double *block, int L, int n, double first, double last,
+                         int *counts) {
+    int W = L + 1;
+    double *best = malloc((size_t)(n + 1) * W * sizeof *best); /* [c][j]: j layers, c chunks */
+    int *cut = malloc((size_t)(n + 1) * W * sizeof *cut);
+    double prefix[DT_MAX_CHUNKS + 1] = {0};
+    if (!best || !cut) {
+        free(best), free(cut);
+        return dt_err_set(DT_ERR_OOM, "plugin.pp_layers=auto: out of memory");
+    }
+    for (int l = 0; l < L; l++)
+        prefix[l + 1] = prefix[l] + block[l];
+    for (int i = 0; i < (n + 1) * W; i++)
+        best[i] = -1;
+    best[0] = 0;
+    for (int c = 1; c <= n; c++)
+        for (int j = c; j <= L - (n - c); j++)
+            for (int i = c - 1; i < j; i++) {
+                double before = best[(c - 1) * W + i];
+                if (before < 0)
+                    continue;
+                double t = prefix[j] - prefix[i] + (c == 1 ? first : 0) + (c == n ? last : 0);
+                double worst = t > before ? t : before;
+                if (best[c * W + j] < 0 || worst < best[c * W + j]) {
+                    best[c * W + j] = worst;
+                    cut[c * W + j] = i;
+                }
+            }
+    for (int c = n, j = L; c >= 1; c--) {
+        counts[c - 1] = j - cut[c * W + j];
+        j = cut[c * W + j];
+    }
+    free(best), free(cut);
+    return DT_OK;
+}
+
+dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_device *d,
+                              char *layers, size_t n_layers) {
+    dt_config even = *c;
+    even.plugin.pp_layers[0] = '\0';
+    dt_layout lay;
+    DT_TRY(dt_layout_make(&even, world, 0, &lay));
+    int n = lay.stages.n_chunks, L = lay.n_layer;
+    if (lay.pp == 1)
+        return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=auto: pp_size is 1, there is nothing "
+                          "to split");
+    if (c->model.arch == DT_ARCH_DIT)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "plugin.pp_layers=auto: the time model splits "
+                          "language models; give the DiT's counts");
+    work w = {0};
+    DT_TRY(fill(&even, &lay, d, &w));
+    double block[DT_MAX_CHUNKS];
+    for (int l = 0; l < L; l++) {
+        block_cost b = cost_block(&w, l, false);
+        block[l] = b.f + b.b + b.wgt;
+    }
+    chunk_cost e = embed_cost(&w), h = head_cost(&w);
+    int counts[DT_MAX_CHUNKS];
+    DT_TRY(balance(block, L, n, e.f + e.b, h.f + h.b, counts));
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        int m = snprintf(layers + k, n_layers - k, "%s%d", i ? "," : "", counts[i]);
+        if (m < 0 || (size_t)m >= n_layers - k)
+            return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=auto: %d chunks do not fit the "
+                              "key's %zu characters", n, n_layers);
+        k += (size_t)m;
+    }
+    return DT_OK;
 }

@@ -88,4 +88,11 @@ double dt_plan_step_flops(const dt_config *c);
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *sched, dt_plan_time *out);
 
+/* plugin.pp_layers = auto: the layer counts per pipeline chunk ("4,4,3,1") whose slowest
+ * chunk (forward and backward of a micro-batch, the embedding on the first chunk and the LM
+ * head on the last counted) is fastest by this time model, written into layers (n_layers
+ * bytes). DT_ERR_ARG when the layout does not split or has no pipeline. */
+dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_device *d,
+                              char *layers, size_t n_layers);
+
 #endif
