@@ -126,4 +126,14 @@ echo "$out" | grep -q "as configured: world size 2 is not divisible by .* tp_siz
     && ok "tp 3 on 2 ranks: $out" || bad "tp 3 on 2 ranks: $out"
 "$dtrain" plan --config "$tiny" --world 4 --plugin.pp_size=2 --plugin.pp_layers=1,1 --json \
     | grep -q '"plugin.pp_size": 2' && ok "pinned pp_layers planned" || bad "pinned pp_layers"
+# plugin.pp_layers = auto: explained with the counts the time model balances; a heavy LM head
+# (50257 words, 12 layers, pp 4) leaves the last stage lighter than the even split's 3
+out=$("$dtrain" plan --config "$src/configs/gpt2-124m.ini" --world 4 --plugin.pp_size=4 \
+    --plugin.pp_layers=auto --train.batch_size=8 --train.export= --explain 2>&1)
+echo "$out" | /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+counts = [int(x) for x in d["layout"]["plugin.pp_layers"].split(",")]
+assert len(counts) == 4 and sum(counts) == 12 and counts[-1] < 3, counts
+' && ok "pp_layers=auto explained" || bad "pp_layers=auto: $out"
 exit $fail

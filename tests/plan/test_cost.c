@@ -177,6 +177,35 @@ static void test_kernel_rates(void) {
     DT_CHECK_CLOSE(step(&c, 1, &d, NULL), want, 1e-12);
 }
 
+/* plugin.pp_layers = auto against every split tried by brute force: with a heavy LM head the
+ * last stage takes fewer layers, and the step is the fastest of all splits. */
+static void test_stage_split(void) {
+    dt_config c = tiny();
+    c.model.n_layer = 8, c.model.n_embd = 64, c.model.n_head = 4, c.model.vocab_size = 4096;
+    c.train.batch_size = 8, c.plugin.microbatches = 8, c.plugin.pp_size = 2;
+    snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "1f1b");
+    char layers[64];
+    DT_CHECK_OK(dt_plan_stage_split(&c, 2, &FAST_NET, layers, sizeof layers));
+    int first = 0, last = 0;
+    DT_CHECK(sscanf(layers, "%d,%d", &first, &last) == 2 && first + last == 8 && last < first,
+             "auto split '%s' (the head's stage lighter)", layers);
+    double best = 0;
+    for (int a = 1; a < 8; a++) {
+        snprintf(c.plugin.pp_layers, sizeof c.plugin.pp_layers, "%d,%d", a, 8 - a);
+        double t = step(&c, 2, &FAST_NET, NULL);
+        best = a == 1 || t < best ? t : best;
+    }
+    snprintf(c.plugin.pp_layers, sizeof c.plugin.pp_layers, "%s", layers);
+    double got = step(&c, 2, &FAST_NET, NULL);
+    DT_CHECK(got <= best * (1 + 1e-9), "auto %s: %.6g s, the best split %.6g s", layers, got,
+             best);
+    c.plugin.pp_layers[0] = '\0';
+    DT_CHECK(got < step(&c, 2, &FAST_NET, NULL), "auto faster than the even split");
+    c.plugin.pp_size = 1;
+    DT_CHECK(dt_plan_stage_split(&c, 1, &FAST_NET, layers, sizeof layers) == DT_ERR_ARG,
+             "no pipeline: nothing to split");
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_by_hand();
@@ -184,5 +213,6 @@ int main(int argc, char **argv) {
     test_levers();
     test_features();
     test_kernel_rates();
+    test_stage_split();
     return DT_TEST_END();
 }

@@ -52,6 +52,10 @@ done
 base+=(--model.n_layer=4)
 run ref 1 || { echo "reference run failed"; cat ref.log; exit 1; }
 same pp2_layers_3_1 2 --plugin.pp_size=2 --plugin.pp_layers=3,1 --plugin.microbatches=4
+# stage boundaries the time model picks on this machine (rank 0 measures, all run its counts)
+same pp2_layers_auto 2 --plugin.pp_size=2 --plugin.pp_layers=auto --plugin.microbatches=4
+check "pp_layers=auto names its counts" grep -q "plugin.pp_layers=auto: [0-9]*,[0-9]* layers" \
+    pp2_layers_auto.log
 for zero in 1 2 3; do
     same pp2_dp2_zero$zero 4 --plugin.pp_size=2 --plugin.type=hybrid --plugin.zero_stage=$zero \
         --plugin.microbatches=2
