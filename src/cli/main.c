@@ -149,8 +149,8 @@ static int cmd_train(int argc, char **argv) {
     /* plugin.pp_layers = auto: rank 0 measures this machine and balances the stages, every
      * rank runs its answer */
     if (st == DT_OK && cfg.plugin.pp_size > 1 && !strcmp(cfg.plugin.pp_layers, "auto")) {
-        st = dt_comm_agree(world, world->rank == 0 ? dt_cli_plan_auto_layers(&cfg, world->size)
-                                                   : DT_OK);
+        st = dt_comm_agree(world,
+                           world->rank == 0 ? dt_cli_plan_auto_layers(&cfg, world->size) : DT_OK);
         if (st == DT_OK)
             st = dt_comm_broadcast(world, cfg.plugin.pp_layers, sizeof cfg.plugin.pp_layers, 0);
     }

@@ -77,8 +77,8 @@ static dt_status push(cands *l, const cand *x) {
 /* given: the schedule to run (borrowed; validated here unless `trusted`, a generator's), or
  * NULL: the one plugin.pp_schedule names, generated into *own (the caller frees it;
  * generators make valid schedules). */
-static dt_status check_layout(const dt_config *c, int world, const dt_schedule *given,
-                              bool trusted, dt_schedule **own) {
+static dt_status check_layout(const dt_config *c, int world, const dt_schedule *given, bool trusted,
+                              dt_schedule **own) {
     const dt_plugin_config *p = &c->plugin;
     *own = NULL;
     dt_mesh_dims d;
@@ -90,8 +90,8 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     const dt_schedule *s;
     DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &l, &s, own));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
-    return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim),
-                                           "plugin.pp_schedule=%s", p->pp_schedule)
+    return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
+                                           p->pp_schedule)
                              : DT_OK;
 }
 
@@ -135,7 +135,7 @@ typedef struct pins {
 typedef struct sched_cache {
     dt_schedule *s;
     int pp, n_mb, v;
-    char kind[sizeof ((dt_plugin_config *)0)->pp_schedule];
+    char kind[sizeof((dt_plugin_config *)0)->pp_schedule];
 } sched_cache;
 
 typedef struct space {
@@ -397,8 +397,9 @@ static void layout_text(const cand *x, char *buf, size_t n) {
     if (p->pp_size > 1 && p->pp_layers[0])
         k += (size_t)snprintf(buf + k, n - k, " [%.40s]", p->pp_layers);
     int rows = x->c.train.batch_size / x->dp;
-    int mb = p->microbatches > 0 ? rows / p->microbatches
-             : x->c.train.micro_batch_size > 0 ? x->c.train.micro_batch_size : rows;
+    int mb = p->microbatches > 0               ? rows / p->microbatches
+             : x->c.train.micro_batch_size > 0 ? x->c.train.micro_batch_size
+                                               : rows;
     k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, rows / mb);
     if (dt_config_zero_stage(&x->c))
         k += (size_t)snprintf(buf + k, n - k, " z%d", dt_config_zero_stage(&x->c));
@@ -446,18 +447,19 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
 /* One JSON line; `extra` (may be "") goes inside the object, after "rank". */
 static void print_one(const cand *x, int rank, const char *extra) {
     const dt_plugin_config *p = &x->c.plugin;
-    printf("{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
-           "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
-           "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.pp_layers\": \"%s\", \"plugin.type\": \"%s\", "
-           "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.ac_every\": %d, "
-           "\"plugin.precision\": \"%s\", "
-           "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
-           "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
-           x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode),
-           p->pp_schedule, p->pp_chunks, p->pp_layers, dt_plugin_type_name(p->type), p->zero_stage,
-           dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
-           x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
-           dt_offload_name(p->offload));
+    printf(
+        "{\"layout\": {\"dp\": %d, \"plugin.tp_size\": %d, \"plugin.sp_size\": %d, "
+        "\"plugin.pp_size\": %d, \"plugin.sp_mode\": \"%s\", \"plugin.pp_schedule\": "
+        "\"%s\", \"plugin.pp_chunks\": %d, \"plugin.pp_layers\": \"%s\", \"plugin.type\": \"%s\", "
+        "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.ac_every\": %d, "
+        "\"plugin.precision\": \"%s\", "
+        "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
+        "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
+        x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode), p->pp_schedule,
+        p->pp_chunks, p->pp_layers, dt_plugin_type_name(p->type), p->zero_stage,
+        dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
+        x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
+        dt_offload_name(p->offload));
     for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
         printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
     printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d%s}\n",
@@ -539,12 +541,14 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
               .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
     memcpy(x.cat, m.cat, sizeof x.cat);
     char extra[640];
-    int k = snprintf(extra, sizeof extra, ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
+    int k = snprintf(extra, sizeof extra,
+                     ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
                      "\"bubble\": %.4f, \"step_gflop\": %.3f, "
-                     "\"block_bytes_per_token_hidden\": %.2f", rank, m.n_slots, m.n_inbox,
-                     (long long)m.n_local, 1e3 * t.compute_s, 1e3 * t.comm_s, t.bubble,
-                     dt_plan_step_flops(c) / 1e9, m.block_bytes_per_token_hidden);
+                     "\"block_bytes_per_token_hidden\": %.2f",
+                     rank, m.n_slots, m.n_inbox, (long long)m.n_local, 1e3 * t.compute_s,
+                     1e3 * t.comm_s, t.bubble, dt_plan_step_flops(c) / 1e9,
+                     m.block_bytes_per_token_hidden);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "
@@ -738,8 +742,13 @@ static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
         return explain(&a.cfg, a.world, a.rank, &dev, mem);
     cands l = {0};
     sched_cache cache = {0};
-    space sp = {.base = &a.cfg, .world = a.world, .dev = &dev, .mem = mem, .out = &l,
-                .pinned = &a.pinned, .cache = &cache};
+    space sp = {.base = &a.cfg,
+                .world = a.world,
+                .dev = &dev,
+                .mem = mem,
+                .out = &l,
+                .pinned = &a.pinned,
+                .cache = &cache};
     st = enumerate(&sp);
     dt_sched_free(cache.s);
     if (st != DT_OK) {
@@ -773,7 +782,8 @@ dt_status dt_cli_plan_auto_layers(dt_config *c, int world) {
     DT_TRY(st);
     dt_info("plugin.pp_layers=auto: %s layers per pipeline chunk, the split whose slowest stage "
             "is fastest by the time model on this machine (the embedding and the LM head "
-            "counted)", layers);
+            "counted)",
+            layers);
     memcpy(c->plugin.pp_layers, layers, sizeof layers);
     return DT_OK;
 }

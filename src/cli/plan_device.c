@@ -39,30 +39,47 @@ typedef struct preset {
 #define GEMM_EFFICIENCY 0.90 /* of the dense peak, for a large product */
 #define GEMM_HALF 32.0       /* a dimension of 32 halves a product's rate (per dimension) */
 #define MEM_EFFICIENCY 0.90  /* of HBM bandwidth, for a streaming kernel */
-#define ATTN_EFFICIENCY 0.50 /* a flash-attention kernel, of the dense peak: FlashAttention-2
-                              * (Dao 2023) reports 50-73% of A100's, FlashAttention-3 (Shah et
-                              * al. 2024) 35% (FA2) to 75% of H100's */
-#define NODE 8               /* GPUs a node joins by NVLink (DGX A100 and H100) */
+#define ATTN_EFFICIENCY                                                                            \
+    0.50       /* a flash-attention kernel, of the dense peak: FlashAttention-2                    \
+                * (Dao 2023) reports 50-73% of A100's, FlashAttention-3 (Shah et                   \
+                * al. 2024) 35% (FA2) to 75% of H100's */
+#define NODE 8 /* GPUs a node joins by NVLink (DGX A100 and H100) */
 
 static const preset PRESETS[] = {
     /* A100 SXM 80GB: 80 GiB HBM2e at 2039 GB/s; bf16 dense 312 TFLOP/s, fp32 19.5 TFLOP/s;
      * third-generation NVLink 600 GB/s bidirectional; between nodes eight 200 Gb/s HDR
      * InfiniBand adapters a node, 25 GB/s a GPU (Selene, Narayanan et al. 2021 Sec. 5) */
-    {"a100-80gb", 80 * GIB,
-     {.flops_fp32 = 19.5e12, .flops_16 = 312e12, .bandwidth = 300e9, .latency = 10e-6,
-      .mem_bandwidth = 2039e9, .disk_bandwidth = 2e9,
+    {"a100-80gb",
+     80 * GIB,
+     {.flops_fp32 = 19.5e12,
+      .flops_16 = 312e12,
+      .bandwidth = 300e9,
+      .latency = 10e-6,
+      .mem_bandwidth = 2039e9,
+      .disk_bandwidth = 2e9,
       .attn_16 = {ATTN_EFFICIENCY * 312e12, ATTN_EFFICIENCY * 312e12},
-      .gemm_efficiency = GEMM_EFFICIENCY, .gemm_half = GEMM_HALF,
-      .mem_efficiency = MEM_EFFICIENCY, .node_size = NODE, .inter_bandwidth = 25e9}},
+      .gemm_efficiency = GEMM_EFFICIENCY,
+      .gemm_half = GEMM_HALF,
+      .mem_efficiency = MEM_EFFICIENCY,
+      .node_size = NODE,
+      .inter_bandwidth = 25e9}},
     /* H100 SXM 80GB: 80 GiB HBM3 at 3.35 TB/s; bf16 dense 989 TFLOP/s, fp32 67 TFLOP/s;
      * fourth-generation NVLink 900 GB/s bidirectional; between nodes eight 400 Gb/s NDR
      * InfiniBand adapters a node, 50 GB/s a GPU (DGX H100) */
-    {"h100-80gb", 80 * GIB,
-     {.flops_fp32 = 67e12, .flops_16 = 989e12, .bandwidth = 450e9, .latency = 10e-6,
-      .mem_bandwidth = 3350e9, .disk_bandwidth = 2e9,
+    {"h100-80gb",
+     80 * GIB,
+     {.flops_fp32 = 67e12,
+      .flops_16 = 989e12,
+      .bandwidth = 450e9,
+      .latency = 10e-6,
+      .mem_bandwidth = 3350e9,
+      .disk_bandwidth = 2e9,
       .attn_16 = {ATTN_EFFICIENCY * 989e12, ATTN_EFFICIENCY * 989e12},
-      .gemm_efficiency = GEMM_EFFICIENCY, .gemm_half = GEMM_HALF,
-      .mem_efficiency = MEM_EFFICIENCY, .node_size = NODE, .inter_bandwidth = 50e9}},
+      .gemm_efficiency = GEMM_EFFICIENCY,
+      .gemm_half = GEMM_HALF,
+      .mem_efficiency = MEM_EFFICIENCY,
+      .node_size = NODE,
+      .inter_bandwidth = 50e9}},
 };
 enum { N_PRESETS = sizeof PRESETS / sizeof PRESETS[0] };
 

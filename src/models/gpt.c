@@ -269,7 +269,9 @@ static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
             use[i] = g->own_comm[i];
         }
     }
-    g->par = (dt_block_par){.tp = use[0], .sp = use[1], .rows = use[2],
+    g->par = (dt_block_par){.tp = use[0],
+                            .sp = use[1],
+                            .rows = use[2],
                             .enter = dt_region_enter_kind(o->sequence_tp),
                             .leave = dt_region_leave_kind(o->sequence_tp)};
     return dt_gpt_check_split(&g->cfg, use[0]->size, use[1]->size, o->sequence_tp, g->T);

@@ -351,11 +351,24 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_sch
     const dt_plugin_config *p = &c->plugin;
     int tp = l.tp, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     int64_t hs = m->n_embd / m->n_head;
-    ledger g = {.out = out, .tp = tp, .sp = l.sp, .grad_p = l.grad_size,
-                .grad_rank = l.grad_rank, .sg = l.rows_tp, .gpt2 = m->arch == DT_ARCH_GPT2,
-                .C = m->n_embd, .hs = hs, .NH = m->n_head / tp, .T = l.T,
-                .vocab_rows = (m->vocab_size + tp - 1) / tp, .n_mb = l.n_mb, .L = l.n_layer,
-                .zero = l.zero, .pp = l.pp, .lp = l.precision != DT_PREC_FP32, .plugin = p,
+    ledger g = {.out = out,
+                .tp = tp,
+                .sp = l.sp,
+                .grad_p = l.grad_size,
+                .grad_rank = l.grad_rank,
+                .sg = l.rows_tp,
+                .gpt2 = m->arch == DT_ARCH_GPT2,
+                .C = m->n_embd,
+                .hs = hs,
+                .NH = m->n_head / tp,
+                .T = l.T,
+                .vocab_rows = (m->vocab_size + tp - 1) / tp,
+                .n_mb = l.n_mb,
+                .L = l.n_layer,
+                .zero = l.zero,
+                .pp = l.pp,
+                .lp = l.precision != DT_PREC_FP32,
+                .plugin = p,
                 .split = l.split_backward};
     g.rows = l.rows_split;
     g.N = l.tokens_mb;

@@ -133,8 +133,7 @@ static double act_compress_int8_pass(const work *w, dt_plan_rerun r) {
  * (the MLP activation again from h, then both rounded: 4 bytes read, 2 written). */
 static double lp_rebuild(const work *w) {
     bool lp = w->c->plugin.precision != DT_PREC_FP32;
-    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->mem_bw
-              : 0;
+    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->mem_bw : 0;
 }
 
 /* plugin.ac: the attention core rerun (its FLOPs, its heads -> rows all-to-all under
@@ -152,9 +151,7 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
 
 /* 16-bit modes: a GPT casts a block's weights as it enters it, forward and backward (its
  * weight pass too), 4 bytes read and 2 written a float (models/gpt.c). */
-static double unit_cast(const work *w) {
-    return w->lp ? 6 * w->block_floats / w->mem_bw : 0;
-}
+static double unit_cast(const work *w) { return w->lp ? 6 * w->block_floats / w->mem_bw : 0; }
 
 static block_cost cost_block(const work *w, int l, bool split) {
     linear_s mm = block_linears(w);
@@ -203,9 +200,9 @@ static chunk_cost head_cost(const work *w) {
     chunk_cost k = {0};
     k.f += head.fwd + w->Nr * w->C / w->norm.fwd + 12 * w->Nt * w->V / bw + lp +
            gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
-    k.b += head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
-           (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4)
-                  : allreduce(w, w->tp, w->Nt * w->C * 4));
+    k.b +=
+        head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
+        (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4));
     return k;
 }
 
@@ -361,8 +358,7 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
      * gradient norm reads the gradients once more */
     double opt = w->zero == 0 ? n : n / p;
-    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->mem_bw) +
-                 opt * 4 / w->mem_bw;
+    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->mem_bw) + opt * 4 / w->mem_bw;
     if (w->lp && w->dit) /* the DiT's 16-bit copy, written by the update; a GPT casts per unit */
         *optimizer += n * 2 / w->mem_bw;
     if (w->c->plugin.precision == DT_PREC_FP16) /* loss scaling: the overflow flag, world-wide */
@@ -399,10 +395,22 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
             : m->ffn_hidden > 0      ? m->ffn_hidden
                                      : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
     double hs = (double)m->n_embd / m->n_head;
-    *w = (work){.c = c, .d = d, .tp = tp, .sp = l->sp, .dp = l->dp, .pp = l->pp,
-                .v = l->stages.v, .L = l->n_layer, .T = l->T, .n_mb = l->n_mb, .zero = l->zero,
-                .grad_p = l->grad_size, .gpt2 = m->arch == DT_ARCH_GPT2, .sg = l->rows_tp,
-                .dit = m->arch == DT_ARCH_DIT, .B = l->mb,
+    *w = (work){.c = c,
+                .d = d,
+                .tp = tp,
+                .sp = l->sp,
+                .dp = l->dp,
+                .pp = l->pp,
+                .v = l->stages.v,
+                .L = l->n_layer,
+                .T = l->T,
+                .n_mb = l->n_mb,
+                .zero = l->zero,
+                .grad_p = l->grad_size,
+                .gpt2 = m->arch == DT_ARCH_GPT2,
+                .sg = l->rows_tp,
+                .dit = m->arch == DT_ARCH_DIT,
+                .B = l->mb,
                 .rate = l->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16};
     w->N = (double)l->tokens_mb;
     w->Nt = (double)l->tokens_sp;
@@ -549,8 +557,8 @@ static dt_status balance(const double *block, int L, int n, double first, double
     return DT_OK;
 }
 
-dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_device *d,
-                              char *layers, size_t n_layers) {
+dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_device *d, char *layers,
+                              size_t n_layers) {
     dt_config even = *c;
     even.plugin.pp_layers[0] = '\0';
     dt_layout lay;
@@ -558,10 +566,10 @@ dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_devic
     int n = lay.stages.n_chunks, L = lay.n_layer;
     if (lay.pp == 1)
         return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=auto: pp_size is 1, there is nothing "
-                          "to split");
+                                      "to split");
     if (c->model.arch == DT_ARCH_DIT)
         return dt_err_set(DT_ERR_UNSUPPORTED, "plugin.pp_layers=auto: the time model splits "
-                          "language models; give the DiT's counts");
+                                              "language models; give the DiT's counts");
     work w = {0};
     DT_TRY(fill(&even, &lay, d, &w));
     double block[DT_MAX_CHUNKS];
@@ -576,8 +584,10 @@ dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_devic
     for (int i = 0; i < n; i++) {
         int m = snprintf(layers + k, n_layers - k, "%s%d", i ? "," : "", counts[i]);
         if (m < 0 || (size_t)m >= n_layers - k)
-            return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=auto: %d chunks do not fit the "
-                              "key's %zu characters", n, n_layers);
+            return dt_err_set(DT_ERR_ARG,
+                              "plugin.pp_layers=auto: %d chunks do not fit the "
+                              "key's %zu characters",
+                              n, n_layers);
         k += (size_t)m;
     }
     return DT_OK;

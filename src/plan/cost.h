@@ -62,12 +62,12 @@ typedef struct dt_plan_device {
     void *gemm_ctx;
     /* What a tuned implementation reaches on a datasheet device (presets; 0 = not modelled:
      * `this` is measured, so its rates are already what runs). */
-    double gemm_efficiency;   /* share of the matmul peak a large product reaches */
-    double gemm_half;         /* a product dimension at which it reaches half of that: each
-                               * of m, n, k scales the rate by x / (x + gemm_half) */
-    double mem_efficiency;    /* share of mem_bandwidth a memory-bound kernel streams at */
-    int node_size;            /* ranks joined by `bandwidth` (NVLink); groups spanning nodes */
-    double inter_bandwidth;   /* move at inter_bandwidth bytes/s a rank (InfiniBand) */
+    double gemm_efficiency; /* share of the matmul peak a large product reaches */
+    double gemm_half;       /* a product dimension at which it reaches half of that: each
+                             * of m, n, k scales the rate by x / (x + gemm_half) */
+    double mem_efficiency;  /* share of mem_bandwidth a memory-bound kernel streams at */
+    int node_size;          /* ranks joined by `bandwidth` (NVLink); groups spanning nodes */
+    double inter_bandwidth; /* move at inter_bandwidth bytes/s a rank (InfiniBand) */
 } dt_plan_device;
 
 typedef struct dt_plan_time {
@@ -92,7 +92,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
  * chunk (forward and backward of a micro-batch, the embedding on the first chunk and the LM
  * head on the last counted) is fastest by this time model, written into layers (n_layers
  * bytes). DT_ERR_ARG when the layout does not split or has no pipeline. */
-dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_device *d,
-                              char *layers, size_t n_layers);
+dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_device *d, char *layers,
+                              size_t n_layers);
 
 #endif

@@ -14,19 +14,25 @@ static dt_status split_batch(const dt_config *c, dt_layout *l) {
     int dp = l->dp, B = c->train.batch_size;
     int mb = c->train.micro_batch_size, n_mb = c->plugin.microbatches;
     if (B < 1 || B % dp)
-        return dt_err_set(DT_ERR_ARG, "train.batch_size=%d is not divisible by the %d "
-                          "data-parallel ranks; use a multiple of %d", B, dp, dp);
+        return dt_err_set(DT_ERR_ARG,
+                          "train.batch_size=%d is not divisible by the %d "
+                          "data-parallel ranks; use a multiple of %d",
+                          B, dp, dp);
     int rows = B / dp;
     if (n_mb < 0 || (n_mb > 0 && rows % n_mb))
-        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d does not divide the %d sequences "
-                          "each of the %d data-parallel ranks gets (batch_size %d)", n_mb, rows,
-                          dp, B);
+        return dt_err_set(DT_ERR_ARG,
+                          "plugin.microbatches=%d does not divide the %d sequences "
+                          "each of the %d data-parallel ranks gets (batch_size %d)",
+                          n_mb, rows, dp, B);
     if (n_mb > 0 && mb > 0 && mb * n_mb != rows)
-        return dt_err_set(DT_ERR_ARG, "plugin.microbatches=%d and train.micro_batch_size=%d "
+        return dt_err_set(DT_ERR_ARG,
+                          "plugin.microbatches=%d and train.micro_batch_size=%d "
                           "disagree: %d x %d is not the %d sequences of each data-parallel "
-                          "rank; set one of them", n_mb, mb, n_mb, mb, rows);
+                          "rank; set one of them",
+                          n_mb, mb, n_mb, mb, rows);
     if (mb < 0 || (mb > 0 && rows % mb))
-        return dt_err_set(DT_ERR_ARG, "train.micro_batch_size=%d does not divide the %d "
+        return dt_err_set(DT_ERR_ARG,
+                          "train.micro_batch_size=%d does not divide the %d "
                           "sequences each of the %d data-parallel ranks gets (batch_size %d)",
                           mb, rows, dp, B);
     l->B = B;
@@ -98,8 +104,10 @@ dt_status dt_layout_schedule_make(const dt_layout *l, const dt_plugin_config *p,
                                   dt_schedule **out) {
     const char *k = p->pp_schedule;
     if (strncmp(k, "file:", 5) == 0)
-        return dt_err_set(DT_ERR_ARG, "plugin.pp_schedule=%s: the schedule is read from the "
-                          "file by its caller", k);
+        return dt_err_set(DT_ERR_ARG,
+                          "plugin.pp_schedule=%s: the schedule is read from the "
+                          "file by its caller",
+                          k);
     if (strcmp(k, "gpipe") == 0)
         return dt_sched_gpipe(l->pp, l->n_mb, out);
     if (strcmp(k, "interleaved") == 0)
@@ -111,9 +119,10 @@ dt_status dt_layout_schedule_make(const dt_layout *l, const dt_plugin_config *p,
 
 dt_status dt_layout_set_schedule(dt_layout *l, const dt_schedule *s, const char *what) {
     if (s->pp != l->pp || s->n_chunks != l->stages.v || s->n_mb != l->n_mb)
-        return dt_err_set(DT_ERR_ARG, "%s is for pp %d, %d chunks per rank, %d micro-batches; "
-                          "this run has pp_size %d, pp_chunks %d, %d micro-batches", what,
-                          s->pp, s->n_chunks, s->n_mb, l->pp, l->stages.v, l->n_mb);
+        return dt_err_set(DT_ERR_ARG,
+                          "%s is for pp %d, %d chunks per rank, %d micro-batches; "
+                          "this run has pp_size %d, pp_chunks %d, %d micro-batches",
+                          what, s->pp, s->n_chunks, s->n_mb, l->pp, l->stages.v, l->n_mb);
     int slots = dt_sched_slots(s, l->pp_rank);
     l->n_slots = slots > 0 ? slots : 1;
     l->n_inbox = dt_sched_inbox(s, l->pp_rank);
@@ -133,8 +142,8 @@ dt_status dt_layout_make_scheduled(const dt_config *c, int world, int rank,
     if (!given)
         DT_TRY(dt_layout_schedule_make(out, &c->plugin, own));
     *sched = given ? given : *own;
-    dt_status st = dt_layout_set_schedule(out, *sched, given ? "the pipeline schedule given"
-                                                             : "plugin.pp_schedule");
+    dt_status st = dt_layout_set_schedule(
+        out, *sched, given ? "the pipeline schedule given" : "plugin.pp_schedule");
     if (st != DT_OK) {
         dt_sched_free(*own);
         *own = NULL;
@@ -149,8 +158,7 @@ bool dt_layout_holds(const dt_layout *l, int unit) {
 
 /* The first and last unit a rank holds are used by every micro-batch (the embedding, the
  * head), so under ZeRO 2/3 they keep buffers of their own rather than rotate. */
-dt_grad_home dt_grad_home_of(int zero, bool split_backward, bool pipelined, int unit,
-                             int n_units) {
+dt_grad_home dt_grad_home_of(int zero, bool split_backward, bool pipelined, int unit, int n_units) {
     if (zero < 2)
         return DT_GRAD_ARENA;
     if (split_backward)

@@ -26,52 +26,55 @@
 /* Where a unit's gradients live on this rank, decided once for the run (engine.c switches on
  * it; plan/memory.c counts it). */
 typedef enum dt_grad_home {
-    DT_GRAD_ARENA,    /* ZeRO 0/1: the model's whole gradient arena, all-reduced in buckets */
-    DT_GRAD_ROTATING, /* ZeRO 2/3 block: one of two unit buffers, reduce-scattered on leave */
-    DT_GRAD_PINNED,   /* ZeRO 2/3 first/last unit: a buffer of its own, reduce-scattered on
-                       * leave (micro-batch by micro-batch) */
+    DT_GRAD_ARENA,       /* ZeRO 0/1: the model's whole gradient arena, all-reduced in buckets */
+    DT_GRAD_ROTATING,    /* ZeRO 2/3 block: one of two unit buffers, reduce-scattered on leave */
+    DT_GRAD_PINNED,      /* ZeRO 2/3 first/last unit: a buffer of its own, reduce-scattered on
+                          * leave (micro-batch by micro-batch) */
     DT_GRAD_PINNED_STEP, /* the same under a pipeline, where the end units' backwards of
                           * several micro-batches interleave with other work: accumulated
                           * over the step, reduce-scattered after its last micro-batch */
-    DT_GRAD_WHOLE,    /* ZeRO 2/3 under a split backward: the whole local arena, accumulated
-                       * over the step and reduce-scattered once at its end */
+    DT_GRAD_WHOLE,       /* ZeRO 2/3 under a split backward: the whole local arena, accumulated
+                          * over the step and reduce-scattered once at its end */
     DT_GRAD_HOME_COUNT
 } dt_grad_home;
 
 /* What activation checkpointing reruns of block l before its backward (and again before its
  * W pass under a split backward): nothing, the attention core (selective: from the saved
  * q|k|v), or the whole block forward (full). Block l is checkpointed iff l % ac_every == 0. */
-typedef enum dt_plan_rerun { DT_PLAN_RERUN_NONE, DT_PLAN_RERUN_ATTENTION, DT_PLAN_RERUN_BLOCK }
-    dt_plan_rerun;
+typedef enum dt_plan_rerun {
+    DT_PLAN_RERUN_NONE,
+    DT_PLAN_RERUN_ATTENTION,
+    DT_PLAN_RERUN_BLOCK
+} dt_plan_rerun;
 
 typedef struct dt_layout {
     int world, rank;
-    dt_mesh_dims dims;          /* degree per axis */
-    int coords[DT_AXIS_COUNT];  /* this rank's place on each axis */
-    int tp, sp, dp, pp;         /* dims.size[], by name */
+    dt_mesh_dims dims;         /* degree per axis */
+    int coords[DT_AXIS_COUNT]; /* this rank's place on each axis */
+    int tp, sp, dp, pp;        /* dims.size[], by name */
     /* the gradient group: the ranks that hold the same weights and read different tokens
      * (dp x sp), and this rank's place in it; ZeRO shards over it */
     int grad_size, grad_rank;
     /* sequences */
-    int B, T;        /* global batch (sequences a step) and tokens a sequence */
-    int rows, row0;  /* sequences this dp rank reads a step, from row row0 of the batch */
-    int mb, n_mb;    /* micro-batch rows and micro-batches a step */
-    bool rows_tp;    /* Megatron-SP: the residual rows split over the tp ranks */
-    int rows_split;  /* ranks the residual rows split over: tp under Megatron-SP, else 1 */
+    int B, T;       /* global batch (sequences a step) and tokens a sequence */
+    int rows, row0; /* sequences this dp rank reads a step, from row row0 of the batch */
+    int mb, n_mb;   /* micro-batch rows and micro-batches a step */
+    bool rows_tp;   /* Megatron-SP: the residual rows split over the tp ranks */
+    int rows_split; /* ranks the residual rows split over: tp under Megatron-SP, else 1 */
     int64_t tokens_mb, tokens_sp, tokens_rows; /* of a micro-batch: all (mb T), this Ulysses
                                                 * rank's (/ sp), this rank's residual rows */
     /* what each rank keeps */
-    int zero;                  /* ZeRO stage 0-3 */
+    int zero; /* ZeRO stage 0-3 */
     dt_precision precision;
     dt_ac_mode ac;
-    int ac_every;              /* >= 1 */
+    int ac_every; /* >= 1 */
     /* pipeline: stages and what the schedule asks of this rank (1 slot, no inbox when pp 1) */
     int n_layer, pp_rank;
-    dt_stage_plan stages;      /* pp 1: one chunk of every unit */
+    dt_stage_plan stages;         /* pp 1: one chunk of every unit */
     bool held[DT_MAX_CHUNKS + 2]; /* units this rank holds: 0 embedding, 1..L, L+1 final */
-    int n_slots, n_inbox;      /* dt_layout_set_schedule's; 1 and 0 until then */
-    bool split_backward;       /* the schedule has W actions */
-    bool scheduled;            /* a schedule was set (always true when pp is 1) */
+    int n_slots, n_inbox;         /* dt_layout_set_schedule's; 1 and 0 until then */
+    bool split_backward;          /* the schedule has W actions */
+    bool scheduled;               /* a schedule was set (always true when pp is 1) */
 } dt_layout;
 
 /* The layout of rank `rank` of a `world`-rank run of c: the mesh (dt_mesh_infer's rule), the
@@ -84,8 +87,7 @@ dt_status dt_layout_make(const dt_config *c, int world, int rank, dt_layout *out
 
 /* The schedule plugin.pp_schedule names (gpipe, 1f1b, interleaved with pp_chunks, zbh1) for
  * the layout's micro-batches; DT_ERR_ARG for a file: schedule, which the caller reads. */
-dt_status dt_layout_schedule_make(const dt_layout *l, const dt_plugin_config *p,
-                                  dt_schedule **out);
+dt_status dt_layout_schedule_make(const dt_layout *l, const dt_plugin_config *p, dt_schedule **out);
 /* Checks that s is this layout's (pp, chunks, micro-batches), then records what it asks of
  * this rank: activation slots, inbox buffers, split backward. `what` names the schedule in a
  * refusal (e.g. "plugin.pp_schedule=1f1b"). Whether s is valid is dt_sched_validate's to
@@ -101,8 +103,7 @@ dt_status dt_layout_make_scheduled(const dt_config *c, int world, int rank,
 
 /* Unit `unit` of the n_units this rank holds (local ids), by ZeRO stage, split backward and
  * pipeline; dt_layout_grad_home reads them from the layout. */
-dt_grad_home dt_grad_home_of(int zero, bool split_backward, bool pipelined, int unit,
-                             int n_units);
+dt_grad_home dt_grad_home_of(int zero, bool split_backward, bool pipelined, int unit, int n_units);
 dt_grad_home dt_layout_grad_home(const dt_layout *l, int unit, int n_units);
 dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l);
 dt_plan_rerun dt_layout_rerun(const dt_layout *l, int block);

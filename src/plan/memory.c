@@ -332,16 +332,28 @@ static int64_t temp_arena(const shape *s, int n_slots, int64_t widest_block) {
 static void fill_shape(const dt_config *c, const dt_layout *l, shape *s) {
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
-    *s = (shape){.c = c, .gpt2 = m->arch == DT_ARCH_GPT2,
+    *s = (shape){.c = c,
+                 .gpt2 = m->arch == DT_ARCH_GPT2,
                  .lp = l->precision == DT_PREC_BF16 || l->precision == DT_PREC_FP16,
                  .bf16 = l->precision == DT_PREC_BF16,
-                 .L = l->n_layer, .C = m->n_embd, .hs = m->n_embd / m->n_head, .T = l->T,
-                 .tp = l->tp, .sp = l->sp, .pp = l->pp, .zero = l->zero,
-                 .rows_split = l->rows_split, .grad_p = l->grad_size, .grad_rank = l->grad_rank,
-                 .pp_rank = l->pp_rank, .mb = l->mb, .rows = l->rows,
-                 .N = l->tokens_mb, .Nt = l->tokens_sp, .Nr = l->tokens_rows,
-                 .acts16 = l->precision == DT_PREC_BF16 &&
-                           p->act_compress == DT_ACT_COMPRESS_NONE};
+                 .L = l->n_layer,
+                 .C = m->n_embd,
+                 .hs = m->n_embd / m->n_head,
+                 .T = l->T,
+                 .tp = l->tp,
+                 .sp = l->sp,
+                 .pp = l->pp,
+                 .zero = l->zero,
+                 .rows_split = l->rows_split,
+                 .grad_p = l->grad_size,
+                 .grad_rank = l->grad_rank,
+                 .pp_rank = l->pp_rank,
+                 .mb = l->mb,
+                 .rows = l->rows,
+                 .N = l->tokens_mb,
+                 .Nt = l->tokens_sp,
+                 .Nr = l->tokens_rows,
+                 .acts16 = l->precision == DT_PREC_BF16 && p->act_compress == DT_ACT_COMPRESS_NONE};
     s->NH = m->n_head / s->tp;
     s->NKV = kv_heads(m) / s->tp;
     s->F = ffn_width(m) / s->tp;

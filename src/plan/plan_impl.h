@@ -45,7 +45,6 @@ int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows);
  * and silu(c) [B, C]. */
 int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int rows_split);
 
-
 /* The block of units [u0, u1) whose rerun is skipped when its backward follows its own
  * forward at once (models/gpt_ac.c: the shared set still holds the last checkpointed block's
  * forward); -1 when none is (no checkpointed block, or act_compress, which always restores). */

@@ -270,9 +270,9 @@ static void count_fresh(const dt_schedule *s, int rank, bool *fresh) {
             continue;
         if (op == DT_SCHED_OP_B && a[i].stage >= 0 && a[i].mb >= 0 &&
             a[i].stage < s->pp * s->n_chunks && a[i].mb < s->n_mb)
-            fresh[a[i].stage * s->n_mb + a[i].mb] =
-                prev >= 0 && a[prev].op == DT_SCHED_OP_F && a[prev].stage == a[i].stage &&
-                a[prev].mb == a[i].mb;
+            fresh[a[i].stage * s->n_mb + a[i].mb] = prev >= 0 && a[prev].op == DT_SCHED_OP_F &&
+                                                    a[prev].stage == a[i].stage &&
+                                                    a[prev].mb == a[i].mb;
         prev = i;
     }
 }
@@ -284,7 +284,8 @@ dt_status dt_sched_count(dt_schedule *s) {
     s->slots = s->inbox = NULL;
     s->fresh = NULL;
     size_t pairs = (size_t)s->pp * s->n_chunks * s->n_mb;
-    int *slots = malloc((size_t)s->pp * sizeof *slots), *inbox = malloc((size_t)s->pp * sizeof *inbox);
+    int *slots = malloc((size_t)s->pp * sizeof *slots),
+        *inbox = malloc((size_t)s->pp * sizeof *inbox);
     bool *fresh = calloc(pairs, sizeof *fresh);
     if (!slots || !inbox || !fresh) {
         free(slots), free(inbox), free(fresh);

@@ -39,7 +39,8 @@ dt_status dt_stage_plan_make(int n_layer, int pp, int v, const char *layers, dt_
                           pp, v);
     int counts[DT_MAX_CHUNKS];
     if (layers && !strcmp(layers, "auto"))
-        return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=auto is decided from the time model "
+        return dt_err_set(DT_ERR_ARG,
+                          "plugin.pp_layers=auto is decided from the time model "
                           "before a run (dtrain train and dtrain plan do it); here it needs "
                           "its counts");
     if (layers && layers[0]) {

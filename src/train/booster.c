@@ -39,7 +39,7 @@ struct dt_booster {
     dt_mesh *mesh;
     dt_comm *dp;    /* borrowed from the mesh: which rows of the batch this rank reads */
     dt_comm *grad;  /* borrowed: dp x sp, the ranks whose gradients and losses are summed */
-    dt_layout lay; /* this rank's (plan/layout.h): every split below is read from it */
+    dt_layout lay;  /* this rank's (plan/layout.h): every split below is read from it */
     dt_optim_config optim;
     int total_steps;
     dt_lr_schedule_fn lr;
@@ -110,8 +110,10 @@ void dt_booster_free(dt_booster *b) {
 /* The run's layout on this rank, from the plugin and the spec; the model's own split rules
  * (heads and widths over tp and sp) checked beside it. Pure: every rank reaches one verdict. */
 static dt_status make_layout(dt_booster *b, const dt_boost_spec *s) {
-    dt_config c = {.model = *s->model, .plugin = b->plugin,
-                   .train = {.batch_size = s->batch_size, .micro_batch_size = s->micro_batch_size,
+    dt_config c = {.model = *s->model,
+                   .plugin = b->plugin,
+                   .train = {.batch_size = s->batch_size,
+                             .micro_batch_size = s->micro_batch_size,
                              .seq_len = s->seq_len}};
     DT_TRY(dt_layout_make(&c, b->world->size, b->world->rank, &b->lay));
     return dt_model_check_split(s->model, b->lay.tp, b->lay.sp, b->lay.rows_tp, b->lay.T);
@@ -167,12 +169,21 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
 static dt_engine_opts engine_opts(const dt_booster *b) {
     const dt_layout *l = &b->lay;
     const dt_plugin_config *p = &b->plugin;
-    dt_engine_opts eo = {.zero_stage = l->zero, .bucket_mb = p->bucket_mb, .overlap = p->overlap,
-                         .precision = l->precision, .B = l->mb, .T = l->T,
-                         .tp = b->mesh->axis[DT_AXIS_TP], .sp = b->mesh->axis[DT_AXIS_SP],
-                         .sequence_tp = l->rows_tp, .ac = l->ac, .ac_every = l->ac_every,
-                         .act_compress = p->act_compress, .offload = p->offload,
-                         .offload_dir = p->offload_dir, .offload_window_mb = p->offload_window_mb,
+    dt_engine_opts eo = {.zero_stage = l->zero,
+                         .bucket_mb = p->bucket_mb,
+                         .overlap = p->overlap,
+                         .precision = l->precision,
+                         .B = l->mb,
+                         .T = l->T,
+                         .tp = b->mesh->axis[DT_AXIS_TP],
+                         .sp = b->mesh->axis[DT_AXIS_SP],
+                         .sequence_tp = l->rows_tp,
+                         .ac = l->ac,
+                         .ac_every = l->ac_every,
+                         .act_compress = p->act_compress,
+                         .offload = p->offload,
+                         .offload_dir = p->offload_dir,
+                         .offload_window_mb = p->offload_window_mb,
                          .world_rank = l->rank};
     if (pipelined(b)) {
         eo.units = l->held;
@@ -336,10 +347,13 @@ static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
 
 /* a pipeline's step share as the schedule reads it: micro-batch after micro-batch */
 static dt_pipeline_batch pipeline_batch(const dt_booster *b, float grad_scale) {
-    return (dt_pipeline_batch){.inputs = b->inputs, .targets = b->targets,
+    return (dt_pipeline_batch){.inputs = b->inputs,
+                               .targets = b->targets,
                                .input_bytes = (size_t)b->lay.mb * b->in_row,
-                               .target_bytes = (size_t)b->lay.mb * b->tg_row, .B = b->lay.mb,
-                               .T = b->lay.T, .grad_scale = grad_scale};
+                               .target_bytes = (size_t)b->lay.mb * b->tg_row,
+                               .B = b->lay.mb,
+                               .T = b->lay.T,
+                               .grad_scale = grad_scale};
 }
 
 /* forward and backward of the step's micro-batches: in turn, or over the pipeline schedule */
@@ -357,7 +371,8 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->lay.mb);
         DT_TRY(dt_source_rows(b->train, row0 + row, b->lay.mb, b->inputs, b->targets));
         dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T};
-        DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->lay.mb >= b->lay.rows, &part));
+        DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->lay.mb >= b->lay.rows,
+                                     &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->lay.mb, t0));
         *loss_sum += part;
     }

@@ -57,9 +57,16 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     if (!p)
         return dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
     int pairs = plan->n_chunks * s->n_mb;
-    *p = (dt_pipeline){.s = s, .plan = plan, .pp = pp, .model = model, .rank = pp->rank,
-                       .n_slots = n_slots, .n_mb = s->n_mb, .split = dt_sched_split(s),
-                       .n_inbox = dt_sched_inbox(s, pp->rank), .mem = mem};
+    *p = (dt_pipeline){.s = s,
+                       .plan = plan,
+                       .pp = pp,
+                       .model = model,
+                       .rank = pp->rank,
+                       .n_slots = n_slots,
+                       .n_mb = s->n_mb,
+                       .split = dt_sched_split(s),
+                       .n_inbox = dt_sched_inbox(s, pp->rank),
+                       .mem = mem};
     p->slots = calloc((size_t)n_slots, sizeof *p->slots);
     p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
     p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
@@ -251,7 +258,8 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, slot, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
                             &p->slots[slot].sends[1]));
-        if (dt_sched_gives_slot(a, p->split)) /* reusable once the send completes (slot_acquire waits) */
+        if (dt_sched_gives_slot(
+                a, p->split)) /* reusable once the send completes (slot_acquire waits) */
             slot_release(p, c, mb);
         return DT_OK;
     default:

@@ -197,8 +197,7 @@ static void test_stage_split(void) {
     }
     snprintf(c.plugin.pp_layers, sizeof c.plugin.pp_layers, "%s", layers);
     double got = step(&c, 2, &FAST_NET, NULL);
-    DT_CHECK(got <= best * (1 + 1e-9), "auto %s: %.6g s, the best split %.6g s", layers, got,
-             best);
+    DT_CHECK(got <= best * (1 + 1e-9), "auto %s: %.6g s, the best split %.6g s", layers, got, best);
     c.plugin.pp_layers[0] = '\0';
     DT_CHECK(got < step(&c, 2, &FAST_NET, NULL), "auto faster than the even split");
     c.plugin.pp_size = 1;

@@ -51,8 +51,8 @@ static void check_rows(const dt_config *c, int world) {
         dt_layout l;
         DT_CHECK_OK(dt_layout_make(c, world, r, &l));
         int place = r % (l.tp * l.sp) + (l.tp * l.sp) * l.pp_rank; /* all but dp */
-        DT_CHECK(l.mb * l.n_mb == l.rows && l.rows * l.dp == l.B, "rank %d: %d x %d rows of %d",
-                 r, l.mb, l.n_mb, l.B);
+        DT_CHECK(l.mb * l.n_mb == l.rows && l.rows * l.dp == l.B, "rank %d: %d x %d rows of %d", r,
+                 l.mb, l.n_mb, l.B);
         for (int i = 0; i < l.rows; i++)
             read[place][l.row0 + i]++;
         DT_CHECK(l.tokens_mb == (int64_t)l.mb * l.T && l.tokens_sp * l.sp == l.tokens_mb &&
@@ -97,8 +97,8 @@ static void check_matrix(void) {
             c.plugin.pp_size = shapes[i][0];
             c.plugin.sp_size = shapes[i][1];
             c.plugin.tp_size = shapes[i][2];
-            c.plugin.sp_mode = shapes[i][2] > 1 && shapes[i][1] == 1 ? DT_SP_SPLIT_GATHER
-                                                                     : DT_SP_ALL_TO_ALL;
+            c.plugin.sp_mode =
+                shapes[i][2] > 1 && shapes[i][1] == 1 ? DT_SP_SPLIT_GATHER : DT_SP_ALL_TO_ALL;
             c.train.micro_batch_size = mbs;
             check_rows(&c, shapes[i][3]);
             check_grad_groups(&c, shapes[i][3]);
@@ -137,8 +137,7 @@ static void check_stages(void) {
     dt_schedule *other = NULL;
     DT_CHECK_OK(dt_sched_1f1b(2, 4, &other));
     dt_status st = other ? dt_layout_set_schedule(&l, other, "plugin.pp_schedule file x") : DT_OK;
-    DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), "pp_chunks 2"), "mismatch: %s",
-             dt_err_msg());
+    DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), "pp_chunks 2"), "mismatch: %s", dt_err_msg());
     dt_sched_free(other);
 
     /* zero-bubble: split backward recorded, and ZeRO 2's gradients whole */

@@ -120,13 +120,12 @@ static void test_pipeline_slots(void) {
                 if (!g || !f || !z)
                     return;
                 int want_1f1b = pp - r < m ? pp - r : m;
-                DT_CHECK(dt_sched_slots(g, r) == m, "gpipe pp %d m %d rank %d: %d", pp,
-                         m, r, dt_sched_slots(g, r));
-                DT_CHECK(dt_sched_slots(f, r) == want_1f1b, "1f1b pp %d m %d rank %d: %d",
-                         pp, m, r, dt_sched_slots(f, r));
+                DT_CHECK(dt_sched_slots(g, r) == m, "gpipe pp %d m %d rank %d: %d", pp, m, r,
+                         dt_sched_slots(g, r));
+                DT_CHECK(dt_sched_slots(f, r) == want_1f1b, "1f1b pp %d m %d rank %d: %d", pp, m, r,
+                         dt_sched_slots(f, r));
                 /* ZB-H1 keeps a micro-batch until its W: more than 1F1B on late ranks */
-                DT_CHECK(dt_sched_slots(z, r) >= want_1f1b, "zbh1 pp %d m %d rank %d",
-                         pp, m, r);
+                DT_CHECK(dt_sched_slots(z, r) >= want_1f1b, "zbh1 pp %d m %d rank %d", pp, m, r);
                 DT_CHECK(dt_sched_inbox(g, 0) == 0, "the first stage receives nothing");
                 dt_sched_free(g);
                 dt_sched_free(f);

@@ -108,13 +108,21 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
         dt_stage_plan_held(&plan, p, held);
         n_slots = sched ? dt_sched_slots(sched, p) : 1;
     }
-    dt_engine_opts eo = {.zero_stage = L->zero, .bucket_mb = 0.001f, .overlap = true,
-                         .precision = L->precision, .B = mb, .T = S, .tp = tp, .sp = sp,
+    dt_engine_opts eo = {.zero_stage = L->zero,
+                         .bucket_mb = 0.001f,
+                         .overlap = true,
+                         .precision = L->precision,
+                         .B = mb,
+                         .T = S,
+                         .tp = tp,
+                         .sp = sp,
                          .sequence_tp = L->sequence_tp,
                          .split_backward = sched && dt_sched_split(sched),
                          .act_compress = L->int8 ? DT_ACT_COMPRESS_INT8 : DT_ACT_COMPRESS_NONE,
-                         .units = L->pp > 1 ? held : NULL, .n_slots = n_slots,
-                         .pp = L->pp > 1 ? pp : NULL, .ac = L->ac};
+                         .units = L->pp > 1 ? held : NULL,
+                         .n_slots = n_slots,
+                         .pp = L->pp > 1 ? pp : NULL,
+                         .ac = L->ac};
     dt_mem *mem = NULL;
     dt_engine *e = NULL;
     dt_pipeline *pipe = NULL;
