@@ -396,11 +396,11 @@ static void layout_text(const cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " pp%d %s", p->pp_size, p->pp_schedule);
     if (p->pp_size > 1 && p->pp_layers[0])
         k += (size_t)snprintf(buf + k, n - k, " [%.40s]", p->pp_layers);
-    int rows = x->c.train.batch_size / x->dp;
-    int mb = p->microbatches > 0               ? rows / p->microbatches
-             : x->c.train.micro_batch_size > 0 ? x->c.train.micro_batch_size
-                                               : rows;
-    k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, rows / mb);
+    dt_layout l; /* a candidate is a layout that runs: its split is the layout's */
+    int mb = 0, n_mb = 0;
+    if (dt_layout_make(&x->c, x->dp * p->tp_size * p->sp_size * p->pp_size, 0, &l) == DT_OK)
+        mb = l.mb, n_mb = l.n_mb;
+    k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, n_mb);
     if (dt_config_zero_stage(&x->c))
         k += (size_t)snprintf(buf + k, n - k, " z%d", dt_config_zero_stage(&x->c));
     if (p->ac != DT_AC_NONE)
@@ -422,7 +422,7 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
         largest = v[i].total > largest ? v[i].total : largest;
     double unit = largest >= ((int64_t)1 << 30) ? 1073741824.0 : 1048576.0;
     const char *unit_name = unit > 1048576.0 ? "GiB" : "MiB";
-    printf("%4s  %-44s %8s %8s %8s %8s %8s %8s %9s %4s %10s %10s\n", "rank", "layout",
+    printf("%4s  %-52s %8s %8s %8s %8s %8s %8s %9s %4s %10s %10s\n", "rank", "layout",
            "params", "grads", "optim", "acts", "comm", "temp", "total", "fits", "step ms",
            "tokens/s");
     int shown = 0;
@@ -434,7 +434,7 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
         char r[16] = "-";
         if (x->fits)
             snprintf(r, sizeof r, "%d", i + 1);
-        printf("%4s  %-44s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %4s %10.3f %10.0f\n", r, lay,
+        printf("%4s  %-52s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %4s %10.3f %10.0f\n", r, lay,
                x->cat[DT_MEM_PARAMS] / unit, x->cat[DT_MEM_GRADS] / unit,
                x->cat[DT_MEM_OPTIM] / unit, x->cat[DT_MEM_ACTS] / unit,
                x->cat[DT_MEM_COMM] / unit, x->cat[DT_MEM_TEMP] / unit, x->total / unit,
