@@ -13,7 +13,9 @@
  * The only place that turns a dt_status into an exit code: 0 done, 1 the run failed, 2 a usage
  * or config error (cli/help.h, README "Command line").
  */
+#include <errno.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,8 +278,21 @@ static int cmd_sample(int argc, char **argv) {
     return st == DT_OK ? 0 : fail(st);
 }
 
-int main(int argc, char **argv) {
-    dt_log_setup(0, 1, DT_LOG_INFO);
+/* A write to standard output that failed (a full disk, /dev/full, a closed descriptor) fails
+ * the command, however it ended: the output a user asked for is not there. */
+static int finish_stdout(int rc) {
+    errno = 0;
+    bool bad = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (fclose(stdout) != 0 && !bad)
+        bad = true, e = errno;
+    if (!bad)
+        return rc;
+    dt_error("writing standard output failed: %s", e ? strerror(e) : "write error");
+    return rc ? rc : DT_EXIT_RUN;
+}
+
+static int run(int argc, char **argv) {
     if (argc < 2)
         return dt_cli_usage(stderr);
     const char *cmd = argv[1];
@@ -309,4 +324,9 @@ int main(int argc, char **argv) {
             return dt_cli_wants_help(argc, argv) ? dt_cli_help(cmd) : table[i].run(argc, argv);
     dt_error("unknown command '%s' (commands: " DT_CLI_COMMANDS "; see dtrain --help)", cmd);
     return DT_EXIT_USAGE;
+}
+
+int main(int argc, char **argv) {
+    dt_log_setup(0, 1, DT_LOG_INFO);
+    return finish_stdout(run(argc, argv));
 }

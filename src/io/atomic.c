@@ -51,6 +51,54 @@ static dt_status fsync_dir(const char *path) {
     return DT_OK;
 }
 
+/* The path a symlink leads to, however many links deep (a missing last target is fine: it is
+ * created); `path` itself when it is not a link. */
+static dt_status follow_links(const char *path, char *out, size_t cap) {
+    char cur[4096], link[4096];
+    if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur)
+        return dt_err_set(DT_ERR_ARG, "%.64s...: path too long", path);
+    for (int depth = 0;; depth++) {
+        struct stat sb;
+        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode))
+            break;
+        if (depth == 40)
+            return dt_err_set(DT_ERR_IO, "%s: too many levels of symbolic links", path);
+        ssize_t n = readlink(cur, link, sizeof link - 1);
+        if (n < 0)
+            return dt_err_set(DT_ERR_IO, "%s: cannot read the link: %s", path, strerror(errno));
+        link[n] = '\0';
+        char dir[4096];
+        dir_of(cur, dir, sizeof dir);
+        int m = link[0] == '/' ? snprintf(cur, sizeof cur, "%s", link)
+                               : snprintf(cur, sizeof cur, "%s/%s", dir, link);
+        if (m < 0 || m >= (int)sizeof cur)
+            return dt_err_set(DT_ERR_ARG, "%s: the link's target path is too long", path);
+    }
+    if (strlen(cur) >= cap)
+        return dt_err_set(DT_ERR_ARG, "%.64s...: path too long", path);
+    memcpy(out, cur, strlen(cur) + 1);
+    return DT_OK;
+}
+
+/* A character device or FIFO that exists at `path`: opened for writing in place. A FIFO with
+ * no reader is an error at once, not a wait. */
+static dt_status open_in_place(dt_atomic_file *a, const struct stat *sb) {
+    int fd = open(a->path, O_WRONLY | (S_ISFIFO(sb->st_mode) ? O_NONBLOCK : 0));
+    if (fd < 0)
+        return dt_err_set(DT_ERR_IO, "%s: cannot open for writing: %s", a->path,
+                          errno == ENXIO ? "a FIFO with no reader" : strerror(errno));
+    if (S_ISFIFO(sb->st_mode))
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    a->f = fdopen(fd, "wb");
+    if (!a->f) {
+        int e = errno;
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "%s: %s", a->path, strerror(e));
+    }
+    a->in_place = true;
+    return DT_OK;
+}
+
 dt_status dt_atomic_open(dt_atomic_file *a, const char *path) {
     if (!a || !path || !path[0])
         return dt_err_set(DT_ERR_ARG, "%s: NULL or empty path", __func__);
@@ -59,7 +107,18 @@ dt_status dt_atomic_open(dt_atomic_file *a, const char *path) {
     if (len >= sizeof a->path)
         return dt_err_set(DT_ERR_ARG, "%s: path too long (%zu bytes): %.64s...", __func__, len,
                           path);
-    memcpy(a->path, path, len + 1);
+    DT_TRY(follow_links(path, a->path, sizeof a->path));
+    path = a->path;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode))
+            return open_in_place(a, &sb);
+        return dt_err_set(DT_ERR_IO, "%s: is %s, not a file to write", path,
+                          S_ISDIR(sb.st_mode)    ? "a directory"
+                          : S_ISBLK(sb.st_mode)  ? "a block device"
+                          : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                 : "not a regular file");
+    }
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
     a->f = fopen(a->tmp, "wb");
     if (!a->f) {
@@ -81,7 +140,7 @@ dt_status dt_atomic_write(dt_atomic_file *a, const void *data, size_t n) {
     errno = 0;
     if (fwrite(data, 1, n, a->f) != n)
         return dt_err_set(DT_ERR_IO, "%s: write of %zu bytes to %s failed: %s", a->path, n,
-                          a->tmp, errno ? strerror(errno) : "short write");
+                          a->in_place ? a->path : a->tmp, errno ? strerror(errno) : "short write");
     return DT_OK;
 }
 
@@ -92,11 +151,11 @@ dt_status dt_atomic_commit(dt_atomic_file *a) {
     /* fflush moves stdio's buffer to the kernel; fsync moves the kernel's to the disk. Both
      * must succeed before the rename, or a crash could expose a file with missing tail. */
     if (fflush(a->f) != 0) {
-        st = dt_err_set(DT_ERR_IO, "%s: flushing %s failed: %s", a->path, a->tmp,
-                        strerror(errno));
+        st = dt_err_set(DT_ERR_IO, "%s: flushing %s failed: %s", a->path,
+                        a->in_place ? a->path : a->tmp, strerror(errno));
         goto fail;
     }
-    if (fsync(fileno(a->f)) != 0 && errno != EINVAL) {
+    if (!a->in_place && fsync(fileno(a->f)) != 0 && errno != EINVAL) {
         st = dt_err_set(DT_ERR_IO, "%s: fsync of %s failed: %s", a->path, a->tmp,
                         strerror(errno));
         goto fail;
@@ -104,10 +163,12 @@ dt_status dt_atomic_commit(dt_atomic_file *a) {
     FILE *f = a->f;
     a->f = NULL;
     if (fclose(f) != 0) {
-        st = dt_err_set(DT_ERR_IO, "%s: closing %s failed: %s", a->path, a->tmp,
-                        strerror(errno));
+        st = dt_err_set(DT_ERR_IO, "%s: closing %s failed: %s", a->path,
+                        a->in_place ? a->path : a->tmp, strerror(errno));
         goto fail;
     }
+    if (a->in_place)
+        return DT_OK;
     if (rename(a->tmp, a->path) != 0) {
         st = dt_err_set(DT_ERR_IO, "%s: rename from %s failed: %s", a->path, a->tmp,
                         strerror(errno));

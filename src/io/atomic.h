@@ -1,9 +1,13 @@
 /* File helpers of the io layer. Atomic writes: write PATH.tmp.<pid>, fsync it, rename over
  * PATH, fsync the directory; either the old file or the complete new one is visible, never a
- * partial one. */
+ * partial one. That holds for a new path or a regular file; a symlink is followed to its
+ * target (which is then written so); a character device or FIFO is written in place (so
+ * /dev/null is a sink and /dev/full gives the write's error), never replaced by a file; a
+ * directory, block device or socket is an error naming it. */
 #ifndef DT_IO_ATOMIC_H
 #define DT_IO_ATOMIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -12,6 +16,7 @@
 typedef struct dt_atomic_file {
     FILE *f;
     char path[4096], tmp[4200];
+    bool in_place; /* a character device or FIFO: written straight, no temporary */
 } dt_atomic_file;
 
 dt_status dt_atomic_open(dt_atomic_file *a, const char *path);

@@ -78,5 +78,36 @@ mkdir -p a_dir.ini
 expect_error "config path is a directory" "a_dir.ini. is a directory" -- train --config a_dir.ini
 expect_error "tp not available yet" "tp_size" -- train "${tiny[@]}" --plugin.tp_size=2
 
+# standard output that cannot be written fails the command with one error line
+expect_stdout_error() { # NAME -- ARGS...
+    local name=$1
+    shift 2
+    "$dtrain" "$@" > /dev/full 2> err.txt
+    local rc=$?
+    if [ $rc -ne 1 ] || [ "$(wc -l < err.txt)" -ne 1 ] || \
+            ! grep -q "^dtrain: error: writing standard output failed" err.txt; then
+        echo "FAIL $name: rc=$rc, stderr:"; cat err.txt
+        failed=$((failed + 1))
+    else
+        echo "ok   $name: $(cat err.txt)"
+        passed=$((passed + 1))
+    fi
+}
+expect_stdout_error "plan --json > /dev/full" -- plan --config "$src/configs/tiny-gpt2.ini" --world 2 --json
+expect_stdout_error "plan table > /dev/full" -- plan --config "$src/configs/tiny-gpt2.ini" --world 2
+expect_stdout_error "schedule > /dev/full" -- schedule --pp 2 --microbatches 4 --kind 1f1b
+expect_stdout_error "--version > /dev/full" -- --version
+
+# outputs onto what is not a regular file: a device is written in place and stays a device,
+# a directory is refused by name
+if [ -c /dev/full ]; then
+    expect_error "export onto /dev/full" "/dev/full.*No space" -- \
+        train "${tiny[@]}" --train.steps=0 --train.export=/dev/full
+    [ -c /dev/full ] && { echo "ok   /dev/full is still a device"; passed=$((passed + 1)); } \
+        || { echo "FAIL /dev/full was replaced"; failed=$((failed + 1)); }
+fi
+expect_error "export onto a directory" "a_dir.ini is a folder" -- \
+    train "${tiny[@]}" --train.steps=0 --train.export=a_dir.ini
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

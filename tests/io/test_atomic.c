@@ -3,6 +3,7 @@
  * Works in a mkdtemp directory under /tmp that it removes at the end.
  */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,60 @@ static int count_tmp(const char *dir) {
     if (d)
         closedir(d);
     return n;
+}
+
+static bool is_char_device(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISCHR(sb.st_mode);
+}
+
+/* Targets that are not regular files: devices and FIFOs written in place (never replaced by
+ * a file), a symlink followed to its target, a directory refused. */
+static void check_not_regular(const char *dir) {
+    char p[512], q[512], buf[64];
+    if (is_char_device("/dev/null")) {
+        DT_CHECK_OK(dt_atomic_write_file("/dev/null", "gone", 4));
+        DT_CHECK(is_char_device("/dev/null"), "/dev/null is no longer a device");
+    }
+    if (is_char_device("/dev/full")) {
+        dt_status st = dt_atomic_write_file("/dev/full", "x", 1);
+        DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "/dev/full") &&
+                     strstr(dt_err_msg(), "No space"),
+                 "/dev/full: %s", dt_err_msg());
+        DT_CHECK(is_char_device("/dev/full"), "/dev/full is no longer a device");
+    }
+    /* a symlink: its target takes the bytes, the link stays a link */
+    snprintf(p, sizeof p, "%s/target.txt", dir);
+    snprintf(q, sizeof q, "%s/link.txt", dir);
+    DT_CHECK_OK(dt_atomic_write_file(p, "old", 3));
+    DT_CHECK(symlink("target.txt", q) == 0, "symlink");
+    DT_CHECK_OK(dt_atomic_write_file(q, "new!", 4));
+    struct stat sb;
+    DT_CHECK(lstat(q, &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced by a file");
+    DT_CHECK(read_text(p, buf, sizeof buf) == 4 && !strcmp(buf, "new!"), "target holds '%s'",
+             buf);
+    unlink(q);
+    unlink(p);
+    /* a dangling link: its target is created */
+    DT_CHECK(symlink("made.txt", q) == 0, "symlink");
+    DT_CHECK_OK(dt_atomic_write_file(q, "ab", 2));
+    snprintf(p, sizeof p, "%s/made.txt", dir);
+    DT_CHECK(file_size(p) == 2 && lstat(q, &sb) == 0 && S_ISLNK(sb.st_mode),
+             "dangling link's target not made");
+    unlink(q);
+    unlink(p);
+    /* a directory: an error naming it, the directory untouched */
+    dt_status st = dt_atomic_write_file(dir, "x", 1);
+    DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "a directory"), "directory: %s",
+             dt_err_msg());
+    /* a FIFO with no reader: an error at once, not a wait; the FIFO stays */
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    DT_CHECK(mkfifo(p, 0600) == 0, "mkfifo");
+    st = dt_atomic_write_file(p, "x", 1);
+    DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "no reader"), "fifo: %s", dt_err_msg());
+    DT_CHECK(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+    unlink(p);
+    DT_CHECK(count_tmp(dir) == 0, "temporaries left behind");
 }
 
 int main(int argc, char **argv) {
@@ -101,6 +156,8 @@ int main(int argc, char **argv) {
     DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "not a directory"), "message: %s",
              dt_err_msg());
     DT_CHECK(dt_mkdirs("") == DT_ERR_ARG, "empty path accepted");
+
+    check_not_regular(dir);
 
     /* cleanup */
     snprintf(q, sizeof q, "%s/m/n/o/f.txt", dir);
