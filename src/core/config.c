@@ -9,6 +9,7 @@
 #include "core/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -572,13 +574,22 @@ dt_status dt_config_load_string(dt_config *c, const char *text, const char *orig
 dt_status dt_config_load_file(dt_config *c, const char *path) {
     if (!path)
         return dt_err_set(DT_ERR_ARG, "%s: NULL path", __func__);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* non-blocking, so a FIFO with no writer is refused at once instead of waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0)
         return dt_err_set(DT_ERR_IO, "cannot open config file '%s': %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        return dt_err_set(DT_ERR_ARG, "config file '%s' is a directory, not a file", path);
+    if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return dt_err_set(DT_ERR_ARG, "config file '%s' is %s, not a file", path,
+                          S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                                                                             : "a device");
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "cannot open config file '%s': %s", path, strerror(errno));
     }
     enum { MAX_BYTES = 1 << 20 };
     char *buf = malloc(MAX_BYTES + 1);

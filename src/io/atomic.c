@@ -247,7 +247,7 @@ dt_status dt_mkdirs(const char *path) {
 }
 
 dt_status dt_file_open_regular(const char *path, const char *what, int *fd, size_t *size) {
-    *fd = open(path, O_RDONLY);
+    *fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO with no writer: refused, not waited on */
     if (*fd < 0)
         return dt_err_set(DT_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
     struct stat sb;
@@ -261,6 +261,7 @@ dt_status dt_file_open_regular(const char *path, const char *what, int *fd, size
         *fd = -1;
         return st;
     }
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
     *size = (size_t)sb.st_size;
     return DT_OK;
 }

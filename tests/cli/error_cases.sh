@@ -78,6 +78,12 @@ mkdir -p a_dir.ini
 expect_error "config path is a directory" "a_dir.ini. is a directory" -- train --config a_dir.ini
 expect_error "tp not available yet" "tp_size" -- train "${tiny[@]}" --plugin.tp_size=2
 
+# inputs that would block (a FIFO with no writer) or are devices: refused at once, by name
+mkfifo in.fifo
+expect_error "config is a FIFO" "in.fifo' is a FIFO" -- train --config in.fifo
+expect_error "config is a device" "/dev/null' is a device" -- train --config /dev/null
+expect_error "data is a FIFO" "in.fifo: not a regular file" -- train "${tiny[@]}" --data.train=in.fifo
+
 # standard output that cannot be written fails the command with one error line
 expect_stdout_error() { # NAME -- ARGS...
     local name=$1
