@@ -21,21 +21,19 @@ static int usage(void) {
 
 int dt_cli_convert(int argc, char **argv) {
     const char *from = NULL, *to = NULL, *v;
-    unsigned long long seed = 1337;
+    uint64_t seed = 1337;
     for (int i = 2; i < argc; i++) {
-        char *end = NULL;
         if ((v = dt_cli_option(argc, argv, &i, "--from")))
             from = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--to")))
             to = v;
-        else if ((v = dt_cli_option(argc, argv, &i, "--seed")))
-            seed = strtoull(v, &end, 10);
-        else
+        else if ((v = dt_cli_option(argc, argv, &i, "--seed"))) {
+            if (!dt_cli_seed("convert: --seed", v, &seed)) {
+                dt_error("%s", dt_err_msg());
+                return 2;
+            }
+        } else
             return usage();
-        if (end && (*end || end == v)) {
-            dt_error("convert: --seed '%s' is not a number", v);
-            return 2;
-        }
     }
     if (!from || !to || !from[0] || !to[0]) {
         dt_error("convert needs --from PATH and --to PATH");

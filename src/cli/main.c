@@ -207,34 +207,44 @@ static const char *clip_option_without_out(int argc, char **argv) {
     return NULL;
 }
 
+/* Limits on what `dtrain sample` is asked for, so no request runs for days: tokens and Euler
+ * steps well past any use, clips to a GIF sheet. */
+enum { MAX_SAMPLE_TOKENS = 1 << 20, MAX_SAMPLE_STEPS = 10000, MAX_SAMPLE_CLIPS = 1024 };
+
 static int cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL, *v;
     int tokens = 300;
     float temperature = 0.8f;
     unsigned long long seed = 1;
+    uint64_t seed64;
+    bool temperature_given = false;
     dt_sample_clip_opts clips = {.steps = 32, .count = 4};
     for (int i = 2; i < argc; i++) {
-        char *end = NULL;
+        bool ok = true;
+        int64_t n;
+        double x;
         if ((v = dt_cli_option(argc, argv, &i, "--checkpoint")))
             ckpt = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--prompt")))
             prompt = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--tokens")))
-            tokens = (int)strtol(v, &end, 10);
+            ok = dt_cli_int("--tokens", v, 1, MAX_SAMPLE_TOKENS, &n), tokens = (int)n;
         else if ((v = dt_cli_option(argc, argv, &i, "--temperature")))
-            temperature = strtof(v, &end);
+            ok = dt_cli_real("--temperature", v, 0, 100, &x), temperature = (float)x,
+            temperature_given = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--seed")))
-            seed = strtoull(v, &end, 10);
+            ok = dt_cli_seed("--seed", v, &seed64), seed = seed64;
         else if ((v = dt_cli_option(argc, argv, &i, "--out")))
             clips.out = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--steps")))
-            clips.steps = (int)strtol(v, &end, 10);
+            ok = dt_cli_int("--steps", v, 1, MAX_SAMPLE_STEPS, &n), clips.steps = (int)n;
         else if ((v = dt_cli_option(argc, argv, &i, "--label")))
-            clips.label = (int)strtol(v, &end, 10), clips.has_label = true;
+            ok = dt_cli_int("--label", v, INT32_MIN, INT32_MAX, &n), clips.label = (int)n,
+            clips.has_label = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--count")))
-            clips.count = (int)strtol(v, &end, 10);
+            ok = dt_cli_int("--count", v, 1, MAX_SAMPLE_CLIPS, &n), clips.count = (int)n;
         else if ((v = dt_cli_option(argc, argv, &i, "--guidance")))
-            clips.guidance = strtof(v, &end);
+            ok = dt_cli_real("--guidance", v, 0, 100, &x), clips.guidance = (float)x;
         else {
             static const char *const with_value[] = {
                 "--checkpoint", "--prompt", "--tokens", "--temperature", "--seed", "--out",
@@ -242,14 +252,10 @@ static int cmd_sample(int argc, char **argv) {
             dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }
-        if (end && (*end || end == v)) {
-            dt_error("'%s' is not a number (%s)", v, argv[i]);
-            return 2;
+        if (!ok) {
+            dt_error("sample: %s", dt_err_msg());
+            return DT_EXIT_USAGE;
         }
-    }
-    if (tokens < 1) {
-        dt_error("sample: --tokens %d: the number of tokens to generate must be >= 1", tokens);
-        return 2;
     }
     if (!ckpt || !ckpt[0]) {
         dt_error("sample needs --checkpoint PATH (a step folder or a .safetensors file)");
@@ -260,6 +266,10 @@ static int cmd_sample(int argc, char **argv) {
         return 2;
     }
     const char *clip_opt = clip_option_without_out(argc, argv);
+    if (clips.out && temperature_given) {
+        dt_error("sample: --temperature is for text; a clip is sampled by --steps and --guidance");
+        return 2;
+    }
     if (!clips.out && clip_opt) {
         dt_error("sample: %s samples clips and needs --out FILE.gif", clip_opt);
         return 2;

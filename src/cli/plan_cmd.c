@@ -578,14 +578,41 @@ typedef struct args {
 } args;
 
 static bool to_int(const char *flag, const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > 1 << 20) {
-        dt_error("%s: '%s' is not a positive integer", flag, v);
+    int64_t x;
+    if (!dt_cli_int(flag, v, 1, 1 << 20, &x))
+        return false;
+    *out = (int)x;
+    return true;
+}
+
+static bool to_index(const char *flag, const char *v, int *out) {
+    int64_t x;
+    if (!dt_cli_int(flag, v, 0, 1 << 20, &x))
+        return false;
+    *out = (int)x;
+    return true;
+}
+
+/* --mem: bytes with a unit, more than none and at most 1 PiB a rank */
+static bool to_mem(const char *v, int64_t *out) {
+    if (dt_plan_parse_size(v, out) != DT_OK)
+        return false;
+    if (*out < 1 || *out > ((int64_t)1 << 50)) {
+        dt_err_set(DT_ERR_ARG, "--mem %s: a rank's memory must be more than 0 and at most "
+                   "1 PiB", v);
         return false;
     }
-    *out = (int)x;
+    return true;
+}
+
+/* a rate flag: more than 0 a second, finite */
+static bool to_rate(const char *flag, const char *v, double *out) {
+    if (dt_plan_parse_rate(v, out) != DT_OK)
+        return false;
+    if (!(*out > 0) || !isfinite(*out)) {
+        dt_err_set(DT_ERR_ARG, "%s %s: a rate must be more than 0", flag, v);
+        return false;
+    }
     return true;
 }
 
@@ -608,17 +635,17 @@ static int parse(int argc, char **argv, args *a) {
         else if ((v = dt_cli_option(argc, argv, &i, "--top")))
             ok = to_int("--top", v, &a->top);
         else if ((v = dt_cli_option(argc, argv, &i, "--mem")))
-            ok = dt_plan_parse_size(v, &a->mem) == DT_OK;
+            ok = to_mem(v, &a->mem);
         else if ((v = dt_cli_option(argc, argv, &i, "--flops")))
-            ok = dt_plan_parse_rate(v, &a->flops) == DT_OK;
+            ok = to_rate("--flops", v, &a->flops);
         else if ((v = dt_cli_option(argc, argv, &i, "--flops16")))
-            ok = dt_plan_parse_rate(v, &a->flops16) == DT_OK;
+            ok = to_rate("--flops16", v, &a->flops16);
         else if ((v = dt_cli_option(argc, argv, &i, "--bandwidth")))
-            ok = dt_plan_parse_rate(v, &a->bandwidth) == DT_OK;
+            ok = to_rate("--bandwidth", v, &a->bandwidth);
         else if ((v = dt_cli_option(argc, argv, &i, "--mem-bandwidth")))
-            ok = dt_plan_parse_rate(v, &a->mem_bandwidth) == DT_OK;
+            ok = to_rate("--mem-bandwidth", v, &a->mem_bandwidth);
         else if ((v = dt_cli_option(argc, argv, &i, "--latency")))
-            ok = dt_plan_parse_rate(v, &a->latency) == DT_OK;
+            ok = to_rate("--latency", v, &a->latency);
         else if ((v = dt_cli_option(argc, argv, &i, "--attn")))
             ok = dt_plan_parse_rate2(v, &a->attn) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--attn16")))
@@ -632,7 +659,7 @@ static int parse(int argc, char **argv, args *a) {
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
             a->device = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--rank")))
-            ok = to_int("--rank", v, &a->rank) || !strcmp(v, "0");
+            ok = to_index("--rank", v, &a->rank);
         else if (!strcmp(argv[i], "--json"))
             a->json = true;
         else if (!strcmp(argv[i], "--explain"))
@@ -644,8 +671,12 @@ static int parse(int argc, char **argv, args *a) {
                 a->pinned.set[a->pinned.n++] = argv[i] + 2;
         }
         else {
-            dt_error("plan: unexpected argument '%s'", argv[i]);
-            return usage();
+            static const char *const with_value[] = {
+                "--config", "--world", "--top", "--mem", "--flops", "--flops16", "--bandwidth",
+                "--mem-bandwidth", "--latency", "--attn", "--attn16", "--norm", "--act",
+                "--device", "--rank", NULL};
+            dt_cli_bad_arg("plan", argv[i], with_value);
+            return 2;
         }
         if (!ok) {
             dt_error("%s", dt_err_msg()[0] ? dt_err_msg() : "bad value");

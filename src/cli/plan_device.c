@@ -158,7 +158,10 @@ dt_status dt_plan_parse_size(const char *text, int64_t *bytes) {
     DT_TRY(number(text, "size", &x, &u));
     for (int i = 0; i < 5; i++)
         if (strcmp(u, units[i]) == 0) {
-            *bytes = (int64_t)(x * (double)((int64_t)1 << (10 * i)));
+            double b = x * (double)((int64_t)1 << (10 * i));
+            if (!(b < 9.2e18))
+                return dt_err_set(DT_ERR_ARG, "plan: size '%s' is past 8 EiB", text);
+            *bytes = (int64_t)b;
             return DT_OK;
         }
     return dt_err_set(DT_ERR_ARG, "plan: size '%s': the unit must be KiB, MiB, GiB or TiB (or "

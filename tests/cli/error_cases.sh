@@ -78,6 +78,36 @@ mkdir -p a_dir.ini
 expect_error "config path is a directory" "a_dir.ini. is a directory" -- train --config a_dir.ini
 expect_error "tp not available yet" "tp_size" -- train "${tiny[@]}" --plugin.tp_size=2
 
+# numbers are parsed strictly and range-checked: no wrap, no NaN, each limit named
+expect_error "sample --tokens wraps" "--tokens: '4294967297' is not a whole number from 1 to" -- \
+    sample --checkpoint good.safetensors --tokens 4294967297
+expect_error "sample --temperature nan" "--temperature: 'nan'" -- \
+    sample --checkpoint good.safetensors --temperature nan
+expect_error "sample --temperature inf" "--temperature: 'inf'" -- \
+    sample --checkpoint good.safetensors --temperature inf
+expect_error "sample --seed -1" "--seed: '-1' is not a seed" -- \
+    sample --checkpoint good.safetensors --seed -1
+expect_error "sample --steps for days" "--steps: '99999999999' is not a whole number from 1 to 10000" \
+    -- sample --checkpoint good.safetensors --out a.gif --steps 99999999999
+expect_error "sample --label wraps" "--label: '4294967296' is not a whole number" -- \
+    sample --checkpoint good.safetensors --out a.gif --label 4294967296
+expect_error "sample --seed past 2^64" "18446744073709551616" -- \
+    sample --checkpoint good.safetensors --out a.gif --seed 18446744073709551616
+expect_error "sample --guidance nan" "--guidance: 'nan'" -- \
+    sample --checkpoint good.safetensors --out a.gif --guidance nan
+expect_error "sample clips ignore --temperature" "--temperature is for text" -- \
+    sample --checkpoint good.safetensors --out a.gif --temperature 0.5
+expect_error "plan --mem 0" "--mem 0: a rank's memory must be more than 0" -- \
+    plan --config "$src/configs/tiny-gpt2.ini" --world 2 --mem 0
+expect_error "plan --mem past 1 PiB" "99999999999TiB" -- \
+    plan --config "$src/configs/tiny-gpt2.ini" --world 2 --mem 99999999999TiB
+expect_error "plan --flops 0" "--flops 0: a rate must be more than 0" -- \
+    plan --config "$src/configs/tiny-gpt2.ini" --world 2 --flops 0
+expect_error "plan --top without a value" "--top needs a value" -- \
+    plan --config "$src/configs/tiny-gpt2.ini" --world 2 --top
+expect_error "convert --seed wraps" "--seed: '-5' is not a seed" -- \
+    convert --from good.safetensors --to x.safetensors --seed -5
+
 # inputs that would block (a FIFO with no writer) or are devices: refused at once, by name
 mkfifo in.fifo
 expect_error "config is a FIFO" "in.fifo' is a FIFO" -- train --config in.fifo

@@ -180,7 +180,7 @@ check "shard shrank: exit 1 naming the file (rc $rc)" \
 # ---- unclear messages ----------------------------------------------------------------------
 fails empty_data_train 2 "data.train is empty: give a token shard" -- \
     "$dtrain" train --config "$src/configs/tiny-gpt2.ini" --data.train=
-fails sample_tokens_0 2 "sample: --tokens 0: the number of tokens to generate must be >= 1" -- \
+fails sample_tokens_0 2 "sample: --tokens: .0. is not a whole number from 1 to 1048576" -- \
     "$dtrain" sample --checkpoint good.safetensors --tokens 0
 fails config_no_value 2 "train: --config needs a file" -- "$dtrain" train --config
 fails sample_no_value 2 "sample: --checkpoint needs a value" -- "$dtrain" sample --checkpoint

@@ -94,8 +94,8 @@ fails prompt_out "--prompt \"hello\": checkpoint .* holds a dit model" -- \
     --checkpoint ckpt/step-$steps --prompt hello --out p.gif
 fails no_out "holds a dit model, which makes no text: sample its clips with --out" -- \
     --checkpoint ckpt/step-$steps
-fails count "--count 0" -- --checkpoint ckpt/step-$steps --out c.gif --count 0
-fails steps_word "'many' is not a number" -- --checkpoint ckpt/step-$steps --out c.gif --steps many
+fails count "--count: '0' is not a whole number from 1" -- --checkpoint ckpt/step-$steps --out c.gif --count 0
+fails steps_word "--steps: 'many' is not a whole number" -- --checkpoint ckpt/step-$steps --out c.gif --steps many
 fails steps_no_out "--steps samples clips and needs --out" -- --checkpoint ckpt/step-$steps --steps 4
 # a language model's checkpoint given --out
 "$dtrain" prepare --input "$src/src/core" --out data > /dev/null || exit 1
