@@ -22,12 +22,13 @@
 
 #define HEADER_BYTES ((size_t)DT_TOKENS_HEADER_INTS * sizeof(int32_t))
 
-/* n tokens from `first` by pread: a shard that shrank under us is an error naming it, never a
- * SIGBUS (a mapping would fault on the vanished pages). */
-static dt_status read_tokens(int fd, const char *path, int64_t n_tok, int64_t first, int64_t n,
-                             uint16_t *out) {
-    size_t want = (size_t)n * sizeof *out, done = 0;
-    off_t at = (off_t)(HEADER_BYTES + (size_t)first * sizeof *out);
+/* n ids of `width` bytes from `first` by pread into out, widened to int32 in place (from the
+ * end, so no id is overwritten before it is read): a shard that shrank under us is an error
+ * naming it, never a SIGBUS (a mapping would fault on the vanished pages). */
+static dt_status read_tokens(int fd, const char *path, int width, int64_t n_tok, int64_t first,
+                             int64_t n, int32_t *out) {
+    size_t want = (size_t)n * (size_t)width, done = 0;
+    off_t at = (off_t)(HEADER_BYTES + (size_t)first * (size_t)width);
     while (done < want) {
         ssize_t r = pread(fd, (char *)out + done, want - done, at + (off_t)done);
         if (r < 0 && errno == EINTR)
@@ -39,6 +40,12 @@ static dt_status read_tokens(int fd, const char *path, int64_t n_tok, int64_t fi
                               r < 0 ? strerror(errno) : "the file shrank (changed while in use?)");
         done += (size_t)r;
     }
+    if (width == 2)
+        for (int64_t i = n - 1; i >= 0; i--) {
+            uint16_t v;
+            memcpy(&v, (char *)out + 2 * i, 2);
+            out[i] = v;
+        }
     return DT_OK;
 }
 
@@ -61,17 +68,20 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
         st = dt_err_set(DT_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
         goto fail;
     }
-    if (hdr[0] != DT_TOKENS_MAGIC) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: bad magic %d, expected %d: not a dtrain/llm.c token "
-                        "shard", path, hdr[0], DT_TOKENS_MAGIC);
+    if (hdr[0] != DT_TOKENS_MAGIC && hdr[0] != DT_TOKENS_MAGIC_U32) {
+        st = dt_err_set(DT_ERR_FORMAT, "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 "
+                        "ids): not a dtrain/llm.c token shard", path, hdr[0], DT_TOKENS_MAGIC,
+                        DT_TOKENS_MAGIC_U32);
         goto fail;
     }
-    if (hdr[1] != DT_TOKENS_VERSION) {
+    int width = hdr[0] == DT_TOKENS_MAGIC ? 2 : 4;
+    int version = width == 2 ? DT_TOKENS_VERSION : DT_TOKENS_VERSION_U32;
+    if (hdr[1] != version) {
         st = dt_err_set(DT_ERR_FORMAT, "%s: unsupported token shard version %d, expected %d "
-                        "(uint16 tokens)", path, hdr[1], DT_TOKENS_VERSION);
+                        "(uint%d tokens)", path, hdr[1], version, 8 * width);
         goto fail;
     }
-    int64_t n = hdr[2], held = (int64_t)((len - HEADER_BYTES) / sizeof(uint16_t));
+    int64_t n = hdr[2], held = (int64_t)((len - HEADER_BYTES) / (size_t)width);
     if (n < 0) {
         st = dt_err_set(DT_ERR_FORMAT, "%s: negative token count %lld in the header", path,
                         (long long)n);
@@ -83,10 +93,10 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
                         len - HEADER_BYTES);
         goto fail;
     }
-    if ((size_t)n * 2 != len - HEADER_BYTES) {
+    if ((size_t)n * (size_t)width != len - HEADER_BYTES) {
         st = dt_err_set(DT_ERR_FORMAT, "%s: header says %lld tokens (%lld bytes) but file holds "
                         "%zu bytes after the header: trailing bytes after the tokens", path,
-                        (long long)n, (long long)n * 2, len - HEADER_BYTES);
+                        (long long)n, (long long)n * width, len - HEADER_BYTES);
         goto fail;
     }
     if (n < 2) {
@@ -94,16 +104,18 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
                         "and its target)", path, (long long)n);
         goto fail;
     }
-    if (vocab_size > 0) {
-        uint16_t chunk[16384];
-        for (int64_t i = 0; i < n; i += 16384) {
+    {
+        /* every id below the vocabulary (and, 32 bits wide, below 2^31: ids are int32) */
+        uint32_t limit = vocab_size > 0 ? (uint32_t)vocab_size : (uint32_t)INT32_MAX + 1u;
+        int32_t chunk[16384];
+        for (int64_t i = 0; i < n && (vocab_size > 0 || width == 4); i += 16384) {
             int64_t m = n - i < 16384 ? n - i : 16384;
-            DT_TRY_GOTO(read_tokens(fd, path, n, i, m, chunk));
+            DT_TRY_GOTO(read_tokens(fd, path, width, n, i, m, chunk));
             for (int64_t j = 0; j < m; j++)
-                if (chunk[j] >= vocab_size) {
-                    st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= vocab_size "
-                                    "%d", path, (long long)(i + j), (unsigned)chunk[j],
-                                    vocab_size);
+                if ((uint32_t)chunk[j] >= limit) {
+                    st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= %s %u", path,
+                                    (long long)(i + j), (unsigned)chunk[j],
+                                    vocab_size > 0 ? "vocab_size" : "the id limit", limit);
                     goto fail;
                 }
         }
@@ -114,6 +126,7 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     }
     out->fd = fd;
     out->n_tok = n;
+    out->width = width;
     return DT_OK;
 
 fail:
@@ -121,12 +134,12 @@ fail:
     return st;
 }
 
-dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, uint16_t *out) {
+dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, int32_t *out) {
     if (!t || t->fd < 0 || first < 0 || n < 0 || first > t->n_tok - n)
         return dt_err_set(DT_ERR_ARG, "%s: tokens [%lld, +%lld) outside the shard %s of %lld",
                           __func__, (long long)first, (long long)n,
                           t && t->path ? t->path : "(closed)", t ? (long long)t->n_tok : 0LL);
-    return read_tokens(t->fd, t->path, t->n_tok, first, n, out);
+    return read_tokens(t->fd, t->path, t->width, t->n_tok, first, n, out);
 }
 
 void dt_tokens_close(dt_tokens *t) {
@@ -139,14 +152,14 @@ void dt_tokens_close(dt_tokens *t) {
     t->fd = -1;
 }
 
-static void header_fill(int32_t *hdr, int64_t n_tok) {
+static void header_fill(int32_t *hdr, int64_t n_tok, int width) {
     memset(hdr, 0, HEADER_BYTES);
-    hdr[0] = DT_TOKENS_MAGIC;
-    hdr[1] = DT_TOKENS_VERSION;
+    hdr[0] = width == 2 ? DT_TOKENS_MAGIC : DT_TOKENS_MAGIC_U32;
+    hdr[1] = width == 2 ? DT_TOKENS_VERSION : DT_TOKENS_VERSION_U32;
     hdr[2] = (int32_t)n_tok;
 }
 
-dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok) {
+static dt_status write_shard(const char *path, const void *tok, int64_t n_tok, int width) {
     if (!path || n_tok < 0 || (n_tok > 0 && !tok))
         return dt_err_set(DT_ERR_ARG, "%s: bad argument (n_tok %lld)", __func__,
                           (long long)n_tok);
@@ -155,11 +168,11 @@ dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok) 
                           __func__, path, (long long)n_tok);
     dt_status st = DT_OK;
     int32_t hdr[DT_TOKENS_HEADER_INTS];
-    header_fill(hdr, n_tok);
+    header_fill(hdr, n_tok, width);
     dt_atomic_file a;
     DT_TRY(dt_atomic_open(&a, path));
     DT_TRY_GOTO(dt_atomic_write(&a, hdr, sizeof hdr));
-    DT_TRY_GOTO(dt_atomic_write(&a, tok, (size_t)n_tok * sizeof *tok));
+    DT_TRY_GOTO(dt_atomic_write(&a, tok, (size_t)n_tok * (size_t)width));
     return dt_atomic_commit(&a);
 
 fail:
@@ -167,12 +180,20 @@ fail:
     return st;
 }
 
+dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok) {
+    return write_shard(path, tok, n_tok, 2);
+}
+
+dt_status dt_tokens_write_u32(const char *path, const uint32_t *tok, int64_t n_tok) {
+    return write_shard(path, tok, n_tok, 4);
+}
+
 /* Writes bytes[0..n) as a shard of uint16 tokens, widening in chunks so no second full-size
  * buffer is needed. */
 static dt_status write_byte_shard(const char *path, const unsigned char *bytes, int64_t n) {
     dt_status st = DT_OK;
     int32_t hdr[DT_TOKENS_HEADER_INTS];
-    header_fill(hdr, n);
+    header_fill(hdr, n, 2);
     uint16_t chunk[8192];
     dt_atomic_file a;
     DT_TRY(dt_atomic_open(&a, path));

@@ -1,5 +1,7 @@
-/* Token shards in the llm.c / nanoGPT format: a header of 256 little-endian int32 (magic
- * 20240520, version 1, token count, rest zero), then `count` uint16 tokens.
+/* Token shards in the llm.c / nanoGPT format: a header of 256 little-endian int32 (magic,
+ * version, token count, rest zero), then `count` tokens. Two kinds, as llm.c writes them
+ * (dev/data/data_common.py): GPT-2's, magic 20240520 version 1, uint16 ids; and Llama 3's,
+ * magic 20240801 version 7, uint32 ids, for vocabularies past 65536. Both read alike.
  *
  * dt_tokens_open validates the whole shard: magic, version, a count that matches the file size
  * (a truncated shard is named as such), and every token < vocab_size; dt_tokens_read then
@@ -13,22 +15,29 @@
 
 #include "core/status.h"
 
-#define DT_TOKENS_MAGIC 20240520
+#define DT_TOKENS_MAGIC 20240520 /* uint16 ids */
 #define DT_TOKENS_VERSION 1
+#define DT_TOKENS_MAGIC_U32 20240801 /* uint32 ids */
+#define DT_TOKENS_VERSION_U32 7
 #define DT_TOKENS_HEADER_INTS 256
 
 typedef struct dt_tokens {
     int fd;       /* -1 when closed */
     int64_t n_tok;
+    int width;    /* bytes an id: 2 or 4 */
     char *path;   /* for messages */
 } dt_tokens;
 
-/* vocab_size > 0: every token must be < vocab_size, else an error naming the first offender. */
+/* vocab_size > 0: every token must be < vocab_size, else an error naming the first offender
+ * (a uint32 id must fit an int32 in any case). */
 dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out);
 void dt_tokens_close(dt_tokens *t);
-/* Tokens [first, first + n) into out; DT_ERR_IO naming the file when it can no longer give them. */
-dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, uint16_t *out);
-dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok); /* atomic */
+/* Tokens [first, first + n) into out, as int32 whatever their width on disk; DT_ERR_IO naming
+ * the file when it can no longer give them. */
+dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, int32_t *out);
+/* Atomic writes of a shard: uint16 ids (GPT-2's kind) and uint32 ids (Llama 3's kind). */
+dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok);
+dt_status dt_tokens_write_u32(const char *path, const uint32_t *tok, int64_t n_tok);
 
 /* Byte-level tokenizer (vocab 256): reads text files (a directory: every regular file in it,
  * sorted by name, skipping fortune's .dat/.u8 index files), splits the bytes 90/10 into

@@ -23,10 +23,18 @@ dt_status dt_loader_open(dt_loader *ld, const char *path, int vocab_size, int B,
     ld->T = T;
     ld->shuffle = shuffle;
     ld->seed = seed;
+    if (!(ld->row = malloc(((size_t)T + 1) * sizeof *ld->row))) {
+        dt_tokens_close(&ld->shard);
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory for a row of %d tokens", path, T + 1);
+    }
     return DT_OK;
 }
 
-void dt_loader_close(dt_loader *ld) { dt_tokens_close(&ld->shard); }
+void dt_loader_close(dt_loader *ld) {
+    dt_tokens_close(&ld->shard);
+    free(ld->row);
+    ld->row = NULL;
+}
 
 static int64_t row_start(const dt_loader *ld, int row) {
     if (!ld->shuffle)
@@ -39,16 +47,9 @@ static int64_t row_start(const dt_loader *ld, int row) {
 dt_status dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inputs,
                          int32_t *targets) {
     for (int r = 0; r < n_rows; r++) {
-        int32_t *in = inputs + (int64_t)r * ld->T, *tg = targets + (int64_t)r * ld->T;
-        /* the row's T + 1 tokens land in the first half of its input row (4T >= 2(T + 1)
-         * bytes for T >= 1); targets are copied out, then the inputs widen in place from the
-         * end, so no token is overwritten before it is read */
-        uint16_t *raw = (uint16_t *)in;
-        DT_TRY(dt_tokens_read(&ld->shard, row_start(ld, row0 + r), ld->T + 1, raw));
-        for (int t = 0; t < ld->T; t++)
-            tg[t] = raw[t + 1];
-        for (int t = ld->T - 1; t >= 0; t--)
-            in[t] = raw[t];
+        DT_TRY(dt_tokens_read(&ld->shard, row_start(ld, row0 + r), ld->T + 1, ld->row));
+        memcpy(inputs + (int64_t)r * ld->T, ld->row, (size_t)ld->T * sizeof *ld->row);
+        memcpy(targets + (int64_t)r * ld->T, ld->row + 1, (size_t)ld->T * sizeof *ld->row);
     }
     return DT_OK;
 }

@@ -22,6 +22,7 @@ typedef struct dt_loader {
     uint64_t seed;
     int64_t pos;  /* sequential: start of the next batch */
     int64_t step; /* batches handed out so far */
+    int32_t *row; /* [T + 1] one row's ids as read, split into inputs and targets (owned) */
 } dt_loader;
 
 /* Opens and validates the shard (every token < vocab_size); it must hold B*T + 1 tokens. */

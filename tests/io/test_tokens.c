@@ -3,6 +3,7 @@
  * holding a .dat index, a hidden file, a subdirectory and a symlink that must be read once.
  * Works in a mkdtemp directory under /tmp that it removes at the end.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +70,11 @@ static void test_shards(void) {
              (long long)sb.st_size);
     dt_tokens t = {0};
     DT_CHECK_OK(dt_tokens_open(p, 50257, &t));
-    uint16_t back[1000];
-    DT_CHECK(t.n_tok == 1000 && dt_tokens_read(&t, 0, 1000, back) == DT_OK &&
-                 memcmp(back, tok, sizeof tok) == 0,
-             "round trip differs (n_tok %lld)", (long long)t.n_tok);
+    int32_t back[1000];
+    bool same = t.n_tok == 1000 && t.width == 2 && dt_tokens_read(&t, 0, 1000, back) == DT_OK;
+    for (int i = 0; same && i < 1000; i++)
+        same = back[i] == tok[i];
+    DT_CHECK(same, "round trip differs (n_tok %lld)", (long long)t.n_tok);
     /* outside the shard: an argument error, nothing read */
     DT_CHECK(dt_tokens_read(&t, 999, 2, back) == DT_ERR_ARG, "read past the end accepted");
     /* the file shrinks while open (another process rewrote it): an error naming the file,
@@ -166,7 +168,7 @@ static void test_prepare(void) {
     dt_tokens t = {0};
     snprintf(p, sizeof p, "%s/train.bin", out);
     DT_CHECK_OK(dt_tokens_open(p, 256, &t));
-    uint16_t got[18] = {0};
+    int32_t got[18] = {0};
     int ok = t.n_tok == 18 && dt_tokens_read(&t, 0, 18, got) == DT_OK;
     for (int i = 0; ok && i < 18; i++)
         ok = got[i] == (i < 10 ? 'A' : 'B');
@@ -220,10 +222,67 @@ static void test_prepare(void) {
     rmdir(p);
 }
 
+/* Llama 3's kind of shard (llm.c: magic 20240801, version 7, uint32 ids), its bytes laid out
+ * here by hand as the published format has them, not by dtrain's writer; then dtrain's
+ * writer gives the same bytes. */
+static void test_shards_u32(void) {
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/u32.bin", dir);
+    snprintf(q, sizeof q, "%s/u32_dtrain.bin", dir);
+    enum { N = 300 };
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)((uint64_t)i * 104729u % 262144u); /* up to Gemma's 256k and past */
+    int32_t hdr[256] = {20240801, 7, N};
+    FILE *f = fopen(p, "wb");
+    DT_CHECK(f && fwrite(hdr, 4, 256, f) == 256 && fwrite(tok, 4, N, f) == N && !fclose(f),
+             "writing %s", p);
+    dt_tokens t = {0};
+    DT_CHECK_OK(dt_tokens_open(p, 262144, &t));
+    int32_t back[N];
+    bool same = t.n_tok == N && t.width == 4 && dt_tokens_read(&t, 0, N, back) == DT_OK;
+    for (int i = 0; same && i < N; i++)
+        same = back[i] == (int32_t)tok[i];
+    DT_CHECK(same, "uint32 shard read back differs (width %d)", t.width);
+    DT_CHECK(dt_tokens_read(&t, 7, 3, back) == DT_OK && back[0] == (int32_t)tok[7] &&
+                 back[2] == (int32_t)tok[9], "a read from the middle");
+    dt_tokens_close(&t);
+    DT_CHECK_OK(dt_tokens_write_u32(q, tok, N));
+    FILE *a = fopen(p, "rb"), *b = fopen(q, "rb");
+    bool equal = a && b;
+    for (int ca = 0, cb = 0; equal && ca != EOF;) {
+        ca = fgetc(a), cb = fgetc(b);
+        equal = ca == cb;
+    }
+    if (a)
+        fclose(a);
+    if (b)
+        fclose(b);
+    DT_CHECK(equal, "dtrain's uint32 shard differs from the format's bytes");
+    /* a Llama 3 vocabulary: an id past it is named */
+    snprintf(bad, sizeof bad, "%s", p);
+    EXPECT_FAIL(128256, "has value", ">= vocab_size 128256");
+    /* an id past int32 is refused even unchecked against a vocabulary */
+    tok[5] = 0x80000001u;
+    DT_CHECK_OK(dt_tokens_write_u32(q, tok, N));
+    snprintf(bad, sizeof bad, "%s", q);
+    EXPECT_FAIL(0, "token 5 has value 2147483649", "the id limit");
+    /* the version must be Llama 3's */
+    hdr[1] = 1;
+    f = fopen(p, "wb");
+    DT_CHECK(f && fwrite(hdr, 4, 256, f) == 256 && fwrite(tok, 4, N, f) == N && !fclose(f),
+             "rewriting %s", p);
+    snprintf(bad, sizeof bad, "%s", p);
+    EXPECT_FAIL(0, "version 1, expected 7", "uint32");
+    unlink(p);
+    unlink(q);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     DT_CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     test_shards();
+    test_shards_u32();
     test_prepare();
     DT_CHECK(rmdir(dir) == 0, "temporary directory %s not empty at the end", dir);
     return DT_TEST_END();

@@ -159,3 +159,8 @@ set_tests_properties(train/dit_layouts PROPERTIES LABELS "train;mpi" TIMEOUT 900
 add_test(NAME train/golden_loss
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/golden_loss.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/golden_loss PROPERTIES LABELS "train" TIMEOUT 300)
+
+# A 128256-word vocabulary from a uint32 token shard (llm.c's Llama 3 format), in layouts.
+add_test(NAME train/vocab_u32
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/vocab_u32.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/vocab_u32 PROPERTIES LABELS "train;mpi" TIMEOUT 600)
