@@ -102,6 +102,10 @@ case_ llama_offload_zero2_checkpoint llama 2 $(z 2) $(off 0.01) --checkpoint.eve
 case_ gpt2_offload_zero3_bf16_ac_full gpt2 2 $(z 3) $(off 1) $bf16 $(ac full)
 case_ llama_offload_zero1_tp2_checkpoint llama 4 $(z 1) $(off 64) --plugin.tp_size=2 \
     --checkpoint.every=1 --checkpoint.dir=ck2
+# a Llama-3-sized vocabulary (the head chunked over 128256 columns, split over tp) and
+# Gemma's 256000 in bf16
+case_ llama_vocab128k_tp2 llama 2 --model.vocab_size=128256 --plugin.tp_size=2
+case_ gpt2_vocab256k_bf16 gpt2 1 --model.vocab_size=256000 $bf16
 awk '{ d = $4 - 1; d = d < 0 ? -d : d; if (d >= w) { w = d; l = $0 } }
      /every category exact/ { e++ }
      END { printf "worst of all %d cases: %s\n%d of them exact to the byte on every rank\n", NR, l, e }' \
