@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,16 +20,17 @@
 
 #include "core/grow.h"
 #include "io/atomic.h"
+#include "io/indexed.h"
 
 #define HEADER_BYTES ((size_t)DT_TOKENS_HEADER_INTS * sizeof(int32_t))
 
 /* n ids of `width` bytes from `first` by pread into out, widened to int32 in place (from the
  * end, so no id is overwritten before it is read): a shard that shrank under us is an error
  * naming it, never a SIGBUS (a mapping would fault on the vanished pages). */
-static dt_status read_tokens(int fd, const char *path, int width, int64_t n_tok, int64_t first,
-                             int64_t n, int32_t *out) {
+static dt_status read_tokens(int fd, const char *path, int64_t base, int width, int64_t n_tok,
+                             int64_t first, int64_t n, int32_t *out) {
     size_t want = (size_t)n * (size_t)width, done = 0;
-    off_t at = (off_t)(HEADER_BYTES + (size_t)first * (size_t)width);
+    off_t at = (off_t)(base + first * width);
     while (done < want) {
         ssize_t r = pread(fd, (char *)out + done, want - done, at + (off_t)done);
         if (r < 0 && errno == EINTR)
@@ -49,12 +51,9 @@ static dt_status read_tokens(int fd, const char *path, int width, int64_t n_tok,
     return DT_OK;
 }
 
-dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
+/* An llm.c shard's header: its id width and count, checked against the file's size. */
+static dt_status open_shard(const char *path, int *fd_out, int64_t *n_out, int *width_out) {
     dt_status st = DT_OK;
-    if (!path || !out)
-        return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
-    memset(out, 0, sizeof *out);
-    out->fd = -1;
     size_t len = 0;
     int fd;
     DT_TRY(dt_file_open_regular(path, "token shard", &fd, &len));
@@ -69,9 +68,16 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
         goto fail;
     }
     if (hdr[0] != DT_TOKENS_MAGIC && hdr[0] != DT_TOKENS_MAGIC_U32) {
+        size_t n = strlen(path);
+        char prefix[4096];
+        bool megatron = n > 4 && n < sizeof prefix && !strcmp(path + n - 4, ".bin") &&
+                        snprintf(prefix, sizeof prefix, "%.*s", (int)n - 4, path) > 0 &&
+                        dt_indexed_named(prefix);
         st = dt_err_set(DT_ERR_FORMAT, "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 "
-                        "ids): not a dtrain/llm.c token shard", path, hdr[0], DT_TOKENS_MAGIC,
-                        DT_TOKENS_MAGIC_U32);
+                        "ids): not a dtrain/llm.c token shard%s", path, hdr[0], DT_TOKENS_MAGIC,
+                        DT_TOKENS_MAGIC_U32, megatron ? "; beside it is a Megatron index: name "
+                                                        "that dataset by its prefix, without .bin"
+                                                      : "");
         goto fail;
     }
     int width = hdr[0] == DT_TOKENS_MAGIC ? 2 : 4;
@@ -99,9 +105,32 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
                         (long long)n, (long long)n * width, len - HEADER_BYTES);
         goto fail;
     }
+    *fd_out = fd, *n_out = n, *width_out = width;
+    return DT_OK;
+
+fail:
+    close(fd);
+    return st;
+}
+
+dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
+    dt_status st = DT_OK;
+    if (!path || !out)
+        return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    int fd, width;
+    int64_t n, base;
+    if (dt_indexed_named(path)) {
+        DT_TRY(dt_indexed_open(path, &fd, &n, &width));
+        base = 0;
+    } else {
+        DT_TRY(open_shard(path, &fd, &n, &width));
+        base = (int64_t)HEADER_BYTES;
+    }
     if (n < 2) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: shard holds %lld tokens; need at least 2 (an input "
-                        "and its target)", path, (long long)n);
+        st = dt_err_set(DT_ERR_FORMAT, "%s: holds %lld tokens; need at least 2 (an input and its "
+                        "target)", path, (long long)n);
         goto fail;
     }
     {
@@ -110,7 +139,7 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
         int32_t chunk[16384];
         for (int64_t i = 0; i < n && (vocab_size > 0 || width == 4); i += 16384) {
             int64_t m = n - i < 16384 ? n - i : 16384;
-            DT_TRY_GOTO(read_tokens(fd, path, width, n, i, m, chunk));
+            DT_TRY_GOTO(read_tokens(fd, path, base, width, n, i, m, chunk));
             for (int64_t j = 0; j < m; j++)
                 if ((uint32_t)chunk[j] >= limit) {
                     st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= %s %u", path,
@@ -127,6 +156,7 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     out->fd = fd;
     out->n_tok = n;
     out->width = width;
+    out->base = base;
     return DT_OK;
 
 fail:
@@ -139,7 +169,7 @@ dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, int32_t *
         return dt_err_set(DT_ERR_ARG, "%s: tokens [%lld, +%lld) outside the shard %s of %lld",
                           __func__, (long long)first, (long long)n,
                           t && t->path ? t->path : "(closed)", t ? (long long)t->n_tok : 0LL);
-    return read_tokens(t->fd, t->path, t->width, t->n_tok, first, n, out);
+    return read_tokens(t->fd, t->path, t->base, t->width, t->n_tok, first, n, out);
 }
 
 void dt_tokens_close(dt_tokens *t) {

@@ -1,7 +1,8 @@
 /* Token shards in the llm.c / nanoGPT format: a header of 256 little-endian int32 (magic,
  * version, token count, rest zero), then `count` tokens. Two kinds, as llm.c writes them
  * (dev/data/data_common.py): GPT-2's, magic 20240520 version 1, uint16 ids; and Llama 3's,
- * magic 20240801 version 7, uint32 ids, for vocabularies past 65536. Both read alike.
+ * magic 20240801 version 7, uint32 ids, for vocabularies past 65536. Both read alike, and so
+ * does a Megatron indexed dataset (io/indexed.h) named by its prefix: its sequences, end to end.
  *
  * dt_tokens_open validates the whole shard: magic, version, a count that matches the file size
  * (a truncated shard is named as such), and every token < vocab_size; dt_tokens_read then
@@ -25,6 +26,8 @@ typedef struct dt_tokens {
     int fd;       /* -1 when closed */
     int64_t n_tok;
     int width;    /* bytes an id: 2 or 4 */
+    int64_t base; /* byte offset of token 0 in the file: past a shard's header, 0 in a Megatron
+                   * dataset's .bin */
     char *path;   /* for messages */
 } dt_tokens;
 

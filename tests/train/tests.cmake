@@ -164,3 +164,8 @@ set_tests_properties(train/golden_loss PROPERTIES LABELS "train" TIMEOUT 300)
 add_test(NAME train/vocab_u32
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/vocab_u32.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/vocab_u32 PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# Megatron indexed datasets, written by an independent writer of the format, read in place.
+add_test(NAME train/megatron_data
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/megatron_data.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/megatron_data PROPERTIES LABELS "train;mpi" TIMEOUT 600)
