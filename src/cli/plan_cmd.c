@@ -540,14 +540,18 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     cand x = {.c = *c, .dp = world / (c->plugin.tp_size * c->plugin.sp_size * c->plugin.pp_size),
               .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
     memcpy(x.cat, m.cat, sizeof x.cat);
-    char extra[640];
+    /* model FLOPs utilisation: the step's model FLOPs (no reruns) against every rank's
+     * datasheet or measured matmul peak for the run's precision over the predicted step */
+    double peak = c->plugin.precision == DT_PREC_FP32 ? dev->flops_fp32 : dev->flops_16;
+    double mfu = t.step_s > 0 && peak > 0 ? dt_plan_step_flops(c) / (t.step_s * world * peak) : 0;
+    char extra[700];
     int k = snprintf(extra, sizeof extra,
                      ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
-                     "\"bubble\": %.4f, \"step_gflop\": %.3f, "
+                     "\"bubble\": %.4f, \"step_gflop\": %.3f, \"mfu\": %.4f, "
                      "\"block_bytes_per_token_hidden\": %.2f",
                      rank, m.n_slots, m.n_inbox, (long long)m.n_local, 1e3 * t.compute_s,
-                     1e3 * t.comm_s, t.bubble, dt_plan_step_flops(c) / 1e9,
+                     1e3 * t.comm_s, t.bubble, dt_plan_step_flops(c) / 1e9, mfu,
                      m.block_bytes_per_token_hidden);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {

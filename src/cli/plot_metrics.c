@@ -4,6 +4,7 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,13 @@ static dt_status load(const char *in, rows *r) {
     free(text);
     if (st == DT_OK && r->n == 0)
         st = dt_err_set(DT_ERR_FORMAT, "%s holds no metrics lines", in);
+    bool any = false; /* lines with a step but nothing to plot draw empty panels */
+    for (int i = 0; st == DT_OK && i < r->n && !any; i++)
+        for (int k = M_LOSS; k < M_COUNT; k++)
+            any |= isfinite(r->v[(size_t)i * M_COUNT + k]);
+    if (st == DT_OK && !any)
+        st = dt_err_set(DT_ERR_FORMAT, "%s: no line has a field to plot (loss, val_loss, lr, "
+                        "grad_norm or tokens_per_s)", in);
     return st;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/grow.h"
+#include "core/log.h"
 #include "io/atomic.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_impl.h"
@@ -76,7 +77,11 @@ static long long folder_step(const char *dir, const char *name) {
     if (stat(path, &sb) == 0)
         return n;
     snprintf(path, sizeof path, "%s/%s/state.json", dir, name);
-    return stat(path, &sb) == 0 ? n : -1;
+    if (stat(path, &sb) == 0)
+        return n;
+    dt_warn("checkpoint: %s/%s has neither manifest.json nor state.json: skipped, it is not "
+            "a complete checkpoint", dir, name);
+    return -1;
 }
 
 static int by_step(const void *a, const void *b) {

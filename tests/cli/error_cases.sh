@@ -108,6 +108,11 @@ expect_error "plan --top without a value" "--top needs a value" -- \
 expect_error "convert --seed wraps" "--seed: '-5' is not a seed" -- \
     convert --from good.safetensors --to x.safetensors --seed -5
 
+# a metrics file whose lines carry nothing to plot: refused, naming the fields it looked for
+printf '{"step": 1}\n{"step": 2, "other": 3}\n' > nothing.jsonl
+expect_error "plot with nothing to plot" "no line has a field to plot (loss" -- \
+    plot --metrics nothing.jsonl --out nothing.svg
+
 # inputs that would block (a FIFO with no writer) or are devices: refused at once, by name
 mkfifo in.fifo
 expect_error "config is a FIFO" "in.fifo' is a FIFO" -- train --config in.fifo

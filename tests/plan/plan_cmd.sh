@@ -136,4 +136,10 @@ d = json.loads(sys.stdin.read())
 counts = [int(x) for x in d["layout"]["plugin.pp_layers"].split(",")]
 assert len(counts) == 4 and sum(counts) == 12 and counts[-1] < 3, counts
 ' && ok "pp_layers=auto explained" || bad "pp_layers=auto: $out"
+# --explain: step time split into compute, exposed communication and bubble, and the MFU
+"$dtrain" plan --config "$cfg" --world 8 --explain --plugin.type=zero3 | /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+assert 0 < d["mfu"] < 1 and d["compute_ms"] > 0 and "exposed_comm_ms" in d and "bubble" in d, d
+' && ok "explain: mfu, compute, exposed, bubble" || bad "explain mfu"
 exit $fail

@@ -133,6 +133,11 @@ rm -rf c && cp -r ck c && cp -r c/step-2 c/step-0004 && cp -r c/step-2 c/step-99
 "${run[@]}" --train.steps=6 --checkpoint.dir=c --checkpoint.resume=auto > oddnames.log 2>&1
 check "step-0004 and step-99999999999999999999 are not checkpoints" \
     "grep -q 'resumed from c/step-4 at step 4' oddnames.log"
+# a step folder without its manifest: resume=auto names it as it skips it
+rm -rf c && cp -r ck c && mkdir c/step-9
+"${run[@]}" --train.steps=6 --checkpoint.dir=c --checkpoint.resume=auto > nomanifest.log 2>&1
+check "step-9 without a manifest: skipped by name" \
+    "grep -q 'warning: checkpoint: c/step-9 has neither manifest.json nor state.json: skipped' nomanifest.log && grep -q 'resumed from c/step-4 at step 4' nomanifest.log"
 # saving over an existing step-N swaps the folders whole (renameat2 RENAME_EXCHANGE): the
 # new step-4 verifies, and no partial folder is left
 rm -rf c && cp -r ck c
