@@ -49,8 +49,10 @@ bool dt_cli_seed(const char *flag, const char *text, uint64_t *out) {
     errno = 0;
     unsigned long long x = strtoull(text, &end, 10);
     if (!isdigit((unsigned char)text[0]) || *end || errno == ERANGE) {
-        dt_err_set(DT_ERR_ARG, "%s: '%s' is not a seed (a whole number from 0 to "
-                   "18446744073709551615)", flag, text);
+        dt_err_set(DT_ERR_ARG,
+                   "%s: '%s' is not a seed (a whole number from 0 to "
+                   "18446744073709551615)",
+                   flag, text);
         return false;
     }
     *out = x;

@@ -24,6 +24,7 @@
 #include "cli/args.h"
 #include "cli/help.h"
 #include "cli/convert_cmd.h"
+#include "cli/plan_auto.h"
 #include "cli/plan_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
@@ -150,7 +151,7 @@ static int cmd_train(int argc, char **argv) {
         st = dt_comm_agree(world, world->rank == 0 ? prepare_default_data(&cfg) : DT_OK);
     /* plugin.pp_layers = auto: rank 0 measures this machine and balances the stages, every
      * rank runs its answer */
-    if (st == DT_OK && cfg.plugin.pp_size > 1 && !strcmp(cfg.plugin.pp_layers, "auto")) {
+    if (st == DT_OK && dt_cli_plan_is_auto(&cfg)) {
         st = dt_comm_agree(world,
                            world->rank == 0 ? dt_cli_plan_auto_layers(&cfg, world->size) : DT_OK);
         if (st == DT_OK)

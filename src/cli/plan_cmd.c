@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/plan_auto.h"
 #include "cli/plan_device.h"
 #include "cli/plan_probe.h"
 #include "core/grow.h"
@@ -188,20 +189,8 @@ static void cache_schedule(const space *sp, const cand *x, dt_schedule *s) {
     snprintf(k->kind, sizeof k->kind, "%s", x->c.plugin.pp_schedule);
 }
 
-/* plugin.pp_layers = auto on a candidate: the counts the time model balances on this device */
-static bool is_auto(const dt_plugin_config *p) { return !strcmp(p->pp_layers, "auto"); }
-
-static dt_status resolve_auto(dt_config *c, int world, const dt_plan_device *dev) {
-    if (!is_auto(&c->plugin) || c->plugin.pp_size < 2)
-        return DT_OK;
-    char layers[sizeof c->plugin.pp_layers];
-    DT_TRY(dt_plan_stage_split(c, world, dev, layers, sizeof layers));
-    memcpy(c->plugin.pp_layers, layers, sizeof layers);
-    return DT_OK;
-}
-
 static dt_status consider(const space *sp, cand *x) {
-    if (!keeps_pins(sp, &x->c) || resolve_auto(&x->c, sp->world, sp->dev) != DT_OK)
+    if (!keeps_pins(sp, &x->c) || dt_cli_plan_resolve_auto(&x->c, sp->world, sp->dev) != DT_OK)
         return DT_OK;
     const dt_schedule *sched = cached_schedule(sp, x);
     dt_schedule *own = NULL;
@@ -422,9 +411,8 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
         largest = v[i].total > largest ? v[i].total : largest;
     double unit = largest >= ((int64_t)1 << 30) ? 1073741824.0 : 1048576.0;
     const char *unit_name = unit > 1048576.0 ? "GiB" : "MiB";
-    printf("%4s  %-52s %8s %8s %8s %8s %8s %8s %9s %4s %10s %10s\n", "rank", "layout",
-           "params", "grads", "optim", "acts", "comm", "temp", "total", "fits", "step ms",
-           "tokens/s");
+    printf("%4s  %-52s %8s %8s %8s %8s %8s %8s %9s %4s %10s %10s\n", "rank", "layout", "params",
+           "grads", "optim", "acts", "comm", "temp", "total", "fits", "step ms", "tokens/s");
     int shown = 0;
     for (int i = 0; i < n && shown < top; i++, shown++) {
         const cand *x = &v[i];
@@ -436,9 +424,9 @@ static void print_table(const cand *v, int n, int top, int64_t mem, const dt_con
             snprintf(r, sizeof r, "%d", i + 1);
         printf("%4s  %-52s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %4s %10.3f %10.0f\n", r, lay,
                x->cat[DT_MEM_PARAMS] / unit, x->cat[DT_MEM_GRADS] / unit,
-               x->cat[DT_MEM_OPTIM] / unit, x->cat[DT_MEM_ACTS] / unit,
-               x->cat[DT_MEM_COMM] / unit, x->cat[DT_MEM_TEMP] / unit, x->total / unit,
-               x->fits ? "yes" : "no", 1e3 * x->step_s, tps);
+               x->cat[DT_MEM_OPTIM] / unit, x->cat[DT_MEM_ACTS] / unit, x->cat[DT_MEM_COMM] / unit,
+               x->cat[DT_MEM_TEMP] / unit, x->total / unit, x->fits ? "yes" : "no", 1e3 * x->step_s,
+               tps);
     }
     printf("memory in %s per rank (the largest pipeline stage); budget %.2f GiB\n", unit_name,
            gib(mem));
@@ -518,7 +506,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     }
     dt_config resolved = *c;
     if (st == DT_OK)
-        st = resolve_auto(&resolved, world, dev);
+        st = dt_cli_plan_resolve_auto(&resolved, world, dev);
     c = &resolved;
     dt_schedule *own = NULL;
     if (st == DT_OK)
@@ -602,8 +590,10 @@ static bool to_mem(const char *v, int64_t *out) {
     if (dt_plan_parse_size(v, out) != DT_OK)
         return false;
     if (*out < 1 || *out > ((int64_t)1 << 50)) {
-        dt_err_set(DT_ERR_ARG, "--mem %s: a rank's memory must be more than 0 and at most "
-                   "1 PiB", v);
+        dt_err_set(DT_ERR_ARG,
+                   "--mem %s: a rank's memory must be more than 0 and at most "
+                   "1 PiB",
+                   v);
         return false;
     }
     return true;
@@ -676,9 +666,9 @@ static int parse(int argc, char **argv, args *a) {
         }
         else {
             static const char *const with_value[] = {
-                "--config", "--world", "--top", "--mem", "--flops", "--flops16", "--bandwidth",
-                "--mem-bandwidth", "--latency", "--attn", "--attn16", "--norm", "--act",
-                "--device", "--rank", NULL};
+                "--config",    "--world",         "--top",     "--mem",  "--flops",  "--flops16",
+                "--bandwidth", "--mem-bandwidth", "--latency", "--attn", "--attn16", "--norm",
+                "--act",       "--device",        "--rank",    NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -801,24 +791,4 @@ static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
         print_nothing_fits(&l, mem, &a.cfg, a.world);
     free(l.v);
     return any ? 0 : 1;
-}
-
-dt_status dt_cli_plan_auto_layers(dt_config *c, int world) {
-    dt_plan_device dev;
-    int64_t mem;
-    dt_plan_probe *probe = NULL;
-    dt_status st = dt_plan_device_get("this", world, &dev, &mem);
-    if (st == DT_OK)
-        st = dt_plan_probe_this(c, &dev, &probe);
-    char layers[sizeof c->plugin.pp_layers];
-    if (st == DT_OK)
-        st = dt_plan_stage_split(c, world, &dev, layers, sizeof layers);
-    dt_plan_probe_free(probe);
-    DT_TRY(st);
-    dt_info("plugin.pp_layers=auto: %s layers per pipeline chunk, the split whose slowest stage "
-            "is fastest by the time model on this machine (the embedding and the LM head "
-            "counted)",
-            layers);
-    memcpy(c->plugin.pp_layers, layers, sizeof layers);
-    return DT_OK;
 }

@@ -64,8 +64,10 @@ static dt_status load(const char *in, rows *r) {
         for (int k = M_LOSS; k < M_COUNT; k++)
             any |= isfinite(r->v[(size_t)i * M_COUNT + k]);
     if (st == DT_OK && !any)
-        st = dt_err_set(DT_ERR_FORMAT, "%s: no line has a field to plot (loss, val_loss, lr, "
-                        "grad_norm or tokens_per_s)", in);
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: no line has a field to plot (loss, val_loss, lr, "
+                        "grad_norm or tokens_per_s)",
+                        in);
     return st;
 }
 

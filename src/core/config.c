@@ -582,8 +582,9 @@ dt_status dt_config_load_file(dt_config *c, const char *path) {
     if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         close(fd);
         return dt_err_set(DT_ERR_ARG, "config file '%s' is %s, not a file", path,
-                          S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
-                                                                             : "a device");
+                          S_ISDIR(sb.st_mode)    ? "a directory"
+                          : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                                                 : "a device");
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     FILE *f = fdopen(fd, "rb");

@@ -19,8 +19,8 @@ static const char MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 enum { DTYPE_INT32 = 4, DTYPE_UINT16 = 8 };
 
 static const char *dtype_name(int code) {
-    static const char *names[] = {"?", "uint8", "int8", "int16", "int32", "int64", "float64",
-                                  "float32", "uint16"};
+    static const char *names[] = {"?",     "uint8",   "int8",    "int16", "int32",
+                                  "int64", "float64", "float32", "uint16"};
     return code >= 1 && code <= 8 ? names[code] : "unknown";
 }
 
@@ -39,8 +39,10 @@ static dt_status read_at(int fd, const char *path, void *buf, size_t n, int64_t 
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return dt_err_set(DT_ERR_FORMAT, "%s: truncated: cannot read %zu bytes at offset "
-                              "%lld%s%s", path, n, (long long)at, r < 0 ? ": " : "",
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: truncated: cannot read %zu bytes at offset "
+                              "%lld%s%s",
+                              path, n, (long long)at, r < 0 ? ": " : "",
                               r < 0 ? strerror(errno) : "");
         done += (size_t)r;
     }
@@ -59,7 +61,8 @@ static dt_status check_sequences(int fd, const char *idx, uint64_t n_seq, int wi
         DT_TRY(read_at(fd, idx, ptr, m * 8, at_ptr + (int64_t)i * 8));
         for (size_t j = 0; j < m; j++) {
             if (len[j] < 0 || ptr[j] != next * width)
-                return dt_err_set(DT_ERR_FORMAT, "%s: sequence %llu: length %d at byte %lld, "
+                return dt_err_set(DT_ERR_FORMAT,
+                                  "%s: sequence %llu: length %d at byte %lld, "
                                   "expected a length >= 0 at byte %lld (sequences end to end)",
                                   idx, (unsigned long long)(i + j), len[j], (long long)ptr[j],
                                   (long long)(next * width));
@@ -80,9 +83,10 @@ static dt_status check_documents(int fd, const char *idx, uint64_t n_seq, uint64
             bool first = i + j == 0, last = i + j == n_doc - 1;
             if ((first && doc[j] != 0) || doc[j] < prev || (uint64_t)doc[j] > n_seq ||
                 (last && (uint64_t)doc[j] != n_seq))
-                return dt_err_set(DT_ERR_FORMAT, "%s: document index %llu is %lld; it must "
-                                  "rise from 0 to the %llu sequences", idx,
-                                  (unsigned long long)(i + j), (long long)doc[j],
+                return dt_err_set(DT_ERR_FORMAT,
+                                  "%s: document index %llu is %lld; it must "
+                                  "rise from 0 to the %llu sequences",
+                                  idx, (unsigned long long)(i + j), (long long)doc[j],
                                   (unsigned long long)n_seq);
             prev = doc[j];
         }
@@ -93,8 +97,10 @@ static dt_status check_documents(int fd, const char *idx, uint64_t n_seq, uint64
 static dt_status check_index(int fd, const char *idx, size_t size, int *width, int64_t *total) {
     unsigned char h[HEADER_BYTES];
     if (size < HEADER_BYTES)
-        return dt_err_set(DT_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte header of a "
-                          "Megatron index", idx, size, HEADER_BYTES);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: %zu bytes, shorter than the %d-byte header of a "
+                          "Megatron index",
+                          idx, size, HEADER_BYTES);
     DT_TRY(read_at(fd, idx, h, sizeof h, 0));
     uint64_t version, n_seq, n_doc;
     memcpy(&version, h + 9, 8);
@@ -102,19 +108,25 @@ static dt_status check_index(int fd, const char *idx, size_t size, int *width, i
     memcpy(&n_doc, h + 26, 8);
     int code = h[17];
     if (memcmp(h, MAGIC, sizeof MAGIC))
-        return dt_err_set(DT_ERR_FORMAT, "%s: not a Megatron index (its first bytes are not "
-                          "MMIDIDX)", idx);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: not a Megatron index (its first bytes are not "
+                          "MMIDIDX)",
+                          idx);
     if (version != 1)
         return dt_err_set(DT_ERR_FORMAT, "%s: index version %llu; dtrain reads version 1", idx,
                           (unsigned long long)version);
     if (code != DTYPE_UINT16 && code != DTYPE_INT32)
-        return dt_err_set(DT_ERR_FORMAT, "%s: token ids stored as %s (dtype code %d); dtrain "
-                          "reads uint16 (8) or int32 (4)", idx, dtype_name(code), code);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: token ids stored as %s (dtype code %d); dtrain "
+                          "reads uint16 (8) or int32 (4)",
+                          idx, dtype_name(code), code);
     uint64_t need = HEADER_BYTES + n_seq * 12 + n_doc * 8;
     if (n_seq > ((uint64_t)1 << 40) || n_doc > n_seq + 1 || n_doc < 1 || need > size)
-        return dt_err_set(DT_ERR_FORMAT, "%s: %llu sequences and %llu document entries need "
-                          "%llu bytes; the file has %zu", idx, (unsigned long long)n_seq,
-                          (unsigned long long)n_doc, (unsigned long long)need, size);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: %llu sequences and %llu document entries need "
+                          "%llu bytes; the file has %zu",
+                          idx, (unsigned long long)n_seq, (unsigned long long)n_doc,
+                          (unsigned long long)need, size);
     *width = code == DTYPE_UINT16 ? 2 : 4;
     DT_TRY(check_sequences(fd, idx, n_seq, *width, total));
     return check_documents(fd, idx, n_seq, n_doc);
@@ -134,11 +146,12 @@ dt_status dt_indexed_open(const char *prefix, int *fd, int64_t *n_tok, int *widt
     DT_TRY(dt_file_open_regular(bin, "Megatron data file", &bfd, &bsize));
     if ((uint64_t)bsize != (uint64_t)total * (uint64_t)*width) {
         close(bfd);
-        return dt_err_set(DT_ERR_FORMAT, "%s: %zu bytes, but %s counts %lld ids of %d bytes "
-                          "(%lld bytes)%s", bin, bsize, idx, (long long)total, *width,
-                          (long long)total * *width,
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: %zu bytes, but %s counts %lld ids of %d bytes "
+                          "(%lld bytes)%s",
+                          bin, bsize, idx, (long long)total, *width, (long long)total * *width,
                           (uint64_t)bsize < (uint64_t)total * (uint64_t)*width ? ": truncated"
-                                                                                : "");
+                                                                               : "");
     }
     *fd = bfd;
     *n_tok = total;

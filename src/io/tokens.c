@@ -73,18 +73,22 @@ static dt_status open_shard(const char *path, int *fd_out, int64_t *n_out, int *
         bool megatron = n > 4 && n < sizeof prefix && !strcmp(path + n - 4, ".bin") &&
                         snprintf(prefix, sizeof prefix, "%.*s", (int)n - 4, path) > 0 &&
                         dt_indexed_named(prefix);
-        st = dt_err_set(DT_ERR_FORMAT, "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 "
-                        "ids): not a dtrain/llm.c token shard%s", path, hdr[0], DT_TOKENS_MAGIC,
-                        DT_TOKENS_MAGIC_U32, megatron ? "; beside it is a Megatron index: name "
-                                                        "that dataset by its prefix, without .bin"
-                                                      : "");
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 "
+                        "ids): not a dtrain/llm.c token shard%s",
+                        path, hdr[0], DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32,
+                        megatron ? "; beside it is a Megatron index: name "
+                                   "that dataset by its prefix, without .bin"
+                                 : "");
         goto fail;
     }
     int width = hdr[0] == DT_TOKENS_MAGIC ? 2 : 4;
     int version = width == 2 ? DT_TOKENS_VERSION : DT_TOKENS_VERSION_U32;
     if (hdr[1] != version) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: unsupported token shard version %d, expected %d "
-                        "(uint%d tokens)", path, hdr[1], version, 8 * width);
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: unsupported token shard version %d, expected %d "
+                        "(uint%d tokens)",
+                        path, hdr[1], version, 8 * width);
         goto fail;
     }
     int64_t n = hdr[2], held = (int64_t)((len - HEADER_BYTES) / (size_t)width);
@@ -100,9 +104,10 @@ static dt_status open_shard(const char *path, int *fd_out, int64_t *n_out, int *
         goto fail;
     }
     if ((size_t)n * (size_t)width != len - HEADER_BYTES) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: header says %lld tokens (%lld bytes) but file holds "
-                        "%zu bytes after the header: trailing bytes after the tokens", path,
-                        (long long)n, (long long)n * width, len - HEADER_BYTES);
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: header says %lld tokens (%lld bytes) but file holds "
+                        "%zu bytes after the header: trailing bytes after the tokens",
+                        path, (long long)n, (long long)n * width, len - HEADER_BYTES);
         goto fail;
     }
     *fd_out = fd, *n_out = n, *width_out = width;
@@ -129,8 +134,10 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
         base = (int64_t)HEADER_BYTES;
     }
     if (n < 2) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: holds %lld tokens; need at least 2 (an input and its "
-                        "target)", path, (long long)n);
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: holds %lld tokens; need at least 2 (an input and its "
+                        "target)",
+                        path, (long long)n);
         goto fail;
     }
     {

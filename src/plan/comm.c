@@ -344,42 +344,41 @@ static int pipeline_sends(const dt_schedule *s, int rank) {
 }
 
 /* The bytes of every comm over one step of layout l (its schedule sched when pp > 1). */
-static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_schedule *sched,
+static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_schedule *sched,
                            dt_plan_comm *out) {
-    const dt_layout l = *l_;
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
-    int tp = l.tp, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    int tp = l->tp, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     int64_t hs = m->n_embd / m->n_head;
     ledger g = {.out = out,
                 .tp = tp,
-                .sp = l.sp,
-                .grad_p = l.grad_size,
-                .grad_rank = l.grad_rank,
-                .sg = l.rows_tp,
+                .sp = l->sp,
+                .grad_p = l->grad_size,
+                .grad_rank = l->grad_rank,
+                .sg = l->rows_tp,
                 .gpt2 = m->arch == DT_ARCH_GPT2,
                 .C = m->n_embd,
                 .hs = hs,
                 .NH = m->n_head / tp,
-                .T = l.T,
+                .T = l->T,
                 .vocab_rows = (m->vocab_size + tp - 1) / tp,
-                .n_mb = l.n_mb,
-                .L = l.n_layer,
-                .zero = l.zero,
-                .pp = l.pp,
-                .lp = l.precision != DT_PREC_FP32,
+                .n_mb = l->n_mb,
+                .L = l->n_layer,
+                .zero = l->zero,
+                .pp = l->pp,
+                .lp = l->precision != DT_PREC_FP32,
                 .plugin = p,
-                .split = l.split_backward};
-    g.rows = l.rows_split;
-    g.N = l.tokens_mb;
-    g.Nt = l.tokens_sp;
+                .split = l->split_backward};
+    g.rows = l->rows_split;
+    g.N = l->tokens_mb;
+    g.Nt = l->tokens_sp;
     g.W = (g.NH + 2 * (nkv / tp)) * hs;
     g.A = g.NH * hs;
     g.dit = m->arch == DT_ARCH_DIT;
     g.dit_st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
-    g.B = l.mb;
+    g.B = l->mb;
     g.P = (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
-    memcpy(g.held, l.held, sizeof g.held);
+    memcpy(g.held, l->held, sizeof g.held);
     int sends = 0;
     /* skip[k][l]: micro-batch k's block l finds its forward still in the shared set */
     static const int MB_MAX = 4096;
@@ -390,15 +389,15 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l_, const dt_sch
     if (!skip)
         return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
     if (g.pp > 1) {
-        const dt_stage_plan *stages = &l.stages;
-        sends = pipeline_sends(sched, l.pp_rank);
+        const dt_stage_plan *stages = &l->stages;
+        sends = pipeline_sends(sched, l->pp_rank);
         bool *fresh = calloc((size_t)stages->n_chunks * g.n_mb, sizeof *fresh);
         if (!fresh) {
             free(skip);
             return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
         }
-        dt_sched_fresh(sched, l.pp_rank, fresh);
-        for (int c = l.pp_rank; c < stages->n_chunks; c += g.pp) {
+        dt_sched_fresh(sched, l->pp_rank, fresh);
+        for (int c = l->pp_rank; c < stages->n_chunks; c += g.pp) {
             int b = dt_plan_fresh_block(p, stages->first[c], stages->first[c + 1], g.L);
             for (int k = 0; b >= 0 && k < g.n_mb; k++)
                 skip[k][b] = fresh[c * g.n_mb + k];

@@ -380,7 +380,7 @@ static int64_t optim_bytes(const shape *s, int64_t count) {
 }
 
 /* The persistent state: params, grads, optim and comm (ZeRO unit buffers). */
-static void predict_state(const shape *s, const int64_t *ucount, int n_units, bool split,
+static void predict_state(const shape *s, const int64_t *ucount, int n_units, bool whole,
                           dt_plan_mem *out) {
     int64_t n = 0;
     for (int u = 0; u < n_units; u++)
@@ -394,7 +394,7 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
     /* a whole 16-bit copy only in a DiT: a GPT casts unit by unit into its transients */
     bool lp_copy = s->lp && s->c->model.arch == DT_ARCH_DIT;
     cat[DT_MEM_PARAMS] = s->zero == 3 ? S * F4 : n * F4 + (lp_copy ? n * H2 : 0);
-    cat[DT_MEM_GRADS] = s->zero >= 2 ? S * F4 + (split ? n * F4 : 0) : n * F4;
+    cat[DT_MEM_GRADS] = s->zero >= 2 ? S * F4 + (whole ? n * F4 : 0) : n * F4;
     cat[DT_MEM_OPTIM] = optim_bytes(s, s->zero == 0 ? n : own);
     if (s->zero < 2)
         return;
@@ -410,7 +410,7 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
             continue;
         if (s->zero == 3)
             cat[DT_MEM_COMM] += k * F4 + (s->lp ? k * H2 : 0);
-        if (!split)
+        if (!whole)
             cat[DT_MEM_COMM] += k * F4 + (k < S ? k : S) * F4;
     }
 }
@@ -475,7 +475,10 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     out->n_inbox = n_inbox;
     int64_t ucount[DT_MAX_CHUNKS + 2];
     int n_units = dt_plan_local_units(&c->model, s.tp, s.held, ucount);
-    predict_state(&s, ucount, n_units, split, out);
+    /* where gradients live is the engine's rule (dt_layout_grad_home): the whole local arena
+     * under ZeRO 2/3 with a split backward, else unit buffers beside the shard */
+    bool whole = dt_layout_grad_home(&l, 0, n_units) == DT_GRAD_WHOLE;
+    predict_state(&s, ucount, n_units, whole, out);
     for (int u = 0; u < s.L + 2; u++)
         out->n_full += unit_floats(&c->model, u, 1);
 

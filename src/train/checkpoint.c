@@ -80,7 +80,8 @@ static long long folder_step(const char *dir, const char *name) {
     if (stat(path, &sb) == 0)
         return n;
     dt_warn("checkpoint: %s/%s has neither manifest.json nor state.json: skipped, it is not "
-            "a complete checkpoint", dir, name);
+            "a complete checkpoint",
+            dir, name);
     return -1;
 }
 

@@ -68,8 +68,7 @@ static void check_not_regular(const char *dir) {
     DT_CHECK_OK(dt_atomic_write_file(q, "new!", 4));
     struct stat sb;
     DT_CHECK(lstat(q, &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced by a file");
-    DT_CHECK(read_text(p, buf, sizeof buf) == 4 && !strcmp(buf, "new!"), "target holds '%s'",
-             buf);
+    DT_CHECK(read_text(p, buf, sizeof buf) == 4 && !strcmp(buf, "new!"), "target holds '%s'", buf);
     unlink(q);
     unlink(p);
     /* a dangling link: its target is created */
@@ -82,8 +81,7 @@ static void check_not_regular(const char *dir) {
     unlink(p);
     /* a directory: an error naming it, the directory untouched */
     dt_status st = dt_atomic_write_file(dir, "x", 1);
-    DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "a directory"), "directory: %s",
-             dt_err_msg());
+    DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "a directory"), "directory: %s", dt_err_msg());
     /* a FIFO with no reader: an error at once, not a wait; the FIFO stays */
     snprintf(p, sizeof p, "%s/fifo", dir);
     DT_CHECK(mkfifo(p, 0600) == 0, "mkfifo");

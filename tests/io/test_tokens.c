@@ -245,7 +245,8 @@ static void test_shards_u32(void) {
         same = back[i] == (int32_t)tok[i];
     DT_CHECK(same, "uint32 shard read back differs (width %d)", t.width);
     DT_CHECK(dt_tokens_read(&t, 7, 3, back) == DT_OK && back[0] == (int32_t)tok[7] &&
-                 back[2] == (int32_t)tok[9], "a read from the middle");
+                 back[2] == (int32_t)tok[9],
+             "a read from the middle");
     dt_tokens_close(&t);
     DT_CHECK_OK(dt_tokens_write_u32(q, tok, N));
     FILE *a = fopen(p, "rb"), *b = fopen(q, "rb");
