@@ -49,6 +49,12 @@ typedef enum dt_plugin_type {
  *   split_gather  Megatron-SP: the tp ranks hold seq_len/tp tokens outside the tensor-
  *                 parallel regions (all-gather in, reduce-scatter out); sp_size must be 1 */
 typedef enum dt_sp_mode { DT_SP_ALL_TO_ALL, DT_SP_SPLIT_GATHER, DT_SP_MODE_COUNT } dt_sp_mode;
+/* Which tokens of a sequence each context-parallel rank holds (plugin.cp_split), the sequence
+ * cut into chunks:
+ *   zigzag      2 cp chunks; rank r holds chunk r and chunk 2 cp - 1 - r, so under causal
+ *               attention every rank has the same work (the load-balanced default)
+ *   contiguous  cp chunks; rank r holds chunk r (the last rank does the most causal work) */
+typedef enum dt_cp_split { DT_CP_ZIGZAG, DT_CP_CONTIGUOUS, DT_CP_SPLIT_COUNT } dt_cp_split;
 /* Activation checkpointing (plugin.ac): none; full (a checkpointed block keeps only its input
  * and reruns its forward in backward); selective (keeps the matmul outputs, recomputes the
  * attention core and the pointwise functions). */
@@ -131,6 +137,11 @@ typedef struct dt_plugin_config {
     int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
     float initial_scale;   /* fp16: the loss scale of the first step (65536) */
     float offload_window_mb; /* offload=disk: memory window the moments stream through */
+    /* context parallelism (ring attention): cp_size ranks of their own each hold seq_len/cp
+     * tokens of every sequence through the whole model; attention passes keys and values
+     * around the ring (Ulysses, sp_size, runs inside each ring rank) */
+    int cp_size;
+    dt_cp_split cp_split;
 } dt_plugin_config;
 
 typedef struct dt_checkpoint_config {
@@ -181,6 +192,7 @@ DT_API const char *dt_precision_name(dt_precision p);
 DT_API const char *dt_plugin_type_name(dt_plugin_type t);
 DT_API const char *dt_lr_schedule_name(dt_lr_schedule s);
 DT_API const char *dt_sp_mode_name(dt_sp_mode m);
+DT_API const char *dt_cp_split_name(dt_cp_split s);
 DT_API const char *dt_ac_mode_name(dt_ac_mode m);
 DT_API const char *dt_act_compress_name(dt_act_compress m);
 DT_API const char *dt_offload_name(dt_offload m);

@@ -83,7 +83,7 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     const dt_plugin_config *p = &c->plugin;
     *own = NULL;
     dt_mesh_dims d;
-    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &d));
+    DT_TRY(dt_mesh_infer(world, p->pp_size, p->cp_size, p->sp_size, p->tp_size, &d));
     DT_TRY(dt_config_validate(c));
     DT_TRY(dt_model_check_split(&c->model, p->tp_size, p->sp_size,
                                 p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));

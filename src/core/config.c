@@ -47,6 +47,7 @@ static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const char *const schedule_names[] = {"cosine", "constant"};
 static const char *const plugin_names[] = {"none", "ddp", "zero1", "zero2", "zero3", "hybrid"};
 static const char *const sp_mode_names[] = {"all_to_all", "split_gather"};
+static const char *const cp_split_names[] = {"zigzag", "contiguous"};
 static const char *const ac_names[] = {"none", "full", "selective"};
 static const char *const act_compress_names[] = {"none", "int8"};
 static const char *const offload_names[] = {"none", "disk"};
@@ -58,6 +59,7 @@ _Static_assert(N_OF(precision_names) == DT_PREC_COUNT, "precision_names out of s
 _Static_assert(N_OF(schedule_names) == DT_SCHED_COUNT, "schedule_names out of sync");
 _Static_assert(N_OF(plugin_names) == DT_PLUGIN_COUNT, "plugin_names out of sync");
 _Static_assert(N_OF(sp_mode_names) == DT_SP_MODE_COUNT, "sp_mode_names out of sync");
+_Static_assert(N_OF(cp_split_names) == DT_CP_SPLIT_COUNT, "cp_split_names out of sync");
 _Static_assert(N_OF(ac_names) == DT_AC_COUNT, "ac_names out of sync");
 _Static_assert(N_OF(act_compress_names) == DT_ACT_COMPRESS_COUNT, "act_compress_names out of sync");
 _Static_assert(N_OF(offload_names) == DT_OFFLOAD_COUNT, "offload_names out of sync");
@@ -98,7 +100,8 @@ static const field fields[] = {
     F_FLOAT(optim, beta2), F_FLOAT(optim, eps), F_FLOAT(optim, weight_decay),
     F_ENUM(plugin, type, dt_plugin_type, plugin_names),
     F_ENUM(plugin, precision, dt_precision, precision_names), F_FLOAT(plugin, grad_clip),
-    F_INT(plugin, tp_size), F_INT(plugin, sp_size), F_INT(plugin, pp_size),
+    F_INT(plugin, tp_size), F_INT(plugin, sp_size), F_INT(plugin, pp_size), F_INT(plugin, cp_size),
+    F_ENUM(plugin, cp_split, dt_cp_split, cp_split_names),
     F_INT(plugin, zero_stage), F_ENUM(plugin, sp_mode, dt_sp_mode, sp_mode_names),
     F_INT(plugin, microbatches), F_STR(plugin, "pp_layers", pp_layers),
     F_STR(plugin, "pp_schedule", pp_schedule), F_INT(plugin, pp_chunks),
@@ -131,6 +134,10 @@ const char *dt_lr_schedule_name(dt_lr_schedule s) {
 }
 const char *dt_sp_mode_name(dt_sp_mode m) {
     return enum_name(sp_mode_names, N_OF(sp_mode_names), (int)m);
+}
+
+const char *dt_cp_split_name(dt_cp_split s) {
+    return enum_name(cp_split_names, N_OF(cp_split_names), (int)s);
 }
 const char *dt_ac_mode_name(dt_ac_mode m) { return enum_name(ac_names, N_OF(ac_names), (int)m); }
 const char *dt_act_compress_name(dt_act_compress m) {
@@ -177,7 +184,7 @@ void dt_config_defaults(dt_config *c) {
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f, o->weight_decay = 0.1f;
     dt_plugin_config *p = &c->plugin;
     p->type = DT_PLUGIN_NONE, p->precision = DT_PREC_FP32, p->grad_clip = 1.0f;
-    p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->zero_stage = 0, p->bucket_mb = 25.0f;
+    p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->cp_size = 1, p->zero_stage = 0, p->bucket_mb = 25.0f;
     p->overlap = true;
     p->pp_chunks = 1;
     p->ac_every = 1;

@@ -193,8 +193,9 @@ static void check_plugin(const dt_config *c, problems *p) {
         {"tp_size", "tensor", offsetof(dt_plugin_config, tp_size)},
         {"sp_size", "sequence", offsetof(dt_plugin_config, sp_size)},
         {"pp_size", "pipeline", offsetof(dt_plugin_config, pp_size)},
+        {"cp_size", "context", offsetof(dt_plugin_config, cp_size)},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         int d;
         memcpy(&d, (const char *)g + degrees[i].off, sizeof d);
         if (d < 1)
@@ -223,6 +224,8 @@ static void check_plugin(const dt_config *c, problems *p) {
         problem(p, false, "plugin.sp_mode=split_gather splits the sequence over the tp_size "
                 "ranks and takes no ranks of its own: set sp_size=1 (got %d), or use "
                 "sp_mode=all_to_all", g->sp_size);
+    if ((int)g->cp_split < 0 || g->cp_split >= DT_CP_SPLIT_COUNT)
+        problem(p, false, "plugin.cp_split=%d is not a known split", (int)g->cp_split);
     NONNEG(p, plugin, grad_clip);
     if (g->ac_every < 1)
         problem(p, false, "plugin.ac_every=%d must be >= 1", g->ac_every);

@@ -9,14 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The gradient group spans sp and dp; with sp 1 it is the dp group's ranks (own comm). */
+/* The gradient group spans sp, cp and dp; with sp and cp 1 it is the dp group's ranks (own
+ * comm). */
 static dt_status split_grad(dt_mesh *m, dt_comm *world) {
     const dt_mesh_dims *d = &m->dims;
-    int n = d->size[DT_AXIS_SP] * d->size[DT_AXIS_DP];
+    int n = d->size[DT_AXIS_SP] * d->size[DT_AXIS_CP] * d->size[DT_AXIS_DP];
     if (n == 1)
         return dt_comm_local_init("grad", &m->grad);
     int color, key;
-    dt_mesh_group_axes(d, world->rank, 1u << DT_AXIS_SP | 1u << DT_AXIS_DP, &color, &key);
+    dt_mesh_group_axes(d, world->rank, 1u << DT_AXIS_SP | 1u << DT_AXIS_CP | 1u << DT_AXIS_DP,
+                       &color, &key);
     DT_TRY(dt_dist_split(world, color, key, "grad", &m->grad));
     if (m->grad->size != n || m->grad->rank != key)
         return dt_err_set(DT_ERR_MPI, "mesh: grad group rank %d of %d, expected %d of %d",
@@ -52,9 +54,10 @@ dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out) 
     int want = dt_mesh_world(dims);
     if (want != world->size)
         return dt_err_set(DT_ERR_ARG,
-                          "mesh: pp %d x dp %d x sp %d x tp %d = %d ranks, but world has %d",
-                          dims->size[DT_AXIS_PP], dims->size[DT_AXIS_DP], dims->size[DT_AXIS_SP],
-                          dims->size[DT_AXIS_TP], want, world->size);
+                          "mesh: pp %d x dp %d x cp %d x sp %d x tp %d = %d ranks, but world "
+                          "has %d",
+                          dims->size[DT_AXIS_PP], dims->size[DT_AXIS_DP], dims->size[DT_AXIS_CP],
+                          dims->size[DT_AXIS_SP], dims->size[DT_AXIS_TP], want, world->size);
 
     dt_mesh *m = calloc(1, sizeof *m);
     if (!m)

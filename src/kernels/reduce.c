@@ -201,11 +201,14 @@ void dt_rows_scatter_add(float *dtable, const float *dy, const int32_t *idx, int
     }
 }
 
-void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C) {
+void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C,
+                           int n_chunks, const int *chunk) {
+    int Tc = T / n_chunks;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *dst = y + (int64_t)i * C;
-        const float *p = pos + ((row0 + i) % T) * C;
+        int t = (int)((row0 + i) % T);
+        const float *p = pos + ((int64_t)chunk[t / Tc] * Tc + t % Tc) * C;
         for (int j = 0; j < C; j++)
             dst[j] += p[j];
     }

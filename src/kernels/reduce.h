@@ -37,9 +37,12 @@ void dt_rows_gather(float *y, const float *table, const int32_t *idx, int64_t fi
  * column, so repeated tokens sum deterministically. */
 void dt_rows_scatter_add(float *dtable, const float *dy, const int32_t *idx, int64_t first,
                          int64_t count, int N, int C);
-/* Position embeddings for rows [row0, row0 + N) of a flattened [B, T] batch:
- * y[i] += pos[(row0 + i) % T], and the adjoint dpos[(row0 + i) % T] += dy[i]. */
-void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C);
+/* Position embeddings for rows [row0, row0 + N) of a flattened [B, T] batch: y[i] +=
+ * pos[p(t)], t = (row0 + i) % T, where the T tokens are n_chunks chunks of T / n_chunks and
+ * local chunk k is chunk chunk[k] of the whole sequence (a context-parallel rank's tokens;
+ * n_chunks 1, chunk {0}: p(t) = t). The adjoint, in local positions: dpos[t] += dy[i]. */
+void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C,
+                           int n_chunks, const int *chunk);
 void dt_rows_positions_grad(float *dpos, const float *dy, int64_t row0, int T, int N, int C);
 
 #endif

@@ -139,7 +139,7 @@ static dt_status embed_forward(dt_dit *d, int slot, int B, const clip_in *in, fl
     silu(s->sc, s->c, (int64_t)B * C);
     patchify(d, s->patches, in->x, in->x_stride, B);
     DT_TRY(dt_dit_linear_forward(d, &d->x_emb, s->patches, Nr, out));
-    dt_rows_add_positions(out, d->pos, dt_dit_row0(d, B), d->S, Nr, C);
+    dt_rows_add_positions(out, d->pos, dt_dit_row0(d, B), d->S, Nr, C, 1, (const int[]){0});
     return DT_OK;
 }
 

@@ -259,10 +259,10 @@ void dt_gpt_drop_saved(dt_gpt *g) {
 
 /* The comms the caller gave, and size-1 comms for the rest. */
 static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
-    dt_comm *given[3] = {o->tp, o->sp, o->sequence_tp ? o->tp : NULL};
-    const char *names[3] = {"tp", "sp", "rows"};
-    dt_comm *use[3];
-    for (int i = 0; i < 3; i++) {
+    dt_comm *given[4] = {o->tp, o->sp, o->sequence_tp ? o->tp : NULL, o->cp};
+    const char *names[4] = {"tp", "sp", "rows", "cp"};
+    dt_comm *use[4];
+    for (int i = 0; i < 4; i++) {
         use[i] = given[i];
         if (!use[i]) {
             DT_TRY(dt_comm_local_init(names[i], &g->own_comm[i]));
@@ -273,7 +273,15 @@ static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
                             .sp = use[1],
                             .rows = use[2],
                             .enter = dt_region_enter_kind(o->sequence_tp),
-                            .leave = dt_region_leave_kind(o->sequence_tp)};
+                            .leave = dt_region_leave_kind(o->sequence_tp),
+                            .ring = {.cp = use[3], .zigzag = o->cp_zigzag}};
+    g->n_chunks = 1;
+    g->chunk[0] = 0;
+    if (use[3]->size > 1)
+        g->n_chunks = dt_ring_chunks(use[3]->size, o->cp_zigzag, use[3]->rank, g->chunk);
+    if (g->T % g->n_chunks)
+        return dt_err_set(DT_ERR_ARG, "model: %d local tokens do not split into %d ring chunks",
+                          g->T, g->n_chunks);
     return dt_gpt_check_split(&g->cfg, use[0]->size, use[1]->size, o->sequence_tp, g->T);
 }
 
@@ -365,7 +373,11 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
         size_t half = (size_t)T * (g->dims.hs / 2) * sizeof(float);
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.cos", half, (void **)&g->rope_cos));
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.sin", half, (void **)&g->rope_sin));
-        dt_rope_tables(g->rope_cos, g->rope_sin, T, g->dims.hs, 0, cfg->rope_theta);
+        int Tc = T / g->n_chunks, half_hs = g->dims.hs / 2; /* the positions this rank holds */
+        for (int i = 0; i < g->n_chunks; i++)
+            dt_rope_tables(g->rope_cos + (int64_t)i * Tc * half_hs,
+                           g->rope_sin + (int64_t)i * Tc * half_hs, Tc, g->dims.hs,
+                           g->chunk[i] * Tc, cfg->rope_theta);
     }
     *out = g;
     return DT_OK;
@@ -401,7 +413,7 @@ void dt_gpt_free(dt_gpt *g) {
     if (g->full != g->params)
         free(g->full);
     free(g->params);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         dt_comm_free(g->own_comm[i]);
     dt_gemm_free(g->gemm);
     free(g);
@@ -474,8 +486,19 @@ static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T, f
                                                        g->scratch.work));
     }
     if (g->wpe)
-        dt_rows_add_positions(out, g->wpe, r0, T, Nr, g->cfg.n_embd);
+        dt_rows_add_positions(out, g->wpe, r0, T, Nr, g->cfg.n_embd, g->n_chunks, g->chunk);
     return DT_OK;
+}
+
+/* The gradient of the position rows (local, dpos [T, C]) into wpe's, at the whole-sequence
+ * positions of this rank's chunks; `set`: the step's first write, which zeroes the rest. */
+static void positions_grad_out(dt_gpt *g, int T, bool set) {
+    int C = g->cfg.n_embd, Tc = T / g->n_chunks;
+    if (set)
+        dt_zero_f32(g->dwpe, (int64_t)g->cfg.max_seq_len * C);
+    for (int i = 0; i < g->n_chunks; i++)
+        dt_add_inplace(g->dwpe + (int64_t)g->chunk[i] * Tc * C, g->dpos + (int64_t)i * Tc * C,
+                       (int64_t)Tc * C);
 }
 
 /* The step's first write of wpe's gradient copies the T rows and zeroes the rest; of wte's
@@ -493,12 +516,7 @@ static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
         memset(g->dpos, 0, (size_t)T * C * sizeof(float));
         dt_rows_positions_grad(g->dpos, dres, r0, T, Nr, C);
         DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, (int64_t)T * C, NULL));
-        if (set) {
-            memcpy(g->dwpe, g->dpos, (size_t)T * C * sizeof(float));
-            dt_zero_f32(g->dwpe + (int64_t)T * C, (int64_t)(g->cfg.max_seq_len - T) * C);
-        } else {
-            dt_add_inplace(g->dwpe, g->dpos, (int64_t)T * C);
-        }
+        positions_grad_out(g, T, set);
     }
     if (set && !head_first)
         dt_zero_f32(g->dwte, g->vocab_rows * C);

@@ -156,7 +156,11 @@ static void carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
     }
 }
 
-bool dt_gpt_acts16(const dt_gpt *g) { return g->ctx.mm_type == DT_BF16 && !g->compress; }
+/* bf16 storage of q|k|v and att; not under a ring, whose attention runs on fp32 operands
+ * (rounded to bf16 for the products, as the kernel's fp32 entry points do in bf16 mode) */
+bool dt_gpt_acts16(const dt_gpt *g) {
+    return g->ctx.mm_type == DT_BF16 && !g->compress && g->par.ring.cp->size == 1;
+}
 
 /* Carve the fields of `f` (sized for the largest micro-batch) in dt_block_acts order. */
 static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a) {

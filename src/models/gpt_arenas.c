@@ -109,7 +109,7 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
     /* shared by the blocks and the head (a tp split's entering region and its work) */
     bool bf16_norm = g->ctx.mm_type == DT_BF16 && !tp; /* the norm writes bf16 (nn/block.c) */
     s->ln_full = bf16_norm ? NULL : dt_gpt_carve(cv, r.Nt * C * f4);
-    s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(&g->dims, &g->par, (int)r.N) * f4);
+    s->work = dt_gpt_carve(cv, (size_t)dt_block_work_count(&g->dims, &g->par, g->B, g->T) * f4);
     s->dln_full = g->training && tp ? dt_gpt_carve(cv, r.Nt * C * f4) : NULL;
     /* the head and a block never run at once: their own buffers share one region */
     size_t region = cv->used, head_end = region;

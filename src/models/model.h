@@ -41,6 +41,10 @@ typedef struct dt_model_opts {
      * sp: Ulysses sequence parallelism; sequence_tp: Megatron-SP over the tp ranks. */
     dt_comm *tp, *sp;
     bool sequence_tp;
+    /* cp: context parallelism (ring attention); T is then this rank's tokens of a sequence,
+     * its chunks (dt_ring_chunks: zigzag or contiguous) in order */
+    dt_comm *cp;
+    bool cp_zigzag;
     /* Pipeline stages: the global units this rank holds (one flag per global unit, NULL =
      * all), the micro-batches whose activations it holds at once (0 = 1), and the pipeline
      * group (borrowed; NULL = none), over which whole-model gathers are completed. */

@@ -52,17 +52,21 @@ static dt_status region_bwd(dt_region_kind k, dt_comm *c, dt_region_shape sh, co
     return dt_region_op_get(k)->backward(c, &sh, dy, dx, work);
 }
 
-int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N) {
-    int Nt = dt_block_rows_tp(p, N);
+int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int B, int T) {
+    int N = B * T, Nt = dt_block_rows_tp(p, N);
     dt_region_shape c = shape(Nt, d->C, 0), q = shape(N, dt_block_qkv_width(d), p->sp->size);
     dt_region_shape a = shape(N, (int64_t)d->NH * d->hs, d->NH);
     bool tp = !unsplit(p->tp), sp = !unsplit(p->sp); /* size-1 regions are skipped */
     int64_t n[] = {tp ? dt_region_work_count(p->enter, &c, p->tp->size) : 0,
                    tp ? dt_region_work_count(p->leave, &c, p->tp->size) : 0,
                    sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size) : 0,
-                   sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size) : 0};
+                   sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size) : 0,
+                   dt_ring_work_count(&p->ring, &(dt_attn_shape){.B = B, .T = T,
+                                                                .NH = d->NH / p->sp->size,
+                                                                .NKV = d->NKV / p->sp->size,
+                                                                .hs = d->hs})};
     int64_t m = 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         m = n[i] > m ? n[i] : m;
     return m;
 }
@@ -235,11 +239,9 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
         return DT_OK;
     }
     const float *q = a->qkv, *k = q + ko, *v = q + vo;
-    if (unsplit(p->sp)) { /* the head layout of whole sequences is the row layout */
-        dt_attention_forward(&as, a->att, a->lse, q, k, v);
-        return DT_OK;
-    }
-    dt_attention_forward(&as, s->att_heads, a->lse, q, k, v);
+    if (unsplit(p->sp)) /* the head layout of whole sequences is the row layout */
+        return dt_ring_attention_forward(&p->ring, &as, a->att, a->lse, q, k, v, s->work);
+    DT_TRY(dt_ring_attention_forward(&p->ring, &as, s->att_heads, a->lse, q, k, v, s->work));
     zero(a->att, (int64_t)Nt * A); /* heads -> rows is the all-to-all's adjoint (accumulates) */
     return region_bwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, A, d->NH), s->att_heads, a->att,
                       s->work);
@@ -556,8 +558,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
             q + vo));
     } else {
         const float *q = a->qkv;
-        dt_attention_backward_set(&as, dq, dk, dv, s->datt_heads, att_heads, a->lse, q, q + ko,
-                                  q + vo);
+        DT_TRY(dt_ring_attention_backward_set(&p->ring, &as, dq, dk, dv, s->datt_heads,
+                                              att_heads, a->lse, q, q + ko, q + vo, s->work));
     }
     rope_apply(&as, rope, s->dqkv_heads, true);
     const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */

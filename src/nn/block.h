@@ -10,8 +10,10 @@
  * tensor parallelism: the residual stream is replicated over tp) or seq_gather /
  * seq_reduce_scatter (Megatron-SP: each tp rank holds N/tp of the rows outside the region).
  * Ulysses (sp ranks) holds N/sp rows throughout and switches to whole sequences with heads
- * split around attention, by an all-to-all. Rows are the flattened [B*T] tokens; a rank's
- * share is a contiguous range of them. Degree 1 is the same code over size-1 comms.
+ * split around attention, by an all-to-all. Context parallelism (ring) gives each rank its
+ * chunks of every sequence, T local tokens, and runs attention around the ring. Rows are the
+ * flattened [B*T] tokens; a rank's share is a contiguous range of them. Degree 1 is the same
+ * code over size-1 comms.
  *
  * Sizes, for a micro-batch of N = B*T tokens: Nt = N/sp rows inside the tp region, Nr =
  * Nt/|rows| rows of the residual stream (|rows| = tp for Megatron-SP, else 1). dt_block_dims
@@ -30,6 +32,7 @@
 #include "core/comm.h"
 #include "nn/linear.h"
 #include "nn/region.h"
+#include "nn/ring_attn.h"
 
 typedef enum dt_block_kind { DT_BLOCK_GPT2, DT_BLOCK_LLAMA, DT_BLOCK_KIND_COUNT } dt_block_kind;
 
@@ -45,6 +48,9 @@ typedef struct dt_block_par {
     dt_comm *sp;   /* Ulysses: rows split, all-to-all around attention */
     dt_comm *rows; /* the comm the residual rows are split over inside tp: tp or size 1 */
     dt_region_kind enter, leave; /* COPY/REDUCE or SEQ_GATHER/SEQ_REDUCE_SCATTER */
+    dt_ring ring;  /* context parallelism: attention runs around ring.cp (size 1: no ring); its
+                    * ranks hold their chunks of every sequence (B x T local tokens), Ulysses
+                    * runs inside each; fp32 q|k|v only (no bf16 storage under a ring) */
 } dt_block_par;
 
 /* Row counts of a micro-batch of N tokens: Nt inside the tp region, Nr in the residual. */
@@ -131,8 +137,8 @@ typedef struct dt_rope_cache {
 } dt_rope_cache;
 
 int dt_block_qkv_width(const dt_block_dims *d);
-/* Floats of scratch.work the block's region ops need for N tokens. */
-int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int N);
+/* Floats of scratch.work the block's region ops and ring attention need for B x T tokens. */
+int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int B, int T);
 
 /* x, out: [Nr, C] (this rank's rows); out must not alias x. Collective over the par comms. */
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,

@@ -43,13 +43,33 @@ static dt_status split_batch(const dt_config *c, dt_layout *l) {
     return DT_OK;
 }
 
+/* Context parallelism cuts each sequence into cp chunks (contiguous) or 2 cp (zigzag), so
+ * seq_len must divide into them; the video DiT's attention has no ring. */
+static dt_status split_ring(const dt_config *c, dt_layout *l) {
+    l->cp_zigzag = c->plugin.cp_split == DT_CP_ZIGZAG;
+    int chunks = l->cp == 1 ? 1 : l->cp * (l->cp_zigzag ? 2 : 1);
+    if (l->cp > 1 && c->model.arch == DT_ARCH_DIT)
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "plugin.cp_size=%d: the video DiT has no ring attention; split its "
+                          "tokens with plugin.sp_size (Ulysses) instead",
+                          l->cp);
+    if (l->T % chunks)
+        return dt_err_set(DT_ERR_ARG,
+                          "train.seq_len=%d does not split into the %d chunks of "
+                          "plugin.cp_size=%d with cp_split=%s; use a multiple of %d",
+                          l->T, chunks, l->cp, dt_cp_split_name(c->plugin.cp_split), chunks);
+    l->T_local = l->T / l->cp;
+    return DT_OK;
+}
+
 static dt_status split_tokens(const dt_config *c, dt_layout *l) {
     l->T = c->train.seq_len;
     if (l->T < 1)
         return dt_err_set(DT_ERR_ARG, "train.seq_len=%d must be >= 1", l->T);
+    DT_TRY(split_ring(c, l));
     l->rows_tp = c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
     l->rows_split = l->rows_tp ? l->tp : 1;
-    l->tokens_mb = (int64_t)l->mb * l->T;
+    l->tokens_mb = (int64_t)l->mb * l->T_local;
     l->tokens_sp = l->tokens_mb / l->sp;
     l->tokens_rows = l->tokens_sp / l->rows_split;
     return DT_OK;
@@ -74,17 +94,19 @@ dt_status dt_layout_make(const dt_config *c, int world, int rank, dt_layout *out
     memset(out, 0, sizeof *out);
     const dt_plugin_config *p = &c->plugin;
     dt_layout l = {.world = world, .rank = rank};
-    DT_TRY(dt_mesh_infer(world, p->pp_size, p->sp_size, p->tp_size, &l.dims));
+    DT_TRY(dt_mesh_infer(world, p->pp_size, p->cp_size, p->sp_size, p->tp_size, &l.dims));
     if (rank < 0 || rank >= world)
         return dt_err_set(DT_ERR_ARG, "layout: rank %d is not one of the %d ranks", rank, world);
     dt_mesh_coords(&l.dims, rank, l.coords);
     l.tp = l.dims.size[DT_AXIS_TP];
     l.sp = l.dims.size[DT_AXIS_SP];
+    l.cp = l.dims.size[DT_AXIS_CP];
     l.dp = l.dims.size[DT_AXIS_DP];
     l.pp = l.dims.size[DT_AXIS_PP];
     l.pp_rank = l.coords[DT_AXIS_PP];
-    l.grad_size = l.dp * l.sp;
-    l.grad_rank = l.coords[DT_AXIS_DP] * l.sp + l.coords[DT_AXIS_SP];
+    l.grad_size = l.dp * l.cp * l.sp;
+    l.grad_rank = (l.coords[DT_AXIS_DP] * l.cp + l.coords[DT_AXIS_CP]) * l.sp +
+                  l.coords[DT_AXIS_SP];
     l.zero = dt_config_zero_stage(c);
     if (l.zero < 0 || l.zero > 3)
         return dt_err_set(DT_ERR_ARG, "plugin.zero_stage=%d (0 to 3)", l.zero);

@@ -7,7 +7,7 @@
  * Every refusal is DT_ERR_ARG (or _UNSUPPORTED) naming the key and the numbers.
  *
  * Example, world 8 = pp 2 x dp 2 x tp 2, batch 16, micro_batch_size 2: rank 5 sits at (pp 1,
- * dp 0, sp 0, tp 1); it reads rows [0, 8) of each global batch in 4 micro-batches of 2, its
+ * dp 0, cp 0, sp 0, tp 1); it reads rows [0, 8) of each global batch in 4 micro-batches of 2, its
  * gradients are summed over the 2 ranks of its gradient group, and it holds the second half
  * of the layers and the final unit.
  */
@@ -51,18 +51,21 @@ typedef struct dt_layout {
     int world, rank;
     dt_mesh_dims dims;         /* degree per axis */
     int coords[DT_AXIS_COUNT]; /* this rank's place on each axis */
-    int tp, sp, dp, pp;        /* dims.size[], by name */
+    int tp, sp, cp, dp, pp;    /* dims.size[], by name */
     /* the gradient group: the ranks that hold the same weights and read different tokens
-     * (dp x sp), and this rank's place in it; ZeRO shards over it */
+     * (dp x cp x sp), and this rank's place in it; ZeRO shards over it */
     int grad_size, grad_rank;
     /* sequences */
     int B, T;       /* global batch (sequences a step) and tokens a sequence */
+    int T_local;    /* tokens of each sequence this rank's ring place holds: T / cp */
+    bool cp_zigzag; /* plugin.cp_split = zigzag (2 chunks a rank), else contiguous (1) */
     int rows, row0; /* sequences this dp rank reads a step, from row row0 of the batch */
     int mb, n_mb;   /* micro-batch rows and micro-batches a step */
     bool rows_tp;   /* Megatron-SP: the residual rows split over the tp ranks */
     int rows_split; /* ranks the residual rows split over: tp under Megatron-SP, else 1 */
-    int64_t tokens_mb, tokens_sp, tokens_rows; /* of a micro-batch: all (mb T), this Ulysses
-                                                * rank's (/ sp), this rank's residual rows */
+    int64_t tokens_mb, tokens_sp, tokens_rows; /* of a micro-batch: this ring rank's (mb
+                                                * T_local), this Ulysses rank's (/ sp), this
+                                                * rank's residual rows */
     /* what each rank keeps */
     int zero; /* ZeRO stage 0-3 */
     dt_precision precision;

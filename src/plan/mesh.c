@@ -1,7 +1,9 @@
 /* Rank <-> mesh coordinates and group colors. See mesh.h. */
 #include "plan/mesh.h"
 
-static const char *axis_names[DT_AXIS_COUNT] = {"tp", "sp", "dp", "pp"};
+#include <stdio.h>
+
+static const char *axis_names[DT_AXIS_COUNT] = {"tp", "sp", "cp", "dp", "pp"};
 
 const char *dt_axis_name(dt_axis a) { return a >= 0 && a < DT_AXIS_COUNT ? axis_names[a] : "?"; }
 
@@ -12,14 +14,22 @@ int dt_mesh_world(const dt_mesh_dims *d) {
     return w;
 }
 
-dt_status dt_mesh_infer(int world, int pp, int sp, int tp, dt_mesh_dims *out) {
-    int model = pp * sp * tp;
-    if (pp < 1 || sp < 1 || tp < 1 || world % model != 0)
-        return dt_err_set(DT_ERR_ARG, "world size %d is not divisible by pp_size %d x sp_size %d "
-                          "x tp_size %d = %d: launch a multiple of %d processes", world, pp, sp,
-                          tp, model, model);
+dt_status dt_mesh_infer(int world, int pp, int cp, int sp, int tp, dt_mesh_dims *out) {
+    if (pp < 1 || cp < 1 || sp < 1 || tp < 1)
+        return dt_err_set(DT_ERR_ARG, "pp_size %d, cp_size %d, sp_size %d and tp_size %d must "
+                          "each be at least 1", pp, cp, sp, tp);
+    int model = pp * cp * sp * tp;
+    if (world % model != 0) {
+        char cps[32] = "";
+        if (cp > 1)
+            snprintf(cps, sizeof cps, "cp_size %d x ", cp);
+        return dt_err_set(DT_ERR_ARG, "world size %d is not divisible by pp_size %d x %ssp_size "
+                          "%d x tp_size %d = %d: launch a multiple of %d processes", world, pp,
+                          cps, sp, tp, model, model);
+    }
     out->size[DT_AXIS_TP] = tp;
     out->size[DT_AXIS_SP] = sp;
+    out->size[DT_AXIS_CP] = cp;
     out->size[DT_AXIS_DP] = world / model;
     out->size[DT_AXIS_PP] = pp;
     return DT_OK;

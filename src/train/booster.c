@@ -24,6 +24,7 @@
 #include "optim/loss_scale.h"
 #include "core/clock.h"
 #include "io/atomic.h"
+#include "nn/ring_attn.h"
 #include "plan/layout.h"
 #include "plan/schedule.h"
 #include "train/checkpoint.h"
@@ -71,7 +72,8 @@ static bool is_root(const dt_booster *b) { return b->world->rank == 0; }
 dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_booster **out) {
     *out = NULL;
     dt_mesh_dims dims;
-    DT_TRY(dt_mesh_infer(world->size, plugin->pp_size, plugin->sp_size, plugin->tp_size, &dims));
+    DT_TRY(dt_mesh_infer(world->size, plugin->pp_size, plugin->cp_size, plugin->sp_size,
+                          plugin->tp_size, &dims));
     dt_booster *b = calloc(1, sizeof *b);
     if (!b)
         return dt_err_set(DT_ERR_OOM, "booster: out of memory");
@@ -116,7 +118,7 @@ static dt_status make_layout(dt_booster *b, const dt_boost_spec *s) {
                              .micro_batch_size = s->micro_batch_size,
                              .seq_len = s->seq_len}};
     DT_TRY(dt_layout_make(&c, b->world->size, b->world->rank, &b->lay));
-    return dt_model_check_split(s->model, b->lay.tp, b->lay.sp, b->lay.rows_tp, b->lay.T);
+    return dt_model_check_split(s->model, b->lay.tp, b->lay.sp, b->lay.rows_tp, b->lay.T_local);
 }
 
 /* The schedule every pp rank runs: generated, or read from the user's file; validated with
@@ -174,10 +176,12 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
                          .overlap = p->overlap,
                          .precision = l->precision,
                          .B = l->mb,
-                         .T = l->T,
+                         .T = l->T_local,
                          .tp = b->mesh->axis[DT_AXIS_TP],
                          .sp = b->mesh->axis[DT_AXIS_SP],
                          .sequence_tp = l->rows_tp,
+                         .cp = b->mesh->axis[DT_AXIS_CP],
+                         .cp_zigzag = l->cp_zigzag,
                          .ac = l->ac,
                          .ac_every = l->ac_every,
                          .act_compress = p->act_compress,
@@ -203,7 +207,8 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     b->model = dt_engine_model(b->engine);
     if (pipelined(b))
         DT_TRY(dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                                b->lay.n_slots, b->lay.mb, b->lay.T, b->mem, &b->pipeline));
+                                b->lay.n_slots, b->lay.mb, b->lay.T_local, b->mem,
+                                &b->pipeline));
     /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
     size_t batch_rows = (size_t)(pipelined(b) ? b->lay.rows : b->lay.mb);
     b->in_row = dt_source_input_row_bytes(b->train);
@@ -308,14 +313,15 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
-/* the comms a step talks over: gradients (dp x sp), tensor, sequence and pipeline
- * parallelism (the tied-embedding pair's few bytes are not counted) */
-enum { N_STEP_COMMS = 4 };
+/* the comms a step talks over: gradients (dp x cp x sp), tensor, sequence, pipeline and
+ * context parallelism (the tied-embedding pair's few bytes are not counted) */
+enum { N_STEP_COMMS = 5 };
 static int step_comms(const dt_booster *b, const dt_comm *out[N_STEP_COMMS]) {
     out[0] = b->grad;
     out[1] = b->mesh->axis[DT_AXIS_TP];
     out[2] = b->mesh->axis[DT_AXIS_SP];
     out[3] = b->mesh->axis[DT_AXIS_PP];
+    out[4] = b->mesh->axis[DT_AXIS_CP];
     return N_STEP_COMMS;
 }
 
@@ -349,11 +355,35 @@ static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
 static dt_pipeline_batch pipeline_batch(const dt_booster *b, float grad_scale) {
     return (dt_pipeline_batch){.inputs = b->inputs,
                                .targets = b->targets,
-                               .input_bytes = (size_t)b->lay.mb * b->in_row,
-                               .target_bytes = (size_t)b->lay.mb * b->tg_row,
+                               .input_bytes = (size_t)b->lay.mb * b->in_row / b->lay.cp,
+                               .target_bytes = (size_t)b->lay.mb * b->tg_row / b->lay.cp,
                                .B = b->lay.mb,
-                               .T = b->lay.T,
+                               .T = b->lay.T_local,
                                .grad_scale = grad_scale};
+}
+
+/* Row `row` of n read rows (whole sequences) -> this rank's tokens of it under a ring: its
+ * chunks, in order, packed at the front of the row's share (in place: each chunk moves to an
+ * address no later than its own). */
+static void keep_ring_chunks(const dt_booster *b, char *rows, size_t row_bytes, int n) {
+    const dt_layout *l = &b->lay;
+    int chunk[2], n_chunks = dt_ring_chunks(l->cp, l->cp_zigzag, l->coords[DT_AXIS_CP], chunk);
+    size_t chunk_bytes = row_bytes / ((size_t)l->cp * n_chunks), local = row_bytes / l->cp;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < n_chunks; i++)
+            memmove(rows + r * local + i * chunk_bytes, rows + r * row_bytes + chunk[i] * chunk_bytes,
+                    chunk_bytes);
+}
+
+/* n rows of a source from row0, inputs and targets: whole sequences, or under a ring this
+ * rank's tokens of each */
+static dt_status read_rows(dt_booster *b, dt_source *src, int row0, int n) {
+    DT_TRY(dt_source_rows(src, row0, n, b->inputs, b->targets));
+    if (b->lay.cp > 1) {
+        keep_ring_chunks(b, (char *)b->inputs, b->in_row, n);
+        keep_ring_chunks(b, (char *)b->targets, b->tg_row, n);
+    }
+    return DT_OK;
 }
 
 /* forward and backward of the step's micro-batches: in turn, or over the pipeline schedule */
@@ -361,7 +391,7 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     int row0 = b->lay.row0;
     *loss_sum = 0;
     if (pipelined(b)) {
-        DT_TRY(dt_source_rows(b->train, row0, b->lay.rows, b->inputs, b->targets));
+        DT_TRY(read_rows(b, b->train, row0, b->lay.rows));
         dt_pipeline_batch pb = pipeline_batch(b, grad_scale);
         return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
                                (int)b->state.step, loss_sum);
@@ -369,8 +399,9 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     for (int row = 0; row < b->lay.rows; row += b->lay.mb) {
         double part, t0 = trace_now(b);
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->lay.mb);
-        DT_TRY(dt_source_rows(b->train, row0 + row, b->lay.mb, b->inputs, b->targets));
-        dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T};
+        DT_TRY(read_rows(b, b->train, row0 + row, b->lay.mb));
+        dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb,
+                       .T = b->lay.T_local};
         DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->lay.mb >= b->lay.rows,
                                      &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->lay.mb, t0));
@@ -468,7 +499,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     DT_TRY(trace_span(b, DT_SPAN_STEP, -1, ts));
     r->comm_exposed_s = comm_seconds(b) - comm0;
     uint64_t *by[N_STEP_COMMS] = {&r->comm_bytes_grad, &r->comm_bytes_tp, &r->comm_bytes_sp,
-                                  &r->comm_bytes_pp};
+                                  &r->comm_bytes_pp, &r->comm_bytes_cp};
     r->comm_bytes = 0;
     for (int i = 0; i < N_STEP_COMMS; i++) {
         *by[i] = comm_bytes_of(comms[i]) - bytes0[i];
@@ -502,15 +533,16 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     for (int i = 0; i < n_batches; i++) {
         if (pipelined(b)) {
             double part;
-            DT_TRY(dt_source_rows(b->val, row0, b->lay.rows, b->inputs, b->targets));
+            DT_TRY(read_rows(b, b->val, row0, b->lay.rows));
             dt_pipeline_batch pb = pipeline_batch(b, 0);
             DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->lay.n_mb, &part));
             sum += part;
         }
         for (int row = 0; !pipelined(b) && row < b->lay.rows; row += b->lay.mb) {
             double part;
-            DT_TRY(dt_source_rows(b->val, row0 + row, b->lay.mb, b->inputs, b->targets));
-            dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T};
+            DT_TRY(read_rows(b, b->val, row0 + row, b->lay.mb));
+            dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb,
+                           .T = b->lay.T_local};
             DT_TRY(dt_engine_eval(b->engine, &mb, &part));
             sum += part;
         }

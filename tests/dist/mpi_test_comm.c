@@ -339,7 +339,7 @@ static void test_split(dt_comm *w) {
              "split of a local comm");
     dt_comm_free(sub);
     dt_mesh *m = NULL;
-    DT_CHECK_OK(dt_mesh_init(local, &(dt_mesh_dims){{1, 1, 1, 1}}, &m));
+    DT_CHECK_OK(dt_mesh_init(local, &(dt_mesh_dims){{1, 1, 1, 1, 1}}, &m));
     DT_CHECK(m && m->axis[DT_AXIS_DP] && m->axis[DT_AXIS_DP]->size == 1, "mesh on a local world");
     dt_mesh_free(m);
     dt_comm_free(local);
@@ -387,6 +387,7 @@ static dt_mesh_dims mesh_dims(int pp, int dp, int sp, int tp) {
     d.size[DT_AXIS_PP] = pp;
     d.size[DT_AXIS_DP] = dp;
     d.size[DT_AXIS_SP] = sp;
+    d.size[DT_AXIS_CP] = 1;
     d.size[DT_AXIS_TP] = tp;
     return d;
 }
@@ -400,7 +401,7 @@ static void test_mesh(dt_comm *w) {
         check_mesh(w, mesh_dims(2, 1, 2, 1));
     }
     dt_mesh *m = NULL;
-    dt_status st = dt_mesh_init(w, &(dt_mesh_dims){{2, 1, 3, 1}}, &m);
+    dt_status st = dt_mesh_init(w, &(dt_mesh_dims){{2, 1, 1, 3, 1}}, &m);
     DT_CHECK(st == DT_ERR_ARG && m == NULL, "mesh 6 on %d ranks -> %s", w->size, dt_status_str(st));
     char want[64];
     snprintf(want, sizeof want, "= 6 ranks, but world has %d", w->size);

@@ -14,6 +14,7 @@ static dt_mesh_dims dims_of(int pp, int dp, int sp, int tp) {
     d.size[DT_AXIS_PP] = pp;
     d.size[DT_AXIS_DP] = dp;
     d.size[DT_AXIS_SP] = sp;
+    d.size[DT_AXIS_CP] = 1;
     d.size[DT_AXIS_TP] = tp;
     return d;
 }
@@ -111,20 +112,20 @@ static void check_worked_example(void) {
 
 static void check_infer(void) {
     dt_mesh_dims d;
-    DT_CHECK_OK(dt_mesh_infer(8, 2, 1, 2, &d));
+    DT_CHECK_OK(dt_mesh_infer(8, 2, 1, 1, 2, &d));
     DT_CHECK(d.size[DT_AXIS_DP] == 2 && d.size[DT_AXIS_PP] == 2 && d.size[DT_AXIS_TP] == 2 &&
                  d.size[DT_AXIS_SP] == 1,
              "infer 8 = pp2 sp1 tp2 -> dp %d", d.size[DT_AXIS_DP]);
-    DT_CHECK_OK(dt_mesh_infer(12, 1, 3, 2, &d));
+    DT_CHECK_OK(dt_mesh_infer(12, 1, 1, 3, 2, &d));
     DT_CHECK(d.size[DT_AXIS_DP] == 2, "infer 12 / (1 3 2) -> dp %d", d.size[DT_AXIS_DP]);
 
-    dt_status st = dt_mesh_infer(6, 2, 1, 4, &d);
+    dt_status st = dt_mesh_infer(6, 2, 1, 1, 4, &d);
     DT_CHECK(st == DT_ERR_ARG, "infer 6 / (2 1 4) -> %s", dt_status_str(st));
     const char *msg = dt_err_msg();
     DT_CHECK(strstr(msg, "6") && strstr(msg, "pp_size 2") && strstr(msg, "sp_size 1") &&
                  strstr(msg, "tp_size 4") && strstr(msg, "8"),
              "message lacks the numbers: %s", msg);
-    st = dt_mesh_infer(4, 0, 1, 1, &d);
+    st = dt_mesh_infer(4, 0, 1, 1, 1, &d);
     DT_CHECK(st == DT_ERR_ARG, "pp 0 -> %s", dt_status_str(st));
 }
 
@@ -139,10 +140,32 @@ int main(int argc, char **argv) {
         for (int a = 0; a < DT_AXIS_COUNT; a++)
             check_partition(&d, (dt_axis)a);
     }
+    /* a ring axis between dp and sp: pp 2 x dp 2 x cp 2 x sp 2 x tp 1 */
+    dt_mesh_dims ring = dims_of(2, 2, 2, 1);
+    ring.size[DT_AXIS_CP] = 2;
+    check_round_trip(&ring);
+    for (int a = 0; a < DT_AXIS_COUNT; a++)
+        check_partition(&ring, (dt_axis)a);
+    int rc[DT_AXIS_COUNT];
+    dt_mesh_coords(&ring, 7, rc); /* 7 = (((0 * 2 + 1) * 2 + 1) * 2 + 1) * 1 + 0 */
+    DT_CHECK(rc[DT_AXIS_CP] == 1 && rc[DT_AXIS_SP] == 1 && rc[DT_AXIS_DP] == 1 &&
+                 rc[DT_AXIS_PP] == 0,
+             "rank 7 -> cp %d sp %d dp %d pp %d", rc[DT_AXIS_CP], rc[DT_AXIS_SP], rc[DT_AXIS_DP],
+             rc[DT_AXIS_PP]);
+    int color, key;
+    dt_mesh_group_axes(&ring, 7, 1u << DT_AXIS_SP | 1u << DT_AXIS_CP | 1u << DT_AXIS_DP, &color,
+                       &key);
+    DT_CHECK(color == 0 && key == 7, "rank 7's gradient group: color %d key %d", color, key);
+    dt_mesh_dims inferred;
+    DT_CHECK_OK(dt_mesh_infer(16, 2, 2, 2, 1, &inferred));
+    DT_CHECK(inferred.size[DT_AXIS_DP] == 2 && inferred.size[DT_AXIS_CP] == 2,
+             "infer 16 / (pp 2 cp 2 sp 2) -> dp %d cp %d", inferred.size[DT_AXIS_DP],
+             inferred.size[DT_AXIS_CP]);
     check_worked_example();
     check_infer();
     DT_CHECK(strcmp(dt_axis_name(DT_AXIS_TP), "tp") == 0 &&
                  strcmp(dt_axis_name(DT_AXIS_SP), "sp") == 0 &&
+                 strcmp(dt_axis_name(DT_AXIS_CP), "cp") == 0 &&
                  strcmp(dt_axis_name(DT_AXIS_DP), "dp") == 0 &&
                  strcmp(dt_axis_name(DT_AXIS_PP), "pp") == 0,
              "axis names");

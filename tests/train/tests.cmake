@@ -45,6 +45,14 @@ foreach(arch gpt2 llama)
   set_tests_properties(train/tp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
 
+# Context parallelism (ring attention) alone and with every other split equals the single
+# process; checkpointing reruns the ring bit for bit; bad ring layouts are refused.
+foreach(arch gpt2 llama)
+  add_test(NAME train/cp_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/cp_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/cp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()
+
 # Pipeline layouts and schedules equal the single process; broken schedules are refused.
 foreach(arch gpt2 llama)
   add_test(NAME train/pp_layouts_${arch}
