@@ -85,11 +85,11 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->cp_size, p->sp_size, p->tp_size, &d));
     DT_TRY(dt_config_validate(c));
-    DT_TRY(dt_model_check_split(&c->model, p->tp_size, p->sp_size,
-                                p->sp_mode == DT_SP_SPLIT_GATHER, c->train.seq_len));
     dt_layout l;
     const dt_schedule *s;
     DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &l, &s, own));
+    DT_TRY(dt_model_check_split(&c->model, p->tp_size, p->sp_size,
+                                p->sp_mode == DT_SP_SPLIT_GATHER, l.T_local));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
     return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
                                            p->pp_schedule)
@@ -98,10 +98,15 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
 
 /* ---- predictions -------------------------------------------------------------------------- */
 
+/* ranks of one model replica: every split but data parallelism */
+static int replica_ranks(const dt_plugin_config *p) {
+    return p->tp_size * p->sp_size * p->cp_size * p->pp_size;
+}
+
 static dt_status predict(cand *x, int world, const dt_plan_device *dev, int64_t mem,
                          const dt_schedule *sched) {
     const dt_plugin_config *p = &x->c.plugin;
-    int stride = world / p->pp_size; /* rank (pp r, 0, 0, 0) = r * dp * sp * tp */
+    int stride = world / p->pp_size; /* rank (pp r, 0, 0, 0, 0) = r * dp * cp * sp * tp */
     memset(x->cat, 0, sizeof x->cat);
     x->total = 0;
     dt_plan_mem_opts o = {.at_export = true, .schedule = sched};
@@ -199,7 +204,7 @@ static dt_status consider(const space *sp, cand *x) {
     if (own)
         cache_schedule(sp, x, own);
     sched = own ? own : sched;
-    x->dp = sp->world / (x->c.plugin.tp_size * x->c.plugin.sp_size * x->c.plugin.pp_size);
+    x->dp = sp->world / replica_ranks(&x->c.plugin);
     dt_status st = predict(x, sp->world, sp->dev, sp->mem, sched);
     return st == DT_OK ? push(sp->out, x) : DT_OK;
 }
@@ -331,6 +336,20 @@ static dt_status schedules(const space *sp, cand *x, int dp) {
     return DT_OK;
 }
 
+/* The ring sizes the search tries: powers of two whose chunks cut seq_len (cp_split as
+ * given), or only the pinned size; 0 ends the loop. */
+static int next_ring(const space *sp, int cp) {
+    if (is_pinned(sp, "plugin.cp_size"))
+        return cp < sp->base->plugin.cp_size ? sp->base->plugin.cp_size : 0;
+    if (sp->base->model.arch == DT_ARCH_DIT)
+        return 0;
+    int per = sp->base->plugin.cp_split == DT_CP_ZIGZAG ? 2 : 1;
+    for (int next = 2 * cp; next <= 64; next *= 2)
+        if (sp->base->train.seq_len % (next * per) == 0)
+            return next;
+    return 0;
+}
+
 /* Every layout the search makes, and the configuration as given (with its pins: a key the
  * search does not vary, such as plugin.pp_layers, is then still planned). */
 static dt_status enumerate(const space *sp) {
@@ -340,21 +359,24 @@ static dt_status enumerate(const space *sp) {
     int node = sp->dev->node_size > 0 ? sp->dev->node_size : W;
     for (int tp = 1; tp <= W; tp++)
         for (int s = 1; tp * s <= W; s++)
-            for (int pp = 1; tp * s * pp <= W && pp <= x.c.model.n_layer; pp++) {
-                /* tensor and Ulysses collectives run on every block's path: the search keeps
-                 * them inside a node (a pinned layout beyond it is still planned as given) */
-                if (W % (tp * s * pp) || tp * s > node)
-                    continue;
-                dt_plugin_config *p = &x.c.plugin;
-                p->tp_size = tp, p->sp_size = s, p->pp_size = pp;
-                for (int mode = 0; mode < 2; mode++) {
-                    /* Megatron-SP splits rows over tp ranks: only with tp > 1 and no Ulysses */
-                    if (mode == 1 && (tp == 1 || s > 1))
+            for (int cp = 1; cp > 0 && tp * s * cp <= W; cp = next_ring(sp, cp))
+                for (int pp = 1; tp * s * cp * pp <= W && pp <= x.c.model.n_layer; pp++) {
+                    /* tensor and Ulysses collectives run on every block's path: the search
+                     * keeps them inside a node (a pinned layout beyond it is still planned
+                     * as given); the ring's neighbour messages may cross nodes */
+                    int model = tp * s * cp * pp;
+                    if (W % model || tp * s > node)
                         continue;
-                    p->sp_mode = mode ? DT_SP_SPLIT_GATHER : DT_SP_ALL_TO_ALL;
-                    DT_TRY(schedules(sp, &x, W / (tp * s * pp)));
+                    dt_plugin_config *p = &x.c.plugin;
+                    p->tp_size = tp, p->sp_size = s, p->cp_size = cp, p->pp_size = pp;
+                    for (int mode = 0; mode < 2; mode++) {
+                        /* Megatron-SP splits rows over tp ranks: with tp > 1, no Ulysses */
+                        if (mode == 1 && (tp == 1 || s > 1))
+                            continue;
+                        p->sp_mode = mode ? DT_SP_SPLIT_GATHER : DT_SP_ALL_TO_ALL;
+                        DT_TRY(schedules(sp, &x, W / model));
+                    }
                 }
-            }
     for (int i = 0; i < sp->out->n; i++)
         if (!memcmp(&sp->out->v[i].c, sp->base, sizeof *sp->base))
             return DT_OK;
@@ -381,13 +403,16 @@ static void layout_text(const cand *x, char *buf, size_t n) {
                               p->sp_mode == DT_SP_SPLIT_GATHER ? "+sp" : "");
     if (p->sp_size > 1)
         k += (size_t)snprintf(buf + k, n - k, " ulysses%d", p->sp_size);
+    if (p->cp_size > 1)
+        k += (size_t)snprintf(buf + k, n - k, " ring%d%s", p->cp_size,
+                              p->cp_split == DT_CP_CONTIGUOUS ? "c" : "");
     if (p->pp_size > 1)
         k += (size_t)snprintf(buf + k, n - k, " pp%d %s", p->pp_size, p->pp_schedule);
     if (p->pp_size > 1 && p->pp_layers[0])
         k += (size_t)snprintf(buf + k, n - k, " [%.40s]", p->pp_layers);
     dt_layout l; /* a candidate is a layout that runs: its split is the layout's */
     int mb = 0, n_mb = 0;
-    if (dt_layout_make(&x->c, x->dp * p->tp_size * p->sp_size * p->pp_size, 0, &l) == DT_OK)
+    if (dt_layout_make(&x->c, x->dp * replica_ranks(p), 0, &l) == DT_OK)
         mb = l.mb, n_mb = l.n_mb;
     k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, n_mb);
     if (dt_config_zero_stage(&x->c))
@@ -442,12 +467,13 @@ static void print_one(const cand *x, int rank, const char *extra) {
         "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.ac_every\": %d, "
         "\"plugin.precision\": \"%s\", "
         "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
-        "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\"}, \"predicted\": {",
+        "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\", \"plugin.cp_size\": %d, "
+        "\"plugin.cp_split\": \"%s\"}, \"predicted\": {",
         x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode), p->pp_schedule,
         p->pp_chunks, p->pp_layers, dt_plugin_type_name(p->type), p->zero_stage,
         dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
         x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
-        dt_offload_name(p->offload));
+        dt_offload_name(p->offload), p->cp_size, dt_cp_split_name(p->cp_split));
     for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
         printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
     printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d%s}\n",
@@ -474,7 +500,7 @@ static void print_nothing_fits(const cands *l, int64_t mem, const dt_config *bas
             return;
         }
         dt_config dp = *base;
-        dp.plugin.tp_size = dp.plugin.sp_size = dp.plugin.pp_size = 1;
+        dp.plugin.tp_size = dp.plugin.sp_size = dp.plugin.pp_size = dp.plugin.cp_size = 1;
         dp.plugin.microbatches = 0;
         dt_plan_mem m;
         st = check_layout(&dp, world, NULL, false, &own);
@@ -525,7 +551,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
         dt_error("%s", dt_err_msg());
         return 2;
     }
-    cand x = {.c = *c, .dp = world / (c->plugin.tp_size * c->plugin.sp_size * c->plugin.pp_size),
+    cand x = {.c = *c, .dp = world / replica_ranks(&c->plugin),
               .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
     memcpy(x.cat, m.cat, sizeof x.cat);
     /* model FLOPs utilisation: the step's model FLOPs (no reruns) against every rank's
@@ -544,8 +570,9 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "
-                      "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld", (long long)b.tp,
-                      (long long)b.sp, (long long)b.pp);
+                      "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld, "
+                      "\"comm_bytes_cp\": %lld", (long long)b.tp, (long long)b.sp,
+                      (long long)b.pp, (long long)b.cp);
         if (b.grad_known) /* not for ZeRO-3 under a pipeline */
             snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld",
                      (long long)b.grad);

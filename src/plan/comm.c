@@ -19,6 +19,8 @@
 typedef struct ledger {
     dt_plan_comm *out;
     int tp, sp, rows, grad_p, grad_rank;
+    int cp;             /* the ring */
+    int64_t ring_block; /* bytes of one key/value block a ring rank passes on */
     bool sg, gpt2;
     int64_t N, Nt, C, W, A, hs, NH, T, vocab_rows;
     int n_mb, L, zero, pp;
@@ -48,6 +50,7 @@ static void comm_add(dt_plan_comm *out, const dt_plan_comm *d, int64_t sign) {
     out->tp += sign * d->tp;
     out->sp += sign * d->sp;
     out->pp += sign * d->pp;
+    out->cp += sign * d->cp;
     out->calls_grad += sign * d->calls_grad;
     out->calls_tp += sign * d->calls_tp;
     out->calls_sp += sign * d->calls_sp;
@@ -92,9 +95,21 @@ static int64_t a2a_att(const ledger *g) {
     return g->sp > 1 ? (g->N / g->sp) * (g->NH / g->sp) * g->hs * (g->sp - 1) * 4 : 0;
 }
 
+/* Ring attention (nn/ring_attn.c): the forward passes a block on cp - 1 times; the backward
+ * passes the blocks on cp - 1 times and their gradients cp times (the last brings each home). */
+static void ring_fwd(ledger *g) {
+    if (g->cp > 1)
+        g->out->cp += (g->cp - 1) * g->ring_block;
+}
+static void ring_bwd(ledger *g) {
+    if (g->cp > 1)
+        g->out->cp += (2 * (int64_t)g->cp - 1) * g->ring_block;
+}
+
 static void block_fwd(ledger *g) {
     enter_fwd(g);
     sp_op(g, a2a_qkv(g));
+    ring_fwd(g);
     sp_op(g, a2a_att(g));
     leave_fwd(g);
     enter_fwd(g);
@@ -107,8 +122,10 @@ static void rerun(ledger *g, int l) {
     dt_plan_rerun r = dt_plan_ac_rerun(g->plugin, l);
     if (r == DT_PLAN_RERUN_BLOCK)
         block_fwd(g);
-    else if (r == DT_PLAN_RERUN_ATTENTION)
+    else if (r == DT_PLAN_RERUN_ATTENTION) {
+        ring_fwd(g);
         sp_op(g, a2a_att(g));
+    }
 }
 
 /* One micro-batch through the rank's units; skip[l]: block l's rerun before its backward is
@@ -141,6 +158,7 @@ static void micro_batch(ledger *g, const bool *skip) {
         leave_bwd(g);
         sp_op(g, a2a_att_b);
         sp_op(g, a2a_att_b);
+        ring_bwd(g);
         sp_op(g, a2a_qkv_b);
         enter_fwd(g);
         enter_bwd(g);
@@ -360,7 +378,8 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
                 .C = m->n_embd,
                 .hs = hs,
                 .NH = m->n_head / tp,
-                .T = l->T,
+                .T = l->T_local,
+                .cp = l->cp,
                 .vocab_rows = (m->vocab_size + tp - 1) / tp,
                 .n_mb = l->n_mb,
                 .L = l->n_layer,
@@ -374,6 +393,7 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     g.Nt = l->tokens_sp;
     g.W = (g.NH + 2 * (nkv / tp)) * hs;
     g.A = g.NH * hs;
+    g.ring_block = g.N * (g.W - g.A) / l->sp * 4;
     g.dit = m->arch == DT_ARCH_DIT;
     g.dit_st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
     g.B = l->mb;

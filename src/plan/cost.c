@@ -7,6 +7,7 @@
  */
 #include "plan/cost.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,8 +70,26 @@ static linear_s block_linears(const work *w) {
     return t;
 }
 
-static double block_attention_flops(const work *w) { /* QK^T and PV, causal: half of 4 T hs */
-    return 2 * w->N * w->T * w->A / w->sp;
+/* QK^T and PV, causal: half of 4 T hs a query. Under a ring the step waits for its busiest
+ * rank: zigzag gives each the mean, a contiguous split gives the last (2 cp - 1) / cp of it. */
+static double block_attention_flops(const work *w) {
+    double busiest = w->cp > 1 && !w->zigzag ? (2.0 * w->cp - 1) / w->cp : 1;
+    return 2 * w->N * w->T * w->A / w->sp * busiest;
+}
+
+/* Ring attention's exposed time (nn/ring_attn.c): each of the cp - 1 steps with a transfer
+ * hides it behind that step's share of the attention `at`, and every step merges the output
+ * (y read twice, written once); the backward moves a block and a gradient block a step, and
+ * the last gradient block comes home after all compute. */
+static double ring_time(const work *w, bool backward, double at) {
+    if (w->cp <= 1)
+        return 0;
+    double one = w->d->latency + w->ring_block / w->bw_cp, step = at / w->cp;
+    double merge = backward ? 0 : w->cp * 12 * w->N * w->A / w->sp / w->mem_bw;
+    if (!backward)
+        return (w->cp - 1) * fmax(0, one - step) + merge;
+    double two = w->d->latency + 2 * w->ring_block / w->bw_cp;
+    return (w->cp - 1) * fmax(0, two - step) + one;
 }
 
 /* The pointwise work of a block: two norms over its rows, the MLP activation, and the
@@ -143,7 +162,7 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
         return forward;
     if (r != DT_PLAN_RERUN_ATTENTION)
         return 0;
-    double t = at;
+    double t = at + ring_time(w, false, at);
     if (w->sp > 1)
         t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
     return t;
@@ -161,11 +180,13 @@ static block_cost cost_block(const work *w, int l, bool split) {
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
-    double fwd = mm.fwd + at_f + pw.fwd + block_comm(w, false) + unit_cast(w);
+    double fwd = mm.fwd + at_f + ring_time(w, false, at_f) + pw.fwd + block_comm(w, false) +
+                 unit_cast(w);
     block_cost k = {.f = fwd + q8};
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
-    double b_in = mm.dx + at_b + pw.bwd + block_comm(w, true) + rebuild + unit_cast(w);
+    double b_in = mm.dx + at_b + ring_time(w, true, at_b) + pw.bwd + block_comm(w, true) +
+                  rebuild + unit_cast(w);
     k.rerun = rebuild;
     if (split) {
         k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w) + unit_cast(w);
@@ -399,6 +420,8 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
                 .d = d,
                 .tp = tp,
                 .sp = l->sp,
+                .cp = l->cp,
+                .zigzag = l->cp_zigzag,
                 .dp = l->dp,
                 .pp = l->pp,
                 .v = l->stages.v,
@@ -428,11 +451,13 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
         w->block_floats = (double)ucount[1];
     w->boundary = (w->Nr + (w->dit ? w->B : 0)) * w->C * 4; /* the DiT's carries silu(c) */
     w->mem_bw = d->mem_bandwidth * (d->mem_efficiency > 0 ? d->mem_efficiency : 1);
-    /* tp varies fastest, then sp, dp, pp (plan/mesh.h): a group whose span of consecutive
+    /* tp varies fastest, then sp, cp, dp, pp (plan/mesh.h): a group whose span of consecutive
      * ranks exceeds a node talks across nodes */
     w->bw_tp = group_bandwidth(d, l->tp);
     w->bw_sp = group_bandwidth(d, l->tp * l->sp);
-    w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->dp);
+    w->bw_cp = group_bandwidth(d, l->tp * l->sp * l->cp);
+    w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
+    w->ring_block = w->N * (w->W - w->A) / w->sp * 4;
     w->bw_pp = group_bandwidth(d, l->world);
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
@@ -491,7 +516,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         makespan = end[r] > makespan ? end[r] : makespan;
     for (int r = 0; st == DT_OK && r < w.pp; r++) {
         idle += makespan - busy[r];
-        int rank = r * w.dp * w.sp * w.tp; /* (pp r, dp 0, sp 0, tp 0) */
+        int rank = r * w.dp * w.cp * w.sp * w.tp; /* (pp r, dp 0, cp 0, sp 0, tp 0) */
         bool held[DT_MAX_CHUNKS + 2];
         int64_t ucount[DT_MAX_CHUNKS + 2], n_local = 0;
         dt_stage_plan_held(&sp, r, held);

@@ -28,7 +28,10 @@ typedef struct dt_plan_work {
     double boundary;               /* bytes of one pipeline boundary message */
     double mem_bw;                 /* bytes/s a memory-bound kernel streams at */
     /* bytes/s a rank moves in each group's collectives: inside a node, or across nodes */
-    double bw_tp, bw_sp, bw_grad, bw_pp;
+    double bw_tp, bw_sp, bw_grad, bw_pp, bw_cp;
+    int cp;          /* the ring of context parallelism */
+    bool zigzag;     /* its balanced split (contiguous: the last rank does the most) */
+    double ring_block; /* bytes of one key/value block a ring rank passes on */
 } dt_plan_work;
 
 /* A chunk's passes on one micro-batch: forward, backward (the input half when split), the

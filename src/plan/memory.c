@@ -37,7 +37,9 @@ enum { F4 = 4, H2 = 2 };
 typedef struct shape {
     const dt_config *c;
     bool gpt2, lp;
-    int L, C, hs, T, tp, sp, pp, zero;
+    int L, C, hs, T, tp, sp, pp, zero; /* T: the tokens of a sequence this rank holds */
+    int T_read;               /* tokens of a sequence as read (the batch buffers' rows) */
+    int cp, ring_chunks;      /* the ring, and the chunks of a sequence a ring rank holds */
     int rows_split;           /* ranks the residual rows split over: tp under Megatron-SP */
     int grad_p, grad_rank;    /* gradient group (dp x sp) size and this rank's place in it */
     int pp_rank, mb, rows;    /* micro-batch and step rows per data-parallel rank */
@@ -274,7 +276,14 @@ static int64_t region_work(const shape *s) {
         enter = leave = 0;
     if (s->sp == 1)
         q = a = 0;
-    return max64(max64(enter, leave), max64(q, a));
+    /* ring attention (nn/ring_attn.c): two key/value blocks in flight, three gradient blocks,
+     * one chunk pair's output and log-sum-exp */
+    int64_t ring = 0;
+    if (s->cp > 1) {
+        int64_t Tc = s->T / s->ring_chunks, heads = s->NH / s->sp;
+        ring = 5 * s->N * (s->W - s->A) / s->sp + Tc * heads * s->hs + heads * Tc;
+    }
+    return max64(max64(max64(enter, leave), max64(q, a)), ring);
 }
 
 /* 16-bit modes with the model's own weights (not ZeRO-3's gathered ones): the 16-bit weights
@@ -339,7 +348,10 @@ static void fill_shape(const dt_config *c, const dt_layout *l, shape *s) {
                  .L = l->n_layer,
                  .C = m->n_embd,
                  .hs = m->n_embd / m->n_head,
-                 .T = l->T,
+                 .T = l->T_local,
+                 .T_read = l->T,
+                 .cp = l->cp,
+                 .ring_chunks = l->cp > 1 && l->cp_zigzag ? 2 : 1,
                  .tp = l->tp,
                  .sp = l->sp,
                  .pp = l->pp,
@@ -353,7 +365,8 @@ static void fill_shape(const dt_config *c, const dt_layout *l, shape *s) {
                  .N = l->tokens_mb,
                  .Nt = l->tokens_sp,
                  .Nr = l->tokens_rows,
-                 .acts16 = l->precision == DT_PREC_BF16 && p->act_compress == DT_ACT_COMPRESS_NONE};
+                 .acts16 = l->precision == DT_PREC_BF16 &&
+                           p->act_compress == DT_ACT_COMPRESS_NONE && l->cp == 1};
     s->NH = m->n_head / s->tp;
     s->NKV = kv_heads(m) / s->tp;
     s->F = ffn_width(m) / s->tp;
@@ -496,7 +509,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
             n_inbox * dt_plan_dit_boundary_bytes(&c->model, s.mb, s.sp, s.rows_split);
     } else {
         out->acts_arena = acts_arena(&s, n_slots, split);
-        int64_t tokens = (int64_t)batch_rows * s.T * 4; /* int32 ids */
+        int64_t tokens = (int64_t)batch_rows * s.T_read * 4; /* int32 ids */
         int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
         out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
         out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;

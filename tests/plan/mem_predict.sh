@@ -32,7 +32,8 @@ case_() {
 import json, sys
 p = json.load(open(sys.argv[1]))
 m = [json.loads(l) for l in open(sys.argv[2])][-1]
-keys = [k for k in ("comm_bytes_grad", "comm_bytes_tp", "comm_bytes_sp", "comm_bytes_pp")
+keys = [k for k in ("comm_bytes_grad", "comm_bytes_tp", "comm_bytes_sp", "comm_bytes_pp",
+                   "comm_bytes_cp")
         if k in p]
 bad = [f"{k}: predicted {p[k]}, measured {m[k]}" for k in keys if p[k] != m[k]]
 print("; ".join(bad) or "bytes equal")
@@ -106,6 +107,14 @@ case_ llama_offload_zero1_tp2_checkpoint llama 4 $(z 1) $(off 64) --plugin.tp_si
 # Gemma's 256000 in bf16
 case_ llama_vocab128k_tp2 llama 2 --model.vocab_size=128256 --plugin.tp_size=2
 case_ gpt2_vocab256k_bf16 gpt2 1 --model.vocab_size=256000 $bf16
+# context parallelism: the ring's blocks in the region work, fp32 q|k|v in bf16 mode, the
+# chunks' position rows; alone, contiguous, under Ulysses, tp, pipelines and checkpointing
+ring=(--plugin.type=hybrid --plugin.cp_size=2)
+case_ gpt2_cp2 gpt2 2 "${ring[@]}"
+case_ llama_cp4_contiguous_bf16 llama 4 "${ring[@]}" --plugin.cp_size=4 --plugin.cp_split=contiguous $bf16
+case_ llama_cp2_sp2_zero2 llama 4 "${ring[@]}" --plugin.sp_size=2 --plugin.zero_stage=2
+case_ gpt2_cp2_tp2_selective_bf16 gpt2 4 "${ring[@]}" --plugin.tp_size=2 $(ac selective) $bf16
+case_ llama_cp2_pp2_zbh1_full gpt2 4 "${ring[@]}" $(pp zbh1 4) $(ac full)
 awk '{ d = $4 - 1; d = d < 0 ? -d : d; if (d >= w) { w = d; l = $0 } }
      /every category exact/ { e++ }
      END { printf "worst of all %d cases: %s\n%d of them exact to the byte on every rank\n", NR, l, e }' \
