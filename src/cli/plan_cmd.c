@@ -301,6 +301,13 @@ static dt_status micro_batches(const space *sp, cand *x, int dp) {
         x->c.plugin.microbatches = sp->base->plugin.microbatches;
         return splits(sp, x);
     }
+    /* A ring only pays at one sequence a micro-batch: m sequences of a cp-ring hold as many
+     * tokens a rank as m / 2 of a ring half its size, which moves less. */
+    if (x->c.plugin.cp_size > 1) {
+        x->c.train.micro_batch_size = 1;
+        x->c.plugin.microbatches = 0;
+        return splits(sp, x);
+    }
     enum { MAX_SIZES = 6 };
     int size[32], n = 0;
     for (int mb = rows; mb >= 1; mb = mb % 2 ? 0 : mb / 2) /* rows, rows/2, ... while even */
@@ -337,15 +344,19 @@ static dt_status schedules(const space *sp, cand *x, int dp) {
 }
 
 /* The ring sizes the search tries: powers of two whose chunks cut seq_len (cp_split as
- * given), or only the pinned size; 0 ends the loop. */
+ * given) into at least RING_MIN_TOKENS a rank (below that a ring step's compute is too short
+ * to hide its transfer, and the sequence fits without one), or only the pinned size; 0 ends
+ * the loop. */
+enum { RING_MIN_TOKENS = 2048 };
 static int next_ring(const space *sp, int cp) {
     if (is_pinned(sp, "plugin.cp_size"))
         return cp < sp->base->plugin.cp_size ? sp->base->plugin.cp_size : 0;
     if (sp->base->model.arch == DT_ARCH_DIT)
         return 0;
     int per = sp->base->plugin.cp_split == DT_CP_ZIGZAG ? 2 : 1;
-    for (int next = 2 * cp; next <= 64; next *= 2)
-        if (sp->base->train.seq_len % (next * per) == 0)
+    int T = sp->base->train.seq_len;
+    for (int next = 2 * cp; next <= 64 && T / next >= RING_MIN_TOKENS; next *= 2)
+        if (T % (next * per) == 0)
             return next;
     return 0;
 }

@@ -142,4 +142,24 @@ import json, sys
 d = json.loads(sys.stdin.read())
 assert 0 < d["mfu"] < 1 and d["compute_ms"] > 0 and "exposed_comm_ms" in d and "bubble" in d, d
 ' && ok "explain: mfu, compute, exposed, bubble" || bad "explain mfu"
+# context parallelism: a long sequence is planned with rings (each leaving >= 2048 tokens a
+# rank, micro-batch 1), a pinned ring is kept, and a ring that does not cut seq_len says why
+long=(--config "$cfg" --world 32 --device a100-80gb --train.batch_size=8 --train.seq_len=65536
+      --model.max_seq_len=65536)
+"$dtrain" plan "${long[@]}" --json --top 400 | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l)["layout"] for l in sys.stdin]
+rings = [r for r in rows if r["plugin.cp_size"] > 1]
+assert rings, "no ring among %d layouts" % len(rows)
+assert all(65536 // r["plugin.cp_size"] >= 2048 for r in rings), "a ring under 2048 tokens a rank"
+assert all(r["train.micro_batch_size"] == 1 for r in rings), "a ring at micro-batch > 1"
+assert max(r["plugin.cp_size"] for r in rings) >= 8, "no ring of 8 or more"
+' && ok "long sequence: rings planned" || bad "long sequence: no rings"
+out=$("$dtrain" plan "${long[@]}" --plugin.cp_size=4 --top 3)
+echo "$out" | grep -q " ring4 " && ! echo "$out" | grep " yes " | grep -qv " ring4 " &&
+    ok "pinned cp_size=4 kept" || bad "pinned cp: $out"
+out=$("$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 2 --plugin.cp_size=2 \
+      --train.seq_len=30 2>&1)
+echo "$out" | grep -q "as configured: train.seq_len=30 does not split into the 4 chunks of plugin.cp_size=2" &&
+    ok "ring that does not cut seq_len: the reason" || bad "cp refusal: $out"
 exit $fail
