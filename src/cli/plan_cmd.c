@@ -88,8 +88,8 @@ static dt_status check_layout(const dt_config *c, int world, const dt_schedule *
     dt_layout l;
     const dt_schedule *s;
     DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &l, &s, own));
-    DT_TRY(dt_model_check_split(&c->model, p->tp_size, p->sp_size,
-                                p->sp_mode == DT_SP_SPLIT_GATHER, l.T_local));
+    dt_model_split ms = dt_model_split_of(p, c->train.seq_len);
+    DT_TRY(dt_model_check_split(&c->model, &ms));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
     return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
                                            p->pp_schedule)

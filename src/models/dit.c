@@ -136,7 +136,7 @@ static void carve_acts(dt_dit *d, dt_dit_carver *cv) {
         }
     }
     dt_dit_carve_block_acts(d, cv);
-    d->pos = dt_dit_carve(cv, (size_t)d->S * C * f4);
+    d->pos = dt_dit_carve(cv, (size_t)d->S_full * C * f4);
     if (holds_final(d))
         d->out = dt_dit_carve(cv, B * (size_t)dt_dit_clip_numel(&d->cfg) * f4);
 }
@@ -161,7 +161,10 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     d->tok_out = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
     d->tok_tgt = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
     /* the all-to-alls' local size, the COPY adjoint's and SEQ_REDUCE_SCATTER's rows x cols */
-    d->work = sp || tp ? dt_dit_carve(cv, Nt * (3 * Ct > C ? 3 * Ct : C) * f4) : NULL;
+    size_t work = sp || tp ? Nt * (3 * Ct > C ? 3 * Ct : C) : 0;
+    size_t ring = (size_t)dt_dit_ring_work_count(d);
+    work = work > ring ? work : ring;
+    d->work = work ? dt_dit_carve(cv, work * f4) : NULL;
     /* 16-bit operands: the widest input (C, 4C, P or the timestep features) and output
      * (6C, 4C or P) of a matmul over Nt >= B rows */
     size_t in = C > F ? C : F, out = 6 * C > F ? 6 * C : F;
@@ -208,7 +211,7 @@ static dt_status alloc_carved(dt_dit *d, dt_mem_cat cat, const char *name,
  * channels past 6k stay 0. */
 static void fill_positions(dt_dit *d) {
     int C = d->C, k = C / 6;
-    for (int tt = 0; tt < d->Tt; tt++)
+    for (int tt = 0; tt < d->Tt_full; tt++)
         for (int hh = 0; hh < d->Th; hh++)
             for (int ww = 0; ww < d->Tw; ww++) {
                 float *row = d->pos + ((size_t)(tt * d->Th + hh) * d->Tw + ww) * C;
@@ -225,13 +228,35 @@ static void fill_positions(dt_dit *d) {
 
 /* ---- life cycle ------------------------------------------------------------------------- */
 
+/* The ring (o->cp, or a size-1 comm): this rank's chunks of every clip, whose tokens and
+ * time tokens are then 1/cp of a clip's (dt_dit_check_split checks that they cut). */
+static dt_status setup_ring(dt_dit *d, const dt_model_opts *o) {
+    dt_comm *cp = o->cp;
+    if (!cp) {
+        DT_TRY(dt_comm_local_init("cp", &d->own_cp));
+        cp = d->own_cp;
+    }
+    d->ring = (dt_ring){.cp = cp, .zigzag = o->cp_zigzag};
+    d->n_chunks = 1;
+    d->chunk[0] = 0;
+    if (cp->size > 1)
+        d->n_chunks = dt_ring_chunks(cp->size, o->cp_zigzag, cp->rank, d->chunk);
+    d->S = d->S_full / cp->size;
+    d->Tt = d->Tt_full / cp->size;
+    return DT_OK;
+}
+
 static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->B <= 0)
         return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive", o->B);
     if (o->T != d->S)
-        return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
-                          "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
-    return dt_dit_check_split(&d->cfg, d->tp->size, d->sp->size, o->sequence_tp);
+        return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens (%d on each of %d ring ranks), "
+                          "the model was asked for T = %d (train.seq_len must be the clip's "
+                          "tokens)", d->S_full, d->S, d->ring.cp->size, o->T);
+    dt_model_split s = {.tp = d->tp->size, .sp = d->sp->size, .cp = d->ring.cp->size,
+                        .cp_chunks = d->n_chunks, .sequence_tp = o->sequence_tp,
+                        .seq_len = d->S_full};
+    return dt_dit_check_split(&d->cfg, &s);
 }
 
 static dt_status alloc_arrays(dt_dit *d) {
@@ -268,10 +293,10 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->mem = mem;
     d->B = o->B;
     d->training = o->training;
-    d->Tt = cfg->frames / cfg->pt;
+    d->Tt = d->Tt_full = cfg->frames / cfg->pt;
     d->Th = cfg->height / cfg->ph;
     d->Tw = cfg->width / cfg->pw;
-    d->S = dt_dit_tokens(cfg);
+    d->S = d->S_full = dt_dit_tokens(cfg);
     d->P = dt_dit_patch_dim(cfg);
     d->C = cfg->n_embd;
     d->NH = cfg->n_head;
@@ -287,6 +312,7 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
         DT_TRY_GOTO(dt_comm_local_init("tp", &d->own_tp));
         d->tp = d->own_tp;
     }
+    DT_TRY_GOTO(setup_ring(d, o));
     DT_TRY_GOTO(check_opts(d, o));
     d->rows = o->sequence_tp ? d->tp : NULL;
     if (!d->rows) {
@@ -381,6 +407,7 @@ void dt_dit_free(dt_dit *d) {
     dt_comm_free(d->own_rows);
     dt_comm_free(d->own_tp);
     dt_comm_free(d->own_sp);
+    dt_comm_free(d->own_cp);
     free(d);
 }
 

@@ -61,8 +61,10 @@ dt_status dt_dit_check_config(const dt_dit_config *c);
  * n_head % tp (tensor parallelism splits heads and MLP columns), tokens % sp, (n_head / tp)
  * % sp (Ulysses splits a tp rank's heads), with sequence_tp (Megatron-SP) (tokens / sp) % tp,
  * and for spatial_temporal the time tokens frames/patch_t % sp (spatial attention stays
- * local: every sp rank holds whole frames). */
-dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp);
+ * local: every sp rank holds whole frames). Under a ring of s->cp ranks the tokens and time
+ * tokens are a ring rank's (1/cp), and for spatial_temporal the time tokens cut into the
+ * ring's cp x cp_chunks chunks (whole frames a chunk). */
+dt_status dt_dit_check_split(const dt_dit_config *c, const dt_model_split *s);
 
 /* Derived sizes: tokens per clip (t/pt)(h/ph)(w/pw), floats per patch pt ph pw channels,
  * floats per clip, and the floats of one clip's input and target rows (see above). */
@@ -166,8 +168,7 @@ double dt_dit_flops_per_sample(const dt_dit *d);
  * model.arch = dit, and its rows of models/model.c. */
 dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts,
                               dt_mem *mem, dt_model **out);
-dt_status dt_dit_model_check_split(const dt_model_config *c, int tp, int sp,
-                                   bool sequence_tp, int seq_len);
+dt_status dt_dit_model_check_split(const dt_model_config *c, const dt_model_split *s);
 dt_status dt_dit_config_from_file(const char *path, dt_model_config *cfg);
 dt_status dt_dit_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);
 

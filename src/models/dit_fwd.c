@@ -85,6 +85,29 @@ static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
                            .bf16 = d->ctx.mm_type == DT_BF16};
 }
 
+/* Full and temporal attention run around the ring (their sequences span its ranks; without
+ * one that is the kernel itself); spatial attention stays local, every ring rank holding
+ * whole frames. */
+static const dt_ring *ring_of(const dt_dit *d, attn_kind k) {
+    static const dt_ring local = {0};
+    return k == ATTN_SPATIAL ? &local : &d->ring;
+}
+
+/* The attention of block kind k on a->qkv (attention order): a->y and a->lse. */
+static dt_status attend(dt_dit *d, attn_kind k, int B, const dt_dit_acts *a) {
+    dt_attn_shape s = attn_shape(d, k, B);
+    int64_t q = (int64_t)s.NH * s.hs;
+    return dt_ring_attention_forward(ring_of(d, k), &s, a->y, a->lse, a->qkv, a->qkv + q,
+                                     a->qkv + 2 * q, d->work);
+}
+
+int64_t dt_dit_ring_work_count(const dt_dit *d) {
+    /* the one kind that goes around the ring: full, or temporal under spatial_temporal */
+    attn_kind k = d->cfg.attn == DT_DIT_ATTN_FULL ? ATTN_FULL : ATTN_TEMPORAL;
+    dt_attn_shape s = attn_shape(d, k, d->B);
+    return dt_ring_work_count(ring_of(d, k), &s);
+}
+
 /* Rows of `width` floats between token order (b, t, s) and temporal order (b, s, t), s over
  * the Th Tw positions of a frame, all B clips. to_temporal: dst[(b, s, t)] = src[(b, t, s)]. */
 static void permute_rows(const dt_dit *d, float *dst, const float *src, int64_t width, int B,
@@ -483,9 +506,7 @@ static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const flo
     DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
     DT_TRY(dt_dit_linear_forward(d, &blk->qkv, in, Nt, rows));
     DT_TRY(qkv_to_attention(d, k, B, rows, a->qkv));
-    dt_attn_shape s = attn_shape(d, k, B);
-    dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
-                         a->qkv + 2 * s.NH * s.hs);
+    DT_TRY(attend(d, k, B, a));
     const float *att;
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
     DT_TRY(dt_dit_row_forward(d, &blk->proj, att, B, a->a));
@@ -532,9 +553,9 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     DT_TRY(drows_to_attention(d, k, B, d->dB, &datt));
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
-    memset(d->dqkvp, 0, (size_t)Nt * 3 * d->Ct * sizeof *d->dqkvp);
-    dt_attention_backward(&s, d->dqkvp, d->dqkvp + q, d->dqkvp + 2 * q, datt, a->y, a->lse,
-                          a->qkv, a->qkv + q, a->qkv + 2 * q);
+    DT_TRY(dt_ring_attention_backward_set(ring_of(d, k), &s, d->dqkvp, d->dqkvp + q,
+                                          d->dqkvp + 2 * q, datt, a->y, a->lse, a->qkv,
+                                          a->qkv + q, a->qkv + 2 * q, d->work));
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
     DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
@@ -591,11 +612,8 @@ static dt_status rebuild(dt_dit *d, int slot, int l, dt_dit_acts *a, const float
         return block_forward(d, l, a, x, sc, B, d->ac_out);
     if (d->compress)
         int8_move(d, slot, l, B, a, false);
-    if (k == KEEP_NO_ATTN) {
-        dt_attn_shape s = attn_shape(d, block_kind(d, l), B);
-        dt_attention_forward(&s, a->y, a->lse, a->qkv, a->qkv + s.NH * s.hs,
-                             a->qkv + 2 * s.NH * s.hs);
-    }
+    if (k == KEEP_NO_ATTN)
+        return attend(d, block_kind(d, l), B, a);
     return DT_OK;
 }
 

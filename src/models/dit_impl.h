@@ -24,6 +24,7 @@
 #define DT_MODELS_DIT_IMPL_H
 
 #include "models/dit.h"
+#include "nn/ring_attn.h"
 #include "nn/linear.h"
 
 /* A block's weights (borrowed views). The norms have no weights of their own: adaLN's
@@ -108,6 +109,12 @@ struct dt_dit {
     dt_comm *rows;   /* Megatron-SP: tp (the residual rows split over it), else own_rows */
     dt_comm *own_rows;
     dt_comm *pp;     /* borrowed; NULL: no pipeline */
+    dt_ring ring;    /* context parallelism: ring.cp borrowed, or own_cp (size 1: no ring) */
+    dt_comm *own_cp;
+    int n_chunks, chunk[2]; /* this ring rank's chunks of a clip (1, {0} without a ring):
+                             * local token t is whole-clip token chunk[t / (S / n_chunks)] *
+                             * (S / n_chunks) + t % (S / n_chunks) */
+    int S_full, Tt_full;    /* a whole clip's tokens and time tokens (S, Tt: this rank's) */
 
     /* tables: the single process's (files) and this rank's (its units, packed) */
     dt_param *full, *params;
@@ -197,6 +204,8 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held);
 /* dit_fwd.c: the slots' per-block saved sets and the shared recompute set, carved into the
  * "dit.activations" arena by the checkpointing mode (sets saved_bytes). */
 void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv);
+/* dit_fwd.c: floats of d->work the ring attention needs (0 without a ring). */
+int64_t dt_dit_ring_work_count(const dt_dit *d);
 /* dit_fwd.c: block l of a slot (x: its input rows, out: its output rows; sc: silu(c)
  * [B, C]), by the checkpointing mode; backward turns dres (d out) into d x and accumulates
  * d silu(c) into dsc. */

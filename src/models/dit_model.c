@@ -230,15 +230,14 @@ dt_status dt_dit_config_from_sizes(const dt_model_size *sz, int n, dt_model_conf
     return DT_OK;
 }
 
-dt_status dt_dit_model_check_split(const dt_model_config *c, int tp, int sp, bool sequence_tp,
-                                   int seq_len) {
+dt_status dt_dit_model_check_split(const dt_model_config *c, const dt_model_split *s) {
     dt_dit_config dc = dt_dit_config_from_model(c);
     DT_TRY(dt_dit_check_config(&dc));
-    if (seq_len != dt_dit_tokens(&dc))
+    if (s->seq_len != dt_dit_tokens(&dc))
         return dt_err_set(DT_ERR_ARG, "train.seq_len=%d, but a dit clip is %d tokens "
-                          "(frames/patch_t x height/patch_h x width/patch_w)", seq_len,
+                          "(frames/patch_t x height/patch_h x width/patch_w)", s->seq_len,
                           dt_dit_tokens(&dc));
-    return dt_dit_check_split(&dc, tp, sp, sequence_tp);
+    return dt_dit_check_split(&dc, s);
 }
 
 static void free_dit(void *s) {

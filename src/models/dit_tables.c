@@ -57,10 +57,22 @@ dt_status dt_dit_check_config(const dt_dit_config *c) {
     return DT_OK;
 }
 
-dt_status dt_dit_check_split(const dt_dit_config *c, int tp, int sp, bool sequence_tp) {
+dt_status dt_dit_check_split(const dt_dit_config *c, const dt_model_split *s) {
+    int tp = s->tp, sp = s->sp, cp = s->cp, chunks = cp * s->cp_chunks;
+    bool sequence_tp = s->sequence_tp;
+    if (tp < 1 || sp < 1 || cp < 1 || s->cp_chunks < 1)
+        return dt_err_set(DT_ERR_ARG, "tp_size=%d, sp_size=%d and cp_size=%d must be >= 1", tp,
+                          sp, cp);
     int S = dt_dit_tokens(c), Tt = c->frames / c->pt;
-    if (tp < 1 || sp < 1)
-        return dt_err_set(DT_ERR_ARG, "tp_size=%d and sp_size=%d must be >= 1", tp, sp);
+    if (cp > 1 && S % chunks)
+        return dt_err_set(DT_ERR_ARG, "the dit's %d tokens per clip do not cut into the %d "
+                          "chunks of plugin.cp_size=%d", S, chunks, cp);
+    if (cp > 1 && c->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL && Tt % chunks)
+        return dt_err_set(DT_ERR_ARG, "the dit's %d time tokens (model.frames=%d / patch_t=%d) "
+                          "do not cut into the %d chunks of plugin.cp_size=%d (attn="
+                          "spatial_temporal keeps whole frames on each ring rank); use a "
+                          "cp_size whose chunks divide %d", Tt, c->frames, c->pt, chunks, cp, Tt);
+    S /= cp, Tt /= cp; /* what a ring rank holds, and tp and sp split */
     if (c->n_head % tp)
         return dt_err_set(DT_ERR_ARG, "model.n_head=%d is not divisible by plugin.tp_size=%d "
                           "(tensor parallelism splits heads across tp ranks); use a tp_size "
@@ -295,13 +307,13 @@ float *dt_dit_grads(dt_dit *d) { return d->g; }
 dt_bf16 *dt_dit_weights_lp(dt_dit *d) { return d->w_lp; }
 
 double dt_dit_flops_per_sample(const dt_dit *d) {
-    double S = d->S, C = d->C, P = d->P, F = d->F, L = d->cfg.n_layer;
+    double S = d->S_full, C = d->C, P = d->P, F = d->F, L = d->cfg.n_layer;
     double tokens = P * C + L * (3 * C * C + C * C + 2 * C * F) + C * P; /* MACs per token */
     double clip = DT_DIT_FREQ_DIM * C + C * C + L * 6 * C * C + 2 * C * C; /* per clip */
     double attn = 0; /* QK^T and PV: 2 T' C MACs per token, T' the sequence length seen */
     for (int l = 0; l < d->cfg.n_layer; l++) {
         bool st = d->cfg.attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
-        double Tl = !st ? S : l % 2 == 0 ? (double)d->Th * d->Tw : d->Tt;
+        double Tl = !st ? S : l % 2 == 0 ? (double)d->Th * d->Tw : d->Tt_full;
         attn += 2 * Tl * C;
     }
     return 3.0 * 2.0 * (S * (tokens + attn) + clip);

@@ -69,10 +69,11 @@ static size_t clip_at(const dt_dit *d, int tok, int j) {
 /* This rank's rows of B clips (clip b at clips + b * stride) -> tokens [Nr, P]. */
 static void patchify(const dt_dit *d, float *tok, const float *clips, int64_t stride, int B) {
     int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
+    int Sc = d->S / d->n_chunks; /* a ring rank's local token t is clip token t_full */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < Nr; i++) {
         int64_t r = r0 + i, b = r / d->S;
-        int t = (int)(r % d->S);
+        int tl = (int)(r % d->S), t = d->chunk[tl / Sc] * Sc + tl % Sc;
         for (int j = 0; j < d->P; j++)
             tok[i * d->P + j] = clips[b * stride + clip_at(d, t, j)];
     }
@@ -139,7 +140,7 @@ static dt_status embed_forward(dt_dit *d, int slot, int B, const clip_in *in, fl
     silu(s->sc, s->c, (int64_t)B * C);
     patchify(d, s->patches, in->x, in->x_stride, B);
     DT_TRY(dt_dit_linear_forward(d, &d->x_emb, s->patches, Nr, out));
-    dt_rows_add_positions(out, d->pos, dt_dit_row0(d, B), d->S, Nr, C, 1, (const int[]){0});
+    dt_rows_add_positions(out, d->pos, dt_dit_row0(d, B), d->S, Nr, C, d->n_chunks, d->chunk);
     return DT_OK;
 }
 

@@ -39,6 +39,9 @@ typedef dt_model_opts dt_gpt_opts;
  * naming both numbers and the sizes that would work. Also checked by dt_gpt_init. */
 dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequence_tp,
                              int seq_len);
+/* The same for models/model.c: seq_len / cp, the tokens a ring rank holds, is what tp and sp
+ * split. */
+dt_status dt_gpt_model_check_split(const dt_model_config *c, const dt_model_split *s);
 
 dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *opts, dt_mem *mem,
                       dt_gpt **out);

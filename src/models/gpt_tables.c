@@ -224,6 +224,10 @@ static dt_status split_error(const char *what, int n, const char *by, int parts,
                       parts, by, fix, per_rank ? " (per tp rank)" : "");
 }
 
+dt_status dt_gpt_model_check_split(const dt_model_config *c, const dt_model_split *s) {
+    return dt_gpt_check_split(c, s->tp, s->sp, s->sequence_tp, s->seq_len / s->cp);
+}
+
 dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequence_tp,
                              int seq_len) {
     int nkv = dt_gpt_kv_heads(c), F = dt_gpt_ffn_hidden(c);

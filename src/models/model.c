@@ -12,16 +12,15 @@
 
 typedef struct model_kind {
     dt_model_create_fn create;
-    dt_status (*check_split)(const dt_model_config *c, int tp, int sp, bool sequence_tp,
-                             int seq_len);
+    dt_status (*check_split)(const dt_model_config *c, const dt_model_split *s);
     dt_status (*config_from_file)(const char *path, dt_model_config *cfg);
     dt_status (*config_from_sizes)(const dt_model_size *sizes, int n, dt_model_config *cfg);
 } model_kind;
 
 static const model_kind kinds[DT_ARCH_COUNT] = {
-    [DT_ARCH_GPT2] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file,
+    [DT_ARCH_GPT2] = {dt_gpt_model_create, dt_gpt_model_check_split, dt_gpt_config_from_file,
                       dt_gpt_config_from_sizes},
-    [DT_ARCH_LLAMA] = {dt_gpt_model_create, dt_gpt_check_split, dt_gpt_config_from_file,
+    [DT_ARCH_LLAMA] = {dt_gpt_model_create, dt_gpt_model_check_split, dt_gpt_config_from_file,
                        dt_gpt_config_from_sizes},
     [DT_ARCH_DIT] = {dt_dit_model_create, dt_dit_model_check_split, dt_dit_config_from_file,
                      dt_dit_config_from_sizes},
@@ -50,11 +49,19 @@ void dt_model_free(dt_model *m) {
     free(m);
 }
 
-dt_status dt_model_check_split(const dt_model_config *cfg, int tp, int sp, bool sequence_tp,
-                               int seq_len) {
+dt_model_split dt_model_split_of(const dt_plugin_config *p, int seq_len) {
+    return (dt_model_split){.tp = p->tp_size,
+                            .sp = p->sp_size,
+                            .cp = p->cp_size,
+                            .cp_chunks = p->cp_size > 1 && p->cp_split == DT_CP_ZIGZAG ? 2 : 1,
+                            .sequence_tp = p->sp_mode == DT_SP_SPLIT_GATHER,
+                            .seq_len = seq_len};
+}
+
+dt_status dt_model_check_split(const dt_model_config *cfg, const dt_model_split *s) {
     const model_kind *k = NULL;
     DT_TRY(kind_of(cfg->arch, &k));
-    return k->check_split(cfg, tp, sp, sequence_tp, seq_len);
+    return k->check_split(cfg, s);
 }
 
 /* The file's "arch" metadata picks the reader; a file without one (or with one dtrain does

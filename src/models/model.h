@@ -208,10 +208,18 @@ typedef dt_status (*dt_model_create_fn)(const dt_model_config *cfg, const dt_mod
 dt_status dt_model_create(const dt_model_config *cfg, const dt_model_opts *opts, dt_mem *mem,
                           dt_model **out);
 void dt_model_free(dt_model *m);
-/* Whether the model splits over tp_size x sp_size ranks at this seq_len: DT_OK, or one error
- * naming the numbers and the sizes that would work. Also checked when a model is built. */
-dt_status dt_model_check_split(const dt_model_config *cfg, int tp, int sp, bool sequence_tp,
-                               int seq_len);
+/* How a run splits one model replica's work: the degrees and the whole sequence. */
+typedef struct dt_model_split {
+    int tp, sp, cp;   /* tensor, Ulysses and ring (context) parallel degrees, each >= 1 */
+    int cp_chunks;    /* chunks of a sequence each ring rank holds: 2 (zigzag) or 1 */
+    bool sequence_tp; /* Megatron-SP: the residual rows split over tp */
+    int seq_len;      /* a whole sequence's tokens (train.seq_len) */
+} dt_model_split;
+/* Whether the model splits so: DT_OK, or one error naming the numbers and the sizes that
+ * would work. Also checked when a model is built. */
+dt_status dt_model_check_split(const dt_model_config *cfg, const dt_model_split *s);
+/* The split a plugin config asks for at seq_len. */
+dt_model_split dt_model_split_of(const dt_plugin_config *p, int seq_len);
 /* Fill the model shape from a weights file's metadata; keys absent keep cfg's values. */
 dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg);
 /* The shape fields of cfg->arch's model from its named sizes (dt_model_sizes, e.g. read back

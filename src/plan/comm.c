@@ -181,15 +181,19 @@ static void micro_batch(ledger *g, const bool *skip) {
 /* Under Ulysses, full and temporal attention need whole sequences (the all-to-alls); spatial
  * attention (the even blocks of spatial_temporal) runs on the rank's own frames. */
 static bool dit_a2a(const ledger *g, int l) { return g->sp > 1 && !(g->dit_st && l % 2 == 0); }
+/* Under a ring, full and temporal attention go around it; spatial stays local likewise. */
+static bool dit_ring(const ledger *g, int l) { return g->cp > 1 && !(g->dit_st && l % 2 == 0); }
 
 /* A block's forward: the modulated norm enters the tp region (gathered under Megatron-SP),
  * q|k|v to heads and the output back to rows, proj leaves; the MLP enters and fc2 leaves. */
 static void dit_block_fwd(ledger *g, int l) {
     enter_fwd(g);
-    if (dit_a2a(g, l)) {
+    if (dit_a2a(g, l))
         sp_op(g, a2a_qkv(g));
+    if (dit_ring(g, l))
+        ring_fwd(g);
+    if (dit_a2a(g, l))
         sp_op(g, a2a_att(g));
-    }
     leave_fwd(g);
     enter_fwd(g);
     leave_fwd(g);
@@ -205,8 +209,11 @@ static void dit_block_fwd(ledger *g, int l) {
  * attention kernel, from q|k|v kept in attention order: no collective. */
 static void dit_block_bwd(ledger *g, int l) {
     bool a2a = dit_a2a(g, l), full = dt_plan_ac_rerun(g->plugin, l) == DT_PLAN_RERUN_BLOCK;
+    bool ring = dit_ring(g, l), sel = dt_plan_ac_rerun(g->plugin, l) == DT_PLAN_RERUN_ATTENTION;
     if (full)
         dit_block_fwd(g, l);
+    if (sel && ring) /* the attention kernel's rerun is the ring's forward again */
+        ring_fwd(g);
     rows_grads(g, g->C);
     leave_bwd(g);
     enter_fwd(g);
@@ -215,10 +222,12 @@ static void dit_block_bwd(ledger *g, int l) {
         sp_op(g, a2a_att(g));
     rows_grads(g, g->C);
     leave_bwd(g);
-    if (a2a) {
+    if (a2a)
         sp_op(g, a2a_att(g));
+    if (ring)
+        ring_bwd(g);
+    if (a2a)
         sp_op(g, a2a_qkv(g));
-    }
     enter_fwd(g);
     enter_bwd(g);
     rows_grads(g, 6 * g->B * g->C);
@@ -226,6 +235,8 @@ static void dit_block_bwd(ledger *g, int l) {
         return;
     if (full)
         dit_block_fwd(g, l);
+    if (sel && ring)
+        ring_fwd(g);
     enter_fwd(g);
     if (a2a)
         sp_op(g, a2a_att(g));

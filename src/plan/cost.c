@@ -81,7 +81,7 @@ static double block_attention_flops(const work *w) {
  * hides it behind that step's share of the attention `at`, and every step merges the output
  * (y read twice, written once); the backward moves a block and a gradient block a step, and
  * the last gradient block comes home after all compute. */
-static double ring_time(const work *w, bool backward, double at) {
+double dt_plan_cost_ring(const work *w, bool backward, double at) {
     if (w->cp <= 1)
         return 0;
     double one = w->d->latency + w->ring_block / w->bw_cp, step = at / w->cp;
@@ -162,7 +162,7 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
         return forward;
     if (r != DT_PLAN_RERUN_ATTENTION)
         return 0;
-    double t = at + ring_time(w, false, at);
+    double t = at + dt_plan_cost_ring(w, false, at);
     if (w->sp > 1)
         t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
     return t;
@@ -180,12 +180,12 @@ static block_cost cost_block(const work *w, int l, bool split) {
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
-    double fwd = mm.fwd + at_f + ring_time(w, false, at_f) + pw.fwd + block_comm(w, false) +
+    double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + block_comm(w, false) +
                  unit_cast(w);
     block_cost k = {.f = fwd + q8};
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
-    double b_in = mm.dx + at_b + ring_time(w, true, at_b) + pw.bwd + block_comm(w, true) +
+    double b_in = mm.dx + at_b + dt_plan_cost_ring(w, true, at_b) + pw.bwd + block_comm(w, true) +
                   rebuild + unit_cast(w);
     k.rerun = rebuild;
     if (split) {

@@ -211,6 +211,10 @@ static pass cost_block(const dit_work *x, int l, bool split) {
     pass mm = unit_matmuls(x, l + 1, split), pw = block_pointwise(x, l), cm = block_comm(x, l);
     double flops = attention_flops(x, l);
     double at_f = flops / w->attn.fwd, at_b = 2 * flops / w->attn.bwd;
+    if (!spatial(&x->g, l)) { /* full and temporal attention go around a ring */
+        at_f += dt_plan_cost_ring(w, false, at_f);
+        at_b += dt_plan_cost_ring(w, true, at_b);
+    }
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = int8_pass(x, r);
     double fwd = mm.f + at_f + pw.f + cm.f;

@@ -34,6 +34,10 @@ typedef struct dt_plan_work {
     double ring_block; /* bytes of one key/value block a ring rank passes on */
 } dt_plan_work;
 
+/* Ring attention's exposed seconds (plan/cost.c) around attention of `at` seconds: forward,
+ * or backward (blocks and their gradients). 0 without a ring. */
+double dt_plan_cost_ring(const dt_plan_work *w, bool backward, double at);
+
 /* A chunk's passes on one micro-batch: forward, backward (the input half when split), the
  * split backward's weight pass, and the backward when it follows the chunk's own forward at
  * once (its rerun skipped). */

@@ -44,15 +44,10 @@ static dt_status split_batch(const dt_config *c, dt_layout *l) {
 }
 
 /* Context parallelism cuts each sequence into cp chunks (contiguous) or 2 cp (zigzag), so
- * seq_len must divide into them; the video DiT's attention has no ring. */
+ * seq_len must divide into them. */
 static dt_status split_ring(const dt_config *c, dt_layout *l) {
     l->cp_zigzag = c->plugin.cp_split == DT_CP_ZIGZAG;
     int chunks = l->cp == 1 ? 1 : l->cp * (l->cp_zigzag ? 2 : 1);
-    if (l->cp > 1 && c->model.arch == DT_ARCH_DIT)
-        return dt_err_set(DT_ERR_UNSUPPORTED,
-                          "plugin.cp_size=%d: the video DiT has no ring attention; split its "
-                          "tokens with plugin.sp_size (Ulysses) instead",
-                          l->cp);
     if (l->T % chunks)
         return dt_err_set(DT_ERR_ARG,
                           "train.seq_len=%d does not split into the %d chunks of "

@@ -499,14 +499,15 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
      * DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
     int batch_rows = s.pp > 1 ? s.rows : s.mb;
     if (c->model.arch == DT_ARCH_DIT) {
-        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .tp = s.tp,
+        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .tp = s.tp, .cp = s.cp,
+                              .cp_chunks = s.ring_chunks,
                               .sequence_tp = s.rows_split > 1, .split = split,
                               .n_slots = n_slots, .held = s.held, .plugin = &c->plugin,
                               .lp = s.lp, .training = true};
         dt_plan_dit_arenas(&c->model, &r, &out->acts_arena, &out->temp_arena);
         out->cat[DT_MEM_ACTS] = out->acts_arena + dt_plan_dit_batch_bytes(&c->model, batch_rows);
         out->cat[DT_MEM_COMM] +=
-            n_inbox * dt_plan_dit_boundary_bytes(&c->model, s.mb, s.sp, s.rows_split);
+            n_inbox * dt_plan_dit_boundary_bytes(&c->model, s.mb, s.cp, s.sp, s.rows_split);
     } else {
         out->acts_arena = acts_arena(&s, n_slots, split);
         int64_t tokens = (int64_t)batch_rows * s.T_read * 4; /* int32 ids */

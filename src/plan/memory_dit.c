@@ -69,10 +69,12 @@ enum {
 typedef struct dit_rank {
     const dt_plan_dit_rank *r;
     int64_t B, S, C, P, F, L, clip;
+    int64_t S_full, Tt;  /* a whole clip's tokens; a ring rank's time tokens (S: its tokens) */
     int64_t Nt, Nr;      /* rows inside the tp region (B S / sp) and of the residual stream
                           * (Nt / tp under Megatron-SP, else Nt) */
     int64_t Ct, Ft, NHt; /* this tp rank's attention width, MLP width and heads */
     bool compress;       /* act_compress = int8 */
+    bool st;             /* spatial_temporal attention */
 } dit_rank;
 
 /* A saved tensor of the fields: its bit, rows and columns (a row of the attention order's
@@ -182,13 +184,26 @@ static int64_t acts_arena(const dit_rank *k) {
         (holds_rerun(k, DT_PLAN_RERUN_NONE) || holds_rerun(k, DT_PLAN_RERUN_ATTENTION)))
         shared |= F_INT8;
     b += fields_bytes(k, shared) + (full ? pad64(Nr * C * F4) : 0);
-    b += pad64(k->S * C * F4); /* the fixed positions */
+    b += pad64(k->S_full * C * F4); /* the fixed positions */
     if (last)
         b += pad64(B * k->clip * F4); /* the unpatchified output */
     return b;
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Ring attention's scratch (nn/ring_attn.c) for the attention that goes around the ring (full,
+ * or temporal under spatial_temporal): two key/value blocks in flight and three gradient
+ * blocks of the attention rows (all B S of Ct / sp under Ulysses, else the rank's Nt of Ct),
+ * and one chunk pair's output and log-sum-exp. */
+static int64_t ring_work(const dit_rank *k) {
+    const dt_plan_dit_rank *r = k->r;
+    if (r->cp <= 1)
+        return 0;
+    int64_t T = k->st ? k->Tt : k->S, width = k->Ct / r->sp, heads = k->NHt / r->sp;
+    int64_t rows = r->sp > 1 ? k->B * k->S : k->Nt, Tc = T / r->cp_chunks;
+    return 5 * rows * 2 * width + Tc * width + heads * Tc;
+}
 
 static int64_t temp_arena(const dit_rank *k) {
     const dt_plan_dit_rank *r = k->r;
@@ -200,8 +215,10 @@ static int64_t temp_arena(const dit_rank *k) {
     b += tp ? rowsC : 0;                                  /* a row-parallel matmul's part */
     b += seq ? rowsC : 0;                                 /* a norm output gathered */
     b += last ? 2 * pad64(Nr * P * F4) : 0;               /* tok_out, tok_tgt */
-    if (sp || tp) /* all-to-all, COPY-adjoint and reduce-scatter work */
-        b += pad64(Nt * max64(3 * k->Ct, C) * F4);
+    /* all-to-all, COPY-adjoint and reduce-scatter work; the ring's, in the same buffer */
+    int64_t work = sp || tp ? Nt * max64(3 * k->Ct, C) : 0;
+    work = max64(work, ring_work(k));
+    b += work ? pad64(work * F4) : 0;
     if (r->lp) { /* 16-bit operands: the widest matmul input and output over Nt rows */
         int64_t in = max64(max64(C, F), max64(P, DT_PLAN_DIT_FREQ_DIM));
         int64_t out = max64(max64(6 * C, F), P);
@@ -218,11 +235,14 @@ static int64_t temp_arena(const dit_rank *k) {
 
 void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,
                         int64_t *temp) {
-    int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
-                (m->width / m->patch_w);
-    int64_t F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd;
+    int64_t S_full = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
+                     (m->width / m->patch_w);
+    int cp = r->cp > 1 ? r->cp : 1;
+    int64_t S = S_full / cp, F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd;
     int64_t Nt = r->B * S / r->sp;
-    dit_rank k = {.r = r, .B = r->B, .S = S, .C = m->n_embd, .P = patch_dim(m), .F = F,
+    dit_rank k = {.r = r, .B = r->B, .S = S, .S_full = S_full, .Tt = m->frames / m->patch_t / cp,
+                  .st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL,
+                  .C = m->n_embd, .P = patch_dim(m), .F = F,
                   .L = m->n_layer,
                   .clip = (int64_t)m->frames * m->channels * m->height * m->width, .Nt = Nt,
                   .Nr = r->sequence_tp ? Nt / r->tp : Nt, .Ct = m->n_embd / r->tp,
@@ -237,8 +257,9 @@ int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows) {
     return (int64_t)rows * (clip + 2) * F4 + (int64_t)rows * clip * F4;
 }
 
-int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int rows_split) {
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp,
+                                   int rows_split) {
     int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
                 (m->width / m->patch_w);
-    return (B * S / sp / rows_split + B) * (int64_t)m->n_embd * F4;
+    return (B * S / cp / sp / rows_split + B) * (int64_t)m->n_embd * F4;
 }

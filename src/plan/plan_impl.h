@@ -26,7 +26,8 @@ double dt_plan_dit_param_count(const dt_model_config *m);
 /* One rank of a DiT run, as the memory model sees it. */
 typedef struct dt_plan_dit_rank {
     int B;                           /* clips per micro-batch */
-    int sp;                          /* Ulysses degree: this rank's rows are B S / sp */
+    int sp;                          /* Ulysses degree: this rank's rows are B S / (cp sp) */
+    int cp, cp_chunks;               /* the ring, and the chunks of a clip a ring rank holds */
     int tp;                          /* Megatron degree: heads and MLP columns split */
     bool sequence_tp;                /* Megatron-SP: the residual rows split over tp too */
     bool split;                      /* split backward (zero-bubble): per-slot weight-pass
@@ -43,7 +44,8 @@ void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int
 int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows);
 /* One pipeline boundary tensor of B clips: this rank's residual rows (B S / sp / rows_split)
  * and silu(c) [B, C]. */
-int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int sp, int rows_split);
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp,
+                                   int rows_split);
 
 /* The block of units [u0, u1) whose rerun is skipped when its backward follows its own
  * forward at once (models/gpt_ac.c: the shared set still holds the last checkpointed block's

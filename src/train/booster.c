@@ -52,6 +52,9 @@ struct dt_booster {
     /* a micro-batch's rows, or a step's share (rows) under a pipeline, of the sources' rows
      * (in_row and tg_row bytes each) */
     void *inputs, *targets;
+    /* a ring's rows are cut to this rank's tokens as read (token sequences); a model that
+     * reads whole samples (a DiT's clips) takes its own tokens from them */
+    int cut;
     size_t in_row, tg_row;
     dt_train_state state;
     /* pipeline (pp > 1) */
@@ -118,7 +121,8 @@ static dt_status make_layout(dt_booster *b, const dt_boost_spec *s) {
                              .micro_batch_size = s->micro_batch_size,
                              .seq_len = s->seq_len}};
     DT_TRY(dt_layout_make(&c, b->world->size, b->world->rank, &b->lay));
-    return dt_model_check_split(s->model, b->lay.tp, b->lay.sp, b->lay.rows_tp, b->lay.T_local);
+    dt_model_split ms = dt_model_split_of(&b->plugin, b->lay.T);
+    return dt_model_check_split(s->model, &ms);
 }
 
 /* The schedule every pp rank runs: generated, or read from the user's file; validated with
@@ -202,6 +206,7 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
 /* may fail on one rank only (its files), so the caller agrees on the outcome */
 static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     DT_TRY(open_sources(b, s));
+    b->cut = s->source == DT_SOURCE_TOKENS ? b->lay.cp : 1;
     dt_engine_opts eo = engine_opts(b);
     DT_TRY(dt_engine_init(s->model, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
@@ -355,8 +360,8 @@ static dt_status trace_span(dt_booster *b, dt_span_kind k, int mb, double t0) {
 static dt_pipeline_batch pipeline_batch(const dt_booster *b, float grad_scale) {
     return (dt_pipeline_batch){.inputs = b->inputs,
                                .targets = b->targets,
-                               .input_bytes = (size_t)b->lay.mb * b->in_row / b->lay.cp,
-                               .target_bytes = (size_t)b->lay.mb * b->tg_row / b->lay.cp,
+                               .input_bytes = (size_t)b->lay.mb * b->in_row / b->cut,
+                               .target_bytes = (size_t)b->lay.mb * b->tg_row / b->cut,
                                .B = b->lay.mb,
                                .T = b->lay.T_local,
                                .grad_scale = grad_scale};
@@ -379,7 +384,7 @@ static void keep_ring_chunks(const dt_booster *b, char *rows, size_t row_bytes, 
  * rank's tokens of each */
 static dt_status read_rows(dt_booster *b, dt_source *src, int row0, int n) {
     DT_TRY(dt_source_rows(src, row0, n, b->inputs, b->targets));
-    if (b->lay.cp > 1) {
+    if (b->cut > 1) {
         keep_ring_chunks(b, (char *)b->inputs, b->in_row, n);
         keep_ring_chunks(b, (char *)b->targets, b->tg_row, n);
     }

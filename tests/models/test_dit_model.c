@@ -409,20 +409,31 @@ static void check_files_and_sampler(void) {
     dt_mem_free(mem);
 }
 
+/* tp x sp (Megatron-SP rows when seq_tp), no ring, at seq_len */
+static dt_model_split split(int tp, int sp, bool seq_tp, int seq_len) {
+    return (dt_model_split){.tp = tp, .sp = sp, .cp = 1, .cp_chunks = 1, .sequence_tp = seq_tp,
+                            .seq_len = seq_len};
+}
+
+static dt_status check_split(const dt_model_config *mc, int tp, int sp, bool seq_tp, int len) {
+    dt_model_split s = split(tp, sp, seq_tp, len);
+    return dt_model_check_split(mc, &s);
+}
+
 static void expect_split_error(dt_model_config mc, int tp, int sp, const char *needle) {
-    dt_status st = dt_model_check_split(&mc, tp, sp, false, 24);
+    dt_status st = check_split(&mc, tp, sp, false, 24);
     DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), needle), "tp %d sp %d: want '%s', got %s",
              tp, sp, needle, st ? dt_err_msg() : "OK");
 }
 
 static void check_errors(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_SPATIAL_TEMPORAL);
-    DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
-    DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, false, 24));
-    DT_CHECK_OK(dt_model_check_split(&mc, 2, 1, true, 24));
+    DT_CHECK_OK(check_split(&mc, 1, 2, false, 24));
+    DT_CHECK_OK(check_split(&mc, 2, 1, false, 24));
+    DT_CHECK_OK(check_split(&mc, 2, 1, true, 24));
     dt_model_config odd = mc; /* 1 x 3 x 3 = 9 tokens */
     odd.frames = 2, odd.width = 3, odd.attn = DT_DIT_ATTN_FULL;
-    DT_CHECK(dt_model_check_split(&odd, 2, 1, true, 9) == DT_ERR_ARG &&
+    DT_CHECK(check_split(&odd, 2, 1, true, 9) == DT_ERR_ARG &&
                  strstr(dt_err_msg(), "the 9 tokens of each sp rank"), "Megatron-SP: %s",
              dt_err_msg());
     expect_split_error(mc, 4, 1, "model.n_head=2 is not divisible by plugin.tp_size=4");
@@ -432,10 +443,21 @@ static void check_errors(void) {
     mc.n_head = 3;
     expect_split_error(mc, 1, 2, "the 3 heads of each tp rank (model.n_head=3 / tp_size=1) are "
                                  "not divisible by plugin.sp_size=2");
+    /* a ring: each rank's chunks must be whole frames under spatial_temporal (2 time tokens:
+     * a contiguous ring of 2 cuts them, a zigzag one needs 4) */
+    mc.n_head = 2;
+    dt_model_split ring = split(1, 1, false, 24);
+    ring.cp = 2;
+    DT_CHECK_OK(dt_model_check_split(&mc, &ring));
+    ring.cp_chunks = 2;
+    DT_CHECK(dt_model_check_split(&mc, &ring) == DT_ERR_ARG &&
+                 strstr(dt_err_msg(), "do not cut into the 4 chunks of plugin.cp_size=2"),
+             "zigzag ring over 2 time tokens: %s", dt_err_msg());
     mc = tiny(DT_DIT_ATTN_FULL);
-    DT_CHECK_OK(dt_model_check_split(&mc, 1, 2, false, 24));
+    DT_CHECK_OK(dt_model_check_split(&mc, &ring)); /* full attention: 24 tokens, 4 chunks */
+    DT_CHECK_OK(check_split(&mc, 1, 2, false, 24));
     expect_split_error(mc, 1, 5, "24 tokens per clip are not divisible by plugin.sp_size=5");
-    DT_CHECK(dt_model_check_split(&mc, 1, 1, false, 23) == DT_ERR_ARG &&
+    DT_CHECK(check_split(&mc, 1, 1, false, 23) == DT_ERR_ARG &&
                  strstr(dt_err_msg(), "train.seq_len=23"), "seq_len: %s", dt_err_msg());
     dt_mem *mem;
     DT_CHECK_OK(dt_mem_init(&mem));

@@ -23,7 +23,8 @@ case_() {
 import json, sys
 p = json.load(open(sys.argv[1]))
 m = [json.loads(l) for l in open(sys.argv[2])][-1]
-keys = [k for k in ("comm_bytes_grad", "comm_bytes_tp", "comm_bytes_sp", "comm_bytes_pp")
+keys = [k for k in ("comm_bytes_grad", "comm_bytes_tp", "comm_bytes_sp", "comm_bytes_pp",
+                   "comm_bytes_cp")
         if k in p]
 bad = [f"{k}: predicted {p[k]}, measured {m[k]}" for k in keys if p[k] != m[k]]
 print("; ".join(bad) or "bytes equal")
@@ -54,6 +55,13 @@ case_ dit_tp2_split_gather_pp2_zbh1_bf16 4 --plugin.tp_size=2 $sg $(pp zbh1 2) $
 case_ dit_sp2_dp2_zero2_selective 4 --plugin.sp_size=2 $(z 2) $(ac selective)
 case_ dit_sp2_pp2_interleaved 4 --plugin.sp_size=2 $(pp interleaved 2) --plugin.pp_chunks=2 \
     --model.n_layer=4
+# the ring: full and temporal attention around it, selective and full reruns, with Ulysses
+ring=(--plugin.type=hybrid --plugin.cp_size=2)
+case_ dit_cp2 2 "${ring[@]}"
+case_ dit_cp2_full_attention_selective 2 "${ring[@]}" --model.attn=full $(ac selective)
+case_ dit_cp2_sp2_pp2_zbh1_full 8 "${ring[@]}" --plugin.cp_split=contiguous --plugin.sp_size=2 \
+    $(pp zbh1 2) $(ac full) --model.n_layer=3
+case_ dit_cp2_zbh1_selective 4 "${ring[@]}" $(pp zbh1 2) $(ac selective)
 sp_of() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["comm_bytes_sp"])' "$1"; }
 st=$(sp_of dit_sp2.plan.json) full=$(sp_of dit_sp2_full_attention.plan.json)
 check "ulysses bytes: spatial_temporal $st < full $full" test "$st" -lt "$full"

@@ -61,4 +61,10 @@ case_ dit_ac_full_every2_sp2 2 $(ac full 2) --plugin.sp_size=2 --model.n_layer=3
 case_ dit_checkpoint_dp2 2 --checkpoint.every=1 --checkpoint.dir=ck
 case_ dit_offload_zero2 2 $(z 2) --plugin.offload=disk --plugin.offload_dir=off \
     --plugin.offload_window_mb=0.01
+# the ring: its blocks in the region work, a ring rank's tokens, whole-clip positions
+ring=(--plugin.type=hybrid --plugin.cp_size=2)
+case_ dit_cp2 2 "${ring[@]}"
+case_ dit_cp2_full_attention_sp2_bf16 4 "${ring[@]}" --model.attn=full --plugin.sp_size=2 $bf16
+case_ dit_cp2_tp2_pp2_1f1b_selective 8 "${ring[@]}" --plugin.tp_size=2 $(pp 1f1b 2) $(ac selective)
+case_ dit_cp2_contiguous_dp2_zero3_ac_full 4 "${ring[@]}" --plugin.cp_split=contiguous $(z 3) $(ac full)
 finish

@@ -3,7 +3,8 @@
 # invariant 1): per-step losses (train and validation) and exported weights within 1e-5
 # relative in fp32, for both attention kinds: Ulysses sp 2 and 4 (all_to_all), dp2 x sp2 x
 # ZeRO-2 with micro-batches, a 2-stage pipeline (alone, 1F1B with sp 2, and zero-bubble
-# ZB-H1), ZeRO-3 with full activation checkpointing, and tp 2; a checkpoint of sp2 x dp2
+# ZB-H1), ZeRO-3 with full activation checkpointing, and tp 2; the ring (cp 2, zigzag and
+# contiguous) alone and with Ulysses, dp x ZeRO-2, tp with selective checkpointing, 1F1B; a checkpoint of sp2 x dp2
 # resumes in one process. A bf16 run trains (its losses track fp32's within bf16 tolerance). A split that does not divide (tokens % sp, heads % sp) and a
 # clip that does not divide into patches are one clear error on every rank, before the first
 # collective.
@@ -30,6 +31,17 @@ for attn in spatial_temporal full; do
     same "${attn}_tp2" 2 "${hy[@]}" --plugin.tp_size=2
     same "${attn}_pp2_zbh1" 2 "${hy[@]}" --plugin.pp_size=2 --plugin.microbatches=2 \
         --plugin.pp_schedule=zbh1
+    # the ring (context parallelism): full and temporal attention go around it, spatial
+    # attention stays on the ring rank's whole frames
+    same "${attn}_cp2" 2 "${hy[@]}" --plugin.cp_size=2
+    same "${attn}_cp2_contiguous_sp2" 4 "${hy[@]}" --plugin.cp_size=2 --plugin.cp_split=contiguous \
+        --plugin.sp_size=2
+    same "${attn}_cp2_dp2_zero2_micro" 4 "${hy[@]}" --plugin.cp_size=2 --plugin.zero_stage=2 \
+        --train.micro_batch_size=2
+    same "${attn}_cp2_tp2_selective" 4 "${hy[@]}" --plugin.cp_size=2 --plugin.tp_size=2 \
+        --plugin.ac=selective
+    same "${attn}_cp2_pp2_1f1b" 4 "${hy[@]}" --plugin.cp_size=2 --plugin.pp_size=2 \
+        --plugin.microbatches=2 --plugin.pp_schedule=1f1b
     mv ref.jsonl "ref_$attn.jsonl"
     mv ref.safetensors "ref_$attn.safetensors"
 done
@@ -77,6 +89,8 @@ expect_all_ranks() { # NAME NP PATTERN ARGS...
 # 3 frames of 6 x 6 in 1 x 2 x 2 patches: 27 tokens
 expect_all_ranks "tokens not divisible by sp" 2 "27.* not divisible by plugin.sp_size=2" \
     --plugin.type=hybrid --plugin.sp_size=2 --model.frames=3 --model.height=6 --model.width=6
+expect_all_ranks "ring chunks not whole frames" 4 "do not cut into the 8 chunks of plugin.cp_size=4" \
+    --plugin.type=hybrid --plugin.cp_size=4
 expect_all_ranks "heads not divisible by sp" 4 "model.n_head=2 .*not divisible by plugin.sp_size=4" \
     --plugin.type=hybrid --plugin.sp_size=4 --model.n_head=2
 expect_all_ranks "frames not divisible by patch_t" 2 "model.frames=4 is not a multiple of model.patch_t=3" \
