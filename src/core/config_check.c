@@ -112,6 +112,9 @@ static void check_model(const dt_config *c, problems *p) {
     POSITIVE(p, model, n_embd);
     POSITIVE(p, model, vocab_size);
     POSITIVE(p, model, max_seq_len);
+    if (m->max_seq_len > (1 << 24))
+        problem(p, false, "model.max_seq_len=%d is over dtrain's limit of 16777216 tokens",
+                m->max_seq_len);
     NONNEG(p, model, ffn_hidden);
     if ((int)m->arch < 0 || m->arch >= DT_ARCH_COUNT)
         problem(p, false, "model.arch=%d is not a known architecture", (int)m->arch);

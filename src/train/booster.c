@@ -249,11 +249,21 @@ static void arenas_free(dt_booster *b, dt_ckpt_arenas *a) {
     dt_mem_release(b->mem, a->w);
 }
 
+/* The load checks model.init's sizes and tensors against the run's model; its other metadata
+ * (max_seq_len, norm_eps, rope_theta) is then validated as a config's would be: a file whose
+ * metadata is impossible was not written by a sound run. */
+static dt_status load_init(dt_booster *b, float *w, const char *path) {
+    DT_TRY(dt_model_load(b->model, w, path));
+    dt_model_config fc = *dt_model_cfg(b->model);
+    DT_TRY(dt_model_config_from_file(path, &fc));
+    return dt_config_validate_model(&fc, path);
+}
+
 static dt_status load_weights(dt_booster *b, const char *path) {
     dt_ckpt_arenas a;
     dt_status st = arenas_alloc(b, &a, false);
     if (st == DT_OK && is_root(b))
-        st = dt_model_load(b->model, a.w, path);
+        st = load_init(b, a.w, path);
     st = dt_comm_agree(b->world, st);
     if (st == DT_OK)
         st = broadcast_floats(b->world, a.w, dt_model_full_numel(b->model));

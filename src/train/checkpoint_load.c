@@ -26,6 +26,22 @@ bool dt_ckpt_is_sharded(const char *folder) {
     return stat(path, &sb) == 0;
 }
 
+/* The manifest's "format" and "version" are the ones this build writes (checkpoint_shard.c):
+ * the checksum guards against damage, not against a file meant for another reader. */
+static dt_status check_format(const cJSON *man, const char *folder) {
+    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(man, "format"));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(man, "version");
+    if (!fmt || strcmp(fmt, "dtrain-sharded") != 0)
+        return dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"format\" is %s%s%s, not "
+                          "\"dtrain-sharded\" (the sharded checkpoints this build writes)",
+                          folder, fmt ? "\"" : "", fmt ? fmt : "missing", fmt ? "\"" : "");
+    if (!cJSON_IsNumber(v) || v->valuedouble != 1)
+        return dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"version\" is %s%g; this build "
+                          "reads version 1", folder, cJSON_IsNumber(v) ? "" : "missing, ",
+                          cJSON_IsNumber(v) ? v->valuedouble : 0.0);
+    return DT_OK;
+}
+
 /* The manifest, parsed, after its text matched manifest.crc32c. */
 static dt_status read_manifest(const char *folder, cJSON **out) {
     char path[PATH_LEN + 32], *text = NULL, *sum = NULL;
@@ -45,6 +61,8 @@ static dt_status read_manifest(const char *folder, cJSON **out) {
         *out = cJSON_Parse(text);
         if (!cJSON_IsObject(*out))
             st = dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: not a JSON object", folder);
+        else
+            st = check_format(*out, folder);
     }
     free(text);
     free(sum);
@@ -179,6 +197,11 @@ static dt_status check_model(const cJSON *man, const char *folder, const dt_mode
         const dt_param *p = dt_model_full_param(g, i);
         const cJSON *t = cJSON_GetArrayItem(ts, i), *sh = cJSON_GetObjectItem(t, "shape");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
+        const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "dtype"));
+        if (!dtype || strcmp(dtype, "F32") != 0)
+            return dt_err_set(DT_ERR_FORMAT, "%s: tensor %d (%s) has dtype %s in the manifest; "
+                              "this build writes and reads F32 shards", folder, i,
+                              name ? name : "unnamed", dtype ? dtype : "missing");
         bool same = name && strcmp(name, p->name) == 0 && cJSON_GetArraySize(sh) == p->ndim;
         for (int d = 0; same && d < p->ndim; d++)
             same = cJSON_GetArrayItem(sh, d)->valuedouble == (double)p->shape[d];
@@ -241,6 +264,89 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
     return DT_OK;
 }
 
+static int by_place(const void *a, const void *b) {
+    const piece *x = a, *y = b;
+    if (x->spec.index != y->spec.index)
+        return x->spec.index < y->spec.index ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Every tensor's slices cover each of its shards exactly once: one split for all of them,
+ * every shard index, and within a shard back-to-back element ranges from 0 to its size. A
+ * duplicated or overlapping slice would otherwise let one file's bytes stand for another's. */
+static dt_status check_cover(loader *L) {
+    for (int t = 0; t < dt_model_n_full_params(L->g); t++) {
+        piece *p = L->pieces + L->by_tensor[t];
+        int n = L->by_tensor[t + 1] - L->by_tensor[t];
+        const char *name = dt_model_full_param(L->g, t)->name;
+        if (n == 0)
+            return dt_err_set(DT_ERR_FORMAT, "%s: no slice of %s in the manifest (a shard is "
+                              "missing)", L->folder, name);
+        qsort(p, (size_t)n, sizeof *p, by_place);
+        int idx = 0;
+        int64_t end = 0;
+        for (int i = 0; i < n; i++) {
+            bool same_split = p[i].spec.kind == p[0].spec.kind && p[i].spec.parts == p[0].spec.parts;
+            if (p[i].spec.index != idx) { /* the previous shard must be whole */
+                if (i == 0 || end != p[i - 1].rows * p[i - 1].cols || p[i].spec.index != idx + 1)
+                    break;
+                idx++, end = 0;
+            }
+            if (!same_split || p[i].first != end)
+                return dt_err_set(DT_ERR_FORMAT, "%s: the slices of %s do not cover it exactly "
+                                  "once (shard %d of %d: %s at element %lld)", L->folder, name,
+                                  p[i].spec.index, p[i].spec.parts,
+                                  !same_split ? "a different split" : p[i].first < end ? "an overlap" : "a gap",
+                                  (long long)(p[i].first < end ? p[i].first : end));
+            end += p[i].count;
+        }
+        const piece *last = &p[n - 1];
+        if (idx != p[0].spec.parts - 1 || last->spec.index != idx ||
+            end != last->rows * last->cols)
+            return dt_err_set(DT_ERR_FORMAT, "%s: the slices of %s do not cover it exactly once "
+                              "(shard %d of %d ends at element %lld)", L->folder, name, idx,
+                              p[0].spec.parts, (long long)end);
+    }
+    return DT_OK;
+}
+
+typedef struct byte_range {
+    int file, tensor;
+    int64_t start, end;
+} byte_range;
+
+static int by_start(const void *a, const void *b) {
+    const byte_range *x = a, *y = b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* No two slices (weights, exp_avg, exp_avg_sq of each) share a byte of a file. */
+static dt_status check_disjoint(loader *L) {
+    size_t n = 3 * (size_t)L->n_pieces;
+    byte_range *r = malloc((n + 1) * sizeof *r);
+    if (!r)
+        return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory for the slices' ranges");
+    size_t k = 0;
+    for (int t = 0; t < dt_model_n_full_params(L->g); t++)
+        for (int q = L->by_tensor[t]; q < L->by_tensor[t + 1]; q++)
+            for (int j = 0; j < 3; j++) {
+                const piece *p = &L->pieces[q];
+                r[k++] = (byte_range){p->file, t, p->at[j], p->at[j] + 4 * p->count};
+            }
+    qsort(r, k, sizeof *r, by_start);
+    dt_status st = DT_OK;
+    for (size_t i = 1; i < k && st == DT_OK; i++)
+        if (r[i].file == r[i - 1].file && r[i].start < r[i - 1].end)
+            st = dt_err_set(DT_ERR_FORMAT, "%s/%s: slices of %s and %s share bytes from %lld "
+                            "(each slice's bytes must be its own)", L->folder,
+                            L->names[r[i].file], dt_model_full_param(L->g, r[i - 1].tensor)->name,
+                            dt_model_full_param(L->g, r[i].tensor)->name, (long long)r[i].start);
+    free(r);
+    return st;
+}
+
 static void loader_close(loader *L) {
     for (int i = 0; L->fd && i < L->n_files; i++)
         if (L->fd[i] >= 0)
@@ -297,6 +403,10 @@ static dt_status loader_open(loader *L, const cJSON *man) {
     }
     free(tmp);
     free(tid);
+    if (st == DT_OK)
+        st = check_cover(L);
+    if (st == DT_OK)
+        st = check_disjoint(L);
     return st;
 }
 

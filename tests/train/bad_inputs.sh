@@ -202,5 +202,38 @@ fails schedule_check_no_value 2 "schedule: --check needs a value" -- \
     "$dtrain" schedule --pp 2 --check
 fails schedule_kind_no_value 2 "schedule: --kind needs a value" -- "$dtrain" schedule --pp 2 --kind
 
+# ---- hostile checkpoints (issue 25, item 3): the checksum matches, the fields do not --------
+S0=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["files"][0]["slices"][0]))' ck/step-4/manifest.json)
+O0=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["files"][0]["slices"][0]["offsets"]))' ck/step-4/manifest.json)
+hostile() { # NAME PATTERN EDIT...: the edited step folder refused on resume, nothing trained
+    local name=$1 pattern=$2; shift 2
+    rm -rf c && cp -r ck c && "${edit[@]}" c/step-4 "$@"
+    fails "$name" 1 "$pattern" -- "${run[@]}" --train.steps=6 --checkpoint.dir=c \
+        --checkpoint.resume=c/step-4
+    no_step "$name"
+}
+hostile slice_on_other_bytes "slices of wte.weight and wpe.weight share bytes" \
+    "files.0.slices.1.offsets=$O0"
+hostile slice_twice "the slices of wte.weight do not cover it exactly once .*an overlap" \
+    "files.0.slices.+=$S0"
+hostile slice_short "the slices of wte.weight do not cover it exactly once .*ends at element" \
+    "files.0.slices.0.count=100"
+hostile format_other '"format" is "other", not "dtrain-sharded"' 'format="other"'
+hostile version_2 '"version" is 2; this build reads version 1' "version=2"
+hostile dtype_f16 "tensor 0 (wte.weight) has dtype F16 in the manifest" 'tensors.0.dtype="F16"'
+# model.init's metadata is validated as a config's (issue 25, item 3)
+"${st[@]}" good.safetensors seq0.safetensors meta max_seq_len 0
+fails init_max_seq_len_0 2 "seq0.safetensors: model.max_seq_len=0 must be > 0" -- \
+    "${run[@]}" --model.init=seq0.safetensors
+"${st[@]}" good.safetensors seqbig.safetensors meta max_seq_len 1073741824
+fails init_max_seq_len_2_30 2 "model.max_seq_len=1073741824 is over dtrain's limit" -- \
+    "${run[@]}" --model.init=seqbig.safetensors
+"${st[@]}" good.safetensors epsnan.safetensors meta norm_eps nan
+fails init_norm_eps_nan 2 "epsnan.safetensors: model.norm_eps=nan must be > 0" -- \
+    "${run[@]}" --model.init=epsnan.safetensors
+"${st[@]}" good.safetensors epsneg.safetensors meta norm_eps -1
+fails init_norm_eps_negative 2 "epsneg.safetensors: model.norm_eps=-1 must be > 0" -- \
+    "${run[@]}" --model.init=epsneg.safetensors
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
