@@ -165,6 +165,13 @@ typedef struct dt_config {
 DT_API void dt_config_defaults(dt_config *c);
 /* Read a file over *c (keys not in the file keep their values). */
 DT_API dt_status dt_config_load_file(dt_config *c, const char *path);
+/* Which file set each key, over several loads (--config A --config B): a key a later file
+ * sets again warns, naming both files (the last one wins), as a key given twice on the
+ * command line does. Zero-initialise; the paths are borrowed. */
+typedef struct dt_config_sources {
+    const char *by[160];
+} dt_config_sources;
+DT_API dt_status dt_config_load_file_from(dt_config *c, const char *path, dt_config_sources *s);
 /* Parse from a string (the same grammar); `origin` names it in errors. */
 DT_API dt_status dt_config_load_string(dt_config *c, const char *text, const char *origin);
 /* One "section.key=value" (the leading "--" already stripped). */

@@ -101,6 +101,7 @@ static int cmd_train(int argc, char **argv) {
     dt_config cfg;
     dt_config_defaults(&cfg);
     bool have_file = false, print_config = false;
+    dt_config_sources sources = {0};
     for (int i = 2; i < argc; i++) { /* the file first, so overrides win wherever they stand */
         if (!strcmp(argv[i], "--config") && i + 1 == argc) {
             dt_error("train: --config needs a file: --config FILE (or --config=FILE)");
@@ -112,7 +113,7 @@ static int cmd_train(int argc, char **argv) {
             return DT_EXIT_USAGE;
         }
         if (v) {
-            if (dt_config_load_file(&cfg, v) != DT_OK)
+            if (dt_config_load_file_from(&cfg, v, &sources) != DT_OK)
                 return fail_config();
             have_file = true;
         }

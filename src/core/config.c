@@ -22,6 +22,8 @@
 
 #include <ini.h>
 
+#include "core/log.h"
+
 typedef char dt_path[DT_PATH_MAX];
 
 typedef enum ftype { T_INT, T_U64, T_FLOAT, T_BOOL, T_STR, T_ENUM } ftype;
@@ -115,6 +117,9 @@ static const field fields[] = {
     F_INT(checkpoint, keep), F_BOOL(checkpoint, async),
 };
 enum { N_FIELDS = (int)(sizeof fields / sizeof *fields) };
+_Static_assert(N_FIELDS <= (int)(sizeof((dt_config_sources *)0)->by /
+                                 sizeof *((dt_config_sources *)0)->by),
+               "dt_config_sources.by is too small for the keys");
 
 static const char *enum_name(const char *const *names, int n, int v) {
     return v >= 0 && v < n ? names[v] : "?";
@@ -453,6 +458,7 @@ typedef struct parse_ctx {
     int lineno;   /* lines handed to inih so far == the line the handler is looking at */
     int err_line; /* line of the first error we found (0: none); inih reports syntax ones */
     int seen[N_FIELDS]; /* the line each key was set on (0: not yet): a key twice is an error */
+    dt_config_sources *sources; /* which file set each key before (NULL: not tracked) */
     dt_status err_st;
     char err[900];
 } parse_ctx;
@@ -550,14 +556,23 @@ static int on_key(void *user, const char *section, const char *name, const char 
         ctx_fail(x);
         return 0;
     }
+    if (x->sources) {
+        const char **by = &x->sources->by[f - fields];
+        if (*by && strcmp(*by, x->origin) != 0)
+            dt_warn("%s.%s is set by %s and again by %s: the last one wins", section, name, *by,
+                    x->origin);
+        *by = x->origin;
+    }
     return 1;
 }
 
-dt_status dt_config_load_string(dt_config *c, const char *text, const char *origin) {
+static dt_status load_string(dt_config *c, const char *text, const char *origin,
+                             dt_config_sources *sources) {
     if (!c || !text)
         return dt_err_set(DT_ERR_ARG, "%s: NULL config or text", __func__);
     dt_config tmp = *c; /* *c changes only when the whole input is good */
-    parse_ctx x = {.cfg = &tmp, .origin = origin ? origin : "<string>", .text = text};
+    parse_ctx x = {.cfg = &tmp, .origin = origin ? origin : "<string>", .text = text,
+                   .sources = sources};
     int rc = ini_parse_stream(read_line, &x, on_key, &x);
     if (rc < 0)
         return dt_err_set(DT_ERR_OOM, "%s: inih failed (%d) on %s", __func__, rc, x.origin);
@@ -578,7 +593,15 @@ dt_status dt_config_load_string(dt_config *c, const char *text, const char *orig
     return DT_OK;
 }
 
+dt_status dt_config_load_string(dt_config *c, const char *text, const char *origin) {
+    return load_string(c, text, origin, NULL);
+}
+
 dt_status dt_config_load_file(dt_config *c, const char *path) {
+    return dt_config_load_file_from(c, path, NULL);
+}
+
+dt_status dt_config_load_file_from(dt_config *c, const char *path, dt_config_sources *s) {
     if (!path)
         return dt_err_set(DT_ERR_ARG, "%s: NULL path", __func__);
     /* non-blocking, so a FIFO with no writer is refused at once instead of waited on */
@@ -616,7 +639,7 @@ dt_status dt_config_load_file(dt_config *c, const char *path) {
     fclose(f);
     if (st == DT_OK) {
         buf[n] = 0;
-        st = dt_config_load_string(c, buf, path);
+        st = load_string(c, buf, path, s);
     }
     free(buf);
     return st;

@@ -76,6 +76,8 @@ static dt_status split_stages(const dt_config *c, dt_layout *l) {
         return dt_err_set(DT_ERR_UNSUPPORTED, "model.n_layer=%d: dtrain runs 1 to %d layers", L,
                           DT_MAX_CHUNKS);
     l->n_layer = L;
+    if (l->pp == 1) /* not used, but a typo is still one */
+        DT_TRY(dt_stage_layers_check(c->plugin.pp_layers));
     int v = l->pp > 1 ? c->plugin.pp_chunks : 1;
     DT_TRY(dt_stage_plan_make(L, l->pp, v, l->pp > 1 ? c->plugin.pp_layers : NULL, &l->stages));
     dt_stage_plan_held(&l->stages, l->pp_rank, l->held);

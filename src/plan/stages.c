@@ -28,6 +28,18 @@ static dt_status parse_counts(const char *text, int n, int *counts) {
     return DT_OK;
 }
 
+dt_status dt_stage_layers_check(const char *layers) {
+    if (!layers || !layers[0] || !strcmp(layers, "auto"))
+        return DT_OK;
+    int n = 1, counts[DT_MAX_CHUNKS];
+    for (const char *s = layers; *s; s++)
+        n += *s == ',';
+    if (n > DT_MAX_CHUNKS)
+        return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=\"%s\" has %d entries; dtrain cuts at "
+                          "most %d chunks", layers, n, DT_MAX_CHUNKS);
+    return parse_counts(layers, n, counts);
+}
+
 dt_status dt_stage_plan_make(int n_layer, int pp, int v, const char *layers, dt_stage_plan *out) {
     int n = pp * v;
     if (pp < 1 || v < 1 || n > DT_MAX_CHUNKS)

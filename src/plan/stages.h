@@ -22,6 +22,9 @@ typedef struct dt_stage_plan {
  * chunks, a list of the wrong length, a zero or negative count, a sum that is not n_layer,
  * text that does not parse). layers may be NULL or "" for the even split. */
 dt_status dt_stage_plan_make(int n_layer, int pp, int v, const char *layers, dt_stage_plan *out);
+/* Whether layers ("" or "auto" or a list) parses as a list of layer counts >= 1, whatever
+ * their number: checked where no pipeline uses it, so a typo never waits for pp > 1. */
+dt_status dt_stage_layers_check(const char *layers);
 /* Units held by pipeline rank `rank`: held[u] for u in 0..n_layer+1. */
 void dt_stage_plan_held(const dt_stage_plan *p, int rank, bool *held);
 

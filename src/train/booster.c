@@ -135,7 +135,7 @@ static dt_status make_schedule(dt_booster *b) {
         const char *path = p->pp_schedule + 5;
         char *text;
         DT_TRY(dt_err_wrap(dt_read_text(path, "pipeline schedule", 16 << 20, &text),
-                           "plugin.pp_schedule"));
+                           "plugin.pp_schedule: "));
         dt_status st = dt_sched_parse(text, &b->schedule);
         free(text);
         DT_TRY(dt_err_wrap(st, "plugin.pp_schedule file %s", path));
@@ -306,7 +306,9 @@ dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *s) {
     if (b->engine)
         return dt_err_set(DT_ERR_ARG, "booster: boost() was already called");
     DT_TRY(make_layout(b, s));
-    if (pipelined(b)) /* a schedule file may be missing on one rank only */
+    /* a schedule file may be missing on one rank only; one is read (and must be this run's)
+     * even without a pipeline, so a wrong path never waits for pp > 1 */
+    if (pipelined(b) || strncmp(b->plugin.pp_schedule, "file:", 5) == 0)
         DT_TRY(dt_comm_agree(b->world, make_schedule(b)));
     if (s->trace) {
         DT_TRY(dt_trace_init(&b->trace, b->world));

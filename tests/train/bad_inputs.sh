@@ -235,5 +235,20 @@ fails init_norm_eps_nan 2 "epsnan.safetensors: model.norm_eps=nan must be > 0" -
 fails init_norm_eps_negative 2 "epsneg.safetensors: model.norm_eps=-1 must be > 0" -- \
     "${run[@]}" --model.init=epsneg.safetensors
 
+# keys a layout does not use are still checked; configs that set one key warn (item 4)
+fails pp_layers_typo_at_pp1 2 'plugin.pp_layers="1,x": entry 2 is not a layer count' -- \
+    "${run[@]}" --plugin.pp_layers=1,x
+no_step pp_layers_typo_at_pp1
+fails pp_schedule_missing_at_pp1 1 "plugin.pp_schedule: /nonexistent: cannot open" -- \
+    "${run[@]}" --plugin.pp_schedule=file:/nonexistent
+"$dtrain" schedule --pp 2 --microbatches 1 --kind gpipe > pp2.sched
+fails pp_schedule_for_pp2_at_pp1 2 "pp2.sched is for pp 2.*this run has pp_size 1" -- \
+    "${run[@]}" --plugin.pp_schedule=file:pp2.sched
+printf '[train]\nsteps = 1\n' > one.ini
+printf '[train]\nsteps = 2\n' > two.ini
+"${run[@]}" --config one.ini --config two.ini > twice.out 2> twice.err
+check "two configs setting train.steps warn, naming both" \
+    "grep -q 'warning: train.steps is set by one.ini and again by two.ini: the last one wins' twice.err"
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
