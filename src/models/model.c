@@ -67,6 +67,13 @@ dt_status dt_model_check_split(const dt_model_config *cfg, const dt_model_split 
 /* The file's "arch" metadata picks the reader; a file without one (or with one dtrain does
  * not know) goes to GPT's, which recognises HuggingFace's GPT-2 and Llama files and names
  * an unknown arch in its error. */
+/* A DiT's sequence is its clip's patch tokens, whatever max_seq_len a file recorded. */
+static void derive_sequence(dt_model_config *m) {
+    dt_config c = {.model = *m};
+    dt_config_derive(&c);
+    *m = c.model;
+}
+
 dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(path, &f));
@@ -76,7 +83,9 @@ dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg) {
         if (strcmp(arch, dt_arch_name((dt_arch)i)) == 0 && kinds[i].config_from_file)
             a = (dt_arch)i;
     dt_st_close(f);
-    return kinds[a].config_from_file(path, cfg);
+    DT_TRY(kinds[a].config_from_file(path, cfg));
+    derive_sequence(cfg);
+    return DT_OK;
 }
 
 dt_status dt_model_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg) {

@@ -618,6 +618,9 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
         c->max_seq_len = (int)max_seq_len;
         c->rope_theta = (float)theta->valuedouble;
         c->norm_eps = (float)eps->valuedouble;
+        dt_config whole = {.model = *c}; /* a DiT's sequence is its clip's patch tokens */
+        dt_config_derive(&whole);
+        *c = whole.model;
     }
     cJSON_Delete(man);
     return st;
