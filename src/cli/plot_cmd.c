@@ -14,14 +14,17 @@
 #include "cli/plot_impl.h"
 #include "core/log.h"
 
-static int usage(void) {
-    dt_error("usage: dtrain plot --timeline FILE.json [--step N] --out FILE.svg\n"
-             "       dtrain plot --metrics FILE.jsonl --out FILE.svg");
+/* A misuse, named in one line. */
+static int misuse(const char *what) {
+    dt_error("plot: %s (see dtrain plot --help)", what);
     return 2;
 }
 
 int dt_cli_plot(int argc, char **argv) {
+    static const char *const with_value[] = {"--timeline", "--metrics", "--out", "--step", NULL};
     const char *timeline = NULL, *metrics = NULL, *out = NULL, *step_s = NULL, *v;
+    if (argc <= 2)
+        return misuse("nothing to draw: give --timeline or --metrics, and --out");
     for (int i = 2; i < argc; i++) {
         if ((v = dt_cli_option(argc, argv, &i, "--timeline")))
             timeline = v;
@@ -31,11 +34,19 @@ int dt_cli_plot(int argc, char **argv) {
             out = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--step")))
             step_s = v;
-        else
-            return usage();
+        else {
+            dt_cli_bad_arg("plot", argv[i], with_value);
+            return 2;
+        }
     }
-    if (!out || !timeline == !metrics || (step_s && !timeline))
-        return usage();
+    if (!timeline && !metrics)
+        return misuse("nothing to draw: give --timeline FILE.json or --metrics FILE.jsonl");
+    if (timeline && metrics)
+        return misuse("--timeline and --metrics draw different pictures: give one of them");
+    if (!out)
+        return misuse("--out FILE.svg is missing");
+    if (step_s && !timeline)
+        return misuse("--step picks a step of a --timeline; a --metrics plot draws every step");
     int step = -1;
     if (step_s) {
         char *end;

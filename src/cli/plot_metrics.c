@@ -19,9 +19,11 @@ static const char *keys[M_COUNT] = {"step", "loss", "val_loss", "lr", "grad_norm
 typedef struct rows {
     double *v; /* [n][M_COUNT], NAN where a line lacks the key */
     int n;
+    bool flow; /* the lines' loss_kind is flow_mse (a DiT's), not cross_entropy */
 } rows;
 
-static dt_status parse_line(const char *in, int line_no, const char *line, double *row) {
+static dt_status parse_line(const char *in, int line_no, const char *line, double *row,
+                            bool *flow) {
     cJSON *o = cJSON_Parse(line);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
@@ -32,6 +34,9 @@ static dt_status parse_line(const char *in, int line_no, const char *line, doubl
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, keys[k]);
         row[k] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
     }
+    const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "loss_kind"));
+    if (kind)
+        *flow = strcmp(kind, "flow_mse") == 0;
     cJSON_Delete(o);
     if (isnan(row[M_STEP]))
         return dt_err_set(DT_ERR_FORMAT, "%s line %d has no \"step\"", in, line_no);
@@ -53,7 +58,7 @@ static dt_status load(const char *in, rows *r) {
         line_no++;
         if (strspn(line, " \t\r") == strlen(line))
             continue;
-        st = parse_line(in, line_no, line, r->v + (size_t)r->n * M_COUNT);
+        st = parse_line(in, line_no, line, r->v + (size_t)r->n * M_COUNT, &r->flow);
         r->n += st == DT_OK;
     }
     free(text);
@@ -154,11 +159,13 @@ dt_status dt_plot_metrics(const char *in, const char *out) {
         free(r.v);
         return st;
     }
-    static const panel panels[] = {
+    panel panels[] = {
         {"loss", "cross-entropy", {M_LOSS, M_VAL}, 2, false},
         {"learning rate", "lr", {M_LR}, 1, true},
         {"gradient norm (before clipping)", "norm", {M_NORM}, 1, true},
         {"throughput", "tokens / s", {M_TPS}, 1, true}};
+    if (r.flow) /* a DiT's loss: the mean squared error of the predicted velocity */
+        panels[0] = (panel){"loss (rectified flow)", "velocity MSE", {M_LOSS, M_VAL}, 2, false};
     enum { N_PANELS = sizeof panels / sizeof *panels, W = 1000, PH = 150, GAP = 44, TOP = 74 };
     double x_lo, x_hi;
     range_of(&r, (int[]){M_STEP}, 1, &x_lo, &x_hi);

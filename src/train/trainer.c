@@ -213,12 +213,14 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
             "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
             "\"comm_bytes\": %llu, \"comm_bytes_grad\": %llu, \"comm_bytes_tp\": %llu, "
             "\"comm_bytes_sp\": %llu, \"comm_bytes_pp\": %llu, \"comm_bytes_cp\": %llu, "
-            "\"comm_exposed_ms\": %.3f",
+            "\"comm_exposed_ms\": %.3f, \"loss_kind\": \"%s\"",
             step, r->loss, r->lr, norm, tps, mfu, peak, 1e3 * r->seconds,
             (unsigned long long)r->comm_bytes, (unsigned long long)r->comm_bytes_grad,
             (unsigned long long)r->comm_bytes_tp, (unsigned long long)r->comm_bytes_sp,
             (unsigned long long)r->comm_bytes_pp, (unsigned long long)r->comm_bytes_cp,
-            1e3 * r->comm_exposed_s);
+            1e3 * r->comm_exposed_s,
+            /* what "loss" measures: a GPT's next-token cross-entropy, a DiT's flow loss */
+            c->model.arch == DT_ARCH_DIT ? "flow_mse" : "cross_entropy");
     if (fp16)
         fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped\": %d, \"skipped_steps\": %lld",
                 (double)r->loss_scale, (int)r->skipped, (long long)r->skipped_steps);

@@ -113,6 +113,16 @@ printf '{"step": 1}\n{"step": 2, "other": 3}\n' > nothing.jsonl
 expect_error "plot with nothing to plot" "no line has a field to plot (loss" -- \
     plot --metrics nothing.jsonl --out nothing.svg
 
+# plot's misuses each name their problem (issue 25, item 6)
+expect_error "plot without arguments" "plot: nothing to draw" -- plot
+expect_error "plot --metrics without a value" "plot: --metrics needs a value" -- plot --metrics
+expect_error "plot without --out" "plot: --out FILE.svg is missing" -- plot --metrics nothing.jsonl
+expect_error "plot of both kinds" "--timeline and --metrics draw different pictures" -- \
+    plot --metrics a --timeline b --out c.svg
+expect_error "plot --step of metrics" "--step picks a step of a --timeline" -- \
+    plot --metrics a --step 1 --out c.svg
+expect_error "plot unknown option" "plot: unexpected argument '--bogus'" -- plot --bogus
+
 # inputs that would block (a FIFO with no writer) or are devices: refused at once, by name
 mkfifo in.fifo
 expect_error "config is a FIFO" "in.fifo' is a FIFO" -- train --config in.fifo

@@ -66,6 +66,10 @@ fi
 # the exported safetensors samples the same clips as the checkpoint
 "$dtrain" sample --checkpoint dit.safetensors --out exported.gif --count 8 --steps 32 \
     --seed 5 > /dev/null 2>&1 && cmp -s samples.gif exported.gif && ok || bad "export samples differ"
+# the training curves of a DiT name its loss: the rectified flow's velocity MSE
+"$dtrain" plot --metrics m.jsonl --out curves.svg > /dev/null 2>&1 &&
+    grep -q "velocity MSE" curves.svg && ! grep -q "cross-entropy" curves.svg && ok ||
+    bad "a DiT's training curves do not name its loss"
 # convert both ways (issue 25, item 6): the step folder to one file, that file back to a step
 # folder, each sampling the same clips
 "$dtrain" convert --from ckpt/step-$steps --to conv.safetensors > /dev/null 2>&1 &&
