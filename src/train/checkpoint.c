@@ -155,6 +155,31 @@ bool dt_ckpt_partial_is_stale(const char *name) {
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
+void dt_ckpt_other_writers(const char *dir, const char *own, char *out, size_t n) {
+    out[0] = '\0';
+    const char *own_name = strrchr(own, '/') ? strrchr(own, '/') + 1 : own;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t k = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && k + 1 < n) {
+        const char *p = strstr(e->d_name, ".partial-");
+        if (strncmp(e->d_name, "step-", 5) != 0 || !p || !strcmp(e->d_name, own_name) ||
+            dt_ckpt_partial_is_stale(e->d_name))
+            continue;
+        /* host-pid-nonce: the host holds no '-' (host_name) */
+        const char *host = p + strlen(".partial-"), *dash = strchr(host, '-');
+        long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
+        int len = snprintf(out + k, n - k, "%shost %.*s pid %ld (%s)", k ? "; " : "",
+                           dash ? (int)(dash - host) : 0, host, pid, e->d_name);
+        if (len < 0)
+            break;
+        k += (size_t)len < n - k ? (size_t)len : n - k - 1;
+    }
+    closedir(d);
+}
+
 /* Remove the partial folders of this host's writers that died mid-save. */
 static void remove_stale_partials(const char *dir) {
     DIR *d = opendir(dir);

@@ -21,5 +21,8 @@ int dt_ckpt_partial_name(char *out, size_t n, const char *dir, long long step, i
                          unsigned long nonce);
 /* Is `name` a partial folder of a writer on this host that is no longer alive? */
 bool dt_ckpt_partial_is_stale(const char *name);
+/* The other writers of dir, from their live partial folders (all but `own`, a path or a
+ * name): "host H pid P (step-4.partial-...)", joined by "; ", or "" when none is seen. */
+void dt_ckpt_other_writers(const char *dir, const char *own, char *out, size_t n);
 
 #endif

@@ -266,16 +266,30 @@ static dt_status fsync_dir(const char *dir) {
 
 /* tmp -> final; an existing final (the same step saved again) is swapped out atomically
  * first and removed after, so step-N is at every moment either the old or the new one. */
+/* A failed publish, with the other runs writing into the same folder when there are any:
+ * two runs given one checkpoint.dir race for each step-N. */
+static dt_status publish_error(const char *dir, const char *tmp, const char *final,
+                               const char *what, int err) {
+    char others[1024];
+    dt_ckpt_other_writers(dir, tmp, others, sizeof others);
+    bool raced = err == ENOTEMPTY || err == EEXIST || err == ENOENT;
+    return dt_err_set(DT_ERR_IO, "checkpoint: cannot %s %s: %s%s%s%s", what, final,
+                      strerror(err),
+                      others[0] ? "; another run is writing into checkpoint.dir: " : "",
+                      others[0] ? others : "",
+                      !others[0] && raced ? " (did another run write this step into "
+                                            "checkpoint.dir meanwhile? give each run its own)"
+                                          : "");
+}
+
 static dt_status publish(const char *dir, const char *tmp, const char *final) {
     struct stat sb;
     if (stat(final, &sb) == 0) {
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
-            return dt_err_set(DT_ERR_IO, "checkpoint: cannot replace %s: %s", final,
-                              strerror(errno));
+            return publish_error(dir, tmp, final, "replace", errno);
         dt_ckpt_remove_folder(tmp); /* now the old one */
     } else if (rename(tmp, final) != 0) {
-        return dt_err_set(DT_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final,
-                          strerror(errno));
+        return publish_error(dir, tmp, final, "publish", errno);
     }
     return fsync_dir(dir);
 }

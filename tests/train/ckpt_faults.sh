@@ -96,5 +96,21 @@ check "stale partial: removed" "[ ! -e stale/step-3.partial-$host-$dead-abc ]"
 check "live writer's partial: kept" "[ -d stale/step-3.partial-$host-$$-def ]"
 check "other host's partial: kept" "[ -d stale/step-3.partial-otherhost-$dead-123 ]"
 check "stale partial: run saved" "[ -d stale/step-4 ]"
+# two runs given one checkpoint.dir race for every step-N (issue 25, item 6): a run that
+# loses says so, naming the other writer or the folder's sharing, never a bare rename error
+raced=0
+for t in 1 2 3 4 5 6; do
+    rm -rf two
+    "${run[@]}" --train.steps=6 --checkpoint.dir=two --checkpoint.every=1 > two_a.log 2>&1 &
+    "${run[@]}" --train.steps=6 --checkpoint.dir=two --checkpoint.every=1 > two_b.log 2>&1
+    wait
+    for f in two_a.log two_b.log; do
+        grep -q "error:" $f || continue
+        raced=$((raced + 1))
+        check "two writers: the loser names the sharing ($t)" \
+            "grep -qE 'another run is writing into checkpoint.dir: host|did another run write this step' $f"
+    done
+done
+echo "two writers: $raced of 12 runs lost a race"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
