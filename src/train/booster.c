@@ -739,7 +739,9 @@ static dt_status load_sharded(dt_booster *b, const char *folder) {
 
 dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder) {
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_CHECKPOINT, -1);
-    int sharded = is_root(b) && dt_ckpt_is_sharded(folder);
+    bool kind = false;
+    DT_TRY(dt_comm_agree(b->world, is_root(b) ? dt_ckpt_folder_kind(folder, &kind) : DT_OK));
+    int sharded = kind;
     DT_TRY(dt_comm_broadcast(b->world, &sharded, sizeof sharded, 0));
     dt_status st = sharded ? load_sharded(b, folder) : load_whole(b, folder);
     if (st == DT_OK && (st = dt_source_seek(b->train, b->state.data_pos,

@@ -126,6 +126,10 @@ void dt_ckpt_async_abandon(dt_ckpt_async *job, int rank);
 
 /* Whether folder holds a sharded checkpoint (its manifest.json exists). */
 bool dt_ckpt_is_sharded(const char *folder);
+/* Which kind of step folder `folder` is: sharded (manifest.json), whole (state.json), or
+ * neither: then one error that says what is there (a sharded folder without its manifest,
+ * a checkpoint.dir holding step folders, something else). */
+dt_status dt_ckpt_folder_kind(const char *folder, bool *sharded);
 /* Collective: the manifest's checksum and parse, every file's presence, size and CRC32C
  * (rank r checksums files r, r + world, ...). The error names the folder and what is wrong. */
 dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io_len);

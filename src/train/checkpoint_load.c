@@ -3,6 +3,7 @@
 #include "train/checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +19,33 @@
 
 #define PATH_LEN 4096
 #define MANIFEST_MAX ((size_t)256 << 20)
+
+dt_status dt_ckpt_folder_kind(const char *folder, bool *sharded) {
+    char path[PATH_LEN + 32];
+    struct stat sb;
+    *sharded = dt_ckpt_is_sharded(folder);
+    snprintf(path, sizeof path, "%s/state.json", folder);
+    if (*sharded || stat(path, &sb) == 0)
+        return DT_OK;
+    snprintf(path, sizeof path, "%s/rank-00000.safetensors", folder);
+    if (stat(path, &sb) == 0)
+        return dt_err_set(DT_ERR_FORMAT, "%s: a sharded checkpoint's rank files without its "
+                          "manifest.json: not a complete checkpoint (its save did not finish, "
+                          "or the manifest was removed)", folder);
+    DIR *d = opendir(folder);
+    long long step = -1;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (dt_ckpt_folder_step(e->d_name) > step)
+            step = dt_ckpt_folder_step(e->d_name);
+    if (d)
+        closedir(d);
+    if (step >= 0)
+        return dt_err_set(DT_ERR_ARG, "%s is a checkpoint.dir, not a step folder: give one of "
+                          "its step folders (the newest is %s/step-%lld), or resume=auto",
+                          folder, folder, step);
+    return dt_err_set(DT_ERR_ARG, "%s is not a checkpoint step folder: it has neither "
+                      "manifest.json (sharded) nor state.json (whole)", folder);
+}
 
 bool dt_ckpt_is_sharded(const char *folder) {
     char path[PATH_LEN + 32];

@@ -89,7 +89,9 @@ static dt_status read_shape(const char *checkpoint, dt_model_config *m, char *pa
         snprintf(path, n, "%s/model.safetensors", checkpoint);
     else
         snprintf(path, n, "%s", checkpoint);
-    *sharded = S_ISDIR(sb.st_mode) && dt_ckpt_is_sharded(checkpoint);
+    *sharded = false;
+    if (S_ISDIR(sb.st_mode))
+        DT_TRY(dt_ckpt_folder_kind(checkpoint, sharded));
     dt_config cfg;
     dt_config_defaults(&cfg);
     *m = cfg.model;

@@ -250,5 +250,15 @@ printf '[train]\nsteps = 2\n' > two.ini
 check "two configs setting train.steps warn, naming both" \
     "grep -q 'warning: train.steps is set by one.ini and again by two.ini: the last one wins' twice.err"
 
+# messages that name their problem (issue 25, item 6)
+"${st[@]}" good.safetensors embd.safetensors meta n_embd 32
+fails sample_n_embd_edited 2 "its metadata say model.n_embd is 32, but its token table wte.weight is 64 wide" -- \
+    "$dtrain" sample --checkpoint embd.safetensors --tokens 3
+rm -rf nm && cp -r ck nm && rm nm/step-4/manifest.json
+fails resume_no_manifest 1 "nm/step-4: a sharded checkpoint's rank files without its manifest.json" -- \
+    "${run[@]}" --checkpoint.dir=nm --checkpoint.resume=nm/step-4
+fails sample_checkpoint_dir 2 "ck is a checkpoint.dir, not a step folder: .*ck/step-4" -- \
+    "$dtrain" sample --checkpoint ck --tokens 3
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
