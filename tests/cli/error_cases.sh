@@ -77,6 +77,12 @@ expect_error "unknown command" "frobnicate" -- frobnicate
 mkdir -p a_dir.ini
 expect_error "config path is a directory" "a_dir.ini. is a directory" -- train --config a_dir.ini
 expect_error "tp not available yet" "tp_size" -- train "${tiny[@]}" --plugin.tp_size=2
+# the ring's keys (issue 24), with their bad inputs (issue 25, item 8)
+expect_error "cp_size 0" "plugin.cp_size=0 must be >= 1" -- train "${tiny[@]}" --plugin.cp_size=0
+expect_error "cp_split unknown" "cp_split" -- train "${tiny[@]}" --plugin.cp_split=spiral
+expect_error "cp_size 2 on one process" "cp_size 2" -- train "${tiny[@]}" --plugin.cp_size=2
+expect_error "cp on a sequence it cannot cut" "train.seq_len=30 does not split into the 4 chunks" -- \
+    plan --config "$src/configs/tiny-gpt2.ini" --world 2 --plugin.cp_size=2 --train.seq_len=30
 
 # numbers are parsed strictly and range-checked: no wrap, no NaN, each limit named
 expect_error "sample --tokens wraps" "--tokens: '4294967297' is not a whole number from 1 to" -- \
