@@ -117,6 +117,8 @@ static const dt_source_ops tokens_ops = {
 dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
                                 bool shuffle, uint64_t seed, dt_source **out) {
     *out = NULL;
+    if (dt_blend_spec_is(path))
+        return dt_source_open_blend(path, vocab_size, batch_size, seq_len, shuffle, seed, out);
     dt_loader *ld = calloc(1, sizeof *ld);
     dt_source *s = calloc(1, sizeof *s);
     dt_status st = ld && s ? dt_loader_open(ld, path, vocab_size, batch_size, seq_len, shuffle,

@@ -41,9 +41,16 @@ typedef struct dt_source {
 /* ---- implementations -------------------------------------------------------------------- */
 
 /* A token shard (loader.h): batch_size sequences of seq_len int32 ids a step; inputs and
- * next-token targets [T] int32 per row. Every token must be < vocab_size. */
+ * next-token targets [T] int32 per row. Every token must be < vocab_size. A path that is a
+ * blend ("0.7 A 0.3 B", dt_blend_spec_is) opens dt_source_open_blend. */
 dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
                                 bool shuffle, uint64_t seed, dt_source **out);
+/* A weighted blend of token datasets (blend.c): "W1 PATH1 W2 PATH2 ..." (weights > 0, in
+ * proportion); each global row's dataset is a pure function of the weights and the row's
+ * index, so every layout reads the same batch and (rows read, step) resumes it. */
+bool dt_blend_spec_is(const char *spec);
+dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size, int seq_len,
+                               bool shuffle, uint64_t seed, dt_source **out);
 
 /* Bouncing-shapes clips (io/bounce.h) for a rectified-flow DiT (models/flow.h), made on the
  * fly: clip `index` = step * batch_size + row, everything random keyed by (seed, index).

@@ -177,3 +177,9 @@ set_tests_properties(train/vocab_u32 PROPERTIES LABELS "train;mpi" TIMEOUT 600)
 add_test(NAME train/megatron_data
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/megatron_data.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/megatron_data PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# A weighted blend of token datasets: every layout and a resume (in any layout) read the same
+# rows (issue 22, item 2).
+add_test(NAME train/blend
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/blend.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/blend PROPERTIES LABELS "train;mpi" TIMEOUT 600)
