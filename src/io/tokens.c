@@ -52,35 +52,47 @@ static dt_status read_tokens(int fd, const char *path, int64_t base, int width, 
 }
 
 /* An llm.c shard's header: its id width and count, checked against the file's size. */
-static dt_status open_shard(const char *path, int *fd_out, int64_t *n_out, int *width_out) {
+/* A file without a shard's magic: nanoGPT's raw uint16 ids (its prepare.py writes no
+ * header), if it has a whole number of them; *first is its first int32, for the message if
+ * its ids then prove not to be ids. A .bin beside a Megatron index is that dataset's half. */
+static dt_status open_raw(const char *path, size_t len, int32_t first, int64_t *n_out) {
+    size_t n = strlen(path);
+    char prefix[4096];
+    bool megatron = n > 4 && n < sizeof prefix && !strcmp(path + n - 4, ".bin") &&
+                    snprintf(prefix, sizeof prefix, "%.*s", (int)n - 4, path) > 0 &&
+                    dt_indexed_named(prefix);
+    if (megatron || len % 2 || len < 4)
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 ids): not a "
+                          "dtrain/llm.c token shard%s",
+                          path, first, DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32,
+                          megatron ? "; beside it is a Megatron index: name that dataset by "
+                                     "its prefix, without .bin"
+                                   : len % 2 ? ", nor raw uint16 ids (an odd number of bytes)"
+                                             : "");
+    *n_out = (int64_t)(len / 2);
+    return DT_OK;
+}
+
+static dt_status open_shard(const char *path, int *fd_out, int64_t *n_out, int *width_out,
+                            bool *raw, int32_t *magic) {
     dt_status st = DT_OK;
     size_t len = 0;
     int fd;
+    *raw = false;
     DT_TRY(dt_file_open_regular(path, "token shard", &fd, &len));
-    if (len < HEADER_BYTES) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: file is shorter than the %zu-byte token shard header "
-                        "(%zu bytes): not a dtrain/llm.c token shard", path, HEADER_BYTES, len);
-        goto fail;
-    }
-    int32_t hdr[3];
-    if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr) {
+    int32_t hdr[3] = {0};
+    if (len >= sizeof hdr && pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr) {
         st = dt_err_set(DT_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
         goto fail;
     }
-    if (hdr[0] != DT_TOKENS_MAGIC && hdr[0] != DT_TOKENS_MAGIC_U32) {
-        size_t n = strlen(path);
-        char prefix[4096];
-        bool megatron = n > 4 && n < sizeof prefix && !strcmp(path + n - 4, ".bin") &&
-                        snprintf(prefix, sizeof prefix, "%.*s", (int)n - 4, path) > 0 &&
-                        dt_indexed_named(prefix);
-        st = dt_err_set(DT_ERR_FORMAT,
-                        "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 "
-                        "ids): not a dtrain/llm.c token shard%s",
-                        path, hdr[0], DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32,
-                        megatron ? "; beside it is a Megatron index: name "
-                                   "that dataset by its prefix, without .bin"
-                                 : "");
-        goto fail;
+    *magic = hdr[0];
+    if (len < HEADER_BYTES || (hdr[0] != DT_TOKENS_MAGIC && hdr[0] != DT_TOKENS_MAGIC_U32)) {
+        DT_TRY_GOTO(open_raw(path, len, hdr[0], n_out));
+        *raw = true;
+        *width_out = 2;
+        *fd_out = fd;
+        return DT_OK;
     }
     int width = hdr[0] == DT_TOKENS_MAGIC ? 2 : 4;
     int version = width == 2 ? DT_TOKENS_VERSION : DT_TOKENS_VERSION_U32;
@@ -126,12 +138,14 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     out->fd = -1;
     int fd, width;
     int64_t n, base;
+    bool raw = false;
+    int32_t magic = 0;
     if (dt_indexed_named(path)) {
         DT_TRY(dt_indexed_open(path, &fd, &n, &width));
         base = 0;
     } else {
-        DT_TRY(open_shard(path, &fd, &n, &width));
-        base = (int64_t)HEADER_BYTES;
+        DT_TRY(open_shard(path, &fd, &n, &width, &raw, &magic));
+        base = raw ? 0 : (int64_t)HEADER_BYTES;
     }
     if (n < 2) {
         st = dt_err_set(DT_ERR_FORMAT,
@@ -149,9 +163,16 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
             DT_TRY_GOTO(read_tokens(fd, path, base, width, n, i, m, chunk));
             for (int64_t j = 0; j < m; j++)
                 if ((uint32_t)chunk[j] >= limit) {
-                    st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= %s %u", path,
-                                    (long long)(i + j), (unsigned)chunk[j],
-                                    vocab_size > 0 ? "vocab_size" : "the id limit", limit);
+                    if (raw) /* read as nanoGPT's raw ids, it is not those either */
+                        st = dt_err_set(DT_ERR_FORMAT, "%s: not a token shard (bad magic %d, "
+                                        "expected %d or %d), nor raw uint16 ids under "
+                                        "vocab_size %u (id %lld is %u)", path, magic,
+                                        DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32, limit,
+                                        (long long)(i + j), (unsigned)chunk[j]);
+                    else
+                        st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= %s %u",
+                                        path, (long long)(i + j), (unsigned)chunk[j],
+                                        vocab_size > 0 ? "vocab_size" : "the id limit", limit);
                     goto fail;
                 }
         }

@@ -2,7 +2,10 @@
  * version, token count, rest zero), then `count` tokens. Two kinds, as llm.c writes them
  * (dev/data/data_common.py): GPT-2's, magic 20240520 version 1, uint16 ids; and Llama 3's,
  * magic 20240801 version 7, uint32 ids, for vocabularies past 65536. Both read alike, and so
- * does a Megatron indexed dataset (io/indexed.h) named by its prefix: its sequences, end to end.
+ * does a Megatron indexed dataset (io/indexed.h) named by its prefix: its sequences, end to end,
+ * and nanoGPT's raw .bin (its prepare.py's uint16 ids with no header): a file without a
+ * shard's magic is read so, its ids then validated like any shard's (a damaged shard's header
+ * is not ids below the vocabulary: the error names both readings).
  *
  * dt_tokens_open validates the whole shard: magic, version, a count that matches the file size
  * (a truncated shard is named as such), and every token < vocab_size; dt_tokens_read then

@@ -102,13 +102,30 @@ static void test_shards(void) {
 
     snprintf(bad, sizeof bad, "%s/bad.bin", dir);
     write_raw(bad, "", 0);
-    EXPECT_FAIL(0, "shorter than the 1024-byte", NULL);
-    write_raw(bad, tok, 1000);
-    EXPECT_FAIL(0, "shorter than the 1024-byte", "not a dtrain/llm.c token shard");
+    EXPECT_FAIL(0, "bad magic 0", "not a dtrain/llm.c token shard");
+    write_raw(bad, tok, 999); /* an odd number of bytes: not uint16 ids either */
+    EXPECT_FAIL(0, "not a dtrain/llm.c token shard", "nor raw uint16 ids");
+    /* no header: nanoGPT's raw uint16 ids, read as such (and checked against the vocab) */
+    write_raw(bad, tok, sizeof tok);
+    {
+        dt_tokens raw;
+        int32_t back[1000];
+        DT_CHECK_OK(dt_tokens_open(bad, 65536, &raw));
+        DT_CHECK(raw.n_tok == 1000 && raw.width == 2 && raw.base == 0, "raw: %lld tokens",
+                 (long long)raw.n_tok);
+        DT_CHECK_OK(dt_tokens_read(&raw, 0, 1000, back));
+        bool same = true;
+        for (int i = 0; i < 1000; i++)
+            same &= back[i] == tok[i];
+        DT_CHECK(same, "raw ids read back differently");
+        dt_tokens_close(&raw);
+    }
+    /* a damaged shard's header is no ids below the vocabulary: both readings named */
     craft(20240521, 1, 10, 10, 0);
-    EXPECT_FAIL(0, "bad magic 20240521, expected 20240520", "not a dtrain/llm.c token shard");
+    EXPECT_FAIL(256, "not a token shard (bad magic 20240521, expected 20240520",
+                "nor raw uint16 ids under vocab_size 256");
     craft(0x46554747, 1, 10, 10, 0); /* "GGUF": some other binary */
-    EXPECT_FAIL(0, "expected 20240520", "not a dtrain/llm.c token shard");
+    EXPECT_FAIL(256, "expected 20240520", "nor raw uint16 ids");
     craft(DT_TOKENS_MAGIC, 2, 10, 10, 0);
     EXPECT_FAIL(0, "version 2", "expected 1");
     craft(DT_TOKENS_MAGIC, 1, 100, 60, 0);

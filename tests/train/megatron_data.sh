@@ -2,7 +2,7 @@
 # Megatron indexed datasets (PREFIX.bin + PREFIX.idx, the format Megatron-LM, NeMo and GPT-NeoX
 # write), written here by a small numpy writer of the published format, not by dtrain: the
 # same token stream stored as an llm.c shard, as a Megatron dataset of uint16 ids and as one
-# of int32 ids trains to the same bits; on 2 ranks (dp 2) too. A damaged index is one error
+# of int32 ids, and as nanoGPT's raw uint16 .bin (no header) trains to the same bits; on 2 ranks (dp 2) too. A damaged index is one error
 # naming the file and what is wrong.
 #   megatron_data.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
@@ -38,6 +38,7 @@ def megatron(prefix, seqs, code, dtype, doc_index=None, ptr_shift=0):
             f.write(np.asarray(s, dtype=dtype).tobytes())
 
 shard("stream.bin", stream)
+np.asarray(stream, dtype=np.uint16).tofile("nanogpt.bin")  # nanoGPT's prepare.py: raw ids
 megatron("mega16", docs, 8, "<u2")
 megatron("mega32", docs, 4, "<i4")
 megatron("bad_dtype", docs, 7, "<f4")
@@ -48,7 +49,7 @@ with open("short.bin", "r+b") as f:
     f.truncate(100)
 PY
 run ref 1 --data.train=stream.bin || { echo "reference run failed"; tail -5 ref.log; exit 1; }
-for name in mega16 mega32; do
+for name in mega16 mega32 nanogpt.bin; do
     run "$name" 1 --data.train=$name || { echo "FAIL $name: run failed"; tail -3 $name.log; failed=$((failed + 1)); continue; }
     check "$name == the shard (losses)" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
         ref.jsonl ref.safetensors "$name.jsonl" "$name.safetensors" 0 --losses-only
