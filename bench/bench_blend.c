@@ -39,7 +39,8 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("blend: %.3g tokens/s for one of %d ranks (%lld rows of %d in %.1f s); peak RSS %.1f "
-           "MiB\n", rows * (double)T / dt, RANKS, rows, T, dt, ru.ru_maxrss / 1024.0);
+           "MiB\n",
+           rows * (double)T / dt, RANKS, rows, T, dt, ru.ru_maxrss / 1024.0);
     dt_source_close(s);
     return 0;
 }

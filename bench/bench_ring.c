@@ -3,8 +3,8 @@
  * count: posting, testing and waiting; the rest is this rank's attention and merges), and the
  * time the same blocks take to go around the ring with no attention at all. The exposed
  * share is the ring's communication time over the pass (it includes waiting for a slower
- * neighbour); the balance is each rank's compute against the ranks' mean. GPT-2 124M's attention (12 heads of 64), one sequence of cp x T_LOCAL tokens,
- * causal, fp32.
+ * neighbour); the balance is each rank's compute against the ranks' mean. GPT-2 124M's attention
+ * (12 heads of 64), one sequence of cp x T_LOCAL tokens, causal, fp32.
  *
  *   mpirun -np CP bench_ring [T_LOCAL (8192)] [zigzag|contiguous (zigzag)]
  *
@@ -58,8 +58,15 @@ int main(int argc, char **argv) {
     bool zigzag = !(argc > 2 && strcmp(argv[2], "contiguous") == 0);
     const int NH = 12, hs = 64;
     int64_t W = 3 * NH * hs, A = NH * hs, n = (int64_t)Tl * W;
-    dt_attn_shape s = {.B = 1, .T = Tl, .NH = NH, .NKV = NH, .hs = hs, .q_stride = W,
-                       .kv_stride = W, .scale = 1.0f / sqrtf((float)hs), .causal = true};
+    dt_attn_shape s = {.B = 1,
+                       .T = Tl,
+                       .NH = NH,
+                       .NKV = NH,
+                       .hs = hs,
+                       .q_stride = W,
+                       .kv_stride = W,
+                       .scale = 1.0f / sqrtf((float)hs),
+                       .causal = true};
     dt_ring ring = {.cp = w, .zigzag = zigzag};
     float *qkv = malloc((size_t)n * 4), *dqkv = malloc((size_t)n * 4);
     float *y = malloc((size_t)Tl * A * 4), *dy = malloc((size_t)Tl * A * 4);

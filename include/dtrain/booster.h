@@ -80,9 +80,10 @@ typedef struct dt_step_stats {
     float lr;
     double seconds;
     uint64_t comm_bytes;   /* bytes this rank moved in the step's communication */
-    uint64_t comm_bytes_grad, comm_bytes_tp, comm_bytes_sp, comm_bytes_pp; /* the same, per
-                            * group: gradients (dp x cp x sp), tensor parallel, Ulysses,
-                            * pipeline (dtrain's bus-bytes count) */
+    uint64_t comm_bytes_grad, comm_bytes_tp, comm_bytes_sp,
+        comm_bytes_pp;      /* the same, per
+                             * group: gradients (dp x cp x sp), tensor parallel, Ulysses,
+                             * pipeline (dtrain's bus-bytes count) */
     uint64_t comm_bytes_cp; /* the ring of context parallelism (keys, values and their
                              * gradients) */
     double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or

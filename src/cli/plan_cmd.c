@@ -562,8 +562,11 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
         dt_error("%s", dt_err_msg());
         return 2;
     }
-    cand x = {.c = *c, .dp = world / replica_ranks(&c->plugin),
-              .total = m.total, .step_s = t.step_s, .fits = m.total <= mem};
+    cand x = {.c = *c,
+              .dp = world / replica_ranks(&c->plugin),
+              .total = m.total,
+              .step_s = t.step_s,
+              .fits = m.total <= mem};
     memcpy(x.cat, m.cat, sizeof x.cat);
     /* model FLOPs utilisation: the step's model FLOPs (no reruns) against every rank's
      * datasheet or measured matmul peak for the run's precision over the predicted step */
@@ -580,10 +583,11 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                      m.block_bytes_per_token_hidden);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
-        k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_tp\": %lld, "
+        k += snprintf(extra + k, sizeof extra - (size_t)k,
+                      ", \"comm_bytes_tp\": %lld, "
                       "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld, "
-                      "\"comm_bytes_cp\": %lld", (long long)b.tp, (long long)b.sp,
-                      (long long)b.pp, (long long)b.cp);
+                      "\"comm_bytes_cp\": %lld",
+                      (long long)b.tp, (long long)b.sp, (long long)b.pp, (long long)b.cp);
         if (b.grad_known) /* not for ZeRO-3 under a pipeline */
             snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld",
                      (long long)b.grad);

@@ -159,11 +159,10 @@ dt_status dt_plot_metrics(const char *in, const char *out) {
         free(r.v);
         return st;
     }
-    panel panels[] = {
-        {"loss", "cross-entropy", {M_LOSS, M_VAL}, 2, false},
-        {"learning rate", "lr", {M_LR}, 1, true},
-        {"gradient norm (before clipping)", "norm", {M_NORM}, 1, true},
-        {"throughput", "tokens / s", {M_TPS}, 1, true}};
+    panel panels[] = {{"loss", "cross-entropy", {M_LOSS, M_VAL}, 2, false},
+                      {"learning rate", "lr", {M_LR}, 1, true},
+                      {"gradient norm (before clipping)", "norm", {M_NORM}, 1, true},
+                      {"throughput", "tokens / s", {M_TPS}, 1, true}};
     if (r.flow) /* a DiT's loss: the mean squared error of the predicted velocity */
         panels[0] = (panel){"loss (rectified flow)", "velocity MSE", {M_LOSS, M_VAL}, 2, false};
     enum { N_PANELS = sizeof panels / sizeof *panels, W = 1000, PH = 150, GAP = 44, TOP = 74 };

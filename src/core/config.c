@@ -81,44 +81,88 @@ _Static_assert(N_OF(offload_names) == DT_OFFLOAD_COUNT, "offload_names out of sy
 
 /* Printing walks this order, so it is also the order of `dt_config_print` output. */
 static const field fields[] = {
-    F_ENUM(model, arch, dt_arch, arch_names), F_INT(model, n_layer), F_INT(model, n_head),
-    F_INT(model, n_kv_head), F_INT(model, n_embd), F_INT(model, vocab_size),
-    F_INT(model, max_seq_len), F_INT(model, ffn_hidden), F_FLOAT(model, rope_theta),
-    F_FLOAT(model, norm_eps), F_STR(model, "init", init),
-    F_INT(model, frames), F_INT(model, channels), F_INT(model, height), F_INT(model, width),
-    F_INT(model, patch_t), F_INT(model, patch_h), F_INT(model, patch_w), F_INT(model, n_classes),
+    F_ENUM(model, arch, dt_arch, arch_names),
+    F_INT(model, n_layer),
+    F_INT(model, n_head),
+    F_INT(model, n_kv_head),
+    F_INT(model, n_embd),
+    F_INT(model, vocab_size),
+    F_INT(model, max_seq_len),
+    F_INT(model, ffn_hidden),
+    F_FLOAT(model, rope_theta),
+    F_FLOAT(model, norm_eps),
+    F_STR(model, "init", init),
+    F_INT(model, frames),
+    F_INT(model, channels),
+    F_INT(model, height),
+    F_INT(model, width),
+    F_INT(model, patch_t),
+    F_INT(model, patch_h),
+    F_INT(model, patch_w),
+    F_INT(model, n_classes),
     F_ENUM(model, attn, dt_dit_attn, dit_attn_names),
-    F_STR(data, "train", train), F_STR(data, "val", val), F_BOOL(data, shuffle),
-    F_ENUM(data, source, dt_data_source, source_names), F_INT(data, shapes),
+    F_STR(data, "train", train),
+    F_STR(data, "val", val),
+    F_BOOL(data, shuffle),
+    F_ENUM(data, source, dt_data_source, source_names),
+    F_INT(data, shapes),
     F_FLOAT(data, label_dropout),
-    F_INT(train, batch_size), F_INT(train, micro_batch_size), F_INT(train, seq_len),
-    F_INT(train, steps), F_U64(train, seed), F_INT(train, log_every), F_INT(train, eval_every),
-    F_INT(train, eval_batches), F_INT(train, sample_tokens), F_STR(train, "metrics", metrics),
-    F_STR(train, "export", export_path), F_STR(train, "mem_report", mem_report),
-    F_STR(train, "trace", trace), F_STR(train, "mem_timeline", mem_timeline),
+    F_INT(train, batch_size),
+    F_INT(train, micro_batch_size),
+    F_INT(train, seq_len),
+    F_INT(train, steps),
+    F_U64(train, seed),
+    F_INT(train, log_every),
+    F_INT(train, eval_every),
+    F_INT(train, eval_batches),
+    F_INT(train, sample_tokens),
+    F_STR(train, "metrics", metrics),
+    F_STR(train, "export", export_path),
+    F_STR(train, "mem_report", mem_report),
+    F_STR(train, "trace", trace),
+    F_STR(train, "mem_timeline", mem_timeline),
     F_INT(train, comm_timeout),
-    F_FLOAT(optim, lr), F_FLOAT(optim, min_lr), F_INT(optim, warmup_steps),
-    F_ENUM(optim, schedule, dt_lr_schedule, schedule_names), F_FLOAT(optim, beta1),
-    F_FLOAT(optim, beta2), F_FLOAT(optim, eps), F_FLOAT(optim, weight_decay),
+    F_FLOAT(optim, lr),
+    F_FLOAT(optim, min_lr),
+    F_INT(optim, warmup_steps),
+    F_ENUM(optim, schedule, dt_lr_schedule, schedule_names),
+    F_FLOAT(optim, beta1),
+    F_FLOAT(optim, beta2),
+    F_FLOAT(optim, eps),
+    F_FLOAT(optim, weight_decay),
     F_ENUM(plugin, type, dt_plugin_type, plugin_names),
-    F_ENUM(plugin, precision, dt_precision, precision_names), F_FLOAT(plugin, grad_clip),
-    F_INT(plugin, tp_size), F_INT(plugin, sp_size), F_INT(plugin, pp_size), F_INT(plugin, cp_size),
+    F_ENUM(plugin, precision, dt_precision, precision_names),
+    F_FLOAT(plugin, grad_clip),
+    F_INT(plugin, tp_size),
+    F_INT(plugin, sp_size),
+    F_INT(plugin, pp_size),
+    F_INT(plugin, cp_size),
     F_ENUM(plugin, cp_split, dt_cp_split, cp_split_names),
-    F_INT(plugin, zero_stage), F_ENUM(plugin, sp_mode, dt_sp_mode, sp_mode_names),
-    F_INT(plugin, microbatches), F_STR(plugin, "pp_layers", pp_layers),
-    F_STR(plugin, "pp_schedule", pp_schedule), F_INT(plugin, pp_chunks),
-    F_FLOAT(plugin, bucket_mb), F_BOOL(plugin, overlap),
-    F_ENUM(plugin, ac, dt_ac_mode, ac_names), F_INT(plugin, ac_every),
+    F_INT(plugin, zero_stage),
+    F_ENUM(plugin, sp_mode, dt_sp_mode, sp_mode_names),
+    F_INT(plugin, microbatches),
+    F_STR(plugin, "pp_layers", pp_layers),
+    F_STR(plugin, "pp_schedule", pp_schedule),
+    F_INT(plugin, pp_chunks),
+    F_FLOAT(plugin, bucket_mb),
+    F_BOOL(plugin, overlap),
+    F_ENUM(plugin, ac, dt_ac_mode, ac_names),
+    F_INT(plugin, ac_every),
     F_ENUM(plugin, act_compress, dt_act_compress, act_compress_names),
-    F_ENUM(plugin, offload, dt_offload, offload_names), F_STR(plugin, "offload_dir", offload_dir),
-    F_INT(plugin, loss_scale_window), F_FLOAT(plugin, initial_scale),
+    F_ENUM(plugin, offload, dt_offload, offload_names),
+    F_STR(plugin, "offload_dir", offload_dir),
+    F_INT(plugin, loss_scale_window),
+    F_FLOAT(plugin, initial_scale),
     F_FLOAT(plugin, offload_window_mb),
-    F_STR(checkpoint, "dir", dir), F_INT(checkpoint, every), F_STR(checkpoint, "resume", resume),
-    F_INT(checkpoint, keep), F_BOOL(checkpoint, async),
+    F_STR(checkpoint, "dir", dir),
+    F_INT(checkpoint, every),
+    F_STR(checkpoint, "resume", resume),
+    F_INT(checkpoint, keep),
+    F_BOOL(checkpoint, async),
 };
 enum { N_FIELDS = (int)(sizeof fields / sizeof *fields) };
-_Static_assert(N_FIELDS <= (int)(sizeof((dt_config_sources *)0)->by /
-                                 sizeof *((dt_config_sources *)0)->by),
+_Static_assert(N_FIELDS <=
+                   (int)(sizeof((dt_config_sources *)0)->by / sizeof *((dt_config_sources *)0)->by),
                "dt_config_sources.by is too small for the keys");
 
 static const char *enum_name(const char *const *names, int n, int v) {
@@ -189,7 +233,8 @@ void dt_config_defaults(dt_config *c) {
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f, o->weight_decay = 0.1f;
     dt_plugin_config *p = &c->plugin;
     p->type = DT_PLUGIN_NONE, p->precision = DT_PREC_FP32, p->grad_clip = 1.0f;
-    p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->cp_size = 1, p->zero_stage = 0, p->bucket_mb = 25.0f;
+    p->tp_size = 1, p->sp_size = 1, p->pp_size = 1, p->cp_size = 1, p->zero_stage = 0,
+    p->bucket_mb = 25.0f;
     p->overlap = true;
     p->pp_chunks = 1;
     p->ac_every = 1;
@@ -571,8 +616,8 @@ static dt_status load_string(dt_config *c, const char *text, const char *origin,
     if (!c || !text)
         return dt_err_set(DT_ERR_ARG, "%s: NULL config or text", __func__);
     dt_config tmp = *c; /* *c changes only when the whole input is good */
-    parse_ctx x = {.cfg = &tmp, .origin = origin ? origin : "<string>", .text = text,
-                   .sources = sources};
+    parse_ctx x = {
+        .cfg = &tmp, .origin = origin ? origin : "<string>", .text = text, .sources = sources};
     int rc = ini_parse_stream(read_line, &x, on_key, &x);
     if (rc < 0)
         return dt_err_set(DT_ERR_OOM, "%s: inih failed (%d) on %s", __func__, rc, x.origin);

@@ -66,10 +66,10 @@ static dt_status open_raw(const char *path, size_t len, int32_t first, int64_t *
                           "%s: bad magic %d, expected %d (uint16 ids) or %d (uint32 ids): not a "
                           "dtrain/llm.c token shard%s",
                           path, first, DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32,
-                          megatron ? "; beside it is a Megatron index: name that dataset by "
-                                     "its prefix, without .bin"
-                                   : len % 2 ? ", nor raw uint16 ids (an odd number of bytes)"
-                                             : "");
+                          megatron  ? "; beside it is a Megatron index: name that dataset by "
+                                      "its prefix, without .bin"
+                          : len % 2 ? ", nor raw uint16 ids (an odd number of bytes)"
+                                    : "");
     *n_out = (int64_t)(len / 2);
     return DT_OK;
 }
@@ -164,14 +164,15 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
             for (int64_t j = 0; j < m; j++)
                 if ((uint32_t)chunk[j] >= limit) {
                     if (raw) /* read as nanoGPT's raw ids, it is not those either */
-                        st = dt_err_set(DT_ERR_FORMAT, "%s: not a token shard (bad magic %d, "
+                        st = dt_err_set(DT_ERR_FORMAT,
+                                        "%s: not a token shard (bad magic %d, "
                                         "expected %d or %d), nor raw uint16 ids under "
-                                        "vocab_size %u (id %lld is %u)", path, magic,
-                                        DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32, limit,
+                                        "vocab_size %u (id %lld is %u)",
+                                        path, magic, DT_TOKENS_MAGIC, DT_TOKENS_MAGIC_U32, limit,
                                         (long long)(i + j), (unsigned)chunk[j]);
                     else
-                        st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= %s %u",
-                                        path, (long long)(i + j), (unsigned)chunk[j],
+                        st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld has value %u >= %s %u", path,
+                                        (long long)(i + j), (unsigned)chunk[j],
                                         vocab_size > 0 ? "vocab_size" : "the id limit", limit);
                     goto fail;
                 }

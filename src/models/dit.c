@@ -250,14 +250,18 @@ static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->B <= 0)
         return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive", o->B);
     if (o->T != d->S && d->ring.cp->size > 1)
-        return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, %d on each of %d ring ranks; "
-                          "the model was asked for T = %d", d->S_full, d->S, d->ring.cp->size,
-                          o->T);
+        return dt_err_set(DT_ERR_ARG,
+                          "dit: a clip is %d tokens, %d on each of %d ring ranks; "
+                          "the model was asked for T = %d",
+                          d->S_full, d->S, d->ring.cp->size, o->T);
     if (o->T != d->S)
         return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
                           "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
-    dt_model_split s = {.tp = d->tp->size, .sp = d->sp->size, .cp = d->ring.cp->size,
-                        .cp_chunks = d->n_chunks, .sequence_tp = o->sequence_tp,
+    dt_model_split s = {.tp = d->tp->size,
+                        .sp = d->sp->size,
+                        .cp = d->ring.cp->size,
+                        .cp_chunks = d->n_chunks,
+                        .sequence_tp = o->sequence_tp,
                         .seq_len = d->S_full};
     return dt_dit_check_split(&d->cfg, &s);
 }

@@ -554,8 +554,8 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     dt_attn_shape s = attn_shape(d, k, B);
     int64_t q = (int64_t)s.NH * s.hs;
     DT_TRY(dt_ring_attention_backward_set(ring_of(d, k), &s, d->dqkvp, d->dqkvp + q,
-                                          d->dqkvp + 2 * q, datt, a->y, a->lse, a->qkv,
-                                          a->qkv + q, a->qkv + 2 * q, d->work));
+                                          d->dqkvp + 2 * q, datt, a->y, a->lse, a->qkv, a->qkv + q,
+                                          a->qkv + 2 * q, d->work));
     DT_TRY(dqkv_to_rows(d, k, B, &dqkv));
     memset(d->dA, 0, NC * sizeof *d->dA);
     DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));

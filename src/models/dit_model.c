@@ -234,9 +234,10 @@ dt_status dt_dit_model_check_split(const dt_model_config *c, const dt_model_spli
     dt_dit_config dc = dt_dit_config_from_model(c);
     DT_TRY(dt_dit_check_config(&dc));
     if (s->seq_len != dt_dit_tokens(&dc))
-        return dt_err_set(DT_ERR_ARG, "train.seq_len=%d, but a dit clip is %d tokens "
-                          "(frames/patch_t x height/patch_h x width/patch_w)", s->seq_len,
-                          dt_dit_tokens(&dc));
+        return dt_err_set(DT_ERR_ARG,
+                          "train.seq_len=%d, but a dit clip is %d tokens "
+                          "(frames/patch_t x height/patch_h x width/patch_w)",
+                          s->seq_len, dt_dit_tokens(&dc));
     return dt_dit_check_split(&dc, s);
 }
 

@@ -61,17 +61,21 @@ dt_status dt_dit_check_split(const dt_dit_config *c, const dt_model_split *s) {
     int tp = s->tp, sp = s->sp, cp = s->cp, chunks = cp * s->cp_chunks;
     bool sequence_tp = s->sequence_tp;
     if (tp < 1 || sp < 1 || cp < 1 || s->cp_chunks < 1)
-        return dt_err_set(DT_ERR_ARG, "tp_size=%d, sp_size=%d and cp_size=%d must be >= 1", tp,
-                          sp, cp);
+        return dt_err_set(DT_ERR_ARG, "tp_size=%d, sp_size=%d and cp_size=%d must be >= 1", tp, sp,
+                          cp);
     int S = dt_dit_tokens(c), Tt = c->frames / c->pt;
     if (cp > 1 && S % chunks)
-        return dt_err_set(DT_ERR_ARG, "the dit's %d tokens per clip do not cut into the %d "
-                          "chunks of plugin.cp_size=%d", S, chunks, cp);
+        return dt_err_set(DT_ERR_ARG,
+                          "the dit's %d tokens per clip do not cut into the %d "
+                          "chunks of plugin.cp_size=%d",
+                          S, chunks, cp);
     if (cp > 1 && c->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL && Tt % chunks)
-        return dt_err_set(DT_ERR_ARG, "the dit's %d time tokens (model.frames=%d / patch_t=%d) "
+        return dt_err_set(DT_ERR_ARG,
+                          "the dit's %d time tokens (model.frames=%d / patch_t=%d) "
                           "do not cut into the %d chunks of plugin.cp_size=%d (attn="
                           "spatial_temporal keeps whole frames on each ring rank); use a "
-                          "cp_size whose chunks divide %d", Tt, c->frames, c->pt, chunks, cp, Tt);
+                          "cp_size whose chunks divide %d",
+                          Tt, c->frames, c->pt, chunks, cp, Tt);
     S /= cp, Tt /= cp; /* what a ring rank holds, and tp and sp split */
     if (c->n_head % tp)
         return dt_err_set(DT_ERR_ARG, "model.n_head=%d is not divisible by plugin.tp_size=%d "

@@ -42,7 +42,7 @@ struct dt_gpt {
     dt_block_par par;
     dt_comm *own_comm[4]; /* size-1 comms made for the splits the caller did not give */
     dt_comm *pp;          /* pipeline group (borrowed), for whole-model gathers; NULL: none */
-    int B, T; /* T: the tokens of a sequence this rank holds (all but under a ring) */
+    int B, T;             /* T: the tokens of a sequence this rank holds (all but under a ring) */
     /* where they sit in the whole sequence: local chunk i (T / n_chunks tokens) is chunk
      * chunk[i] of it; one chunk, chunk 0, without a ring */
     int n_chunks, chunk[2];

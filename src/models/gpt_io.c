@@ -110,9 +110,10 @@ static dt_status check_file_model(const dt_gpt *g, const dt_st_file *f, const ch
         wte = find_tensor(f, "model.embed_tokens.weight");
     const char *embd = dt_st_metadata(f, "n_embd");
     if (wte && wte->ndim == 2 && embd && strtoll(embd, NULL, 10) != wte->shape[1])
-        return dt_err_set(DT_ERR_ARG, "%s: its metadata say model.n_embd is %.32s, but its "
-                          "token table %s is %lld wide (metadata edited or damaged)", path,
-                          embd, wte->name, (long long)wte->shape[1]);
+        return dt_err_set(DT_ERR_ARG,
+                          "%s: its metadata say model.n_embd is %.32s, but its "
+                          "token table %s is %lld wide (metadata edited or damaged)",
+                          path, embd, wte->name, (long long)wte->shape[1]);
     const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "ffn_hidden"};
     int mine[] = {c->n_layer, c->n_head, dt_gpt_kv_heads(c), c->n_embd, c->vocab_size,
                   dt_gpt_ffn_hidden(c)};

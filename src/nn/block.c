@@ -61,10 +61,11 @@ int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int B
                    tp ? dt_region_work_count(p->leave, &c, p->tp->size) : 0,
                    sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &q, p->sp->size) : 0,
                    sp ? dt_region_work_count(DT_REGION_KIND_ALL_TO_ALL, &a, p->sp->size) : 0,
-                   dt_ring_work_count(&p->ring, &(dt_attn_shape){.B = B, .T = T,
-                                                                .NH = d->NH / p->sp->size,
-                                                                .NKV = d->NKV / p->sp->size,
-                                                                .hs = d->hs})};
+                   dt_ring_work_count(&p->ring, &(dt_attn_shape){.B = B,
+                                                                 .T = T,
+                                                                 .NH = d->NH / p->sp->size,
+                                                                 .NKV = d->NKV / p->sp->size,
+                                                                 .hs = d->hs})};
     int64_t m = 0;
     for (int i = 0; i < 5; i++)
         m = n[i] > m ? n[i] : m;
@@ -558,8 +559,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
             q + vo));
     } else {
         const float *q = a->qkv;
-        DT_TRY(dt_ring_attention_backward_set(&p->ring, &as, dq, dk, dv, s->datt_heads,
-                                              att_heads, a->lse, q, q + ko, q + vo, s->work));
+        DT_TRY(dt_ring_attention_backward_set(&p->ring, &as, dq, dk, dv, s->datt_heads, att_heads,
+                                              a->lse, q, q + ko, q + vo, s->work));
     }
     rope_apply(&as, rope, s->dqkv_heads, true);
     const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */

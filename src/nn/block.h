@@ -1,6 +1,7 @@
 /* A pre-norm transformer block, in its two flavours:
  *   GPT-2: x2 = x + proj(attn(LN1(x)));  out = x2 + proj_mlp(gelu(fc(LN2(x2))))
- *   Llama: x2 = x + o(attn(rope(qkv(RMS1(x)))));  out = x2 + down(silu(gate(h)) * up(h)), h = RMS2(x2)
+ *   Llama: x2 = x + o(attn(rope(qkv(RMS1(x)))));  out = x2 + down(silu(gate(h)) * up(h)), h =
+ * RMS2(x2)
  *
  * Split across ranks the Megatron way (dt_block_par). Each sub-layer is
  *     norm -> enter region -> column-parallel matmul(s) -> [attention | activation]
@@ -48,9 +49,9 @@ typedef struct dt_block_par {
     dt_comm *sp;   /* Ulysses: rows split, all-to-all around attention */
     dt_comm *rows; /* the comm the residual rows are split over inside tp: tp or size 1 */
     dt_region_kind enter, leave; /* COPY/REDUCE or SEQ_GATHER/SEQ_REDUCE_SCATTER */
-    dt_ring ring;  /* context parallelism: attention runs around ring.cp (size 1: no ring); its
-                    * ranks hold their chunks of every sequence (B x T local tokens), Ulysses
-                    * runs inside each; fp32 q|k|v only (no bf16 storage under a ring) */
+    dt_ring ring; /* context parallelism: attention runs around ring.cp (size 1: no ring); its
+                   * ranks hold their chunks of every sequence (B x T local tokens), Ulysses
+                   * runs inside each; fp32 q|k|v only (no bf16 storage under a ring) */
 } dt_block_par;
 
 /* Row counts of a micro-batch of N tokens: Nt inside the tp region, Nr in the residual. */

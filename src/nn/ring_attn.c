@@ -162,9 +162,8 @@ static dt_status attend_block(const ring_geom *g, const dt_attn_shape *s, const 
     return DT_OK;
 }
 
-dt_status dt_ring_attention_forward(const dt_ring *r, const dt_attn_shape *s, float *y,
-                                    float *lse, const float *q, const float *k, const float *v,
-                                    float *work) {
+dt_status dt_ring_attention_forward(const dt_ring *r, const dt_attn_shape *s, float *y, float *lse,
+                                    const float *q, const float *k, const float *v, float *work) {
     if (unsplit(r)) {
         dt_attention_forward(s, y, lse, q, k, v);
         return DT_OK;

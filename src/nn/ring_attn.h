@@ -26,8 +26,8 @@
 #include "kernels/attention.h"
 
 typedef struct dt_ring {
-    dt_comm *cp;  /* borrowed; size 1 = no ring */
-    bool zigzag;  /* 2 chunks a rank (balanced), else 1 */
+    dt_comm *cp; /* borrowed; size 1 = no ring */
+    bool zigzag; /* 2 chunks a rank (balanced), else 1 */
 } dt_ring;
 
 /* The whole-sequence chunk ids rank `rank` of a `cp`-rank ring holds, in local order; returns
@@ -41,9 +41,8 @@ int64_t dt_ring_work_count(const dt_ring *r, const dt_attn_shape *s);
 /* s describes the local q, k, v (B sequences of s->T local tokens, strides as the kernel's).
  * y: [B, T, NH hs] dense. lse: [B, chunks, NH, T / chunks] (chunk by chunk, so each chunk's
  * rows are one kernel call's). Over one rank: the kernel itself, lse [B, NH, T]. */
-dt_status dt_ring_attention_forward(const dt_ring *r, const dt_attn_shape *s, float *y,
-                                    float *lse, const float *q, const float *k, const float *v,
-                                    float *work);
+dt_status dt_ring_attention_forward(const dt_ring *r, const dt_attn_shape *s, float *y, float *lse,
+                                    const float *q, const float *k, const float *v, float *work);
 /* The gradients of q, k, v OVERWRITTEN (as dt_attention_backward_set), from dy, the forward's
  * y and lse. dq shares q's stride, dk and dv share k's. */
 dt_status dt_ring_attention_backward_set(const dt_ring *r, const dt_attn_shape *s, float *dq,

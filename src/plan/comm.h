@@ -18,7 +18,7 @@
 typedef struct dt_plan_comm {
     bool grad_known; /* false: ZeRO-3 under a pipeline (its gathers follow the schedule's
                       * order of units, not modelled); grad is then 0 */
-    int64_t grad; /* over dp x cp x sp: gradient buckets or ZeRO reductions and gathers */
+    int64_t grad;    /* over dp x cp x sp: gradient buckets or ZeRO reductions and gathers */
     int64_t tp;   /* tensor-parallel region ops, the loss statistics, Megatron-SP row grads */
     int64_t sp;   /* Ulysses all-to-alls */
     int64_t pp;   /* pipeline boundary messages sent, and the gradient norm's all-reduce */

@@ -29,8 +29,8 @@ typedef struct dt_plan_work {
     double mem_bw;                 /* bytes/s a memory-bound kernel streams at */
     /* bytes/s a rank moves in each group's collectives: inside a node, or across nodes */
     double bw_tp, bw_sp, bw_grad, bw_pp, bw_cp;
-    int cp;          /* the ring of context parallelism */
-    bool zigzag;     /* its balanced split (contiguous: the last rank does the most) */
+    int cp;            /* the ring of context parallelism */
+    bool zigzag;       /* its balanced split (contiguous: the last rank does the most) */
     double ring_block; /* bytes of one key/value block a ring rank passes on */
 } dt_plan_work;
 

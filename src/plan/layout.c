@@ -102,8 +102,8 @@ dt_status dt_layout_make(const dt_config *c, int world, int rank, dt_layout *out
     l.pp = l.dims.size[DT_AXIS_PP];
     l.pp_rank = l.coords[DT_AXIS_PP];
     l.grad_size = l.dp * l.cp * l.sp;
-    l.grad_rank = (l.coords[DT_AXIS_DP] * l.cp + l.coords[DT_AXIS_CP]) * l.sp +
-                  l.coords[DT_AXIS_SP];
+    l.grad_rank =
+        (l.coords[DT_AXIS_DP] * l.cp + l.coords[DT_AXIS_CP]) * l.sp + l.coords[DT_AXIS_SP];
     l.zero = dt_config_zero_stage(c);
     if (l.zero < 0 || l.zero > 3)
         return dt_err_set(DT_ERR_ARG, "plugin.zero_stage=%d (0 to 3)", l.zero);

@@ -38,7 +38,7 @@ typedef struct shape {
     const dt_config *c;
     bool gpt2, lp;
     int L, C, hs, T, tp, sp, pp, zero; /* T: the tokens of a sequence this rank holds */
-    int T_read;               /* tokens of a sequence as read (the batch buffers' rows) */
+    int T_read;                        /* tokens of a sequence as read (the batch buffers' rows) */
     int cp, ring_chunks;      /* the ring, and the chunks of a sequence a ring rank holds */
     int rows_split;           /* ranks the residual rows split over: tp under Megatron-SP */
     int grad_p, grad_rank;    /* gradient group (dp x sp) size and this rank's place in it */
@@ -499,11 +499,18 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
      * DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
     int batch_rows = s.pp > 1 ? s.rows : s.mb;
     if (c->model.arch == DT_ARCH_DIT) {
-        dt_plan_dit_rank r = {.B = s.mb, .sp = s.sp, .tp = s.tp, .cp = s.cp,
+        dt_plan_dit_rank r = {.B = s.mb,
+                              .sp = s.sp,
+                              .tp = s.tp,
+                              .cp = s.cp,
                               .cp_chunks = s.ring_chunks,
-                              .sequence_tp = s.rows_split > 1, .split = split,
-                              .n_slots = n_slots, .held = s.held, .plugin = &c->plugin,
-                              .lp = s.lp, .training = true};
+                              .sequence_tp = s.rows_split > 1,
+                              .split = split,
+                              .n_slots = n_slots,
+                              .held = s.held,
+                              .plugin = &c->plugin,
+                              .lp = s.lp,
+                              .training = true};
         dt_plan_dit_arenas(&c->model, &r, &out->acts_arena, &out->temp_arena);
         out->cat[DT_MEM_ACTS] = out->acts_arena + dt_plan_dit_batch_bytes(&c->model, batch_rows);
         out->cat[DT_MEM_COMM] +=

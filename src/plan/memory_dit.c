@@ -235,18 +235,27 @@ static int64_t temp_arena(const dit_rank *k) {
 
 void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,
                         int64_t *temp) {
-    int64_t S_full = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
-                     (m->width / m->patch_w);
+    int64_t S_full =
+        (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) * (m->width / m->patch_w);
     int cp = r->cp > 1 ? r->cp : 1;
     int64_t S = S_full / cp, F = DT_PLAN_DIT_MLP_RATIO * (int64_t)m->n_embd;
     int64_t Nt = r->B * S / r->sp;
-    dit_rank k = {.r = r, .B = r->B, .S = S, .S_full = S_full, .Tt = m->frames / m->patch_t / cp,
+    dit_rank k = {.r = r,
+                  .B = r->B,
+                  .S = S,
+                  .S_full = S_full,
+                  .Tt = m->frames / m->patch_t / cp,
                   .st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL,
-                  .C = m->n_embd, .P = patch_dim(m), .F = F,
+                  .C = m->n_embd,
+                  .P = patch_dim(m),
+                  .F = F,
                   .L = m->n_layer,
-                  .clip = (int64_t)m->frames * m->channels * m->height * m->width, .Nt = Nt,
-                  .Nr = r->sequence_tp ? Nt / r->tp : Nt, .Ct = m->n_embd / r->tp,
-                  .Ft = F / r->tp, .NHt = m->n_head / r->tp,
+                  .clip = (int64_t)m->frames * m->channels * m->height * m->width,
+                  .Nt = Nt,
+                  .Nr = r->sequence_tp ? Nt / r->tp : Nt,
+                  .Ct = m->n_embd / r->tp,
+                  .Ft = F / r->tp,
+                  .NHt = m->n_head / r->tp,
                   .compress = r->plugin->act_compress == DT_ACT_COMPRESS_INT8};
     *acts = acts_arena(&k);
     *temp = temp_arena(&k);

@@ -16,16 +16,19 @@ int dt_mesh_world(const dt_mesh_dims *d) {
 
 dt_status dt_mesh_infer(int world, int pp, int cp, int sp, int tp, dt_mesh_dims *out) {
     if (pp < 1 || cp < 1 || sp < 1 || tp < 1)
-        return dt_err_set(DT_ERR_ARG, "pp_size %d, cp_size %d, sp_size %d and tp_size %d must "
-                          "each be at least 1", pp, cp, sp, tp);
+        return dt_err_set(DT_ERR_ARG,
+                          "pp_size %d, cp_size %d, sp_size %d and tp_size %d must "
+                          "each be at least 1",
+                          pp, cp, sp, tp);
     int model = pp * cp * sp * tp;
     if (world % model != 0) {
         char cps[32] = "";
         if (cp > 1)
             snprintf(cps, sizeof cps, "cp_size %d x ", cp);
-        return dt_err_set(DT_ERR_ARG, "world size %d is not divisible by pp_size %d x %ssp_size "
-                          "%d x tp_size %d = %d: launch a multiple of %d processes", world, pp,
-                          cps, sp, tp, model, model);
+        return dt_err_set(DT_ERR_ARG,
+                          "world size %d is not divisible by pp_size %d x %ssp_size "
+                          "%d x tp_size %d = %d: launch a multiple of %d processes",
+                          world, pp, cps, sp, tp, model, model);
     }
     out->size[DT_AXIS_TP] = tp;
     out->size[DT_AXIS_SP] = sp;

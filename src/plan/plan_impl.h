@@ -44,8 +44,7 @@ void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int
 int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows);
 /* One pipeline boundary tensor of B clips: this rank's residual rows (B S / sp / rows_split)
  * and silu(c) [B, C]. */
-int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp,
-                                   int rows_split);
+int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp, int rows_split);
 
 /* The block of units [u0, u1) whose rerun is skipped when its backward follows its own
  * forward at once (models/gpt_ac.c: the shared set still holds the last checkpointed block's

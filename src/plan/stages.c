@@ -35,8 +35,10 @@ dt_status dt_stage_layers_check(const char *layers) {
     for (const char *s = layers; *s; s++)
         n += *s == ',';
     if (n > DT_MAX_CHUNKS)
-        return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=\"%s\" has %d entries; dtrain cuts at "
-                          "most %d chunks", layers, n, DT_MAX_CHUNKS);
+        return dt_err_set(DT_ERR_ARG,
+                          "plugin.pp_layers=\"%s\" has %d entries; dtrain cuts at "
+                          "most %d chunks",
+                          layers, n, DT_MAX_CHUNKS);
     return parse_counts(layers, n, counts);
 }
 

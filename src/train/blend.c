@@ -60,15 +60,17 @@ static dt_status parse(const char *spec, blend *b, char paths[MAX_SETS][4096]) {
         errno = 0;
         double w = strtod(s, &end);
         if (end == s || errno || !(w > 0) || w > 1e12 || !isspace((unsigned char)*end))
-            return dt_err_set(DT_ERR_ARG, "data.train=\"%s\": entry %d needs a weight > 0 "
-                              "then a path (\"0.7 A 0.3 B\")", spec, b->n + 1);
+            return dt_err_set(DT_ERR_ARG,
+                              "data.train=\"%s\": entry %d needs a weight > 0 "
+                              "then a path (\"0.7 A 0.3 B\")",
+                              spec, b->n + 1);
         s = end;
         while (isspace((unsigned char)*s))
             s++;
         size_t len = strcspn(s, " \t\r\n");
         if (len == 0 || len >= sizeof paths[0])
-            return dt_err_set(DT_ERR_ARG, "data.train=\"%s\": weight %g has no path after it",
-                              spec, w);
+            return dt_err_set(DT_ERR_ARG, "data.train=\"%s\": weight %g has no path after it", spec,
+                              w);
         memcpy(paths[b->n], s, len);
         paths[b->n][len] = '\0';
         s += len;
@@ -164,9 +166,11 @@ static void blend_position(const void *self, int64_t *pos, int64_t *step) {
 static dt_status blend_seek(void *self, int64_t pos, int64_t step) {
     blend *b = self;
     if (step < 0 || step > ((int64_t)1 << 40) / b->B || pos != step * b->B)
-        return dt_err_set(DT_ERR_FORMAT, "data position %lld at step %lld is not a blend's (it "
+        return dt_err_set(DT_ERR_FORMAT,
+                          "data position %lld at step %lld is not a blend's (it "
                           "reads %d rows a step): the checkpoint was saved with other data or "
-                          "is damaged", (long long)pos, (long long)step, b->B);
+                          "is damaged",
+                          (long long)pos, (long long)step, b->B);
     blend_rewind(b);
     int64_t count[MAX_SETS] = {0};
     for (int64_t g = 0; g < pos; g++)
@@ -178,9 +182,14 @@ static dt_status blend_seek(void *self, int64_t pos, int64_t step) {
 }
 
 static const dt_source_ops blend_ops = {
-    .close = blend_close, .input_row_bytes = blend_row_bytes,
-    .target_row_bytes = blend_row_bytes, .rows = blend_rows, .advance = blend_advance,
-    .rewind = blend_rewind, .position = blend_position, .seek = blend_seek,
+    .close = blend_close,
+    .input_row_bytes = blend_row_bytes,
+    .target_row_bytes = blend_row_bytes,
+    .rows = blend_rows,
+    .advance = blend_advance,
+    .rewind = blend_rewind,
+    .position = blend_position,
+    .seek = blend_seek,
 };
 
 dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size, int seq_len,
@@ -200,9 +209,10 @@ dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size,
     for (; st == DT_OK && opened < b->n; opened++) {
         st = dt_tokens_open(paths[opened], vocab_size, &b->set[opened]);
         if (st == DT_OK && b->set[opened].n_tok < (int64_t)seq_len + 2)
-            st = dt_err_set(DT_ERR_ARG, "data.train blend: %s holds %lld tokens, fewer than "
-                            "one sequence needs (seq_len %d + 2)", paths[opened],
-                            (long long)b->set[opened].n_tok, seq_len);
+            st = dt_err_set(DT_ERR_ARG,
+                            "data.train blend: %s holds %lld tokens, fewer than "
+                            "one sequence needs (seq_len %d + 2)",
+                            paths[opened], (long long)b->set[opened].n_tok, seq_len);
         if (st != DT_OK)
             opened++; /* close what the failed open may hold too */
     }

@@ -76,7 +76,7 @@ dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_boo
     *out = NULL;
     dt_mesh_dims dims;
     DT_TRY(dt_mesh_infer(world->size, plugin->pp_size, plugin->cp_size, plugin->sp_size,
-                          plugin->tp_size, &dims));
+                         plugin->tp_size, &dims));
     dt_booster *b = calloc(1, sizeof *b);
     if (!b)
         return dt_err_set(DT_ERR_OOM, "booster: out of memory");
@@ -212,8 +212,7 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     b->model = dt_engine_model(b->engine);
     if (pipelined(b))
         DT_TRY(dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                                b->lay.n_slots, b->lay.mb, b->lay.T_local, b->mem,
-                                &b->pipeline));
+                                b->lay.n_slots, b->lay.mb, b->lay.T_local, b->mem, &b->pipeline));
     /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
     size_t batch_rows = (size_t)(pipelined(b) ? b->lay.rows : b->lay.mb);
     b->in_row = dt_source_input_row_bytes(b->train);
@@ -388,8 +387,8 @@ static void keep_ring_chunks(const dt_booster *b, char *rows, size_t row_bytes, 
     size_t chunk_bytes = row_bytes / ((size_t)l->cp * n_chunks), local = row_bytes / l->cp;
     for (int r = 0; r < n; r++)
         for (int i = 0; i < n_chunks; i++)
-            memmove(rows + r * local + i * chunk_bytes, rows + r * row_bytes + chunk[i] * chunk_bytes,
-                    chunk_bytes);
+            memmove(rows + r * local + i * chunk_bytes,
+                    rows + r * row_bytes + chunk[i] * chunk_bytes, chunk_bytes);
 }
 
 /* n rows of a source from row0, inputs and targets: whole sequences, or under a ring this
@@ -417,8 +416,8 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
         double part, t0 = trace_now(b);
         dt_mem_set_context(b->mem, (int)b->state.step + 1, DT_MEM_PHASE_FORWARD, row / b->lay.mb);
         DT_TRY(read_rows(b, b->train, row0 + row, b->lay.mb));
-        dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb,
-                       .T = b->lay.T_local};
+        dt_batch mb = {
+            .input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T_local};
         DT_TRY(dt_engine_micro_batch(b->engine, &mb, grad_scale, row + b->lay.mb >= b->lay.rows,
                                      &part));
         DT_TRY(trace_span(b, DT_SPAN_MICRO_BATCH, row / b->lay.mb, t0));
@@ -558,8 +557,8 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
         for (int row = 0; !pipelined(b) && row < b->lay.rows; row += b->lay.mb) {
             double part;
             DT_TRY(read_rows(b, b->val, row0 + row, b->lay.mb));
-            dt_batch mb = {.input = b->inputs, .target = b->targets, .B = b->lay.mb,
-                           .T = b->lay.T_local};
+            dt_batch mb = {
+                .input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T_local};
             DT_TRY(dt_engine_eval(b->engine, &mb, &part));
             sum += part;
         }

@@ -25,8 +25,8 @@ static dt_status one_process(const dt_model_config *c, const char *origin, dt_me
     DT_TRY(dt_ckpt_check_shape(c, origin));
     DT_TRY(dt_mem_init(mem));
     /* one position (a GPT's tables do not depend on it); a DiT's clip is its sequence */
-    dt_model_opts o = {.B = 1, .T = c->arch == DT_ARCH_DIT ? c->max_seq_len : 1,
-                       .precision = DT_PREC_FP32};
+    dt_model_opts o = {
+        .B = 1, .T = c->arch == DT_ARCH_DIT ? c->max_seq_len : 1, .precision = DT_PREC_FP32};
     return dt_model_create(c, &o, *mem, g);
 }
 

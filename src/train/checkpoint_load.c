@@ -29,9 +29,11 @@ dt_status dt_ckpt_folder_kind(const char *folder, bool *sharded) {
         return DT_OK;
     snprintf(path, sizeof path, "%s/rank-00000.safetensors", folder);
     if (stat(path, &sb) == 0)
-        return dt_err_set(DT_ERR_FORMAT, "%s: a sharded checkpoint's rank files without its "
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: a sharded checkpoint's rank files without its "
                           "manifest.json: not a complete checkpoint (its save did not finish, "
-                          "or the manifest was removed)", folder);
+                          "or the manifest was removed)",
+                          folder);
     DIR *d = opendir(folder);
     long long step = -1;
     for (struct dirent *e; d && (e = readdir(d));)
@@ -40,11 +42,14 @@ dt_status dt_ckpt_folder_kind(const char *folder, bool *sharded) {
     if (d)
         closedir(d);
     if (step >= 0)
-        return dt_err_set(DT_ERR_ARG, "%s is a checkpoint.dir, not a step folder: give one of "
+        return dt_err_set(DT_ERR_ARG,
+                          "%s is a checkpoint.dir, not a step folder: give one of "
                           "its step folders (the newest is %s/step-%lld), or resume=auto",
                           folder, folder, step);
-    return dt_err_set(DT_ERR_ARG, "%s is not a checkpoint step folder: it has neither "
-                      "manifest.json (sharded) nor state.json (whole)", folder);
+    return dt_err_set(DT_ERR_ARG,
+                      "%s is not a checkpoint step folder: it has neither "
+                      "manifest.json (sharded) nor state.json (whole)",
+                      folder);
 }
 
 bool dt_ckpt_is_sharded(const char *folder) {
@@ -60,12 +65,15 @@ static dt_status check_format(const cJSON *man, const char *folder) {
     const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(man, "format"));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(man, "version");
     if (!fmt || strcmp(fmt, "dtrain-sharded") != 0)
-        return dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"format\" is %s%s%s, not "
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s/manifest.json: \"format\" is %s%s%s, not "
                           "\"dtrain-sharded\" (the sharded checkpoints this build writes)",
                           folder, fmt ? "\"" : "", fmt ? fmt : "missing", fmt ? "\"" : "");
     if (!cJSON_IsNumber(v) || v->valuedouble != 1)
-        return dt_err_set(DT_ERR_FORMAT, "%s/manifest.json: \"version\" is %s%g; this build "
-                          "reads version 1", folder, cJSON_IsNumber(v) ? "" : "missing, ",
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s/manifest.json: \"version\" is %s%g; this build "
+                          "reads version 1",
+                          folder, cJSON_IsNumber(v) ? "" : "missing, ",
                           cJSON_IsNumber(v) ? v->valuedouble : 0.0);
     return DT_OK;
 }
@@ -227,9 +235,10 @@ static dt_status check_model(const cJSON *man, const char *folder, const dt_mode
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
         const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "dtype"));
         if (!dtype || strcmp(dtype, "F32") != 0)
-            return dt_err_set(DT_ERR_FORMAT, "%s: tensor %d (%s) has dtype %s in the manifest; "
-                              "this build writes and reads F32 shards", folder, i,
-                              name ? name : "unnamed", dtype ? dtype : "missing");
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: tensor %d (%s) has dtype %s in the manifest; "
+                              "this build writes and reads F32 shards",
+                              folder, i, name ? name : "unnamed", dtype ? dtype : "missing");
         bool same = name && strcmp(name, p->name) == 0 && cJSON_GetArraySize(sh) == p->ndim;
         for (int d = 0; same && d < p->ndim; d++)
             same = cJSON_GetArrayItem(sh, d)->valuedouble == (double)p->shape[d];
@@ -308,32 +317,38 @@ static dt_status check_cover(loader *L) {
         int n = L->by_tensor[t + 1] - L->by_tensor[t];
         const char *name = dt_model_full_param(L->g, t)->name;
         if (n == 0)
-            return dt_err_set(DT_ERR_FORMAT, "%s: no slice of %s in the manifest (a shard is "
-                              "missing)", L->folder, name);
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: no slice of %s in the manifest (a shard is "
+                              "missing)",
+                              L->folder, name);
         qsort(p, (size_t)n, sizeof *p, by_place);
         int idx = 0;
         int64_t end = 0;
         for (int i = 0; i < n; i++) {
-            bool same_split = p[i].spec.kind == p[0].spec.kind && p[i].spec.parts == p[0].spec.parts;
+            bool same_split =
+                p[i].spec.kind == p[0].spec.kind && p[i].spec.parts == p[0].spec.parts;
             if (p[i].spec.index != idx) { /* the previous shard must be whole */
                 if (i == 0 || end != p[i - 1].rows * p[i - 1].cols || p[i].spec.index != idx + 1)
                     break;
                 idx++, end = 0;
             }
             if (!same_split || p[i].first != end)
-                return dt_err_set(DT_ERR_FORMAT, "%s: the slices of %s do not cover it exactly "
-                                  "once (shard %d of %d: %s at element %lld)", L->folder, name,
-                                  p[i].spec.index, p[i].spec.parts,
-                                  !same_split ? "a different split" : p[i].first < end ? "an overlap" : "a gap",
+                return dt_err_set(DT_ERR_FORMAT,
+                                  "%s: the slices of %s do not cover it exactly "
+                                  "once (shard %d of %d: %s at element %lld)",
+                                  L->folder, name, p[i].spec.index, p[i].spec.parts,
+                                  !same_split        ? "a different split"
+                                  : p[i].first < end ? "an overlap"
+                                                     : "a gap",
                                   (long long)(p[i].first < end ? p[i].first : end));
             end += p[i].count;
         }
         const piece *last = &p[n - 1];
-        if (idx != p[0].spec.parts - 1 || last->spec.index != idx ||
-            end != last->rows * last->cols)
-            return dt_err_set(DT_ERR_FORMAT, "%s: the slices of %s do not cover it exactly once "
-                              "(shard %d of %d ends at element %lld)", L->folder, name, idx,
-                              p[0].spec.parts, (long long)end);
+        if (idx != p[0].spec.parts - 1 || last->spec.index != idx || end != last->rows * last->cols)
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: the slices of %s do not cover it exactly once "
+                              "(shard %d of %d ends at element %lld)",
+                              L->folder, name, idx, p[0].spec.parts, (long long)end);
     }
     return DT_OK;
 }
@@ -367,9 +382,11 @@ static dt_status check_disjoint(loader *L) {
     dt_status st = DT_OK;
     for (size_t i = 1; i < k && st == DT_OK; i++)
         if (r[i].file == r[i - 1].file && r[i].start < r[i - 1].end)
-            st = dt_err_set(DT_ERR_FORMAT, "%s/%s: slices of %s and %s share bytes from %lld "
-                            "(each slice's bytes must be its own)", L->folder,
-                            L->names[r[i].file], dt_model_full_param(L->g, r[i - 1].tensor)->name,
+            st = dt_err_set(DT_ERR_FORMAT,
+                            "%s/%s: slices of %s and %s share bytes from %lld "
+                            "(each slice's bytes must be its own)",
+                            L->folder, L->names[r[i].file],
+                            dt_model_full_param(L->g, r[i - 1].tensor)->name,
                             dt_model_full_param(L->g, r[i].tensor)->name, (long long)r[i].start);
     free(r);
     return st;

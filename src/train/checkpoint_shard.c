@@ -273,8 +273,7 @@ static dt_status publish_error(const char *dir, const char *tmp, const char *fin
     char others[1024];
     dt_ckpt_other_writers(dir, tmp, others, sizeof others);
     bool raced = err == ENOTEMPTY || err == EEXIST || err == ENOENT;
-    return dt_err_set(DT_ERR_IO, "checkpoint: cannot %s %s: %s%s%s%s", what, final,
-                      strerror(err),
+    return dt_err_set(DT_ERR_IO, "checkpoint: cannot %s %s: %s%s%s%s", what, final, strerror(err),
                       others[0] ? "; another run is writing into checkpoint.dir: " : "",
                       others[0] ? others : "",
                       !others[0] && raced ? " (did another run write this step into "

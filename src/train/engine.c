@@ -348,12 +348,24 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
         e->pers[i].wunit = e->pers[i].gunit = -1;
     e->mm = dt_precision_mm_type(o->precision);
     e->lp = e->mm != DT_F32;
-    dt_model_opts go = {.B = o->B, .T = o->T, .precision = o->precision, .training = true,
-                      .external_weights = e->zero == 3, .external_grads = e->zero >= 2,
-                      .tp = o->tp, .sp = o->sp, .sequence_tp = o->sequence_tp,
-                      .cp = o->cp, .cp_zigzag = o->cp_zigzag, .units = o->units, .n_slots = o->n_slots, .pp = o->pp,
-                      .split_backward = o->split_backward, .ac = o->ac,
-                      .ac_every = o->ac_every, .act_compress = o->act_compress};
+    dt_model_opts go = {.B = o->B,
+                        .T = o->T,
+                        .precision = o->precision,
+                        .training = true,
+                        .external_weights = e->zero == 3,
+                        .external_grads = e->zero >= 2,
+                        .tp = o->tp,
+                        .sp = o->sp,
+                        .sequence_tp = o->sequence_tp,
+                        .cp = o->cp,
+                        .cp_zigzag = o->cp_zigzag,
+                        .units = o->units,
+                        .n_slots = o->n_slots,
+                        .pp = o->pp,
+                        .split_backward = o->split_backward,
+                        .ac = o->ac,
+                        .ac_every = o->ac_every,
+                        .act_compress = o->act_compress};
     DT_TRY_GOTO((o->create ? o->create : dt_model_create)(mc, &go, mem, &e->model));
     e->n_units = dt_model_n_units(e->model);
     e->n_total = dt_model_numel(e->model);

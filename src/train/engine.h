@@ -34,10 +34,10 @@ typedef struct dt_engine_opts {
     float bucket_mb;
     bool overlap; /* false: reduce after backward (stages 0-1) or at once (2-3), to compare */
     dt_precision precision;
-    int B, T; /* micro-batch shape (T: this rank's tokens of a sequence under a ring) */
+    int B, T;         /* micro-batch shape (T: this rank's tokens of a sequence under a ring) */
     dt_comm *tp, *sp; /* the model's splits (borrowed; NULL = none), see dt_model_opts */
     bool sequence_tp;
-    dt_comm *cp;      /* the ring of context parallelism (borrowed; NULL = none) */
+    dt_comm *cp; /* the ring of context parallelism (borrowed; NULL = none) */
     bool cp_zigzag;
     /* Pipeline (dt_model_opts): units held, activation slots, the pp group, and the group of
      * the first and last stage, over which the model's tied tensors (dt_model_tie) are summed

@@ -209,7 +209,8 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     char norm[32] = "null";
     if (isfinite(r->grad_norm))
         snprintf(norm, sizeof norm, "%.9g", r->grad_norm);
-    fprintf(t->metrics, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
             "\"comm_bytes\": %llu, \"comm_bytes_grad\": %llu, \"comm_bytes_tp\": %llu, "
             "\"comm_bytes_sp\": %llu, \"comm_bytes_pp\": %llu, \"comm_bytes_cp\": %llu, "

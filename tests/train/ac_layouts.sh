@@ -12,17 +12,6 @@ base=(--config "$src/configs/tiny-$arch.ini" --data.train=data/train.bin --train
       --plugin.grad_clip=1.0 --model.vocab_size=254 --model.n_layer=4)
 . "$src/tests/train/layout_lib.sh"
 
-# identical: NAME REF — losses equal (tolerance 0) and the exported weights the same bytes
-identical() {
-    check "$1 == $2 (losses)" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
-        "$2.jsonl" "$2.safetensors" "$1.jsonl" "$1.safetensors" 0 --losses-only
-    check "$1 == $2 (weights)" cmp "$1.safetensors" "$2.safetensors"
-}
-# ran NAME NP ARGS...: run, counting a failed run
-ran() {
-    run "$@" && return 0
-    echo "FAIL $1: run failed"; tail -3 "$1.log"; failed=$((failed + 1)); return 1
-}
 acts() { # peak activation bytes of a run
     /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak"]["activations"])' "$1.mem.json"
 }

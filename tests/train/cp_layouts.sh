@@ -16,15 +16,6 @@ base=(--config "$src/configs/tiny-$arch.ini" --data.train=data/train.bin --data.
 [ "$arch" = llama ] && base+=(--model.n_head=4 --model.n_kv_head=2)
 . "$src/tests/train/layout_lib.sh"
 
-identical() { # NAME REF: the same losses and the same exported bytes
-    check "$1 == $2 (losses)" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
-        "$2.jsonl" "$2.safetensors" "$1.jsonl" "$1.safetensors" 0 --losses-only
-    check "$1 == $2 (weights)" cmp "$1.safetensors" "$2.safetensors"
-}
-ran() {
-    run "$@" && return 0
-    echo "FAIL $1: run failed"; tail -3 "$1.log"; failed=$((failed + 1)); return 1
-}
 
 run ref 1 || { echo "reference run failed"; cat ref.log; exit 1; }
 same cp2 2 --plugin.cp_size=2

@@ -3,6 +3,8 @@
 # the single-process reference. Source it after setting dtrain=, src= and the base=() options.
 #   run NAME NP ARGS...    train with NP ranks: NAME.jsonl, .safetensors, .mem.json, .log
 #   same NAME NP ARGS...   run, then compare with ref.jsonl / ref.safetensors (1e-5)
+#   ran NAME NP ARGS...    run, counting a failed run
+#   identical NAME REF     losses equal (tolerance 0) and the exported weights the same bytes
 #   check NAME COMMAND...  count COMMAND's success or failure (printing its tail on failure)
 #   finish                 print the tally; exit status 0 when nothing failed
 set -uo pipefail
@@ -29,6 +31,15 @@ same() {
     fi
     check "$name equivalence" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
         ref.jsonl ref.safetensors "$name.jsonl" "$name.safetensors" 1e-5
+}
+ran() {
+    run "$@" && return 0
+    echo "FAIL $1: run failed"; tail -3 "$1.log"; failed=$((failed + 1)); return 1
+}
+identical() {
+    check "$1 == $2 (losses)" /usr/bin/python3 "$src/tests/train/compare_runs.py" \
+        "$2.jsonl" "$2.safetensors" "$1.jsonl" "$1.safetensors" 0 --losses-only
+    check "$1 == $2 (weights)" cmp "$1.safetensors" "$2.safetensors"
 }
 finish() {
     echo "$passed passed, $failed failed"
