@@ -14,19 +14,16 @@
  */
 #include "optim/offload.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "core/config.h"
+#include "io/scratch_file.h"
 
 struct dt_offload_store {
     int fd;
@@ -48,62 +45,6 @@ const char *dt_offload_path(const dt_offload_store *f) { return f->path; }
 
 /* ---- set-up ------------------------------------------------------------------------------ */
 
-static double mib(double bytes) { return bytes / 1048576.0; }
-
-/* mkdir -p */
-static dt_status make_dir(const char *dir) {
-    char p[DT_PATH_MAX];
-    if (!dir[0])
-        return dt_err_set(DT_ERR_ARG, "offload_dir is empty");
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
-        return dt_err_set(DT_ERR_ARG, "offload_dir %s: path too long", dir);
-    for (char *s = p + 1;; s++) {
-        bool end = *s == '\0';
-        if (*s != '/' && !end)
-            continue;
-        *s = '\0';
-        struct stat sb; /* an existing folder is fine, even where mkdir says EROFS or EACCES */
-        int err = mkdir(p, 0700) == 0 ? 0 : errno;
-        if (err && err != EEXIST && !(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)))
-            return dt_err_set(DT_ERR_IO, "offload_dir %s cannot be created: mkdir %s: %s", dir,
-                              p, strerror(err));
-        if (end)
-            break;
-        *s = '/';
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0)
-        return dt_err_set(DT_ERR_IO, "offload_dir %s cannot be created: %s", dir,
-                          strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return dt_err_set(DT_ERR_IO, "offload_dir %s cannot be created: a file of that name "
-                          "exists", dir);
-    return DT_OK;
-}
-
-/* Free space first, for a message with both sizes; then the reservation itself, which also
- * catches ranks that share the disk and each fit alone. */
-static dt_status reserve(dt_offload_store *f, const char *dir) {
-    off_t bytes = (off_t)f->n_chunks * f->chunk * 2 * (off_t)sizeof(float);
-    if (bytes == 0)
-        return DT_OK;
-    struct statvfs sv;
-    if (fstatvfs(f->fd, &sv) == 0 && (double)sv.f_bavail * sv.f_frsize < (double)bytes)
-        return dt_err_set(DT_ERR_IO, "offload_dir %s is too small: %.1f MiB free, this rank's "
-                          "optimizer state needs %.1f MiB (2 moments x %lld floats)", dir,
-                          mib((double)sv.f_bavail * sv.f_frsize), mib((double)bytes),
-                          (long long)f->count);
-    int r = posix_fallocate(f->fd, 0, bytes);
-    if (r == ENOSPC || r == EDQUOT)
-        return dt_err_set(DT_ERR_IO, "offload_dir %s is too small: reserving %.1f MiB for this "
-                          "rank's optimizer state failed: %s", dir, mib((double)bytes),
-                          strerror(r));
-    if (r != 0)
-        return dt_err_set(DT_ERR_IO, "offload_dir %s: reserving %.1f MiB in %s failed: %s", dir,
-                          mib((double)bytes), f->path, strerror(r));
-    return DT_OK;
-}
-
 dt_status dt_offload_init(const dt_offload_opts *o, int64_t count, dt_mem *mem,
                           dt_offload_store **out) {
     *out = NULL;
@@ -116,25 +57,13 @@ dt_status dt_offload_init(const dt_offload_opts *o, int64_t count, dt_mem *mem,
     f->count = count;
     f->chunk = dt_offload_chunk_for(count, o->window_bytes);
     f->n_chunks = (count + f->chunk - 1) / f->chunk;
-    DT_TRY_GOTO(make_dir(o->dir));
-    if (snprintf(f->path, sizeof f->path, "%s/dtrain-optim-%s-p%ld.bin", o->dir, o->tag,
-                 (long)getpid()) >= (int)sizeof f->path) {
-        st = dt_err_set(DT_ERR_ARG, "offload_dir %s: path too long", o->dir);
-        goto fail;
-    }
-    f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (f->fd < 0) {
-        st = dt_err_set(DT_ERR_IO, "offload_dir %s is not writable: cannot create %s: %s",
-                        o->dir, f->path, strerror(errno));
-        goto fail;
-    }
-    /* from here the file has no name: the descriptor keeps it, the kernel removes it */
-    if (unlink(f->path) != 0) {
-        st = dt_err_set(DT_ERR_IO, "offload_dir %s: cannot unlink %s: %s", o->dir, f->path,
-                        strerror(errno));
-        goto fail;
-    }
-    DT_TRY_GOTO(reserve(f, o->dir));
+    char name[128], what[128];
+    snprintf(name, sizeof name, "dtrain-optim-%s", o->tag);
+    snprintf(what, sizeof what, "this rank's optimizer state (2 moments x %lld floats)",
+             (long long)count);
+    dt_scratch_spec spec = {.dir = o->dir, .key = "offload_dir", .name = name, .what = what,
+                            .bytes = f->n_chunks * f->chunk * 2 * (int64_t)sizeof(float)};
+    DT_TRY_GOTO(dt_scratch_open(&spec, &f->fd, f->path, sizeof f->path));
     DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.offload_window",
                              (size_t)f->chunk * 4 * sizeof(float), (void **)&f->window));
     *out = f;
@@ -163,7 +92,7 @@ typedef struct stream {
     int64_t loaded, computed; /* chunks read by the I/O thread; chunks the caller finished */
     bool failed;
     bool fail_write;          /* what failed: a write (else a read) */
-    int fail_errno;           /* 0: a short transfer */
+    int fail_code;            /* dt_scratch_transfer's */
     int64_t fail_at;          /* byte offset */
 } stream;
 
@@ -188,31 +117,22 @@ static bool wait_for(stream *s, const int64_t *counter, int64_t target) {
     return ok;
 }
 
-/* pread/pwrite of chunk k's whole region, resumed after partial transfers and EINTR */
+/* pread/pwrite of chunk k's whole region */
 static bool transfer(stream *s, int64_t k, bool write) {
     const dt_offload_store *f = s->f;
-    size_t left = (size_t)f->chunk * 2 * sizeof(float);
-    off_t at = (off_t)k * (off_t)left;
-    char *buf = (char *)slot_of(f, k);
-    while (left > 0) {
-        ssize_t r = write ? pwrite(f->fd, buf, left, at) : pread(f->fd, buf, left, at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            pthread_mutex_lock(&s->mu);
-            s->failed = true;
-            s->fail_write = write;
-            s->fail_errno = r < 0 ? errno : 0;
-            s->fail_at = (int64_t)at;
-            pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-            return false;
-        }
-        buf += r;
-        at += r;
-        left -= (size_t)r;
-    }
-    return true;
+    size_t n = (size_t)f->chunk * 2 * sizeof(float);
+    int64_t at;
+    int code = dt_scratch_transfer(f->fd, slot_of(f, k), n, (int64_t)k * (int64_t)n, write, &at);
+    if (code == 0)
+        return true;
+    pthread_mutex_lock(&s->mu);
+    s->failed = true;
+    s->fail_write = write;
+    s->fail_code = code;
+    s->fail_at = at;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return false;
 }
 
 static void *io_main(void *arg) {
@@ -260,9 +180,7 @@ static dt_status run(dt_offload_store *f, bool do_read, bool do_write, dt_offloa
     }
     pthread_join(io, NULL);
     if (s.failed) {
-        const char *what = s.fail_errno ? strerror(s.fail_errno)
-                           : s.fail_write ? "short write (no bytes written)"
-                                          : "short read (the file ends early)";
+        const char *what = dt_scratch_failure(s.fail_code, s.fail_write);
         st = dt_err_set(DT_ERR_IO, "optimizer offload: %s %s at byte %lld failed: %s",
                         s.fail_write ? "writing" : "reading", f->path, (long long)s.fail_at,
                         what);
@@ -321,19 +239,14 @@ static dt_status range_io(dt_offload_store *f, int which, int64_t first, int64_t
     for (int64_t e = first; e < first + n;) {
         int64_t k = e / C, j = e % C, len = C - j < first + n - e ? C - j : first + n - e;
         off_t at = (off_t)((k * 2 * C + which * C + j) * (int64_t)sizeof(float));
-        size_t left = (size_t)len * sizeof(float);
-        while (left > 0) {
-            ssize_t r = write ? pwrite(f->fd, buf, left, at) : pread(f->fd, buf, left, at);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return dt_err_set(DT_ERR_IO, "optimizer offload: %s %s at byte %lld failed: %s",
-                                  write ? "writing" : "reading", f->path, (long long)at,
-                                  r < 0 ? strerror(errno) : "short transfer");
-            buf += r;
-            at += r;
-            left -= (size_t)r;
-        }
+        int64_t fail_at;
+        int code = dt_scratch_transfer(f->fd, buf, (size_t)len * sizeof(float), (int64_t)at,
+                                       write, &fail_at);
+        if (code != 0)
+            return dt_err_set(DT_ERR_IO, "optimizer offload: %s %s at byte %lld failed: %s",
+                              write ? "writing" : "reading", f->path, (long long)fail_at,
+                              dt_scratch_failure(code, write));
+        buf += (size_t)len * sizeof(float);
         e += len;
     }
     return DT_OK;
