@@ -134,6 +134,10 @@ typedef struct dt_plugin_config {
     dt_act_compress act_compress;
     dt_offload offload;
     char offload_dir[DT_PATH_MAX];
+    /* where the activations kept for the backward live: memory, or a file per rank under
+     * act_offload_dir, written as the forward makes them and read back ahead of the backward */
+    dt_offload act_offload;
+    char act_offload_dir[DT_PATH_MAX];
     int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
     float initial_scale;   /* fp16: the loss scale of the first step (65536) */
     float offload_window_mb; /* offload=disk: memory window the moments stream through */

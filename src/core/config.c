@@ -151,6 +151,8 @@ static const field fields[] = {
     F_ENUM(plugin, act_compress, dt_act_compress, act_compress_names),
     F_ENUM(plugin, offload, dt_offload, offload_names),
     F_STR(plugin, "offload_dir", offload_dir),
+    F_ENUM(plugin, act_offload, dt_offload, offload_names),
+    F_STR(plugin, "act_offload_dir", act_offload_dir),
     F_INT(plugin, loss_scale_window),
     F_FLOAT(plugin, initial_scale),
     F_FLOAT(plugin, offload_window_mb),
@@ -239,6 +241,7 @@ void dt_config_defaults(dt_config *c) {
     p->pp_chunks = 1;
     p->ac_every = 1;
     set_str(p->offload_dir, "offload");
+    set_str(p->act_offload_dir, "offload");
     p->loss_scale_window = 2000;
     p->initial_scale = 65536.0f;
     p->offload_window_mb = 64.0f;

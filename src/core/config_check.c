@@ -243,6 +243,13 @@ static void check_plugin(const dt_config *c, problems *p) {
 
     if ((int)g->offload < 0 || g->offload >= DT_OFFLOAD_COUNT)
         problem(p, false, "plugin.offload=%d is not a known mode", (int)g->offload);
+    if ((int)g->act_offload < 0 || g->act_offload >= DT_OFFLOAD_COUNT)
+        problem(p, false, "plugin.act_offload=%d is not a known mode", (int)g->act_offload);
+    if (g->act_offload == DT_OFFLOAD_DISK && !g->act_offload_dir[0])
+        problem(p, false, "plugin.act_offload=disk needs plugin.act_offload_dir");
+    if (g->act_offload == DT_OFFLOAD_DISK && c->model.arch == DT_ARCH_DIT)
+        problem(p, false, "plugin.act_offload=disk is built for GPT-2 and Llama; the DiT keeps "
+                "its activations in memory (ac = full or act_compress = int8 shrink them)");
     if (!(g->offload_window_mb > 0))
         problem(p, false, "plugin.offload_window_mb=%g must be > 0",
                 (double)g->offload_window_mb);

@@ -368,7 +368,11 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->head.vocab_size = cfg->vocab_size; /* rows past it are padding, never predicted */
     g->head.vocab_first = (int)(g->par.tp->rank * g->vocab_rows);
     g->head.tp = g->par.tp;
+    g->offload = training && o->act_offload == DT_OFFLOAD_DISK;
     DT_TRY_GOTO(dt_gpt_alloc_arenas(g));
+    if (g->offload)
+        DT_TRY_GOTO(dt_gpt_offload_open(g, o->act_offload_dir ? o->act_offload_dir : "offload",
+                                        o->act_offload_tag));
     if (cfg->arch == DT_ARCH_LLAMA) {
         size_t half = (size_t)T * (g->dims.hs / 2) * sizeof(float);
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.cos", half, (void **)&g->rope_cos));
@@ -389,6 +393,7 @@ fail:
 void dt_gpt_free(dt_gpt *g) {
     if (!g)
         return;
+    dt_gpt_offload_close(g);
     dt_mem_release(g->mem, g->rope_sin);
     dt_mem_release(g->mem, g->rope_cos);
     dt_mem_release(g->mem, g->tmp_arena);
@@ -455,8 +460,11 @@ static void row_starts(const dt_gpt *g, int N, int64_t *t0, int64_t *r0) {
 
 static size_t res_rows(const dt_gpt *g, int N) { return (size_t)dt_block_rows_res(&g->par, N); }
 
-/* residual position l (input of block l; L: the final norm's input) of a slot */
+/* residual position l (input of block l; L: the final norm's input) of a slot; one between
+ * two held blocks under act_offload lasts only from one block's forward to the next's */
 static float *res_at(const dt_gpt *g, int slot, int l, int N) {
+    if (dt_gpt_offload_interior(g, l))
+        return g->res_pass[l % 2];
     size_t n = res_rows(g, N) * g->cfg.n_embd;
     return g->res + ((size_t)slot * g->n_pos + (size_t)g->pos_index[l]) * n;
 }
@@ -668,7 +676,8 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
         block_grad_set(&g->blocks[l],
                        take_fresh(g, lu[u], DT_GPT_FRESH_BACKWARD |
                                                 (split ? 0 : DT_GPT_FRESH_WEIGHTS)));
-        DT_TRY(dt_gpt_block_backward(g, slot, l, res_at(g, slot, l, N), B, T, wg, dres));
+        int next = u - 1 >= 1 && u - 1 >= u0 ? l - 1 : -1;
+        DT_TRY(dt_gpt_block_backward(g, slot, l, next, res_at(g, slot, l, N), B, T, wg, dres));
         if (!split)
             mark_saved(g, slot, l, false);
         DT_TRY(leave(g, lu[u], DT_PHASE_BACKWARD));
@@ -694,7 +703,8 @@ dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T)
         int l = u - 1;
         DT_TRY(enter(g, g->unit_local[u], DT_PHASE_WEIGHTS));
         block_grad_set(&g->blocks[l], take_fresh(g, g->unit_local[u], DT_GPT_FRESH_WEIGHTS));
-        DT_TRY(dt_gpt_block_weights(g, slot, l, res_at(g, slot, l, N), B, T,
+        int next = u - 1 >= 1 && u - 1 >= u0 ? l - 1 : -1;
+        DT_TRY(dt_gpt_block_weights(g, slot, l, next, res_at(g, slot, l, N), B, T,
                                     &g->wgrad[(size_t)slot * L + l]));
         mark_saved(g, slot, l, false);
         DT_TRY(leave(g, g->unit_local[u], DT_PHASE_WEIGHTS));

@@ -144,7 +144,7 @@ static dt_bf16 *acts_field_lp(const dt_block_acts *a, int i) {
 }
 
 /* int8 payload [rows, cols] and [rows] scales of each stored tensor, for the largest batch */
-static void carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
+void dt_gpt_carve_q8(dt_gpt *g, dt_carver *cv, unsigned f, dt_gpt_q8_acts *q) {
     bool llama = g->dims.kind == DT_BLOCK_LLAMA;
     for (int i = 0; i < N_STORED; i++) {
         if (!(f & STORED[i].bit) || (STORED[i].bit == F_U && !llama))
@@ -163,7 +163,7 @@ bool dt_gpt_acts16(const dt_gpt *g) {
 }
 
 /* Carve the fields of `f` (sized for the largest micro-batch) in dt_block_acts order. */
-static void carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a) {
+void dt_gpt_carve_fields(dt_gpt *g, dt_carver *cv, unsigned f, dt_block_acts *a) {
     const dt_block_dims *d = &g->dims;
     dt_gpt_rows r = dt_gpt_rows_max(g);
     size_t C = d->C, F = d->F, W = dt_block_qkv_width(d), A = (size_t)d->NH * d->hs;
@@ -207,11 +207,12 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
                 continue;
             size_t at = cv->used;
             dt_block_acts *a = &g->acts[slot * L + l];
-            carve_fields(g, cv, slot_fields(g, l), a);
             a->ln1_lp = a->ln2_lp = ln_lp;
             a->att_lp = a->g_lp = act_lp;
-            if (g->compress)
-                carve_q8(g, cv, kept_fields(g, l), &g->q8[slot * L + l]);
+            if (!g->offload) /* else its set lives on disk and passes through the frames */
+                dt_gpt_carve_fields(g, cv, slot_fields(g, l), a);
+            if (g->compress && !g->offload)
+                dt_gpt_carve_q8(g, cv, kept_fields(g, l), &g->q8[slot * L + l]);
             if (g->wgrad) {
                 dt_block_wgrad *w = &g->wgrad[slot * L + l];
                 w->dqkv = dt_gpt_carve(cv, r.Nt * W * f4);
@@ -221,11 +222,24 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
                 w->ddown = dt_gpt_carve(cv, r.Nt * C * f4);
             }
             /* what the timeline marks in use from this block's forward to its backward:
-             * its saved set and its input */
-            g->saved_bytes[slot * L + l] = cv->used - at + r.Nr * C * f4;
+             * its saved set and its input (on disk under act_offload) */
+            g->saved_bytes[slot * L + l] = cv->used - at + (g->offload ? 0 : r.Nr * C * f4);
         }
+    if (g->offload) {
+        unsigned fields = 0, q8 = 0;
+        for (int l = 0; l < L; l++)
+            if (dt_gpt_holds_block(g, l)) {
+                fields |= slot_fields(g, l);
+                q8 |= g->compress ? kept_fields(g, l) : 0;
+            }
+        dt_gpt_carve_frames(g, cv, fields, q8);
+        for (int i = 0; i < DT_GPT_FRAMES; i++) {
+            g->frames[i].acts.ln1_lp = g->frames[i].acts.ln2_lp = ln_lp;
+            g->frames[i].acts.att_lp = g->frames[i].acts.g_lp = act_lp;
+        }
+    }
     unsigned sf = shared_fields(g);
-    carve_fields(g, cv, sf, &g->shared);
+    dt_gpt_carve_fields(g, cv, sf, &g->shared);
     g->shared_slot = g->shared_block = -1;
     g->shared.ln1_lp = g->shared.ln2_lp = ln_lp;
     g->shared.att_lp = g->shared.g_lp = act_lp;
@@ -238,41 +252,63 @@ static dt_rope_cache rope_of(const dt_gpt *g) {
     return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
 }
 
-/* The slot's own fields, the shared set's for the rest. */
-static dt_block_acts view(const dt_gpt *g, int slot, int l) {
-    const dt_block_acts *o = &g->acts[(size_t)slot * g->cfg.n_layer + l], *s = &g->shared;
+/* The fields of `own` that block l keeps, the shared set's for the rest. */
+static dt_block_acts merged(const dt_gpt *g, const dt_block_acts *own, int l) {
+    dt_block_acts o = *own, *s = (dt_block_acts *)&g->shared;
+    unsigned f = slot_fields(g, l);
+    if (!(f & F_LN))
+        o.ln1_mean = o.ln1_rstd = o.ln2_mean = o.ln2_rstd = NULL;
+    if (!(f & F_QKV))
+        o.qkv = NULL, o.qkv16 = NULL;
+    if (!(f & F_ATT))
+        o.att = NULL, o.att16 = NULL;
+    if (!(f & F_LSE))
+        o.lse = NULL;
+    if (!(f & F_X2))
+        o.x2 = NULL;
+    if (!(f & F_H))
+        o.h = NULL, o.h_lp = NULL;
+    if (!(f & F_U))
+        o.u = NULL, o.u_lp = NULL;
     return (dt_block_acts){
-        .ln1_mean = o->ln1_mean ? o->ln1_mean : s->ln1_mean,
-        .ln1_rstd = o->ln1_rstd ? o->ln1_rstd : s->ln1_rstd,
-        .qkv = o->qkv ? o->qkv : s->qkv,
-        .att = o->att ? o->att : s->att,
-        .lse = o->lse ? o->lse : s->lse,
-        .x2 = o->x2 ? o->x2 : s->x2,
-        .ln2_mean = o->ln2_mean ? o->ln2_mean : s->ln2_mean,
-        .ln2_rstd = o->ln2_rstd ? o->ln2_rstd : s->ln2_rstd,
-        .h = o->h ? o->h : s->h,
-        .u = o->u ? o->u : s->u,
-        .h_lp = o->h_lp ? o->h_lp : s->h_lp,
-        .u_lp = o->u_lp ? o->u_lp : s->u_lp,
-        .att_lp = o->att_lp ? o->att_lp : s->att_lp,
-        .g_lp = o->g_lp ? o->g_lp : s->g_lp,
-        .ln1_lp = o->ln1_lp ? o->ln1_lp : s->ln1_lp,
-        .ln2_lp = o->ln2_lp ? o->ln2_lp : s->ln2_lp,
-        .qkv16 = o->qkv16 ? o->qkv16 : s->qkv16,
-        .att16 = o->att16 ? o->att16 : s->att16,
+        .ln1_mean = o.ln1_mean ? o.ln1_mean : s->ln1_mean,
+        .ln1_rstd = o.ln1_rstd ? o.ln1_rstd : s->ln1_rstd,
+        .qkv = o.qkv ? o.qkv : s->qkv,
+        .att = o.att ? o.att : s->att,
+        .lse = o.lse ? o.lse : s->lse,
+        .x2 = o.x2 ? o.x2 : s->x2,
+        .ln2_mean = o.ln2_mean ? o.ln2_mean : s->ln2_mean,
+        .ln2_rstd = o.ln2_rstd ? o.ln2_rstd : s->ln2_rstd,
+        .h = o.h ? o.h : s->h,
+        .u = o.u ? o.u : s->u,
+        .h_lp = o.h_lp ? o.h_lp : s->h_lp,
+        .u_lp = o.u_lp ? o.u_lp : s->u_lp,
+        .att_lp = o.att_lp ? o.att_lp : s->att_lp,
+        .g_lp = o.g_lp ? o.g_lp : s->g_lp,
+        .ln1_lp = o.ln1_lp ? o.ln1_lp : s->ln1_lp,
+        .ln2_lp = o.ln2_lp ? o.ln2_lp : s->ln2_lp,
+        .qkv16 = o.qkv16 ? o.qkv16 : s->qkv16,
+        .att16 = o.att16 ? o.att16 : s->att16,
     };
 }
 
-static dt_gpt_q8_acts *q8_of(const dt_gpt *g, int slot, int l) {
-    return &g->q8[(size_t)slot * g->cfg.n_layer + l];
+/* The slot's own fields, the shared set's for the rest. */
+static dt_block_acts view(const dt_gpt *g, int slot, int l) {
+    return merged(g, &g->acts[(size_t)slot * g->cfg.n_layer + l], l);
 }
 
-/* The int8-stored tensors of the view a, to (store) or from the slot's payloads. */
-static void int8_move(dt_gpt *g, int slot, int l, int N, dt_block_acts *a, bool store) {
-    dt_gpt_q8_acts *q = q8_of(g, slot, l);
+/* Where (slot, l)'s int8 payloads are: its frame's under act_offload, else the slot's. */
+static dt_gpt_q8_acts *q8_of(const dt_gpt *g, const dt_gpt_frame *f, int slot, int l) {
+    return f ? (dt_gpt_q8_acts *)&f->q8 : &g->q8[(size_t)slot * g->cfg.n_layer + l];
+}
+
+/* The int8-stored tensors block l keeps, of the view a, to (store) or from payloads q. */
+static void int8_move(dt_gpt *g, dt_gpt_q8_acts *q, int l, int N, dt_block_acts *a,
+                      bool store) {
+    unsigned kept = kept_fields(g, l);
     for (int i = 0; i < N_STORED; i++) {
         dt_gpt_q8 *t = q8_field(q, i);
-        if (!t->q)
+        if (!t->q || !(kept & STORED[i].bit))
             continue;
         q8_shape sh = q8_shape_of(g, STORED[i].bit, N);
         float *x = acts_field(a, i);
@@ -299,25 +335,46 @@ static void shared_holds(dt_gpt *g, int slot, int l, bool complete) {
     g->shared_block = complete ? l : -1;
 }
 
+/* (slot, l)'s saved set in memory: its frame's fields under act_offload, the slot's else;
+ * *x becomes the frame's copy of the block's input */
+static dt_block_acts set_of(const dt_gpt *g, const dt_gpt_frame *f, int slot, int l,
+                            const float **x) {
+    if (!f)
+        return view(g, slot, l);
+    *x = f->x;
+    return merged(g, &f->acts, l);
+}
+
 dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                                float *out) {
-    dt_block_acts a = view(g, slot, l);
+    dt_gpt_frame *f = NULL;
+    if (g->offload)
+        DT_TRY(dt_gpt_frame_for_forward(g, slot, l, &f));
+    dt_block_acts a = f ? merged(g, &f->acts, l) : view(g, slot, l);
     dt_rope_cache rope = rope_of(g);
     if (uses_shared(g, l))
         shared_holds(g, slot, l, false);
-    DT_TRY(dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
-                            &g->scratch, out));
+    dt_status st = dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B,
+                                    T, &a, &g->scratch, out);
+    if (st != DT_OK) {
+        if (f)
+            dt_gpt_frame_done(f);
+        return st;
+    }
     if (g->compress)
-        int8_move(g, slot, l, B * T, &a, true);
+        int8_move(g, q8_of(g, f, slot, l), l, B * T, &a, true);
     else if (uses_shared(g, l))
         shared_holds(g, slot, l, true);
-    return DT_OK;
+    if (!f)
+        return DT_OK;
+    memcpy(f->x, x, (size_t)dt_block_rows_res(&g->par, B * T) * g->dims.C * sizeof(float));
+    return dt_gpt_frame_put(g, f, slot, l);
 }
 
 /* Rebuild, into the shared set, what the slot did not keep for block l. Under ZeRO-3 this
  * runs inside the backward's (or W pass's) enter/leave, where the weights are gathered. */
-static dt_status rebuild(dt_gpt *g, int slot, int l, const float *x, int B, int T,
-                         dt_block_acts *a) {
+static dt_status rebuild(dt_gpt *g, const dt_gpt_frame *f, int slot, int l, const float *x,
+                         int B, int T, dt_block_acts *a) {
     keep k = keep_of(g, l);
     if (!uses_shared(g, l) || (g->shared_slot == slot && g->shared_block == l))
         return DT_OK;
@@ -328,30 +385,54 @@ static dt_status rebuild(dt_gpt *g, int slot, int l, const float *x, int B, int 
                                 &g->scratch, g->ac_out);
     }
     if (g->compress)
-        int8_move(g, slot, l, B * T, a, false);
+        int8_move(g, q8_of(g, f, slot, l), l, B * T, a, false);
     if (k == KEEP_NO_ATTN)
         DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, B, T, a, &g->scratch));
     return DT_OK;
 }
 
-dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
-                                dt_block_wgrad *wg, float *dres) {
-    dt_block_acts a = view(g, slot, l);
-    DT_TRY(rebuild(g, slot, l, x, B, T, &a));
+/* Under act_offload: the frame with (slot, l)'s set, and `next`'s asked for ahead. */
+static dt_status fetch(dt_gpt *g, int slot, int l, int next, dt_gpt_frame **f) {
+    *f = NULL;
+    if (!g->offload)
+        return DT_OK;
+    DT_TRY(dt_gpt_frame_fetch(g, slot, l, f));
+    dt_status st = next >= 0 ? dt_gpt_frame_ahead(g, slot, next) : DT_OK;
+    if (st != DT_OK)
+        dt_gpt_frame_done(*f);
+    return st;
+}
+
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const float *x, int B,
+                                int T, dt_block_wgrad *wg, float *dres) {
+    dt_gpt_frame *f;
+    DT_TRY(fetch(g, slot, l, next, &f));
+    dt_block_acts a = set_of(g, f, slot, l, &x);
+    dt_status st = rebuild(g, f, slot, l, x, B, T, &a);
     if (uses_shared(g, l))
         shared_holds(g, slot, l, false);
     dt_rope_cache rope = rope_of(g);
-    return dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
-                             &g->scratch, wg, dres);
+    if (st == DT_OK)
+        st = dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                               &g->scratch, wg, dres);
+    if (f)
+        dt_gpt_frame_done(f);
+    return st;
 }
 
 /* The W pass comes after other blocks reused the shared set: rebuild again. */
-dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B, int T,
-                               dt_block_wgrad *wg) {
-    dt_block_acts a = view(g, slot, l);
-    DT_TRY(rebuild(g, slot, l, x, B, T, &a));
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float *x, int B,
+                               int T, dt_block_wgrad *wg) {
+    dt_gpt_frame *f;
+    DT_TRY(fetch(g, slot, l, next, &f));
+    dt_block_acts a = set_of(g, f, slot, l, &x);
+    dt_status st = rebuild(g, f, slot, l, x, B, T, &a);
     if (uses_shared(g, l))
         shared_holds(g, slot, l, false);
-    return dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], x, B, T, &a,
-                                    &g->scratch, wg);
+    if (st == DT_OK)
+        st = dt_block_weight_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], x, B, T, &a,
+                                      &g->scratch, wg);
+    if (f)
+        dt_gpt_frame_done(f);
+    return st;
 }

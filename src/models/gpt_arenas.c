@@ -8,14 +8,17 @@
 #include "nn/lm_head.h"
 
 /* Residual positions a slot keeps: each held block's input and output, the embedding's
- * output, the final norm's input. */
+ * output, the final norm's input; under act_offload not those between two held blocks, which
+ * the blocks' frames keep. */
 static void plan_positions(dt_gpt *g) {
     int L = g->cfg.n_layer;
     for (int l = 0; l <= L; l++)
         g->pos_index[l] = -1;
     for (int l = 0; l < L; l++)
-        if (dt_gpt_holds_block(g, l))
-            g->pos_index[l] = g->pos_index[l + 1] = 0;
+        if (dt_gpt_holds_block(g, l)) {
+            g->pos_index[l] = dt_gpt_offload_interior(g, l) ? -1 : 0;
+            g->pos_index[l + 1] = dt_gpt_offload_interior(g, l + 1) ? -1 : 0;
+        }
     if (g->unit_local[0] >= 0)
         g->pos_index[0] = 0;
     if (dt_gpt_holds_final(g))
@@ -31,6 +34,11 @@ static void carve_acts(dt_gpt *g, dt_carver *cv) {
     size_t C = g->dims.C, S = (size_t)g->n_slots, f4 = sizeof(float);
     bool lp = g->ctx.mm_type != DT_F32;
     g->res = dt_gpt_carve(cv, S * g->n_pos * r.Nr * C * f4);
+    bool interior = false;
+    for (int l = 1; l < g->cfg.n_layer; l++)
+        interior |= dt_gpt_offload_interior(g, l);
+    for (int i = 0; i < 2; i++) /* the transient positions, by parity */
+        g->res_pass[i] = interior ? dt_gpt_carve(cv, r.Nr * C * f4) : NULL;
     dt_gpt_carve_block_acts(g, cv);
     if (!dt_gpt_holds_final(g))
         return;

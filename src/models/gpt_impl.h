@@ -4,6 +4,7 @@
 #ifndef DT_MODELS_GPT_IMPL_H
 #define DT_MODELS_GPT_IMPL_H
 
+#include "io/spill.h"
 #include "models/gpt.h"
 #include "nn/block.h"
 #include "nn/lm_head.h"
@@ -35,6 +36,23 @@ typedef struct dt_gpt_q8 {
 typedef struct dt_gpt_q8_acts {
     dt_gpt_q8 qkv, att, x2, h, u; /* shapes as in dt_block_acts */
 } dt_gpt_q8_acts;
+
+/* act_offload = disk (gpt_offload.c): one of the two frames a block's saved set passes
+ * through on its way to and from the disk. A frame is one contiguous piece of the
+ * activations arena: the fields any held block keeps, their int8 payloads (act_compress) and
+ * a copy of the block's input; one record of the spill file holds one (slot, block)'s frame. */
+typedef struct dt_gpt_frame {
+    dt_block_acts acts;
+    dt_gpt_q8_acts q8;
+    float *x; /* [Nr, C] the block's input */
+    char *base;
+    size_t bytes;
+    int slot, block; /* whose set it holds (written from it or read into it); -1: nobody's */
+    int64_t ticket;  /* its last spill request, -1: none */
+    bool pinned;     /* a block is at work on it */
+} dt_gpt_frame;
+
+enum { DT_GPT_FRAMES = 2 };
 
 struct dt_gpt {
     dt_model_config cfg;
@@ -103,6 +121,14 @@ struct dt_gpt {
     int shared_slot, shared_block; /* whose complete set the shared buffers hold; -1: none */
     float *ac_out;          /* [Nr, C] a rerun forward's output (discarded) */
     dt_gpt_q8_acts *q8;     /* [slot][L] with act_compress, else NULL */
+    /* act_offload = disk: the saved sets and block inputs live in a spill file (a record per
+     * slot and held block) and pass through two frames; the residual positions between two
+     * held blocks are then transient (res_pass, by the parity of the position) */
+    bool offload;
+    dt_gpt_frame frames[DT_GPT_FRAMES];
+    int next_frame;
+    dt_spill *spill;
+    float *res_pass[2];
     void *act_arena;
     /* transients, and the backward's */
     dt_block_scratch scratch;
@@ -158,10 +184,34 @@ bool dt_gpt_acts16(const dt_gpt *g);
  * backward's weight pass. Same contracts as dt_block_forward/backward/weight_backward. */
 dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
                                float *out);
-dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, const float *x, int B, int T,
-                                dt_block_wgrad *wg, float *dres);
-dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, const float *x, int B, int T,
-                               dt_block_wgrad *wg);
+/* `next`: the block whose backward (weight pass) this rank runs right after, whose saved set
+ * act_offload fetches ahead; -1: none. */
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const float *x, int B,
+                                int T, dt_block_wgrad *wg, float *dres);
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float *x, int B,
+                               int T, dt_block_wgrad *wg);
+
+/* act_offload = disk (gpt_offload.c). Is residual position l (1..L-1) between two held
+ * blocks, so transient? */
+bool dt_gpt_offload_interior(const dt_gpt *g, int l);
+/* The frames, carved (with base NULL: measured) by the fields of `fields`, int8 payloads
+ * by `q8_fields` (dt_gpt_carve_fields' and dt_gpt_carve_q8's bit sets). */
+void dt_gpt_carve_frames(dt_gpt *g, dt_carver *cv, unsigned fields, unsigned q8_fields);
+/* Opens the spill file: a record per slot and held block. */
+dt_status dt_gpt_offload_open(dt_gpt *g, const char *dir, const char *tag);
+void dt_gpt_offload_close(dt_gpt *g);
+/* A frame for (slot, l)'s forward, pinned; dt_gpt_frame_put writes it out and unpins it. */
+dt_status dt_gpt_frame_for_forward(dt_gpt *g, int slot, int l, dt_gpt_frame **out);
+dt_status dt_gpt_frame_put(dt_gpt *g, dt_gpt_frame *f, int slot, int l);
+/* The frame holding (slot, l)'s set for its backward or weight pass, read when no frame
+ * holds it, pinned; dt_gpt_frame_done unpins it. dt_gpt_frame_ahead asks for a set that is
+ * about to be fetched (no wait). */
+dt_status dt_gpt_frame_fetch(dt_gpt *g, int slot, int l, dt_gpt_frame **out);
+void dt_gpt_frame_done(dt_gpt_frame *f);
+dt_status dt_gpt_frame_ahead(dt_gpt *g, int slot, int l);
+/* Carving the pieces of a block's saved set (gpt_ac.c), for the slots and the frames. */
+void dt_gpt_carve_fields(dt_gpt *g, dt_carver *cv, unsigned fields, dt_block_acts *a);
+void dt_gpt_carve_q8(dt_gpt *g, dt_carver *cv, unsigned fields, dt_gpt_q8_acts *q);
 
 /* The full (single-process) table in HuggingFace order, then this rank's local table: the
  * units in `held` (NULL: all), each tensor its tp shard (gpt_tables.c). */

@@ -58,6 +58,11 @@ typedef struct dt_model_opts {
     dt_ac_mode ac;
     int ac_every;
     dt_act_compress act_compress;
+    /* act_offload = disk: the saved tensors and block inputs go to a file under
+     * act_offload_dir (borrowed for init), named by act_offload_tag ("r3"), and come back
+     * ahead of the backward; gradients stay bit-identical to keeping them in memory */
+    dt_offload act_offload;
+    const char *act_offload_dir, *act_offload_tag;
 } dt_model_opts;
 
 typedef enum dt_model_phase {

@@ -189,6 +189,8 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
                          .ac = l->ac,
                          .ac_every = l->ac_every,
                          .act_compress = p->act_compress,
+                         .act_offload = p->act_offload,
+                         .act_offload_dir = p->act_offload_dir,
                          .offload = p->offload,
                          .offload_dir = p->offload_dir,
                          .offload_window_mb = p->offload_window_mb,

@@ -348,6 +348,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
         e->pers[i].wunit = e->pers[i].gunit = -1;
     e->mm = dt_precision_mm_type(o->precision);
     e->lp = e->mm != DT_F32;
+    char act_tag[32];
+    snprintf(act_tag, sizeof act_tag, "r%d", o->world_rank);
     dt_model_opts go = {.B = o->B,
                         .T = o->T,
                         .precision = o->precision,
@@ -365,7 +367,10 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                         .split_backward = o->split_backward,
                         .ac = o->ac,
                         .ac_every = o->ac_every,
-                        .act_compress = o->act_compress};
+                        .act_compress = o->act_compress,
+                        .act_offload = o->act_offload,
+                        .act_offload_dir = o->act_offload_dir,
+                        .act_offload_tag = act_tag};
     DT_TRY_GOTO((o->create ? o->create : dt_model_create)(mc, &go, mem, &e->model));
     e->n_units = dt_model_n_units(e->model);
     e->n_total = dt_model_numel(e->model);

@@ -52,6 +52,8 @@ typedef struct dt_engine_opts {
     dt_ac_mode ac;       /* activation checkpointing and storage, see dt_model_opts */
     int ac_every;
     dt_act_compress act_compress;
+    dt_offload act_offload; /* the activations' file (dt_model_opts), named by world_rank */
+    const char *act_offload_dir;
 
     /* plugin.offload=disk: this rank's AdamW moments (the whole arena under ZeRO 0, its shard
      * under 1-3) live in a file under offload_dir, streamed through a window of

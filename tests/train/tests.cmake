@@ -183,3 +183,11 @@ set_tests_properties(train/megatron_data PROPERTIES LABELS "train;mpi" TIMEOUT 6
 add_test(NAME train/blend
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/blend.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/blend PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# Activations on disk: bit-identical to keeping them in memory in every layout, smaller peak,
+# bad folders refused on every rank.
+foreach(arch gpt2 llama)
+  add_test(NAME train/act_offload_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/act_offload.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/act_offload_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()
