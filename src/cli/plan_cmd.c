@@ -436,6 +436,8 @@ static void layout_text(const cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " int8");
     if (p->offload)
         k += (size_t)snprintf(buf + k, n - k, " offload");
+    if (p->act_offload)
+        k += (size_t)snprintf(buf + k, n - k, " act-disk");
     snprintf(buf + k, n - k, " %s", dt_precision_name(p->precision));
 }
 
@@ -572,7 +574,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
      * datasheet or measured matmul peak for the run's precision over the predicted step */
     double peak = c->plugin.precision == DT_PREC_FP32 ? dev->flops_fp32 : dev->flops_16;
     double mfu = t.step_s > 0 && peak > 0 ? dt_plan_step_flops(c) / (t.step_s * world * peak) : 0;
-    char extra[700];
+    char extra[900];
     int k = snprintf(extra, sizeof extra,
                      ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
@@ -581,6 +583,12 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                      rank, m.n_slots, m.n_inbox, (long long)m.n_local, 1e3 * t.compute_s,
                      1e3 * t.comm_s, t.bubble, dt_plan_step_flops(c) / 1e9, mfu,
                      m.block_bytes_per_token_hidden);
+    if (m.act_disk_file > 0)
+        k += snprintf(extra + k, sizeof extra - (size_t)k,
+                      ", \"act_disk_record_bytes\": %lld, \"act_disk_file_bytes\": %lld, "
+                      "\"disk_write_mb_s\": %.1f, \"disk_read_mb_s\": %.1f",
+                      (long long)m.act_disk_record, (long long)m.act_disk_file,
+                      dev->disk_write / 1e6, dev->disk_read / 1e6);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k,

@@ -3,14 +3,16 @@
  * The presets are the vendors' published figures (NVIDIA A100 and H100 datasheets): memory,
  * dense matrix throughput without sparsity (bf16/fp16 tensor cores; fp32 without TF32), NVLink
  * bandwidth per direction (half the quoted bidirectional figure), and HBM bandwidth. The disk
- * the optimizer state is offloaded to is assumed to be one NVMe drive at 2 GB/s per rank. They
+ * offloaded state (optimizer moments, activations) goes to is assumed to be one NVMe drive at
+ * 2 GB/s each way per rank. They
  * describe what a layout would cost on such a device; dtrain itself runs on CPUs.
  *
  * `this` is measured here and now: the matmul peak the trainer reports MFU against
  * (kernels/gemm_peak.h, fp32 and bf16), and a memory-copy probe. Ranks on one machine talk
  * through shared memory, where Open MPI copies a message twice (into a shared segment and
  * out), so a rank's collective bandwidth is taken as half the copy rate; the latency (5 us)
- * and the offload disk's rate (1 GB/s) are defaults, not measured. No MPI is started: `dtrain plan` is one process.
+ * is a default; the offload disk's rates are measured by plan_probe.c where the config offloads
+ * to disk, 1 GB/s otherwise. No MPI is started: `dtrain plan` is one process.
  */
 #include "cli/plan_device.h"
 
@@ -56,7 +58,8 @@ static const preset PRESETS[] = {
       .bandwidth = 300e9,
       .latency = 10e-6,
       .mem_bandwidth = 2039e9,
-      .disk_bandwidth = 2e9,
+      .disk_write = 2e9,
+      .disk_read = 2e9,
       .attn_16 = {ATTN_EFFICIENCY * 312e12, ATTN_EFFICIENCY * 312e12},
       .gemm_efficiency = GEMM_EFFICIENCY,
       .gemm_half = GEMM_HALF,
@@ -73,7 +76,8 @@ static const preset PRESETS[] = {
       .bandwidth = 450e9,
       .latency = 10e-6,
       .mem_bandwidth = 3350e9,
-      .disk_bandwidth = 2e9,
+      .disk_write = 2e9,
+      .disk_read = 2e9,
       .attn_16 = {ATTN_EFFICIENCY * 989e12, ATTN_EFFICIENCY * 989e12},
       .gemm_efficiency = GEMM_EFFICIENCY,
       .gemm_half = GEMM_HALF,
@@ -121,7 +125,7 @@ static dt_status measure_this(int world, dt_plan_device *d, int64_t *mem) {
     d->mem_bandwidth = copy;
     d->bandwidth = copy / 2;
     d->latency = 5e-6;
-    d->disk_bandwidth = 1e9;
+    d->disk_write = d->disk_read = 1e9; /* measured by the probe where the config offloads */
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     *mem = pages > 0 && page > 0 ? (int64_t)pages * page / world : 0;
     return DT_OK;

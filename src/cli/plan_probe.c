@@ -7,10 +7,14 @@
  */
 #include "cli/plan_probe.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
+#include "io/scratch_file.h"
 #include "kernels/act.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -179,8 +183,56 @@ static double gemm_rate(void *ctx, int lp, double m, double n, double k) {
     return key.flops;
 }
 
+/* The offload folder's sustained rates: DISK_PROBE bytes written in 8 MiB records as the
+ * spill thread writes them, then fdatasync (so the disk's rate counts, not the page cache's);
+ * read back after the pages are dropped from the cache. In the folder of plugin.act_offload
+ * (else plugin.offload), and only when the config offloads to disk: a plan never makes a
+ * folder the user did not ask for. */
+enum { DISK_PROBE = 64 << 20, DISK_RECORD = 8 << 20 };
+
+static dt_status probe_disk(const dt_config *c, dt_plan_device *d) {
+    const dt_plugin_config *p = &c->plugin;
+    bool acts = p->act_offload == DT_OFFLOAD_DISK;
+    if (!acts && p->offload != DT_OFFLOAD_DISK)
+        return DT_OK;
+    dt_scratch_spec spec = {.dir = acts ? p->act_offload_dir : p->offload_dir,
+                            .key = acts ? "plugin.act_offload_dir" : "plugin.offload_dir",
+                            .name = "dtrain-probe", .what = "the disk probe",
+                            .bytes = DISK_PROBE};
+    char path[4200];
+    int fd;
+    DT_TRY(dt_scratch_open(&spec, &fd, path, sizeof path));
+    char *buf = malloc(DISK_RECORD);
+    int code = buf ? 0 : ENOMEM;
+    int64_t at = 0;
+    if (buf)
+        memset(buf, 0x5a, DISK_RECORD);
+    double t0 = dt_now();
+    for (int64_t o = 0; code == 0 && o < DISK_PROBE; o += DISK_RECORD)
+        code = dt_scratch_transfer(fd, buf, DISK_RECORD, o, true, &at);
+    if (code == 0 && fdatasync(fd) != 0)
+        code = errno;
+    double t1 = dt_now();
+    if (code == 0)
+        posix_fadvise(fd, 0, DISK_PROBE, POSIX_FADV_DONTNEED);
+    double t2 = dt_now();
+    for (int64_t o = 0; code == 0 && o < DISK_PROBE; o += DISK_RECORD)
+        code = dt_scratch_transfer(fd, buf, DISK_RECORD, o, false, &at);
+    double t3 = dt_now();
+    close(fd);
+    free(buf);
+    if (code != 0)
+        return dt_err_set(DT_ERR_IO, "plan: device this: probing the disk under %s failed at "
+                          "byte %lld: %s", spec.dir, (long long)at,
+                          dt_scratch_failure(code, true));
+    d->disk_write = DISK_PROBE / (t1 - t0 > 1e-9 ? t1 - t0 : 1e-9);
+    d->disk_read = DISK_PROBE / (t3 - t2 > 1e-9 ? t3 - t2 : 1e-9);
+    return DT_OK;
+}
+
 dt_status dt_plan_probe_this(const dt_config *c, dt_plan_device *d, dt_plan_probe **out) {
     *out = NULL;
+    DT_TRY(probe_disk(c, d));
     DT_TRY(probe_attention(c, false, &d->attn_fp32));
     DT_TRY(probe_attention(c, true, &d->attn_16));
     DT_TRY(probe_norm(c, &d->norm));

@@ -172,6 +172,21 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
  * weight pass too), 4 bytes read and 2 written a float (models/gpt.c). */
 static double unit_cast(const work *w) { return w->lp ? 6 * w->block_floats / w->mem_bw : 0; }
 
+/* plugin.act_offload = disk (models/gpt_offload.c): the forward copies the block's input into
+ * its frame (4 bytes read, 4 written) and the I/O thread writes the record while the next
+ * block computes; the backward's read (a split backward's W pass reads again) is asked for
+ * while the block before it computes. What a pass's compute does not hide is exposed. */
+static double act_disk_copy(const work *w) {
+    return w->act_disk > 0 ? 8 * w->Nr * w->C / w->mem_bw : 0;
+}
+
+static double act_disk_exposed(const work *w, bool write, double hidden_by) {
+    if (!(w->act_disk > 0))
+        return 0;
+    double io = w->act_disk / (write ? w->d->disk_write : w->d->disk_read);
+    return io > hidden_by ? io - hidden_by : 0;
+}
+
 static block_cost cost_block(const work *w, int l, bool split) {
     linear_s mm = block_linears(w);
     pointwise_s pw = block_pointwise(w);
@@ -182,7 +197,8 @@ static block_cost cost_block(const work *w, int l, bool split) {
     double restore = q8;
     double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + block_comm(w, false) +
                  unit_cast(w);
-    block_cost k = {.f = fwd + q8};
+    block_cost k = {.f = fwd + q8 + act_disk_copy(w)};
+    k.f += act_disk_exposed(w, true, k.f);
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
     double b_in = mm.dx + at_b + dt_plan_cost_ring(w, true, at_b) + pw.bwd + block_comm(w, true) +
@@ -190,10 +206,12 @@ static block_cost cost_block(const work *w, int l, bool split) {
     k.rerun = rebuild;
     if (split) {
         k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w) + unit_cast(w);
+        k.wgt += act_disk_exposed(w, false, k.wgt);
         k.b = b_in;
     } else {
         k.b = b_in + mm.dw + lp_rebuild(w);
     }
+    k.b += act_disk_exposed(w, false, k.b);
     return k;
 }
 
@@ -307,17 +325,23 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
 
 /* ---- data parallelism and the optimizer ------------------------------------------------- */
 
+/* Seconds to read and write back n bytes of an offload file. */
+static double disk_round_trip(const work *w, double n) {
+    return n / w->d->disk_read + n / w->d->disk_write;
+}
+
 /* The optimizer step over `floats`, whose memory passes take update_s: under plugin.offload =
- * disk m and v are read from and written back to the file every step (16 bytes a float)
- * through the window's two chunk slots, the I/O of one chunk beside the update of the next
- * (optim/offload.c), so the step is the slower of the two plus one chunk's read and write. */
+ * disk m and v are read from and written back to the file every step (8 bytes a float each
+ * way) through the window's two chunk slots, the I/O of one chunk beside the update of the
+ * next (optim/offload.c), so the step is the slower of the two plus one chunk's read and
+ * write. */
 static double offload_disk_time(const work *w, double floats, double update_s) {
     if (w->c->plugin.offload != DT_OFFLOAD_DISK)
         return update_s;
     double chunk = (double)dt_plan_offload_chunk((int64_t)floats, w->c->plugin.offload_window_mb);
     chunk = chunk < floats ? chunk : floats;
-    double io = 16 * floats / w->d->disk_bandwidth;
-    return (io > update_s ? io : update_s) + 16 * chunk / w->d->disk_bandwidth;
+    double io = disk_round_trip(w, 8 * floats);
+    return (io > update_s ? io : update_s) + disk_round_trip(w, 8 * chunk);
 }
 
 /* The gradient group's traffic of a step: reductions (hideable behind the backward), the
@@ -458,10 +482,13 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
     w->bw_cp = group_bandwidth(d, l->tp * l->sp * l->cp);
     w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
     w->ring_block = w->N * (w->W - w->A) / w->sp * 4;
+    if (p->act_offload == DT_OFFLOAD_DISK && !w->dit)
+        w->act_disk = (double)dt_plan_act_disk_record(c, l);
     w->bw_pp = group_bandwidth(d, l->world);
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
-        (p->offload == DT_OFFLOAD_DISK && !(d->disk_bandwidth > 0)))
+        ((p->offload == DT_OFFLOAD_DISK || p->act_offload == DT_OFFLOAD_DISK) &&
+         !(d->disk_write > 0 && d->disk_read > 0)))
         return dt_err_set(DT_ERR_ARG, "time model: the device's rates must be positive");
     return DT_OK;
 }

@@ -53,7 +53,9 @@ typedef struct dt_plan_device {
     double bandwidth;            /* bytes/s one rank moves in a collective or a message */
     double latency;              /* seconds per collective call or message */
     double mem_bandwidth;        /* bytes/s of memory (the optimizer step streams its state) */
-    double disk_bandwidth;       /* bytes/s to the offload files (plugin.offload = disk) */
+    /* bytes/s written to and read from the offload files (plugin.offload and act_offload =
+     * disk): the disk's sustained rates, not its page cache's */
+    double disk_write, disk_read;
     dt_plan_rate2 attn_fp32, attn_16; /* attention core FLOP/s (fwd counts 2 T hs a token and
                                        * head, bwd twice that); 0: the matmul rate */
     dt_plan_rate2 norm, act;     /* elements/s: a norm over [tokens, C]; the MLP activation

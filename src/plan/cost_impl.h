@@ -32,6 +32,7 @@ typedef struct dt_plan_work {
     int cp;            /* the ring of context parallelism */
     bool zigzag;       /* its balanced split (contiguous: the last rank does the most) */
     double ring_block; /* bytes of one key/value block a ring rank passes on */
+    double act_disk;   /* plugin.act_offload = disk: bytes of a block's record; 0: off */
 } dt_plan_work;
 
 /* Ring attention's exposed seconds (plan/cost.c) around attention of `at` seconds: forward,

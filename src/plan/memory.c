@@ -49,6 +49,7 @@ typedef struct shape {
     bool held[DT_MAX_CHUNKS + 2];
     bool acts16; /* bf16 without int8 storage: qkv and att kept in bf16 (models/gpt_ac.c) */
     bool bf16;   /* bf16 mode: the MLP's h, u kept in bf16 (nn/block.h) */
+    bool act_disk; /* plugin.act_offload = disk */
 } shape;
 
 static int ffn_width(const dt_model_config *m) {
@@ -221,16 +222,45 @@ static int64_t ac_shared_bytes(const shape *s) {
     return fields_bytes(s, f) + (full ? pad64(s->Nr * s->C * F4) : 0);
 }
 
+/* plugin.act_offload = disk (models/gpt_offload.c): is residual position p between two held
+ * blocks, so passed on at once instead of kept (the next block's frame keeps a copy)? */
+static bool act_disk_interior(const shape *s, int p) {
+    return s->act_disk && p > 0 && p < s->L && holds_block(s, p - 1) && holds_block(s, p);
+}
+
 /* Residual positions a slot keeps: each held block's input and output, the embedding's
- * output and the final norm's input (distinct positions of 0..L). */
+ * output and the final norm's input (distinct positions of 0..L); under act_offload not
+ * those between two held blocks. */
 static int residual_positions(const shape *s) {
     int n = 0;
     for (int p = 0; p <= s->L; p++) {
         bool keep = (p < s->L && holds_block(s, p)) || (p > 0 && holds_block(s, p - 1)) ||
                     (p == 0 && s->held[0]) || (p == s->L && holds_final(s));
-        n += keep;
+        n += keep && !act_disk_interior(s, p);
     }
     return n;
+}
+
+/* plugin.act_offload = disk: the two frames every (slot, block)'s saved set passes through
+ * to and from its record in the spill file, each the block's input, the fields any held block
+ * keeps in fp32 and, under int8, the payloads any keeps; and the two buffers the passed-on
+ * positions alternate in. Also the bytes of one record (a frame). */
+static int64_t act_disk_frame_bytes(const shape *s) {
+    unsigned fields = 0, kept = 0;
+    for (int l = 0; l < s->L; l++)
+        if (holds_block(s, l)) {
+            kept |= ac_kept_fields(s, l);
+            fields |= ac_kept_fields(s, l) & (int8_on(s) ? ~(unsigned)A_RESTORED : A_ALL);
+        }
+    return pad64(s->Nr * s->C * F4) + fields_bytes(s, fields) +
+           (int8_on(s) ? act_compress_int8_payload(s, kept) : 0);
+}
+
+static int64_t act_disk_bytes(const shape *s) {
+    bool interior = false;
+    for (int p = 1; p < s->L; p++)
+        interior |= act_disk_interior(s, p);
+    return 2 * act_disk_frame_bytes(s) + (interior ? 2 * pad64(s->Nr * s->C * F4) : 0);
 }
 
 static int64_t acts_arena(const shape *s, int n_slots, bool split) {
@@ -238,13 +268,17 @@ static int64_t acts_arena(const shape *s, int n_slots, bool split) {
     if (s->lp) /* the 16-bit copies of matmul inputs, rebuilt in backward: shared by all
                 * blocks, one for the norm outputs and one for att and the MLP activation */
         b += pad64(s->Nt * s->C * H2) + pad64(s->Nt * max64(s->A, s->F) * H2);
+    bool any_block = false;
     for (int l = 0; l < s->L; l++) {
         if (!holds_block(s, l))
             continue;
-        b += S * block_slot_bytes(s, l);
+        any_block = true;
+        b += s->act_disk ? 0 : S * block_slot_bytes(s, l);
         if (split)
             b += S * block_wgrad_bytes(s);
     }
+    if (s->act_disk && any_block)
+        b += act_disk_bytes(s);
     b += ac_shared_bytes(s);
     if (holds_final(s))
         b += 2 * pad64(S * s->Nr * F4) + pad64(s->Nr * s->C * F4) +
@@ -365,6 +399,7 @@ static void fill_shape(const dt_config *c, const dt_layout *l, shape *s) {
                  .N = l->tokens_mb,
                  .Nt = l->tokens_sp,
                  .Nr = l->tokens_rows,
+                 .act_disk = p->act_offload == DT_OFFLOAD_DISK,
                  .acts16 = l->precision == DT_PREC_BF16 &&
                            p->act_compress == DT_ACT_COMPRESS_NONE && l->cp == 1};
     s->NH = m->n_head / s->tp;
@@ -532,6 +567,13 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
                 out->block_bytes_per_token_hidden = (double)kept / ((double)s.N * s.C);
                 break;
             }
+        if (s.act_disk && widest_block > 0) {
+            int held = 0;
+            for (int l = 0; l < s.L; l++)
+                held += holds_block(&s, l);
+            out->act_disk_record = act_disk_frame_bytes(&s);
+            out->act_disk_file = (int64_t)n_slots * held * out->act_disk_record;
+        }
     }
     int64_t event = state_event_bytes(&s, out->n_full, out->n_local, out->own_count, o->at_export);
     out->cat[DT_MEM_TEMP] = out->temp_arena + event;
@@ -540,6 +582,12 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
         out->total += out->cat[k];
     return DT_OK;
+}
+
+int64_t dt_plan_act_disk_record(const dt_config *c, const dt_layout *l) {
+    shape s;
+    fill_shape(c, l, &s);
+    return act_disk_frame_bytes(&s);
 }
 
 double dt_plan_param_count(const dt_model_config *m) {

@@ -48,6 +48,10 @@ typedef struct dt_plan_mem {
      * micro-batch, per hidden unit: Korthikanti et al. 2022's per-layer measure (34 + 5 a s / h
      * for a 16-bit layer without recomputation, 2 with full). 0: no block held, or a DiT. */
     double block_bytes_per_token_hidden;
+    /* plugin.act_offload = disk: bytes of one (micro-batch, block) record, which the forward
+     * writes and the backward reads (a split backward's weight pass reads it again), and of
+     * this rank's file (a record per slot and held block); 0 otherwise */
+    int64_t act_disk_record, act_disk_file;
 } dt_plan_mem;
 
 /* Predict rank `rank` of a `world`-rank run of c. DT_ERR_ARG naming the key when the layout
@@ -55,6 +59,11 @@ typedef struct dt_plan_mem {
  * MLP width over tp and sp) are the caller's to check (dt_gpt_check_split). */
 dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,
                          dt_plan_mem *out);
+
+/* plugin.act_offload = disk, GPT-2 and Llama: bytes of one (micro-batch, block) record on
+ * the layout's rank (dt_plan_mem.act_disk_record), for the time model. */
+struct dt_layout;
+int64_t dt_plan_act_disk_record(const dt_config *c, const struct dt_layout *l);
 
 /* The model's parameter count from its config alone (no allocation, O(1) in n_layer; the
  * arena's 16-float padding left out): for a size check before anything is built. */

@@ -10,6 +10,7 @@
 # plugin.ac none/full/selective (and ac_every 2) x fp32/bf16/fp16, act_compress=int8 alone and
 # with selective and full checkpointing, offload=disk under ZeRO 0, 2 and 3 with a window small
 # enough that the chunk formula decides, over tp, Megatron-SP, Ulysses and every schedule.
+# Activations on disk (act_offload) under checkpointing, int8, tp, Ulysses, the ring and pipelines.
 # The worst ratio of all cases is printed last.
 #   mem_predict.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
@@ -115,6 +116,17 @@ case_ llama_cp4_contiguous_bf16 llama 4 "${ring[@]}" --plugin.cp_size=4 --plugin
 case_ llama_cp2_sp2_zero2 llama 4 "${ring[@]}" --plugin.sp_size=2 --plugin.zero_stage=2
 case_ gpt2_cp2_tp2_selective_bf16 gpt2 4 "${ring[@]}" --plugin.tp_size=2 $(ac selective) $bf16
 case_ llama_cp2_pp2_zbh1_full gpt2 4 "${ring[@]}" $(pp zbh1 4) $(ac full)
+# activations on disk: two frames and the passed-on positions instead of every saved set,
+# with checkpointing, int8, micro-batches, tp, Ulysses, the ring and pipelines
+disk=(--plugin.act_offload=disk --plugin.act_offload_dir=acts)
+case_ gpt2_act_disk gpt2 1 "${disk[@]}"
+case_ llama_act_disk_bf16_micro llama 1 "${disk[@]}" $bf16 --train.micro_batch_size=2
+case_ gpt2_act_disk_selective_int8 gpt2 1 "${disk[@]}" $(ac selective 2) $int8
+case_ llama_act_disk_full_tp2 llama 2 "${disk[@]}" $(ac full) --plugin.tp_size=2
+case_ gpt2_act_disk_pp2_zbh1 gpt2 2 "${disk[@]}" $(pp zbh1 4) --model.n_layer=6
+case_ llama_act_disk_pp2_interleaved_sp2 llama 4 "${disk[@]}" $(pp interleaved 2) \
+    --plugin.pp_chunks=2 --plugin.sp_size=2 --model.n_layer=8
+case_ gpt2_act_disk_cp2_bf16 gpt2 2 "${disk[@]}" "${ring[@]}" $bf16
 awk '{ d = $4 - 1; d = d < 0 ? -d : d; if (d >= w) { w = d; l = $0 } }
      /every category exact/ { e++ }
      END { printf "worst of all %d cases: %s\n%d of them exact to the byte on every rank\n", NR, l, e }' \
