@@ -110,6 +110,8 @@ void dt_gpt_zero_grad(dt_gpt *g);
  * to zeroing the storage first, except that an exact zero may keep its sign. Gradients
  * nothing writes (the arena's padding) keep their bytes, zero since allocation. */
 void dt_gpt_fresh_grads(dt_gpt *g, int unit);
+/* act_offload = disk: what the activation file moved so far (false: no file) */
+bool dt_gpt_act_disk_stats(const dt_gpt *g, dt_model_disk_stats *out);
 /* After forwards that no backward follows (evaluation): every slot's saved activations are
  * no longer needed (only the accountant's in-use bytes change). */
 void dt_gpt_drop_saved(dt_gpt *g);

@@ -48,6 +48,9 @@ static void init_weights(void *s, uint64_t seed) { dt_gpt_init_weights(s, seed);
 static void sync_lp(void *s) { dt_gpt_sync_lp(s); }
 static void zero_grad(void *s) { dt_gpt_zero_grad(s); }
 static void fresh_grads(void *s, int unit) { dt_gpt_fresh_grads(s, unit); }
+static bool act_disk_stats(const void *s, dt_model_disk_stats *out) {
+    return dt_gpt_act_disk_stats(s, out);
+}
 
 static dt_status forward_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
     return dt_gpt_forward_units(s, slot, u0, u1, b->input, b->B, b->T);
@@ -156,6 +159,7 @@ static const dt_model_ops gpt_ops = {
     .sync_lp = sync_lp,
     .zero_grad = zero_grad,
     .fresh_grads = fresh_grads,
+    .act_disk_stats = act_disk_stats,
     .forward_units = forward_units,
     .loss_slot = loss_slot,
     .backward_units = backward_units,

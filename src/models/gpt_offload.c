@@ -69,6 +69,15 @@ void dt_gpt_offload_close(dt_gpt *g) {
     g->spill = NULL;
 }
 
+bool dt_gpt_act_disk_stats(const dt_gpt *g, dt_model_disk_stats *out) {
+    if (!g->spill)
+        return false;
+    dt_spill_stats s = dt_spill_stats_of(g->spill);
+    *out = (dt_model_disk_stats){.written = s.bytes_written, .read = s.bytes_read,
+                                 .busy_s = s.busy_s, .wait_s = s.wait_s};
+    return true;
+}
+
 static dt_gpt_frame *holding(dt_gpt *g, int slot, int l) {
     for (int i = 0; i < DT_GPT_FRAMES; i++)
         if (g->frames[i].slot == slot && g->frames[i].block == l)

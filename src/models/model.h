@@ -111,6 +111,13 @@ typedef struct dt_model_size {
 } dt_model_size;
 enum { DT_MODEL_MAX_SIZES = 16 };
 
+/* Bytes a model moved to and from its activation file (plugin.act_offload = disk), the time
+ * its I/O thread spent in them, and the part the computation waited for (the exposed I/O). */
+typedef struct dt_model_disk_stats {
+    int64_t written, read;
+    double busy_s, wait_s;
+} dt_model_disk_stats;
+
 typedef struct dt_model_ops {
     void (*free)(void *self);
     const dt_model_config *(*config)(const void *self);
@@ -198,6 +205,9 @@ typedef struct dt_model_ops {
      * holds nothing of this step: the next write of each of its gradients overwrites it, as
      * if it had been zeroed (an exact zero may keep its sign); the storage is not touched */
     void (*fresh_grads)(void *self, int unit);
+    /* (optional: activations never leave memory) what the activation file has moved since the
+     * model was built; false when the model keeps its activations in memory */
+    bool (*act_disk_stats)(const void *self, dt_model_disk_stats *out);
 } dt_model_ops;
 
 typedef struct dt_model {
@@ -287,6 +297,9 @@ static inline void dt_model_sync_lp(dt_model *m) { m->ops->sync_lp(m->self); }
 static inline void dt_model_zero_grad(dt_model *m) { m->ops->zero_grad(m->self); }
 /* Whether the model overwrites the unit's gradients (-1: all) on their next write; false: it
  * has no fresh_grads and the caller must zero their storage itself. */
+static inline bool dt_model_act_disk_stats(const dt_model *m, dt_model_disk_stats *out) {
+    return m->ops->act_disk_stats && m->ops->act_disk_stats(m->self, out);
+}
 static inline bool dt_model_fresh_grads(dt_model *m, int unit) {
     if (!m->ops->fresh_grads)
         return false;

@@ -31,6 +31,7 @@ typedef struct trainer {
     double peak_flops;
     dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
     int64_t ckpt_seen;   /* the newest completed checkpoint already pruned for and logged */
+    dt_model_disk_stats disk; /* the activation file's counts at the last report */
 } trainer;
 
 static bool is_root(const trainer *t) { return t->world->rank == 0; }
@@ -227,6 +228,14 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
                 (double)r->loss_scale, (int)r->skipped, (long long)r->skipped_steps);
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+    dt_model_disk_stats d;
+    if (dt_model_act_disk_stats(t->model, &d)) { /* since the last report: this step's */
+        fprintf(t->metrics, ", \"act_disk_written\": %lld, \"act_disk_read\": %lld, "
+                "\"act_disk_busy_ms\": %.3f, \"act_disk_wait_ms\": %.3f",
+                (long long)(d.written - t->disk.written), (long long)(d.read - t->disk.read),
+                1e3 * (d.busy_s - t->disk.busy_s), 1e3 * (d.wait_s - t->disk.wait_s));
+        t->disk = d;
+    }
     fputs("}\n", t->metrics);
     /* a full disk shows here (stdio reports a failed write at the flush at the latest) */
     if (fflush(t->metrics) != 0 || ferror(t->metrics))
