@@ -480,13 +480,15 @@ static void print_one(const cand *x, int rank, const char *extra) {
         "\"plugin.zero_stage\": %d, \"plugin.ac\": \"%s\", \"plugin.ac_every\": %d, "
         "\"plugin.precision\": \"%s\", "
         "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
-        "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\", \"plugin.cp_size\": %d, "
+        "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\", "
+        "\"plugin.act_offload\": \"%s\", \"plugin.cp_size\": %d, "
         "\"plugin.cp_split\": \"%s\"}, \"predicted\": {",
         x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode), p->pp_schedule,
         p->pp_chunks, p->pp_layers, dt_plugin_type_name(p->type), p->zero_stage,
         dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
         x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
-        dt_offload_name(p->offload), p->cp_size, dt_cp_split_name(p->cp_split));
+        dt_offload_name(p->offload), dt_offload_name(p->act_offload), p->cp_size,
+        dt_cp_split_name(p->cp_split));
     for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
         printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
     printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d%s}\n",
@@ -586,9 +588,10 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     if (m.act_disk_file > 0)
         k += snprintf(extra + k, sizeof extra - (size_t)k,
                       ", \"act_disk_record_bytes\": %lld, \"act_disk_file_bytes\": %lld, "
-                      "\"disk_write_mb_s\": %.1f, \"disk_read_mb_s\": %.1f",
+                      "\"act_disk_exposed_ms\": %.3f, \"disk_write_mb_s\": %.1f, "
+                      "\"disk_read_mb_s\": %.1f",
                       (long long)m.act_disk_record, (long long)m.act_disk_file,
-                      dev->disk_write / 1e6, dev->disk_read / 1e6);
+                      1e3 * t.act_disk_s, dev->disk_write / 1e6, dev->disk_read / 1e6);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k,

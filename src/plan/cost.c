@@ -133,6 +133,7 @@ static double block_comm(const work *w, bool backward) {
 typedef struct block_cost {
     double f, b, wgt; /* forward, backward (input half when split), weight half */
     double rerun;     /* of b: the rerun, skipped when the backward follows the forward */
+    double io;        /* of f, b and wgt: the activation file's exposed I/O */
 } block_cost;
 
 /* plugin.act_compress = int8: each fp32 tensor block l keeps (qkv, att unless the attention
@@ -198,7 +199,8 @@ static block_cost cost_block(const work *w, int l, bool split) {
     double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + block_comm(w, false) +
                  unit_cast(w);
     block_cost k = {.f = fwd + q8 + act_disk_copy(w)};
-    k.f += act_disk_exposed(w, true, k.f);
+    k.io = act_disk_exposed(w, true, k.f);
+    k.f += k.io;
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
     double b_in = mm.dx + at_b + dt_plan_cost_ring(w, true, at_b) + pw.bwd + block_comm(w, true) +
@@ -206,12 +208,14 @@ static block_cost cost_block(const work *w, int l, bool split) {
     k.rerun = rebuild;
     if (split) {
         k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w) + unit_cast(w);
-        k.wgt += act_disk_exposed(w, false, k.wgt);
+        double io = act_disk_exposed(w, false, k.wgt);
+        k.wgt += io, k.io += io;
         k.b = b_in;
     } else {
         k.b = b_in + mm.dw + lp_rebuild(w);
     }
-    k.b += act_disk_exposed(w, false, k.b);
+    double io = act_disk_exposed(w, false, k.b);
+    k.b += io, k.io += io;
     return k;
 }
 
@@ -256,7 +260,7 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
             if (u < 1 || u > w->L)
                 continue;
             block_cost b = cost_block(w, u - 1, split);
-            k.f += b.f, k.b += b.b, k.wgt += b.wgt;
+            k.f += b.f, k.b += b.b, k.wgt += b.wgt, k.io += b.io;
             saved += u - 1 == fresh ? b.rerun : 0;
         }
         if (c == 0)
@@ -559,6 +563,9 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
             out->step_s = step;
             out->compute_s = busy[r];
             out->comm_s = exposed;
+            out->act_disk_s = 0;
+            for (int k = r; k < n_chunks; k += w.pp)
+                out->act_disk_s += w.n_mb * cc[k].io;
         }
     }
     if (st == DT_OK && w.pp > 1 && makespan > 0)

@@ -77,6 +77,7 @@ typedef struct dt_plan_time {
     double compute_s; /* its busy time: matmuls and the tp/sp collectives between them */
     double comm_s;    /* its data-parallel communication not hidden behind compute */
     double bubble;    /* pipeline: idle share of the replayed schedule (0 without pp) */
+    double act_disk_s; /* of compute_s: activation file I/O its computation waits for */
 } dt_plan_time;
 
 /* The model FLOPs of one training step of c (train.batch_size sequences or clips): forward

@@ -44,6 +44,7 @@ double dt_plan_cost_ring(const dt_plan_work *w, bool backward, double at);
  * once (its rerun skipped). */
 typedef struct dt_plan_chunk_cost {
     double f, b, wgt, b_fresh;
+    double io; /* of f, b and wgt: activation file I/O not hidden (act_offload = disk) */
 } dt_plan_chunk_cost;
 
 /* A linear layer's forward and its backward's two products, in seconds. */

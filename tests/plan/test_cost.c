@@ -152,6 +152,9 @@ static void test_features(void) {
     c.plugin.act_offload = DT_OFFLOAD_DISK;
     double record = 4.0 * (256 + 4 * 16 + 768 + 256 + 16 + 256 + 1024);
     DT_CHECK_CLOSE(step(&c, 1, &disk, NULL) - fast, record / 1e9 + record / 2e9, 1e-12);
+    dt_plan_time t;
+    DT_CHECK_OK(dt_plan_step_time(&c, 1, &disk, NULL, &t));
+    DT_CHECK_CLOSE(t.act_disk_s, record / 1e9 + record / 2e9, 1e-12);
     /* a disk that keeps up is hidden behind the compute (matmuls at 1 GFLOP/s: a block's
      * forward takes 106 us, the record's write 10.6 us) */
     disk = FAST_NET;
