@@ -27,7 +27,7 @@ mkdir -p "$WORK"
 cd "$WORK"
 [ -f tok.bin ] || $PY "$REPO/bench/make_tokens.py" --out tok.bin --vocab 50257 --count 300000 --seed 1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); dtrain: $(git -C "$REPO" rev-parse --short HEAD)"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') ($(grep -qm1 avx512_bf16 /proc/cpuinfo && echo AVX-512-BF16 || echo no AVX-512-BF16)), $(nproc --all) cores"
 echo "disk: act_offload_dir $DIR on $(df --output=source,fstype "$DIR" 2>/dev/null | tail -1 || df --output=source,fstype "$WORK" | tail -1)"
 echo "GPT-2 124M (12 layers, 12 heads, vocabulary 50257), fp32, batch 1 x $SEQ tokens, 1 process x $THREADS threads"
 common=(--config "$REPO/configs/gpt2-124m.ini" --train.batch_size=1 --train.micro_batch_size=0

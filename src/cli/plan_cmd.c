@@ -39,12 +39,13 @@
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
              "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
-             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--top K] [--json] [--explain [--rank R]] [--show-device] "
+             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] [--top K] [--json] [--explain [--rank R]] [--show-device] "
              "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
              "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
              "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
-             "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; "
+             "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; --disk: bytes/s "
+             "written and read to offload files (this probes the offload folder's); "
              "--show-device prints the device's figures as these flags\n"
              "  devices: %s", dt_plan_device_names());
     return 2;
@@ -617,7 +618,7 @@ typedef struct args {
     bool json, explain;
     const char *device;
     double flops, flops16, bandwidth, mem_bandwidth, latency;
-    dt_plan_rate2 attn, attn16, norm, act;
+    dt_plan_rate2 attn, attn16, norm, act, disk; /* disk: write, read bytes/s */
     bool show_device;
     int64_t mem;
 } args;
@@ -701,6 +702,8 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_plan_parse_rate2(v, &a->norm) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--act")))
             ok = dt_plan_parse_rate2(v, &a->act) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--disk")))
+            ok = dt_plan_parse_rate2(v, &a->disk) == DT_OK;
         else if (!strcmp(argv[i], "--show-device"))
             a->show_device = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
@@ -721,7 +724,7 @@ static int parse(int argc, char **argv, args *a) {
             static const char *const with_value[] = {
                 "--config",    "--world",         "--top",     "--mem",  "--flops",  "--flops16",
                 "--bandwidth", "--mem-bandwidth", "--latency", "--attn", "--attn16", "--norm",
-                "--act",       "--device",        "--rank",    NULL};
+                "--act",       "--disk",          "--device",  "--rank", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -771,6 +774,8 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
     set2(&dev->attn_16, a->attn16);
     set2(&dev->norm, a->norm);
     set2(&dev->act, a->act);
+    if (a->disk.fwd > 0 && a->disk.bwd > 0)
+        dev->disk_write = a->disk.fwd, dev->disk_read = a->disk.bwd;
     return DT_OK;
 }
 
@@ -804,7 +809,7 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     for (int i = 0; i < 4; i++)
         if (r[i]->fwd > 0 && r[i]->bwd > 0)
             printf(" %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
-    printf("\n");
+    printf(" --disk %.6g,%.6g\n", d->disk_write, d->disk_read);
 }
 
 static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
