@@ -32,6 +32,7 @@
 #include "core/log.h"
 #include "dist/dist.h"
 #include "dtrain/version.h"
+#include "io/bpe.h"
 #include "io/tokens.h"
 #include "train/trainer.h"
 
@@ -169,7 +170,7 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int cmd_prepare(int argc, char **argv) {
-    const char *input = NULL, *out = NULL, *frac = "0.1", *v;
+    const char *input = NULL, *out = NULL, *frac = "0.1", *tokenizer = NULL, *v;
     for (int i = 2; i < argc; i++) {
         if ((v = dt_cli_option(argc, argv, &i, "--input")))
             input = v;
@@ -177,8 +178,11 @@ static int cmd_prepare(int argc, char **argv) {
             out = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--val-fraction")))
             frac = v;
+        else if ((v = dt_cli_option(argc, argv, &i, "--tokenizer")))
+            tokenizer = v;
         else {
-            static const char *const with_value[] = {"--input", "--out", "--val-fraction", NULL};
+            static const char *const with_value[] = {"--input", "--out", "--val-fraction",
+                                                     "--tokenizer", NULL};
             dt_cli_bad_arg("prepare", argv[i], with_value);
             return DT_EXIT_USAGE;
         }
@@ -186,11 +190,26 @@ static int cmd_prepare(int argc, char **argv) {
     char *end;
     double f = strtod(frac, &end);
     if (!input || !out || *end || !(f > 0 && f < 1)) {
-        dt_error("prepare needs --input FILE|DIR and --out DIR (--val-fraction in (0, 1))");
+        dt_error("prepare needs --input FILE|DIR and --out DIR (--val-fraction in (0, 1), "
+                 "--tokenizer FILE for a BPE vocabulary)");
         return 2;
     }
     int64_t n_train, n_val;
-    dt_status st = dt_tokens_prepare_bytes(input, out, f, &n_train, &n_val);
+    dt_status st;
+    if (tokenizer) {
+        dt_bpe *bpe = NULL;
+        st = dt_bpe_load(tokenizer, &bpe);
+        if (st == DT_OK) {
+            dt_info("tokenizer %s: %s", tokenizer, dt_bpe_describe(bpe));
+            if (dt_bpe_eot(bpe) < 0)
+                dt_warn("tokenizer %s names no end-of-document token: documents follow each "
+                        "other unmarked", tokenizer);
+            st = dt_tokens_prepare_bpe(input, out, f, bpe, &n_train, &n_val);
+        }
+        dt_bpe_free(bpe);
+    } else {
+        st = dt_tokens_prepare_bytes(input, out, f, &n_train, &n_val);
+    }
     if (st != DT_OK)
         return fail(st);
     dt_info("%s/train.bin: %lld tokens, %s/val.bin: %lld tokens", out, (long long)n_train, out,
@@ -214,7 +233,7 @@ static const char *clip_option_without_out(int argc, char **argv) {
 enum { MAX_SAMPLE_TOKENS = 1 << 20, MAX_SAMPLE_STEPS = 10000, MAX_SAMPLE_CLIPS = 1024 };
 
 static int cmd_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = NULL, *v;
+    const char *ckpt = NULL, *prompt = NULL, *tokenizer = NULL, *v;
     int tokens = 300;
     float temperature = 0.8f;
     unsigned long long seed = 1;
@@ -229,6 +248,8 @@ static int cmd_sample(int argc, char **argv) {
             ckpt = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--prompt")))
             prompt = v;
+        else if ((v = dt_cli_option(argc, argv, &i, "--tokenizer")))
+            tokenizer = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--tokens")))
             ok = dt_cli_int("--tokens", v, 1, MAX_SAMPLE_TOKENS, &n), tokens = (int)n;
         else if ((v = dt_cli_option(argc, argv, &i, "--temperature")))
@@ -249,8 +270,8 @@ static int cmd_sample(int argc, char **argv) {
             ok = dt_cli_real("--guidance", v, 0, 100, &x), clips.guidance = (float)x;
         else {
             static const char *const with_value[] = {
-                "--checkpoint", "--prompt", "--tokens", "--temperature", "--seed", "--out",
-                "--steps", "--label", "--count", "--guidance", NULL};
+                "--checkpoint", "--prompt", "--tokenizer", "--tokens", "--temperature", "--seed",
+                "--out", "--steps", "--label", "--count", "--guidance", NULL};
             dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }
@@ -283,7 +304,7 @@ static int cmd_sample(int argc, char **argv) {
         clips.seed = seed;
         st = dt_sample_clips_run(&clips);
     } else {
-        st = dt_sample_run(ckpt, prompt, tokens, temperature, seed);
+        st = dt_sample_run(ckpt, tokenizer, prompt, tokens, temperature, seed);
     }
     if (st == DT_OK && clips.out)
         dt_info("%d clips written to %s", clips.count, clips.out);

@@ -20,6 +20,7 @@
 
 #include "core/grow.h"
 #include "io/atomic.h"
+#include "io/bpe.h"
 #include "io/indexed.h"
 
 #define HEADER_BYTES ((size_t)DT_TOKENS_HEADER_INTS * sizeof(int32_t))
@@ -419,6 +420,92 @@ fail:
     return st;
 }
 
+/* the input's files, sorted (a directory) or itself (a file) */
+static dt_status list_input(const char *input, src_list *l) {
+    struct stat sb;
+    if (stat(input, &sb) != 0)
+        return dt_err_set(DT_ERR_IO, "%s: cannot read input: %s", input, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return list_dir(input, l);
+    if (S_ISREG(sb.st_mode))
+        return src_list_push(l, input, &sb);
+    return dt_err_set(DT_ERR_IO, "%s: input is neither a file nor a directory", input);
+}
+
+/* train and val token counts of a corpus of `total`; each shard needs two */
+static dt_status split_counts(const char *input, int64_t total, double val_fraction,
+                              int64_t *n_tr, int64_t *n_va) {
+    *n_tr = (int64_t)((double)total * (1.0 - val_fraction));
+    *n_va = total - *n_tr;
+    if (*n_tr < 2 || *n_va < 2)
+        return dt_err_set(DT_ERR_FORMAT, "%s: input too small: %lld tokens give %lld train and "
+                          "%lld val tokens; each shard needs at least 2", input, (long long)total,
+                          (long long)*n_tr, (long long)*n_va);
+    if (*n_tr > INT32_MAX || *n_va > INT32_MAX)
+        return dt_err_set(DT_ERR_FORMAT, "%s: input of %lld tokens is too large for one shard "
+                          "(int32 token count)", input, (long long)total);
+    return DT_OK;
+}
+
+static dt_status shard_path(const char *out_dir, const char *name, char *path, size_t cap) {
+    DT_TRY(dt_mkdirs(out_dir));
+    if ((size_t)snprintf(path, cap, "%s/%s", out_dir, name) >= cap)
+        return dt_err_set(DT_ERR_ARG, "%s: output directory path too long", out_dir);
+    return DT_OK;
+}
+
+/* ids [0, n) as a shard of uint16 (wide false) or uint32 ids */
+static dt_status write_ids(const char *path, const int32_t *ids, int64_t n, bool wide) {
+    void *buf = malloc((size_t)(n > 0 ? n : 1) * (wide ? 4 : 2));
+    if (!buf)
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory for %lld ids", path, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (wide)
+            ((uint32_t *)buf)[i] = (uint32_t)ids[i];
+        else
+            ((uint16_t *)buf)[i] = (uint16_t)ids[i];
+    dt_status st = wide ? dt_tokens_write_u32(path, buf, n) : dt_tokens_write(path, buf, n);
+    free(buf);
+    return st;
+}
+
+dt_status dt_tokens_prepare_bpe(const char *input, const char *out_dir, double val_fraction,
+                                struct dt_bpe *bpe, int64_t *n_train, int64_t *n_val) {
+    if (!(val_fraction > 0 && val_fraction < 1))
+        return dt_err_set(DT_ERR_ARG, "%s: val_fraction %g outside (0, 1)", __func__,
+                          val_fraction);
+    src_list l = {0};
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int32_t *ids = NULL, eot = dt_bpe_eot(bpe);
+    int64_t n = 0, ids_cap = 0, n_tr, n_va;
+    dt_status st;
+    DT_TRY_GOTO(list_input(input, &l));
+    for (int i = 0; i < l.n; i++) {
+        len = 0;
+        DT_TRY_GOTO(append_file(l.f[i].path, &buf, &len, &cap));
+        DT_TRY_GOTO(dt_bpe_encode(bpe, (const char *)buf, len, &ids, &n, &ids_cap));
+        if (eot >= 0)
+            DT_TRY_GOTO(dt_bpe_append(&ids, &n, &ids_cap, eot));
+    }
+    DT_TRY_GOTO(split_counts(input, n, val_fraction, &n_tr, &n_va));
+    bool wide = dt_bpe_vocab_size(bpe) > 65536;
+    char path[4096];
+    DT_TRY_GOTO(shard_path(out_dir, "train.bin", path, sizeof path));
+    DT_TRY_GOTO(write_ids(path, ids, n_tr, wide));
+    DT_TRY_GOTO(shard_path(out_dir, "val.bin", path, sizeof path));
+    DT_TRY_GOTO(write_ids(path, ids + n_tr, n_va, wide));
+    if (n_train)
+        *n_train = n_tr;
+    if (n_val)
+        *n_val = n_va;
+fail:
+    free(ids);
+    free(buf);
+    src_list_free(&l);
+    return st;
+}
+
 dt_status dt_tokens_prepare_bytes(const char *input, const char *out_dir, double val_fraction,
                                   int64_t *n_train, int64_t *n_val) {
     if (!input || !out_dir)
@@ -430,16 +517,7 @@ dt_status dt_tokens_prepare_bytes(const char *input, const char *out_dir, double
     src_list l = {0};
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0;
-    struct stat sb;
-    if (stat(input, &sb) != 0)
-        return dt_err_set(DT_ERR_IO, "%s: cannot read input: %s", input, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        DT_TRY_GOTO(list_dir(input, &l));
-    } else if (S_ISREG(sb.st_mode)) {
-        DT_TRY_GOTO(src_list_push(&l, input, &sb));
-    } else {
-        return dt_err_set(DT_ERR_IO, "%s: input is neither a file nor a directory", input);
-    }
+    DT_TRY_GOTO(list_input(input, &l));
     for (int i = 0; i < l.n; i++)
         DT_TRY_GOTO(append_file(l.f[i].path, &buf, &len, &cap));
     if (len == 0) {
@@ -447,27 +525,12 @@ dt_status dt_tokens_prepare_bytes(const char *input, const char *out_dir, double
         goto fail;
     }
     /* One byte is one token; the split is by position, so val is the tail of the corpus. */
-    int64_t total = (int64_t)len, n_tr = (int64_t)((double)total * (1.0 - val_fraction));
-    int64_t n_va = total - n_tr;
-    if (n_tr < 2 || n_va < 2) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: input too small: %lld bytes give %lld train and %lld "
-                        "val tokens; each shard needs at least 2", input, (long long)total,
-                        (long long)n_tr, (long long)n_va);
-        goto fail;
-    }
-    if (n_tr > INT32_MAX || n_va > INT32_MAX) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s: input of %lld bytes is too large for one shard "
-                        "(int32 token count)", input, (long long)total);
-        goto fail;
-    }
+    int64_t n_tr, n_va;
+    DT_TRY_GOTO(split_counts(input, (int64_t)len, val_fraction, &n_tr, &n_va));
     char path[4096];
-    DT_TRY_GOTO(dt_mkdirs(out_dir));
-    if ((size_t)snprintf(path, sizeof path, "%s/train.bin", out_dir) >= sizeof path) {
-        st = dt_err_set(DT_ERR_ARG, "%s: output directory path too long", out_dir);
-        goto fail;
-    }
+    DT_TRY_GOTO(shard_path(out_dir, "train.bin", path, sizeof path));
     DT_TRY_GOTO(write_byte_shard(path, buf, n_tr));
-    snprintf(path, sizeof path, "%s/val.bin", out_dir);
+    DT_TRY_GOTO(shard_path(out_dir, "val.bin", path, sizeof path));
     DT_TRY_GOTO(write_byte_shard(path, buf + n_tr, n_va));
     if (n_train)
         *n_train = n_tr;

@@ -51,4 +51,12 @@ dt_status dt_tokens_write_u32(const char *path, const uint32_t *tok, int64_t n_t
 dt_status dt_tokens_prepare_bytes(const char *input, const char *out_dir, double val_fraction,
                                   int64_t *n_train, int64_t *n_val);
 
+/* The same with a byte-level BPE (io/bpe.h): each input file is one document, its ids
+ * followed by the tokenizer's end-of-document token (when it names one); the ids are split
+ * by position, and the shards hold uint16 ids when the vocabulary fits (<= 65536 ids), else
+ * uint32. */
+struct dt_bpe;
+dt_status dt_tokens_prepare_bpe(const char *input, const char *out_dir, double val_fraction,
+                                struct dt_bpe *bpe, int64_t *n_train, int64_t *n_val);
+
 #endif

@@ -13,6 +13,7 @@
 #include "core/mem.h"
 #include "core/rng.h"
 #include "io/atomic.h"
+#include "io/bpe.h"
 #include "io/gif.h"
 #include "models/flow.h"
 #include "train/checkpoint.h"
@@ -126,8 +127,64 @@ static dt_status not_text(const char *checkpoint, const dt_model *g, const char 
                       "its clips with --out FILE.gif", checkpoint, arch);
 }
 
-dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
-                        float temperature, uint64_t seed) {
+/* The prompt's ids by the tokenizer (an empty prompt: its end-of-document token, as a
+ * document starts after one), and the sampled ids printed as its text; an id the vocabulary
+ * lacks (the model's padding rows) prints as U+FFFD. */
+static dt_status bpe_prompt(dt_bpe *bpe, const char *prompt, int32_t **tok, int *n) {
+    int64_t count = 0, cap = 0;
+    dt_status st = prompt && *prompt ? dt_bpe_encode(bpe, prompt, strlen(prompt), tok, &count, &cap)
+                                     : dt_bpe_append(tok, &count, &cap,
+                                                     dt_bpe_eot(bpe) >= 0 ? dt_bpe_eot(bpe) : 0);
+    *n = (int)count;
+    if (st == DT_OK && count == 0)
+        st = dt_bpe_append(tok, &count, &cap, 0), *n = 1;
+    return st;
+}
+
+static void bpe_print(const dt_bpe *bpe, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) {
+        char *text;
+        size_t len;
+        if (dt_bpe_decode(bpe, ids + i, 1, &text, &len) == DT_OK) {
+            fwrite(text, 1, len, stdout);
+            free(text);
+        } else {
+            fputs("\xEF\xBF\xBD", stdout);
+        }
+    }
+    fputc('\n', stdout);
+}
+
+static dt_status sample_bpe(dt_model *g, const char *tokenizer, const char *prompt, int n_new,
+                            float temperature, uint64_t seed) {
+    const dt_model_config *m = dt_model_cfg(g);
+    dt_bpe *bpe = NULL;
+    int32_t *tok = NULL, *out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);
+    int n_prompt;
+    dt_status st = out ? DT_OK : dt_err_set(DT_ERR_OOM, "sample: out of memory");
+    if (st == DT_OK)
+        st = dt_bpe_load(tokenizer, &bpe);
+    if (st == DT_OK && dt_bpe_vocab_size(bpe) > m->vocab_size)
+        st = dt_err_set(DT_ERR_ARG, "--tokenizer %s has %lld ids, more than the model's "
+                        "vocab_size %d", tokenizer, (long long)dt_bpe_vocab_size(bpe),
+                        m->vocab_size);
+    if (st == DT_OK)
+        st = bpe_prompt(bpe, prompt, &tok, &n_prompt);
+    if (st == DT_OK)
+        st = dt_sample_tokens(g, m->max_seq_len, tok, n_prompt, n_new, temperature, seed, out);
+    if (st == DT_OK) {
+        if (prompt && *prompt)
+            fputs(prompt, stdout);
+        bpe_print(bpe, out, n_new);
+    }
+    free(tok);
+    free(out);
+    dt_bpe_free(bpe);
+    return st;
+}
+
+dt_status dt_sample_run(const char *checkpoint, const char *tokenizer, const char *prompt,
+                        int n_new, float temperature, uint64_t seed) {
     dt_mem *mem = NULL;
     dt_model *g = NULL;
     int32_t *tok = NULL, *out = NULL;
@@ -139,6 +196,10 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
         goto fail;
     }
     const dt_model_config *m = dt_model_cfg(g);
+    if (tokenizer) {
+        st = sample_bpe(g, tokenizer, prompt, n_new, temperature, seed);
+        goto fail;
+    }
     int n_prompt = prompt && *prompt ? (int)strlen(prompt) : 1;
     tok = malloc((size_t)n_prompt * sizeof *tok);
     out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);
@@ -147,8 +208,8 @@ dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
         goto fail;
     }
     if (m->vocab_size != 256 && prompt && *prompt) {
-        st = dt_err_set(DT_ERR_ARG, "--prompt needs a byte-level model (vocab 256); this one "
-                        "has vocab_size %d", m->vocab_size);
+        st = dt_err_set(DT_ERR_ARG, "--prompt needs a byte-level model (vocab 256) or the "
+                        "model's --tokenizer FILE; this one has vocab_size %d", m->vocab_size);
         goto fail;
     }
     for (int i = 0; i < n_prompt; i++)

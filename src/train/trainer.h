@@ -24,9 +24,11 @@ dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int 
 void dt_sample_print(const int32_t *tok, int n, int vocab_size);
 
 /* dtrain sample: text from a model that makes token logits, from a checkpoint folder or a
- * safetensors file; another model (a DiT) is an error naming it (and --prompt). */
-dt_status dt_sample_run(const char *checkpoint, const char *prompt, int n_new,
-                        float temperature, uint64_t seed);
+ * safetensors file; another model (a DiT) is an error naming it (and --prompt). tokenizer:
+ * the byte-level BPE file (io/bpe.h) that encodes the prompt and decodes the text; NULL:
+ * bytes (a vocabulary of 256) or, for another vocabulary, ids. */
+dt_status dt_sample_run(const char *checkpoint, const char *tokenizer, const char *prompt,
+                        int n_new, float temperature, uint64_t seed);
 
 /* dtrain sample --out FILE.gif: `count` clips of a model that predicts a flow velocity,
  * sampled in `steps` Euler steps from noise of `seed`, side by side in an animated GIF. Labels:
