@@ -10,7 +10,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config git ca-certificates \
     libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev libinih-dev libgif-dev \
-    fortunes python3 python3-numpy python3-torch iproute2 time bc \
+    fortunes python3 python3-numpy python3-torch iproute2 time bc nodejs npm \
     slurmctld slurmd slurm-client munge clang libclang-rt-dev libomp-dev > /dev/null
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build -j "$(nproc)"
