@@ -32,17 +32,22 @@ static const command_help commands[] = {
      "Under mpirun or srun every rank runs the same command line.\n"},
     {"prepare", "tokenise text into token shards",
      "usage: dtrain prepare --input FILE|DIR --out DIR [--val-fraction 0.1]\n"
+     "                      [--tokenizer FILE]\n"
      "\n"
      "Byte-level tokenisation of a text file (or every file under DIR) into DIR/train.bin and\n"
-     "DIR/val.bin; the last --val-fraction of the tokens (in (0, 1)) go to val.bin.\n"},
+     "DIR/val.bin; the last --val-fraction of the tokens (in (0, 1)) go to val.bin. With\n"
+     "--tokenizer, a byte-level BPE's ids instead (a HuggingFace tokenizer.json, GPT-2's\n"
+     "encoder.json with vocab.bpe beside it, or a tiktoken rank file), each file a document\n"
+     "ended by the end-of-document token, in uint16 shards (uint32 past 65536 ids).\n"},
     {"sample", "generate text or video clips from weights",
      "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
-     "                     [--temperature 0.8] [--seed 1]\n"
+     "                     [--temperature 0.8] [--seed 1] [--tokenizer FILE]\n"
      "       dtrain sample --checkpoint PATH --out FILE.gif [--steps 32] [--count 4]\n"
      "                     [--label L] [--guidance G] [--seed 1]\n"
      "\n"
      "Generates --tokens tokens after --prompt from a checkpoint step folder or an exported\n"
-     ".safetensors file (train.export), on one process. With --out, a video DiT's checkpoint\n"
+     ".safetensors file (train.export), on one process; --tokenizer FILE (what prepare read)\n"
+     "encodes the prompt and prints the text of a BPE model. With --out, a video DiT's checkpoint\n"
      "instead: --count clips sampled from noise in --steps Euler steps of its rectified flow,\n"
      "side by side in an animated GIF. Clip k gets class k % n_classes, or --label L for all;\n"
      "--guidance G > 0 applies classifier-free guidance of that scale.\n"},

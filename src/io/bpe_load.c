@@ -72,6 +72,11 @@ static dt_status add_token(dt_bpe *b, const unsigned char *bytes, size_t n, int6
 /* A special token: decoded as its text, never made from text. */
 static dt_status add_special(dt_bpe *b, int64_t id, const char *text, const char *path) {
     DT_TRY(ensure_ids(b, id, path));
+    int32_t e = b->entry[id];
+    if (e >= 0 && (b->vocab.klen[e] != strlen(text) ||
+                   memcmp(b->vocab.keys + b->vocab.koff[e], text, strlen(text))))
+        return dt_err_set(DT_ERR_FORMAT, "%s: special token %lld (\"%.40s\") is also a "
+                          "vocabulary token of other bytes", path, (long long)id, text);
     free(b->special[id]);
     b->special[id] = strdup(text);
     if (!b->special[id])
