@@ -93,6 +93,8 @@ typedef struct dt_data_config {
     int shapes; /* bounce: shapes per clip */
     float label_dropout; /* bounce, a model with classes: chance a training clip gets the null
                           * label (classifier-free guidance) */
+    char tokenizer[DT_PATH_MAX]; /* the BPE file the shards' ids come from ("": bytes or
+                                  * unknown): the end-of-run sample is printed as its text */
 } dt_data_config;
 
 typedef struct dt_train_config {

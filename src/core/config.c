@@ -103,6 +103,7 @@ static const field fields[] = {
     F_ENUM(model, attn, dt_dit_attn, dit_attn_names),
     F_STR(data, "train", train),
     F_STR(data, "val", val),
+    F_STR(data, "tokenizer", tokenizer),
     F_BOOL(data, shuffle),
     F_ENUM(data, source, dt_data_source, source_names),
     F_INT(data, shapes),

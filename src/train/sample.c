@@ -128,8 +128,7 @@ static dt_status not_text(const char *checkpoint, const dt_model *g, const char 
 }
 
 /* The prompt's ids by the tokenizer (an empty prompt: its end-of-document token, as a
- * document starts after one), and the sampled ids printed as its text; an id the vocabulary
- * lacks (the model's padding rows) prints as U+FFFD. */
+ * document starts after one). */
 static dt_status bpe_prompt(dt_bpe *bpe, const char *prompt, int32_t **tok, int *n) {
     int64_t count = 0, cap = 0;
     dt_status st = prompt && *prompt ? dt_bpe_encode(bpe, prompt, strlen(prompt), tok, &count, &cap)
@@ -141,7 +140,7 @@ static dt_status bpe_prompt(dt_bpe *bpe, const char *prompt, int32_t **tok, int 
     return st;
 }
 
-static void bpe_print(const dt_bpe *bpe, const int32_t *ids, int n) {
+void dt_sample_print_bpe(const dt_bpe *bpe, const int32_t *ids, int n) {
     for (int i = 0; i < n; i++) {
         char *text;
         size_t len;
@@ -175,7 +174,7 @@ static dt_status sample_bpe(dt_model *g, const char *tokenizer, const char *prom
     if (st == DT_OK) {
         if (prompt && *prompt)
             fputs(prompt, stdout);
-        bpe_print(bpe, out, n_new);
+        dt_sample_print_bpe(bpe, out, n_new);
     }
     free(tok);
     free(out);

@@ -17,6 +17,7 @@
 #include "core/mem.h"
 #include "dtrain/booster.h"
 #include "io/atomic.h"
+#include "io/bpe.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/isa.h"
 #include "plan/memory.h"
@@ -32,6 +33,7 @@ typedef struct trainer {
     dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
     int64_t ckpt_seen;   /* the newest completed checkpoint already pruned for and logged */
     dt_model_disk_stats disk; /* the activation file's counts at the last report */
+    dt_bpe *bpe;              /* data.tokenizer, for the end-of-run sample; NULL: none */
 } trainer;
 
 static bool is_root(const trainer *t) { return t->world->rank == 0; }
@@ -171,6 +173,13 @@ static dt_status setup(trainer *t) {
         dt_warn("train.eval_every=%d but data.val is empty: no validation loss will be "
                 "computed (give data.val a token shard, or set train.eval_every=0)",
                 c->train.eval_every);
+    if (c->data.tokenizer[0]) { /* read on every rank: a bad file is an error on each */
+        DT_TRY(dt_bpe_load(c->data.tokenizer, &t->bpe));
+        if (dt_bpe_vocab_size(t->bpe) > c->model.vocab_size)
+            return dt_err_set(DT_ERR_ARG, "data.tokenizer %s has %lld ids, more than "
+                              "model.vocab_size=%d", c->data.tokenizer,
+                              (long long)dt_bpe_vocab_size(t->bpe), c->model.vocab_size);
+    }
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
     t->watch.where = dt_booster_mem(t->booster); /* step and micro-batch for its report */
     dt_boost_spec spec = spec_of(c);
@@ -396,18 +405,22 @@ static dt_status finish(trainer *t) {
         dt_info("memory timeline written to %s (other ranks: .rank<r> before the extension)",
                 c->train.mem_timeline);
     }
-    /* a byte-level model that makes token logits prints a text sample (a DiT samples clips
-     * with dtrain sample --out) */
+    /* a model that makes token logits prints a text sample when its ids are bytes or come
+     * from data.tokenizer (a DiT samples clips with dtrain sample --out) */
     int n = c->train.sample_tokens;
-    if (n <= 0 || !t->model->ops->logits_last || c->model.vocab_size != 256)
+    if (n <= 0 || !t->model->ops->logits_last || (c->model.vocab_size != 256 && !t->bpe))
         return DT_OK;
-    int32_t prompt = '\n', *out = malloc((size_t)n * sizeof *out);
+    int32_t eot = t->bpe ? dt_bpe_eot(t->bpe) : -1;
+    int32_t prompt = t->bpe ? (eot >= 0 ? eot : 0) : '\n', *out = malloc((size_t)n * sizeof *out);
     if (!out)
         return dt_err_set(DT_ERR_OOM, "sample: out of memory");
     dt_status st = dt_booster_sample(t->booster, &prompt, 1, n, 0.8f, c->train.seed, out);
     if (st == DT_OK && is_root(t)) {
         dt_info("sample (temperature 0.8):");
-        dt_sample_print(out, n, c->model.vocab_size);
+        if (t->bpe)
+            dt_sample_print_bpe(t->bpe, out, n);
+        else
+            dt_sample_print(out, n, c->model.vocab_size);
     }
     free(out);
     return st;
@@ -464,6 +477,7 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
         dt_error("%s", dt_err_msg()); /* rank 0 alone: the others have finished */
     }
     dt_booster_free(t.booster);
+    dt_bpe_free(t.bpe);
     world->watch = NULL;
     return st;
 }

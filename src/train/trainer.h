@@ -22,6 +22,10 @@ dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int 
                            int n_new, float temperature, uint64_t seed, int32_t *out);
 /* Print tokens: bytes when the vocabulary is byte-level (256), else space-separated ids. */
 void dt_sample_print(const int32_t *tok, int n, int vocab_size);
+/* Print tokens as the text of a byte-level BPE (io/bpe.h); an id the vocabulary lacks (the
+ * model's padding rows) prints as U+FFFD. */
+struct dt_bpe;
+void dt_sample_print_bpe(const struct dt_bpe *bpe, const int32_t *tok, int n);
 
 /* dtrain sample: text from a model that makes token logits, from a checkpoint folder or a
  * safetensors file; another model (a DiT) is an error naming it (and --prompt). tokenizer:

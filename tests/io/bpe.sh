@@ -110,6 +110,9 @@ for t in hard corpus; do
     check "$t: GPT-2 tiktoken file = gpt-3-encoder" same_ids gpt2.tiktoken "tt2_$t" "$t.txt" "$t.gpt2.json" 50256
     check "$t: cl100k tiktoken file = js-tiktoken" same_ids cl100k.tiktoken "cl_$t" "$t.txt" "$t.cl100k.json" 100257
 done
+printf '\x0a\x05hello\x00\x00binary' > sp.model
+echo '{"model": {"type": "Unigram", "vocab": []}}' > unigram.json
+
 # decoding: a model over GPT-2's vocabulary samples text through the same file
 "$dtrain" prepare --tokenizer tokenizer.json --input corpus.txt --out gpt2data > /dev/null 2>&1
 check "train a 2-layer GPT-2 on the BPE shards" "$dtrain" train --config "$src/configs/tiny-gpt2.ini" \
@@ -119,13 +122,23 @@ check "train a 2-layer GPT-2 on the BPE shards" "$dtrain" train --config "$src/c
 check "sample decodes with the tokenizer" /bin/bash -c "'$dtrain' sample --checkpoint m.safetensors \
     --tokenizer tokenizer.json --prompt 'The meaning of' --tokens 20 > s.txt 2> s.err && \
     head -c 14 s.txt | grep -q '^The meaning of' && [ \$(wc -c < s.txt) -gt 20 ]"
+# (without data.tokenizer a model of 50304 ids prints no sample at all)
+check "train's end-of-run sample prints the tokenizer's text" /bin/bash -c "'$dtrain' train \
+    --config '$src/configs/tiny-gpt2.ini' --data.train=gpt2data/train.bin --data.val= \
+    --model.vocab_size=50304 --train.steps=2 --train.eval_every=0 --train.export= \
+    --checkpoint.every=0 --data.tokenizer=tokenizer.json --train.sample_tokens=12 > t.out 2>&1 && \
+    grep -q 'sample (temperature' t.out"
+check "a bad data.tokenizer is refused on every rank" /bin/bash -c "! OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 120 mpirun --oversubscribe -np 2 \
+    '$dtrain' train --config '$src/configs/tiny-gpt2.ini' --data.train=gpt2data/train.bin \
+    --model.vocab_size=50304 --data.tokenizer=unigram.json 2> dt.err > /dev/null && \
+    [ \$(grep -c 'error:.*model Unigram' dt.err) -eq 2 ]"
 check "a tokenizer larger than the model is refused" /bin/bash -c "! '$dtrain' sample \
     --checkpoint m.safetensors --tokenizer cl100k.tiktoken --tokens 5 2> big.err && \
     grep -q '100277 ids, more than the model' big.err"
 
 # other kinds of tokenizer: one line naming what is supported
-printf '\x0a\x05hello\x00\x00binary' > sp.model
-echo '{"model": {"type": "Unigram", "vocab": []}}' > unigram.json
+
 echo '{"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}}' > meta.json
 head -1000 cl100k.tiktoken > short.tiktoken
 for bad in "sp.model|not a tiktoken rank file" "unigram.json|model Unigram" \
