@@ -21,7 +21,8 @@ int main(int argc, char **argv) {
     int reps = argc > 3 ? atoi(argv[3]) : 3;
     dt_bpe *b = NULL;
     char *one = NULL;
-    if (dt_bpe_load(argv[1], &b) != DT_OK || dt_read_text(argv[2], "text", 1 << 30, &one) != DT_OK) {
+    if (dt_bpe_load(argv[1], &b) != DT_OK ||
+        dt_read_text(argv[2], "text", 1 << 30, &one) != DT_OK) {
         fprintf(stderr, "%s\n", dt_err_msg());
         return 1;
     }
@@ -44,8 +45,8 @@ int main(int argc, char **argv) {
         first = r == 0 ? mbs : first;
     }
     printf("%s: %.1f MB of text, %.1f MB/s the first pass (the word cache empty), %.1f MB/s "
-           "best of %d, %.3f ids a byte\n", dt_bpe_describe(b), (double)n / 1e6, first, best,
-           reps, (double)count / (double)n);
+           "best of %d, %.3f ids a byte\n",
+           dt_bpe_describe(b), (double)n / 1e6, first, best, reps, (double)count / (double)n);
     free(text), free(ids), free(one);
     dt_bpe_free(b);
     return 0;

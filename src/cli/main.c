@@ -203,7 +203,8 @@ static int cmd_prepare(int argc, char **argv) {
             dt_info("tokenizer %s: %s", tokenizer, dt_bpe_describe(bpe));
             if (dt_bpe_eot(bpe) < 0)
                 dt_warn("tokenizer %s names no end-of-document token: documents follow each "
-                        "other unmarked", tokenizer);
+                        "other unmarked",
+                        tokenizer);
             st = dt_tokens_prepare_bpe(input, out, f, bpe, &n_train, &n_val);
         }
         dt_bpe_free(bpe);
@@ -271,7 +272,7 @@ static int cmd_sample(int argc, char **argv) {
         else {
             static const char *const with_value[] = {
                 "--checkpoint", "--prompt", "--tokenizer", "--tokens", "--temperature", "--seed",
-                "--out", "--steps", "--label", "--count", "--guidance", NULL};
+                "--out",        "--steps",  "--label",     "--count",  "--guidance",    NULL};
             dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }

@@ -39,7 +39,8 @@
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
              "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
-             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] [--top K] [--json] [--explain [--rank R]] [--show-device] "
+             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] [--top K] [--json] "
+             "[--explain [--rank R]] [--show-device] "
              "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
              "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
@@ -47,7 +48,8 @@ static int usage(void) {
              "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; --disk: bytes/s "
              "written and read to offload files (this probes the offload folder's); "
              "--show-device prints the device's figures as these flags\n"
-             "  devices: %s", dt_plan_device_names());
+             "  devices: %s",
+             dt_plan_device_names());
     return 2;
 }
 
@@ -591,8 +593,8 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                       ", \"act_disk_record_bytes\": %lld, \"act_disk_file_bytes\": %lld, "
                       "\"act_disk_exposed_ms\": %.3f, \"disk_write_mb_s\": %.1f, "
                       "\"disk_read_mb_s\": %.1f",
-                      (long long)m.act_disk_record, (long long)m.act_disk_file,
-                      1e3 * t.act_disk_s, dev->disk_write / 1e6, dev->disk_read / 1e6);
+                      (long long)m.act_disk_record, (long long)m.act_disk_file, 1e3 * t.act_disk_s,
+                      dev->disk_write / 1e6, dev->disk_read / 1e6);
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k,

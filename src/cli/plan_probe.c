@@ -197,7 +197,8 @@ static dt_status probe_disk(const dt_config *c, dt_plan_device *d) {
         return DT_OK;
     dt_scratch_spec spec = {.dir = acts ? p->act_offload_dir : p->offload_dir,
                             .key = acts ? "plugin.act_offload_dir" : "plugin.offload_dir",
-                            .name = "dtrain-probe", .what = "the disk probe",
+                            .name = "dtrain-probe",
+                            .what = "the disk probe",
                             .bytes = DISK_PROBE};
     char path[4200];
     int fd;
@@ -222,9 +223,10 @@ static dt_status probe_disk(const dt_config *c, dt_plan_device *d) {
     close(fd);
     free(buf);
     if (code != 0)
-        return dt_err_set(DT_ERR_IO, "plan: device this: probing the disk under %s failed at "
-                          "byte %lld: %s", spec.dir, (long long)at,
-                          dt_scratch_failure(code, true));
+        return dt_err_set(DT_ERR_IO,
+                          "plan: device this: probing the disk under %s failed at "
+                          "byte %lld: %s",
+                          spec.dir, (long long)at, dt_scratch_failure(code, true));
     d->disk_write = DISK_PROBE / (t1 - t0 > 1e-9 ? t1 - t0 : 1e-9);
     d->disk_read = DISK_PROBE / (t3 - t2 > 1e-9 ? t3 - t2 : 1e-9);
     return DT_OK;

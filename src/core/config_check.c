@@ -248,7 +248,8 @@ static void check_plugin(const dt_config *c, problems *p) {
     if (g->act_offload == DT_OFFLOAD_DISK && !g->act_offload_dir[0])
         problem(p, false, "plugin.act_offload=disk needs plugin.act_offload_dir");
     if (g->act_offload == DT_OFFLOAD_DISK && c->model.arch == DT_ARCH_DIT)
-        problem(p, false, "plugin.act_offload=disk is built for GPT-2 and Llama; the DiT keeps "
+        problem(p, false,
+                "plugin.act_offload=disk is built for GPT-2 and Llama; the DiT keeps "
                 "its activations in memory (ac = full or act_compress = int8 shrink them)");
     if (!(g->offload_window_mb > 0))
         problem(p, false, "plugin.offload_window_mb=%g must be > 0",

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 enum { CACHE_BYTES = 64, CACHE_ENTRIES = 1 << 20 };
 
 /* ---- a map from byte strings to numbers (open addressing, keys in one blob) -------------- */
@@ -217,8 +216,7 @@ static dt_status push(int32_t **ids, int64_t *n, int64_t *cap, const int32_t *v,
             c *= 2;
         int32_t *q = realloc(*ids, (size_t)c * sizeof *q);
         if (!q)
-            return dt_err_set(DT_ERR_OOM, "tokenizer: out of memory for %lld ids",
-                              (long long)c);
+            return dt_err_set(DT_ERR_OOM, "tokenizer: out of memory for %lld ids", (long long)c);
         *ids = q, *cap = c;
     }
     memcpy(*ids + *n, v, (size_t)k * sizeof *v);
@@ -311,8 +309,10 @@ dt_status dt_bpe_decode(const dt_bpe *b, const int32_t *ids, int64_t n, char **o
     for (int64_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= b->n_ids || (b->entry[id] < 0 && !b->special[id]))
-            return dt_err_set(DT_ERR_ARG, "tokenizer: id %d at position %lld is not in the "
-                              "vocabulary (%lld ids)", id, (long long)i, (long long)b->n_ids);
+            return dt_err_set(DT_ERR_ARG,
+                              "tokenizer: id %d at position %lld is not in the "
+                              "vocabulary (%lld ids)",
+                              id, (long long)i, (long long)b->n_ids);
         total += b->special[id] ? strlen(b->special[id]) : b->vocab.klen[b->entry[id]];
     }
     char *s = malloc(total + 1);

@@ -32,16 +32,15 @@ struct dt_bpe {
     bmap vocab;         /* token bytes -> id (special tokens not among them) */
     pmap merges;
     int64_t n_ids;
-    int32_t *entry;    /* [n_ids] the vocab entry of each id, -1: none or special */
-    char **special;    /* [n_ids] a special token's text, NULL: not special */
+    int32_t *entry; /* [n_ids] the vocab entry of each id, -1: none or special */
+    char **special; /* [n_ids] a special token's text, NULL: not special */
     int32_t byte_id[256];
     int32_t eot;
     char describe[160];
-    bmap cache;        /* a piece -> (offset << 20 | count) into cache_ids */
+    bmap cache; /* a piece -> (offset << 20 | count) into cache_ids */
     int32_t *cache_ids;
     size_t cache_len, cache_cap;
 };
-
 
 bool dt_bpe_map_get(const bmap *m, const unsigned char *k, size_t n, int64_t *val);
 /* Adds k -> val; a key already there keeps its value (*added false). */

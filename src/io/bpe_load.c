@@ -9,9 +9,9 @@
 #include "io/atomic.h"
 #include "io/bpe_impl.h"
 
-#define SUPPORTED                                                                               \
-    "supported are byte-level BPE tokenizers: a HuggingFace tokenizer.json (model BPE, a "     \
-    "ByteLevel pre-tokenizer), GPT-2's encoder.json with vocab.bpe beside it, and tiktoken "   \
+#define SUPPORTED                                                                                  \
+    "supported are byte-level BPE tokenizers: a HuggingFace tokenizer.json (model BPE, a "         \
+    "ByteLevel pre-tokenizer), GPT-2's encoder.json with vocab.bpe beside it, and tiktoken "       \
     "rank files (GPT-2/r50k, p50k, cl100k, Llama 3)"
 
 /* The pre-tokenizer patterns as the files spell them (bpe_split.c implements each). */
@@ -37,8 +37,8 @@ static bool one_of(const char *s, const char *const *list) {
 
 static dt_status ensure_ids(dt_bpe *b, int64_t id, const char *path) {
     if (id < 0 || id >= DT_BPE_MAX_IDS)
-        return dt_err_set(DT_ERR_FORMAT, "%s: token id %lld outside [0, %d)", path,
-                          (long long)id, DT_BPE_MAX_IDS);
+        return dt_err_set(DT_ERR_FORMAT, "%s: token id %lld outside [0, %d)", path, (long long)id,
+                          DT_BPE_MAX_IDS);
     if (id < b->n_ids)
         return DT_OK;
     int64_t n = id + 1;
@@ -75,8 +75,10 @@ static dt_status add_special(dt_bpe *b, int64_t id, const char *text, const char
     int32_t e = b->entry[id];
     if (e >= 0 && (b->vocab.klen[e] != strlen(text) ||
                    memcmp(b->vocab.keys + b->vocab.koff[e], text, strlen(text))))
-        return dt_err_set(DT_ERR_FORMAT, "%s: special token %lld (\"%.40s\") is also a "
-                          "vocabulary token of other bytes", path, (long long)id, text);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: special token %lld (\"%.40s\") is also a "
+                          "vocabulary token of other bytes",
+                          path, (long long)id, text);
     free(b->special[id]);
     b->special[id] = strdup(text);
     if (!b->special[id])
@@ -91,8 +93,10 @@ static dt_status finish(dt_bpe *b, const char *path, const char *kind) {
         unsigned char k = (unsigned char)c;
         int64_t id;
         if (!dt_bpe_map_get(&b->vocab, &k, 1, &id) || b->entry[id] < 0)
-            return dt_err_set(DT_ERR_FORMAT, "%s: the vocabulary has no token for byte 0x%02x, "
-                              "so it is not a byte-level BPE; %s", path, c, SUPPORTED);
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: the vocabulary has no token for byte 0x%02x, "
+                              "so it is not a byte-level BPE; %s",
+                              path, c, SUPPORTED);
         b->byte_id[c] = (int32_t)id;
     }
     static const char *const eot[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
@@ -149,8 +153,10 @@ static dt_status add_byte_level(dt_bpe *b, const char *s, int64_t id, const int 
         return dt_err_set(DT_ERR_OOM, "tokenizer: out of memory");
     dt_status st = DT_OK;
     if (!from_byte_level(s, byte_of, buf, &n))
-        st = dt_err_set(DT_ERR_FORMAT, "%s: token %lld (\"%.40s\") is not a byte-level string; "
-                        "%s", path, (long long)id, s, SUPPORTED);
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: token %lld (\"%.40s\") is not a byte-level string; "
+                        "%s",
+                        path, (long long)id, s, SUPPORTED);
     else
         st = add_token(b, buf, n, id, path);
     if (buf != small)
@@ -170,8 +176,10 @@ static dt_status add_merge(dt_bpe *b, const char *a, const char *c, int32_t rank
     if (!from_byte_level(a, byte_of, buf, &na) || !from_byte_level(c, byte_of, buf + na, &nc) ||
         !dt_bpe_map_get(&b->vocab, buf, na, &ia) || !dt_bpe_map_get(&b->vocab, buf + na, nc, &ic) ||
         !dt_bpe_map_get(&b->vocab, buf, na + nc, &im))
-        st = dt_err_set(DT_ERR_FORMAT, "%s: merge %d (\"%.40s %.40s\") names a token the "
-                        "vocabulary lacks", path, rank, a, c);
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s: merge %d (\"%.40s %.40s\") names a token the "
+                        "vocabulary lacks",
+                        path, rank, a, c);
     else
         dt_bpe_pairs_put(&b->merges, (int32_t)ia, (int32_t)ic, rank, (int32_t)im);
     free(buf);
@@ -201,8 +209,10 @@ static dt_status read_pre_tokenizer(const cJSON *pre, dt_bpe *b, bool *byte_leve
     if (!strcmp(type, "ByteLevel")) {
         *byte_level = true;
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space")))
-            return dt_err_set(DT_ERR_FORMAT, "%s: a ByteLevel pre-tokenizer with "
-                              "add_prefix_space is not supported; %s", path, SUPPORTED);
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: a ByteLevel pre-tokenizer with "
+                              "add_prefix_space is not supported; %s",
+                              path, SUPPORTED);
         if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex")))
             *split = DT_BPE_SPLIT_GPT2;
         return DT_OK;
@@ -214,9 +224,10 @@ static dt_status read_pre_tokenizer(const cJSON *pre, dt_bpe *b, bool *byte_leve
         else if (re && one_of(re, CL100K_PATTERNS))
             *split = DT_BPE_SPLIT_CL100K;
         else
-            return dt_err_set(DT_ERR_FORMAT, "%s: pre-tokenizer pattern \"%.120s\" is not one "
-                              "dtrain knows (GPT-2's and cl100k's / Llama 3's are)", path,
-                              re ? re : "(not a regex)");
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: pre-tokenizer pattern \"%.120s\" is not one "
+                              "dtrain knows (GPT-2's and cl100k's / Llama 3's are)",
+                              path, re ? re : "(not a regex)");
         return DT_OK;
     }
     return dt_err_set(DT_ERR_FORMAT, "%s: pre-tokenizer %s is not supported; %s", path, type,
@@ -227,8 +238,7 @@ static dt_status load_hf(dt_bpe *b, const cJSON *root, const char *path) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const char *type = str_of(model, "type");
     if (type && strcmp(type, "BPE"))
-        return dt_err_set(DT_ERR_FORMAT, "%s: tokenizer.json model %s; %s", path, type,
-                          SUPPORTED);
+        return dt_err_set(DT_ERR_FORMAT, "%s: tokenizer.json model %s; %s", path, type, SUPPORTED);
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm))
         return dt_err_set(DT_ERR_FORMAT, "%s: a normalizer (%s) is not supported; %s", path,
@@ -239,8 +249,10 @@ static dt_status load_hf(dt_bpe *b, const cJSON *root, const char *path) {
     if (pre && !cJSON_IsNull(pre))
         DT_TRY(read_pre_tokenizer(pre, b, &byte_level, &split, path));
     if (!byte_level || split < 0)
-        return dt_err_set(DT_ERR_FORMAT, "%s: no byte-level pre-tokenizer with a pattern "
-                          "(a SentencePiece-style BPE?); %s", path, SUPPORTED);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: no byte-level pre-tokenizer with a pattern "
+                          "(a SentencePiece-style BPE?); %s",
+                          path, SUPPORTED);
     b->split = (dt_bpe_split)split;
     b->whole_pieces = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
     int byte_of[512];
@@ -268,8 +280,10 @@ static dt_status load_hf(dt_bpe *b, const cJSON *root, const char *path) {
         } else if (cJSON_IsString(x) && cJSON_IsString(y)) {
             DT_TRY(add_merge(b, x->valuestring, y->valuestring, rank, byte_of, path));
         } else {
-            return dt_err_set(DT_ERR_FORMAT, "%s: model.merges[%d] is neither \"A B\" nor "
-                              "[A, B]", path, rank);
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: model.merges[%d] is neither \"A B\" nor "
+                              "[A, B]",
+                              path, rank);
         }
         rank++;
     }
@@ -301,8 +315,7 @@ static dt_status load_gpt2(dt_bpe *b, const cJSON *root, const char *path) {
     const cJSON *item;
     cJSON_ArrayForEach(item, root) {
         if (!cJSON_IsNumber(item)) {
-            st = dt_err_set(DT_ERR_FORMAT, "%s: entry \"%.40s\" is not an id", path,
-                            item->string);
+            st = dt_err_set(DT_ERR_FORMAT, "%s: entry \"%.40s\" is not an id", path, item->string);
             goto done;
         }
         int64_t id = (int64_t)item->valuedouble;
@@ -330,8 +343,8 @@ static dt_status load_gpt2(dt_bpe *b, const cJSON *root, const char *path) {
             continue;
         char *space = strchr(line, ' ');
         if (!space) {
-            st = dt_err_set(DT_ERR_FORMAT, "%s: merge %d (\"%.40s\") is not \"A B\"",
-                            merges_path, rank, line);
+            st = dt_err_set(DT_ERR_FORMAT, "%s: merge %d (\"%.40s\") is not \"A B\"", merges_path,
+                            rank, line);
             goto done;
         }
         *space = 0;
@@ -391,8 +404,10 @@ static dt_status tiktoken_specials(dt_bpe *b, int64_t ranks, const char *path) {
         static const struct {
             int id;
             const char *text;
-        } s[] = {{100257, "<|endoftext|>"}, {100258, "<|fim_prefix|>"},
-                 {100259, "<|fim_middle|>"}, {100260, "<|fim_suffix|>"},
+        } s[] = {{100257, "<|endoftext|>"},
+                 {100258, "<|fim_prefix|>"},
+                 {100259, "<|fim_middle|>"},
+                 {100260, "<|fim_suffix|>"},
                  {100276, "<|endofprompt|>"}};
         for (size_t i = 0; i < sizeof s / sizeof *s; i++)
             DT_TRY(add_special(b, s[i].id, s[i].text, path));
@@ -401,7 +416,7 @@ static dt_status tiktoken_specials(dt_bpe *b, int64_t ranks, const char *path) {
     if (ranks == 128000) { /* Llama 3: 256 special ids from 128000 */
         b->split = DT_BPE_SPLIT_CL100K;
         static const char *const named[] = {
-            "<|begin_of_text|>", "<|end_of_text|>", NULL, NULL, NULL, NULL,
+            "<|begin_of_text|>",   "<|end_of_text|>",   NULL, NULL,        NULL, NULL,
             "<|start_header_id|>", "<|end_header_id|>", NULL, "<|eot_id|>"};
         int reserved = 0;
         for (int i = 0; i < 256; i++) {
@@ -414,9 +429,10 @@ static dt_status tiktoken_specials(dt_bpe *b, int64_t ranks, const char *path) {
         }
         return DT_OK;
     }
-    return dt_err_set(DT_ERR_FORMAT, "%s: a tiktoken rank file of %lld tokens, not one dtrain "
-                      "knows (r50k 50256, p50k 50280, cl100k 100256, Llama 3 128000)", path,
-                      (long long)ranks);
+    return dt_err_set(DT_ERR_FORMAT,
+                      "%s: a tiktoken rank file of %lld tokens, not one dtrain "
+                      "knows (r50k 50256, p50k 50280, cl100k 100256, Llama 3 128000)",
+                      path, (long long)ranks);
 }
 
 static dt_status load_tiktoken(dt_bpe *b, char *text, const char *path) {
@@ -432,8 +448,10 @@ static dt_status load_tiktoken(dt_bpe *b, char *text, const char *path) {
         long long rank = space ? strtoll(space + 1, &end, 10) : -1;
         if (!space || (size_t)(space - line) > 4 * sizeof buf / 3 || *end != 0 ||
             !from_base64(line, (size_t)(space - line), buf, &len))
-            return dt_err_set(DT_ERR_FORMAT, "%s: line %lld is not \"BASE64 RANK\" (not a "
-                              "tiktoken rank file); %s", path, (long long)ranks + 1, SUPPORTED);
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: line %lld is not \"BASE64 RANK\" (not a "
+                              "tiktoken rank file); %s",
+                              path, (long long)ranks + 1, SUPPORTED);
         DT_TRY(add_token(b, buf, len, rank, path));
         ranks++;
     }

@@ -145,8 +145,7 @@ static size_t spaces(const text *t, size_t i) {
 static size_t gpt2_piece(const text *t, size_t i) {
     size_t e;
     if ((e = contraction(t, i, false)) || (e = space_then(t, i, is_letter)) ||
-        (e = space_then(t, i, is_number)) || (e = space_then(t, i, is_other)) ||
-        (e = spaces(t, i)))
+        (e = space_then(t, i, is_number)) || (e = space_then(t, i, is_other)) || (e = spaces(t, i)))
         return e;
     size_t len;
     cp_at(t, i, &len);

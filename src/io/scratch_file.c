@@ -27,19 +27,18 @@ static dt_status make_dir(const dt_scratch_spec *s) {
         struct stat sb;
         int err = mkdir(p, 0700) == 0 ? 0 : errno;
         if (err && err != EEXIST && !(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)))
-            return dt_err_set(DT_ERR_IO, "%s %s cannot be created: mkdir %s: %s", s->key, dir,
-                              p, strerror(err));
+            return dt_err_set(DT_ERR_IO, "%s %s cannot be created: mkdir %s: %s", s->key, dir, p,
+                              strerror(err));
         if (end)
             break;
         *c = '/';
     }
     struct stat sb;
     if (stat(dir, &sb) != 0)
-        return dt_err_set(DT_ERR_IO, "%s %s cannot be created: %s", s->key, dir,
-                          strerror(errno));
+        return dt_err_set(DT_ERR_IO, "%s %s cannot be created: %s", s->key, dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return dt_err_set(DT_ERR_IO, "%s %s cannot be created: a file of that name exists",
-                          s->key, dir);
+        return dt_err_set(DT_ERR_IO, "%s %s cannot be created: a file of that name exists", s->key,
+                          dir);
     return DT_OK;
 }
 
@@ -50,16 +49,16 @@ static dt_status reserve(const dt_scratch_spec *s, int fd, const char *path) {
         return DT_OK;
     struct statvfs sv;
     if (fstatvfs(fd, &sv) == 0 && (double)sv.f_bavail * sv.f_frsize < (double)s->bytes)
-        return dt_err_set(DT_ERR_IO, "%s %s is too small: %.1f MiB free, %s needs %.1f MiB",
-                          s->key, s->dir, mib((double)sv.f_bavail * sv.f_frsize), s->what,
+        return dt_err_set(DT_ERR_IO, "%s %s is too small: %.1f MiB free, %s needs %.1f MiB", s->key,
+                          s->dir, mib((double)sv.f_bavail * sv.f_frsize), s->what,
                           mib((double)s->bytes));
     int r = posix_fallocate(fd, 0, (off_t)s->bytes);
     if (r == ENOSPC || r == EDQUOT)
         return dt_err_set(DT_ERR_IO, "%s %s is too small: reserving %.1f MiB for %s failed: %s",
                           s->key, s->dir, mib((double)s->bytes), s->what, strerror(r));
     if (r != 0)
-        return dt_err_set(DT_ERR_IO, "%s %s: reserving %.1f MiB in %s failed: %s", s->key,
-                          s->dir, mib((double)s->bytes), path, strerror(r));
+        return dt_err_set(DT_ERR_IO, "%s %s: reserving %.1f MiB in %s failed: %s", s->key, s->dir,
+                          mib((double)s->bytes), path, strerror(r));
     return DT_OK;
 }
 
@@ -71,8 +70,8 @@ dt_status dt_scratch_open(const dt_scratch_spec *s, int *fd, char *path, size_t 
         return dt_err_set(DT_ERR_ARG, "%s %s: path too long", s->key, s->dir);
     int f = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (f < 0)
-        return dt_err_set(DT_ERR_IO, "%s %s is not writable: cannot create %s: %s", s->key,
-                          s->dir, path, strerror(errno));
+        return dt_err_set(DT_ERR_IO, "%s %s is not writable: cannot create %s: %s", s->key, s->dir,
+                          path, strerror(errno));
     /* from here the file has no name: the descriptor keeps it, the kernel removes it */
     if (unlink(path) != 0) {
         int err = errno;

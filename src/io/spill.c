@@ -48,8 +48,8 @@ static double now_s(void) {
 
 /* One request, outside the lock; a failure is recorded under it by the caller. */
 static int serve(dt_spill *s, const request *r, int64_t *fail_at) {
-    return dt_scratch_transfer(s->fd, r->buf, s->record_bytes,
-                               r->record * (int64_t)s->record_bytes, r->write, fail_at);
+    return dt_scratch_transfer(s->fd, r->buf, s->record_bytes, r->record * (int64_t)s->record_bytes,
+                               r->write, fail_at);
 }
 
 static void *io_main(void *arg) {
@@ -76,8 +76,7 @@ static void *io_main(void *arg) {
                      r.write ? "writing" : "reading", s->path, (long long)fail_at,
                      dt_scratch_failure(code, r.write));
         } else if (!skip) {
-            *(r.write ? &s->stats.bytes_written : &s->stats.bytes_read) +=
-                (int64_t)s->record_bytes;
+            *(r.write ? &s->stats.bytes_written : &s->stats.bytes_read) += (int64_t)s->record_bytes;
         }
         s->done++;
         pthread_cond_broadcast(&s->cv);
@@ -147,9 +146,7 @@ int64_t dt_spill_put(dt_spill *s, int64_t record, const void *buf) {
     return ask(s, record, (char *)(uintptr_t)buf, true);
 }
 
-int64_t dt_spill_get(dt_spill *s, int64_t record, void *buf) {
-    return ask(s, record, buf, false);
-}
+int64_t dt_spill_get(dt_spill *s, int64_t record, void *buf) { return ask(s, record, buf, false); }
 
 dt_status dt_spill_wait(dt_spill *s, int64_t ticket) {
     if (ticket < 0)

@@ -433,17 +433,20 @@ static dt_status list_input(const char *input, src_list *l) {
 }
 
 /* train and val token counts of a corpus of `total`; each shard needs two */
-static dt_status split_counts(const char *input, int64_t total, double val_fraction,
-                              int64_t *n_tr, int64_t *n_va) {
+static dt_status split_counts(const char *input, int64_t total, double val_fraction, int64_t *n_tr,
+                              int64_t *n_va) {
     *n_tr = (int64_t)((double)total * (1.0 - val_fraction));
     *n_va = total - *n_tr;
     if (*n_tr < 2 || *n_va < 2)
-        return dt_err_set(DT_ERR_FORMAT, "%s: input too small: %lld tokens give %lld train and "
-                          "%lld val tokens; each shard needs at least 2", input, (long long)total,
-                          (long long)*n_tr, (long long)*n_va);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: input too small: %lld tokens give %lld train and "
+                          "%lld val tokens; each shard needs at least 2",
+                          input, (long long)total, (long long)*n_tr, (long long)*n_va);
     if (*n_tr > INT32_MAX || *n_va > INT32_MAX)
-        return dt_err_set(DT_ERR_FORMAT, "%s: input of %lld tokens is too large for one shard "
-                          "(int32 token count)", input, (long long)total);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: input of %lld tokens is too large for one shard "
+                          "(int32 token count)",
+                          input, (long long)total);
     return DT_OK;
 }
 
@@ -472,8 +475,7 @@ static dt_status write_ids(const char *path, const int32_t *ids, int64_t n, bool
 dt_status dt_tokens_prepare_bpe(const char *input, const char *out_dir, double val_fraction,
                                 struct dt_bpe *bpe, int64_t *n_train, int64_t *n_val) {
     if (!(val_fraction > 0 && val_fraction < 1))
-        return dt_err_set(DT_ERR_ARG, "%s: val_fraction %g outside (0, 1)", __func__,
-                          val_fraction);
+        return dt_err_set(DT_ERR_ARG, "%s: val_fraction %g outside (0, 1)", __func__, val_fraction);
     src_list l = {0};
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0;

@@ -303,8 +303,7 @@ static dt_gpt_q8_acts *q8_of(const dt_gpt *g, const dt_gpt_frame *f, int slot, i
 }
 
 /* The int8-stored tensors block l keeps, of the view a, to (store) or from payloads q. */
-static void int8_move(dt_gpt *g, dt_gpt_q8_acts *q, int l, int N, dt_block_acts *a,
-                      bool store) {
+static void int8_move(dt_gpt *g, dt_gpt_q8_acts *q, int l, int N, dt_block_acts *a, bool store) {
     unsigned kept = kept_fields(g, l);
     for (int i = 0; i < N_STORED; i++) {
         dt_gpt_q8 *t = q8_field(q, i);
@@ -354,8 +353,8 @@ dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B
     dt_rope_cache rope = rope_of(g);
     if (uses_shared(g, l))
         shared_holds(g, slot, l, false);
-    dt_status st = dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B,
-                                    T, &a, &g->scratch, out);
+    dt_status st = dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+                                    &g->scratch, out);
     if (st != DT_OK) {
         if (f)
             dt_gpt_frame_done(f);
@@ -373,8 +372,8 @@ dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B
 
 /* Rebuild, into the shared set, what the slot did not keep for block l. Under ZeRO-3 this
  * runs inside the backward's (or W pass's) enter/leave, where the weights are gathered. */
-static dt_status rebuild(dt_gpt *g, const dt_gpt_frame *f, int slot, int l, const float *x,
-                         int B, int T, dt_block_acts *a) {
+static dt_status rebuild(dt_gpt *g, const dt_gpt_frame *f, int slot, int l, const float *x, int B,
+                         int T, dt_block_acts *a) {
     keep k = keep_of(g, l);
     if (!uses_shared(g, l) || (g->shared_slot == slot && g->shared_block == l))
         return DT_OK;
@@ -403,8 +402,8 @@ static dt_status fetch(dt_gpt *g, int slot, int l, int next, dt_gpt_frame **f) {
     return st;
 }
 
-dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const float *x, int B,
-                                int T, dt_block_wgrad *wg, float *dres) {
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const float *x, int B, int T,
+                                dt_block_wgrad *wg, float *dres) {
     dt_gpt_frame *f;
     DT_TRY(fetch(g, slot, l, next, &f));
     dt_block_acts a = set_of(g, f, slot, l, &x);
@@ -421,8 +420,8 @@ dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const floa
 }
 
 /* The W pass comes after other blocks reused the shared set: rebuild again. */
-dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float *x, int B,
-                               int T, dt_block_wgrad *wg) {
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float *x, int B, int T,
+                               dt_block_wgrad *wg) {
     dt_gpt_frame *f;
     DT_TRY(fetch(g, slot, l, next, &f));
     dt_block_acts a = set_of(g, f, slot, l, &x);

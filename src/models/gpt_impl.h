@@ -186,10 +186,10 @@ dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B
                                float *out);
 /* `next`: the block whose backward (weight pass) this rank runs right after, whose saved set
  * act_offload fetches ahead; -1: none. */
-dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const float *x, int B,
-                                int T, dt_block_wgrad *wg, float *dres);
-dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float *x, int B,
-                               int T, dt_block_wgrad *wg);
+dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const float *x, int B, int T,
+                                dt_block_wgrad *wg, float *dres);
+dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float *x, int B, int T,
+                               dt_block_wgrad *wg);
 
 /* act_offload = disk (gpt_offload.c). Is residual position l (1..L-1) between two held
  * blocks, so transient? */

@@ -59,7 +59,9 @@ dt_status dt_gpt_offload_open(dt_gpt *g, const char *dir, const char *tag) {
         return DT_OK;
     char name[96];
     snprintf(name, sizeof name, "dtrain-acts-%s", tag && tag[0] ? tag : "r0");
-    dt_scratch_spec spec = {.dir = dir, .key = "plugin.act_offload_dir", .name = name,
+    dt_scratch_spec spec = {.dir = dir,
+                            .key = "plugin.act_offload_dir",
+                            .name = name,
                             .what = "this rank's activations"};
     return dt_spill_open(&spec, (int64_t)g->n_slots * held, g->frames[0].bytes, &g->spill);
 }
@@ -73,8 +75,8 @@ bool dt_gpt_act_disk_stats(const dt_gpt *g, dt_model_disk_stats *out) {
     if (!g->spill)
         return false;
     dt_spill_stats s = dt_spill_stats_of(g->spill);
-    *out = (dt_model_disk_stats){.written = s.bytes_written, .read = s.bytes_read,
-                                 .busy_s = s.busy_s, .wait_s = s.wait_s};
+    *out = (dt_model_disk_stats){
+        .written = s.bytes_written, .read = s.bytes_read, .busy_s = s.busy_s, .wait_s = s.wait_s};
     return true;
 }
 
@@ -94,8 +96,10 @@ static dt_status take(dt_gpt *g, int slot, int l, dt_gpt_frame **out) {
             f = c;
     }
     if (!f)
-        return dt_err_set(DT_ERR_ARG, "model: act_offload has no free frame for block %d of "
-                          "slot %d", l, slot);
+        return dt_err_set(DT_ERR_ARG,
+                          "model: act_offload has no free frame for block %d of "
+                          "slot %d",
+                          l, slot);
     g->next_frame = (int)(f - g->frames + 1) % DT_GPT_FRAMES;
     DT_TRY(dt_spill_wait(g->spill, f->ticket));
     f->ticket = -1;

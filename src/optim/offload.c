@@ -61,7 +61,10 @@ dt_status dt_offload_init(const dt_offload_opts *o, int64_t count, dt_mem *mem,
     snprintf(name, sizeof name, "dtrain-optim-%s", o->tag);
     snprintf(what, sizeof what, "this rank's optimizer state (2 moments x %lld floats)",
              (long long)count);
-    dt_scratch_spec spec = {.dir = o->dir, .key = "offload_dir", .name = name, .what = what,
+    dt_scratch_spec spec = {.dir = o->dir,
+                            .key = "offload_dir",
+                            .name = name,
+                            .what = what,
                             .bytes = f->n_chunks * f->chunk * 2 * (int64_t)sizeof(float)};
     DT_TRY_GOTO(dt_scratch_open(&spec, &f->fd, f->path, sizeof f->path));
     DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_OPTIM, "adamw.offload_window",
@@ -240,8 +243,8 @@ static dt_status range_io(dt_offload_store *f, int which, int64_t first, int64_t
         int64_t k = e / C, j = e % C, len = C - j < first + n - e ? C - j : first + n - e;
         off_t at = (off_t)((k * 2 * C + which * C + j) * (int64_t)sizeof(float));
         int64_t fail_at;
-        int code = dt_scratch_transfer(f->fd, buf, (size_t)len * sizeof(float), (int64_t)at,
-                                       write, &fail_at);
+        int code = dt_scratch_transfer(f->fd, buf, (size_t)len * sizeof(float), (int64_t)at, write,
+                                       &fail_at);
         if (code != 0)
             return dt_err_set(DT_ERR_IO, "optimizer offload: %s %s at byte %lld failed: %s",
                               write ? "writing" : "reading", f->path, (long long)fail_at,

@@ -164,9 +164,10 @@ static dt_status sample_bpe(dt_model *g, const char *tokenizer, const char *prom
     if (st == DT_OK)
         st = dt_bpe_load(tokenizer, &bpe);
     if (st == DT_OK && dt_bpe_vocab_size(bpe) > m->vocab_size)
-        st = dt_err_set(DT_ERR_ARG, "--tokenizer %s has %lld ids, more than the model's "
-                        "vocab_size %d", tokenizer, (long long)dt_bpe_vocab_size(bpe),
-                        m->vocab_size);
+        st = dt_err_set(DT_ERR_ARG,
+                        "--tokenizer %s has %lld ids, more than the model's "
+                        "vocab_size %d",
+                        tokenizer, (long long)dt_bpe_vocab_size(bpe), m->vocab_size);
     if (st == DT_OK)
         st = bpe_prompt(bpe, prompt, &tok, &n_prompt);
     if (st == DT_OK)
@@ -207,8 +208,10 @@ dt_status dt_sample_run(const char *checkpoint, const char *tokenizer, const cha
         goto fail;
     }
     if (m->vocab_size != 256 && prompt && *prompt) {
-        st = dt_err_set(DT_ERR_ARG, "--prompt needs a byte-level model (vocab 256) or the "
-                        "model's --tokenizer FILE; this one has vocab_size %d", m->vocab_size);
+        st = dt_err_set(DT_ERR_ARG,
+                        "--prompt needs a byte-level model (vocab 256) or the "
+                        "model's --tokenizer FILE; this one has vocab_size %d",
+                        m->vocab_size);
         goto fail;
     }
     for (int i = 0; i < n_prompt; i++)

@@ -176,9 +176,11 @@ static dt_status setup(trainer *t) {
     if (c->data.tokenizer[0]) { /* read on every rank: a bad file is an error on each */
         DT_TRY(dt_bpe_load(c->data.tokenizer, &t->bpe));
         if (dt_bpe_vocab_size(t->bpe) > c->model.vocab_size)
-            return dt_err_set(DT_ERR_ARG, "data.tokenizer %s has %lld ids, more than "
-                              "model.vocab_size=%d", c->data.tokenizer,
-                              (long long)dt_bpe_vocab_size(t->bpe), c->model.vocab_size);
+            return dt_err_set(DT_ERR_ARG,
+                              "data.tokenizer %s has %lld ids, more than "
+                              "model.vocab_size=%d",
+                              c->data.tokenizer, (long long)dt_bpe_vocab_size(t->bpe),
+                              c->model.vocab_size);
     }
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
     t->watch.where = dt_booster_mem(t->booster); /* step and micro-batch for its report */
@@ -239,7 +241,8 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     dt_model_disk_stats d;
     if (dt_model_act_disk_stats(t->model, &d)) { /* since the last report: this step's */
-        fprintf(t->metrics, ", \"act_disk_written\": %lld, \"act_disk_read\": %lld, "
+        fprintf(t->metrics,
+                ", \"act_disk_written\": %lld, \"act_disk_read\": %lld, "
                 "\"act_disk_busy_ms\": %.3f, \"act_disk_wait_ms\": %.3f",
                 (long long)(d.written - t->disk.written), (long long)(d.read - t->disk.read),
                 1e3 * (d.busy_s - t->disk.busy_s), 1e3 * (d.wait_s - t->disk.wait_s));

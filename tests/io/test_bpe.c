@@ -39,7 +39,8 @@ static void check_split(void) {
         {DT_BPE_SPLIT_GPT2, "x\n\ny", "x|\n|\n|y"},
         {DT_BPE_SPLIT_GPT2, "123456 7", "123456| 7"},
         {DT_BPE_SPLIT_GPT2, "end!!  ", "end|!!|  "},
-        {DT_BPE_SPLIT_GPT2, "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac", "caf\xc3\xa9| \xe6\x97\xa5\xe6\x9c\xac"},
+        {DT_BPE_SPLIT_GPT2, "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac",
+         "caf\xc3\xa9| \xe6\x97\xa5\xe6\x9c\xac"},
         {DT_BPE_SPLIT_CL100K, "Hello world", "Hello| world"},
         {DT_BPE_SPLIT_CL100K, "HE'S they'LL", "HE|'S| they|'LL"},
         {DT_BPE_SPLIT_CL100K, "x\n\ny", "x|\n\n|y"},
@@ -94,16 +95,19 @@ static void write_tiny(const char *path) {
     fputs("{\"added_tokens\": [{\"id\": 261, \"content\": \"<|endoftext|>\", \"special\": true}],"
           " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
           "\"add_prefix_space\": false, \"use_regex\": true}, \"model\": {\"type\": \"BPE\", "
-          "\"vocab\": {", f);
+          "\"vocab\": {",
+          f);
     for (int b = 0; b < 256; b++) {
         json_char(f, b);
         fprintf(f, ": %d, ", b);
     }
     char sp[2];
     int n = byte_char(' ', sp);
-    fprintf(f, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"hello\": 259, \"%.*sw\": 260, "
+    fprintf(f,
+            "\"he\": 256, \"ll\": 257, \"hell\": 258, \"hello\": 259, \"%.*sw\": 260, "
             "\"<|endoftext|>\": 261}, \"merges\": [\"h e\", \"l l\", \"he ll\", \"hell o\", "
-            "\"%.*s w\"]}}", n, sp, n, sp);
+            "\"%.*s w\"]}}",
+            n, sp, n, sp);
     fclose(f);
 }
 
@@ -122,8 +126,8 @@ static void check_tiny(void) {
     DT_CHECK_OK(dt_bpe_encode(b, "hello world<|endoftext|>", 24, &ids, &n, &cap));
     /* hello: h e -> he, l l -> ll, he ll -> hell, hell o -> hello; " world": " " w -> " w";
      * the special token's text is text: < | end ... */
-    const int32_t want[] = {259, 260, 'o', 'r', 'l', 'd', '<', '|', 'e', 'n', 'd', 'o', 'f',
-                            't', 'e', 'x', 't', '|', '>'};
+    const int32_t want[] = {259, 260, 'o', 'r', 'l', 'd', '<', '|', 'e', 'n',
+                            'd', 'o', 'f', 't', 'e', 'x', 't', '|', '>'};
     DT_CHECK(n == (int64_t)(sizeof want / sizeof *want) && !memcmp(ids, want, sizeof want),
              "encoded %lld ids (first %d %d %d)", (long long)n, ids ? ids[0] : -1,
              ids && n > 1 ? ids[1] : -1, ids && n > 2 ? ids[2] : -1);
@@ -143,7 +147,8 @@ static void check_tiny(void) {
     DT_CHECK(back && !strcmp(back, "<|endoftext|>"), "the special token decodes to its text");
     free(back);
     DT_CHECK(dt_bpe_decode(b, &out_of_range, 1, &back, &len) == DT_ERR_ARG &&
-                 strstr(dt_err_msg(), "262"), "an id past the vocabulary: %s", dt_err_msg());
+                 strstr(dt_err_msg(), "262"),
+             "an id past the vocabulary: %s", dt_err_msg());
     free(ids);
     dt_bpe_free(b);
 }
@@ -154,9 +159,11 @@ static void check_refused(void) {
     } bad[] = {
         {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "model WordPiece"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": "
-         "{\"type\": \"ByteLevel\"}}", "no token for byte 0x00"},
+         "{\"type\": \"ByteLevel\"}}",
+         "no token for byte 0x00"},
         {"{\"model\": {\"type\": \"BPE\"}, \"pre_tokenizer\": {\"type\": \"Split\", "
-         "\"pattern\": {\"Regex\": \"\\\\w+\"}}}", "is not one dtrain knows"},
+         "\"pattern\": {\"Regex\": \"\\\\w+\"}}}",
+         "is not one dtrain knows"},
         {"IQ== 0\nIg== 1\n", "a tiktoken rank file of 2 tokens"},
         {"\x0a\x05model", "not a tiktoken rank file"},
         {"{\"model\": ", "not valid JSON"},
@@ -169,8 +176,8 @@ static void check_refused(void) {
         fclose(f);
         dt_bpe *b = NULL;
         dt_status st = dt_bpe_load(path, &b);
-        DT_CHECK(st == DT_ERR_FORMAT && !b && strstr(dt_err_msg(), bad[i].want),
-                 "case %zu: %s", i, dt_err_msg());
+        DT_CHECK(st == DT_ERR_FORMAT && !b && strstr(dt_err_msg(), bad[i].want), "case %zu: %s", i,
+                 dt_err_msg());
     }
     unlink(path);
 }

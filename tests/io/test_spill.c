@@ -33,8 +33,8 @@ static void fill(unsigned char *b, size_t n, int seed) {
 }
 
 static dt_scratch_spec spec_of(const char *name) {
-    return (dt_scratch_spec){.dir = dir, .key = "plugin.act_offload_dir", .name = name,
-                             .what = "the test's records"};
+    return (dt_scratch_spec){
+        .dir = dir, .key = "plugin.act_offload_dir", .name = name, .what = "the test's records"};
 }
 
 static void check_round_trip(void) {
@@ -64,10 +64,9 @@ static void check_round_trip(void) {
     DT_CHECK_OK(dt_spill_wait(s, dt_spill_get(s, 7, b)));
     DT_CHECK(!memcmp(a, b, BYTES), "a read queued after a write missed it");
     dt_spill_stats st = dt_spill_stats_of(s);
-    DT_CHECK(st.bytes_written == (int64_t)(N + 1) * BYTES &&
-                 st.bytes_read == (int64_t)(N + 1) * BYTES,
-             "stats: %lld written, %lld read", (long long)st.bytes_written,
-             (long long)st.bytes_read);
+    DT_CHECK(
+        st.bytes_written == (int64_t)(N + 1) * BYTES && st.bytes_read == (int64_t)(N + 1) * BYTES,
+        "stats: %lld written, %lld read", (long long)st.bytes_written, (long long)st.bytes_read);
     dt_spill_close(s);
     free(out);
     free(in);
@@ -79,7 +78,8 @@ static void check_errors(void) {
     dt_scratch_spec sp = spec_of("big");
     dt_status st = dt_spill_open(&sp, (int64_t)1 << 40, 1 << 20, &s);
     DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "too small") &&
-                 strstr(dt_err_msg(), "plugin.act_offload_dir"), "no space: %s", dt_err_msg());
+                 strstr(dt_err_msg(), "plugin.act_offload_dir"),
+             "no space: %s", dt_err_msg());
     DT_CHECK(files_in(dir) == 0, "a failed open left a file");
     /* a write past the file size limit (SIGXFSZ ignored, so EFBIG) */
     enum { BYTES = 8192 };
@@ -102,7 +102,8 @@ static void check_errors(void) {
     st = dt_spill_wait(s, after);
     setrlimit(RLIMIT_FSIZE, &old);
     DT_CHECK(st == DT_ERR_IO && strstr(dt_err_msg(), "writing") &&
-                 strstr(dt_err_msg(), "byte 16384"), "failed write: %s", dt_err_msg());
+                 strstr(dt_err_msg(), "byte 16384"),
+             "failed write: %s", dt_err_msg());
     DT_CHECK(dt_spill_wait(s, bad) == DT_ERR_IO, "the failed request itself succeeds");
     DT_CHECK_OK(dt_spill_wait(s, first));
     dt_spill_close(s);

@@ -21,9 +21,13 @@ static dt_config tiny(void) {
 }
 
 /* matmuls at 1 GFLOP/s, communication and memory passes free */
-static const dt_plan_device FAST_NET = {.flops_fp32 = 1e9, .flops_16 = 1e9, .bandwidth = 1e30,
-                                        .latency = 0, .mem_bandwidth = 1e30,
-                                        .disk_write = 1e30, .disk_read = 1e30};
+static const dt_plan_device FAST_NET = {.flops_fp32 = 1e9,
+                                        .flops_16 = 1e9,
+                                        .bandwidth = 1e30,
+                                        .latency = 0,
+                                        .mem_bandwidth = 1e30,
+                                        .disk_write = 1e30,
+                                        .disk_read = 1e30};
 
 static double step(const dt_config *c, int world, const dt_plan_device *d, double *bubble) {
     dt_plan_time t;

@@ -59,9 +59,15 @@ static double clip_forward_flops(const dt_dit *d, const dt_dit_config *dc) {
 }
 
 /* matmuls and attention at 1 GFLOP/s; communication, memory passes and the norms free */
-static const dt_plan_device FAST = {.flops_fp32 = 1e9, .flops_16 = 1e9, .bandwidth = 1e30,
-                                    .latency = 0, .mem_bandwidth = 1e30, .disk_write = 1e30, .disk_read = 1e30,
-                                    .norm = {1e30, 1e30}, .act = {1e30, 1e30}};
+static const dt_plan_device FAST = {.flops_fp32 = 1e9,
+                                    .flops_16 = 1e9,
+                                    .bandwidth = 1e30,
+                                    .latency = 0,
+                                    .mem_bandwidth = 1e30,
+                                    .disk_write = 1e30,
+                                    .disk_read = 1e30,
+                                    .norm = {1e30, 1e30},
+                                    .act = {1e30, 1e30}};
 
 static double step(const dt_config *c, int world, const dt_plan_device *dev) {
     dt_plan_time t;
