@@ -233,15 +233,19 @@ static bool set_stage(const space *sp, dt_plugin_config *p, int z) {
 
 /* The memory levers on one mesh and schedule: ZeRO stage, precision (fp32 and one 16-bit
  * format: the config's when it names one, else bf16; fp16 has bf16's memory), checkpointing
- * (none, selective, full, full every 2nd block), activation compression, offload. Pruned:
- * compression only where a block keeps activations (not under full checkpointing of every
- * block). plugin.ac_every given on the command line replaces the levers' 1 and 2. */
+ * (none, selective, full, full every 2nd block), activation compression, offload, and a GPT's
+ * activations on disk. Pruned: compression only where a block keeps activations (not under
+ * full checkpointing of every block); activations on disk only at the lean end (with the
+ * optimizer on disk, without compression, with no or full checkpointing), and not when
+ * plugin.act_offload is pinned.
+ * plugin.ac_every given on the command line replaces the levers' 1 and 2. */
 static dt_status levers(const space *sp, cand *x) {
     dt_precision lp = sp->base->plugin.precision == DT_PREC_FP16 ? DT_PREC_FP16 : DT_PREC_BF16;
     const dt_precision precs[] = {lp, DT_PREC_FP32};
     static const struct { dt_ac_mode ac; int every; } acs[] = {
         {DT_AC_NONE, 1}, {DT_AC_SELECTIVE, 1}, {DT_AC_FULL, 1}, {DT_AC_FULL, 2}};
     bool every_pinned = is_pinned(sp, "plugin.ac_every");
+    bool try_acts_disk = x->c.model.arch != DT_ARCH_DIT && !is_pinned(sp, "plugin.act_offload");
     int grad_p = sp->world / (x->c.plugin.tp_size * x->c.plugin.pp_size);
     for (int z = 0; z <= (grad_p > 1 ? 3 : 0); z++) {
         if (!set_stage(sp, &x->c.plugin, z))
@@ -249,18 +253,24 @@ static dt_status levers(const space *sp, cand *x) {
         for (int pi = 0; pi < 2; pi++)
             for (int ai = 0; ai < 4; ai++)
                 for (int q = 0; q < 2; q++)
-                    for (int off = 0; off < 2; off++) {
+                    for (int off = 0; off < 4; off++) {
                         int every = every_pinned ? sp->base->plugin.ac_every : acs[ai].every;
+                        bool acts_disk = off >= 2;
                         if ((every_pinned && acs[ai].every == 2) ||
                             (acs[ai].every == 2 && x->c.model.n_layer < 2) ||
-                            (q && acs[ai].ac == DT_AC_FULL && every == 1))
+                            (q && acs[ai].ac == DT_AC_FULL && every == 1) ||
+                            (acts_disk && (!try_acts_disk || q || off == 2 ||
+                                           acs[ai].ac == DT_AC_SELECTIVE ||
+                                           acs[ai].every == 2)))
                             continue;
                         dt_plugin_config *p = &x->c.plugin;
                         p->precision = precs[pi];
                         p->ac = acs[ai].ac;
                         p->ac_every = every;
                         p->act_compress = q ? DT_ACT_COMPRESS_INT8 : DT_ACT_COMPRESS_NONE;
-                        p->offload = off ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
+                        p->offload = off % 2 ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
+                        if (try_acts_disk)
+                            p->act_offload = acts_disk ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
                         if (off && !p->offload_dir[0])
                             snprintf(p->offload_dir, sizeof p->offload_dir, "offload");
                         DT_TRY(consider(sp, x));
