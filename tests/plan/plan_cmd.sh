@@ -162,4 +162,26 @@ out=$("$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 2 --plugin.cp
       --train.seq_len=30 2>&1)
 echo "$out" | grep -q "as configured: train.seq_len=30 does not split into the 4 chunks of plugin.cp_size=2" &&
     ok "ring that does not cut seq_len: the reason" || bad "cp refusal: $out"
+# activations on disk: a search tight on memory finds a GPT layout with them (its activations
+# below the same layout's in memory), a pinned act_offload=none keeps them in memory, and the
+# DiT is never offered them
+act=(--config "$src/configs/gpt2-124m.ini" --world 1 --device a100-80gb --train.batch_size=1
+     --train.micro_batch_size=0 --train.seq_len=4096 --model.max_seq_len=4096 --mem 3.3GiB)
+"$dtrain" plan "${act[@]}" --plugin.precision=fp32 --json --top 400 | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+disk = [r for r in rows if r["layout"]["plugin.act_offload"] == "disk"]
+assert disk, "no layout with activations on disk among %d" % len(rows)
+for r in disk:
+    twin = [o for o in rows if o["layout"] == dict(r["layout"], **{"plugin.act_offload": "none"})]
+    assert not twin or twin[0]["predicted"]["activations"] > r["predicted"]["activations"], r
+' && ok "activations on disk searched" || bad "activations on disk not searched"
+"$dtrain" plan "${act[@]}" --plugin.act_offload=none --json --top 400 | /usr/bin/python3 -c '
+import json, sys
+assert all(json.loads(l)["layout"]["plugin.act_offload"] == "none" for l in sys.stdin)
+' && ok "pinned act_offload=none kept" || bad "pinned act_offload"
+"$dtrain" plan --config "$src/configs/tiny-dit.ini" --world 2 --json --top 400 | /usr/bin/python3 -c '
+import json, sys
+assert all(json.loads(l)["layout"]["plugin.act_offload"] == "none" for l in sys.stdin)
+' && ok "no activations on disk for the DiT" || bad "DiT offered activations on disk"
 exit $fail
