@@ -236,8 +236,8 @@ static bool set_stage(const space *sp, dt_plugin_config *p, int z) {
  * (none, selective, full, full every 2nd block), activation compression, offload, and a GPT's
  * activations on disk. Pruned: compression only where a block keeps activations (not under
  * full checkpointing of every block); activations on disk only at the lean end (with the
- * optimizer on disk, without compression, with no or full checkpointing), and not when
- * plugin.act_offload is pinned.
+ * optimizer on disk, without compression, with no or full checkpointing) where that layout
+ * does not fit with its activations in memory, and not when plugin.act_offload is pinned.
  * plugin.ac_every given on the command line replaces the levers' 1 and 2. */
 static dt_status levers(const space *sp, cand *x) {
     dt_precision lp = sp->base->plugin.precision == DT_PREC_FP16 ? DT_PREC_FP16 : DT_PREC_BF16;
@@ -252,10 +252,13 @@ static dt_status levers(const space *sp, cand *x) {
             continue;
         for (int pi = 0; pi < 2; pi++)
             for (int ai = 0; ai < 4; ai++)
-                for (int q = 0; q < 2; q++)
+                for (int q = 0; q < 2; q++) {
+                    bool twin_fits = false;
                     for (int off = 0; off < 4; off++) {
                         int every = every_pinned ? sp->base->plugin.ac_every : acs[ai].every;
                         bool acts_disk = off >= 2;
+                        if (acts_disk && twin_fits)
+                            continue; /* the same layout fits with its activations in memory */
                         if ((every_pinned && acs[ai].every == 2) ||
                             (acs[ai].every == 2 && x->c.model.n_layer < 2) ||
                             (q && acs[ai].ac == DT_AC_FULL && every == 1) ||
@@ -273,8 +276,12 @@ static dt_status levers(const space *sp, cand *x) {
                             p->act_offload = acts_disk ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
                         if (off && !p->offload_dir[0])
                             snprintf(p->offload_dir, sizeof p->offload_dir, "offload");
+                        x->fits = false;
                         DT_TRY(consider(sp, x));
+                        if (off == 1)
+                            twin_fits = x->fits;
                     }
+                }
     }
     return DT_OK;
 }
