@@ -180,6 +180,28 @@ for r in disk:
 import json, sys
 assert all(json.loads(l)["layout"]["plugin.act_offload"] == "none" for l in sys.stdin)
 ' && ok "pinned act_offload=none kept" || bad "pinned act_offload"
+# --device this probes the activation folder's disk (and only where the config offloads to
+# disk); --disk sets the rates by hand; an unwritable folder is one error
+probe=$(mktemp -d)
+"$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 1 --device this --explain \
+    --plugin.act_offload=disk --plugin.act_offload_dir="$probe/acts" | /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+assert d["disk_write_mb_s"] > 0 and d["disk_read_mb_s"] > 0 and d["act_disk_record_bytes"] > 0, d
+assert d["act_disk_file_bytes"] == 2 * d["act_disk_record_bytes"], d  # 2 blocks, 1 slot
+' && [ -z "$(ls -A "$probe/acts")" ] && ok "device this: disk probed, nothing left" ||
+    bad "device this: disk probe"
+"$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 1 --explain --disk 1M,2M \
+    --plugin.act_offload=disk | /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+assert d["disk_write_mb_s"] == 1 and d["disk_read_mb_s"] == 2 and d["act_disk_exposed_ms"] > 0, d
+' && ok "--disk W,R sets the rates; slow disks are exposed" || bad "--disk"
+out=$("$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 1 --device this \
+      --plugin.act_offload=disk --plugin.act_offload_dir=/sys/kernel 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "error:.*act_offload_dir /sys/kernel is not writable" &&
+    ok "device this: unwritable folder" || bad "probe error: $out"
+rm -rf "$probe"
 "$dtrain" plan --config "$src/configs/tiny-dit.ini" --world 2 --json --top 400 | /usr/bin/python3 -c '
 import json, sys
 assert all(json.loads(l)["layout"]["plugin.act_offload"] == "none" for l in sys.stdin)
