@@ -251,7 +251,10 @@ static void mark_saved(dt_gpt *g, int slot, int l, bool live) {
         dt_mem_unuse(g->mem, DT_MEM_ACTS, name, g->saved_bytes[k], slot, l);
 }
 
+void dt_gpt_begin_eval(dt_gpt *g) { g->evaluating = true; }
+
 void dt_gpt_drop_saved(dt_gpt *g) {
+    g->evaluating = false;
     for (int slot = 0; slot < g->n_slots; slot++)
         for (int l = 0; l < g->cfg.n_layer; l++)
             mark_saved(g, slot, l, false);

@@ -115,6 +115,8 @@ bool dt_gpt_act_disk_stats(const dt_gpt *g, dt_model_disk_stats *out);
 /* After forwards that no backward follows (evaluation): every slot's saved activations are
  * no longer needed (only the accountant's in-use bytes change). */
 void dt_gpt_drop_saved(dt_gpt *g);
+/* the forwards until dt_gpt_drop_saved are evaluation: activations on disk are not written */
+void dt_gpt_begin_eval(dt_gpt *g);
 /* Logits of the last position of one sequence tokens[0..T) (T <= the init T). */
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits);
 

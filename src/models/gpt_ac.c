@@ -366,6 +366,10 @@ dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B
         shared_holds(g, slot, l, true);
     if (!f)
         return DT_OK;
+    if (g->evaluating) { /* no backward follows: the set need not reach the disk */
+        dt_gpt_frame_forget(f);
+        return DT_OK;
+    }
     memcpy(f->x, x, (size_t)dt_block_rows_res(&g->par, B * T) * g->dims.C * sizeof(float));
     return dt_gpt_frame_put(g, f, slot, l);
 }

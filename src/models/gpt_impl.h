@@ -125,6 +125,7 @@ struct dt_gpt {
      * slot and held block) and pass through two frames; the residual positions between two
      * held blocks are then transient (res_pass, by the parity of the position) */
     bool offload;
+    bool evaluating; /* dt_gpt_begin_eval: no backward follows, nothing is written */
     dt_gpt_frame frames[DT_GPT_FRAMES];
     int next_frame;
     dt_spill *spill;
@@ -208,6 +209,8 @@ dt_status dt_gpt_frame_put(dt_gpt *g, dt_gpt_frame *f, int slot, int l);
  * about to be fetched (no wait). */
 dt_status dt_gpt_frame_fetch(dt_gpt *g, int slot, int l, dt_gpt_frame **out);
 void dt_gpt_frame_done(dt_gpt_frame *f);
+/* Unpins f and forgets whose set it held (an evaluation forward's, never written). */
+void dt_gpt_frame_forget(dt_gpt_frame *f);
 dt_status dt_gpt_frame_ahead(dt_gpt *g, int slot, int l);
 /* Carving the pieces of a block's saved set (gpt_ac.c), for the slots and the frames. */
 void dt_gpt_carve_fields(dt_gpt *g, dt_carver *cv, unsigned fields, dt_block_acts *a);

@@ -76,6 +76,7 @@ static float *boundary_grad(void *s, int slot, int B, int T) {
     return dt_gpt_boundary_grad(s, slot, B, T);
 }
 static void drop_saved(void *s) { dt_gpt_drop_saved(s); }
+static void begin_eval(void *s) { dt_gpt_begin_eval(s); }
 static dt_status gather_full(void *s, const float *local, float *full) {
     return dt_gpt_gather_full(s, local, full);
 }
@@ -168,6 +169,7 @@ static const dt_model_ops gpt_ops = {
     .boundary = boundary,
     .boundary_grad = boundary_grad,
     .drop_saved = drop_saved,
+    .begin_eval = begin_eval,
     .gather_full = gather_full,
     .take_shard = take_shard,
     .flops_per_sample = flops_per_sample,

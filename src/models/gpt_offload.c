@@ -145,6 +145,11 @@ dt_status dt_gpt_frame_fetch(dt_gpt *g, int slot, int l, dt_gpt_frame **out) {
 
 void dt_gpt_frame_done(dt_gpt_frame *f) { f->pinned = false; }
 
+void dt_gpt_frame_forget(dt_gpt_frame *f) {
+    f->pinned = false;
+    f->slot = f->block = -1;
+}
+
 dt_status dt_gpt_frame_ahead(dt_gpt *g, int slot, int l) {
     dt_gpt_frame *f;
     return ask(g, slot, l, &f);

@@ -178,6 +178,10 @@ typedef struct dt_model_ops {
     /* after forwards no backward follows (evaluation): every slot's saved activations are no
      * longer needed */
     void (*drop_saved)(void *self);
+    /* (optional: nothing changes) the forwards from here to drop_saved are evaluation, with no
+     * backward after them: nothing need be kept for one (a GPT's activations on disk are not
+     * written) */
+    void (*begin_eval)(void *self);
 
     /* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
     dt_status (*gather_full)(void *self, const float *local, float *full);
@@ -347,6 +351,10 @@ static inline float *dt_model_boundary_grad(dt_model *m, int slot, int B, int T)
     return m->ops->boundary_grad(m->self, slot, B, T);
 }
 static inline void dt_model_drop_saved(dt_model *m) { m->ops->drop_saved(m->self); }
+static inline void dt_model_begin_eval(dt_model *m) {
+    if (m->ops->begin_eval)
+        m->ops->begin_eval(m->self);
+}
 static inline dt_status dt_model_gather_full(dt_model *m, const float *local, float *full) {
     return m->ops->gather_full(m->self, local, full);
 }

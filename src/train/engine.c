@@ -619,6 +619,7 @@ dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
 }
 
 dt_status dt_engine_eval(dt_engine *e, const dt_batch *b, double *loss_sum) {
+    dt_model_begin_eval(e->model);
     DT_TRY(dt_model_forward(e->model, b));
     DT_TRY(dt_model_loss(e->model, b, 0.0f, false, loss_sum));
     dt_model_drop_saved(e->model);

@@ -290,6 +290,7 @@ dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
     int last = p->plan->n_chunks - 1;
     int64_t bytes = boundary_bytes(p, b);
     dt_model *g = p->model;
+    dt_model_begin_eval(g);
     for (int mb = 0; mb < n_mb; mb++) {
         const dt_batch in = micro_batch(b, mb);
         for (int c = p->rank; c <= last; c += p->s->pp) {

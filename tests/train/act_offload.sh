@@ -4,7 +4,8 @@
 # memory, on one process (fp32, bf16, ac=full, ac=selective, int8 storage, several
 # micro-batches) and under tp2, tp2 split_gather, sp2 (Ulysses), cp2 (ring), dp2 x ZeRO-3,
 # pp2 1F1B, pp2 ZB-H1 (the W pass reads the sets again), pp2 interleaved and
-# pp2 x dp2 x ZeRO-2. The activation peak goes down; no file is left in the folder; a
+# pp2 x dp2 x ZeRO-2. The activation peak goes down; evaluation writes nothing (every step
+# of a run evaluating every second step writes the same bytes); no file is left in the folder; a
 # folder that cannot be written and the DiT are refused on every rank.
 #   act_offload.sh DTRAIN SRC_DIR ARCH
 dtrain=$1 src=$2 arch=$3
@@ -46,6 +47,19 @@ both pp2_interleaved 2 --plugin.pp_size=2 --plugin.pp_schedule=interleaved \
     --plugin.pp_chunks=2 --plugin.microbatches=2 --model.n_layer=8
 both pp2_dp2_zero2 4 --plugin.pp_size=2 --plugin.type=hybrid --plugin.zero_stage=2 \
     --plugin.microbatches=2 --model.n_layer=6
+# evaluation forwards write nothing: with an evaluation every second step, every step writes the
+# same bytes, and the validation losses equal the in-memory run's
+ev=(--data.val=data/val.bin --train.eval_every=2 --train.eval_batches=2)
+both eval 1 "${ev[@]}"
+check "evaluation writes nothing to the activation file" /usr/bin/python3 - eval_disk.jsonl eval.jsonl <<'PY'
+import json, sys
+disk, mem = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
+written = {r["act_disk_written"] for r in disk}
+assert len(written) == 1 and written != {0}, f"bytes written per step differ: {sorted(written)}"
+vals = [r.get("val_loss") for r in disk]
+assert any(v is not None for v in vals), "no step evaluated"
+assert vals == [r.get("val_loss") for r in mem], "validation losses differ"
+PY
 check "no file left under acts/" test -z "$(ls -A acts)"
 
 # errors, one line on every rank
