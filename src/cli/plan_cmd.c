@@ -26,16 +26,12 @@
 #include "cli/plan_device.h"
 #include "cli/plan_probe.h"
 #include "cli/plan_search.h"
-#include "core/grow.h"
 #include "core/log.h"
 #include "io/atomic.h"
-#include "models/model.h"
 #include "plan/comm.h"
 #include "plan/cost.h"
 #include "plan/layout.h"
 #include "plan/memory.h"
-#include "plan/mesh.h"
-#include "plan/stages.h"
 
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "

@@ -210,15 +210,11 @@ static void pair_rank(const dt_bpe *b, const unsigned char *p, const int32_t *st
 }
 
 static dt_status push(int32_t **ids, int64_t *n, int64_t *cap, const int32_t *v, int64_t k) {
-    if (*n + k > *cap) {
-        int64_t c = *cap ? *cap : 1024;
-        while (c < *n + k)
-            c *= 2;
-        int32_t *q = realloc(*ids, (size_t)c * sizeof *q);
-        if (!q)
-            return dt_err_set(DT_ERR_OOM, "tokenizer: out of memory for %lld ids", (long long)c);
-        *ids = q, *cap = c;
-    }
+    size_t c = (size_t)*cap;
+    if (!grow((void **)ids, &c, (size_t)(*n + k), sizeof **ids))
+        return dt_err_set(DT_ERR_OOM, "tokenizer: out of memory for %lld ids",
+                          (long long)(*n + k));
+    *cap = (int64_t)c;
     memcpy(*ids + *n, v, (size_t)k * sizeof *v);
     *n += k;
     return DT_OK;

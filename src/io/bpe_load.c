@@ -195,7 +195,7 @@ static const char *str_of(const cJSON *o, const char *key) {
 
 /* The pre-tokenizer: a ByteLevel one (its own GPT-2 pattern unless use_regex is false),
  * or a Sequence of a Split by a known pattern and a ByteLevel without its own. */
-static dt_status read_pre_tokenizer(const cJSON *pre, dt_bpe *b, bool *byte_level, int *split,
+static dt_status read_pre_tokenizer(const cJSON *pre, bool *byte_level, int *split,
                                     const char *path) {
     const char *type = str_of(pre, "type");
     if (!type)
@@ -203,7 +203,7 @@ static dt_status read_pre_tokenizer(const cJSON *pre, dt_bpe *b, bool *byte_leve
     if (!strcmp(type, "Sequence")) {
         const cJSON *item;
         cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers"))
-            DT_TRY(read_pre_tokenizer(item, b, byte_level, split, path));
+            DT_TRY(read_pre_tokenizer(item, byte_level, split, path));
         return DT_OK;
     }
     if (!strcmp(type, "ByteLevel")) {
@@ -247,7 +247,7 @@ static dt_status load_hf(dt_bpe *b, const cJSON *root, const char *path) {
     int split = -1;
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (pre && !cJSON_IsNull(pre))
-        DT_TRY(read_pre_tokenizer(pre, b, &byte_level, &split, path));
+        DT_TRY(read_pre_tokenizer(pre, &byte_level, &split, path));
     if (!byte_level || split < 0)
         return dt_err_set(DT_ERR_FORMAT,
                           "%s: no byte-level pre-tokenizer with a pattern "

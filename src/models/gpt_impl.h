@@ -203,7 +203,7 @@ dt_status dt_gpt_offload_open(dt_gpt *g, const char *dir, const char *tag);
 void dt_gpt_offload_close(dt_gpt *g);
 /* A frame for (slot, l)'s forward, pinned; dt_gpt_frame_put writes it out and unpins it. */
 dt_status dt_gpt_frame_for_forward(dt_gpt *g, int slot, int l, dt_gpt_frame **out);
-dt_status dt_gpt_frame_put(dt_gpt *g, dt_gpt_frame *f, int slot, int l);
+void dt_gpt_frame_put(dt_gpt *g, dt_gpt_frame *f, int slot, int l);
 /* The frame holding (slot, l)'s set for its backward or weight pass, read when no frame
  * holds it, pinned; dt_gpt_frame_done unpins it. dt_gpt_frame_ahead asks for a set that is
  * about to be fetched (no wait). */

@@ -117,10 +117,9 @@ dt_status dt_gpt_frame_for_forward(dt_gpt *g, int slot, int l, dt_gpt_frame **ou
     return DT_OK;
 }
 
-dt_status dt_gpt_frame_put(dt_gpt *g, dt_gpt_frame *f, int slot, int l) {
+void dt_gpt_frame_put(dt_gpt *g, dt_gpt_frame *f, int slot, int l) {
     f->ticket = dt_spill_put(g->spill, record_of(g, slot, l), f->base);
     f->pinned = false;
-    return DT_OK;
 }
 
 /* (slot, l)'s set into a frame, unless one holds it: returns that frame, request queued */

@@ -135,8 +135,6 @@ static dt_status bpe_prompt(dt_bpe *bpe, const char *prompt, int32_t **tok, int 
                                      : dt_bpe_append(tok, &count, &cap,
                                                      dt_bpe_eot(bpe) >= 0 ? dt_bpe_eot(bpe) : 0);
     *n = (int)count;
-    if (st == DT_OK && count == 0)
-        st = dt_bpe_append(tok, &count, &cap, 0), *n = 1;
     return st;
 }
 
