@@ -309,21 +309,35 @@ INLINE void pack_t(float *restrict bt, const void *src, int64_t off, int64_t str
             memset(bt + d * BC + nc, 0, (BC - nc) * sizeof *bt);
 }
 
-/* Number of visible keys in row i of a tile: c < vis(...) is inside the sequence and, when
- * causal, not above the diagonal (key k0+c <= query q0+i). */
-static inline int visible(int i, int nc, int q0, int k0, bool causal) {
-    return causal ? imin(nc, q0 + i - k0 + 1) : nc;
+/* The keys row i of a tile sees, columns [lo, lim): inside the sequence and, when causal, not
+ * above the diagonal (key k0+c <= query q0+i); with documents, not before the query's
+ * document (lo > 0). lo == lim: none. */
+typedef struct seen {
+    int lo, lim;
+} seen;
+
+static inline seen visible(const dt_attn_shape *s, int b, int i, int nc, int q0, int k0) {
+    const int lim = s->causal ? imin(nc, q0 + i - k0 + 1) : nc;
+    const int lo = dt_attn_doc_lo(s, b, q0 + i) - k0;
+    return (seen){lo <= 0 ? 0 : imin(lo, lim), lim};
 }
 
-/* row[0:BC] = exp(scale * row - sub) on the visible columns and exactly 0 past them. The
- * masked tail is zeroed after the exp rather than selected inside it (a select would let GCC
- * sink the exp into a branch and stop vectorising). */
-INLINE void exp_row(float *row, float scale, float sub, int lim) {
+/* row[0:BC] = exp(scale * row - sub) on the visible columns and exactly 0 elsewhere. The
+ * masked columns are zeroed after the exp rather than selected inside it (a select would let
+ * GCC sink the exp into a branch and stop vectorising). */
+INLINE void exp_row(float *row, float scale, float sub, seen v) {
 #pragma omp simd
     for (int c = 0; c < BC; c++)
         row[c] = dt_vexp(row[c] * scale - sub);
-    if (lim < BC)
-        memset(row + lim, 0, (BC - lim) * sizeof *row);
+    memset(row, 0, v.lo * sizeof *row);
+    if (v.lim < BC)
+        memset(row + v.lim, 0, (BC - v.lim) * sizeof *row);
+}
+
+/* The first key tile any query of the tile at q0 sees (documents start no earlier than the
+ * tile's first query's) */
+static inline int first_key_tile(const dt_attn_shape *s, int b, int q0) {
+    return dt_attn_doc_lo(s, b, q0) / BC * BC;
 }
 
 /* The operands of one call: fp32, or (io16) q, k, v in bf16 and (y16) y in bf16; io16
@@ -362,7 +376,7 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, const io *x, 
         l[i] = 0.0f;
     }
     const int kend = s->causal ? q0 + nr : T;
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    for (int k0 = first_key_tile(s, b, q0); k0 < kend; k0 += BC) {
         const int nc = imin(BC, kend - k0);
         const int64_t koff = kvoff + (int64_t)k0 * s->kv_stride;
         pack_t(kt, x->k, koff, s->kv_stride, nc, hs, bf, x->io16);
@@ -374,23 +388,27 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, const io *x, 
         tile_abt(sc, qa, qas, kt, nr, hs, cols, isa);
         for (int i = 0; i < nr; i++) {
             float *row = sc + i * BC;
-            const int lim = visible(i, nc, q0, k0, s->causal);
+            const seen v = visible(s, b, i, nc, q0, k0);
+            if (v.lo == v.lim) { /* a row of documents that start later: nothing to add */
+                memset(row, 0, BC * sizeof *row);
+                continue;
+            }
             const float scale = s->scale;
             float mx = m[i], sum = 0.0f;
 #pragma omp simd reduction(max : mx)
-            for (int c = 0; c < lim; c++)
+            for (int c = v.lo; c < v.lim; c++)
                 mx = row[c] * scale > mx ? row[c] * scale : mx;
-            /* the first tile holds key 0, so every row has lim >= 1 there: m is finite from
-             * then on and alpha = e^(m_old - m_new) is 0 exactly once, at the first tile */
+            /* the first tile a row sees a key in makes m finite; alpha = e^(m_old - m_new) is
+             * 0 exactly once, there */
             const float alpha = m[i] == -INFINITY ? 0.0f : dt_vexp(m[i] - mx);
-            exp_row(row, s->scale, mx, lim);
+            exp_row(row, s->scale, mx, v);
 #pragma omp simd reduction(+ : sum)
             for (int c = 0; c < BC; c++)
                 sum += row[c];
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
             if (bf)
-                for (int c = 0; c < lim; c++)
+                for (int c = v.lo; c < v.lim; c++)
                     row[c] = bf16_round(row[c]);
             if (alpha != 1.0f) {
                 float *oi = o + i * hs;
@@ -408,7 +426,7 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, const io *x, 
     }
     const int C = s->NH * hs;
     for (int i = 0; i < nr; i++) {
-        float inv = 1.0f / l[i];
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f; /* l = 0: the row saw no key */
         const int64_t yo = ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
         for (int d = 0; d < hs; d++) {
             const float yd = o[i * hs + d] * inv;
@@ -417,7 +435,7 @@ INLINE void fwd_tile(const dt_attn_shape *s, int b, int h, int q0, const io *x, 
             else
                 ((float *)x->y)[yo + d] = yd;
         }
-        x->lse[((int64_t)b * s->NH + h) * T + q0 + i] = m[i] + logf(l[i]);
+        x->lse[((int64_t)b * s->NH + h) * T + q0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
     }
 }
 
@@ -454,8 +472,10 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, const io *x, const in
         memset(dkt, 0, sizeof(float) * nc * hs);
         memset(dvt, 0, sizeof(float) * nc * hs);
         for (int h = g * group; h < (g + 1) * group; h++) {
-            /* causal: queries before k0 see none of these keys */
-            for (int q0 = s->causal ? k0 : 0; q0 < T; q0 += BR) {
+            /* causal: queries before k0 see none of these keys; documents: nor do queries
+             * whose document starts past them, and those of later tiles start later still */
+            for (int q0 = s->causal ? k0 : 0; q0 < T && dt_attn_doc_lo(s, b, q0) < k0 + nc;
+                 q0 += BR) {
                 const int nr = imin(BR, T - q0);
                 const int64_t row0 = (int64_t)b * T + q0;
                 const int64_t qoff = row0 * qs + (int64_t)h * hs, yoff = row0 * C + (int64_t)h * hs;
@@ -480,7 +500,7 @@ INLINE void bwd_task(const dt_attn_shape *s, int b, int g, const io *x, const in
                 const band krows = s->causal ? (band){off, 1 << 29, 1 << 29} : NO_BAND;
                 tile_abt(p, qa, qas, kt, nr, hs, cols, isa);
                 for (int i = 0; i < nr; i++) {
-                    exp_row(p + i * BC, s->scale, lb[i], visible(i, nc, q0, k0, s->causal));
+                    exp_row(p + i * BC, s->scale, lb[i], visible(s, b, i, nc, q0, k0));
                     /* D_i = rowsum(dy_i * y_i) = sum_j P_ij dP_ij (alg. 2, line 19), of the
                      * dy that dP sees */
                     float acc = 0.0f;
@@ -702,147 +722,4 @@ dt_status dt_attention_backward_set_bf16(const dt_attn_shape *s, float *dq, floa
     backward_f32(&sb, dq, dk, dv, dy, w.y, lse, w.q, w.k, w.v, true);
     wide_free(&w);
     return DT_OK;
-}
-
-/* ---- reference: plain loops, double accumulation, one score row at a time ---- */
-
-static double dot_d(const float *a, const float *b, int n) {
-    double acc = 0.0;
-    for (int d = 0; d < n; d++)
-        acc += (double)a[d] * b[d];
-    return acc;
-}
-
-/* the score dot product: of the bf16-rounded operands in bf16 mode */
-static double dot_qk(const float *a, const float *b, int n, bool bf) {
-    if (!bf)
-        return dot_d(a, b, n);
-    double acc = 0.0;
-    for (int d = 0; d < n; d++)
-        acc += (double)bf16_round(a[d]) * bf16_round(b[d]);
-    return acc;
-}
-
-/* an operand of a product: rounded to bf16 in bf16 mode */
-static double op(float x, bool bf) { return bf ? bf16_round(x) : x; }
-
-/* D = rowsum(dy y), of the dy that dP sees (rounded in bf16 mode) */
-static double dot_dy(const float *dy, const float *y, int n, bool bf) {
-    double acc = 0.0;
-    for (int d = 0; d < n; d++)
-        acc += op(dy[d], bf) * y[d];
-    return acc;
-}
-
-/* dS_tj times scale (the factor of dq and dk), from P_tj and dP_tj - D_t: rounded to bf16 as
- * the operand of dS k and dS^T q in bf16 mode */
-static double ds_of(const dt_attn_shape *s, double p, double dp_minus_d) {
-    const double ds = s->scale * p * dp_minus_d;
-    return s->bf16 ? bf16_round((float)ds) : ds;
-}
-
-void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, const float *q,
-                              const float *k, const float *v) {
-    const int T = s->T, hs = s->hs, C = s->NH * hs;
-    if (T <= 0 || hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0)
-        return;
-    const int group = s->NH / s->NKV;
-    double row[T], acc[hs];
-    for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float *qt = q + ((int64_t)b * T + t) * s->q_stride + (int64_t)h * hs;
-                const int64_t kv0 = (int64_t)b * T * s->kv_stride + (int64_t)(h / group) * hs;
-                const int n = s->causal ? t + 1 : T;
-                double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j < n; j++) {
-                    row[j] = s->scale * dot_qk(qt, k + kv0 + j * s->kv_stride, hs, s->bf16);
-                    mx = row[j] > mx ? row[j] : mx;
-                }
-                for (int d = 0; d < hs; d++)
-                    acc[d] = 0.0;
-                double mt = -INFINITY; /* bf16 mode: the row max up to the end of j's key tile */
-                for (int j = 0; j < n; j++) {
-                    double pj = exp(row[j] - mx);
-                    const float *vj = v + kv0 + j * s->kv_stride;
-                    sum += pj;
-                    if (j % BC == 0)
-                        for (int c = j; c < j + BC && c < n; c++)
-                            mt = row[c] > mt ? row[c] : mt;
-                    /* PV of bf16 operands, P rounded relative to mt as the tiled kernel holds
-                     * it; the sum stays unrounded */
-                    const double pr = bf16_round((float)exp(row[j] - mt)) * exp(mt - mx);
-                    if (s->bf16)
-                        for (int d = 0; d < hs; d++)
-                            acc[d] += pr * bf16_round(vj[d]);
-                    else
-                        for (int d = 0; d < hs; d++)
-                            acc[d] += pj * vj[d];
-                }
-                float *yt = y + ((int64_t)b * T + t) * C + (int64_t)h * hs;
-                for (int d = 0; d < hs; d++)
-                    yt[d] = (float)(acc[d] / sum);
-                lse[((int64_t)b * s->NH + h) * T + t] = (float)(mx + log(sum));
-            }
-}
-
-/* dq is summed per query row, dk and dv per key row (over the group's heads and the queries
- * that see the key), each in double, so the reference has no float accumulation. */
-void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, float *dv,
-                               const float *dy, const float *y, const float *lse,
-                               const float *q, const float *k, const float *v) {
-    const int T = s->T, hs = s->hs, C = s->NH * hs;
-    if (T <= 0 || hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0)
-        return;
-    const int group = s->NH / s->NKV;
-    const int64_t qs = s->q_stride, kvs = s->kv_stride;
-    double acc[hs], acc2[hs];
-    for (int b = 0; b < s->B; b++) {
-        for (int h = 0; h < s->NH; h++) { /* dq_t = scale sum_j P_tj (dP_tj - D_t) k_j */
-            const int64_t kv0 = (int64_t)b * T * kvs + (int64_t)(h / group) * hs;
-            for (int t = 0; t < T; t++) {
-                const int64_t r = (int64_t)b * T + t;
-                const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
-                const double lt = lse[((int64_t)b * s->NH + h) * T + t];
-                const double D = dot_dy(dyt, y + r * C + h * hs, hs, s->bf16);
-                for (int d = 0; d < hs; d++)
-                    acc[d] = 0.0;
-                for (int j = 0; j < (s->causal ? t + 1 : T); j++) {
-                    const float *kj = k + kv0 + j * kvs;
-                    double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
-                    double dsj = ds_of(s, pj, dot_qk(dyt, v + kv0 + j * kvs, hs, s->bf16) - D);
-                    for (int d = 0; d < hs; d++)
-                        acc[d] += dsj * op(kj[d], s->bf16);
-                }
-                for (int d = 0; d < hs; d++)
-                    dq[r * qs + h * hs + d] += (float)acc[d];
-            }
-        }
-        for (int g = 0; g < s->NKV; g++) { /* dk_j, dv_j over the group's heads and queries */
-            const int64_t kv0 = (int64_t)b * T * kvs + (int64_t)g * hs;
-            for (int j = 0; j < T; j++) {
-                const float *kj = k + kv0 + j * kvs, *vj = v + kv0 + j * kvs;
-                for (int d = 0; d < hs; d++)
-                    acc[d] = acc2[d] = 0.0;
-                for (int h = g * group; h < (g + 1) * group; h++)
-                    for (int t = s->causal ? j : 0; t < T; t++) {
-                        const int64_t r = (int64_t)b * T + t;
-                        const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
-                        const double lt = lse[((int64_t)b * s->NH + h) * T + t];
-                        double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
-                        double dsj = ds_of(s, pj, dot_qk(dyt, vj, hs, s->bf16) -
-                                                      dot_dy(dyt, y + r * C + h * hs, hs, s->bf16));
-                        const double pb = s->bf16 ? bf16_round((float)pj) : pj;
-                        for (int d = 0; d < hs; d++) {
-                            acc[d] += dsj * op(qt[d], s->bf16);
-                            acc2[d] += pb * op(dyt[d], s->bf16);
-                        }
-                    }
-                for (int d = 0; d < hs; d++) {
-                    dk[kv0 + j * kvs + d] += (float)acc[d];
-                    dv[kv0 + j * kvs + d] += (float)acc2[d];
-                }
-            }
-        }
-    }
 }

@@ -25,6 +25,14 @@ typedef struct dt_attn_shape {
     float scale;       /* usually 1/sqrt(hs) */
     bool causal;       /* query t sees keys 0..t */
     bool bf16;         /* bf16 mode: QK^T and PV of bf16 operands (see below) */
+    /* Documents kept apart (NULL: none). Key c of this call sits at position k_pos0 + c of its
+     * sequence, and query (b, t) sees only keys at positions >= doc_start[b*T + t], the first
+     * token of its document (non-decreasing in t). A lower bound only: with causal attention
+     * (or where every key precedes every query, a ring's off-diagonal pair) that keeps whole
+     * documents apart. Key tiles no query of a tile sees are skipped. A query that sees no key
+     * gets y = 0 and lse = -inf. */
+    const int32_t *doc_start;
+    int k_pos0;
 } dt_attn_shape;
 
 /* bf16 mode (the run's matmuls are bf16): every product takes operands rounded to bf16

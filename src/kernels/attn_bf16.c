@@ -179,6 +179,11 @@ static TARGET_BF16 void mm(float *out, int64_t os, int nr, const uint32_t *a, in
 
 static inline int vis(int i, int nc, int off, bool causal) { return causal ? imin(nc, i + off + 1) : nc; }
 
+/* the first key column row q0 + i of a tile sees past its document's start (0: all) */
+static inline int doc_col(const dt_attn_shape *s, int b, int q, int k0) {
+    return imax(dt_attn_doc_lo(s, b, q) - k0, 0);
+}
+
 /* the maximum of row[0:lim], 0 < lim <= TBC (a positive scale commutes with it) */
 INLINE TARGET_BF16 float row_max(const float *row, int lim) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -216,14 +221,19 @@ INLINE __mmask16 below(int c0, int lim) {
     return lim - c0 >= 16 ? 0xffff : lim <= c0 ? 0 : (__mmask16)((1u << (lim - c0)) - 1);
 }
 
-/* One forward score row: dst (TBC/2 words) = bf16(e^(row*scale - mx)), exact zeros from lim
- * on; returns the sum of the fp32 values before rounding. */
+/* the lanes c0 + [0, 16) in [lo, lim) */
+INLINE __mmask16 within(int c0, int lo, int lim) {
+    return (__mmask16)(below(c0, lim) & ~below(c0, lo));
+}
+
+/* One forward score row: dst (TBC/2 words) = bf16(e^(row*scale - mx)) on columns [lo, lim),
+ * exact zeros elsewhere; returns the sum of the fp32 values before rounding. */
 INLINE TARGET_BF16 float softmax_row_bf16(uint32_t *dst, const float *row, float scale, float mx,
-                                          int lim) {
+                                          int lo, int lim) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(mx);
     __m512 sum = _mm512_setzero_ps();
     for (int c = 0; c < TBC; c += 16) {
-        const __mmask16 k = below(c, lim);
+        const __mmask16 k = within(c, lo, lim);
         const __m512 e = _mm512_maskz_mov_ps(
             k, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + c), vs, vm)));
         sum = _mm512_add_ps(sum, e);
@@ -263,36 +273,44 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
             l[i] = 0.0f;
         }
         const int kend = s->causal ? q0 + nr : T;
-        for (int k0 = 0; k0 < kend; k0 += TBC) {
+        /* documents: no query of the tile sees keys before its first query's document */
+        const int kfirst = dt_attn_doc_lo(s, b, q0) / TBC * TBC;
+        for (int k0 = kfirst; k0 < kend; k0 += TBC) {
             const int nc = imin(TBC, kend - k0), off = q0 - k0;
             mm(sc, TBC, nr, qp, H2, 1, kt + (int64_t)k0 * H2, TBC, H2, TBC, false,
                s->causal ? BAND_COLS : BAND_NONE, off);
             for (int i = 0; i < nr; i++) {
                 const float *row = sc + i * TBC;
-                const int lim = vis(i, nc, off, s->causal);
+                const int lim = vis(i, nc, off, s->causal), lo = imin(doc_col(s, b, q0 + i, k0), lim);
                 float mx = m[i];
-                if (scale > 0.0f)
-                    mx = fmaxf(mx, row_max(row, lim) * scale);
+                if (lo == lim) /* nothing seen here: an all-zero row leaves m and l */
+                    ;
+                else if (scale > 0.0f)
+                    mx = fmaxf(mx, row_max(row + lo, lim - lo) * scale);
                 else
-                    for (int c = 0; c < lim; c++)
+                    for (int c = lo; c < lim; c++)
                         mx = fmaxf(mx, row[c] * scale);
-                /* key 0 is in the first tile, so m is finite from then on and alpha is 0
-                 * exactly once */
+                /* the first tile a row sees a key in makes m finite; alpha is 0 exactly once,
+                 * there (and 1 while the row sees nothing: 0 * anything stays 0) */
                 const float alpha = m[i] == -INFINITY ? 0.0f : dt_vexp(m[i] - mx);
-                l[i] = l[i] * alpha + softmax_row_bf16(pp + i * (TBC / 2), row, scale, mx, lim);
+                l[i] = l[i] * alpha +
+                       softmax_row_bf16(pp + i * (TBC / 2), row, scale, mx, lo, lim);
                 m[i] = mx;
-                if (k0 > 0 && alpha != 1.0f) { /* o is first written by the k0 = 0 product */
+                if (k0 > kfirst && alpha != 1.0f) { /* o is first written at kfirst */
                     float *oi = o + i * hs;
 #pragma omp simd
                     for (int d = 0; d < hs; d++)
                         oi[d] *= alpha;
                 }
             }
-            mm(o, hs, nr, pp, TBC / 2, 1, vi + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs, k0 > 0,
-               s->causal ? BAND_KEYS : BAND_NONE, off);
+            mm(o, hs, nr, pp, TBC / 2, 1, vi + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs,
+               k0 > kfirst, s->causal ? BAND_KEYS : BAND_NONE, off);
         }
+        if (kfirst >= kend) /* no key seen by the whole tile (documents) */
+            memset(o, 0, sizeof(float) * nr * hs);
         for (int i = 0; i < nr; i++) {
-            const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
+            /* l = 0: the row saw no key (documents): y = 0, lse = -inf */
+            const __m512 inv = _mm512_set1_ps(l[i] > 0.0f ? 1.0f / l[i] : 0.0f);
             const int64_t yo = ((int64_t)b * T + q0 + i) * C + (int64_t)h * hs;
             for (int d = 0; d < hs; d += 16) {
                 const __m512 yv = _mm512_mul_ps(_mm512_loadu_ps(o + i * hs + d), inv);
@@ -301,7 +319,7 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
                 else
                     _mm512_storeu_ps((float *)y + yo + d, yv);
             }
-            lse[((int64_t)b * s->NH + h) * T + q0 + i] = m[i] + logf(l[i]);
+            lse[((int64_t)b * s->NH + h) * T + q0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
         }
     }
 }
@@ -381,20 +399,31 @@ INLINE TARGET_BF16 void p_ds16(const float *sr, const float *dr, float scale, fl
         k, _mm512_mul_ps(*p, _mm512_sub_ps(_mm512_loadu_ps(dr), _mm512_set1_ps(di))), vs);
 }
 
+/* The keys [lo, lim) a query row of a backward tile pair sees */
+typedef struct seen {
+    int lo, lim;
+} seen;
+
+static inline seen seen_by(const dt_attn_shape *s, int b, int q0, int i, int k0, int nc) {
+    const int lim = vis(i, nc, q0 - k0, s->causal);
+    return (seen){imin(doc_col(s, b, q0 + i, k0), lim), lim};
+}
+
 /* Query rows i and i + 1 (a missing last row as zeros) of a backward tile pair, from the score
  * tile p and the dP tile ds to the three bf16 operands of the products that follow, with no fp32
  * copy between: dS as rows (dsr, for dq), P and dS interleaved over the row pair (pi, dsi, for
- * dv and dk). lim0, lim1: the keys each row sees. */
+ * dv and dk). r0, r1: the keys each row sees. */
 INLINE TARGET_BF16 void grad_row_pair(uint32_t *dsr, uint32_t *pi, uint32_t *dsi, const float *p,
                                       const float *ds, int i, int nr, const float *lse,
-                                      const float *dd, float scale, int lim0, int lim1) {
+                                      const float *dd, float scale, seen r0, seen r1) {
     const bool two = i + 1 < nr;
     for (int c = 0; c < TBC; c += 16) {
         __m512 p0, d0, p1 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
-        p_ds16(p + i * TBC + c, ds + i * TBC + c, scale, lse[i], dd[i], below(c, lim0), &p0, &d0);
+        p_ds16(p + i * TBC + c, ds + i * TBC + c, scale, lse[i], dd[i], within(c, r0.lo, r0.lim),
+               &p0, &d0);
         if (two)
             p_ds16(p + (i + 1) * TBC + c, ds + (i + 1) * TBC + c, scale, lse[i + 1], dd[i + 1],
-                   below(c, lim1), &p1, &d1);
+                   within(c, r1.lo, r1.lim), &p1, &d1);
         const __m256i d0h = to_bf16(d0), d1h = to_bf16(d1);
         _mm256_storeu_si256((__m256i *)(dsr + i * (TBC / 2) + c / 2), d0h);
         if (two)
@@ -424,6 +453,13 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
     float p[TBR * TBC], ds[TBR * TBC];
     uint32_t dsr[TBR * TBC / 2], pi[TBR * TBC / 2], dsi[TBR * TBC / 2];
     const float scale = s->scale;
+    if (s->doc_start) { /* tiles no query sees are skipped: every gradient adds into zeros */
+        memset(w->dk, 0, sizeof(float) * (size_t)T * hs);
+        memset(w->dv, 0, sizeof(float) * (size_t)T * hs);
+        for (int t = 0; set && t < T; t++)
+            memset(dq + (int64_t)b * T * qs + t * qs + (int64_t)g * group * hs, 0,
+                   sizeof(float) * group * hs);
+    }
     for (int h = g * group; h < (g + 1) * group; h++) {
         const int64_t qoff = (int64_t)b * T * qs + (int64_t)h * hs;
         const int64_t yoff = (int64_t)b * T * C + (int64_t)h * hs;
@@ -443,14 +479,16 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
         }
         for (int k0 = 0; k0 < T; k0 += TBC) {
             const int nc = imin(TBC, T - k0);
-            /* causal: queries before k0 see none of these keys */
-            for (int q0 = s->causal ? k0 : 0; q0 < T; q0 += TBR) {
+            /* causal: queries before k0 see none of these keys; documents: nor do queries
+             * whose document starts past them, and those of later tiles start later still */
+            for (int q0 = s->causal ? k0 : 0; q0 < T && dt_attn_doc_lo(s, b, q0) < k0 + nc;
+                 q0 += TBR) {
                 const int nr = imin(TBR, T - q0), off = q0 - k0;
                 /* the first products into dq (with set) and into the task's dk, dv write
                  * rather than add: every row of them gets one at k0 = 0, and at the first
-                 * query tile of the group's first head */
-                const bool dq_acc = !set || k0 > 0;
-                const bool kv_acc = h > g * group || q0 > (s->causal ? k0 : 0);
+                 * query tile of the group's first head (with documents all were zeroed) */
+                const bool dq_acc = !set || k0 > 0 || s->doc_start;
+                const bool kv_acc = h > g * group || q0 > (s->causal ? k0 : 0) || s->doc_start;
                 /* P = exp(S - lse), the forward's softmax; dP = dy v^T */
                 mm(p, TBC, nr, w->qr + (int64_t)q0 * H2, H2, 1, w->kt + (int64_t)k0 * H2, TBC, H2,
                    TBC, false, band_c, off);
@@ -458,7 +496,7 @@ static TARGET_BF16 void bwd_group(const dt_attn_shape *s, int b, int g, float *d
                    H2, TBC, false, band_c, off);
                 for (int i = 0; i < nr; i += 2)
                     grad_row_pair(dsr, pi, dsi, p, ds, i, nr, lh + q0, w->dd + q0, scale,
-                                  vis(i, nc, off, s->causal), vis(i + 1, nc, off, s->causal));
+                                  seen_by(s, b, q0, i, k0, nc), seen_by(s, b, q0, i + 1, k0, nc));
                 /* dq += dS k; dk += dS^T q; dv += P^T dy */
                 mm(dq + qoff + (int64_t)q0 * qs, qs, nr, dsr, TBC / 2, 1,
                    w->ki + (int64_t)(k0 / 2) * hs, hs, (nc + 1) / 2, hs, dq_acc, band_k, off);

@@ -52,6 +52,15 @@ static inline __attribute__((always_inline)) float dt_vexp(float x) {
     return p * scale;
 }
 
+/* The first key (of the call's keys) query (b, t) sees: past the start of its document
+ * (attention.h, doc_start); 0 without documents. */
+static inline int dt_attn_doc_lo(const dt_attn_shape *s, int b, int t) {
+    if (!s->doc_start)
+        return 0;
+    const int lo = s->doc_start[(int64_t)b * s->T + t] - s->k_pos0;
+    return lo > 0 ? lo : 0;
+}
+
 /* Attention's bf16 mode on AVX512_BF16 (attn_bf16.c; hs % 16 == 0, hs <= 256): the kernels
  * of attention.h with every product on vdpbf16ps. io16: q, k, v are bf16 (uint16) arrays at
  * the same strides, else fp32; y16: y likewise. They allocate one scratch block per call (a few tiles of the

@@ -15,6 +15,11 @@
 #include "kernels/attention.h"
 #include "kernels/isa.h"
 
+/* Documents the shapes below are made with (attention.h's doc_start, k_pos0): NULL but in the
+ * document checks, which set them for the B x T they use */
+static const int32_t *g_doc;
+static int g_k_pos0;
+
 /* A fused qkv buffer [B, T, (NH + 2 NKV) hs] as the attention layer passes it. */
 typedef struct fused {
     dt_attn_shape s;
@@ -27,7 +32,8 @@ static fused fused_make(int B, int T, int NH, int NKV, int hs, bool causal, floa
     fused f = {0};
     int64_t W = (int64_t)(NH + 2 * NKV) * hs;
     f.s = (dt_attn_shape){.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs, .q_stride = W,
-                          .kv_stride = W, .scale = 1.0f / sqrtf((float)hs), .causal = causal};
+                          .kv_stride = W, .scale = 1.0f / sqrtf((float)hs), .causal = causal,
+                          .doc_start = g_doc, .k_pos0 = g_k_pos0};
     f.n_qkv = (int64_t)B * T * W;
     f.n_y = (int64_t)B * T * NH * hs;
     f.n_lse = (int64_t)B * NH * T;
@@ -59,6 +65,21 @@ static void run_bwd(fused *f, bool ref) {
     float *dq = f->dqkv, *dk = dq + f->s.NH * f->s.hs, *dv = dk + f->s.NKV * f->s.hs;
     (ref ? dt_attention_backward_ref : dt_attention_backward)(&f->s, dq, dk, dv, f->dy, f->y,
                                                               f->lse, q, k, v);
+}
+
+/* nmse of two lse arrays whose -inf entries (queries that saw no key: documents) must agree */
+static double lse_nmse(const float *a, const float *b, int64_t n) {
+    float *fa = malloc(sizeof(float) * n), *fb = malloc(sizeof(float) * n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) {
+        differ += isinf(a[i]) != isinf(b[i]);
+        fa[i] = isinf(a[i]) ? 0.0f : a[i];
+        fb[i] = isinf(b[i]) ? 0.0f : b[i];
+    }
+    double e = differ ? INFINITY : dt_test_nmse(fa, fb, n);
+    free(fa);
+    free(fb);
+    return e;
 }
 
 /* fast vs ref on one shape; the fast backward gets the fast forward's y and lse, and starts
@@ -97,7 +118,7 @@ static void check_vs_ref_mode(int B, int T, int NH, int NKV, int hs, bool causal
         fused_free(&rb);
         fused_free(&f);
     }
-    double e_y = dt_test_nmse(a.y, r.y, a.n_y), e_l = dt_test_nmse(a.lse, r.lse, a.n_lse);
+    double e_y = dt_test_nmse(a.y, r.y, a.n_y), e_l = lse_nmse(a.lse, r.lse, a.n_lse);
     float *pre = malloc(sizeof(float) * a.n_qkv);
     dt_test_fill(pre, a.n_qkv, 7, 0.5f);
     memcpy(a.dqkv, pre, sizeof(float) * a.n_qkv);
@@ -231,6 +252,95 @@ static void check_bf16_io(int B, int T, int NH, int NKV, int hs, bool causal) {
     free(lse16);
     free(d16);
     fused_free(&a);
+}
+
+/* doc[b*T + t] = the first position of token t's document, documents starting at 0 and at
+ * each cut of row b (cuts[b], ending at -1) */
+static void make_docs(int32_t *doc, int B, int T, const int cuts[][8]) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0, c = 0, start = 0; t < T; t++) {
+            if (cuts[b][c] == t) {
+                start = t;
+                c++;
+            }
+            doc[(int64_t)b * T + t] = start;
+        }
+}
+
+/* Documents kept apart against the independent reading: the fp32 kernel over packed rows
+ * equals the reference run on each document as a sequence of its own (y, lse and every
+ * gradient; keys of one document get gradients only from its own queries). */
+static void check_docs_separately(int B, int T, int NH, int NKV, int hs, const int32_t *doc) {
+    g_doc = doc;
+    fused a = fused_make(B, T, NH, NKV, hs, true, 1.0f, 900 + T);
+    g_doc = NULL;
+    fused r = fused_make(B, T, NH, NKV, hs, true, 1.0f, 900 + T);
+    run_fwd(&a, false);
+    run_bwd(&a, false);
+    const int64_t W = a.s.q_stride, A = (int64_t)NH * hs, nq = A, nkv = (int64_t)NKV * hs;
+    float *lse = malloc(sizeof(float) * NH * T);
+    for (int b = 0; b < B; b++)
+        for (int s0 = 0; s0 < T;) {
+            int e = s0 + 1;
+            while (e < T && doc[(int64_t)b * T + e] == s0)
+                e++;
+            dt_attn_shape ds = r.s;
+            ds.B = 1;
+            ds.T = e - s0;
+            const int64_t row = (int64_t)b * T + s0;
+            const float *q = r.qkv + row * W;
+            float *dq = r.dqkv + row * W;
+            dt_attention_forward_ref(&ds, r.y + row * A, lse, q, q + nq, q + nq + nkv);
+            dt_attention_backward_ref(&ds, dq, dq + nq, dq + nq + nkv, r.dy + row * A,
+                                      r.y + row * A, lse, q, q + nq, q + nq + nkv);
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < ds.T; t++)
+                    r.lse[((int64_t)b * NH + h) * T + s0 + t] = lse[(int64_t)h * ds.T + t];
+            s0 = e;
+        }
+    double e_y = dt_test_nmse(a.y, r.y, a.n_y), e_l = dt_test_nmse(a.lse, r.lse, a.n_lse);
+    double e_g = dt_test_nmse(a.dqkv, r.dqkv, a.n_qkv);
+    printf("attention %s documents B%d T%d NH%d NKV%d hs%d vs each document alone: nmse y %.2g "
+           "lse %.2g dqkv %.2g\n", dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), B, T, NH, NKV,
+           hs, e_y, e_l, e_g);
+    DT_CHECK(e_y < 1e-10 && e_l < 1e-12 && e_g < 1e-9,
+             "documents vs each document alone: nmse y %.3g lse %.3g dqkv %.3g", e_y, e_l, e_g);
+    free(lse);
+    fused_free(&a);
+    fused_free(&r);
+}
+
+/* Documents (attention.h's doc_start) through every check of one variant: packed rows with
+ * one-token documents, documents across tile edges and a row of two; then a ring's pairs of
+ * chunks: keys all before the queries (not causal, some queries seeing none) and a diagonal
+ * pair whose keys start at position 64. */
+static void check_docs(void) {
+    enum { B = 2, T = 150 };
+    static const int cuts[B][8] = {{1, 2, 70, 71, 140, -1}, {100, -1}};
+    static int32_t doc[B * T];
+    make_docs(doc, B, T, cuts);
+    check_docs_separately(B, T, 4, 2, 64, doc);
+    check_docs_separately(B, T, 2, 1, 13, doc);
+    g_doc = doc;
+    check_vs_ref(B, T, 4, 2, 64, true, 1.0f);
+    check_vs_ref(B, T, 2, 1, 13, true, 1.0f);
+    check_vs_ref(B, T, 2, 2, 300, true, 1.0f); /* hs > MAX_HS: the reference path */
+    check_set(B, T, 4, 2, 64, true, false);
+    check_set(B, T, 4, 2, 64, true, true);
+    check_bf16_io(B, T, 4, 2, 64, true);
+    static int32_t before[64], diagonal[64]; /* queries at positions 64..127 */
+    for (int t = 0; t < 64; t++) {
+        before[t] = t < 20 ? 10 : t < 40 ? 40 : t < 54 ? 64 : 100;
+        diagonal[t] = t < 30 ? 64 : 94;
+    }
+    g_doc = before;
+    check_vs_ref(1, 64, 2, 1, 32, false, 1.0f);
+    check_vs_ref(1, 64, 2, 1, 13, false, 1.0f);
+    g_doc = diagonal;
+    g_k_pos0 = 64;
+    check_vs_ref(1, 64, 2, 1, 32, true, 1.0f);
+    g_doc = NULL;
+    g_k_pos0 = 0;
 }
 
 /* L = sum(w * y) of a naive attention in double, on the fused layout. */
@@ -403,6 +513,7 @@ int main(int argc, char **argv) {
         }
         check_thread_independence(false);
         check_thread_independence(true);
+        check_docs();
         if (dt_test.perf) {
             for (int bf16 = 0; bf16 <= 1; bf16++) {
                 perf(4, 256, 12, 12, 64, bf16);
