@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     double seconds = argc > 2 ? atof(argv[2]) : 3;
     enum { B = 8, T = 1024, RANKS = 2 };
     dt_source *s = NULL;
-    if (dt_source_open_tokens(argv[1], 50257, B, T, false, 1, &s) != DT_OK) {
+    if (dt_source_open_tokens(argv[1], 50257, B, T, false, 1, NULL, &s) != DT_OK) {
         fprintf(stderr, "%s\n", dt_err_msg());
         return 1;
     }

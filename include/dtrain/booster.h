@@ -69,6 +69,11 @@ typedef struct dt_boost_spec {
     dt_data_source source;
     int shapes;
     float label_dropout;
+    /* Token sources: documents kept apart (attention within a document, positions restarting
+     * at each): a document ends after the id eot (-1: none) and where a Megatron dataset's
+     * document index starts another */
+    bool doc_mask;
+    int eot;
 } dt_boost_spec;
 
 DT_API dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);

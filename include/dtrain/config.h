@@ -95,6 +95,12 @@ typedef struct dt_data_config {
                           * label (classifier-free guidance) */
     char tokenizer[DT_PATH_MAX]; /* the BPE file the shards' ids come from ("": bytes or
                                   * unknown): the end-of-run sample is printed as its text */
+    /* Documents kept apart in packed sequences: attention stops at document boundaries and
+     * positions restart at each document. A document ends with the end-of-document id
+     * eot_token (-1: the tokenizer's, when data.tokenizer names one) and where a Megatron
+     * dataset's document index starts another. */
+    bool doc_mask;
+    int eot_token;
 } dt_data_config;
 
 typedef struct dt_train_config {

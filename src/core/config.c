@@ -105,6 +105,8 @@ static const field fields[] = {
     F_STR(data, "val", val),
     F_STR(data, "tokenizer", tokenizer),
     F_BOOL(data, shuffle),
+    F_BOOL(data, doc_mask),
+    F_INT(data, eot_token),
     F_ENUM(data, source, dt_data_source, source_names),
     F_INT(data, shapes),
     F_FLOAT(data, label_dropout),
@@ -224,6 +226,7 @@ void dt_config_defaults(dt_config *c) {
     set_str(c->data.train, "data/fortunes/train.bin");
     set_str(c->data.val, "data/fortunes/val.bin");
     c->data.shuffle = false;
+    c->data.eot_token = -1;
     c->data.source = DT_SOURCE_TOKENS, c->data.shapes = 2;
     c->data.label_dropout = 0.1f;
     dt_train_config *t = &c->train;

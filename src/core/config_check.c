@@ -316,6 +316,12 @@ static void check_data(const dt_config *c, problems *p) {
     if (d->source == DT_SOURCE_TOKENS && !c->data.train[0])
         problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");
+    if (d->doc_mask && video)
+        problem(p, false, "data.doc_mask keeps documents of packed token sequences apart; a "
+                "DiT's clips have none (set data.doc_mask=false)");
+    if (d->eot_token < -1 || d->eot_token >= c->model.vocab_size)
+        problem(p, false, "data.eot_token=%d must be a token id below model.vocab_size=%d (or "
+                "-1: the tokenizer's)", d->eot_token, c->model.vocab_size);
 }
 
 dt_status dt_config_validate(const dt_config *c) {

@@ -132,7 +132,8 @@ static dt_status check_index(int fd, const char *idx, size_t size, int *width, i
     return check_documents(fd, idx, n_seq, n_doc);
 }
 
-dt_status dt_indexed_open(const char *prefix, int *fd, int64_t *n_tok, int *width) {
+dt_status dt_indexed_open(const char *prefix, int *fd, int64_t *n_tok, int *width,
+                          dt_indexed_docs *docs) {
     char idx[4200], bin[4200];
     snprintf(idx, sizeof idx, "%s.idx", prefix);
     snprintf(bin, sizeof bin, "%s.bin", prefix);
@@ -141,11 +142,15 @@ dt_status dt_indexed_open(const char *prefix, int *fd, int64_t *n_tok, int *widt
     DT_TRY(dt_file_open_regular(idx, "Megatron index", &ifd, &isize));
     int64_t total = 0;
     dt_status st = check_index(ifd, idx, isize, width, &total);
-    close(ifd);
-    DT_TRY(st);
-    DT_TRY(dt_file_open_regular(bin, "Megatron data file", &bfd, &bsize));
+    if (st == DT_OK)
+        st = dt_file_open_regular(bin, "Megatron data file", &bfd, &bsize);
+    if (st != DT_OK) {
+        close(ifd);
+        return st;
+    }
     if ((uint64_t)bsize != (uint64_t)total * (uint64_t)*width) {
         close(bfd);
+        close(ifd);
         return dt_err_set(DT_ERR_FORMAT,
                           "%s: %zu bytes, but %s counts %lld ids of %d bytes "
                           "(%lld bytes)%s",
@@ -155,5 +160,50 @@ dt_status dt_indexed_open(const char *prefix, int *fd, int64_t *n_tok, int *widt
     }
     *fd = bfd;
     *n_tok = total;
+    if (!docs) {
+        close(ifd);
+        return DT_OK;
+    }
+    unsigned char h[HEADER_BYTES];
+    DT_TRY(read_at(ifd, idx, h, sizeof h, 0)); /* read and checked above */
+    uint64_t n_seq, n_doc;
+    memcpy(&n_seq, h + 18, 8);
+    memcpy(&n_doc, h + 26, 8);
+    *docs = (dt_indexed_docs){.fd = ifd, .n_seq = (int64_t)n_seq, .n_doc = (int64_t)n_doc,
+                              .n_tok = total, .width = *width};
+    return DT_OK;
+}
+
+/* the token document j starts at (the last entry: the end of the data) */
+static dt_status doc_start(const dt_indexed_docs *d, const char *path, int64_t j, int64_t *at) {
+    int64_t seq, ptr;
+    DT_TRY(read_at(d->fd, path, &seq, 8, HEADER_BYTES + d->n_seq * 12 + j * 8));
+    if (seq >= d->n_seq) {
+        *at = d->n_tok;
+        return DT_OK;
+    }
+    DT_TRY(read_at(d->fd, path, &ptr, 8, HEADER_BYTES + d->n_seq * 4 + seq * 8));
+    *at = ptr / d->width;
+    return DT_OK;
+}
+
+dt_status dt_indexed_doc_starts(const dt_indexed_docs *d, const char *path, int64_t first,
+                                int64_t n, uint8_t *mark) {
+    int64_t lo = 0, hi = d->n_doc; /* the first document starting past `first` */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2, at;
+        DT_TRY(doc_start(d, path, mid, &at));
+        if (at > first)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    for (int64_t j = lo; j < d->n_doc; j++) {
+        int64_t at;
+        DT_TRY(doc_start(d, path, j, &at));
+        if (at >= first + n)
+            break;
+        mark[at - first] = 1;
+    }
     return DT_OK;
 }

@@ -136,13 +136,14 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     if (!path || !out)
         return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
     memset(out, 0, sizeof *out);
-    out->fd = -1;
+    out->fd = out->idx_fd = -1;
     int fd, width;
     int64_t n, base;
     bool raw = false;
     int32_t magic = 0;
+    dt_indexed_docs docs = {.fd = -1};
     if (dt_indexed_named(path)) {
-        DT_TRY(dt_indexed_open(path, &fd, &n, &width));
+        DT_TRY(dt_indexed_open(path, &fd, &n, &width, &docs));
         base = 0;
     } else {
         DT_TRY(open_shard(path, &fd, &n, &width, &raw, &magic));
@@ -187,11 +188,26 @@ dt_status dt_tokens_open(const char *path, int vocab_size, dt_tokens *out) {
     out->n_tok = n;
     out->width = width;
     out->base = base;
+    out->idx_fd = docs.fd;
+    out->n_seq = docs.n_seq;
+    out->n_doc = docs.n_doc;
     return DT_OK;
 
 fail:
     close(fd);
+    if (docs.fd >= 0)
+        close(docs.fd);
     return st;
+}
+
+dt_status dt_tokens_doc_starts(const dt_tokens *t, int64_t first, int64_t n, uint8_t *mark) {
+    if (t->idx_fd < 0)
+        return DT_OK;
+    char idx[4200];
+    snprintf(idx, sizeof idx, "%s.idx", t->path);
+    dt_indexed_docs d = {.fd = t->idx_fd, .n_seq = t->n_seq, .n_doc = t->n_doc,
+                         .n_tok = t->n_tok, .width = t->width};
+    return dt_indexed_doc_starts(&d, idx, first, n, mark);
 }
 
 dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, int32_t *out) {
@@ -207,9 +223,11 @@ void dt_tokens_close(dt_tokens *t) {
         return;
     if (t->fd >= 0)
         close(t->fd);
+    if (t->idx_fd >= 0)
+        close(t->idx_fd);
     free(t->path);
     memset(t, 0, sizeof *t);
-    t->fd = -1;
+    t->fd = t->idx_fd = -1;
 }
 
 static void header_fill(int32_t *hdr, int64_t n_tok, int width) {

@@ -32,6 +32,8 @@ typedef struct dt_tokens {
     int64_t base; /* byte offset of token 0 in the file: past a shard's header, 0 in a Megatron
                    * dataset's .bin */
     char *path;   /* for messages */
+    int idx_fd;   /* a Megatron dataset's index (where documents start); -1: none */
+    int64_t n_seq, n_doc;
 } dt_tokens;
 
 /* vocab_size > 0: every token must be < vocab_size, else an error naming the first offender
@@ -41,6 +43,9 @@ void dt_tokens_close(dt_tokens *t);
 /* Tokens [first, first + n) into out, as int32 whatever their width on disk; DT_ERR_IO naming
  * the file when it can no longer give them. */
 dt_status dt_tokens_read(const dt_tokens *t, int64_t first, int64_t n, int32_t *out);
+/* mark[i] = 1 where the dataset's document index starts a document at token first + i (a
+ * Megatron dataset; other files have none and leave mark as it is). */
+dt_status dt_tokens_doc_starts(const dt_tokens *t, int64_t first, int64_t n, uint8_t *mark);
 /* Atomic writes of a shard: uint16 ids (GPT-2's kind) and uint32 ids (Llama 3's kind). */
 dt_status dt_tokens_write(const char *path, const uint16_t *tok, int64_t n_tok);
 dt_status dt_tokens_write_u32(const char *path, const uint32_t *tok, int64_t n_tok);

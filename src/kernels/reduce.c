@@ -214,6 +214,16 @@ void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int 
     }
 }
 
+void dt_rows_add_indexed(float *y, const float *table, const int32_t *idx, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *dst = y + (int64_t)i * C;
+        const float *p = table + (int64_t)idx[i] * C;
+        for (int j = 0; j < C; j++)
+            dst[j] += p[j];
+    }
+}
+
 void dt_rows_positions_grad(float *dpos, const float *dy, int64_t row0, int T, int N, int C) {
     int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)

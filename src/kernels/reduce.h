@@ -44,5 +44,8 @@ void dt_rows_scatter_add(float *dtable, const float *dy, const int32_t *idx, int
 void dt_rows_add_positions(float *y, const float *pos, int64_t row0, int T, int N, int C,
                            int n_chunks, const int *chunk);
 void dt_rows_positions_grad(float *dpos, const float *dy, int64_t row0, int T, int N, int C);
+/* y[i] += table[idx[i]] for i < N (position embeddings of positions that restart at each
+ * document); the adjoint is dt_rows_scatter_add over the whole table. */
+void dt_rows_add_indexed(float *y, const float *table, const int32_t *idx, int N, int C);
 
 #endif

@@ -40,37 +40,38 @@ CLONES static void rotate_row(float *x, int NH, int hs, const float *restrict c,
 }
 
 static void rope_apply(float *x, int B, int T, int NH, int hs, int64_t row_stride,
-                       const float *cos_t, const float *sin_t, float sign) {
+                       const float *cos_t, const float *sin_t, const int32_t *pos, float sign) {
     int64_t rows = (int64_t)B * T, half = hs / 2;
 #pragma omp parallel for schedule(static) if (rows * NH * hs >= PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t t = r % T;
+        int64_t t = pos ? pos[r] : r % T;
         rotate_row(x + r * row_stride, NH, hs, cos_t + t * half, sin_t + t * half, sign);
     }
 }
 
 void dt_rope_forward(float *x, int B, int T, int NH, int hs, int64_t row_stride,
-                     const float *cos_t, const float *sin_t) {
-    rope_apply(x, B, T, NH, hs, row_stride, cos_t, sin_t, 1.0f);
+                     const float *cos_t, const float *sin_t, const int32_t *pos) {
+    rope_apply(x, B, T, NH, hs, row_stride, cos_t, sin_t, pos, 1.0f);
 }
 
 /* A rotation's adjoint is its inverse: the same angle with sin negated. */
 void dt_rope_backward(float *dx, int B, int T, int NH, int hs, int64_t row_stride,
-                      const float *cos_t, const float *sin_t) {
-    rope_apply(dx, B, T, NH, hs, row_stride, cos_t, sin_t, -1.0f);
+                      const float *cos_t, const float *sin_t, const int32_t *pos) {
+    rope_apply(dx, B, T, NH, hs, row_stride, cos_t, sin_t, pos, -1.0f);
 }
 
 /* ---- references: plain loops, one thread ---- */
 
 void dt_rope_forward_ref(float *x, int B, int T, int NH, int hs, int64_t row_stride,
-                         const float *cos_t, const float *sin_t) {
+                         const float *cos_t, const float *sin_t, const int32_t *pos) {
     int half = hs / 2;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
                 float *p = x + ((int64_t)b * T + t) * row_stride + (int64_t)h * hs;
                 for (int i = 0; i < half; i++) {
-                    float c = cos_t[(int64_t)t * half + i], s = sin_t[(int64_t)t * half + i];
+                    const int64_t at = (pos ? pos[(int64_t)b * T + t] : t) * half + i;
+                    float c = cos_t[at], s = sin_t[at];
                     float x1 = p[i], x2 = p[i + half];
                     p[i] = x1 * c - x2 * s;
                     p[i + half] = x2 * c + x1 * s;
@@ -79,14 +80,15 @@ void dt_rope_forward_ref(float *x, int B, int T, int NH, int hs, int64_t row_str
 }
 
 void dt_rope_backward_ref(float *dx, int B, int T, int NH, int hs, int64_t row_stride,
-                          const float *cos_t, const float *sin_t) {
+                          const float *cos_t, const float *sin_t, const int32_t *pos) {
     int half = hs / 2;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
                 float *p = dx + ((int64_t)b * T + t) * row_stride + (int64_t)h * hs;
                 for (int i = 0; i < half; i++) {
-                    float c = cos_t[(int64_t)t * half + i], s = sin_t[(int64_t)t * half + i];
+                    const int64_t at = (pos ? pos[(int64_t)b * T + t] : t) * half + i;
+                    float c = cos_t[at], s = sin_t[at];
                     float d1 = p[i], d2 = p[i + half];
                     p[i] = d1 * c + d2 * s;
                     p[i + half] = d2 * c - d1 * s;

@@ -372,20 +372,30 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->head.vocab_first = (int)(g->par.tp->rank * g->vocab_rows);
     g->head.tp = g->par.tp;
     g->offload = training && o->act_offload == DT_OFFLOAD_DISK;
+    g->doc_mask = o->doc_mask;
+    g->n_positions = g->doc_mask ? T * g->par.ring.cp->size : T;
+    if (g->doc_mask) {
+        size_t ints = (size_t)B * T * sizeof(int32_t);
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "docs.ids", ints, (void **)&g->ids));
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "docs.starts", ints, (void **)&g->doc));
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "docs.positions", ints, (void **)&g->pos));
+    }
     DT_TRY_GOTO(dt_gpt_alloc_arenas(g));
     if (g->offload)
         DT_TRY_GOTO(dt_gpt_offload_open(g, o->act_offload_dir ? o->act_offload_dir : "offload",
                                         o->act_offload_tag));
     if (cfg->arch == DT_ARCH_LLAMA) {
-        size_t half = (size_t)T * (g->dims.hs / 2) * sizeof(float);
+        size_t half = (size_t)g->n_positions * (g->dims.hs / 2) * sizeof(float);
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.cos", half, (void **)&g->rope_cos));
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_ACTS, "rope.sin", half, (void **)&g->rope_sin));
-        int Tc = T / g->n_chunks, half_hs = g->dims.hs / 2; /* the positions this rank holds */
-        for (int i = 0; i < g->n_chunks; i++)
+        /* the positions this rank holds (its chunks), or with documents every position */
+        int n = g->doc_mask ? 1 : g->n_chunks, Tc = g->n_positions / n, half_hs = g->dims.hs / 2;
+        for (int i = 0; i < n; i++)
             dt_rope_tables(g->rope_cos + (int64_t)i * Tc * half_hs,
                            g->rope_sin + (int64_t)i * Tc * half_hs, Tc, g->dims.hs,
-                           g->chunk[i] * Tc, cfg->rope_theta);
+                           g->doc_mask ? 0 : g->chunk[i] * Tc, cfg->rope_theta);
     }
+    g->seq = (dt_block_seq){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
     *out = g;
     return DT_OK;
 fail:
@@ -399,6 +409,9 @@ void dt_gpt_free(dt_gpt *g) {
     dt_gpt_offload_close(g);
     dt_mem_release(g->mem, g->rope_sin);
     dt_mem_release(g->mem, g->rope_cos);
+    dt_mem_release(g->mem, g->pos);
+    dt_mem_release(g->mem, g->doc);
+    dt_mem_release(g->mem, g->ids);
     dt_mem_release(g->mem, g->tmp_arena);
     dt_mem_release(g->mem, g->act_arena);
     dt_mem_release(g->mem, g->g);
@@ -496,17 +509,24 @@ static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T, f
         DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, out,
                                                        g->scratch.work));
     }
-    if (g->wpe)
+    if (g->wpe && g->doc_mask) /* positions restart at each document */
+        dt_rows_add_indexed(out, g->wpe, g->pos + r0, Nr, g->cfg.n_embd);
+    else if (g->wpe)
         dt_rows_add_positions(out, g->wpe, r0, T, Nr, g->cfg.n_embd, g->n_chunks, g->chunk);
     return DT_OK;
 }
 
-/* The gradient of the position rows (local, dpos [T, C]) into wpe's, at the whole-sequence
- * positions of this rank's chunks; `set`: the step's first write, which zeroes the rest. */
+/* The gradient of the position rows (local, dpos [T, C]; with documents the positions
+ * themselves, [n_positions, C]) into wpe's, at the whole-sequence positions of this rank's
+ * chunks; `set`: the step's first write, which zeroes the rest. */
 static void positions_grad_out(dt_gpt *g, int T, bool set) {
     int C = g->cfg.n_embd, Tc = T / g->n_chunks;
     if (set)
         dt_zero_f32(g->dwpe, (int64_t)g->cfg.max_seq_len * C);
+    if (g->doc_mask) {
+        dt_add_inplace(g->dwpe, g->dpos, (int64_t)g->n_positions * C);
+        return;
+    }
     for (int i = 0; i < g->n_chunks; i++)
         dt_add_inplace(g->dwpe + (int64_t)g->chunk[i] * Tc * C, g->dpos + (int64_t)i * Tc * C,
                        (int64_t)Tc * C);
@@ -524,9 +544,13 @@ static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
     bool head_first = head_is_embedding(g) && !(g->fresh[lu] & DT_GPT_FRESH_HEAD);
     bool set = take_fresh(g, lu, DT_GPT_FRESH_BACKWARD);
     if (g->dwpe) { /* a partial sum over the rows comm under Megatron-SP */
-        memset(g->dpos, 0, (size_t)T * C * sizeof(float));
-        dt_rows_positions_grad(g->dpos, dres, r0, T, Nr, C);
-        DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, (int64_t)T * C, NULL));
+        int64_t n = (int64_t)(g->doc_mask ? g->n_positions : T) * C;
+        memset(g->dpos, 0, (size_t)n * sizeof(float));
+        if (g->doc_mask)
+            dt_rows_scatter_add(g->dpos, dres, g->pos + r0, 0, g->n_positions, Nr, C);
+        else
+            dt_rows_positions_grad(g->dpos, dres, r0, T, Nr, C);
+        DT_TRY(dt_comm_allreduce_f32(g->par.rows, g->dpos, n, NULL));
         positions_grad_out(g, T, set);
     }
     if (set && !head_first)
@@ -553,10 +577,40 @@ static dt_status check_units(const dt_gpt *g, int slot, int u0, int u1) {
     return DT_OK;
 }
 
-dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
+/* The batch's ids. With documents, the input holds (id, document start) pairs: the ids, the
+ * starts and each token's position in its document (its place in the whole sequence, a
+ * ring's chunks counted where they lie, minus its document's start) are decoded for the
+ * blocks (g->seq). */
+static const int32_t *read_input(dt_gpt *g, const int32_t *input, int B, int T) {
+    if (!g->doc_mask)
+        return input;
+    int Tc = T / g->n_chunks;
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+        int t = (int)(i % T), at = g->chunk[t / Tc] * Tc + t % Tc;
+        g->ids[i] = input[2 * i];
+        g->doc[i] = input[2 * i + 1];
+        g->pos[i] = at - g->doc[i];
+    }
+    g->seq.pos = g->pos;
+    g->seq.doc_start = g->doc;
+    return g->ids;
+}
+
+/* a document start after its token, or before the sequence: a damaged input, not a layout */
+static dt_status check_docs(const dt_gpt *g, int N) {
+    for (int i = 0; g->doc_mask && i < N; i++)
+        if (g->pos[i] < 0 || g->pos[i] >= g->n_positions)
+            return dt_err_set(DT_ERR_ARG, "model: token %d of the batch starts its document at "
+                              "%d, outside its sequence", i, g->doc[i]);
+    return DT_OK;
+}
+
+dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input,
                                int B, int T) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
+    const int32_t *tokens = read_input(g, input, B, T);
+    DT_TRY(check_docs(g, B * T));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
     const int *lu = g->unit_local;
     if (u0 == 0) {
@@ -657,10 +711,11 @@ static dt_status final_norm_backward(dt_gpt *g, int slot, int N, float *dres) {
     return DT_OK;
 }
 
-dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
+dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input,
                                 int B, int T, bool split) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
+    const int32_t *tokens = read_input(g, input, B, T);
     if (split && !g->wgrad)
         return dt_err_set(DT_ERR_ARG, "model: split backward needs a model built for it");
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
@@ -731,7 +786,18 @@ dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *log
     if (g->par.tp->size * g->par.sp->size > 1 || g->n_units < g->cfg.n_layer + 2)
         return dt_err_set(DT_ERR_UNSUPPORTED, "model: sampling runs on one process; export the "
                           "weights and use dtrain sample");
-    DT_TRY(dt_gpt_forward(g, tokens, 1, T));
+    if (g->doc_mask) { /* the prompt is one document: pairs (id, 0) */
+        int32_t *pairs = malloc((size_t)T * 2 * sizeof *pairs);
+        if (!pairs)
+            return dt_err_set(DT_ERR_OOM, "model: out of memory for a prompt of %d tokens", T);
+        for (int t = 0; t < T; t++)
+            pairs[2 * t] = tokens[t], pairs[2 * t + 1] = 0;
+        dt_status st = dt_gpt_forward(g, pairs, 1, T);
+        free(pairs);
+        DT_TRY(st);
+    } else {
+        DT_TRY(dt_gpt_forward(g, tokens, 1, T));
+    }
     const float *last = g->lnf_out + (size_t)(T - 1) * g->cfg.n_embd;
     dt_bf16 *lp = g->lnf_lp ? g->lnf_lp + (size_t)(T - 1) * g->cfg.n_embd : NULL;
     int hu = dt_gpt_head_unit(g);

@@ -248,10 +248,6 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
 
 /* ---- running a block ------------------------------------------------------------------- */
 
-static dt_rope_cache rope_of(const dt_gpt *g) {
-    return (dt_rope_cache){.cos_t = g->rope_cos, .sin_t = g->rope_sin};
-}
-
 /* The fields of `own` that block l keeps, the shared set's for the rest. */
 static dt_block_acts merged(const dt_gpt *g, const dt_block_acts *own, int l) {
     dt_block_acts o = *own, *s = (dt_block_acts *)&g->shared;
@@ -350,10 +346,9 @@ dt_status dt_gpt_block_forward(dt_gpt *g, int slot, int l, const float *x, int B
     if (g->offload)
         DT_TRY(dt_gpt_frame_for_forward(g, slot, l, &f));
     dt_block_acts a = f ? merged(g, &f->acts, l) : view(g, slot, l);
-    dt_rope_cache rope = rope_of(g);
     if (uses_shared(g, l))
         shared_holds(g, slot, l, false);
-    dt_status st = dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+    dt_status st = dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &g->seq, x, B, T, &a,
                                     &g->scratch, out);
     if (st != DT_OK) {
         if (f)
@@ -384,14 +379,13 @@ static dt_status rebuild(dt_gpt *g, const dt_gpt_frame *f, int slot, int l, cons
         return DT_OK;
     shared_holds(g, slot, l, false); /* until the backward is done with it */
     if (k == KEEP_INPUT) {
-        dt_rope_cache rope = rope_of(g);
-        return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, a,
+        return dt_block_forward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &g->seq, x, B, T, a,
                                 &g->scratch, g->ac_out);
     }
     if (g->compress)
         int8_move(g, q8_of(g, f, slot, l), l, B * T, a, false);
     if (k == KEEP_NO_ATTN)
-        DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, B, T, a, &g->scratch));
+        DT_TRY(dt_block_rerun_attention(&g->ctx, &g->dims, &g->par, &g->seq, B, T, a, &g->scratch));
     return DT_OK;
 }
 
@@ -415,9 +409,8 @@ dt_status dt_gpt_block_backward(dt_gpt *g, int slot, int l, int next, const floa
     dt_status st = rebuild(g, f, slot, l, x, B, T, &a);
     if (uses_shared(g, l))
         shared_holds(g, slot, l, false);
-    dt_rope_cache rope = rope_of(g);
     if (st == DT_OK)
-        st = dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &rope, x, B, T, &a,
+        st = dt_block_backward(&g->ctx, &g->dims, &g->par, &g->blocks[l], &g->seq, x, B, T, &a,
                                &g->scratch, wg, dres);
     if (f)
         dt_gpt_frame_done(f);

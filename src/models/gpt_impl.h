@@ -64,6 +64,14 @@ struct dt_gpt {
     /* where they sit in the whole sequence: local chunk i (T / n_chunks tokens) is chunk
      * chunk[i] of it; one chunk, chunk 0, without a ring */
     int n_chunks, chunk[2];
+    /* data.doc_mask: each input token is an (id, document start) pair; its ids, document
+     * starts and positions in its document [B*T] are decoded per call (dt_gpt_read_input).
+     * n_positions: the position rows (RoPE tables, wpe's gradient rows) a rank uses: its own
+     * T, or with documents the whole sequence's (a document's positions restart anywhere) */
+    bool doc_mask;
+    int32_t *ids, *doc, *pos;
+    int n_positions;
+    dt_block_seq seq; /* where the current micro-batch's tokens sit, for the blocks */
     bool training;
     dt_mem *mem; /* borrowed */
     dt_gemm *gemm;
@@ -133,7 +141,7 @@ struct dt_gpt {
     void *act_arena;
     /* transients, and the backward's */
     dt_block_scratch scratch;
-    float *dpos;
+    float *dpos; /* [n_positions, C] */
     void *tmp_arena;
     /* [slot][L]: bytes of a block's saved set (its acts, kept gradients and input residual)
      * and whether it is live, marked on the memory accountant's timeline */

@@ -63,6 +63,10 @@ typedef struct dt_model_opts {
      * ahead of the backward; gradients stay bit-identical to keeping them in memory */
     dt_offload act_offload;
     const char *act_offload_dir, *act_offload_tag;
+    /* data.doc_mask: each input token is an int32 pair (id, the position in its sequence
+     * where its document starts; dt_docs): attention stays within documents and positions
+     * restart at each (GPT) */
+    bool doc_mask;
 } dt_model_opts;
 
 typedef enum dt_model_phase {

@@ -132,23 +132,24 @@ static void regroup_qkv(const dt_block_dims *d, int sp, const float *src, float 
 }
 
 static dt_attn_shape attn_shape(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                const dt_block_par *p, int B, int T) {
+                                const dt_block_par *p, const dt_block_seq *seq, int B, int T) {
     int sp = p->sp->size;
     int64_t w = dt_block_qkv_width(d) / sp;
     return (dt_attn_shape){.B = B, .T = T, .NH = d->NH / sp, .NKV = d->NKV / sp, .hs = d->hs,
                            .q_stride = w, .kv_stride = w, .scale = 1.0f / sqrtf((float)d->hs),
-                           .causal = true, .bf16 = ctx->mm_type == DT_BF16};
+                           .causal = true, .bf16 = ctx->mm_type == DT_BF16,
+                           .doc_start = seq->doc_start};
 }
 
-static void rope_apply(const dt_attn_shape *as, const dt_rope_cache *rope, float *qkv,
+static void rope_apply(const dt_attn_shape *as, const dt_block_seq *seq, float *qkv,
                        bool inverse) {
-    if (!rope->cos_t)
+    if (!seq->cos_t)
         return;
-    void (*rot)(float *, int, int, int, int, int64_t, const float *, const float *) =
-        inverse ? dt_rope_backward : dt_rope_forward;
-    rot(qkv, as->B, as->T, as->NH, as->hs, as->q_stride, rope->cos_t, rope->sin_t);
-    rot(qkv + (int64_t)as->NH * as->hs, as->B, as->T, as->NKV, as->hs, as->q_stride,
-        rope->cos_t, rope->sin_t);
+    void (*rot)(float *, int, int, int, int, int64_t, const float *, const float *,
+                const int32_t *) = inverse ? dt_rope_backward : dt_rope_forward;
+    rot(qkv, as->B, as->T, as->NH, as->hs, as->q_stride, seq->cos_t, seq->sin_t, seq->pos);
+    rot(qkv + (int64_t)as->NH * as->hs, as->B, as->T, as->NKV, as->hs, as->q_stride, seq->cos_t,
+        seq->sin_t, seq->pos);
 }
 
 static dt_linear without_bias(const dt_linear *l) {
@@ -218,11 +219,12 @@ static bool kept16(const dt_block_acts *a) { return a->qkv16 != NULL; }
 
 /* the attention core on the saved q|k|v: a->lse, s->att_heads, then a->att in row layout */
 static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                const dt_block_par *p, int B, int T, dt_block_acts *a,
+                                const dt_block_par *p, const dt_block_seq *seq, int B, int T,
+                                dt_block_acts *a,
                                 dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     int64_t A = (int64_t)d->NH * d->hs;
-    dt_attn_shape as = attn_shape(ctx, d, p, B, T);
+    dt_attn_shape as = attn_shape(ctx, d, p, seq, B, T);
     const int64_t ko = (int64_t)as.NH * as.hs, vo = ko + (int64_t)as.NKV * as.hs;
     if (kept16(a)) {
         const dt_bf16 *q = a->qkv16;
@@ -250,10 +252,10 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
 
 /* from the saved q|k|v on: the attention core, the projection, bias and residual */
 static dt_status attention_rest(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                                const dt_block *blk, const float *x, int B, int T, dt_block_acts *a,
-                                dt_block_scratch *s) {
+                                const dt_block *blk, const dt_block_seq *seq, const float *x,
+                                int B, int T, dt_block_acts *a, dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
-    DT_TRY(attention_core(ctx, d, p, B, T, a, s));
+    DT_TRY(attention_core(ctx, d, p, seq, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);
     float *part = part_out(p, s, a->x2);
     if (kept16(a))
@@ -265,16 +267,16 @@ static dt_status attention_rest(const dt_nn_ctx *ctx, const dt_block_dims *d, co
 
 static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                    const dt_block_par *p, const dt_block *blk,
-                                   const dt_rope_cache *rope, const float *x, int B, int T,
+                                   const dt_block_seq *seq, const float *x, int B, int T,
                                    dt_block_acts *a, dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d);
     DT_TRY(norm_enter(ctx, d, p, &blk->ln1, x, N, a->ln1_mean, a->ln1_rstd, s, a->ln1_lp));
-    if (kept16(a) && unsplit(p->sp) && !rope->cos_t) {
+    if (kept16(a) && unsplit(p->sp) && !seq->cos_t) {
         /* nothing between the matmul and the rounding: the matmul writes bf16 itself (the
          * bits of its fp32 result rounded once), no fp32 q|k|v is made */
         DT_TRY(dt_linear_forward_bf16_out(ctx, &blk->qkv, a->ln1_lp, Nt, a->qkv16));
-        return attention_rest(ctx, d, p, blk, x, B, T, a, s);
+        return attention_rest(ctx, d, p, blk, seq, x, B, T, a, s);
     }
     /* q|k|v of whole sequences: in place, or (bf16 storage) in s->qkv_rows, rounded once
      * after RoPE */
@@ -287,11 +289,11 @@ static dt_status attention_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
         DT_TRY(region_fwd(DT_REGION_KIND_ALL_TO_ALL, p->sp, shape(N, W, sp), s->packed, qkv,
                           s->work));
     }
-    dt_attn_shape as = attn_shape(ctx, d, p, B, T);
-    rope_apply(&as, rope, qkv, false);
+    dt_attn_shape as = attn_shape(ctx, d, p, seq, B, T);
+    rope_apply(&as, seq, qkv, false);
     if (kept16(a))
         dt_cast_f32_to_bf16(a->qkv16, qkv, (int64_t)Nt * W);
-    return attention_rest(ctx, d, p, blk, x, B, T, a, s);
+    return attention_rest(ctx, d, p, blk, seq, x, B, T, a, s);
 }
 
 /* The MLP activation of the saved matmul output(s): fp32 into s->g, or in 16-bit modes its
@@ -346,18 +348,18 @@ static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
 }
 
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                           const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                           const dt_block *blk, const dt_block_seq *seq, const float *x,
                            int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out) {
-    DT_TRY(attention_forward(ctx, d, p, blk, rope, x, B, T, a, s));
+    DT_TRY(attention_forward(ctx, d, p, blk, seq, x, B, T, a, s));
     return mlp_forward(ctx, d, p, blk, B * T, a, s, out);
 }
 
 /* ---- rebuilding what was not kept ------------------------------------------------------- */
 
 dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                   const dt_block_par *p, int B, int T, dt_block_acts *a,
-                                   dt_block_scratch *s) {
-    return attention_core(ctx, d, p, B, T, a, s);
+                                   const dt_block_par *p, const dt_block_seq *seq, int B, int T,
+                                   dt_block_acts *a, dt_block_scratch *s) {
+    return attention_core(ctx, d, p, seq, B, T, a, s);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -512,7 +514,7 @@ static dt_status mlp_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
 
 static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
                                     const dt_block_par *p, const dt_block *blk,
-                                    const dt_rope_cache *rope, const float *x, int B, int T,
+                                    const dt_block_seq *seq, const float *x, int B, int T,
                                     const dt_block_acts *a, dt_block_scratch *s,
                                     const dt_norm_params *ln1, float *proj_db,
                                     dt_block_wgrad *wg, float *dres) {
@@ -547,7 +549,7 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
                           s->att_heads, s->work));
         att_heads = s->att_heads;
     }
-    dt_attn_shape as = attn_shape(ctx, d, p, B, T);
+    dt_attn_shape as = attn_shape(ctx, d, p, seq, B, T);
     const int64_t ko = (int64_t)as.NH * as.hs, vo = ko + (int64_t)as.NKV * as.hs;
     float *dq = s->dqkv_heads, *dk = dq + ko, *dv = dq + vo;
     if (kept16(a)) {
@@ -562,7 +564,7 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
         DT_TRY(dt_ring_attention_backward_set(&p->ring, &as, dq, dk, dv, s->datt_heads, att_heads,
                                               a->lse, q, q + ko, q + vo, s->work));
     }
-    rope_apply(&as, rope, s->dqkv_heads, true);
+    rope_apply(&as, seq, s->dqkv_heads, true);
     const float *dqkv = s->dqkv_heads; /* over one sp rank: already q|k|v rows */
     if (!unsplit(p->sp)) {
         zero(s->packed, (int64_t)Nt * W);
@@ -604,7 +606,7 @@ static dt_status add_row_param_grads(const dt_block_dims *d, const dt_block_par 
 }
 
 dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                            const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                            const dt_block *blk, const dt_block_seq *seq, const float *x,
                             int B, int T, const dt_block_acts *a, dt_block_scratch *s,
                             dt_block_wgrad *wg, float *dres) {
     int C = d->C;
@@ -617,7 +619,7 @@ dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const 
     float *proj_db = blk->proj.db ? pg + 4 * C : NULL, *down_db = blk->down.db ? pg + 5 * C : NULL;
     /* MLP branch: dres is d(out); LN2's backward adds the branch's part, leaving d(x2) */
     DT_TRY(mlp_backward(ctx, d, p, blk, B * T, a, s, &ln2, down_db, wg, dres));
-    DT_TRY(attention_backward(ctx, d, p, blk, rope, x, B, T, a, s, &ln1, proj_db, wg, dres));
+    DT_TRY(attention_backward(ctx, d, p, blk, seq, x, B, T, a, s, &ln1, proj_db, wg, dres));
     return add_row_param_grads(d, p, blk, pg);
 }
 

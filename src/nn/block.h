@@ -133,9 +133,14 @@ typedef struct dt_block_wgrad {
     float *ddown; /* [Nt, C] */
 } dt_block_wgrad;
 
-typedef struct dt_rope_cache {
-    const float *cos_t, *sin_t; /* [T, hs/2] (borrowed); NULL for GPT-2 */
-} dt_rope_cache;
+/* Where the tokens of a micro-batch sit (borrowed). pos and doc_start index the B x T tokens
+ * attention sees (whole sequences under Ulysses; a ring's local tokens, whose document starts
+ * are positions of the whole sequence). */
+typedef struct dt_block_seq {
+    const float *cos_t, *sin_t; /* RoPE tables [positions, hs/2]; NULL for GPT-2 */
+    const int32_t *pos;         /* [B*T] each token's RoPE table row; NULL: t of its sequence */
+    const int32_t *doc_start;   /* [B*T] documents kept apart (attention.h); NULL: none */
+} dt_block_seq;
 
 int dt_block_qkv_width(const dt_block_dims *d);
 /* Floats of scratch.work the block's region ops and ring attention need for B x T tokens. */
@@ -143,13 +148,13 @@ int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int B
 
 /* x, out: [Nr, C] (this rank's rows); out must not alias x. Collective over the par comms. */
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                           const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                           const dt_block *blk, const dt_block_seq *seq, const float *x,
                            int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out);
 /* x: the forward input; dres: [Nr, C], gradient of the output in, of the input out.
  * wg NULL: the full backward. wg given: the input-gradient half only; the matmuls' weight
  * gradients wait in wg for dt_block_weight_backward. */
 dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                            const dt_block *blk, const dt_rope_cache *rope, const float *x,
+                            const dt_block *blk, const dt_block_seq *seq, const float *x,
                             int B, int T, const dt_block_acts *a, dt_block_scratch *s,
                             dt_block_wgrad *wg, float *dres);
 /* The weight-gradient half: dW (and the column-parallel biases) from wg and the recomputed
@@ -165,8 +170,8 @@ dt_status dt_block_weight_backward(const dt_nn_ctx *ctx, const dt_block_dims *d,
  * again into a->lse and, back in row layout, a->att; collective over sp (all-to-all). (The
  * 16-bit copies the backward reads are rebuilt by the backward itself.) */
 dt_status dt_block_rerun_attention(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                   const dt_block_par *p, int B, int T, dt_block_acts *a,
-                                   dt_block_scratch *s);
+                                   const dt_block_par *p, const dt_block_seq *seq, int B, int T,
+                                   dt_block_acts *a, dt_block_scratch *s);
 
 /* The block's norm (LayerNorm for GPT-2, RMSNorm for Llama), shared with the final norm.
  * Backward accumulates into dx and the norm's weight gradients. */

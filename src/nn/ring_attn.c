@@ -67,14 +67,20 @@ static pair_kind pair_of(const dt_attn_shape *s, int q_chunk, int k_chunk) {
     return k_chunk < q_chunk ? PAIR_FULL : k_chunk == q_chunk ? PAIR_DIAGONAL : PAIR_SKIP;
 }
 
-/* The kernel's view of one (sequence, query chunk, key chunk) pair: one sequence of Tc
- * tokens, keys from a packed block. */
-static dt_attn_shape pair_shape(const dt_attn_shape *s, int Tc, pair_kind k) {
+/* The kernel's view of one (sequence b, query chunk qi, key chunk `kc` of the sequence)
+ * pair: one sequence of Tc tokens, keys from a packed block; with documents, the query rows'
+ * document starts and where the key chunk lies. */
+static dt_attn_shape pair_shape(const dt_attn_shape *s, int Tc, pair_kind k, int b, int qi,
+                                int kc) {
     dt_attn_shape p = *s;
     p.B = 1;
     p.T = Tc;
     p.kv_stride = kv_width(s);
     p.causal = k == PAIR_DIAGONAL;
+    if (s->doc_start) {
+        p.doc_start = s->doc_start + (int64_t)b * s->T + (int64_t)qi * Tc;
+        p.k_pos0 = kc * Tc;
+    }
     return p;
 }
 
@@ -93,7 +99,8 @@ static ring_geom geom_of(const dt_ring *r, const dt_attn_shape *s) {
 
 /* y, lse (running, over the blocks so far) <- their log-sum-exp merge with a pair's (yp, lp):
  * y = y e^(lse - L) + yp e^(lp - L), L = log(e^lse + e^lp). A running lse of -inf (no block
- * yet) takes the pair's values exactly. yp: [Tc, NH hs]; lse, lp: [NH, Tc]. */
+ * yet) takes the pair's values exactly; a pair's -inf (a query that saw none of its keys:
+ * documents) changes nothing. yp: [Tc, NH hs]; lse, lp: [NH, Tc]. */
 static void merge(const dt_attn_shape *s, int Tc, float *y, float *lse, const float *yp,
                   const float *lp) {
     int NH = s->NH, hs = s->hs;
@@ -102,6 +109,8 @@ static void merge(const dt_attn_shape *s, int Tc, float *y, float *lse, const fl
     for (int t = 0; t < Tc; t++)
         for (int h = 0; h < NH; h++) {
             float a = lse[(int64_t)h * Tc + t], b = lp[(int64_t)h * Tc + t];
+            if (b == -INFINITY)
+                continue;
             float m = a > b ? a : b;
             float L = m + logf(expf(a - m) + expf(b - m));
             float wa = expf(a - L), wb = expf(b - L);
@@ -151,7 +160,7 @@ static dt_status attend_block(const ring_geom *g, const dt_attn_shape *s, const 
                 pair_kind k = pair_of(s, g->mine[qi], theirs[kj]);
                 if (k == PAIR_SKIP)
                     continue;
-                dt_attn_shape ps = pair_shape(s, (int)Tc, k);
+                dt_attn_shape ps = pair_shape(s, (int)Tc, k, b, qi, theirs[kj]);
                 const float *kb = kv + (b * T + kj * Tc) * kvw;
                 dt_attention_forward(&ps, yp, lp, q + (b * T + qi * Tc) * s->q_stride, kb,
                                      kb + kvw / 2);
@@ -206,7 +215,7 @@ static dt_status block_backward(const ring_geom *g, const dt_attn_shape *s, cons
                 pair_kind k = pair_of(s, g->mine[qi], theirs[kj]);
                 if (k == PAIR_SKIP)
                     continue;
-                dt_attn_shape ps = pair_shape(s, (int)Tc, k);
+                dt_attn_shape ps = pair_shape(s, (int)Tc, k, b, qi, theirs[kj]);
                 int64_t qo = (b * T + qi * Tc), ko = (b * T + kj * Tc) * kvw;
                 dt_attention_backward(&ps, dq + qo * s->q_stride, dkv + ko, dkv + ko + kvw / 2,
                                       dy + qo * A, y + qo * A,

@@ -18,7 +18,9 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "io/indexed.h"
 #include "io/tokens.h"
+#include "train/loader.h"
 #include "train/source.h"
 
 enum { MAX_SETS = 16 };
@@ -31,7 +33,9 @@ typedef struct blend {
     double w[MAX_SETS];     /* normalised weights */
     int64_t done[MAX_SETS]; /* rows each dataset gave before this step */
     int64_t step;
-    int32_t *row; /* [T + 1] */
+    dt_docs docs;
+    int32_t *row;  /* [T + 1] */
+    uint8_t *mark; /* [T + 1] where the dataset's index starts documents */
     int *pick;    /* [B] this step's dataset of each row */
     int64_t *k;   /* [B] and its index within that dataset */
 } blend;
@@ -120,9 +124,15 @@ static void blend_close(void *self) {
     for (int d = 0; d < b->n; d++)
         dt_tokens_close(&b->set[d]);
     free(b->row);
+    free(b->mark);
     free(b->pick);
     free(b->k);
     free(b);
+}
+
+static size_t blend_input_row_bytes(const void *self) {
+    const blend *b = self;
+    return dt_token_input_row_bytes(b->T, &b->docs);
 }
 
 static size_t blend_row_bytes(const void *self) {
@@ -131,12 +141,13 @@ static size_t blend_row_bytes(const void *self) {
 
 static dt_status blend_rows(const void *self, int row0, int n, void *input, void *target) {
     const blend *b = self;
+    size_t in_ints = blend_input_row_bytes(b) / sizeof(int32_t);
     int32_t *in = input, *tg = target;
     for (int r = 0; r < n; r++) {
         int d = b->pick[row0 + r];
-        DT_TRY(dt_tokens_read(&b->set[d], row_start(b, d, b->k[row0 + r]), b->T + 1, b->row));
-        memcpy(in + (int64_t)r * b->T, b->row, (size_t)b->T * sizeof *b->row);
-        memcpy(tg + (int64_t)r * b->T, b->row + 1, (size_t)b->T * sizeof *b->row);
+        DT_TRY(dt_token_row_read(&b->set[d], row_start(b, d, b->k[row0 + r]), b->T, &b->docs,
+                                 b->row, b->mark, in + (int64_t)r * in_ints,
+                                 tg + (int64_t)r * b->T));
     }
     return DT_OK;
 }
@@ -181,9 +192,22 @@ static dt_status blend_seek(void *self, int64_t pos, int64_t step) {
     return DT_OK;
 }
 
+bool dt_tokens_spec_indexed(const char *spec) {
+    if (!dt_blend_spec_is(spec))
+        return dt_indexed_named(spec);
+    blend b;
+    static char paths[MAX_SETS][4096];
+    if (parse(spec, &b, paths) != DT_OK)
+        return false;
+    for (int d = 0; d < b.n; d++)
+        if (!dt_indexed_named(paths[d]))
+            return false;
+    return true;
+}
+
 static const dt_source_ops blend_ops = {
     .close = blend_close,
-    .input_row_bytes = blend_row_bytes,
+    .input_row_bytes = blend_input_row_bytes,
     .target_row_bytes = blend_row_bytes,
     .rows = blend_rows,
     .advance = blend_advance,
@@ -193,16 +217,18 @@ static const dt_source_ops blend_ops = {
 };
 
 dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size, int seq_len,
-                               bool shuffle, uint64_t seed, dt_source **out) {
+                               bool shuffle, uint64_t seed, const dt_docs *docs,
+                               dt_source **out) {
     *out = NULL;
     blend *b = calloc(1, sizeof *b);
     dt_source *s = calloc(1, sizeof *s);
     char paths[MAX_SETS][4096];
     dt_status st = b && s ? DT_OK : dt_err_set(DT_ERR_OOM, "blend: out of memory");
     if (st == DT_OK) {
-        *b = (blend){.B = batch_size, .T = seq_len, .shuffle = shuffle, .seed = seed};
+        *b = (blend){.B = batch_size, .T = seq_len, .shuffle = shuffle, .seed = seed,
+                     .docs = docs ? *docs : (dt_docs){.eot = -1}};
         for (int d = 0; d < MAX_SETS; d++)
-            b->set[d].fd = -1;
+            b->set[d].fd = b->set[d].idx_fd = -1;
         st = parse(spec, b, paths);
     }
     int opened = 0;
@@ -218,9 +244,10 @@ dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size,
     }
     if (st == DT_OK) {
         b->row = malloc(((size_t)seq_len + 1) * sizeof *b->row);
+        b->mark = malloc((size_t)seq_len + 1);
         b->pick = malloc((size_t)batch_size * sizeof *b->pick);
         b->k = malloc((size_t)batch_size * sizeof *b->k);
-        if (!b->row || !b->pick || !b->k)
+        if (!b->row || !b->mark || !b->pick || !b->k)
             st = dt_err_set(DT_ERR_OOM, "blend: out of memory");
     }
     if (st != DT_OK) {

@@ -52,6 +52,7 @@ struct dt_booster {
     /* a micro-batch's rows, or a step's share (rows) under a pipeline, of the sources' rows
      * (in_row and tg_row bytes each) */
     void *inputs, *targets;
+    bool doc_mask; /* token inputs carry document starts */
     /* a ring's rows are cut to this rank's tokens as read (token sequences); a model that
      * reads whole samples (a DiT's clips) takes its own tokens from them */
     int cut;
@@ -163,11 +164,12 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
     }
     if (s->source != DT_SOURCE_TOKENS)
         return dt_err_set(DT_ERR_ARG, "booster: data source %d is not known", (int)s->source);
+    dt_docs docs = {.on = s->doc_mask, .eot = s->eot};
     DT_TRY(dt_source_open_tokens(s->train_data, m->vocab_size, s->batch_size, s->seq_len,
-                                 s->shuffle, s->seed, &b->train));
+                                 s->shuffle, s->seed, &docs, &b->train));
     if (s->val_data && s->val_data[0])
         DT_TRY(dt_source_open_tokens(s->val_data, m->vocab_size, s->batch_size, s->seq_len,
-                                     false, 0, &b->val));
+                                     false, 0, &docs, &b->val));
     return DT_OK;
 }
 
@@ -194,7 +196,8 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
                          .offload = p->offload,
                          .offload_dir = p->offload_dir,
                          .offload_window_mb = p->offload_window_mb,
-                         .world_rank = l->rank};
+                         .world_rank = l->rank,
+                         .doc_mask = b->doc_mask};
     if (pipelined(b)) {
         eo.units = l->held;
         eo.n_slots = l->n_slots;
@@ -209,6 +212,7 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
 static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     DT_TRY(open_sources(b, s));
     b->cut = s->source == DT_SOURCE_TOKENS ? b->lay.cp : 1;
+    b->doc_mask = s->source == DT_SOURCE_TOKENS && s->doc_mask;
     dt_engine_opts eo = engine_opts(b);
     DT_TRY(dt_engine_init(s->model, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);

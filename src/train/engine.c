@@ -370,7 +370,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                         .act_compress = o->act_compress,
                         .act_offload = o->act_offload,
                         .act_offload_dir = o->act_offload_dir,
-                        .act_offload_tag = act_tag};
+                        .act_offload_tag = act_tag,
+                        .doc_mask = o->doc_mask};
     DT_TRY_GOTO((o->create ? o->create : dt_model_create)(mc, &go, mem, &e->model));
     e->n_units = dt_model_n_units(e->model);
     e->n_total = dt_model_numel(e->model);

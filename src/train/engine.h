@@ -54,6 +54,7 @@ typedef struct dt_engine_opts {
     dt_act_compress act_compress;
     dt_offload act_offload; /* the activations' file (dt_model_opts), named by world_rank */
     const char *act_offload_dir;
+    bool doc_mask; /* inputs carry document starts (dt_model_opts) */
 
     /* plugin.offload=disk: this rank's AdamW moments (the whole arena under ZeRO 0, its shard
      * under 1-3) live in a file under offload_dir, streamed through a window of

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "io/tokens.h"
+#include "train/source.h"
 
 typedef struct dt_loader {
     dt_tokens shard;
@@ -22,16 +23,20 @@ typedef struct dt_loader {
     uint64_t seed;
     int64_t pos;  /* sequential: start of the next batch */
     int64_t step; /* batches handed out so far */
-    int32_t *row; /* [T + 1] one row's ids as read, split into inputs and targets (owned) */
+    dt_docs docs;
+    int32_t *row;  /* [T + 1] one row's ids as read, split into inputs and targets (owned) */
+    uint8_t *mark; /* [T + 1] where the dataset's index starts documents (owned) */
 } dt_loader;
 
-/* Opens and validates the shard (every token < vocab_size); it must hold B*T + 1 tokens. */
+/* Opens and validates the shard (every token < vocab_size); it must hold B*T + 1 tokens.
+ * docs: NULL or off = input rows of ids only. */
 dt_status dt_loader_open(dt_loader *ld, const char *path, int vocab_size, int B, int T,
-                         bool shuffle, uint64_t seed);
+                         bool shuffle, uint64_t seed, const dt_docs *docs);
 void dt_loader_close(dt_loader *ld);
 
-/* Rows [row0, row0 + n_rows) of the next batch into inputs/targets ([n_rows, T] each),
- * without advancing; dt_loader_advance moves to the next batch. */
+/* Rows [row0, row0 + n_rows) of the next batch into inputs/targets ([n_rows, T] each; inputs
+ * [n_rows, T, 2] with documents), without advancing; dt_loader_advance moves to the next
+ * batch. */
 dt_status dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inputs,
                          int32_t *targets); /* DT_ERR_IO naming the shard if it shrank */
 /* Continue from a saved (position, step); a position no batch can start at is an error
@@ -39,5 +44,13 @@ dt_status dt_loader_rows(const dt_loader *ld, int row0, int n_rows, int32_t *inp
 dt_status dt_loader_seek(dt_loader *ld, int64_t pos, int64_t step);
 void dt_loader_advance(dt_loader *ld);
 void dt_loader_rewind(dt_loader *ld);
+
+/* Bytes of one input row of T tokens: ids, or (with documents) id and document-start pairs */
+size_t dt_token_input_row_bytes(int T, const dt_docs *docs);
+/* One row of T tokens from token `start` of t: input (ids, or with documents (id, document
+ * start) pairs, dt_docs) and target (the ids shifted by one); row [T + 1] and mark [T + 1]
+ * are the caller's scratch. */
+dt_status dt_token_row_read(const dt_tokens *t, int64_t start, int T, const dt_docs *docs,
+                            int32_t *row, uint8_t *mark, int32_t *input, int32_t *target);
 
 #endif

@@ -40,17 +40,32 @@ typedef struct dt_source {
 
 /* ---- implementations -------------------------------------------------------------------- */
 
-/* A token shard (loader.h): batch_size sequences of seq_len int32 ids a step; inputs and
- * next-token targets [T] int32 per row. Every token must be < vocab_size. A path that is a
- * blend ("0.7 A 0.3 B", dt_blend_spec_is) opens dt_source_open_blend. */
+/* Documents kept apart (data.doc_mask): token input rows then carry, for each token, its id
+ * and the position in the row where its document starts, int32 pairs [T][2]. A document
+ * starts at the row's first token, after each id eot (-1: none), and where a Megatron
+ * dataset's document index starts one. */
+typedef struct dt_docs {
+    bool on;
+    int eot;
+} dt_docs;
+
+/* A token shard (loader.h): batch_size sequences of seq_len int32 ids a step; inputs (pairs
+ * with documents, see dt_docs) and next-token targets [T] int32 per row. Every token must be
+ * < vocab_size. A path that is a blend ("0.7 A 0.3 B", dt_blend_spec_is) opens
+ * dt_source_open_blend. docs: NULL or off = ids only. */
 dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
-                                bool shuffle, uint64_t seed, dt_source **out);
+                                bool shuffle, uint64_t seed, const dt_docs *docs,
+                                dt_source **out);
 /* A weighted blend of token datasets (blend.c): "W1 PATH1 W2 PATH2 ..." (weights > 0, in
  * proportion); each global row's dataset is a pure function of the weights and the row's
  * index, so every layout reads the same batch and (rows read, step) resumes it. */
 bool dt_blend_spec_is(const char *spec);
+/* Whether every dataset of a path or blend is a Megatron indexed dataset (whose document
+ * index says where documents start) */
+bool dt_tokens_spec_indexed(const char *spec);
 dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size, int seq_len,
-                               bool shuffle, uint64_t seed, dt_source **out);
+                               bool shuffle, uint64_t seed, const dt_docs *docs,
+                               dt_source **out);
 
 /* Bouncing-shapes clips (io/bounce.h) for a rectified-flow DiT (models/flow.h), made on the
  * fly: clip `index` = step * batch_size + row, everything random keyed by (seed, index).

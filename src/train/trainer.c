@@ -18,6 +18,7 @@
 #include "dtrain/booster.h"
 #include "io/atomic.h"
 #include "io/bpe.h"
+#include "train/source.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/isa.h"
 #include "plan/memory.h"
@@ -38,6 +39,19 @@ typedef struct trainer {
 
 static bool is_root(const trainer *t) { return t->world->rank == 0; }
 
+/* data.doc_mask's end-of-document id: data.eot_token, else the tokenizer's; where there is
+ * none, every dataset must be a Megatron one (its document index) */
+static dt_status doc_eot(const trainer *t, int *eot) {
+    const dt_config *c = t->cfg;
+    *eot = c->data.eot_token >= 0 ? c->data.eot_token : t->bpe ? dt_bpe_eot(t->bpe) : -1;
+    if (!c->data.doc_mask || *eot >= 0 || dt_tokens_spec_indexed(c->data.train))
+        return DT_OK;
+    return dt_err_set(DT_ERR_ARG, "data.doc_mask needs to know where documents end: set "
+                      "data.eot_token (GPT-2's <|endoftext|> is 50256) or data.tokenizer, or "
+                      "train on Megatron datasets (their document index); data.train=%s has "
+                      "none", c->data.train);
+}
+
 static dt_boost_spec spec_of(const dt_config *c) {
     return (dt_boost_spec){.model = &c->model, .optim = &c->optim, .train_data = c->data.train,
                            .val_data = c->train.eval_every > 0 ? c->data.val : NULL,
@@ -47,7 +61,8 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .seed = c->train.seed, .init_weights = c->model.init,
                            .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0',
                            .mem_timeline = c->train.mem_timeline, .source = c->data.source,
-                           .shapes = c->data.shapes, .label_dropout = c->data.label_dropout};
+                           .shapes = c->data.shapes, .label_dropout = c->data.label_dropout,
+                           .doc_mask = c->data.doc_mask};
 }
 
 /* whether the run evaluates: bouncing-shapes clips always have a validation stream */
@@ -185,6 +200,7 @@ static dt_status setup(trainer *t) {
     DT_TRY(dt_booster_init(&c->plugin, t->world, &t->booster));
     t->watch.where = dt_booster_mem(t->booster); /* step and micro-batch for its report */
     dt_boost_spec spec = spec_of(c);
+    DT_TRY(doc_eot(t, &spec.eot));
     DT_TRY(dt_booster_boost(t->booster, &spec));
     t->model = dt_booster_model(t->booster);
     DT_TRY(resume(t));

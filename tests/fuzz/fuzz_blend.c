@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t in[B * T], tg[B * T];
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         dt_source *s = NULL;
-        if (dt_source_open_tokens(spec, 256, B, T, shuffle, 7, &s) != DT_OK)
+        if (dt_source_open_tokens(spec, 256, B, T, shuffle, 7, NULL, &s) != DT_OK)
             continue;
         for (int step = 0; step < 4; step++) {
             (void)dt_source_rows(s, 0, B, in, tg);

@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t in[B * T], tg[B * T];
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         dt_loader ld;
-        if (dt_loader_open(&ld, path, 256, B, T, shuffle, 7) != DT_OK)
+        if (dt_loader_open(&ld, path, 256, B, T, shuffle, 7, NULL) != DT_OK)
             continue;
         for (int step = 0; step < 3; step++) {
             (void)dt_loader_rows(&ld, 0, B, in, tg);

@@ -66,8 +66,8 @@ static void check(int B, int T, int NH, int hs, int64_t stride, int pos0, bool f
     memcpy(y, x, sizeof(float) * n);
     memcpy(yr, x, sizeof(float) * n);
     memcpy(yh, x, sizeof(float) * n); /* columns past NH*hs must stay as in x */
-    dt_rope_forward(y, B, T, NH, hs, stride, c, s);
-    dt_rope_forward_ref(yr, B, T, NH, hs, stride, c, s);
+    dt_rope_forward(y, B, T, NH, hs, stride, c, s, NULL);
+    dt_rope_forward_ref(yr, B, T, NH, hs, stride, c, s, NULL);
     hf_rope_double(yd, x, B, T, NH, hs, stride, c, s);
     for (int64_t r = 0; r < (int64_t)B * T; r++)
         for (int64_t i = 0; i < (int64_t)NH * hs; i++)
@@ -84,7 +84,7 @@ static void check(int B, int T, int NH, int hs, int64_t stride, int pos0, bool f
     /* inverse: backward(forward(x)) == x up to cos^2 + sin^2 = 1 in float */
     float *z = malloc(sizeof(float) * n);
     memcpy(z, y, sizeof(float) * n);
-    dt_rope_backward(z, B, T, NH, hs, stride, c, s);
+    dt_rope_backward(z, B, T, NH, hs, stride, c, s, NULL);
     DT_CHECK(dt_test_max_rel(z, x, n, 1.0) < 1e-6, "backward(forward(x)) != x: %.3g",
              dt_test_max_rel(z, x, n, 1.0));
 
@@ -94,8 +94,8 @@ static void check(int B, int T, int NH, int hs, int64_t stride, int pos0, bool f
     dt_test_fill(dy, n, 12, 1.0f);
     memcpy(dx, dy, sizeof(float) * n);
     memcpy(dxr, dy, sizeof(float) * n);
-    dt_rope_backward(dx, B, T, NH, hs, stride, c, s);
-    dt_rope_backward_ref(dxr, B, T, NH, hs, stride, c, s);
+    dt_rope_backward(dx, B, T, NH, hs, stride, c, s, NULL);
+    dt_rope_backward_ref(dxr, B, T, NH, hs, stride, c, s, NULL);
     DT_CHECK(dt_test_nmse(dx, dxr, n) < 1e-14, "rope bwd vs ref: nmse %.3g",
              dt_test_nmse(dx, dxr, n));
     if (fd) {
@@ -120,8 +120,39 @@ static void check(int B, int T, int NH, int hs, int64_t stride, int pos0, bool f
         free(dx), free(dxr);
 }
 
+/* Positions that restart at each document (pos given): every row rotated by its own table
+ * row, as one row of a one-token sequence rotated by that row of the table alone; the
+ * backward is its inverse. */
+static void check_positions(void) {
+    enum { B = 2, T = 40, NH = 3, hs = 16, half = hs / 2 };
+    const int64_t n = (int64_t)B * T * NH * hs;
+    float c[T * half], s[T * half], x[n], y[n], yr[n], one[n];
+    int32_t pos[B * T];
+    dt_rope_tables(c, s, T, hs, 0, 10000.0f);
+    for (int r = 0; r < B * T; r++)
+        pos[r] = r % T < 7 ? r % T : (r % T - 7) % 13; /* documents of 7, then of 13 tokens */
+    dt_test_fill(x, n, 21, 1.0f);
+    memcpy(y, x, sizeof x);
+    memcpy(yr, x, sizeof x);
+    memcpy(one, x, sizeof x);
+    dt_rope_forward(y, B, T, NH, hs, NH * hs, c, s, pos);
+    dt_rope_forward_ref(yr, B, T, NH, hs, NH * hs, c, s, pos);
+    for (int r = 0; r < B * T; r++)
+        dt_rope_forward_ref(one + (int64_t)r * NH * hs, 1, 1, NH, hs, NH * hs, c + pos[r] * half,
+                            s + pos[r] * half, NULL);
+    DT_CHECK(memcmp(y, one, sizeof y) == 0 && memcmp(yr, one, sizeof y) == 0,
+             "rope with positions: not each row rotated by its own table row");
+    dt_rope_backward(y, B, T, NH, hs, NH * hs, c, s, pos);
+    DT_CHECK(dt_test_max_rel(y, x, n, 1.0) < 1e-6, "rope with positions: backward(forward(x)) "
+             "!= x: %.3g", dt_test_max_rel(y, x, n, 1.0));
+    dt_rope_backward_ref(yr, B, T, NH, hs, NH * hs, c, s, pos);
+    DT_CHECK(dt_test_max_rel(yr, x, n, 1.0) < 1e-6, "rope ref with positions: backward(forward(x)) "
+             "!= x: %.3g", dt_test_max_rel(yr, x, n, 1.0));
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
+    check_positions();
     check(2, 3, 2, 8, 16, 0, true);         /* dense rows, finite differences */
     check(2, 5, 3, 6, 3 * 18, 7, true);     /* q part of a fused qkv row, pos0 > 0 */
     check(4, 64, 12, 64, 3 * 768, 0, false); /* GPT-2 head layout, threaded */
@@ -133,10 +164,10 @@ int main(int argc, char **argv) {
         float *s = malloc(sizeof(float) * T * hs / 2);
         dt_test_fill(x, n, 1, 1);
         dt_rope_tables(c, s, T, hs, 0, 10000.0f);
-        dt_rope_forward(x, B, T, NH, hs, NH * hs, c, s);
+        dt_rope_forward(x, B, T, NH, hs, NH * hs, c, s, NULL);
         double t = dt_test_seconds();
         for (int r = 0; r < 10; r++)
-            dt_rope_forward(x, B, T, NH, hs, NH * hs, c, s);
+            dt_rope_forward(x, B, T, NH, hs, NH * hs, c, s, NULL);
         t = (dt_test_seconds() - t) / 10;
         printf("perf rope fwd %dx%dx%dx%d: %.2f ms (%.1f GB/s)\n", B, T, NH, hs, t * 1e3,
                8.0 * n / t / 1e9);

@@ -29,7 +29,7 @@ static void test_blend(void) {
     snprintf(spec, sizeof spec, " 0.3 %s  0.7 %s", pa, pb);
     DT_CHECK(dt_blend_spec_is(spec) && !dt_blend_spec_is(pa), "blend spec detection");
     dt_source *s = NULL;
-    DT_CHECK_OK(dt_source_open_tokens(spec, 256, B, T, false, 0, &s));
+    DT_CHECK_OK(dt_source_open_tokens(spec, 256, B, T, false, 0, NULL, &s));
     if (!s)
         return;
     double w[2] = {0.3, 0.7};
@@ -67,8 +67,8 @@ static void test_blend(void) {
     dt_source_close(s);
     /* resume: a fresh source sought to step 17 reads what advancing 17 steps read */
     dt_source *s1 = NULL, *s2 = NULL;
-    DT_CHECK_OK(dt_source_open_tokens(spec, 256, B, T, true, 5, &s1));
-    DT_CHECK_OK(dt_source_open_tokens(spec, 256, B, T, true, 5, &s2));
+    DT_CHECK_OK(dt_source_open_tokens(spec, 256, B, T, true, 5, NULL, &s1));
+    DT_CHECK_OK(dt_source_open_tokens(spec, 256, B, T, true, 5, NULL, &s2));
     if (s1 && s2) {
         for (int i = 0; i < 17; i++)
             dt_source_advance(s1);
@@ -85,7 +85,7 @@ static void test_blend(void) {
                             {"0.5 nosuch.bin 0.5 x", "nosuch.bin"}};
     for (int i = 0; i < 3; i++) {
         dt_source *x = NULL;
-        dt_status st = dt_source_open_blend(bad[i][0], 256, B, T, false, 0, &x);
+        dt_status st = dt_source_open_blend(bad[i][0], 256, B, T, false, 0, NULL, &x);
         DT_CHECK(st != DT_OK && strstr(dt_err_msg(), bad[i][1]) && !x, "blend \"%s\": %s",
                  bad[i][0], dt_err_msg());
     }
@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "test_loader_%d.bin", (int)getpid());
     DT_CHECK_OK(dt_tokens_write(path, tok, N));
     dt_loader ld;
-    DT_CHECK_OK(dt_loader_open(&ld, path, 64, B, T, false, 0));
+    DT_CHECK_OK(dt_loader_open(&ld, path, 64, B, T, false, 0, NULL));
     int32_t in[B * T], tg[B * T];
     int64_t expect = 0;
     for (int step = 0; step < 7; step++) {
@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
             expect = 0;
     }
     dt_loader_close(&ld);
-    DT_CHECK_OK(dt_loader_open(&ld, path, 64, B, T, true, 9));
+    DT_CHECK_OK(dt_loader_open(&ld, path, 64, B, T, true, 9, NULL));
     int32_t a[B * T], b[B * T], t0[B * T], again[B * T];
     DT_CHECK_OK(dt_loader_rows(&ld, 0, B, a, t0));
     for (int i = 0; i < B * T; i++)
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     DT_CHECK(dt_loader_seek(&ld, -1, 3) == DT_ERR_FORMAT, "negative position accepted");
     dt_loader_close(&ld);
     dt_loader l2;
-    dt_status st = dt_loader_open(&l2, path, 64, 8, 8, false, 0);
+    dt_status st = dt_loader_open(&l2, path, 64, 8, 8, false, 0, NULL);
     DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), "fewer than one batch"),
              "a shard smaller than one batch: %s", dt_err_msg());
     remove(path);
