@@ -53,6 +53,13 @@ foreach(arch gpt2 llama)
   set_tests_properties(train/cp_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
 
+# Documents kept apart (data.doc_mask) in every layout equal the single process.
+foreach(arch gpt2 llama)
+  add_test(NAME train/doc_layouts_${arch}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/doc_layouts.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
+  set_tests_properties(train/doc_layouts_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
+endforeach()
+
 # Pipeline layouts and schedules equal the single process; broken schedules are refused.
 foreach(arch gpt2 llama)
   add_test(NAME train/pp_layouts_${arch}
