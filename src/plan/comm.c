@@ -23,6 +23,7 @@ typedef struct ledger {
     int64_t ring_block; /* bytes of one key/value block a ring rank passes on */
     bool sg, gpt2;
     int64_t N, Nt, C, W, A, hs, NH, T, vocab_rows;
+    int64_t positions; /* wpe's gradient rows summed: T, or with documents the sequence's */
     int n_mb, L, zero, pp;
     bool held[DT_MAX_CHUNKS + 2], first, last; /* units here; the embedding's / head's stage */
     bool split, lp;                              /* split backward; 16-bit matmuls */
@@ -171,7 +172,7 @@ static void micro_batch(ledger *g, const bool *skip) {
         }
     }
     if (g->gpt2 && g->first)
-        rows_grads(g, g->T * g->C); /* wpe */
+        rows_grads(g, g->positions * g->C); /* wpe */
     if (g->first)
         leave_bwd(g);
 }
@@ -390,6 +391,7 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
                 .hs = hs,
                 .NH = m->n_head / tp,
                 .T = l->T_local,
+                .positions = (int64_t)l->T_local * (c->data.doc_mask ? l->cp : 1),
                 .cp = l->cp,
                 .vocab_rows = (m->vocab_size + tp - 1) / tp,
                 .n_mb = l->n_mb,

@@ -50,6 +50,9 @@ typedef struct shape {
     bool acts16; /* bf16 without int8 storage: qkv and att kept in bf16 (models/gpt_ac.c) */
     bool bf16;   /* bf16 mode: the MLP's h, u kept in bf16 (nn/block.h) */
     bool act_disk; /* plugin.act_offload = disk */
+    bool docs;     /* data.doc_mask: inputs carry document starts, positions restart */
+    int positions; /* position rows (RoPE tables, wpe's gradient): T, or with documents the
+                    * whole sequence's */
 } shape;
 
 static int ffn_width(const dt_model_config *m) {
@@ -365,7 +368,7 @@ static int64_t temp_arena(const shape *s, int n_slots, int64_t widest_block) {
     if (holds_final(s))
         b += pad64(S * s->Nr * s->C * F4);
     if (s->gpt2)
-        b += pad64((int64_t)s->T * s->C * F4); /* wpe gradient rows */
+        b += pad64((int64_t)s->positions * s->C * F4); /* wpe gradient rows */
     return b;
 }
 
@@ -400,6 +403,8 @@ static void fill_shape(const dt_config *c, const dt_layout *l, shape *s) {
                  .Nt = l->tokens_sp,
                  .Nr = l->tokens_rows,
                  .act_disk = p->act_offload == DT_OFFLOAD_DISK,
+                 .docs = c->data.doc_mask,
+                 .positions = c->data.doc_mask ? l->T_local * l->cp : l->T_local,
                  .acts16 = l->precision == DT_PREC_BF16 &&
                            p->act_compress == DT_ACT_COMPRESS_NONE && l->cp == 1};
     s->NH = m->n_head / s->tp;
@@ -553,8 +558,10 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     } else {
         out->acts_arena = acts_arena(&s, n_slots, split);
         int64_t tokens = (int64_t)batch_rows * s.T_read * 4; /* int32 ids */
-        int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.T * (s.hs / 2) * F4;
-        out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens;
+        int64_t rope = s.gpt2 ? 0 : 2 * (int64_t)s.positions * (s.hs / 2) * F4;
+        /* documents: inputs of (id, start) pairs; the model's decoded ids, starts, positions */
+        int64_t docs = s.docs ? tokens + 3 * (int64_t)s.mb * s.T * 4 : 0;
+        out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens + docs;
         out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
         int64_t widest_block = 0; /* floats of the widest block unit held (blocks are alike) */
         for (int l = 0; l < s.L; l++)

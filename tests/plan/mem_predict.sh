@@ -11,7 +11,8 @@
 # with selective and full checkpointing, offload=disk under ZeRO 0, 2 and 3 with a window small
 # enough that the chunk formula decides, over tp, Megatron-SP, Ulysses and every schedule.
 # Activations on disk (act_offload) under checkpointing, int8, tp, Ulysses, the ring and pipelines.
-# The worst ratio of all cases is printed last.
+# Documents kept apart (data.doc_mask): the pair inputs, the decoded ids, starts and positions,
+# and the position rows of the whole sequence under a ring. The worst ratio of all cases is printed last.
 #   mem_predict.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
 base=(--data.train=data/train.bin --train.batch_size=8 --train.steps=1 --model.n_layer=4
@@ -127,6 +128,13 @@ case_ gpt2_act_disk_pp2_zbh1 gpt2 2 "${disk[@]}" $(pp zbh1 4) --model.n_layer=6
 case_ llama_act_disk_pp2_interleaved_sp2 llama 4 "${disk[@]}" $(pp interleaved 2) \
     --plugin.pp_chunks=2 --plugin.sp_size=2 --model.n_layer=8
 case_ gpt2_act_disk_cp2_bf16 gpt2 2 "${disk[@]}" "${ring[@]}" $bf16
+# documents kept apart: pair inputs, decoded arrays, whole-sequence position rows in a ring
+docs=(--data.doc_mask=true --data.eot_token=10 --train.seq_len=64)
+case_ gpt2_docs gpt2 1 "${docs[@]}"
+case_ llama_docs_cp2_bf16 llama 2 "${docs[@]}" "${ring[@]}" $bf16
+case_ gpt2_docs_cp2_tp2_split_gather gpt2 4 "${docs[@]}" "${ring[@]}" --plugin.tp_size=2 \
+    --plugin.sp_mode=split_gather
+case_ llama_docs_pp2_sp2 llama 4 "${docs[@]}" $(pp 1f1b 4) --plugin.sp_size=2
 awk '{ d = $4 - 1; d = d < 0 ? -d : d; if (d >= w) { w = d; l = $0 } }
      /every category exact/ { e++ }
      END { printf "worst of all %d cases: %s\n%d of them exact to the byte on every rank\n", NR, l, e }' \
