@@ -101,6 +101,8 @@ typedef struct dt_data_config {
      * dataset's document index starts another. */
     bool doc_mask;
     int eot_token;
+    int doc_len; /* the mean document length dtrain plan assumes for doc_mask's attention
+                  * time; 0: unknown (documents as long as the sequence) */
 } dt_data_config;
 
 typedef struct dt_train_config {

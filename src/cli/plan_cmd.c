@@ -249,6 +249,10 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                       "\"disk_read_mb_s\": %.1f",
                       (long long)m.act_disk_record, (long long)m.act_disk_file, 1e3 * t.act_disk_s,
                       dev->disk_write / 1e6, dev->disk_read / 1e6);
+    if (c->data.doc_mask) /* the attention's share of tiles with documents of doc_len */
+        k += snprintf(extra + k, sizeof extra - (size_t)k,
+                      ", \"doc_len\": %d, \"attn_share\": %.4f", c->data.doc_len,
+                      dt_plan_doc_attn_share(c->train.seq_len, c->data.doc_len));
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k,

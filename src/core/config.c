@@ -107,6 +107,7 @@ static const field fields[] = {
     F_BOOL(data, shuffle),
     F_BOOL(data, doc_mask),
     F_INT(data, eot_token),
+    F_INT(data, doc_len),
     F_ENUM(data, source, dt_data_source, source_names),
     F_INT(data, shapes),
     F_FLOAT(data, label_dropout),

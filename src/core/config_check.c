@@ -319,6 +319,9 @@ static void check_data(const dt_config *c, problems *p) {
     if (d->doc_mask && video)
         problem(p, false, "data.doc_mask keeps documents of packed token sequences apart; a "
                 "DiT's clips have none (set data.doc_mask=false)");
+    if (d->doc_len < 0)
+        problem(p, false, "data.doc_len=%d must be >= 0 (the mean document length in tokens "
+                "dtrain plan assumes; 0: unknown)", d->doc_len);
     if (d->eot_token < -1 || d->eot_token >= c->model.vocab_size)
         problem(p, false, "data.eot_token=%d must be a token id below model.vocab_size=%d (or "
                 "-1: the tokenizer's)", d->eot_token, c->model.vocab_size);

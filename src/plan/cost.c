@@ -70,11 +70,30 @@ static linear_s block_linears(const work *w) {
     return t;
 }
 
-/* QK^T and PV, causal: half of 4 T hs a query. Under a ring the step waits for its busiest
- * rank: zigzag gives each the mean, a contiguous split gives the last (2 cp - 1) / cp of it. */
+/* QK^T and PV, causal: half of 4 T hs a query, of which documents leave attn_share. Under a
+ * ring the step waits for its busiest rank: zigzag gives each the mean, a contiguous split
+ * gives the last (2 cp - 1) / cp of it. */
 static double block_attention_flops(const work *w) {
     double busiest = w->cp > 1 && !w->zigzag ? (2.0 * w->cp - 1) / w->cp : 1;
-    return 2 * w->N * w->T * w->A / w->sp * busiest;
+    return 2 * w->N * w->T * w->A / w->sp * busiest * w->attn_share;
+}
+
+double dt_plan_doc_attn_share(int T, int doc_len) {
+    enum { TILE = 64, OFFSETS = 16 };
+    if (doc_len <= 0 || T <= 0)
+        return 1;
+    double all = 0, done = 0;
+    for (int o = 0; o < OFFSETS; o++) {
+        int first = -(int)((int64_t)doc_len * o / OFFSETS); /* a document starts here */
+        for (int q0 = 0; q0 < T; q0 += TILE) {
+            /* the start of the document holding query q0 */
+            int start = q0 - (int)(((int64_t)q0 - first) % doc_len);
+            int kfirst = (start > 0 ? start : 0) / TILE * TILE;
+            done += (q0 - kfirst) / TILE + 0.5;
+            all += q0 / TILE + 0.5;
+        }
+    }
+    return done / all;
 }
 
 /* Ring attention's exposed time (nn/ring_attn.c): each of the cp - 1 steps with a transfer
@@ -462,7 +481,9 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
                 .sg = l->rows_tp,
                 .dit = m->arch == DT_ARCH_DIT,
                 .B = l->mb,
-                .rate = l->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16};
+                .rate = l->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16,
+                .attn_share = c->data.doc_mask ? dt_plan_doc_attn_share(l->T, c->data.doc_len)
+                                               : 1};
     w->N = (double)l->tokens_mb;
     w->Nt = (double)l->tokens_sp;
     w->Nr = (double)l->tokens_rows;

@@ -86,6 +86,12 @@ typedef struct dt_plan_time {
  * reruns, whatever the layout. */
 double dt_plan_step_flops(const dt_config *c);
 
+/* data.doc_mask: the share of causal attention's work (64 x 64 tiles, a diagonal tile half
+ * of one) the kernels do on sequences of T tokens packed with documents of doc_len tokens
+ * (placed at 16 offsets, averaged): tiles before a query tile's first document are skipped.
+ * 1 when doc_len is 0 (unknown: documents as long as the sequence is the safe side). */
+double dt_plan_doc_attn_share(int T, int doc_len);
+
 /* Predict one step of a `world`-rank run of c. sched: the pipeline schedule run (borrowed;
  * NULL: generated from plugin.pp_schedule). DT_ERR_ARG when the layout does not split. */
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,

@@ -33,6 +33,7 @@ typedef struct dt_plan_work {
     bool zigzag;       /* its balanced split (contiguous: the last rank does the most) */
     double ring_block; /* bytes of one key/value block a ring rank passes on */
     double act_disk;   /* plugin.act_offload = disk: bytes of a block's record; 0: off */
+    double attn_share; /* of causal attention's tiles computed (data.doc_mask: below 1) */
 } dt_plan_work;
 
 /* Ring attention's exposed seconds (plan/cost.c) around attention of `at` seconds: forward,

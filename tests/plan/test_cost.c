@@ -230,8 +230,22 @@ static void test_stage_split(void) {
              "no pipeline: nothing to split");
 }
 
+/* data.doc_mask's attention share, worked by hand: T 128 with documents of 128 at offsets
+ * 0, 8, ..., 120 (the second query tile starts its document at 64 only at offset 64: 0.5 of
+ * a tile instead of 1.5) is 31 of 32 half-tiles; T 4096 with documents of 64: every query
+ * tile but the first sees its diagonal and the tile before, except at offset 0 (the diagonal
+ * alone), 1457 of 32768; unknown length: all of it. */
+static void test_doc_share(void) {
+    DT_CHECK(fabs(dt_plan_doc_attn_share(128, 128) - 31.0 / 32) < 1e-12, "T 128 docs 128: %.6f",
+             dt_plan_doc_attn_share(128, 128));
+    DT_CHECK(fabs(dt_plan_doc_attn_share(4096, 64) - 1457.0 / 32768) < 1e-12,
+             "T 4096 docs 64: %.6f", dt_plan_doc_attn_share(4096, 64));
+    DT_CHECK(dt_plan_doc_attn_share(1024, 0) == 1, "unknown document length: all the work");
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
+    test_doc_share();
     test_by_hand();
     test_pipeline();
     test_levers();
