@@ -163,6 +163,14 @@ if [ -c /dev/full ]; then
     [ -c /dev/full ] && { echo "ok   /dev/full is still a device"; passed=$((passed + 1)); } \
         || { echo "FAIL /dev/full was replaced"; failed=$((failed + 1)); }
 fi
+expect_error "doc_mask without documents" "data.doc_mask needs to know where documents end" -- \
+    train "${tiny[@]}" --data.doc_mask=true
+expect_error "eot_token outside the vocabulary" "data.eot_token=300" -- \
+    train "${tiny[@]}" --data.doc_mask=true --data.eot_token=300
+expect_error "doc_mask on a DiT" "data.doc_mask keeps documents" -- \
+    train --config "$src/configs/tiny-dit.ini" --data.doc_mask=true
+expect_error "negative doc_len" "data.doc_len=-3" -- \
+    train "${tiny[@]}" --data.doc_len=-3
 expect_error "export onto a directory" "a_dir.ini is a folder" -- \
     train "${tiny[@]}" --train.steps=0 --train.export=a_dir.ini
 
