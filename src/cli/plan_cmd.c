@@ -491,6 +491,12 @@ static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
         return 1;
     }
     qsort(l.v, (size_t)l.n, sizeof *l.v, by_rank);
+    st = dt_cli_plan_time(l.v, l.n < a.top ? l.n : a.top, a.world, &dev);
+    if (st != DT_OK) {
+        free(l.v);
+        dt_error("%s", dt_err_msg());
+        return 1;
+    }
     bool any = l.n > 0 && l.v[0].fits;
     if (a.json)
         print_json(l.v, l.n, a.top);

@@ -1,6 +1,7 @@
 /* The layouts `dtrain plan` considers and their predictions. See plan_search.h. */
 #include "cli/plan_search.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,10 +68,26 @@ static dt_status predict(dt_plan_cand *x, int world, const dt_plan_device *dev, 
             memcpy(x->cat, m.cat, sizeof x->cat);
         }
     }
+    x->fits = x->total <= mem;
+    x->step_s = NAN;
+    /* what does not fit is ranked by memory alone; a schedule read from a file is timed now,
+     * while it is in hand */
+    if (!x->fits && strncmp(p->pp_schedule, "file:", 5) != 0)
+        return DT_OK;
     dt_plan_time t;
     DT_TRY(dt_plan_step_time(&x->c, world, dev, sched, &t));
     x->step_s = t.step_s;
-    x->fits = x->total <= mem;
+    return DT_OK;
+}
+
+dt_status dt_cli_plan_time(dt_plan_cand *v, int n, int world, const dt_plan_device *dev) {
+    for (int i = 0; i < n; i++) {
+        if (!isnan(v[i].step_s))
+            continue;
+        dt_plan_time t;
+        DT_TRY(dt_plan_step_time(&v[i].c, world, dev, NULL, &t));
+        v[i].step_s = t.step_s;
+    }
     return DT_OK;
 }
 

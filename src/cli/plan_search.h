@@ -18,7 +18,7 @@ typedef struct dt_plan_cand {
     dt_config c;
     int dp;
     int64_t cat[DT_MEM_CAT_COUNT], total; /* the largest rank's (over pipeline stages) */
-    double step_s;
+    double step_s; /* NAN until timed: the search times only what fits (dt_cli_plan_time) */
     bool fits;
 } dt_plan_cand;
 
@@ -48,5 +48,8 @@ int dt_cli_plan_replica_ranks(const dt_plugin_config *p);
  * (unsorted; the caller frees out->v). The configuration as given is always among them. */
 dt_status dt_cli_plan_search(const dt_config *base, int world, const dt_plan_device *dev,
                              int64_t mem, const dt_plan_pins *pinned, dt_plan_cands *out);
+/* The step time of candidates [0, n) not yet timed (those that do not fit: ranked by memory,
+ * they are timed only to be shown). */
+dt_status dt_cli_plan_time(dt_plan_cand *v, int n, int world, const dt_plan_device *dev);
 
 #endif

@@ -291,10 +291,63 @@ static void cost_chunks(const work *w, const dt_stage_plan *sp, bool split, chun
     }
 }
 
+/* The search replays one schedule with the same stage costs many times over (levers that
+ * change only the optimizer's side: ZeRO stages, the optimizer on disk), so the last few
+ * replays are kept, keyed by the schedule's serial, the message time and every stage cost,
+ * and give back the very numbers a replay would. Single-threaded, as the planner is. */
+enum { MEMO = 16 };
+typedef struct replay_memo {
+    uint64_t serial;
+    double msg;
+    int pp, n_chunks;
+    chunk_cost *cc;
+    double *end, *busy; /* [pp] each */
+} replay_memo;
+static replay_memo memo[MEMO];
+static int memo_next;
+
+static bool memo_find(const dt_schedule *s, double msg, const chunk_cost *cc, double *end,
+                      double *busy) {
+    int n = s->pp * s->n_chunks;
+    for (int i = 0; i < MEMO; i++) {
+        const replay_memo *m = &memo[i];
+        if (m->cc && m->serial == s->serial && m->msg == msg && m->pp == s->pp &&
+            m->n_chunks == s->n_chunks && !memcmp(m->cc, cc, (size_t)n * sizeof *cc)) {
+            memcpy(end, m->end, (size_t)s->pp * sizeof *end);
+            memcpy(busy, m->busy, (size_t)s->pp * sizeof *busy);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void memo_keep(const dt_schedule *s, double msg, const chunk_cost *cc, const double *end,
+                      const double *busy) {
+    replay_memo *m = &memo[memo_next];
+    memo_next = (memo_next + 1) % MEMO;
+    free(m->cc), free(m->end), free(m->busy);
+    int n = s->pp * s->n_chunks;
+    *m = (replay_memo){.serial = s->serial, .msg = msg, .pp = s->pp, .n_chunks = s->n_chunks,
+                       .cc = malloc((size_t)n * sizeof *cc),
+                       .end = malloc((size_t)s->pp * sizeof *end),
+                       .busy = malloc((size_t)s->pp * sizeof *busy)};
+    if (!m->cc || !m->end || !m->busy) { /* no memo then: the next replay recomputes */
+        free(m->cc), free(m->end), free(m->busy);
+        *m = (replay_memo){0};
+        return;
+    }
+    memcpy(m->cc, cc, (size_t)n * sizeof *cc);
+    memcpy(m->end, end, (size_t)s->pp * sizeof *end);
+    memcpy(m->busy, busy, (size_t)s->pp * sizeof *busy);
+}
+
 /* Replays every rank's actions with these costs: a send leaves at once (its message arrives
  * latency + bytes / bandwidth later), a receive waits for its message. busy[r]: compute. */
 static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *cc,
                         double *end, double *busy) {
+    double msg = w->d->latency + w->boundary / w->bw_pp;
+    if (memo_find(s, msg, cc, end, busy))
+        return DT_OK;
     int pairs = s->pp * s->n_chunks * s->n_mb;
     double *act = malloc((size_t)pairs * sizeof *act), *grad = malloc((size_t)pairs * sizeof *grad);
     int *at = calloc((size_t)s->pp, sizeof *at);
@@ -308,7 +361,6 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
         dt_sched_fresh(s, r, own);
     for (int i = 0; i < pairs; i++)
         act[i] = grad[i] = -1;
-    double msg = w->d->latency + w->boundary / w->bw_pp;
     for (int r = 0; r < s->pp; r++)
         end[r] = busy[r] = 0;
     bool progress = true;
@@ -343,7 +395,10 @@ static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *c
         }
     }
     free(act), free(grad), free(at), free(own);
-    return left == 0 ? DT_OK : dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
+    if (left > 0)
+        return dt_err_set(DT_ERR_ARG, "time model: the schedule deadlocks");
+    memo_keep(s, msg, cc, end, busy);
+    return DT_OK;
 }
 
 /* ---- data parallelism and the optimizer ------------------------------------------------- */

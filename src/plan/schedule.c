@@ -36,9 +36,12 @@ dt_status dt_sched_alloc(int pp, int n_chunks, int n_mb, const int *n_actions,
     dt_schedule *s = calloc(1, sizeof *s);
     if (!s)
         return dt_err_set(DT_ERR_OOM, "%s: schedule header", __func__);
+    static uint64_t made;
+    s->serial = __atomic_add_fetch(&made, 1, __ATOMIC_RELAXED);
     s->pp = pp;
     s->n_chunks = n_chunks;
     s->n_mb = n_mb;
+    s->split = -1;
     s->row = calloc((size_t)pp + 1, sizeof *s->row);
     s->actions = calloc(total ? (size_t)total : 1, sizeof *s->actions);
     if (!s->row || !s->actions) {
@@ -244,6 +247,8 @@ dt_status dt_sched_parse(const char *text, dt_schedule **out) {
 
 /* A valid schedule has a W for every (chunk, mb) or for none, so rank 0's row tells. */
 bool dt_sched_split(const dt_schedule *s) {
+    if (s->split >= 0)
+        return s->split;
     for (int i = 0; i < s->row[1]; i++)
         if (s->actions[i].op == DT_SCHED_OP_W)
             return true;
@@ -283,6 +288,7 @@ dt_status dt_sched_count(dt_schedule *s) {
     free(s->fresh);
     s->slots = s->inbox = NULL;
     s->fresh = NULL;
+    s->split = -1;
     size_t pairs = (size_t)s->pp * s->n_chunks * s->n_mb;
     int *slots = malloc((size_t)s->pp * sizeof *slots),
         *inbox = malloc((size_t)s->pp * sizeof *inbox);
@@ -299,6 +305,7 @@ dt_status dt_sched_count(dt_schedule *s) {
     s->slots = slots;
     s->inbox = inbox;
     s->fresh = fresh;
+    s->split = dt_sched_split(s);
     return DT_OK;
 }
 

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 
@@ -57,6 +58,9 @@ typedef struct dt_schedule {
                                * dt_sched_count (generators and the parser call it); NULL:
                                * counted at every call */
     bool *fresh;              /* [pp * n_chunks * n_mb] dt_sched_fresh's answers, likewise */
+    int split;                /* dt_sched_split's answer, likewise (-1: not counted) */
+    uint64_t serial;          /* unique among the schedules this process made (the time
+                               * model's replay memo tells schedules apart by it) */
 } dt_schedule;
 
 /* An empty schedule with room for n_actions[r] actions on rank r (zeroed: fill them in).
