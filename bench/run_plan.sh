@@ -14,6 +14,8 @@
 #   PLAN_DTRAIN=PATH   the dtrain binary (default: build/dtrain of this checkout)
 #   PLAN_WORK=DIR      scratch folder (default: a new /tmp/dtrain-plan.XXXXXX)
 #   PLAN_SHAPE="L H C V T B"   model and batch (default "4 4 256 256 128 8")
+#   PLAN_PROBE=0       1: also measure the collectives on the 2 ranks (`dtrain probe`) and
+#                      predict with those figures too (a second predicted column)
 #   PLAN_MODEL=gpt2    dit: the video DiT of configs/dit-bounce.ini instead (16 clips of 128
 #                      patch tokens, spatial_temporal), over its own layouts: dp with ZeRO,
 #                      Ulysses with spatial_temporal and with full attention, tp, Megatron-SP,
@@ -80,6 +82,11 @@ fi
 # shellcheck disable=SC2086
 DEVICE=$(OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --device this --show-device $common)
 echo "device this: $DEVICE" | tee -a "$WORK/env.txt" >&2
+PROBE=
+if [ "${PLAN_PROBE:-0}" = 1 ]; then
+    PROBE=$(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE -np 2 "$DTRAIN" probe)
+    echo "probe: $PROBE" | tee -a "$WORK/env.txt" >&2
+fi
 res=$WORK/runs.jsonl
 : >"$res"
 i=0
@@ -94,7 +101,14 @@ for spec in "${RUNS[@]}"; do
     # shellcheck disable=SC2086
     OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this $common $args \
         >"$WORK/$tag.plan.json"
-    echo "{\"name\": \"$name\", \"metrics\": \"$WORK/$tag.jsonl\", \"plan\": \"$WORK/$tag.plan.json\"}" >>"$res"
+    probed=
+    if [ -n "$PROBE" ]; then
+        # shellcheck disable=SC2086
+        OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this $PROBE $common $args \
+            >"$WORK/$tag.probe.json"
+        probed=", \"probed\": \"$WORK/$tag.probe.json\""
+    fi
+    echo "{\"name\": \"$name\", \"metrics\": \"$WORK/$tag.jsonl\", \"plan\": \"$WORK/$tag.plan.json\"$probed}" >>"$res"
 done
 $PY - "$res" <<'PYEOF'
 import json, statistics as S, sys
@@ -103,6 +117,8 @@ for r in rows:
     steps = [json.loads(l) for l in open(r["metrics"])]
     r["meas"] = S.median(s["step_ms"] for s in steps[2:6])
     r["pred"] = json.load(open(r["plan"]))["predicted"]["step_ms"]
+    if "probed" in r:
+        r["probe"] = json.load(open(r["probed"]))["predicted"]["step_ms"]
 def ranks(v):
     order = sorted(range(len(v)), key=lambda i: v[i])
     out = [0] * len(v)
@@ -120,5 +136,16 @@ print("|---|---:|---:|---:|---:|---:|")
 for r, a, b in zip(rows, pr, mr):
     print(f"| {r['name']} | {r['pred']:.1f} | {r['meas']:.1f} | {r['meas'] / r['pred']:.2f} | {a} | {b} |")
 print(f"\nSpearman rank correlation {rho:.2f}; {alike} of {len(pairs)} layout pairs ordered alike")
+if all("probe" in r for r in rows):
+    err = [r["probe"] / r["meas"] - 1 for r in rows]
+    base = [r["pred"] / r["meas"] - 1 for r in rows]
+    print("\nWith the collectives `dtrain probe` measured (predicted / measured - 1):")
+    print("| layout | device this | this + probe |")
+    print("|---|---:|---:|")
+    for r, e, b in zip(rows, err, base):
+        print(f"| {r['name']} | {100 * b:+.1f}% | {100 * e:+.1f}% |")
+    m = lambda v: sum(abs(x) for x in v) / len(v)
+    print(f"| mean absolute | {100 * m(base):.1f}% | {100 * m(err):.1f}% |")
+    print(f"| mean signed | {100 * sum(base) / n:+.1f}% | {100 * sum(err) / n:+.1f}% |")
 PYEOF
 log "raw data in $WORK"

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 /* The commands, as error messages list them: "train, prepare, ..." */
-#define DT_CLI_COMMANDS "train, prepare, sample, schedule, plan, plot, convert"
+#define DT_CLI_COMMANDS "train, prepare, sample, schedule, plan, probe, plot, convert"
 
 /* Exit codes of the dtrain command (README "Command line"). */
 enum { DT_EXIT_OK = 0, DT_EXIT_RUN = 1, DT_EXIT_USAGE = 2 };

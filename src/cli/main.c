@@ -26,6 +26,7 @@
 #include "cli/convert_cmd.h"
 #include "cli/plan_auto.h"
 #include "cli/plan_cmd.h"
+#include "cli/probe_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
 #include "core/config.h"
@@ -351,7 +352,7 @@ static int run(int argc, char **argv) {
     } table[] = {
         {"train", cmd_train},         {"prepare", cmd_prepare}, {"sample", cmd_sample},
         {"schedule", dt_cli_schedule}, {"plan", dt_cli_plan},    {"plot", dt_cli_plot},
-        {"convert", dt_cli_convert},
+        {"convert", dt_cli_convert},  {"probe", dt_cli_probe},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(cmd, table[i].name))

@@ -36,15 +36,17 @@
 static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
              "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
-             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] [--top K] [--json] "
+             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] "
+             "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--top K] [--json] "
              "[--explain [--rank R]] [--show-device] "
              "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
              "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
              "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
              "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; --disk: bytes/s "
-             "written and read to offload files (this probes the offload folder's); "
-             "--show-device prints the device's figures as these flags\n"
+             "written and read to offload files (this probes the offload folder's); --coll-bw, "
+             "--exposed-share: what dtrain probe measured under mpirun; --show-device prints the "
+             "device's figures as these flags\n"
              "  devices: %s",
              dt_plan_device_names());
     return 2;
@@ -279,6 +281,7 @@ typedef struct args {
     const char *device;
     double flops, flops16, bandwidth, mem_bandwidth, latency;
     dt_plan_rate2 attn, attn16, norm, act, disk; /* disk: write, read bytes/s */
+    double coll[DT_PLAN_COLL_COUNT], exposed_share; /* dtrain probe's (0, -1: not given) */
     bool show_device;
     int64_t mem;
 } args;
@@ -288,6 +291,23 @@ static bool to_int(const char *flag, const char *v, int *out) {
     if (!dt_cli_int(flag, v, 1, 1 << 20, &x))
         return false;
     *out = (int)x;
+    return true;
+}
+
+/* --coll-bw: the rates of the five kinds (plan/cost.h's dt_plan_coll order), comma-separated */
+static bool parse_coll(const char *v, double *coll) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "--coll-bw: '%s' is too long", v), false;
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    int n = 0;
+    for (; tok && n < DT_PLAN_COLL_COUNT; tok = strtok_r(NULL, ",", &save), n++)
+        if (dt_plan_parse_rate(tok, &coll[n]) != DT_OK)
+            return false;
+    if (n < DT_PLAN_COLL_COUNT || tok)
+        return dt_err_set(DT_ERR_ARG, "--coll-bw %s: give five rates, all-reduce, reduce-scatter, "
+                          "all-gather, all-to-all, point-to-point (as dtrain probe prints them)",
+                          v), false;
     return true;
 }
 
@@ -364,6 +384,10 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_plan_parse_rate2(v, &a->act) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--disk")))
             ok = dt_plan_parse_rate2(v, &a->disk) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--coll-bw")))
+            ok = parse_coll(v, a->coll);
+        else if ((v = dt_cli_option(argc, argv, &i, "--exposed-share")))
+            ok = dt_cli_real("--exposed-share", v, 0, 2, &a->exposed_share);
         else if (!strcmp(argv[i], "--show-device"))
             a->show_device = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
@@ -384,7 +408,8 @@ static int parse(int argc, char **argv, args *a) {
             static const char *const with_value[] = {
                 "--config",    "--world",         "--top",     "--mem",  "--flops",  "--flops16",
                 "--bandwidth", "--mem-bandwidth", "--latency", "--attn", "--attn16", "--norm",
-                "--act",       "--disk",          "--device",  "--rank", NULL};
+                "--act",       "--disk",          "--device",  "--rank", "--coll-bw",
+                "--exposed-share", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -436,13 +461,17 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
     set2(&dev->act, a->act);
     if (a->disk.fwd > 0 && a->disk.bwd > 0)
         dev->disk_write = a->disk.fwd, dev->disk_read = a->disk.bwd;
+    if (a->coll[0] > 0)
+        memcpy(dev->coll, a->coll, sizeof dev->coll);
+    if (a->exposed_share >= 0)
+        dev->exposed_share = a->exposed_share;
     return DT_OK;
 }
 
 static int plan_with(args *a, const dt_plan_device *dev, int64_t dev_mem);
 
 int dt_cli_plan(int argc, char **argv) {
-    args a = {.top = 20};
+    args a = {.top = 20, .exposed_share = -1};
     dt_config_defaults(&a.cfg);
     int rc = parse(argc, argv, &a);
     if (rc)
@@ -469,7 +498,11 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     for (int i = 0; i < 4; i++)
         if (r[i]->fwd > 0 && r[i]->bwd > 0)
             printf(" %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
-    printf(" --disk %.6g,%.6g\n", d->disk_write, d->disk_read);
+    printf(" --disk %.6g,%.6g", d->disk_write, d->disk_read);
+    if (d->coll[0] > 0)
+        printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g --exposed-share %.4g", d->coll[0], d->coll[1],
+               d->coll[2], d->coll[3], d->coll[4], d->exposed_share);
+    printf("\n");
 }
 
 static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {

@@ -24,14 +24,19 @@ typedef dt_plan_work work;
 typedef dt_plan_chunk_cost chunk_cost;
 typedef dt_plan_linear_s linear_s;
 
-double dt_plan_cost_coll(const work *w, int p, double bytes) {
-    return p > 1 ? w->d->latency + bytes / w->bw_tp : 0;
+double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll kind) {
+    return d->coll[kind] > 0 && d->bandwidth > 0 ? group_bw * d->coll[kind] / d->bandwidth
+                                                 : group_bw;
+}
+
+double dt_plan_cost_coll(const work *w, int p, double bytes, dt_plan_coll kind) {
+    return p > 1 ? w->d->latency + bytes / dt_plan_kind_bw(w->d, w->bw_tp, kind) : 0;
 }
 double dt_plan_cost_allreduce(const work *w, int p, double n) {
-    return dt_plan_cost_coll(w, p, 2 * n * (p - 1) / p);
+    return dt_plan_cost_coll(w, p, 2 * n * (p - 1) / p, DT_PLAN_ALLREDUCE);
 }
 double dt_plan_cost_gather(const work *w, int p, double n) {
-    return dt_plan_cost_coll(w, p, n * (p - 1) / p);
+    return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_ALLGATHER);
 }
 static double allreduce(const work *w, int p, double n) { return dt_plan_cost_allreduce(w, p, n); }
 static double gather_like(const work *w, int p, double n) { return dt_plan_cost_gather(w, p, n); }
@@ -462,6 +467,13 @@ static dp_traffic dp_traffic_of(const work *w, int world, int rank, const dt_sch
     return t;
 }
 
+/* What stays exposed of `comm` seconds of collectives run beside `compute` seconds: what
+ * does not fit behind it, and the device's exposed share of what does */
+static double behind(const work *w, double comm, double compute) {
+    double hidden = comm < compute ? comm : compute;
+    return comm - hidden + w->d->exposed_share * hidden;
+}
+
 /* Exposed data-parallel communication and the optimizer step of a rank whose local arena has
  * n floats: reductions hide behind its backward when plugin.overlap (ZeRO 0/1 under a
  * pipeline and split backwards reduce after it); ZeRO-3's gathers are prefetched behind its
@@ -471,12 +483,15 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
                     double *optimizer) {
     int p = w->grad_p;
     dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
-    double bw = w->bw_grad, lat = w->d->latency;
-    double t_reduce = t.reduce_bytes / bw + (double)t.reduce_calls * lat;
-    double t_gather = t.gather_bytes / bw + (double)t.gather_calls * lat;
+    double lat = w->d->latency;
+    dt_plan_coll reduce = w->zero >= 2 ? DT_PLAN_REDUCE_SCATTER : DT_PLAN_ALLREDUCE;
+    double t_reduce = t.reduce_bytes / dt_plan_kind_bw(w->d, w->bw_grad, reduce) +
+                      (double)t.reduce_calls * lat;
+    double t_gather = t.gather_bytes / dt_plan_kind_bw(w->d, w->bw_grad, DT_PLAN_ALLGATHER) +
+                      (double)t.gather_calls * lat;
     bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
-    double red = can_hide ? (t_reduce > backward_s ? t_reduce - backward_s : 0) : t_reduce;
-    double gat = w->zero == 3 ? (t_gather > compute_s ? t_gather - compute_s : 0) : t_gather;
+    double red = can_hide ? behind(w, t_reduce, backward_s) : t_reduce;
+    double gat = w->zero == 3 ? behind(w, t_gather, compute_s) : t_gather;
     *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
      * gradient norm reads the gradients once more */
@@ -558,13 +573,13 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
     /* tp varies fastest, then sp, cp, dp, pp (plan/mesh.h): a group whose span of consecutive
      * ranks exceeds a node talks across nodes */
     w->bw_tp = group_bandwidth(d, l->tp);
-    w->bw_sp = group_bandwidth(d, l->tp * l->sp);
-    w->bw_cp = group_bandwidth(d, l->tp * l->sp * l->cp);
+    w->bw_sp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp), DT_PLAN_ALLTOALL);
+    w->bw_cp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp * l->cp), DT_PLAN_P2P);
     w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
     w->ring_block = w->N * (w->W - w->A) / w->sp * 4;
     if (p->act_offload == DT_OFFLOAD_DISK && !w->dit)
         w->act_disk = (double)dt_plan_act_disk_record(c, l);
-    w->bw_pp = group_bandwidth(d, l->world);
+    w->bw_pp = dt_plan_kind_bw(d, group_bandwidth(d, l->world), DT_PLAN_P2P);
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
         ((p->offload == DT_OFFLOAD_DISK || p->act_offload == DT_OFFLOAD_DISK) &&

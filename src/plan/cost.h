@@ -48,6 +48,19 @@ typedef struct dt_plan_rate2 {
 /* FLOP/s of one m x k by k x n product (lp: bf16/fp16 operands); <= 0: use the peak. */
 typedef double (*dt_plan_gemm_rate)(void *ctx, int lp, double m, double n, double k);
 
+/* The kinds of collective a step runs, as the planner counts their bytes per rank (n: the
+ * whole vector's bytes over p ranks): all-reduce 2 n (p - 1) / p, reduce-scatter and
+ * all-gather n (p - 1) / p, all-to-all (p - 1) blocks, a message its bytes; each takes latency
+ * + bytes / rate. */
+typedef enum dt_plan_coll {
+    DT_PLAN_ALLREDUCE,
+    DT_PLAN_REDUCE_SCATTER,
+    DT_PLAN_ALLGATHER,
+    DT_PLAN_ALLTOALL,
+    DT_PLAN_P2P,
+    DT_PLAN_COLL_COUNT
+} dt_plan_coll;
+
 typedef struct dt_plan_device {
     double flops_fp32, flops_16; /* matmul FLOP/s per rank: fp32, and bf16/fp16 operands */
     double bandwidth;            /* bytes/s one rank moves in a collective or a message */
@@ -70,6 +83,13 @@ typedef struct dt_plan_device {
     double mem_efficiency;  /* share of mem_bandwidth a memory-bound kernel streams at */
     int node_size;          /* ranks joined by `bandwidth` (NVLink); groups spanning nodes */
     double inter_bandwidth; /* move at inter_bandwidth bytes/s a rank (InfiniBand) */
+    /* Measured by `dtrain probe` (0: not measured): bytes/s a rank moves in each kind of
+     * collective, in place of `bandwidth` (a group spanning nodes scales it by
+     * inter_bandwidth / bandwidth); and the share of a collective that stays exposed while
+     * compute runs beside it (the data-parallel reductions and ZeRO-3's gathers; 0: all of
+     * it hides; above 1, up to 2: side by side they take longer than one after the other). */
+    double coll[DT_PLAN_COLL_COUNT];
+    double exposed_share;
 } dt_plan_device;
 
 typedef struct dt_plan_time {

@@ -25,7 +25,7 @@ check "--version" 0 --version
 check "--help" 0 --help
 # the commands the overview lists are the ones the dispatcher knows
 commands=$(sed -n '/^commands:/,/^$/p' out.txt | awk 'NF && !/^commands:/ {print $1}')
-[ "$(echo "$commands" | wc -l)" -eq 7 ] && ok "overview lists 7 commands" || bad "overview: $commands"
+[ "$(echo "$commands" | wc -l)" -eq 8 ] && ok "overview lists 8 commands" || bad "overview: $commands"
 for c in $commands; do
     check "help $c" 0 help "$c"
     head -1 out.txt | grep -q "^usage: dtrain $c" && ok "help $c is its usage" || bad "help $c: $(head -1 out.txt)"

@@ -15,3 +15,8 @@ add_test(NAME cli/commands
                  ${PROJECT_VERSION})
 set_tests_properties(cli/commands PROPERTIES LABELS "cli"
                      ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+
+# dtrain probe: the collectives of 2 and 3 ranks as dtrain plan's flags, which plan takes.
+add_test(NAME cli/probe
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/probe.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli/probe PROPERTIES LABELS "cli;mpi" TIMEOUT 300)

@@ -243,9 +243,37 @@ static void test_doc_share(void) {
     DT_CHECK(dt_plan_doc_attn_share(1024, 0) == 1, "unknown document length: all the work");
 }
 
+/* What dtrain probe measures: a kind's own rate replaces the bandwidth for that kind (dp2
+ * without overlap, compute free: halving the all-reduce's rate doubles the step, halving the
+ * all-gather's leaves it), and the exposed share of a reduction that fits behind the backward
+ * adds that share of it. */
+static void test_probed_device(void) {
+    dt_config c = tiny();
+    c.train.batch_size = 2;
+    c.plugin.type = DT_PLUGIN_DDP;
+    c.plugin.overlap = false;
+    dt_plan_device d = {.flops_fp32 = 1e30, .flops_16 = 1e30, .bandwidth = 1e6,
+                        .mem_bandwidth = 1e30, .disk_write = 1e30, .disk_read = 1e30};
+    double base = step(&c, 2, &d, NULL);
+    d.coll[DT_PLAN_ALLGATHER] = 0.5e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), base, 1e-12);
+    d.coll[DT_PLAN_ALLREDUCE] = 0.5e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * base, 1e-9);
+    /* compute at 1 GFLOP/s hides a reduction at 1 GB/s whole; a share 0.3 of it shows */
+    d = (dt_plan_device){.flops_fp32 = 1e9, .flops_16 = 1e9, .bandwidth = 1e9,
+                         .mem_bandwidth = 1e30, .disk_write = 1e30, .disk_read = 1e30};
+    double serial = step(&c, 2, &d, NULL);
+    c.plugin.overlap = true;
+    double hidden = step(&c, 2, &d, NULL);
+    d.exposed_share = 0.3;
+    DT_CHECK(hidden < serial, "overlap hides the reduction: %.9g < %.9g", hidden, serial);
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), hidden + 0.3 * (serial - hidden), 1e-9);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_doc_share();
+    test_probed_device();
     test_by_hand();
     test_pipeline();
     test_levers();
