@@ -74,6 +74,9 @@ typedef struct dt_boost_spec {
      * document index starts another */
     bool doc_mask;
     int eot;
+    /* > 0: an exponential moving average of the weights (dt_engine: after each update,
+     * ema = decay ema + (1 - decay) w), in checkpoints and exported beside the weights */
+    float ema_decay;
 } dt_boost_spec;
 
 DT_API dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
@@ -142,6 +145,9 @@ DT_API dt_status dt_booster_load_checkpoint(dt_booster *b, const char *folder);
 DT_API dt_status dt_booster_find_checkpoint(dt_booster *b, const char *dir, char *out, size_t n);
 /* Final weights as HuggingFace safetensors (rank 0 writes). */
 DT_API dt_status dt_booster_export(dt_booster *b, const char *path);
+/* Where export writes the weights' average (train.ema_decay) beside `path`: ".ema" before its
+ * extension (model.safetensors -> model.ema.safetensors). */
+DT_API void dt_booster_ema_path(const char *path, char *out, size_t n);
 /* Temperature sampling of n_new tokens after the prompt, in any layout: the weights are
  * gathered, rank 0 runs a one-process copy of the model, and every rank receives the tokens
  * in out[n_new]. Collective over the world; reproducible from the seed. */

@@ -116,6 +116,9 @@ typedef struct dt_train_config {
     char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
     char mem_timeline[DT_PATH_MAX]; /* JSON log of allocations and saved sets per rank; "" = off */
     int comm_timeout; /* seconds a collective or pipeline receive may wait; 0 = no watchdog */
+    float ema_decay;  /* > 0: keep an exponential moving average of the weights, saved in
+                       * checkpoints and exported beside them (train.export's name with .ema
+                       * before its extension); 0 = none */
 } dt_train_config;
 
 typedef struct dt_optim_config {

@@ -41,16 +41,18 @@ static const command_help commands[] = {
      "ended by the end-of-document token, in uint16 shards (uint32 past 65536 ids).\n"},
     {"sample", "generate text or video clips from weights",
      "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
-     "                     [--temperature 0.8] [--seed 1] [--tokenizer FILE]\n"
+     "                     [--temperature 0.8] [--seed 1] [--tokenizer FILE] [--raw]\n"
      "       dtrain sample --checkpoint PATH --out FILE.gif [--steps 32] [--count 4]\n"
-     "                     [--label L] [--guidance G] [--seed 1]\n"
+     "                     [--label L] [--guidance G] [--seed 1] [--raw]\n"
      "\n"
      "Generates --tokens tokens after --prompt from a checkpoint step folder or an exported\n"
      ".safetensors file (train.export), on one process; --tokenizer FILE (what prepare read)\n"
      "encodes the prompt and prints the text of a BPE model. With --out, a video DiT's checkpoint\n"
      "instead: --count clips sampled from noise in --steps Euler steps of its rectified flow,\n"
      "side by side in an animated GIF. Clip k gets class k % n_classes, or --label L for all;\n"
-     "--guidance G > 0 applies classifier-free guidance of that scale.\n"},
+     "--guidance G > 0 applies classifier-free guidance of that scale. Either samples the\n"
+     "weights' average where the run kept one (train.ema_decay: in the step folder, or\n"
+     "exported beside the file as NAME.ema.safetensors); --raw the weights themselves.\n"},
     {"schedule", "print or check a pipeline schedule",
      "usage: dtrain schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1\n"
      "                       [--chunks V] [--stats]\n"

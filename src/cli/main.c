@@ -270,6 +270,8 @@ static int cmd_sample(int argc, char **argv) {
             ok = dt_cli_int("--count", v, 1, MAX_SAMPLE_CLIPS, &n), clips.count = (int)n;
         else if ((v = dt_cli_option(argc, argv, &i, "--guidance")))
             ok = dt_cli_real("--guidance", v, 0, 100, &x), clips.guidance = (float)x;
+        else if (!strcmp(argv[i], "--raw"))
+            clips.raw = true;
         else {
             static const char *const with_value[] = {
                 "--checkpoint", "--prompt", "--tokenizer", "--tokens", "--temperature", "--seed",
@@ -306,7 +308,7 @@ static int cmd_sample(int argc, char **argv) {
         clips.seed = seed;
         st = dt_sample_clips_run(&clips);
     } else {
-        st = dt_sample_run(ckpt, tokenizer, prompt, tokens, temperature, seed);
+        st = dt_sample_run(ckpt, clips.raw, tokenizer, prompt, tokens, temperature, seed);
     }
     if (st == DT_OK && clips.out)
         dt_info("%d clips written to %s", clips.count, clips.out);

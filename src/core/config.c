@@ -126,6 +126,7 @@ static const field fields[] = {
     F_STR(train, "trace", trace),
     F_STR(train, "mem_timeline", mem_timeline),
     F_INT(train, comm_timeout),
+    F_FLOAT(train, ema_decay),
     F_FLOAT(optim, lr),
     F_FLOAT(optim, min_lr),
     F_INT(optim, warmup_steps),

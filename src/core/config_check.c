@@ -154,6 +154,9 @@ static void check_train(const dt_config *c, problems *p) {
     NONNEG(p, train, eval_every);
     NONNEG(p, train, sample_tokens);
     NONNEG(p, train, comm_timeout);
+    if (!(c->train.ema_decay >= 0 && c->train.ema_decay < 1))
+        problem(p, false, "train.ema_decay=%g must be in [0, 1) (0: no weight average; Open-Sora "
+                "uses 0.9999)", (double)c->train.ema_decay);
     if (t->log_every < 1)
         problem(p, false, "train.log_every=%d must be >= 1", t->log_every);
     if (t->eval_batches < 1)

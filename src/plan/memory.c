@@ -425,11 +425,13 @@ int64_t dt_plan_offload_chunk(int64_t count, float window_mb) {
     return c < 16 ? 16 : c;
 }
 
-/* AdamW's m and v over the `count` floats this rank's optimizer owns, or their window. */
+/* AdamW's m and v over the `count` floats this rank's optimizer owns, or their window, and
+ * the weights' average over the same floats (train.ema_decay), always in memory. */
 static int64_t optim_bytes(const shape *s, int64_t count) {
+    int64_t ema = s->c->train.ema_decay > 0 ? count * F4 : 0;
     if (s->c->plugin.offload == DT_OFFLOAD_DISK)
-        return 16 * dt_plan_offload_chunk(count, s->c->plugin.offload_window_mb);
-    return 2 * count * F4;
+        return 16 * dt_plan_offload_chunk(count, s->c->plugin.offload_window_mb) + ema;
+    return 2 * count * F4 + ema;
 }
 
 /* The persistent state: params, grads, optim and comm (ZeRO unit buffers). */
@@ -474,7 +476,7 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
 
 /* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io; async:
  * its own ckpt.io and the staging copy "ckpt.staging" of the rank's partition, weights, m
- * and v, 12 x own_count bytes, which live on while the next steps run, so a step's
+ * and v (and the weights' average), 12 (16) x own_count bytes, which live on while the next steps run, so a step's
  * transient adds to them: the worst case, measured when the write is still in flight then),
  * a resume (ckpt.io when the moments are offloaded; resume=auto
  * first checksums through it); export's whole-state weights, with the local arena gathered
@@ -489,7 +491,8 @@ static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local
     int64_t tied = s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end ? s->vocab_rows * s->C * F4
                                                                      : 0;
     bool step_after_save = c->checkpoint.every < c->train.steps; /* not only the last */
-    int64_t save_ckpt = c->checkpoint.async ? CKPT_IO_BYTES + 3 * own_count * F4 +
+    int64_t kinds = c->train.ema_decay > 0 ? 4 : 3; /* weights, m, v (, the average) */
+    int64_t save_ckpt = c->checkpoint.async ? CKPT_IO_BYTES + kinds * own_count * F4 +
                                                   (step_after_save ? tied : 0)
                                             : CKPT_IO_BYTES;
     int64_t save_export = n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;

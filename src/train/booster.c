@@ -52,7 +52,8 @@ struct dt_booster {
     /* a micro-batch's rows, or a step's share (rows) under a pipeline, of the sources' rows
      * (in_row and tg_row bytes each) */
     void *inputs, *targets;
-    bool doc_mask; /* token inputs carry document starts */
+    bool doc_mask;   /* token inputs carry document starts */
+    float ema_decay; /* the weights' average (dt_engine_opts) */
     /* a ring's rows are cut to this rank's tokens as read (token sequences); a model that
      * reads whole samples (a DiT's clips) takes its own tokens from them */
     int cut;
@@ -197,7 +198,8 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
                          .offload_dir = p->offload_dir,
                          .offload_window_mb = p->offload_window_mb,
                          .world_rank = l->rank,
-                         .doc_mask = b->doc_mask};
+                         .doc_mask = b->doc_mask,
+                         .ema_decay = b->ema_decay};
     if (pipelined(b)) {
         eo.units = l->held;
         eo.n_slots = l->n_slots;
@@ -213,6 +215,7 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     DT_TRY(open_sources(b, s));
     b->cut = s->source == DT_SOURCE_TOKENS ? b->lay.cp : 1;
     b->doc_mask = s->source == DT_SOURCE_TOKENS && s->doc_mask;
+    b->ema_decay = s->ema_decay;
     dt_engine_opts eo = engine_opts(b);
     DT_TRY(dt_engine_init(s->model, s->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
@@ -591,7 +594,16 @@ dt_status dt_booster_write_mem_timeline(dt_booster *b) {
 
 /* ---- state on disk ---------------------------------------------------------------------- */
 
-/* collective: export gathers the weights on every rank and rank 0 writes them */
+/* The weights' average's file beside the weights': ".ema" before the extension */
+void dt_booster_ema_path(const char *path, char *out, size_t n) {
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (!dot || (slash && dot < slash))
+        dot = path + strlen(path);
+    snprintf(out, n, "%.*s.ema%s", (int)(dot - path), path, dot);
+}
+
+/* collective: export gathers the weights (and their average, beside them) on every rank and
+ * rank 0 writes them */
 static dt_status export_weights(dt_booster *b, const char *path) {
     DT_TRY(dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
                                    "exporting"));
@@ -602,6 +614,13 @@ static dt_status export_weights(dt_booster *b, const char *path) {
         st = dt_engine_gather_state(b->engine, a.w, NULL, NULL);
     if (st == DT_OK && is_root(b))
         st = dt_model_save(b->model, a.w, path);
+    if (st == DT_OK && dt_engine_has_ema(b->engine)) {
+        char ema[4200];
+        dt_booster_ema_path(path, ema, sizeof ema);
+        st = dt_engine_gather_ema(b->engine, a.w);
+        if (st == DT_OK && is_root(b))
+            st = dt_model_save(b->model, a.w, ema);
+    }
     arenas_free(b, &a);
     return dt_comm_agree(b->world, st);
 }
@@ -647,7 +666,7 @@ dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_co
         st = dt_engine_view_begin(b->engine, false, &v);
     st = dt_comm_agree(b->world, st);
     dt_ckpt_meta meta = {.state = &b->state, .adam_steps = dt_engine_adam_steps(b->engine),
-                         .layout = layout, .config = config};
+                         .layout = layout, .config = config, .ema = v.ema != NULL};
     if (st == DT_OK && async)
         st = dt_ckpt_async_start(dir, b->world, b->model, &v, &meta, b->mem, &b->saving);
     else if (st == DT_OK)

@@ -81,6 +81,7 @@ typedef struct dt_ckpt_meta {
     int adam_steps;
     const char *layout; /* "dp=2 tp=1 ..." or NULL */
     const char *config; /* the run's configuration as INI text, or NULL */
+    bool ema;           /* the slices hold the weights' average too (train.ema_decay) */
 } dt_ckpt_meta;
 
 /* Collective over world: every rank writes its view (dt_engine_view_begin with load =
@@ -140,8 +141,11 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_e
                                dt_train_state *s, int *adam_steps, void *io, size_t io_len);
 /* The model shape the manifest records (arch, sizes, max_seq_len, rope_theta, norm_eps). */
 dt_status dt_ckpt_model_config(const char *folder, dt_model_config *cfg);
-/* A one-process model's weights (g built with no splits; w: dt_model_numel floats). */
-dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, float *w);
+/* A one-process model's weights (g built with no splits; w: dt_model_numel floats); with
+ * `average`, the weights' average where the checkpoint holds one (*averaged says which was
+ * read; may be NULL). */
+dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, bool average, float *w,
+                               bool *averaged);
 
 /* dtrain convert: a sharded checkpoint -> one HuggingFace safetensors file (the weights;
  * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero

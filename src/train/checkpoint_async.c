@@ -69,14 +69,17 @@ static char *dup_or_null(const char *s, bool *oom) {
 /* The copy the thread writes from: weights, then m, then v of the view's ranges. Offloaded
  * moments are read from their file straight into it. */
 static dt_status stage(dt_ckpt_async *j, const dt_engine_view *v) {
-    int64_t nw = v->w_count, nm = v->m_count;
-    size_t bytes = (size_t)(nw + 2 * nm) * sizeof(float);
+    int64_t nw = v->w_count, nm = v->m_count, ne = v->ema ? nm : 0;
+    size_t bytes = (size_t)(nw + 2 * nm + ne) * sizeof(float);
     DT_TRY(dt_mem_alloc(j->mem, DT_MEM_TEMP, "ckpt.staging", bytes, (void **)&j->staging));
     DT_TRY(dt_mem_alloc(j->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES, &j->io));
     j->staged = (dt_engine_view){.w_first = v->w_first, .w_count = nw, .m_first = v->m_first,
                                  .m_count = nm, .w = j->staging, .m = j->staging + nw,
-                                 .v = j->staging + nw + nm};
+                                 .v = j->staging + nw + nm,
+                                 .ema = v->ema ? j->staging + nw + 2 * nm : NULL};
     memcpy(j->staged.w, v->w, (size_t)nw * sizeof(float));
+    if (v->ema)
+        memcpy(j->staged.ema, v->ema, (size_t)ne * sizeof(float));
     if (v->m) {
         memcpy(j->staged.m, v->m, (size_t)nm * sizeof(float));
         memcpy(j->staged.v, v->v, (size_t)nm * sizeof(float));
@@ -102,7 +105,7 @@ dt_status dt_ckpt_async_start(const char *dir, dt_comm *world, const dt_model *g
     j->layout = dup_or_null(meta->layout, &oom);
     j->config = dup_or_null(meta->config, &oom);
     j->meta = (dt_ckpt_meta){.state = &j->state, .adam_steps = meta->adam_steps,
-                             .layout = j->layout, .config = j->config};
+                             .layout = j->layout, .config = j->config, .ema = meta->ema};
     dt_status st = oom ? dt_err_set(DT_ERR_OOM, "checkpoint: out of memory") : DT_OK;
     if (st == DT_OK && snprintf(j->dir, sizeof j->dir, "%s", dir) >= (int)sizeof j->dir)
         st = dt_err_set(DT_ERR_ARG, "checkpoint.dir %s: path too long", dir);

@@ -38,7 +38,7 @@ dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out) {
     dt_model *g = NULL;
     dt_status st = one_process(&cfg.model, folder, &mem, &g);
     if (st == DT_OK)
-        st = dt_ckpt_load_weights(folder, g, dt_model_weights(g));
+        st = dt_ckpt_load_weights(folder, g, false, dt_model_weights(g), NULL);
     if (st == DT_OK)
         st = dt_model_save(g, dt_model_weights(g), out);
     dt_model_free(g);

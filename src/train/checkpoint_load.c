@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "io/atomic.h"
 #include "io/crc32c.h"
 #include "train/checkpoint_impl.h"
@@ -177,12 +178,13 @@ dt_status dt_ckpt_verify(const char *folder, dt_comm *world, void *io, size_t io
 typedef struct piece {
     int file;
     dt_shard spec; /* kind, parts, index, full shape (from the model) */
-    int64_t rows, cols, first, count, at[3];
+    int64_t rows, cols, first, count, at[4]; /* weights, exp_avg, exp_avg_sq, (ema) */
 } piece;
 
 typedef struct loader {
     const char *folder;
     const dt_model *g;
+    int kinds; /* tensors a slice holds: 3, or 4 with the weights' average ("ema": true) */
     int n_files, n_pieces;
     int *fd;
     double *bytes;
@@ -278,7 +280,8 @@ static dt_status parse_piece(loader *L, const cJSON *s, int file, piece *out, in
     out->first = num(s, "first", &ok);
     out->count = num(s, "count", &ok);
     const cJSON *at = cJSON_GetObjectItemCaseSensitive(s, "offsets");
-    for (int k = 0; k < 3; k++) {
+    ok = ok && cJSON_GetArraySize(at) == L->kinds;
+    for (int k = 0; k < L->kinds; k++) {
         const cJSON *x = cJSON_GetArrayItem(at, k);
         ok = ok && cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 9.0e15;
         out->at[k] = ok ? (int64_t)x->valuedouble : 0;
@@ -365,16 +368,16 @@ static int by_start(const void *a, const void *b) {
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* No two slices (weights, exp_avg, exp_avg_sq of each) share a byte of a file. */
+/* No two slices (weights, exp_avg, exp_avg_sq, the average of each) share a byte of a file. */
 static dt_status check_disjoint(loader *L) {
-    size_t n = 3 * (size_t)L->n_pieces;
+    size_t n = (size_t)L->kinds * L->n_pieces;
     byte_range *r = malloc((n + 1) * sizeof *r);
     if (!r)
         return dt_err_set(DT_ERR_OOM, "checkpoint: out of memory for the slices' ranges");
     size_t k = 0;
     for (int t = 0; t < dt_model_n_full_params(L->g); t++)
         for (int q = L->by_tensor[t]; q < L->by_tensor[t + 1]; q++)
-            for (int j = 0; j < 3; j++) {
+            for (int j = 0; j < L->kinds; j++) {
                 const piece *p = &L->pieces[q];
                 r[k++] = (byte_range){p->file, t, p->at[j], p->at[j] + 4 * p->count};
             }
@@ -557,7 +560,8 @@ static dt_status all_finite(const char *folder, const dt_model *g, int k, const 
         return DT_OK;
     return dt_err_set(DT_ERR_FORMAT, "%s: the checkpoint's %s hold a non-finite value: %s "
                       "(saved from a diverged run or damaged)", folder,
-                      (const char *[]){"weights", "exp_avg moments", "exp_avg_sq moments"}[k],
+                      (const char *[]){"weights", "exp_avg moments", "exp_avg_sq moments",
+                                       "weight averages"}[k],
                       where);
 }
 
@@ -583,12 +587,16 @@ static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst
     return all_finite(L->folder, L->g, k, dst, first, count);
 }
 
-/* Moment k (1, 2) of the view: straight into its memory, or, offloaded, through the io
- * buffer into the optimizer's file, io_len bytes at a time. */
+/* Moment k (1, 2; 3: the weights' average) of the view: straight into its memory, or,
+ * offloaded, through the io buffer into the optimizer's file, io_len bytes at a time. */
 static dt_status fill_moment(loader *L, int k, const dt_engine_view *v, float *io,
                              size_t io_len) {
-    if (v->m)
+    if (v->m && k < 3)
         return fill(L, k, v->m_first, v->m_count, k == 1 ? v->m : v->v);
+    if (k == 3) { /* in memory; written through the view so the engine keeps it */
+        DT_TRY(fill(L, k, v->m_first, v->m_count, v->ema));
+        return dt_engine_view_write_moment(v, 2, v->m_first, v->m_count, v->ema);
+    }
     int64_t step = (int64_t)(io_len / sizeof(float));
     if (step < 1)
         return dt_err_set(DT_ERR_ARG, "checkpoint: no io buffer for the offloaded moments");
@@ -612,6 +620,7 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_e
         st = dt_ckpt_check_step(folder, s->step);
     if (st == DT_OK)
         st = check_model(man, folder, g);
+    L.kinds = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(man, "ema")) ? 4 : 3;
     if (st == DT_OK)
         st = loader_open(&L, man);
     if (st == DT_OK)
@@ -620,6 +629,13 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_e
         st = fill_moment(&L, 1, v, io, io_len);
     if (st == DT_OK)
         st = fill_moment(&L, 2, v, io, io_len);
+    /* the weights' average: resumed where both keep one; a run that starts one from a
+     * checkpoint without it starts it from the weights, one that keeps none ignores it */
+    if (st == DT_OK && L.kinds == 4 && v->ema)
+        st = fill_moment(&L, 3, v, io, io_len);
+    else if (st == DT_OK && v->ema && v->engine)
+        dt_warn("%s holds no weight average (saved without train.ema_decay): the average "
+                "starts from these weights", folder);
     loader_close(&L);
     cJSON_Delete(man);
     return st;
@@ -671,15 +687,20 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
     return st;
 }
 
-dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, float *w) {
+dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, bool average, float *w,
+                               bool *averaged) {
     cJSON *man = NULL;
     DT_TRY(read_manifest(folder, &man));
     loader L = {.folder = folder, .g = g};
+    L.kinds = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(man, "ema")) ? 4 : 3;
+    bool avg = average && L.kinds == 4;
+    if (averaged)
+        *averaged = avg;
     dt_status st = check_model(man, folder, g);
     if (st == DT_OK)
         st = loader_open(&L, man);
     if (st == DT_OK)
-        st = fill(&L, 0, 0, dt_model_numel(g), w);
+        st = fill(&L, avg ? 3 : 0, 0, dt_model_numel(g), w);
     loader_close(&L);
     cJSON_Delete(man);
     return st;

@@ -31,12 +31,15 @@ static void rank_file(char *out, size_t n, const char *folder, int rank, const c
 
 /* The slices of one rank: for every tensor of its local table that its saving range
  * overlaps (tied copies and, off tp rank 0, replicated tensors excluded), the local
- * elements [a, b) of the tensor, as three 1-D tensors: weights, exp_avg, exp_avg_sq. */
+ * elements [a, b) of the tensor, as three 1-D tensors: weights, exp_avg, exp_avg_sq, and a
+ * fourth, ema, where the run keeps the weights' average. */
 typedef struct slice {
     const dt_param *p;
     int64_t a, b;
-    int64_t at[3]; /* byte offsets in the file */
+    int64_t at[4]; /* byte offsets in the file */
 } slice;
+
+static int kinds_of(const dt_engine_view *v) { return v->ema ? 4 : 3; }
 
 static int collect_slices(const dt_model *g, const dt_engine_view *v, slice *out) {
     int n = 0;
@@ -54,7 +57,7 @@ static int collect_slices(const dt_model *g, const dt_engine_view *v, slice *out
     return n;
 }
 
-static cJSON *slice_json(const slice *s) {
+static cJSON *slice_json(const slice *s, int kinds) {
     cJSON *j = cJSON_CreateObject();
     int64_t rows, cols;
     dt_shard_local_shape(&s->p->shard, &rows, &cols);
@@ -67,7 +70,7 @@ static cJSON *slice_json(const slice *s) {
     cJSON_AddNumberToObject(j, "first", (double)s->a);
     cJSON_AddNumberToObject(j, "count", (double)(s->b - s->a));
     cJSON *o = cJSON_AddArrayToObject(j, "offsets");
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < kinds; k++)
         cJSON_AddItemToArray(o, cJSON_CreateNumber((double)s->at[k]));
     return j;
 }
@@ -92,17 +95,18 @@ static dt_status read_moment_piece(void *ctx, int64_t offset, const void **data,
     return DT_OK;
 }
 
-/* the three tensors of every slice: from the view's memory, or streamed (moments offloaded) */
+/* the tensors of every slice: from the view's memory, or streamed (moments offloaded) */
 static dt_status add_slices(dt_st_writer *w, const dt_engine_view *v, const slice *sl, int n,
-                            char (*names)[2][128], moment_source *ms, void *io, size_t io_len) {
-    const float *src[3] = {v->w - v->w_first, v->m ? v->m - v->m_first : NULL,
-                           v->v ? v->v - v->m_first : NULL};
+                            char (*names)[3][128], moment_source *ms, void *io, size_t io_len) {
+    const float *src[4] = {v->w - v->w_first, v->m ? v->m - v->m_first : NULL,
+                           v->v ? v->v - v->m_first : NULL, v->ema ? v->ema - v->m_first : NULL};
     for (int i = 0; i < n; i++) {
         int64_t count = sl[i].b - sl[i].a, at = sl[i].p->offset + sl[i].a;
         snprintf(names[i][0], sizeof names[i][0], "exp_avg.%s", sl[i].p->name);
         snprintf(names[i][1], sizeof names[i][1], "exp_avg_sq.%s", sl[i].p->name);
-        const char *nm[3] = {sl[i].p->name, names[i][0], names[i][1]};
-        for (int k = 0; k < 3; k++) {
+        snprintf(names[i][2], sizeof names[i][2], "ema.%s", sl[i].p->name);
+        const char *nm[4] = {sl[i].p->name, names[i][0], names[i][1], names[i][2]};
+        for (int k = 0; k < kinds_of(v); k++) {
             if (src[k]) {
                 DT_TRY(dt_st_writer_add(w, nm[k], DT_ST_F32, 1, &count, src[k] + at));
                 continue;
@@ -120,7 +124,7 @@ dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_model *g, const 
                             void *io, size_t io_len) {
     size_t np = (size_t)dt_model_n_params(g) + 1;
     slice *sl = malloc(np * sizeof *sl);
-    char (*names)[2][128] = malloc(np * sizeof *names);
+    char (*names)[3][128] = malloc(np * sizeof *names);
     moment_source *ms = malloc(2 * np * sizeof *ms);
     dt_st_writer *w = NULL;
     cJSON *desc = NULL;
@@ -137,7 +141,7 @@ dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_model *g, const 
     if (st == DT_OK)
         st = dt_st_writer_data_start(w, &data);
     for (int i = 0; i < n; i++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < kinds_of(v); k++) {
             sl[i].at[k] = data;
             data += (sl[i].b - sl[i].a) * (int64_t)sizeof(float);
         }
@@ -161,7 +165,7 @@ dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_model *g, const 
         cJSON_AddStringToObject(desc, "crc32c", hex);
         cJSON *arr = cJSON_AddArrayToObject(desc, "slices");
         for (int i = 0; i < n; i++)
-            cJSON_AddItemToArray(arr, slice_json(&sl[i]));
+            cJSON_AddItemToArray(arr, slice_json(&sl[i], kinds_of(v)));
         char *text = cJSON_PrintUnformatted(desc);
         rank_file(path, sizeof path, tmp, rank, "json");
         st = text ? dt_atomic_write_file(path, text, strlen(text))
@@ -201,6 +205,8 @@ static dt_status write_manifest(const char *tmp, int world, const dt_model *g,
     cJSON_AddStringToObject(j, "format", "dtrain-sharded");
     cJSON_AddNumberToObject(j, "version", 1);
     cJSON_AddItemToObject(j, "model", model_json(g));
+    if (meta->ema)
+        cJSON_AddTrueToObject(j, "ema");
     if (meta->layout)
         cJSON_AddStringToObject(j, "layout", meta->layout);
     if (meta->config)

@@ -50,6 +50,10 @@ struct dt_engine {
     float *w_shard, *g_shard;
     bool *shard_fresh; /* [n_units] stages 2-3: the unit's piece of g_shard not written this step */
     dt_adamw *opt;
+    /* train.ema_decay: the weights' average over the optimizer's range (NULL: none), and
+     * whether it still waits for the first update's weights */
+    float *ema, ema_decay;
+    bool ema_fresh;
     /* stages 0-1: buckets of whole units, reduced once their lowest unit is done */
     int *bucket_of_unit; /* bucket whose lowest unit this is, or -1 */
     int64_t *bucket_first, *bucket_count;
@@ -398,6 +402,11 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     } else {
         DT_TRY_GOTO(dt_adamw_init(oc, params, n_params, first, count, mem, &e->opt));
     }
+    if (o->ema_decay > 0) {
+        DT_TRY_GOTO(alloc(e, DT_MEM_OPTIM, "ema", (size_t)count * sizeof(float), &e->ema));
+        e->ema_decay = o->ema_decay;
+        e->ema_fresh = true;
+    }
     dt_model_hooks h = {.ctx = e, .enter = on_enter, .leave = on_leave};
     dt_model_set_hooks(e->model, &h);
     *out = e;
@@ -424,6 +433,7 @@ void dt_engine_free(dt_engine *e) {
     for (int i = 0; i < 2; i++)
         free_unit_buf(e, &e->pers[i]);
     dt_adamw_free(e->opt);
+    dt_mem_release(e->mem, e->ema);
     dt_mem_release(e->mem, e->g_whole);
     dt_mem_release(e->mem, e->g_shard);
     dt_mem_release(e->mem, e->w_shard);
@@ -594,7 +604,44 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
     return DT_OK;
 }
 
+/* The fp32 weights the optimizer updates: its range of the arena */
+static float *updated_weights(dt_engine *e) {
+    return e->zero == 0 ? e->w_full : e->zero == 3 ? e->w_shard : e->w_full + e->own_first;
+}
+
+static int64_t updated_count(const dt_engine *e) {
+    return e->zero == 0 ? e->n_total : e->own_count;
+}
+
+/* ema = decay ema + (1 - decay) w after an update (the first one's weights before it start it) */
+static void ema_update(dt_engine *e, bool before) {
+    if (!e->ema)
+        return;
+    const float *w = updated_weights(e);
+    int64_t n = updated_count(e);
+    if (before) {
+        if (e->ema_fresh)
+            memcpy(e->ema, w, (size_t)n * sizeof *w);
+        e->ema_fresh = false;
+        return;
+    }
+    const float d = e->ema_decay, k = 1.0f - e->ema_decay;
+    float *ema = e->ema;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        ema[i] = d * ema[i] + k * w[i];
+}
+
+static dt_status apply_update(dt_engine *e, float lr, float grad_scale);
+
 dt_status dt_engine_apply(dt_engine *e, float lr, float grad_scale) {
+    ema_update(e, true);
+    DT_TRY(apply_update(e, lr, grad_scale));
+    ema_update(e, false);
+    return DT_OK;
+}
+
+static dt_status apply_update(dt_engine *e, float lr, float grad_scale) {
     switch (e->zero) {
     case 0: /* the fused update writes the 16-bit copy of what it updates, where the model
              * keeps one; a model that casts unit by unit is told its casts are stale */
@@ -685,6 +732,20 @@ dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
     return st != DT_OK ? st : sm != DT_OK ? sm : sv;
 }
 
+bool dt_engine_has_ema(const dt_engine *e) { return e->ema != NULL; }
+
+dt_status dt_engine_gather_ema(dt_engine *e, float *full) {
+    if (!e->ema)
+        return dt_err_set(DT_ERR_ARG, "engine: the run keeps no weight average (train.ema_decay)");
+    float *local = NULL;
+    DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
+    /* before the first update the average is the weights themselves */
+    const float *src = e->ema_fresh ? updated_weights(e) : e->ema;
+    dt_status st = gather_one(e, src, e->zero > 0, local, full);
+    dt_mem_release(e->mem, local);
+    return st;
+}
+
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v) {
     float *local = NULL;
     DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
@@ -728,6 +789,11 @@ dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out) {
         out->m = m + (out->m_first - opt_first);
         out->v = v + (out->m_first - opt_first);
     }
+    if (e->ema) { /* before the first update the average is the weights themselves */
+        if (e->ema_fresh && !load)
+            memcpy(e->ema, updated_weights(e), (size_t)updated_count(e) * sizeof(float));
+        out->ema = e->ema + (out->m_first - opt_first);
+    }
     return DT_OK;
 }
 
@@ -738,6 +804,15 @@ static dt_status view_moment(const dt_engine_view *v, int which, int64_t first, 
         return dt_err_set(DT_ERR_ARG, "%s: elements [%lld, +%lld) outside the view", __func__,
                           (long long)first, (long long)n);
     int64_t at = first - (e->zero == 0 ? 0 : e->own_first); /* in the optimizer's range */
+    if (which == 2) { /* the weights' average lives in memory */
+        if (!e->ema)
+            return dt_err_set(DT_ERR_ARG, "%s: the run keeps no weight average", __func__);
+        if (write)
+            e->ema_fresh = false;
+        /* memmove: a loader may hand back the average's own memory */
+        memmove(write ? e->ema + at : buf, write ? buf : e->ema + at, (size_t)n * sizeof *buf);
+        return DT_OK;
+    }
     return write ? dt_adamw_write_moment(e->opt, which, at, n, buf)
                  : dt_adamw_read_moment(e->opt, which, at, n, buf);
 }

@@ -55,6 +55,11 @@ typedef struct dt_engine_opts {
     dt_offload act_offload; /* the activations' file (dt_model_opts), named by world_rank */
     const char *act_offload_dir;
     bool doc_mask; /* inputs carry document starts (dt_model_opts) */
+    /* train.ema_decay > 0: an exponential moving average of the fp32 weights, kept where the
+     * optimizer keeps its moments (the whole arena under ZeRO 0, this rank's shard under 1-3):
+     * after every update ema = decay ema + (1 - decay) w, starting from the weights of the
+     * first update */
+    float ema_decay;
 
     /* plugin.offload=disk: this rank's AdamW moments (the whole arena under ZeRO 0, its shard
      * under 1-3) live in a file under offload_dir, streamed through a window of
@@ -91,6 +96,10 @@ dt_status dt_engine_eval(dt_engine *e, const dt_batch *b, double *loss_sum);
  * dp and tp; any pointer may be NULL) and their inverse, so checkpoints are the same files
  * whatever the layout, offloaded or not. */
 dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v);
+/* The full-arena copy of the weights' average (train.ema_decay); DT_ERR_ARG when the run keeps
+ * none. Collective like dt_engine_gather_state. */
+dt_status dt_engine_gather_ema(dt_engine *e, float *full);
+bool dt_engine_has_ema(const dt_engine *e);
 dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v);
 /* A rank's own part of the state, for sharded checkpoints (train/checkpoint.h): weights of
  * local-arena elements [w_first, w_first + w_count) at w, moments of [m_first, m_first +
@@ -103,11 +112,14 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
 typedef struct dt_engine_view {
     int64_t w_first, w_count, m_first, m_count;
     float *w, *m, *v;
+    float *ema; /* over the moments' range; NULL when the run keeps no average */
     dt_engine *engine; /* borrowed; NULL for a view of plain buffers */
 } dt_engine_view;
 dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out);
 /* Local-arena elements [first, first + n) (inside the view's moment range) of moment `which`
- * (0 exp_avg, 1 exp_avg_sq), out of / into the optimizer, wherever they live. */
+ * (0 exp_avg, 1 exp_avg_sq, 2 the weights' average), out of / into the optimizer, wherever
+ * they live. Writing the average makes it the one the run continues (not restarted from the
+ * weights at the next update). */
 dt_status dt_engine_view_read_moment(const dt_engine_view *v, int which, int64_t first,
                                      int64_t n, float *out);
 dt_status dt_engine_view_write_moment(const dt_engine_view *v, int which, int64_t first,

@@ -15,6 +15,7 @@
 #include "io/atomic.h"
 #include "io/bpe.h"
 #include "io/gif.h"
+#include "dtrain/booster.h"
 #include "models/flow.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -101,16 +102,29 @@ static dt_status read_shape(const char *checkpoint, dt_model_config *m, char *pa
 }
 
 /* A one-process fp32 model of the checkpoint's shape with its weights, for B samples of T
- * positions (T 0: the recorded max_seq_len). */
-static dt_status load_model(const char *checkpoint, int B, int T, dt_mem *mem, dt_model **g) {
-    char path[4096];
-    bool sharded = false;
+ * positions (T 0: the recorded max_seq_len): the weights' average where the checkpoint holds
+ * one (train.ema_decay: in a step folder, or exported beside the file as NAME.ema.EXT) unless
+ * raw, else the weights. */
+static dt_status load_model(const char *checkpoint, bool raw, int B, int T, dt_mem *mem,
+                            dt_model **g) {
+    char path[4096], ema[4200];
+    bool sharded = false, averaged = false;
     dt_model_config m;
     DT_TRY(read_shape(checkpoint, &m, path, sizeof path, &sharded));
     dt_model_opts opts = {.B = B, .T = T > 0 ? T : m.max_seq_len, .precision = DT_PREC_FP32};
     DT_TRY(dt_model_create(&m, &opts, mem, g));
-    return sharded ? dt_ckpt_load_weights(checkpoint, *g, dt_model_weights(*g))
-                   : dt_model_load(*g, dt_model_weights(*g), path);
+    if (sharded) {
+        DT_TRY(dt_ckpt_load_weights(checkpoint, *g, !raw, dt_model_weights(*g), &averaged));
+    } else {
+        struct stat sb;
+        dt_booster_ema_path(path, ema, sizeof ema);
+        averaged = !raw && stat(ema, &sb) == 0;
+        DT_TRY(dt_model_load(*g, dt_model_weights(*g), averaged ? ema : path));
+    }
+    if (averaged)
+        dt_info("sampling from the weights' average (train.ema_decay) of %s; --raw: from the "
+                "weights themselves", checkpoint);
+    return DT_OK;
 }
 
 /* what a model that makes no token logits is for */
@@ -181,14 +195,14 @@ static dt_status sample_bpe(dt_model *g, const char *tokenizer, const char *prom
     return st;
 }
 
-dt_status dt_sample_run(const char *checkpoint, const char *tokenizer, const char *prompt,
-                        int n_new, float temperature, uint64_t seed) {
+dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer,
+                        const char *prompt, int n_new, float temperature, uint64_t seed) {
     dt_mem *mem = NULL;
     dt_model *g = NULL;
     int32_t *tok = NULL, *out = NULL;
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&mem));
-    DT_TRY_GOTO(load_model(checkpoint, 1, 0, mem, &g));
+    DT_TRY_GOTO(load_model(checkpoint, raw, 1, 0, mem, &g));
     if (!g->ops->logits_last) {
         st = not_text(checkpoint, g, prompt);
         goto fail;
@@ -279,7 +293,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     bool use_labels = false;
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&mem));
-    DT_TRY_GOTO(load_model(o->checkpoint, o->count, 0, mem, &g));
+    DT_TRY_GOTO(load_model(o->checkpoint, o->raw, o->count, 0, mem, &g));
     const dt_model_config *m = dt_model_cfg(g);
     if (!g->ops->predict) {
         st = dt_err_set(DT_ERR_ARG, "--out %s: checkpoint %s holds a %s model, which makes "

@@ -62,7 +62,7 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0',
                            .mem_timeline = c->train.mem_timeline, .source = c->data.source,
                            .shapes = c->data.shapes, .label_dropout = c->data.label_dropout,
-                           .doc_mask = c->data.doc_mask};
+                           .doc_mask = c->data.doc_mask, .ema_decay = c->train.ema_decay};
 }
 
 /* whether the run evaluates: bouncing-shapes clips always have a validation stream */

@@ -28,11 +28,12 @@ struct dt_bpe;
 void dt_sample_print_bpe(const struct dt_bpe *bpe, const int32_t *tok, int n);
 
 /* dtrain sample: text from a model that makes token logits, from a checkpoint folder or a
- * safetensors file; another model (a DiT) is an error naming it (and --prompt). tokenizer:
- * the byte-level BPE file (io/bpe.h) that encodes the prompt and decodes the text; NULL:
- * bytes (a vocabulary of 256) or, for another vocabulary, ids. */
-dt_status dt_sample_run(const char *checkpoint, const char *tokenizer, const char *prompt,
-                        int n_new, float temperature, uint64_t seed);
+ * safetensors file; another model (a DiT) is an error naming it (and --prompt). The weights'
+ * average (train.ema_decay) where the checkpoint holds one, unless raw. tokenizer: the
+ * byte-level BPE file (io/bpe.h) that encodes the prompt and decodes the text; NULL: bytes (a
+ * vocabulary of 256) or, for another vocabulary, ids. */
+dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer,
+                        const char *prompt, int n_new, float temperature, uint64_t seed);
 
 /* dtrain sample --out FILE.gif: `count` clips of a model that predicts a flow velocity,
  * sampled in `steps` Euler steps from noise of `seed`, side by side in an animated GIF. Labels:
@@ -47,6 +48,7 @@ typedef struct dt_sample_clip_opts {
     const char *prompt; /* must be NULL or "" */
     int steps, count, label;
     bool has_label;
+    bool raw; /* the weights, not their average (train.ema_decay) where one was kept */
     float guidance;
     uint64_t seed;
 } dt_sample_clip_opts;

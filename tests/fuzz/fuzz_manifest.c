@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)dt_ckpt_verify(folder, world, io, 1 << 16);
     dt_model_config c;
     (void)dt_ckpt_model_config(folder, &c);
-    (void)dt_ckpt_load_weights(folder, g, w);
+    (void)dt_ckpt_load_weights(folder, g, true, w, NULL);
     int64_t n = dt_model_full_numel(g);
     dt_engine_view view = {.w_first = 0, .w_count = n, .m_first = 0, .m_count = n,
                            .w = w, .m = m, .v = v};

@@ -12,7 +12,9 @@
 # enough that the chunk formula decides, over tp, Megatron-SP, Ulysses and every schedule.
 # Activations on disk (act_offload) under checkpointing, int8, tp, Ulysses, the ring and pipelines.
 # Documents kept apart (data.doc_mask): the pair inputs, the decoded ids, starts and positions,
-# and the position rows of the whole sequence under a ring. The worst ratio of all cases is printed last.
+# and the position rows of the whole sequence under a ring. The weights' average
+# (train.ema_decay) beside the moments, offloaded or not, and in an async checkpoint's copy.
+# The worst ratio of all cases is printed last.
 #   mem_predict.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
 base=(--data.train=data/train.bin --train.batch_size=8 --train.steps=1 --model.n_layer=4
@@ -135,6 +137,11 @@ case_ llama_docs_cp2_bf16 llama 2 "${docs[@]}" "${ring[@]}" $bf16
 case_ gpt2_docs_cp2_tp2_split_gather gpt2 4 "${docs[@]}" "${ring[@]}" --plugin.tp_size=2 \
     --plugin.sp_mode=split_gather
 case_ llama_docs_pp2_sp2 llama 4 "${docs[@]}" $(pp 1f1b 4) --plugin.sp_size=2
+# the weights' average (train.ema_decay): beside the moments, and in an async checkpoint's copy
+case_ gpt2_ema gpt2 1 --train.ema_decay=0.9
+case_ llama_ema_zero2_async llama 2 $(z 2) --train.ema_decay=0.9 --checkpoint.every=1 \
+    --checkpoint.dir=ck_ema --checkpoint.async=true
+case_ gpt2_ema_offload_zero3 gpt2 2 $(z 3) $(off 1) --train.ema_decay=0.9
 awk '{ d = $4 - 1; d = d < 0 ? -d : d; if (d >= w) { w = d; l = $0 } }
      /every category exact/ { e++ }
      END { printf "worst of all %d cases: %s\n%d of them exact to the byte on every rank\n", NR, l, e }' \

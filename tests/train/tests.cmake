@@ -198,3 +198,9 @@ foreach(arch gpt2 llama)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/act_offload.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${arch})
   set_tests_properties(train/act_offload_${arch} PROPERTIES LABELS "train;mpi" TIMEOUT 900)
 endforeach()
+
+# The weights' average (train.ema_decay) against numpy, in every layout, through checkpoints
+# and in dtrain sample.
+add_test(NAME train/ema
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/ema.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/ema PROPERTIES LABELS "train;mpi" TIMEOUT 600)
