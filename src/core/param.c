@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/comm.h"
 #include "core/grow.h"
+#include "core/mem.h"
 #include "core/rng.h"
 
 void dt_shard_local_shape(const dt_shard *s, int64_t *rows, int64_t *cols) {
@@ -136,4 +138,62 @@ dt_status dt_param_append(dt_param **table, int *n, int *cap, int64_t *n_total,
     *n_total += (p->numel + 15) / 16 * 16;
     *out = p;
     return DT_OK;
+}
+
+/* ---- a model's two tables ------------------------------------------------------------------ */
+
+dt_status dt_param_gather_full(const dt_param_tables *t, dt_comm *tp, dt_comm *pp, dt_mem *mem,
+                               const float *local, float *full) {
+    int p = tp ? tp->size : 1;
+    const float *all = local;
+    float *gathered = NULL;
+    int *counts = calloc((size_t)p, sizeof *counts);
+    dt_status st = counts ? DT_OK : dt_err_set(DT_ERR_OOM, "model: out of memory");
+    if (st == DT_OK && p > 1 && t->local_numel * p > INT32_MAX)
+        st = dt_err_set(DT_ERR_UNSUPPORTED, "model: %lld floats per rank are too many to gather "
+                        "in one call", (long long)t->local_numel);
+    if (st == DT_OK && p > 1)
+        st = dt_mem_alloc(mem, DT_MEM_TEMP, "tp.gather",
+                          (size_t)p * t->local_numel * sizeof(float), (void **)&gathered);
+    for (int r = 0; st == DT_OK && r < p; r++)
+        counts[r] = (int)t->local_numel;
+    if (st == DT_OK && p > 1) {
+        st = dt_comm_allgather_f32(tp, local, gathered, counts, NULL);
+        all = gathered;
+    }
+    if (st == DT_OK) {
+        memset(full, 0, (size_t)t->full_numel * sizeof *full);
+        for (int i = 0; i < t->n_local; i++) {
+            const dt_param *lp = &t->local[i];
+            if (i == t->skip)
+                continue;
+            int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p;
+            for (int r = 0; r < holders; r++)
+                dt_param_shard_to_full(lp, r, all + (size_t)r * t->local_numel + lp->offset,
+                                       full + t->full[t->local_full[i]].offset);
+        }
+    }
+    dt_mem_release(mem, gathered);
+    free(counts);
+    for (int64_t i = 0; st == DT_OK && pp && i < t->full_numel; i += 1 << 28) {
+        int64_t n = t->full_numel - i < (1 << 28) ? t->full_numel - i : 1 << 28;
+        st = dt_comm_allreduce_f32(pp, full + i, n, NULL);
+    }
+    return st;
+}
+
+void dt_param_take_shard(const dt_param_tables *t, const float *full, float *local) {
+    memset(local, 0, (size_t)t->local_numel * sizeof *local);
+    for (int i = 0; i < t->n_local; i++) {
+        const dt_param *lp = &t->local[i];
+        dt_param_full_to_shard(lp, lp->shard.index, full + t->full[t->local_full[i]].offset,
+                               local + lp->offset);
+    }
+}
+
+const dt_param *dt_param_find(const dt_param_tables *t, const char *name) {
+    for (int i = 0; i < t->n_local; i++)
+        if (strcmp(t->local[i].name, name) == 0)
+            return &t->local[i];
+    return NULL;
 }

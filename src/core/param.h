@@ -83,4 +83,29 @@ dt_status dt_param_append(dt_param **table, int *n, int *cap, int64_t *n_total,
 void dt_param_shard_to_full(const dt_param *p, int index, const float *local, float *full);
 void dt_param_full_to_shard(const dt_param *p, int index, const float *full, float *local);
 
+/* A model's two tables as both models keep them: the single process's (`full`, what files
+ * hold) and this rank's (`local`: its tp shards of the units it holds, packed into its arena),
+ * with the full index of each local tensor. Borrowed views of the model's own arrays. */
+typedef struct dt_param_tables {
+    const dt_param *full, *local;
+    int n_local;
+    const int *local_full;           /* [n_local] */
+    int64_t full_numel, local_numel; /* arena floats of each */
+    int skip;                        /* a local tensor the gather leaves out (GPT-2's tied head
+                                      * copy: the embedding's stage holds the original), -1 */
+} dt_param_tables;
+
+struct dt_comm;
+struct dt_mem;
+/* The full arena from every rank's local one: the tp ranks' arenas gathered (a temporary of
+ * tp x the local arena, "tp.gather", when tp > 1), each tensor placed (a replicated tensor:
+ * tp rank 0's copy), then summed over the pipeline stages, which hold disjoint tensors (zeros
+ * elsewhere: the sum is exact). Collective over tp and pp (NULL: none). */
+dt_status dt_param_gather_full(const dt_param_tables *t, struct dt_comm *tp, struct dt_comm *pp,
+                               struct dt_mem *mem, const float *local, float *full);
+/* This rank's local arena from a full one (its shards of the tensors it holds; padding 0). */
+void dt_param_take_shard(const dt_param_tables *t, const float *full, float *local);
+/* The local tensor named `name`, or NULL. */
+const dt_param *dt_param_find(const dt_param_tables *t, const char *name);
+
 #endif

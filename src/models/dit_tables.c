@@ -245,51 +245,21 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
 
 /* ---- whole arenas -------------------------------------------------------------------------- */
 
-/* Every tp rank's local arena gathered ("dit.tp.gather", temporaries: tp x the local arena),
- * each tensor placed into the full one (a replicated tensor: tp rank 0's copy); pipeline
- * stages hold disjoint tensors, so the sum over stages (zeros elsewhere) is exact. */
+/* the model's two tables, as core/param.h's shared functions read them */
+static dt_param_tables tables_of(const dt_dit *d) {
+    return (dt_param_tables){.full = d->full, .local = d->params, .n_local = d->n_params,
+                             .local_full = d->local_full, .full_numel = d->n_full,
+                             .local_numel = d->n_total, .skip = -1};
+}
+
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {
-    int p = d->tp->size;
-    float *all = (float *)local;
-    int *counts = calloc((size_t)p, sizeof *counts);
-    dt_status st = counts ? DT_OK : dt_err_set(DT_ERR_OOM, "dit: out of memory");
-    if (st == DT_OK && p > 1 && d->n_total * p > INT32_MAX)
-        st = dt_err_set(DT_ERR_UNSUPPORTED, "dit: %lld floats per rank are too many to gather "
-                        "in one call", (long long)d->n_total);
-    if (st == DT_OK && p > 1)
-        st = dt_mem_alloc(d->mem, DT_MEM_TEMP, "dit.tp.gather",
-                          (size_t)p * d->n_total * sizeof(float), (void **)&all);
-    for (int r = 0; st == DT_OK && r < p; r++)
-        counts[r] = (int)d->n_total;
-    if (st == DT_OK && p > 1)
-        st = dt_comm_allgather_f32(d->tp, local, all, counts, NULL);
-    if (st == DT_OK) {
-        memset(full, 0, (size_t)d->n_full * sizeof *full);
-        for (int i = 0; i < d->n_params; i++) {
-            const dt_param *lp = &d->params[i];
-            int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p;
-            for (int r = 0; r < holders; r++)
-                dt_param_shard_to_full(lp, r, all + (size_t)r * d->n_total + lp->offset,
-                                       full + d->full[d->local_full[i]].offset);
-        }
-    }
-    if (all != local)
-        dt_mem_release(d->mem, all);
-    free(counts);
-    for (int64_t i = 0; st == DT_OK && d->pp && i < d->n_full; i += 1 << 28) {
-        int64_t n = d->n_full - i < (1 << 28) ? d->n_full - i : 1 << 28;
-        st = dt_comm_allreduce_f32(d->pp, full + i, n, NULL);
-    }
-    return st;
+    dt_param_tables t = tables_of(d);
+    return dt_param_gather_full(&t, d->tp, d->pp, d->mem, local, full);
 }
 
 void dt_dit_take_shard(const dt_dit *d, const float *full, float *local) {
-    memset(local, 0, (size_t)d->n_total * sizeof *local);
-    for (int i = 0; i < d->n_params; i++) {
-        const dt_param *lp = &d->params[i];
-        dt_param_full_to_shard(lp, lp->shard.index, full + d->full[d->local_full[i]].offset,
-                               local + lp->offset);
-    }
+    dt_param_tables t = tables_of(d);
+    dt_param_take_shard(&t, full, local);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */
@@ -297,10 +267,8 @@ void dt_dit_take_shard(const dt_dit *d, const float *full, float *local) {
 int dt_dit_n_params(const dt_dit *d) { return d->n_params; }
 const dt_param *dt_dit_param(const dt_dit *d, int i) { return &d->params[i]; }
 const dt_param *dt_dit_find_param(const dt_dit *d, const char *name) {
-    for (int i = 0; i < d->n_params; i++)
-        if (!strcmp(d->params[i].name, name))
-            return &d->params[i];
-    return NULL;
+    dt_param_tables t = tables_of(d);
+    return dt_param_find(&t, name);
 }
 int dt_dit_n_full_params(const dt_dit *d) { return d->n_full_params; }
 const dt_param *dt_dit_full_param(const dt_dit *d, int i) { return &d->full[i]; }

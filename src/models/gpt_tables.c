@@ -262,51 +262,21 @@ dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequ
 
 /* ---- whole tensors across tp -------------------------------------------------------------- */
 
+/* the model's two tables, as core/param.h's shared functions read them */
+static dt_param_tables tables_of(const dt_gpt *g) {
+    return (dt_param_tables){.full = g->full, .local = g->params, .n_local = g->n_params,
+                             .local_full = g->local_full, .full_numel = g->n_full,
+                             .local_numel = g->n_total, .skip = g->tied_copy};
+}
+
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {
-    dt_comm *tp = g->par.tp;
-    int p = tp->size;
-    float *all = NULL;
-    int *counts = calloc((size_t)p, sizeof *counts);
-    if (!counts)
-        return dt_err_set(DT_ERR_OOM, "model: out of memory");
-    dt_status st = dt_mem_alloc(g->mem, DT_MEM_TEMP, "tp.gather", (size_t)p * g->n_total * 4,
-                                (void **)&all);
-    for (int r = 0; r < p; r++)
-        counts[r] = (int)g->n_total;
-    if (st == DT_OK && g->n_total * p > INT32_MAX)
-        st = dt_err_set(DT_ERR_UNSUPPORTED, "model: %lld floats per rank are too many to gather "
-                        "in one call", (long long)g->n_total);
-    if (st == DT_OK)
-        st = dt_comm_allgather_f32(tp, local, all, counts, NULL);
-    if (st == DT_OK) {
-        memset(full, 0, (size_t)g->n_full * sizeof *full);
-        for (int i = 0; i < g->n_params; i++) {
-            const dt_param *lp = &g->params[i];
-            if (i == g->tied_copy)
-                continue; /* the embedding's stage holds the original */
-            int holders = lp->shard.kind == DT_SHARD_NONE ? 1 : p; /* replicated: rank 0's */
-            for (int r = 0; r < holders; r++)
-                dt_param_shard_to_full(lp, r, all + (size_t)r * g->n_total + lp->offset,
-                                       full + g->full[g->local_full[i]].offset);
-        }
-    }
-    dt_mem_release(g->mem, all);
-    free(counts);
-    /* pipeline stages hold disjoint tensors: the sum over stages (zeros elsewhere) is exact */
-    for (int64_t i = 0; st == DT_OK && g->pp && i < g->n_full; i += 1 << 28) {
-        int64_t n = g->n_full - i < (1 << 28) ? g->n_full - i : 1 << 28;
-        st = dt_comm_allreduce_f32(g->pp, full + i, n, NULL);
-    }
-    return st;
+    dt_param_tables t = tables_of(g);
+    return dt_param_gather_full(&t, g->par.tp, g->pp, g->mem, local, full);
 }
 
 void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local) {
-    memset(local, 0, (size_t)g->n_total * sizeof *local);
-    for (int i = 0; i < g->n_params; i++) {
-        const dt_param *lp = &g->params[i];
-        dt_param_full_to_shard(lp, lp->shard.index, full + g->full[g->local_full[i]].offset,
-                               local + lp->offset);
-    }
+    dt_param_tables t = tables_of(g);
+    dt_param_take_shard(&t, full, local);
 }
 
 /* ---- accessors ------------------------------------------------------------------------- */
@@ -328,10 +298,8 @@ dt_bf16 *dt_gpt_weights_lp(dt_gpt *g) {
 const dt_block_par *dt_gpt_par(const dt_gpt *g) { return &g->par; }
 
 const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
-    for (int i = 0; i < g->n_params; i++)
-        if (strcmp(g->params[i].name, name) == 0)
-            return &g->params[i];
-    return NULL;
+    dt_param_tables t = tables_of(g);
+    return dt_param_find(&t, name);
 }
 
 double dt_gpt_flops_per_token(const dt_gpt *g, int T) {

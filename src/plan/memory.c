@@ -480,7 +480,7 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
  * transient adds to them: the worst case, measured when the write is still in flight then),
  * a resume (ckpt.io when the moments are offloaded; resume=auto
  * first checksums through it); export's whole-state weights, with the local arena gathered
- * over dp and the tp ranks' arenas side by side; a load from model.init: the weights and the
+ * over dp and, over more than one tp rank, the tp ranks' arenas side by side; a load from model.init: the weights and the
  * local arena. */
 static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local,
                                  int64_t own_count, bool export_) {
@@ -495,7 +495,8 @@ static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local
     int64_t save_ckpt = c->checkpoint.async ? CKPT_IO_BYTES + kinds * own_count * F4 +
                                                   (step_after_save ? tied : 0)
                                             : CKPT_IO_BYTES;
-    int64_t save_export = n_full * F4 + n_local * F4 + (int64_t)s->tp * n_local * F4;
+    int64_t gathered = s->tp > 1 ? (int64_t)s->tp * n_local * F4 : 0; /* "tp.gather" */
+    int64_t save_export = n_full * F4 + n_local * F4 + gathered;
     bool offload = c->plugin.offload == DT_OFFLOAD_DISK;
     int64_t resume = strcmp(c->checkpoint.resume, "auto") == 0 || offload ? CKPT_IO_BYTES : 0;
     int64_t load = n_full * F4 + n_local * F4;
