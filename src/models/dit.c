@@ -26,13 +26,28 @@ typedef struct unit_store {
     int64_t first;
 } unit_store;
 
-static dt_linear linear_view(const unit_store *u, const dt_param *wp) {
-    const dt_param *bp = wp + 1;
+/* the tensor of the unit's named `prefix` + `what` (the tables name every tensor) */
+static const dt_param *unit_tensor(const dt_dit *d, int lu, const char *prefix, const char *what) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    for (int i = d->unit_param[lu]; i < d->unit_param[lu + 1]; i++)
+        if (!strcmp(d->params[i].name, name))
+            return &d->params[i];
+    DT_ASSERT(!"a DiT unit lacks a tensor its wiring names");
+    return NULL;
+}
+
+static float *at(float *base, const unit_store *u, const dt_param *p) {
+    return base ? base + (p->offset - u->first) : NULL;
+}
+
+/* the linear `prefix` (.weight, .bias) of unit lu */
+static dt_linear linear_view(const dt_dit *d, int lu, const unit_store *u, const char *prefix) {
+    const dt_param *wp = unit_tensor(d, lu, prefix, "weight");
+    const dt_param *bp = unit_tensor(d, lu, prefix, "bias");
     return (dt_linear){.out = (int)wp->shape[0], .in = (int)wp->shape[1],
-                       .w = u->w ? u->w + (wp->offset - u->first) : NULL,
-                       .b = u->w ? u->w + (bp->offset - u->first) : NULL,
-                       .dw = u->g ? u->g + (wp->offset - u->first) : NULL,
-                       .db = u->g ? u->g + (bp->offset - u->first) : NULL,
+                       .w = at(u->w, u, wp), .b = at(u->w, u, bp), .dw = at(u->g, u, wp),
+                       .db = at(u->g, u, bp),
                        .w_lp = u->lp ? u->lp + (wp->offset - u->first) : NULL};
 }
 
@@ -42,23 +57,26 @@ static void wire_unit(dt_dit *d, int lu) {
     unit_store u = {.w = d->unit_w[lu], .g = d->unit_g[lu], .lp = d->unit_lp[lu],
                     .first = first};
     int gu = d->unit_global[lu], L = d->cfg.n_layer;
-    const dt_param *p = d->params + d->unit_param[lu];
     if (gu == 0) {
-        d->x_emb = linear_view(&u, p);
-        d->t_fc1 = linear_view(&u, p + 2);
-        d->t_fc2 = linear_view(&u, p + 4);
+        d->x_emb = linear_view(d, lu, &u, "x_embedder.proj");
+        d->t_fc1 = linear_view(d, lu, &u, "t_embedder.mlp.0");
+        d->t_fc2 = linear_view(d, lu, &u, "t_embedder.mlp.2");
         if (d->cfg.n_classes > 0) {
-            d->y_table = u.w ? u.w + (p[6].offset - first) : NULL;
-            d->dy_table = u.g ? u.g + (p[6].offset - first) : NULL;
+            const dt_param *y = unit_tensor(d, lu, "y_embedder.embedding_table", "weight");
+            d->y_table = at(u.w, &u, y);
+            d->dy_table = at(u.g, &u, y);
         }
     } else if (gu <= L) {
         dt_dit_block *b = &d->blocks[gu - 1];
         dt_linear *lin[5] = {&b->ada, &b->qkv, &b->proj, &b->fc1, &b->fc2};
-        for (int i = 0; i < 5; i++)
-            *lin[i] = linear_view(&u, p + 2 * i);
+        char prefix[96];
+        for (int i = 0; i < 5; i++) {
+            snprintf(prefix, sizeof prefix, "blocks.%d.%s", gu - 1, DT_DIT_BLOCK_LINEARS[i]);
+            *lin[i] = linear_view(d, lu, &u, prefix);
+        }
     } else {
-        d->final_ada = linear_view(&u, p);
-        d->final_lin = linear_view(&u, p + 2);
+        d->final_ada = linear_view(d, lu, &u, "final_layer.adaLN_modulation.1");
+        d->final_lin = linear_view(d, lu, &u, "final_layer.linear");
     }
 }
 

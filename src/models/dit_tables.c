@@ -128,32 +128,27 @@ static dt_status add_param(dt_dit *d, const char *name, int64_t rows, int64_t co
                            cols, init, std, &p);
 }
 
-/* How a linear splits over tp: not (replicated), column-parallel (its output rows and
- * bias), row-parallel (its input columns; the bias stays whole, added after the sum), or
- * q|k|v column-parallel (each of the three sections split, as GPT-2's c_attn). */
-typedef enum split { WHOLE, COL, ROW, QKV } split;
-
 static void set_shard(dt_param *p, dt_shard_kind kind) {
     p->shard.kind = kind;
     if (kind == DT_SHARD_QKV)
         p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = p->shard.full_rows / 3;
 }
 
-/* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. */
+/* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. `split`: how the
+ * weight splits over tp, as core/param.h names it: DT_SHARD_NONE (replicated), DT_SHARD_ROWS
+ * (column-parallel: its output rows, and the bias with them), DT_SHARD_COLS (row-parallel: its
+ * input columns; the bias stays whole, added after the sum), DT_SHARD_QKV (each of q, k, v's
+ * output rows, as GPT-2's c_attn). */
 static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero,
-                            split how) {
-    static const dt_shard_kind wk[] = {DT_SHARD_NONE, DT_SHARD_ROWS, DT_SHARD_COLS,
-                                       DT_SHARD_QKV};
-    static const dt_shard_kind bk[] = {DT_SHARD_NONE, DT_SHARD_ROWS, DT_SHARD_NONE,
-                                       DT_SHARD_QKV};
+                            dt_shard_kind split) {
     char name[96];
     snprintf(name, sizeof name, "%s.weight", prefix);
     DT_TRY(add_param(d, name, out, in, zero ? DT_INIT_ZEROS : DT_INIT_NORMAL,
                      zero ? 0.0f : sqrtf(2.0f / (float)(in + out))));
-    set_shard(&d->params[d->n_params - 1], wk[how]);
+    set_shard(&d->params[d->n_params - 1], split);
     snprintf(name, sizeof name, "%s.bias", prefix);
     DT_TRY(add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f));
-    set_shard(&d->params[d->n_params - 1], bk[how]);
+    set_shard(&d->params[d->n_params - 1], split == DT_SHARD_COLS ? DT_SHARD_NONE : split);
     return DT_OK;
 }
 
@@ -161,9 +156,9 @@ static dt_status build_full(dt_dit *d) {
     const dt_dit_config *c = &d->cfg;
     int C = d->C, L = c->n_layer;
     d->unit_first[0] = 0;
-    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false, WHOLE));
-    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false, WHOLE));
-    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false, WHOLE));
+    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false, DT_SHARD_NONE));
+    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false, DT_SHARD_NONE));
+    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false, DT_SHARD_NONE));
     if (c->n_classes > 0)
         DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, C,
                          DT_INIT_NORMAL, 0.02f));
@@ -175,21 +170,21 @@ static dt_status build_full(dt_dit *d) {
             const char *what;
             int out, in;
             bool zero;
-            split how;
-        } lin[] = {{"adaLN_modulation.1", 6 * C, C, true, WHOLE},
-                   {"attn.qkv", 3 * C, C, false, QKV},
-                   {"attn.proj", C, C, false, ROW},
-                   {"mlp.fc1", d->F, C, false, COL},
-                   {"mlp.fc2", C, d->F, false, ROW}};
+            dt_shard_kind split;
+        } lin[] = {{DT_DIT_BLOCK_LINEARS[0], 6 * C, C, true, DT_SHARD_NONE},
+                   {DT_DIT_BLOCK_LINEARS[1], 3 * C, C, false, DT_SHARD_QKV},
+                   {DT_DIT_BLOCK_LINEARS[2], C, C, false, DT_SHARD_COLS},
+                   {DT_DIT_BLOCK_LINEARS[3], d->F, C, false, DT_SHARD_ROWS},
+                   {DT_DIT_BLOCK_LINEARS[4], C, d->F, false, DT_SHARD_COLS}};
         for (int i = 0; i < 5; i++) {
             snprintf(name, sizeof name, "blocks.%d.%s", l, lin[i].what);
-            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero, lin[i].how));
+            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero, lin[i].split));
         }
     }
     d->per_layer = L > 0 ? (d->n_params - d->n_embed_params) / L : 0;
     d->unit_first[L + 1] = d->n_params;
-    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true, WHOLE));
-    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true, WHOLE));
+    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true, DT_SHARD_NONE));
+    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true, DT_SHARD_NONE));
     d->unit_first[L + 2] = d->n_params;
     return DT_OK;
 }
