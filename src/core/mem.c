@@ -293,6 +293,19 @@ void dt_mem_unuse(dt_mem *m, dt_mem_cat cat, const char *name, size_t bytes, int
     log_event(m, DT_MEM_EV_UNUSE, cat, name, bytes, slot, block);
 }
 
+void dt_mem_mark_saved(dt_mem *m, const char *prefix, int slot, int block, size_t bytes,
+                       bool *live, bool now) {
+    if (*live == now)
+        return;
+    *live = now;
+    char name[64];
+    snprintf(name, sizeof name, "%s.%d", prefix, block);
+    if (now)
+        dt_mem_use(m, DT_MEM_ACTS, name, bytes, slot, block);
+    else
+        dt_mem_unuse(m, DT_MEM_ACTS, name, bytes, slot, block);
+}
+
 size_t dt_mem_in_use(const dt_mem *m, dt_mem_cat cat) { return m->in_use[cat]; }
 int dt_mem_n_events(const dt_mem *m) { return m->n_events; }
 long long dt_mem_dropped(const dt_mem *m) { return m->dropped; }

@@ -31,15 +31,7 @@ static dt_status leave(dt_dit *d, int global_unit, dt_model_phase ph) {
  * accountant's timeline shows the arena filling and emptying. */
 static void mark_saved(dt_dit *d, int slot, int l, bool live) {
     size_t k = (size_t)slot * d->cfg.n_layer + l;
-    if (d->saved_live[k] == live)
-        return; /* a forward over a set nobody read (evaluation) */
-    d->saved_live[k] = live;
-    char name[32];
-    snprintf(name, sizeof name, "dit.block.%d", l);
-    if (live)
-        dt_mem_use(d->mem, DT_MEM_ACTS, name, d->saved_bytes[k], slot, l);
-    else
-        dt_mem_unuse(d->mem, DT_MEM_ACTS, name, d->saved_bytes[k], slot, l);
+    dt_mem_mark_saved(d->mem, "dit.block", slot, l, d->saved_bytes[k], &d->saved_live[k], live);
 }
 
 void dt_dit_drop_saved(dt_dit *d) {

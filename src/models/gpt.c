@@ -240,15 +240,7 @@ static dt_status leave(dt_gpt *g, int unit, dt_gpt_phase phase) {
  * weight pass) has read it; the accountant's timeline shows the arena filling and emptying. */
 static void mark_saved(dt_gpt *g, int slot, int l, bool live) {
     size_t k = (size_t)slot * g->cfg.n_layer + l;
-    if (g->saved_live[k] == live)
-        return; /* a forward over a set nobody read (evaluation) */
-    g->saved_live[k] = live;
-    char name[32];
-    snprintf(name, sizeof name, "block.%d", l);
-    if (live)
-        dt_mem_use(g->mem, DT_MEM_ACTS, name, g->saved_bytes[k], slot, l);
-    else
-        dt_mem_unuse(g->mem, DT_MEM_ACTS, name, g->saved_bytes[k], slot, l);
+    dt_mem_mark_saved(g->mem, "block", slot, l, g->saved_bytes[k], &g->saved_live[k], live);
 }
 
 void dt_gpt_begin_eval(dt_gpt *g) { g->evaluating = true; }
