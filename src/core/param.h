@@ -88,7 +88,7 @@ void dt_param_full_to_shard(const dt_param *p, int index, const float *full, flo
  * with the full index of each local tensor. Borrowed views of the model's own arrays. */
 typedef struct dt_param_tables {
     const dt_param *full, *local;
-    int n_local;
+    int n_full, n_local;
     const int *local_full;           /* [n_local] */
     int64_t full_numel, local_numel; /* arena floats of each */
     int skip;                        /* a local tensor the gather leaves out (GPT-2's tied head

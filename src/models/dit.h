@@ -156,10 +156,10 @@ float *dt_dit_weights(dt_dit *d);     /* NULL with external weights */
 float *dt_dit_grads(dt_dit *d);       /* NULL when not training or with external grads */
 dt_bf16 *dt_dit_weights_lp(dt_dit *d); /* NULL in fp32 or with external weights */
 dt_comm *dt_dit_tp(const dt_dit *d);   /* the tp group (a size-1 comm when not split) */
+/* Both tables as core/param.h's shared functions read them (borrowed views). */
+dt_param_tables dt_dit_tables(const dt_dit *d);
 /* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full);
-/* This rank's local arena out of a full one (no communication). */
-void dt_dit_take_shard(const dt_dit *d, const float *full, float *local);
 /* Model FLOPs per trained clip (forward + backward = 3 x forward): the matmuls (patch
  * embedding, blocks, final layer, conditioning MLPs) and attention's two products. */
 double dt_dit_flops_per_sample(const dt_dit *d);

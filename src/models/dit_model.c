@@ -56,12 +56,7 @@ static void bind_unit(void *s, int u, float *w, float *g, dt_bf16 *lp) {
     dt_dit_bind_unit(D(s), u, w, g, lp);
 }
 static void set_hooks(void *s, const dt_model_hooks *h) { dt_dit_set_hooks(D(s), h); }
-static int n_params(const void *s) { return dt_dit_n_params(D(s)); }
-static const dt_param *param(const void *s, int i) { return dt_dit_param(D(s), i); }
-static int n_full_params(const void *s) { return dt_dit_n_full_params(D(s)); }
-static const dt_param *full_param(const void *s, int i) { return dt_dit_full_param(D(s), i); }
-static int64_t numel(const void *s) { return dt_dit_numel(D(s)); }
-static int64_t full_numel(const void *s) { return dt_dit_full_numel(D(s)); }
+static dt_param_tables tables(const void *s) { return dt_dit_tables(D(s)); }
 static float *weights(void *s) { return dt_dit_weights(D(s)); }
 static float *grads(void *s) { return dt_dit_grads(D(s)); }
 static dt_bf16 *weights_lp(void *s) { return dt_dit_weights_lp(D(s)); }
@@ -106,9 +101,6 @@ static float *boundary_grad(void *s, int slot, int B, int T) {
 static void drop_saved(void *s) { dt_dit_drop_saved(D(s)); }
 static dt_status gather_full(void *s, const float *local, float *full) {
     return dt_dit_gather_full(D(s), local, full);
-}
-static void take_shard(const void *s, const float *full, float *local) {
-    dt_dit_take_shard(D(s), full, local);
 }
 static double flops_per_sample(const void *s, int T) {
     (void)T; /* a clip is always its S tokens */
@@ -255,12 +247,7 @@ static const dt_model_ops dit_ops = {
     .unit_range = unit_range,
     .bind_unit = bind_unit,
     .set_hooks = set_hooks,
-    .n_params = n_params,
-    .param = param,
-    .n_full_params = n_full_params,
-    .full_param = full_param,
-    .numel = numel,
-    .full_numel = full_numel,
+    .tables = tables,
     .weights = weights,
     .grads = grads,
     .weights_lp = weights_lp,
@@ -279,7 +266,6 @@ static const dt_model_ops dit_ops = {
     .boundary_grad = boundary_grad,
     .drop_saved = drop_saved,
     .gather_full = gather_full,
-    .take_shard = take_shard,
     .flops_per_sample = flops_per_sample,
     .save = save,
     .load = load,

@@ -240,21 +240,16 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
 
 /* ---- whole arenas -------------------------------------------------------------------------- */
 
-/* the model's two tables, as core/param.h's shared functions read them */
-static dt_param_tables tables_of(const dt_dit *d) {
-    return (dt_param_tables){.full = d->full, .local = d->params, .n_local = d->n_params,
+dt_param_tables dt_dit_tables(const dt_dit *d) {
+    return (dt_param_tables){.full = d->full, .local = d->params, .n_full = d->n_full_params,
+                             .n_local = d->n_params,
                              .local_full = d->local_full, .full_numel = d->n_full,
                              .local_numel = d->n_total, .skip = -1};
 }
 
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {
-    dt_param_tables t = tables_of(d);
+    dt_param_tables t = dt_dit_tables(d);
     return dt_param_gather_full(&t, d->tp, d->pp, d->mem, local, full);
-}
-
-void dt_dit_take_shard(const dt_dit *d, const float *full, float *local) {
-    dt_param_tables t = tables_of(d);
-    dt_param_take_shard(&t, full, local);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */
@@ -262,7 +257,7 @@ void dt_dit_take_shard(const dt_dit *d, const float *full, float *local) {
 int dt_dit_n_params(const dt_dit *d) { return d->n_params; }
 const dt_param *dt_dit_param(const dt_dit *d, int i) { return &d->params[i]; }
 const dt_param *dt_dit_find_param(const dt_dit *d, const char *name) {
-    dt_param_tables t = tables_of(d);
+    dt_param_tables t = dt_dit_tables(d);
     return dt_param_find(&t, name);
 }
 int dt_dit_n_full_params(const dt_dit *d) { return d->n_full_params; }

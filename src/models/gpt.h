@@ -133,10 +133,10 @@ int64_t dt_gpt_numel(const dt_gpt *g);      /* the local arena */
 int64_t dt_gpt_full_numel(const dt_gpt *g); /* the single process's arena */
 /* The model's splits (comms borrowed from the caller or size-1 ones it made). */
 const dt_block_par *dt_gpt_par(const dt_gpt *g);
+/* Both tables as core/param.h's shared functions read them (borrowed views). */
+dt_param_tables dt_gpt_tables(const dt_gpt *g);
 /* Collective over tp and pp: every rank's local arena -> the full arena (on every rank). */
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full);
-/* This rank's local arena out of a full one (no communication). */
-void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local);
 float *dt_gpt_weights(dt_gpt *g);     /* NULL with external weights */
 float *dt_gpt_grads(dt_gpt *g);       /* NULL when not training or with external grads */
 dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL: no whole 16-bit copy (cast per unit) */

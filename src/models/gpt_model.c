@@ -17,12 +17,7 @@ static void bind_unit(void *s, int u, float *w, float *grad, dt_bf16 *w_lp) {
     dt_gpt_bind_unit(s, u, w, grad, w_lp);
 }
 static void set_hooks(void *s, const dt_model_hooks *h) { dt_gpt_set_hooks(s, h); }
-static int n_params(const void *s) { return dt_gpt_n_params(s); }
-static const dt_param *param(const void *s, int i) { return dt_gpt_param(s, i); }
-static int n_full_params(const void *s) { return dt_gpt_n_full_params(s); }
-static const dt_param *full_param(const void *s, int i) { return dt_gpt_full_param(s, i); }
-static int64_t numel(const void *s) { return dt_gpt_numel(s); }
-static int64_t full_numel(const void *s) { return dt_gpt_full_numel(s); }
+static dt_param_tables tables(const void *s) { return dt_gpt_tables(s); }
 static float *weights(void *s) { return dt_gpt_weights(s); }
 static float *grads(void *s) { return dt_gpt_grads(s); }
 static dt_bf16 *weights_lp(void *s) { return dt_gpt_weights_lp(s); }
@@ -79,9 +74,6 @@ static void drop_saved(void *s) { dt_gpt_drop_saved(s); }
 static void begin_eval(void *s) { dt_gpt_begin_eval(s); }
 static dt_status gather_full(void *s, const float *local, float *full) {
     return dt_gpt_gather_full(s, local, full);
-}
-static void take_shard(const void *s, const float *full, float *local) {
-    dt_gpt_take_shard(s, full, local);
 }
 static double flops_per_sample(const void *s, int T) {
     return dt_gpt_flops_per_token(s, T) * T;
@@ -144,12 +136,7 @@ static const dt_model_ops gpt_ops = {
     .unit_range = unit_range,
     .bind_unit = bind_unit,
     .set_hooks = set_hooks,
-    .n_params = n_params,
-    .param = param,
-    .n_full_params = n_full_params,
-    .full_param = full_param,
-    .numel = numel,
-    .full_numel = full_numel,
+    .tables = tables,
     .weights = weights,
     .grads = grads,
     .weights_lp = weights_lp,
@@ -171,7 +158,6 @@ static const dt_model_ops gpt_ops = {
     .drop_saved = drop_saved,
     .begin_eval = begin_eval,
     .gather_full = gather_full,
-    .take_shard = take_shard,
     .flops_per_sample = flops_per_sample,
     .save = save,
     .load = load,

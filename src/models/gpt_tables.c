@@ -262,21 +262,16 @@ dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequ
 
 /* ---- whole tensors across tp -------------------------------------------------------------- */
 
-/* the model's two tables, as core/param.h's shared functions read them */
-static dt_param_tables tables_of(const dt_gpt *g) {
-    return (dt_param_tables){.full = g->full, .local = g->params, .n_local = g->n_params,
+dt_param_tables dt_gpt_tables(const dt_gpt *g) {
+    return (dt_param_tables){.full = g->full, .local = g->params, .n_full = g->n_full_params,
+                             .n_local = g->n_params,
                              .local_full = g->local_full, .full_numel = g->n_full,
                              .local_numel = g->n_total, .skip = g->tied_copy};
 }
 
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {
-    dt_param_tables t = tables_of(g);
+    dt_param_tables t = dt_gpt_tables(g);
     return dt_param_gather_full(&t, g->par.tp, g->pp, g->mem, local, full);
-}
-
-void dt_gpt_take_shard(const dt_gpt *g, const float *full, float *local) {
-    dt_param_tables t = tables_of(g);
-    dt_param_take_shard(&t, full, local);
 }
 
 /* ---- accessors ------------------------------------------------------------------------- */
@@ -298,7 +293,7 @@ dt_bf16 *dt_gpt_weights_lp(dt_gpt *g) {
 const dt_block_par *dt_gpt_par(const dt_gpt *g) { return &g->par; }
 
 const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
-    dt_param_tables t = tables_of(g);
+    dt_param_tables t = dt_gpt_tables(g);
     return dt_param_find(&t, name);
 }
 

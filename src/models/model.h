@@ -135,12 +135,7 @@ typedef struct dt_model_ops {
     void (*set_hooks)(void *self, const dt_model_hooks *hooks);
 
     /* parameter tables: this rank's (the local arena) and the single process's (files) */
-    int (*n_params)(const void *self);
-    const dt_param *(*param)(const void *self, int i);
-    int (*n_full_params)(const void *self);
-    const dt_param *(*full_param)(const void *self, int i);
-    int64_t (*numel)(const void *self);      /* the local arena */
-    int64_t (*full_numel)(const void *self); /* the single process's arena */
+    dt_param_tables (*tables)(const void *self);
     float *(*weights)(void *self);     /* NULL with external weights */
     float *(*grads)(void *self);       /* NULL when not training or with external grads */
     dt_bf16 *(*weights_lp)(void *self); /* whole 16-bit copy; NULL in fp32, with external
@@ -189,8 +184,6 @@ typedef struct dt_model_ops {
 
     /* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
     dt_status (*gather_full)(void *self, const float *local, float *full);
-    /* this rank's local arena out of a full one (no communication) */
-    void (*take_shard)(const void *self, const float *full, float *local);
 
     /* model FLOPs of one sample's forward and backward at sequence length T (for MFU) */
     double (*flops_per_sample)(const void *self, int T);
@@ -267,19 +260,20 @@ static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *gr
 static inline void dt_model_set_hooks(dt_model *m, const dt_model_hooks *hooks) {
     m->ops->set_hooks(m->self, hooks);
 }
-static inline int dt_model_n_params(const dt_model *m) { return m->ops->n_params(m->self); }
+static inline dt_param_tables dt_model_tables(const dt_model *m) {
+    return m->ops->tables(m->self);
+}
+static inline int dt_model_n_params(const dt_model *m) { return dt_model_tables(m).n_local; }
 static inline const dt_param *dt_model_param(const dt_model *m, int i) {
-    return m->ops->param(m->self, i);
+    return &dt_model_tables(m).local[i];
 }
-static inline int dt_model_n_full_params(const dt_model *m) {
-    return m->ops->n_full_params(m->self);
-}
+static inline int dt_model_n_full_params(const dt_model *m) { return dt_model_tables(m).n_full; }
 static inline const dt_param *dt_model_full_param(const dt_model *m, int i) {
-    return m->ops->full_param(m->self, i);
+    return &dt_model_tables(m).full[i];
 }
-static inline int64_t dt_model_numel(const dt_model *m) { return m->ops->numel(m->self); }
+static inline int64_t dt_model_numel(const dt_model *m) { return dt_model_tables(m).local_numel; }
 static inline int64_t dt_model_full_numel(const dt_model *m) {
-    return m->ops->full_numel(m->self);
+    return dt_model_tables(m).full_numel;
 }
 static inline float *dt_model_weights(dt_model *m) { return m->ops->weights(m->self); }
 static inline float *dt_model_grads(dt_model *m) { return m->ops->grads(m->self); }
@@ -362,8 +356,10 @@ static inline void dt_model_begin_eval(dt_model *m) {
 static inline dt_status dt_model_gather_full(dt_model *m, const float *local, float *full) {
     return m->ops->gather_full(m->self, local, full);
 }
+/* this rank's local arena out of a full one (no communication) */
 static inline void dt_model_take_shard(const dt_model *m, const float *full, float *local) {
-    m->ops->take_shard(m->self, full, local);
+    dt_param_tables t = dt_model_tables(m);
+    dt_param_take_shard(&t, full, local);
 }
 static inline double dt_model_flops_per_sample(const dt_model *m, int T) {
     return m->ops->flops_per_sample(m->self, T);

@@ -182,13 +182,15 @@ static void t_bind(void *s, int u, float *w, float *grad, dt_bf16 *lp) {
         t->unit_g[u] = grad;
 }
 static void t_set_hooks(void *s, const dt_model_hooks *h) { ((toy *)s)->hooks = *h; }
-static int t_n_params(const void *s) { return 2 * ((const toy *)s)->n_local; }
-static const dt_param *t_param(const void *s, int i) { return &((const toy *)s)->params[i]; }
-static int t_n_full_params(const void *s) { return 2 * ((const toy *)s)->U; }
-static const dt_param *t_full_param(const void *s, int i) { return &((const toy *)s)->full[i]; }
-static int64_t t_numel(const void *s) { return ((const toy *)s)->n_total; }
 static int64_t t_full_numel(const void *s) {
     return 2 * (int64_t)((const toy *)s)->U * ((const toy *)s)->C;
+}
+static dt_param_tables t_tables(const void *s) {
+    const toy *t = s;
+    return (dt_param_tables){.full = t->full, .local = t->params, .n_full = 2 * t->U,
+                             .n_local = 2 * t->n_local, .local_full = t->local_full,
+                             .full_numel = t_full_numel(t), .local_numel = t->n_total,
+                             .skip = -1};
 }
 static float *t_weights(void *s) { return ((toy *)s)->w; }
 static float *t_grads(void *s) { return ((toy *)s)->g; }
@@ -234,12 +236,6 @@ static dt_status t_gather_full(void *s, const float *local, float *full) {
                (size_t)t->C * sizeof *full);
     return t->pp ? dt_comm_allreduce_f32(t->pp, full, n, NULL) : DT_OK;
 }
-static void t_take_shard(const void *s, const float *full, float *local) {
-    const toy *t = s;
-    for (int i = 0; i < 2 * t->n_local; i++)
-        memcpy(local + t->params[i].offset, full + t->full[t->local_full[i]].offset,
-               (size_t)t->C * sizeof *local);
-}
 static double t_flops(const void *s, int T) {
     const toy *t = s;
     return 6.0 * t->U * t->C * T; /* a multiply-add forward, two backward, per element */
@@ -278,15 +274,14 @@ static int t_sizes(const void *s, dt_model_size *out) {
 /* no split backward (weight_units), description or token logits */
 static const dt_model_ops toy_ops = {
     .free = t_free, .config = t_config, .n_units = t_n_units, .unit_range = t_unit_range,
-    .bind_unit = t_bind, .set_hooks = t_set_hooks, .n_params = t_n_params, .param = t_param,
-    .n_full_params = t_n_full_params, .full_param = t_full_param, .numel = t_numel,
-    .full_numel = t_full_numel, .weights = t_weights, .grads = t_grads,
+    .bind_unit = t_bind, .set_hooks = t_set_hooks, .tables = t_tables,
+    .weights = t_weights, .grads = t_grads,
     .weights_lp = t_weights_lp, .tp = t_tp, .n_ties = t_n_ties, .tie = t_tie,
     .init_weights = t_init_weights, .sync_lp = t_sync_lp, .zero_grad = t_zero_grad,
     .forward_units = t_forward, .loss_slot = t_loss, .backward_units = t_backward,
     .boundary_count = t_boundary_count, .boundary = t_boundary,
     .boundary_grad = t_boundary_grad, .drop_saved = t_drop_saved,
-    .gather_full = t_gather_full, .take_shard = t_take_shard, .flops_per_sample = t_flops,
+    .gather_full = t_gather_full, .flops_per_sample = t_flops,
     .save = t_save, .load = t_load, .sizes = t_sizes};
 
 /* The tables: the whole model's (a_u, b_u of every global unit, in order) and the local one
