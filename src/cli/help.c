@@ -94,7 +94,8 @@ static const command_help commands[] = {
      "       dtrain convert --from FILE.safetensors --to CHECKPOINT_DIR [--seed S]\n"
      "\n"
      "The first form gathers a sharded checkpoint's weights (saved in any layout) into one\n"
-     "HuggingFace safetensors file; the second writes CHECKPOINT_DIR/step-0, a sharded\n"
+     "HuggingFace safetensors file (and the weights' average, where the run kept one, into\n"
+     "FILE.ema.safetensors beside it); the second writes CHECKPOINT_DIR/step-0, a sharded\n"
      "checkpoint with zero AdamW moments that any layout resumes (checkpoint.dir=DIR).\n"},
 };
 enum { N_COMMANDS = (int)(sizeof commands / sizeof *commands) };

@@ -148,7 +148,8 @@ dt_status dt_ckpt_load_weights(const char *folder, const dt_model *g, bool avera
                                bool *averaged);
 
 /* dtrain convert: a sharded checkpoint -> one HuggingFace safetensors file (the weights;
- * what export writes), and such a file -> a sharded step-0 checkpoint folder `out` (zero
+ * what export writes: with the weights' average, where the checkpoint holds one, beside them as
+ * NAME.ema.safetensors), and such a file -> a sharded step-0 checkpoint folder `out` (zero
  * moments, data position 0, seed `seed`) that any layout resumes. One process. */
 dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out);
 /* A shape read from a file (`origin`) is a valid model whose weights fit in this machine's

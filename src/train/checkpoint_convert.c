@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "dtrain/booster.h"
 #include "plan/memory.h"
 
 dt_status dt_ckpt_check_shape(const dt_model_config *c, const char *origin) {
@@ -41,6 +42,15 @@ dt_status dt_ckpt_convert_to_hf(const char *folder, const char *out) {
         st = dt_ckpt_load_weights(folder, g, false, dt_model_weights(g), NULL);
     if (st == DT_OK)
         st = dt_model_save(g, dt_model_weights(g), out);
+    /* the weights' average, where the checkpoint holds one, beside them (as train.export) */
+    bool averaged = false;
+    if (st == DT_OK)
+        st = dt_ckpt_load_weights(folder, g, true, dt_model_weights(g), &averaged);
+    if (st == DT_OK && averaged) {
+        char ema[4200];
+        dt_booster_ema_path(out, ema, sizeof ema);
+        st = dt_model_save(g, dt_model_weights(g), ema);
+    }
     dt_model_free(g);
     dt_mem_free(mem);
     return st;

@@ -5,7 +5,8 @@
 #   within 1e-6 of the weights' scale, the average numpy computes in double from the initial
 #   weights (a 0-step run's export) and each step's weights (dtrain convert of each
 #   checkpoint): ema_k = 0.8 ema_(k-1) + 0.2 w_k, ema_0 = w_0. A run without the key exports
-#   no average; decay 0 and 1 are refused.
+#   no average; decay 0 and 1 are refused. dtrain convert of a step folder writes its average
+#   beside the weights, equal to the export's.
 # - dp2 with ZeRO 0-3, tp2, Ulysses sp2 and pp2 1F1B export the one-process average (1e-5).
 # - Resume is bit for bit: 4 straight steps and 2 + resume + 2 (also with async checkpoints
 #   and under ZeRO-2 on 2 ranks) export the same average; a checkpoint saved without the key
@@ -31,6 +32,14 @@ run ref 1 --checkpoint.every=1 --checkpoint.dir=ck --checkpoint.keep=0 ||
 for k in 1 2 3 4; do
     "$dtrain" convert --from ck/step-$k --to w$k.safetensors > /dev/null || { echo "convert $k failed"; exit 1; }
 done
+check "convert writes the average beside the weights" $py - "$src/tests/models" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import st
+a, b = st.read_safetensors("w4.ema.safetensors")[0], st.read_safetensors("ref.ema.safetensors")[0]
+sys.exit(0 if a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) else 1)
+PY
 check "the average against numpy" $py - "$src/tests/models" <<'PY'
 import sys
 import numpy as np
