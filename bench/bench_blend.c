@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("blend%s: %.3g tokens/s for one of %d ranks (%lld rows of %d in %.1f s); peak RSS %.1f "
            "MiB\n",
-           docs.on ? " with documents" : "", rows * (double)T / dt, RANKS, rows, T, dt, ru.ru_maxrss / 1024.0);
+           docs.on ? " with documents" : "", rows * (double)T / dt, RANKS, rows, T, dt,
+           ru.ru_maxrss / 1024.0);
     dt_source_close(s);
     return 0;
 }

@@ -352,9 +352,9 @@ static int run(int argc, char **argv) {
         const char *name;
         int (*run)(int argc, char **argv);
     } table[] = {
-        {"train", cmd_train},         {"prepare", cmd_prepare}, {"sample", cmd_sample},
+        {"train", cmd_train},          {"prepare", cmd_prepare}, {"sample", cmd_sample},
         {"schedule", dt_cli_schedule}, {"plan", dt_cli_plan},    {"plot", dt_cli_plot},
-        {"convert", dt_cli_convert},  {"probe", dt_cli_probe},
+        {"convert", dt_cli_convert},   {"probe", dt_cli_probe},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(cmd, table[i].name))

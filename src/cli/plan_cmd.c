@@ -252,9 +252,9 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                       (long long)m.act_disk_record, (long long)m.act_disk_file, 1e3 * t.act_disk_s,
                       dev->disk_write / 1e6, dev->disk_read / 1e6);
     if (c->data.doc_mask) /* the attention's share of tiles with documents of doc_len */
-        k += snprintf(extra + k, sizeof extra - (size_t)k,
-                      ", \"doc_len\": %d, \"attn_share\": %.4f", c->data.doc_len,
-                      dt_plan_doc_attn_share(c->train.seq_len, c->data.doc_len));
+        k +=
+            snprintf(extra + k, sizeof extra - (size_t)k, ", \"doc_len\": %d, \"attn_share\": %.4f",
+                     c->data.doc_len, dt_plan_doc_attn_share(c->train.seq_len, c->data.doc_len));
     dt_plan_comm b;
     if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k,
@@ -305,9 +305,11 @@ static bool parse_coll(const char *v, double *coll) {
         if (dt_plan_parse_rate(tok, &coll[n]) != DT_OK)
             return false;
     if (n < DT_PLAN_COLL_COUNT || tok)
-        return dt_err_set(DT_ERR_ARG, "--coll-bw %s: give five rates, all-reduce, reduce-scatter, "
+        return dt_err_set(DT_ERR_ARG,
+                          "--coll-bw %s: give five rates, all-reduce, reduce-scatter, "
                           "all-gather, all-to-all, point-to-point (as dtrain probe prints them)",
-                          v), false;
+                          v),
+               false;
     return true;
 }
 
@@ -406,10 +408,10 @@ static int parse(int argc, char **argv, args *a) {
         }
         else {
             static const char *const with_value[] = {
-                "--config",    "--world",         "--top",     "--mem",  "--flops",  "--flops16",
-                "--bandwidth", "--mem-bandwidth", "--latency", "--attn", "--attn16", "--norm",
-                "--act",       "--disk",          "--device",  "--rank", "--coll-bw",
-                "--exposed-share", NULL};
+                "--config",  "--world",     "--top",           "--mem",     "--flops",
+                "--flops16", "--bandwidth", "--mem-bandwidth", "--latency", "--attn",
+                "--attn16",  "--norm",      "--act",           "--disk",    "--device",
+                "--rank",    "--coll-bw",   "--exposed-share", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }

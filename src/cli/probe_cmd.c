@@ -36,8 +36,17 @@ typedef struct probe {
     int dim, loops;      /* its size, and the products in its loop */
 } probe;
 
-typedef enum { OP_LATENCY, OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_ALLTOALL, OP_P2P,
-               OP_MATMUL, OP_MATMUL_ALONE, OP_OVERLAP } op_kind;
+typedef enum {
+    OP_LATENCY,
+    OP_ALLREDUCE,
+    OP_REDUCE_SCATTER,
+    OP_ALLGATHER,
+    OP_ALLTOALL,
+    OP_P2P,
+    OP_MATMUL,
+    OP_MATMUL_ALONE,
+    OP_OVERLAP
+} op_kind;
 
 static dt_status matmul_piece(probe *x) {
     dt_gemm_shape s = {.M = x->dim, .N = x->dim, .K = x->dim, .dtype = DT_F32};
@@ -162,8 +171,8 @@ static dt_status measure(probe *x) {
 static dt_status probe_run(dt_comm *world, double mib, int reps) {
     if (world->size < 2)
         return dt_err_set(DT_ERR_ARG, "probe: 1 rank; it measures collectives between ranks: "
-                          "run it under the launcher with the ranks a run uses "
-                          "(mpirun -np 2 dtrain probe)");
+                                      "run it under the launcher with the ranks a run uses "
+                                      "(mpirun -np 2 dtrain probe)");
     probe x = {.c = world, .p = world->size, .reps = reps, .dim = 256};
     int64_t per = (int64_t)(mib * 1048576.0 / 4) / x.p;
     x.n = (per > 0 ? per : 1) * x.p;

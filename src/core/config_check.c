@@ -155,8 +155,10 @@ static void check_train(const dt_config *c, problems *p) {
     NONNEG(p, train, sample_tokens);
     NONNEG(p, train, comm_timeout);
     if (!(c->train.ema_decay >= 0 && c->train.ema_decay < 1))
-        problem(p, false, "train.ema_decay=%g must be in [0, 1) (0: no weight average; Open-Sora "
-                "uses 0.9999)", (double)c->train.ema_decay);
+        problem(p, false,
+                "train.ema_decay=%g must be in [0, 1) (0: no weight average; Open-Sora "
+                "uses 0.9999)",
+                (double)c->train.ema_decay);
     if (t->log_every < 1)
         problem(p, false, "train.log_every=%d must be >= 1", t->log_every);
     if (t->eval_batches < 1)
@@ -320,14 +322,19 @@ static void check_data(const dt_config *c, problems *p) {
         problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");
     if (d->doc_mask && video)
-        problem(p, false, "data.doc_mask keeps documents of packed token sequences apart; a "
+        problem(p, false,
+                "data.doc_mask keeps documents of packed token sequences apart; a "
                 "DiT's clips have none (set data.doc_mask=false)");
     if (d->doc_len < 0)
-        problem(p, false, "data.doc_len=%d must be >= 0 (the mean document length in tokens "
-                "dtrain plan assumes; 0: unknown)", d->doc_len);
+        problem(p, false,
+                "data.doc_len=%d must be >= 0 (the mean document length in tokens "
+                "dtrain plan assumes; 0: unknown)",
+                d->doc_len);
     if (d->eot_token < -1 || d->eot_token >= c->model.vocab_size)
-        problem(p, false, "data.eot_token=%d must be a token id below model.vocab_size=%d (or "
-                "-1: the tokenizer's)", d->eot_token, c->model.vocab_size);
+        problem(p, false,
+                "data.eot_token=%d must be a token id below model.vocab_size=%d (or "
+                "-1: the tokenizer's)",
+                d->eot_token, c->model.vocab_size);
 }
 
 dt_status dt_config_validate(const dt_config *c) {

@@ -293,8 +293,8 @@ void dt_mem_unuse(dt_mem *m, dt_mem_cat cat, const char *name, size_t bytes, int
     log_event(m, DT_MEM_EV_UNUSE, cat, name, bytes, slot, block);
 }
 
-void dt_mem_mark_saved(dt_mem *m, const char *prefix, int slot, int block, size_t bytes,
-                       bool *live, bool now) {
+void dt_mem_mark_saved(dt_mem *m, const char *prefix, int slot, int block, size_t bytes, bool *live,
+                       bool now) {
     if (*live == now)
         return;
     *live = now;

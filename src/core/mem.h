@@ -92,8 +92,8 @@ void dt_mem_unuse(dt_mem *m, dt_mem_cat cat, const char *name, size_t bytes, int
 /* A model's (slot, block) saved activation set, `bytes` of activations, marked in use (from
  * its forward) or not (once its backward read it) as "<prefix>.<block>"; *live tracks the
  * mark, so marking it again (a forward nobody's backward read: evaluation) changes nothing. */
-void dt_mem_mark_saved(dt_mem *m, const char *prefix, int slot, int block, size_t bytes,
-                       bool *live, bool now);
+void dt_mem_mark_saved(dt_mem *m, const char *prefix, int slot, int block, size_t bytes, bool *live,
+                       bool now);
 size_t dt_mem_in_use(const dt_mem *m, dt_mem_cat cat);
 int dt_mem_n_events(const dt_mem *m); /* 0 when no timeline was started */
 const dt_mem_event *dt_mem_event_at(const dt_mem *m, int i);

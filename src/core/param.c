@@ -150,11 +150,13 @@ dt_status dt_param_gather_full(const dt_param_tables *t, dt_comm *tp, dt_comm *p
     int *counts = calloc((size_t)p, sizeof *counts);
     dt_status st = counts ? DT_OK : dt_err_set(DT_ERR_OOM, "model: out of memory");
     if (st == DT_OK && p > 1 && t->local_numel * p > INT32_MAX)
-        st = dt_err_set(DT_ERR_UNSUPPORTED, "model: %lld floats per rank are too many to gather "
-                        "in one call", (long long)t->local_numel);
+        st = dt_err_set(DT_ERR_UNSUPPORTED,
+                        "model: %lld floats per rank are too many to gather "
+                        "in one call",
+                        (long long)t->local_numel);
     if (st == DT_OK && p > 1)
-        st = dt_mem_alloc(mem, DT_MEM_TEMP, "tp.gather",
-                          (size_t)p * t->local_numel * sizeof(float), (void **)&gathered);
+        st = dt_mem_alloc(mem, DT_MEM_TEMP, "tp.gather", (size_t)p * t->local_numel * sizeof(float),
+                          (void **)&gathered);
     for (int r = 0; st == DT_OK && r < p; r++)
         counts[r] = (int)t->local_numel;
     if (st == DT_OK && p > 1) {

@@ -169,8 +169,11 @@ dt_status dt_indexed_open(const char *prefix, int *fd, int64_t *n_tok, int *widt
     uint64_t n_seq, n_doc;
     memcpy(&n_seq, h + 18, 8);
     memcpy(&n_doc, h + 26, 8);
-    *docs = (dt_indexed_docs){.fd = ifd, .n_seq = (int64_t)n_seq, .n_doc = (int64_t)n_doc,
-                              .n_tok = total, .width = *width};
+    *docs = (dt_indexed_docs){.fd = ifd,
+                              .n_seq = (int64_t)n_seq,
+                              .n_doc = (int64_t)n_doc,
+                              .n_tok = total,
+                              .width = *width};
     return DT_OK;
 }
 

@@ -205,8 +205,11 @@ dt_status dt_tokens_doc_starts(const dt_tokens *t, int64_t first, int64_t n, uin
         return DT_OK;
     char idx[4200];
     snprintf(idx, sizeof idx, "%s.idx", t->path);
-    dt_indexed_docs d = {.fd = t->idx_fd, .n_seq = t->n_seq, .n_doc = t->n_doc,
-                         .n_tok = t->n_tok, .width = t->width};
+    dt_indexed_docs d = {.fd = t->idx_fd,
+                         .n_seq = t->n_seq,
+                         .n_doc = t->n_doc,
+                         .n_tok = t->n_tok,
+                         .width = t->width};
     return dt_indexed_doc_starts(&d, idx, first, n, mark);
 }
 

@@ -92,15 +92,16 @@ void dt_attention_forward_ref(const dt_attn_shape *s, float *y, float *lse, cons
                 float *yt = y + ((int64_t)b * T + t) * C + (int64_t)h * hs;
                 for (int d = 0; d < hs; d++) /* no key seen (documents): y = 0, lse = -inf */
                     yt[d] = sum > 0 ? (float)(acc[d] / sum) : 0.0f;
-                lse[((int64_t)b * s->NH + h) * T + t] = sum > 0 ? (float)(mx + log(sum)) : -INFINITY;
+                lse[((int64_t)b * s->NH + h) * T + t] =
+                    sum > 0 ? (float)(mx + log(sum)) : -INFINITY;
             }
 }
 
 /* dq is summed per query row, dk and dv per key row (over the group's heads and the queries
  * that see the key), each in double, so the reference has no float accumulation. */
 void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, float *dv,
-                               const float *dy, const float *y, const float *lse,
-                               const float *q, const float *k, const float *v) {
+                               const float *dy, const float *y, const float *lse, const float *q,
+                               const float *k, const float *v) {
     const int T = s->T, hs = s->hs, C = s->NH * hs;
     if (T <= 0 || hs <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0)
         return;
@@ -140,8 +141,9 @@ void dt_attention_backward_ref(const dt_attn_shape *s, float *dq, float *dk, flo
                         const float *qt = q + r * qs + (int64_t)h * hs, *dyt = dy + r * C + h * hs;
                         const double lt = lse[((int64_t)b * s->NH + h) * T + t];
                         double pj = exp(s->scale * dot_qk(qt, kj, hs, s->bf16) - lt);
-                        double dsj = ds_of(s, pj, dot_qk(dyt, vj, hs, s->bf16) -
-                                                      dot_dy(dyt, y + r * C + h * hs, hs, s->bf16));
+                        double dsj = ds_of(s, pj,
+                                           dot_qk(dyt, vj, hs, s->bf16) -
+                                               dot_dy(dyt, y + r * C + h * hs, hs, s->bf16));
                         const double pb = s->bf16 ? bf16_round((float)pj) : pj;
                         for (int d = 0; d < hs; d++) {
                             acc[d] += dsj * op(qt[d], s->bf16);

@@ -281,7 +281,8 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
                s->causal ? BAND_COLS : BAND_NONE, off);
             for (int i = 0; i < nr; i++) {
                 const float *row = sc + i * TBC;
-                const int lim = vis(i, nc, off, s->causal), lo = imin(doc_col(s, b, q0 + i, k0), lim);
+                const int lim = vis(i, nc, off, s->causal),
+                          lo = imin(doc_col(s, b, q0 + i, k0), lim);
                 float mx = m[i];
                 if (lo == lim) /* nothing seen here: an all-zero row leaves m and l */
                     ;
@@ -293,8 +294,7 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
                 /* the first tile a row sees a key in makes m finite; alpha is 0 exactly once,
                  * there (and 1 while the row sees nothing: 0 * anything stays 0) */
                 const float alpha = m[i] == -INFINITY ? 0.0f : dt_vexp(m[i] - mx);
-                l[i] = l[i] * alpha +
-                       softmax_row_bf16(pp + i * (TBC / 2), row, scale, mx, lo, lim);
+                l[i] = l[i] * alpha + softmax_row_bf16(pp + i * (TBC / 2), row, scale, mx, lo, lim);
                 m[i] = mx;
                 if (k0 > kfirst && alpha != 1.0f) { /* o is first written at kfirst */
                     float *oi = o + i * hs;
@@ -319,7 +319,8 @@ static TARGET_BF16 void fwd_head(const dt_attn_shape *s, int b, int h, void *y, 
                 else
                     _mm512_storeu_ps((float *)y + yo + d, yv);
             }
-            lse[((int64_t)b * s->NH + h) * T + q0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+            lse[((int64_t)b * s->NH + h) * T + q0 + i] =
+                l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
         }
     }
 }

@@ -49,8 +49,8 @@ static void rope_apply(float *x, int B, int T, int NH, int hs, int64_t row_strid
     }
 }
 
-void dt_rope_forward(float *x, int B, int T, int NH, int hs, int64_t row_stride,
-                     const float *cos_t, const float *sin_t, const int32_t *pos) {
+void dt_rope_forward(float *x, int B, int T, int NH, int hs, int64_t row_stride, const float *cos_t,
+                     const float *sin_t, const int32_t *pos) {
     rope_apply(x, B, T, NH, hs, row_stride, cos_t, sin_t, pos, 1.0f);
 }
 

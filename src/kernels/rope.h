@@ -15,8 +15,8 @@ void dt_rope_tables(float *cos_t, float *sin_t, int T, int hs, int pos0, float t
 /* x: B*T rows of `row_stride` floats; each row holds NH heads of hs floats starting at x[0].
  * Rotates all NH heads of every row in place, row (b, t) by the angles of table row t, or of
  * table row pos[b*T + t] when pos is given (positions that restart at each document). */
-void dt_rope_forward(float *x, int B, int T, int NH, int hs, int64_t row_stride,
-                     const float *cos_t, const float *sin_t, const int32_t *pos);
+void dt_rope_forward(float *x, int B, int T, int NH, int hs, int64_t row_stride, const float *cos_t,
+                     const float *sin_t, const int32_t *pos);
 /* dx = R^T dy, in place on the gradient buffer (same layout as forward). */
 void dt_rope_backward(float *dx, int B, int T, int NH, int hs, int64_t row_stride,
                       const float *cos_t, const float *sin_t, const int32_t *pos);

@@ -45,8 +45,11 @@ static float *at(float *base, const unit_store *u, const dt_param *p) {
 static dt_linear linear_view(const dt_dit *d, int lu, const unit_store *u, const char *prefix) {
     const dt_param *wp = unit_tensor(d, lu, prefix, "weight");
     const dt_param *bp = unit_tensor(d, lu, prefix, "bias");
-    return (dt_linear){.out = (int)wp->shape[0], .in = (int)wp->shape[1],
-                       .w = at(u->w, u, wp), .b = at(u->w, u, bp), .dw = at(u->g, u, wp),
+    return (dt_linear){.out = (int)wp->shape[0],
+                       .in = (int)wp->shape[1],
+                       .w = at(u->w, u, wp),
+                       .b = at(u->w, u, bp),
+                       .dw = at(u->g, u, wp),
                        .db = at(u->g, u, bp),
                        .w_lp = u->lp ? u->lp + (wp->offset - u->first) : NULL};
 }

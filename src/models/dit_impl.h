@@ -31,8 +31,8 @@
  * (1 + scale, shift) of the clip are the LayerNorm's affine parameters. */
 /* A block's linears, in the order of dt_dit_block's fields (ada, qkv, proj, fc1, fc2): the
  * names under blocks.L. that the table gives them and the wiring looks them up by */
-static const char *const DT_DIT_BLOCK_LINEARS[5] = {"adaLN_modulation.1", "attn.qkv",
-                                                    "attn.proj", "mlp.fc1", "mlp.fc2"};
+static const char *const DT_DIT_BLOCK_LINEARS[5] = {"adaLN_modulation.1", "attn.qkv", "attn.proj",
+                                                    "mlp.fc1", "mlp.fc2"};
 
 typedef struct dt_dit_block {
     dt_linear ada;       /* adaLN_modulation [6C, C] on silu(c) */

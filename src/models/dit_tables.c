@@ -241,10 +241,14 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
 /* ---- whole arenas -------------------------------------------------------------------------- */
 
 dt_param_tables dt_dit_tables(const dt_dit *d) {
-    return (dt_param_tables){.full = d->full, .local = d->params, .n_full = d->n_full_params,
+    return (dt_param_tables){.full = d->full,
+                             .local = d->params,
+                             .n_full = d->n_full_params,
                              .n_local = d->n_params,
-                             .local_full = d->local_full, .full_numel = d->n_full,
-                             .local_numel = d->n_total, .skip = -1};
+                             .local_full = d->local_full,
+                             .full_numel = d->n_full,
+                             .local_numel = d->n_total,
+                             .skip = -1};
 }
 
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {

@@ -592,13 +592,15 @@ static const int32_t *read_input(dt_gpt *g, const int32_t *input, int B, int T) 
 static dt_status check_docs(const dt_gpt *g, int N) {
     for (int i = 0; g->doc_mask && i < N; i++)
         if (g->pos[i] < 0 || g->pos[i] >= g->n_positions)
-            return dt_err_set(DT_ERR_ARG, "model: token %d of the batch starts its document at "
-                              "%d, outside its sequence", i, g->doc[i]);
+            return dt_err_set(DT_ERR_ARG,
+                              "model: token %d of the batch starts its document at "
+                              "%d, outside its sequence",
+                              i, g->doc[i]);
     return DT_OK;
 }
 
-dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input,
-                               int B, int T) {
+dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input, int B,
+                               int T) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
     const int32_t *tokens = read_input(g, input, B, T);
@@ -703,8 +705,8 @@ static dt_status final_norm_backward(dt_gpt *g, int slot, int N, float *dres) {
     return DT_OK;
 }
 
-dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input,
-                                int B, int T, bool split) {
+dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input, int B,
+                                int T, bool split) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
     const int32_t *tokens = read_input(g, input, B, T);

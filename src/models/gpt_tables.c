@@ -263,10 +263,14 @@ dt_status dt_gpt_check_split(const dt_model_config *c, int tp, int sp, bool sequ
 /* ---- whole tensors across tp -------------------------------------------------------------- */
 
 dt_param_tables dt_gpt_tables(const dt_gpt *g) {
-    return (dt_param_tables){.full = g->full, .local = g->params, .n_full = g->n_full_params,
+    return (dt_param_tables){.full = g->full,
+                             .local = g->params,
+                             .n_full = g->n_full_params,
                              .n_local = g->n_params,
-                             .local_full = g->local_full, .full_numel = g->n_full,
-                             .local_numel = g->n_total, .skip = g->tied_copy};
+                             .local_full = g->local_full,
+                             .full_numel = g->n_full,
+                             .local_numel = g->n_total,
+                             .skip = g->tied_copy};
 }
 
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {

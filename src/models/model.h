@@ -260,9 +260,7 @@ static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *gr
 static inline void dt_model_set_hooks(dt_model *m, const dt_model_hooks *hooks) {
     m->ops->set_hooks(m->self, hooks);
 }
-static inline dt_param_tables dt_model_tables(const dt_model *m) {
-    return m->ops->tables(m->self);
-}
+static inline dt_param_tables dt_model_tables(const dt_model *m) { return m->ops->tables(m->self); }
 static inline int dt_model_n_params(const dt_model *m) { return dt_model_tables(m).n_local; }
 static inline const dt_param *dt_model_param(const dt_model *m, int i) {
     return &dt_model_tables(m).local[i];

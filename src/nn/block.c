@@ -131,18 +131,24 @@ static void regroup_qkv(const dt_block_dims *d, int sp, const float *src, float 
             }
 }
 
-static dt_attn_shape attn_shape(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                const dt_block_par *p, const dt_block_seq *seq, int B, int T) {
+static dt_attn_shape attn_shape(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                                const dt_block_seq *seq, int B, int T) {
     int sp = p->sp->size;
     int64_t w = dt_block_qkv_width(d) / sp;
-    return (dt_attn_shape){.B = B, .T = T, .NH = d->NH / sp, .NKV = d->NKV / sp, .hs = d->hs,
-                           .q_stride = w, .kv_stride = w, .scale = 1.0f / sqrtf((float)d->hs),
-                           .causal = true, .bf16 = ctx->mm_type == DT_BF16,
+    return (dt_attn_shape){.B = B,
+                           .T = T,
+                           .NH = d->NH / sp,
+                           .NKV = d->NKV / sp,
+                           .hs = d->hs,
+                           .q_stride = w,
+                           .kv_stride = w,
+                           .scale = 1.0f / sqrtf((float)d->hs),
+                           .causal = true,
+                           .bf16 = ctx->mm_type == DT_BF16,
                            .doc_start = seq->doc_start};
 }
 
-static void rope_apply(const dt_attn_shape *as, const dt_block_seq *seq, float *qkv,
-                       bool inverse) {
+static void rope_apply(const dt_attn_shape *as, const dt_block_seq *seq, float *qkv, bool inverse) {
     if (!seq->cos_t)
         return;
     void (*rot)(float *, int, int, int, int, int64_t, const float *, const float *,
@@ -218,9 +224,8 @@ static dt_status leave_add(const dt_block_dims *d, const dt_block_par *p, const 
 static bool kept16(const dt_block_acts *a) { return a->qkv16 != NULL; }
 
 /* the attention core on the saved q|k|v: a->lse, s->att_heads, then a->att in row layout */
-static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
-                                const dt_block_par *p, const dt_block_seq *seq, int B, int T,
-                                dt_block_acts *a,
+static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
+                                const dt_block_seq *seq, int B, int T, dt_block_acts *a,
                                 dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     int64_t A = (int64_t)d->NH * d->hs;
@@ -252,8 +257,8 @@ static dt_status attention_core(const dt_nn_ctx *ctx, const dt_block_dims *d,
 
 /* from the saved q|k|v on: the attention core, the projection, bias and residual */
 static dt_status attention_rest(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                                const dt_block *blk, const dt_block_seq *seq, const float *x,
-                                int B, int T, dt_block_acts *a, dt_block_scratch *s) {
+                                const dt_block *blk, const dt_block_seq *seq, const float *x, int B,
+                                int T, dt_block_acts *a, dt_block_scratch *s) {
     int N = B * T, Nt = dt_block_rows_tp(p, N);
     DT_TRY(attention_core(ctx, d, p, seq, B, T, a, s));
     dt_linear proj = without_bias(&blk->proj);
@@ -348,8 +353,8 @@ static dt_status mlp_forward(const dt_nn_ctx *ctx, const dt_block_dims *d,
 }
 
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                           const dt_block *blk, const dt_block_seq *seq, const float *x,
-                           int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out) {
+                           const dt_block *blk, const dt_block_seq *seq, const float *x, int B,
+                           int T, dt_block_acts *a, dt_block_scratch *s, float *out) {
     DT_TRY(attention_forward(ctx, d, p, blk, seq, x, B, T, a, s));
     return mlp_forward(ctx, d, p, blk, B * T, a, s, out);
 }
@@ -516,8 +521,8 @@ static dt_status attention_backward(const dt_nn_ctx *ctx, const dt_block_dims *d
                                     const dt_block_par *p, const dt_block *blk,
                                     const dt_block_seq *seq, const float *x, int B, int T,
                                     const dt_block_acts *a, dt_block_scratch *s,
-                                    const dt_norm_params *ln1, float *proj_db,
-                                    dt_block_wgrad *wg, float *dres) {
+                                    const dt_norm_params *ln1, float *proj_db, dt_block_wgrad *wg,
+                                    float *dres) {
     int N = B * T, Nr = dt_block_rows_res(p, N), Nt = dt_block_rows_tp(p, N), sp = p->sp->size;
     int64_t W = dt_block_qkv_width(d), A = (int64_t)d->NH * d->hs;
     const float *dpart;
@@ -606,9 +611,9 @@ static dt_status add_row_param_grads(const dt_block_dims *d, const dt_block_par 
 }
 
 dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                            const dt_block *blk, const dt_block_seq *seq, const float *x,
-                            int B, int T, const dt_block_acts *a, dt_block_scratch *s,
-                            dt_block_wgrad *wg, float *dres) {
+                            const dt_block *blk, const dt_block_seq *seq, const float *x, int B,
+                            int T, const dt_block_acts *a, dt_block_scratch *s, dt_block_wgrad *wg,
+                            float *dres) {
     int C = d->C;
     float *pg = s->pgrad;
     zero(pg, 6 * (int64_t)C);

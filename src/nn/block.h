@@ -148,15 +148,15 @@ int64_t dt_block_work_count(const dt_block_dims *d, const dt_block_par *p, int B
 
 /* x, out: [Nr, C] (this rank's rows); out must not alias x. Collective over the par comms. */
 dt_status dt_block_forward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                           const dt_block *blk, const dt_block_seq *seq, const float *x,
-                           int B, int T, dt_block_acts *a, dt_block_scratch *s, float *out);
+                           const dt_block *blk, const dt_block_seq *seq, const float *x, int B,
+                           int T, dt_block_acts *a, dt_block_scratch *s, float *out);
 /* x: the forward input; dres: [Nr, C], gradient of the output in, of the input out.
  * wg NULL: the full backward. wg given: the input-gradient half only; the matmuls' weight
  * gradients wait in wg for dt_block_weight_backward. */
 dt_status dt_block_backward(const dt_nn_ctx *ctx, const dt_block_dims *d, const dt_block_par *p,
-                            const dt_block *blk, const dt_block_seq *seq, const float *x,
-                            int B, int T, const dt_block_acts *a, dt_block_scratch *s,
-                            dt_block_wgrad *wg, float *dres);
+                            const dt_block *blk, const dt_block_seq *seq, const float *x, int B,
+                            int T, const dt_block_acts *a, dt_block_scratch *s, dt_block_wgrad *wg,
+                            float *dres);
 /* The weight-gradient half: dW (and the column-parallel biases) from wg and the recomputed
  * or saved inputs. Collective over tp only under Megatron-SP in fp32 (the recomputed norm
  * output is gathered again). */

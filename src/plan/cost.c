@@ -332,7 +332,10 @@ static void memo_keep(const dt_schedule *s, double msg, const chunk_cost *cc, co
     memo_next = (memo_next + 1) % MEMO;
     free(m->cc), free(m->end), free(m->busy);
     int n = s->pp * s->n_chunks;
-    *m = (replay_memo){.serial = s->serial, .msg = msg, .pp = s->pp, .n_chunks = s->n_chunks,
+    *m = (replay_memo){.serial = s->serial,
+                       .msg = msg,
+                       .pp = s->pp,
+                       .n_chunks = s->n_chunks,
                        .cc = malloc((size_t)n * sizeof *cc),
                        .end = malloc((size_t)s->pp * sizeof *end),
                        .busy = malloc((size_t)s->pp * sizeof *busy)};
@@ -485,8 +488,8 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
     double lat = w->d->latency;
     dt_plan_coll reduce = w->zero >= 2 ? DT_PLAN_REDUCE_SCATTER : DT_PLAN_ALLREDUCE;
-    double t_reduce = t.reduce_bytes / dt_plan_kind_bw(w->d, w->bw_grad, reduce) +
-                      (double)t.reduce_calls * lat;
+    double t_reduce =
+        t.reduce_bytes / dt_plan_kind_bw(w->d, w->bw_grad, reduce) + (double)t.reduce_calls * lat;
     double t_gather = t.gather_bytes / dt_plan_kind_bw(w->d, w->bw_grad, DT_PLAN_ALLGATHER) +
                       (double)t.gather_calls * lat;
     bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
@@ -552,8 +555,7 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
                 .dit = m->arch == DT_ARCH_DIT,
                 .B = l->mb,
                 .rate = l->precision == DT_PREC_FP32 ? d->flops_fp32 : d->flops_16,
-                .attn_share = c->data.doc_mask ? dt_plan_doc_attn_share(l->T, c->data.doc_len)
-                                               : 1};
+                .attn_share = c->data.doc_mask ? dt_plan_doc_attn_share(l->T, c->data.doc_len) : 1};
     w->N = (double)l->tokens_mb;
     w->Nt = (double)l->tokens_sp;
     w->Nr = (double)l->tokens_rows;

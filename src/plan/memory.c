@@ -476,11 +476,11 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
 
 /* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io; async:
  * its own ckpt.io and the staging copy "ckpt.staging" of the rank's partition, weights, m
- * and v (and the weights' average), 12 (16) x own_count bytes, which live on while the next steps run, so a step's
- * transient adds to them: the worst case, measured when the write is still in flight then),
- * a resume (ckpt.io when the moments are offloaded; resume=auto
- * first checksums through it); export's whole-state weights, with the local arena gathered
- * over dp and, over more than one tp rank, the tp ranks' arenas side by side; a load from model.init: the weights and the
+ * and v (and the weights' average), 12 (16) x own_count bytes, which live on while the next steps
+ * run, so a step's transient adds to them: the worst case, measured when the write is still in
+ * flight then), a resume (ckpt.io when the moments are offloaded; resume=auto first checksums
+ * through it); export's whole-state weights, with the local arena gathered over dp and, over more
+ * than one tp rank, the tp ranks' arenas side by side; a load from model.init: the weights and the
  * local arena. */
 static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local,
                                  int64_t own_count, bool export_) {
@@ -491,10 +491,10 @@ static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local
     int64_t tied = s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end ? s->vocab_rows * s->C * F4
                                                                      : 0;
     bool step_after_save = c->checkpoint.every < c->train.steps; /* not only the last */
-    int64_t kinds = c->train.ema_decay > 0 ? 4 : 3; /* weights, m, v (, the average) */
-    int64_t save_ckpt = c->checkpoint.async ? CKPT_IO_BYTES + kinds * own_count * F4 +
-                                                  (step_after_save ? tied : 0)
-                                            : CKPT_IO_BYTES;
+    int64_t kinds = c->train.ema_decay > 0 ? 4 : 3;              /* weights, m, v (, the average) */
+    int64_t save_ckpt = c->checkpoint.async
+                            ? CKPT_IO_BYTES + kinds * own_count * F4 + (step_after_save ? tied : 0)
+                            : CKPT_IO_BYTES;
     int64_t gathered = s->tp > 1 ? (int64_t)s->tp * n_local * F4 : 0; /* "tp.gather" */
     int64_t save_export = n_full * F4 + n_local * F4 + gathered;
     bool offload = c->plugin.offload == DT_OFFLOAD_DISK;

@@ -217,15 +217,17 @@ static const dt_source_ops blend_ops = {
 };
 
 dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size, int seq_len,
-                               bool shuffle, uint64_t seed, const dt_docs *docs,
-                               dt_source **out) {
+                               bool shuffle, uint64_t seed, const dt_docs *docs, dt_source **out) {
     *out = NULL;
     blend *b = calloc(1, sizeof *b);
     dt_source *s = calloc(1, sizeof *s);
     char paths[MAX_SETS][4096];
     dt_status st = b && s ? DT_OK : dt_err_set(DT_ERR_OOM, "blend: out of memory");
     if (st == DT_OK) {
-        *b = (blend){.B = batch_size, .T = seq_len, .shuffle = shuffle, .seed = seed,
+        *b = (blend){.B = batch_size,
+                     .T = seq_len,
+                     .shuffle = shuffle,
+                     .seed = seed,
                      .docs = docs ? *docs : (dt_docs){.eot = -1}};
         for (int d = 0; d < MAX_SETS; d++)
             b->set[d].fd = b->set[d].idx_fd = -1;

@@ -169,8 +169,8 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
     DT_TRY(dt_source_open_tokens(s->train_data, m->vocab_size, s->batch_size, s->seq_len,
                                  s->shuffle, s->seed, &docs, &b->train));
     if (s->val_data && s->val_data[0])
-        DT_TRY(dt_source_open_tokens(s->val_data, m->vocab_size, s->batch_size, s->seq_len,
-                                     false, 0, &docs, &b->val));
+        DT_TRY(dt_source_open_tokens(s->val_data, m->vocab_size, s->batch_size, s->seq_len, false,
+                                     0, &docs, &b->val));
     return DT_OK;
 }
 
@@ -665,8 +665,11 @@ dt_status dt_booster_save_checkpoint(dt_booster *b, const char *dir, const dt_co
     if (st == DT_OK)
         st = dt_engine_view_begin(b->engine, false, &v);
     st = dt_comm_agree(b->world, st);
-    dt_ckpt_meta meta = {.state = &b->state, .adam_steps = dt_engine_adam_steps(b->engine),
-                         .layout = layout, .config = config, .ema = v.ema != NULL};
+    dt_ckpt_meta meta = {.state = &b->state,
+                         .adam_steps = dt_engine_adam_steps(b->engine),
+                         .layout = layout,
+                         .config = config,
+                         .ema = v.ema != NULL};
     if (st == DT_OK && async)
         st = dt_ckpt_async_start(dir, b->world, b->model, &v, &meta, b->mem, &b->saving);
     else if (st == DT_OK)

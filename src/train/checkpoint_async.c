@@ -73,8 +73,12 @@ static dt_status stage(dt_ckpt_async *j, const dt_engine_view *v) {
     size_t bytes = (size_t)(nw + 2 * nm + ne) * sizeof(float);
     DT_TRY(dt_mem_alloc(j->mem, DT_MEM_TEMP, "ckpt.staging", bytes, (void **)&j->staging));
     DT_TRY(dt_mem_alloc(j->mem, DT_MEM_TEMP, "ckpt.io", DT_CKPT_IO_BYTES, &j->io));
-    j->staged = (dt_engine_view){.w_first = v->w_first, .w_count = nw, .m_first = v->m_first,
-                                 .m_count = nm, .w = j->staging, .m = j->staging + nw,
+    j->staged = (dt_engine_view){.w_first = v->w_first,
+                                 .w_count = nw,
+                                 .m_first = v->m_first,
+                                 .m_count = nm,
+                                 .w = j->staging,
+                                 .m = j->staging + nw,
                                  .v = j->staging + nw + nm,
                                  .ema = v->ema ? j->staging + nw + 2 * nm : NULL};
     memcpy(j->staged.w, v->w, (size_t)nw * sizeof(float));
@@ -104,8 +108,11 @@ dt_status dt_ckpt_async_start(const char *dir, dt_comm *world, const dt_model *g
     bool oom = false;
     j->layout = dup_or_null(meta->layout, &oom);
     j->config = dup_or_null(meta->config, &oom);
-    j->meta = (dt_ckpt_meta){.state = &j->state, .adam_steps = meta->adam_steps,
-                             .layout = j->layout, .config = j->config, .ema = meta->ema};
+    j->meta = (dt_ckpt_meta){.state = &j->state,
+                             .adam_steps = meta->adam_steps,
+                             .layout = j->layout,
+                             .config = j->config,
+                             .ema = meta->ema};
     dt_status st = oom ? dt_err_set(DT_ERR_OOM, "checkpoint: out of memory") : DT_OK;
     if (st == DT_OK && snprintf(j->dir, sizeof j->dir, "%s", dir) >= (int)sizeof j->dir)
         st = dt_err_set(DT_ERR_ARG, "checkpoint.dir %s: path too long", dir);

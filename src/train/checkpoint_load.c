@@ -558,11 +558,13 @@ static dt_status all_finite(const char *folder, const dt_model *g, int k, const 
     char where[200];
     if (!dt_finite_first_bad(g, false, x, first, count, where, sizeof where))
         return DT_OK;
-    return dt_err_set(DT_ERR_FORMAT, "%s: the checkpoint's %s hold a non-finite value: %s "
-                      "(saved from a diverged run or damaged)", folder,
-                      (const char *[]){"weights", "exp_avg moments", "exp_avg_sq moments",
-                                       "weight averages"}[k],
-                      where);
+    return dt_err_set(
+        DT_ERR_FORMAT,
+        "%s: the checkpoint's %s hold a non-finite value: %s "
+        "(saved from a diverged run or damaged)",
+        folder,
+        (const char *[]){"weights", "exp_avg moments", "exp_avg_sq moments", "weight averages"}[k],
+        where);
 }
 
 static dt_status fill(loader *L, int k, int64_t first, int64_t count, float *dst) {
@@ -635,7 +637,8 @@ dt_status dt_ckpt_load_sharded(const char *folder, const dt_model *g, const dt_e
         st = fill_moment(&L, 3, v, io, io_len);
     else if (st == DT_OK && v->ema && v->engine)
         dt_warn("%s holds no weight average (saved without train.ema_decay): the average "
-                "starts from these weights", folder);
+                "starts from these weights",
+                folder);
     loader_close(&L);
     cJSON_Delete(man);
     return st;

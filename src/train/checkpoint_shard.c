@@ -124,7 +124,7 @@ dt_status dt_ckpt_save_rank(const char *tmp, int rank, const dt_model *g, const 
                             void *io, size_t io_len) {
     size_t np = (size_t)dt_model_n_params(g) + 1;
     slice *sl = malloc(np * sizeof *sl);
-    char (*names)[3][128] = malloc(np * sizeof *names);
+    char(*names)[3][128] = malloc(np * sizeof *names);
     moment_source *ms = malloc(2 * np * sizeof *ms);
     dt_st_writer *w = NULL;
     cJSON *desc = NULL;

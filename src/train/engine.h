@@ -112,7 +112,7 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
 typedef struct dt_engine_view {
     int64_t w_first, w_count, m_first, m_count;
     float *w, *m, *v;
-    float *ema; /* over the moments' range; NULL when the run keeps no average */
+    float *ema;        /* over the moments' range; NULL when the run keeps no average */
     dt_engine *engine; /* borrowed; NULL for a view of plain buffers */
 } dt_engine_view;
 dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out);

@@ -142,23 +142,27 @@ static dt_status tokens_seek(void *self, int64_t pos, int64_t step) {
 }
 
 static const dt_source_ops tokens_ops = {
-    .close = tokens_close, .input_row_bytes = tokens_input_row_bytes,
-    .target_row_bytes = tokens_row_bytes, .rows = tokens_rows, .advance = tokens_advance,
-    .rewind = tokens_rewind, .position = tokens_position, .seek = tokens_seek,
+    .close = tokens_close,
+    .input_row_bytes = tokens_input_row_bytes,
+    .target_row_bytes = tokens_row_bytes,
+    .rows = tokens_rows,
+    .advance = tokens_advance,
+    .rewind = tokens_rewind,
+    .position = tokens_position,
+    .seek = tokens_seek,
 };
 
 dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
-                                bool shuffle, uint64_t seed, const dt_docs *docs,
-                                dt_source **out) {
+                                bool shuffle, uint64_t seed, const dt_docs *docs, dt_source **out) {
     *out = NULL;
     if (dt_blend_spec_is(path))
         return dt_source_open_blend(path, vocab_size, batch_size, seq_len, shuffle, seed, docs,
                                     out);
     dt_loader *ld = calloc(1, sizeof *ld);
     dt_source *s = calloc(1, sizeof *s);
-    dt_status st = ld && s ? dt_loader_open(ld, path, vocab_size, batch_size, seq_len, shuffle,
-                                            seed, docs)
-                           : dt_err_set(DT_ERR_OOM, "token source: out of memory");
+    dt_status st =
+        ld && s ? dt_loader_open(ld, path, vocab_size, batch_size, seq_len, shuffle, seed, docs)
+                : dt_err_set(DT_ERR_OOM, "token source: out of memory");
     if (st != DT_OK) {
         free(ld);
         free(s);

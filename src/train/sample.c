@@ -123,7 +123,8 @@ static dt_status load_model(const char *checkpoint, bool raw, int B, int T, dt_m
     }
     if (averaged)
         dt_info("sampling from the weights' average (train.ema_decay) of %s; --raw: from the "
-                "weights themselves", checkpoint);
+                "weights themselves",
+                checkpoint);
     return DT_OK;
 }
 
@@ -195,8 +196,8 @@ static dt_status sample_bpe(dt_model *g, const char *tokenizer, const char *prom
     return st;
 }
 
-dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer,
-                        const char *prompt, int n_new, float temperature, uint64_t seed) {
+dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer, const char *prompt,
+                        int n_new, float temperature, uint64_t seed) {
     dt_mem *mem = NULL;
     dt_model *g = NULL;
     int32_t *tok = NULL, *out = NULL;

@@ -54,8 +54,7 @@ typedef struct dt_docs {
  * < vocab_size. A path that is a blend ("0.7 A 0.3 B", dt_blend_spec_is) opens
  * dt_source_open_blend. docs: NULL or off = ids only. */
 dt_status dt_source_open_tokens(const char *path, int vocab_size, int batch_size, int seq_len,
-                                bool shuffle, uint64_t seed, const dt_docs *docs,
-                                dt_source **out);
+                                bool shuffle, uint64_t seed, const dt_docs *docs, dt_source **out);
 /* A weighted blend of token datasets (blend.c): "W1 PATH1 W2 PATH2 ..." (weights > 0, in
  * proportion); each global row's dataset is a pure function of the weights and the row's
  * index, so every layout reads the same batch and (rows read, step) resumes it. */
@@ -64,8 +63,7 @@ bool dt_blend_spec_is(const char *spec);
  * index says where documents start) */
 bool dt_tokens_spec_indexed(const char *spec);
 dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size, int seq_len,
-                               bool shuffle, uint64_t seed, const dt_docs *docs,
-                               dt_source **out);
+                               bool shuffle, uint64_t seed, const dt_docs *docs, dt_source **out);
 
 /* Bouncing-shapes clips (io/bounce.h) for a rectified-flow DiT (models/flow.h), made on the
  * fly: clip `index` = step * batch_size + row, everything random keyed by (seed, index).

@@ -46,23 +46,33 @@ static dt_status doc_eot(const trainer *t, int *eot) {
     *eot = c->data.eot_token >= 0 ? c->data.eot_token : t->bpe ? dt_bpe_eot(t->bpe) : -1;
     if (!c->data.doc_mask || *eot >= 0 || dt_tokens_spec_indexed(c->data.train))
         return DT_OK;
-    return dt_err_set(DT_ERR_ARG, "data.doc_mask needs to know where documents end: set "
+    return dt_err_set(DT_ERR_ARG,
+                      "data.doc_mask needs to know where documents end: set "
                       "data.eot_token (GPT-2's <|endoftext|> is 50256) or data.tokenizer, or "
                       "train on Megatron datasets (their document index); data.train=%s has "
-                      "none", c->data.train);
+                      "none",
+                      c->data.train);
 }
 
 static dt_boost_spec spec_of(const dt_config *c) {
-    return (dt_boost_spec){.model = &c->model, .optim = &c->optim, .train_data = c->data.train,
+    return (dt_boost_spec){.model = &c->model,
+                           .optim = &c->optim,
+                           .train_data = c->data.train,
                            .val_data = c->train.eval_every > 0 ? c->data.val : NULL,
                            .batch_size = c->train.batch_size,
                            .micro_batch_size = c->train.micro_batch_size,
-                           .seq_len = c->train.seq_len, .shuffle = c->data.shuffle,
-                           .seed = c->train.seed, .init_weights = c->model.init,
-                           .total_steps = c->train.steps, .trace = c->train.trace[0] != '\0',
-                           .mem_timeline = c->train.mem_timeline, .source = c->data.source,
-                           .shapes = c->data.shapes, .label_dropout = c->data.label_dropout,
-                           .doc_mask = c->data.doc_mask, .ema_decay = c->train.ema_decay};
+                           .seq_len = c->train.seq_len,
+                           .shuffle = c->data.shuffle,
+                           .seed = c->train.seed,
+                           .init_weights = c->model.init,
+                           .total_steps = c->train.steps,
+                           .trace = c->train.trace[0] != '\0',
+                           .mem_timeline = c->train.mem_timeline,
+                           .source = c->data.source,
+                           .shapes = c->data.shapes,
+                           .label_dropout = c->data.label_dropout,
+                           .doc_mask = c->data.doc_mask,
+                           .ema_decay = c->train.ema_decay};
 }
 
 /* whether the run evaluates: bouncing-shapes clips always have a validation stream */

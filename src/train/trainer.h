@@ -32,8 +32,8 @@ void dt_sample_print_bpe(const struct dt_bpe *bpe, const int32_t *tok, int n);
  * average (train.ema_decay) where the checkpoint holds one, unless raw. tokenizer: the
  * byte-level BPE file (io/bpe.h) that encodes the prompt and decodes the text; NULL: bytes (a
  * vocabulary of 256) or, for another vocabulary, ids. */
-dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer,
-                        const char *prompt, int n_new, float temperature, uint64_t seed);
+dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer, const char *prompt,
+                        int n_new, float temperature, uint64_t seed);
 
 /* dtrain sample --out FILE.gif: `count` clips of a model that predicts a flow velocity,
  * sampled in `steps` Euler steps from noise of `seed`, side by side in an animated GIF. Labels:

@@ -31,9 +31,17 @@ static fused fused_make(int B, int T, int NH, int NKV, int hs, bool causal, floa
                         uint64_t seed) {
     fused f = {0};
     int64_t W = (int64_t)(NH + 2 * NKV) * hs;
-    f.s = (dt_attn_shape){.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs, .q_stride = W,
-                          .kv_stride = W, .scale = 1.0f / sqrtf((float)hs), .causal = causal,
-                          .doc_start = g_doc, .k_pos0 = g_k_pos0};
+    f.s = (dt_attn_shape){.B = B,
+                          .T = T,
+                          .NH = NH,
+                          .NKV = NKV,
+                          .hs = hs,
+                          .q_stride = W,
+                          .kv_stride = W,
+                          .scale = 1.0f / sqrtf((float)hs),
+                          .causal = causal,
+                          .doc_start = g_doc,
+                          .k_pos0 = g_k_pos0};
     f.n_qkv = (int64_t)B * T * W;
     f.n_y = (int64_t)B * T * NH * hs;
     f.n_lse = (int64_t)B * NH * T;
@@ -301,8 +309,8 @@ static void check_docs_separately(int B, int T, int NH, int NKV, int hs, const i
     double e_y = dt_test_nmse(a.y, r.y, a.n_y), e_l = dt_test_nmse(a.lse, r.lse, a.n_lse);
     double e_g = dt_test_nmse(a.dqkv, r.dqkv, a.n_qkv);
     printf("attention %s documents B%d T%d NH%d NKV%d hs%d vs each document alone: nmse y %.2g "
-           "lse %.2g dqkv %.2g\n", dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), B, T, NH, NKV,
-           hs, e_y, e_l, e_g);
+           "lse %.2g dqkv %.2g\n",
+           dt_isa_name(dt_isa_pick(DT_ISA_AVX512BF16)), B, T, NH, NKV, hs, e_y, e_l, e_g);
     DT_CHECK(e_y < 1e-10 && e_l < 1e-12 && e_g < 1e-9,
              "documents vs each document alone: nmse y %.3g lse %.3g dqkv %.3g", e_y, e_l, e_g);
     free(lse);

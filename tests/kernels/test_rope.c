@@ -143,11 +143,15 @@ static void check_positions(void) {
     DT_CHECK(memcmp(y, one, sizeof y) == 0 && memcmp(yr, one, sizeof y) == 0,
              "rope with positions: not each row rotated by its own table row");
     dt_rope_backward(y, B, T, NH, hs, NH * hs, c, s, pos);
-    DT_CHECK(dt_test_max_rel(y, x, n, 1.0) < 1e-6, "rope with positions: backward(forward(x)) "
-             "!= x: %.3g", dt_test_max_rel(y, x, n, 1.0));
+    DT_CHECK(dt_test_max_rel(y, x, n, 1.0) < 1e-6,
+             "rope with positions: backward(forward(x)) "
+             "!= x: %.3g",
+             dt_test_max_rel(y, x, n, 1.0));
     dt_rope_backward_ref(yr, B, T, NH, hs, NH * hs, c, s, pos);
-    DT_CHECK(dt_test_max_rel(yr, x, n, 1.0) < 1e-6, "rope ref with positions: backward(forward(x)) "
-             "!= x: %.3g", dt_test_max_rel(yr, x, n, 1.0));
+    DT_CHECK(dt_test_max_rel(yr, x, n, 1.0) < 1e-6,
+             "rope ref with positions: backward(forward(x)) "
+             "!= x: %.3g",
+             dt_test_max_rel(yr, x, n, 1.0));
 }
 
 int main(int argc, char **argv) {

@@ -354,8 +354,8 @@ static void check_docs(dt_arch arch) {
     dt_mem *mem;
     dt_gpt *g, *one;
     DT_CHECK_OK(dt_mem_init(&mem));
-    dt_gpt_opts po = {.B = B, .T = T, .precision = DT_PREC_FP32, .training = true,
-                      .doc_mask = true};
+    dt_gpt_opts po = {
+        .B = B, .T = T, .precision = DT_PREC_FP32, .training = true, .doc_mask = true};
     dt_gpt_opts so = {.B = 1, .T = T, .precision = DT_PREC_FP32, .training = true};
     DT_CHECK_OK(dt_gpt_init(&mc, &po, mem, &g));
     DT_CHECK_OK(dt_gpt_init(&mc, &so, mem, &one));
@@ -388,8 +388,8 @@ static void check_docs(dt_arch arch) {
             alone += part;
         }
     double e = dt_test_nmse(dt_gpt_grads(g), dt_gpt_grads(one), n);
-    printf("%s documents packed vs each alone: loss %.9g vs %.9g, gradient nmse %.3g\n", an,
-           packed, alone, e);
+    printf("%s documents packed vs each alone: loss %.9g vs %.9g, gradient nmse %.3g\n", an, packed,
+           alone, e);
     DT_CHECK(fabs(packed - alone) < 1e-5 * fabs(alone) && e < 1e-10,
              "%s documents: packed loss %.9g vs each document alone %.9g, gradient nmse %.3g", an,
              packed, alone, e);

@@ -252,16 +252,24 @@ static void test_probed_device(void) {
     c.train.batch_size = 2;
     c.plugin.type = DT_PLUGIN_DDP;
     c.plugin.overlap = false;
-    dt_plan_device d = {.flops_fp32 = 1e30, .flops_16 = 1e30, .bandwidth = 1e6,
-                        .mem_bandwidth = 1e30, .disk_write = 1e30, .disk_read = 1e30};
+    dt_plan_device d = {.flops_fp32 = 1e30,
+                        .flops_16 = 1e30,
+                        .bandwidth = 1e6,
+                        .mem_bandwidth = 1e30,
+                        .disk_write = 1e30,
+                        .disk_read = 1e30};
     double base = step(&c, 2, &d, NULL);
     d.coll[DT_PLAN_ALLGATHER] = 0.5e6;
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), base, 1e-12);
     d.coll[DT_PLAN_ALLREDUCE] = 0.5e6;
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * base, 1e-9);
     /* compute at 1 GFLOP/s hides a reduction at 1 GB/s whole; a share 0.3 of it shows */
-    d = (dt_plan_device){.flops_fp32 = 1e9, .flops_16 = 1e9, .bandwidth = 1e9,
-                         .mem_bandwidth = 1e30, .disk_write = 1e30, .disk_read = 1e30};
+    d = (dt_plan_device){.flops_fp32 = 1e9,
+                         .flops_16 = 1e9,
+                         .bandwidth = 1e9,
+                         .mem_bandwidth = 1e30,
+                         .disk_write = 1e30,
+                         .disk_read = 1e30};
     double serial = step(&c, 2, &d, NULL);
     c.plugin.overlap = true;
     double hidden = step(&c, 2, &d, NULL);

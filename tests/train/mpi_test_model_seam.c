@@ -187,9 +187,13 @@ static int64_t t_full_numel(const void *s) {
 }
 static dt_param_tables t_tables(const void *s) {
     const toy *t = s;
-    return (dt_param_tables){.full = t->full, .local = t->params, .n_full = 2 * t->U,
-                             .n_local = 2 * t->n_local, .local_full = t->local_full,
-                             .full_numel = t_full_numel(t), .local_numel = t->n_total,
+    return (dt_param_tables){.full = t->full,
+                             .local = t->params,
+                             .n_full = 2 * t->U,
+                             .n_local = 2 * t->n_local,
+                             .local_full = t->local_full,
+                             .full_numel = t_full_numel(t),
+                             .local_numel = t->n_total,
                              .skip = -1};
 }
 static float *t_weights(void *s) { return ((toy *)s)->w; }
@@ -272,17 +276,34 @@ static int t_sizes(const void *s, dt_model_size *out) {
 }
 
 /* no split backward (weight_units), description or token logits */
-static const dt_model_ops toy_ops = {
-    .free = t_free, .config = t_config, .n_units = t_n_units, .unit_range = t_unit_range,
-    .bind_unit = t_bind, .set_hooks = t_set_hooks, .tables = t_tables,
-    .weights = t_weights, .grads = t_grads,
-    .weights_lp = t_weights_lp, .tp = t_tp, .n_ties = t_n_ties, .tie = t_tie,
-    .init_weights = t_init_weights, .sync_lp = t_sync_lp, .zero_grad = t_zero_grad,
-    .forward_units = t_forward, .loss_slot = t_loss, .backward_units = t_backward,
-    .boundary_count = t_boundary_count, .boundary = t_boundary,
-    .boundary_grad = t_boundary_grad, .drop_saved = t_drop_saved,
-    .gather_full = t_gather_full, .flops_per_sample = t_flops,
-    .save = t_save, .load = t_load, .sizes = t_sizes};
+static const dt_model_ops toy_ops = {.free = t_free,
+                                     .config = t_config,
+                                     .n_units = t_n_units,
+                                     .unit_range = t_unit_range,
+                                     .bind_unit = t_bind,
+                                     .set_hooks = t_set_hooks,
+                                     .tables = t_tables,
+                                     .weights = t_weights,
+                                     .grads = t_grads,
+                                     .weights_lp = t_weights_lp,
+                                     .tp = t_tp,
+                                     .n_ties = t_n_ties,
+                                     .tie = t_tie,
+                                     .init_weights = t_init_weights,
+                                     .sync_lp = t_sync_lp,
+                                     .zero_grad = t_zero_grad,
+                                     .forward_units = t_forward,
+                                     .loss_slot = t_loss,
+                                     .backward_units = t_backward,
+                                     .boundary_count = t_boundary_count,
+                                     .boundary = t_boundary,
+                                     .boundary_grad = t_boundary_grad,
+                                     .drop_saved = t_drop_saved,
+                                     .gather_full = t_gather_full,
+                                     .flops_per_sample = t_flops,
+                                     .save = t_save,
+                                     .load = t_load,
+                                     .sizes = t_sizes};
 
 /* The tables: the whole model's (a_u, b_u of every global unit, in order) and the local one
  * of the held units, packed; each tensor C floats. */
