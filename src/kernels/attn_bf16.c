@@ -184,12 +184,14 @@ static inline int doc_col(const dt_attn_shape *s, int b, int q, int k0) {
     return imax(dt_attn_doc_lo(s, b, q) - k0, 0);
 }
 
-/* the maximum of row[0:lim], 0 < lim <= TBC (a positive scale commutes with it) */
+/* the maximum of row[0:lim], 0 < lim <= TBC (a positive scale commutes with it); the last
+ * vector's load is masked too, since row may start inside a tile row (documents) and a full
+ * load would read past the tile */
 INLINE TARGET_BF16 float row_max(const float *row, int lim) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int c = 0; c < lim; c += 16) {
         const __mmask16 k = lim - c >= 16 ? 0xffff : (__mmask16)((1u << (lim - c)) - 1);
-        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_loadu_ps(row + c));
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, row + c));
     }
     return _mm512_reduce_max_ps(mx);
 }
