@@ -569,42 +569,12 @@ static dt_status check_units(const dt_gpt *g, int slot, int u0, int u1) {
     return DT_OK;
 }
 
-/* The batch's ids. With documents, the input holds (id, document start) pairs: the ids, the
- * starts and each token's position in its document (its place in the whole sequence, a
- * ring's chunks counted where they lie, minus its document's start) are decoded for the
- * blocks (g->seq). */
-static const int32_t *read_input(dt_gpt *g, const int32_t *input, int B, int T) {
-    if (!g->doc_mask)
-        return input;
-    int Tc = T / g->n_chunks;
-    for (int64_t i = 0; i < (int64_t)B * T; i++) {
-        int t = (int)(i % T), at = g->chunk[t / Tc] * Tc + t % Tc;
-        g->ids[i] = input[2 * i];
-        g->doc[i] = input[2 * i + 1];
-        g->pos[i] = at - g->doc[i];
-    }
-    g->seq.pos = g->pos;
-    g->seq.doc_start = g->doc;
-    return g->ids;
-}
-
-/* a document start after its token, or before the sequence: a damaged input, not a layout */
-static dt_status check_docs(const dt_gpt *g, int N) {
-    for (int i = 0; g->doc_mask && i < N; i++)
-        if (g->pos[i] < 0 || g->pos[i] >= g->n_positions)
-            return dt_err_set(DT_ERR_ARG,
-                              "model: token %d of the batch starts its document at "
-                              "%d, outside its sequence",
-                              i, g->doc[i]);
-    return DT_OK;
-}
-
 dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input, int B,
                                int T) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
-    const int32_t *tokens = read_input(g, input, B, T);
-    DT_TRY(check_docs(g, B * T));
+    const int32_t *tokens;
+    DT_TRY(dt_gpt_read_input(g, input, B, T, &tokens));
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
     const int *lu = g->unit_local;
     if (u0 == 0) {
@@ -709,7 +679,8 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
                                 int T, bool split) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
-    const int32_t *tokens = read_input(g, input, B, T);
+    const int32_t *tokens;
+    DT_TRY(dt_gpt_read_input(g, input, B, T, &tokens));
     if (split && !g->wgrad)
         return dt_err_set(DT_ERR_ARG, "model: split backward needs a model built for it");
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;

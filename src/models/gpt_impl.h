@@ -203,6 +203,12 @@ dt_status dt_gpt_block_weights(dt_gpt *g, int slot, int l, int next, const float
 /* act_offload = disk (gpt_offload.c). Is residual position l (1..L-1) between two held
  * blocks, so transient? */
 bool dt_gpt_offload_interior(const dt_gpt *g, int l);
+
+/* The batch's token ids (*ids). With documents (doc_mask) the input holds (id, document
+ * start) pairs: the ids, the starts and each token's position in its document are decoded
+ * into g->ids, doc, pos for the blocks (g->seq); a start after its token or before the
+ * sequence is a damaged input, an error naming the token (gpt_docs.c). */
+dt_status dt_gpt_read_input(dt_gpt *g, const int32_t *input, int B, int T, const int32_t **ids);
 /* The frames, carved (with base NULL: measured) by the fields of `fields`, int8 payloads
  * by `q8_fields` (dt_gpt_carve_fields' and dt_gpt_carve_q8's bit sets). */
 void dt_gpt_carve_frames(dt_gpt *g, dt_carver *cv, unsigned fields, unsigned q8_fields);
