@@ -10,6 +10,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config git ca-certificates \
     libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev libinih-dev libgif-dev \
+    libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg \
     fortunes python3 python3-numpy python3-torch iproute2 time bc nodejs \
     slurmctld slurmd slurm-client munge clang libclang-rt-dev libomp-dev > /dev/null
 # npm, for the reference tokenizers the tests fetch: Debian's nodejs comes without it, while a

@@ -65,7 +65,9 @@ typedef struct dt_boost_spec {
      * DT_SOURCE_BOUNCE: clips of bouncing shapes for a DiT, made from the seed (evaluation on
      * clips of a seed of their own, always available; train_data and val_data unused), with
      * `shapes` per clip and, for a model with classes, the chance label_dropout that a
-     * training clip gets the null label. */
+     * training clip gets the null label. DT_SOURCE_CLIPS, DT_SOURCE_LATENTS: clips read from
+     * the shard folders train_data and val_data (pixel clips of dtrain prepare --video, or a
+     * VAE's latents), for an unconditional DiT of their shape. */
     dt_data_source source;
     int shapes;
     float label_dropout;

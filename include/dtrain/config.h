@@ -30,7 +30,15 @@ typedef enum dt_dit_attn {
 } dt_dit_attn;
 /* Where training batches come from (data.source): token shards (data.train, data.val), or
  * clips of coloured shapes bouncing in a box made on the fly from the seed (a DiT's data). */
-typedef enum dt_data_source { DT_SOURCE_TOKENS, DT_SOURCE_BOUNCE, DT_SOURCE_COUNT } dt_data_source;
+/* tokens: token shards; bounce: clips of bouncing shapes made from the seed; clips: pixel
+ * clip shards (dtrain prepare --video); latents: a VAE's latent clips in safetensors shards */
+typedef enum dt_data_source {
+    DT_SOURCE_TOKENS,
+    DT_SOURCE_BOUNCE,
+    DT_SOURCE_CLIPS,
+    DT_SOURCE_LATENTS,
+    DT_SOURCE_COUNT
+} dt_data_source;
 /* fp16: IEEE half operands with fp32 master weights and a dynamic loss scale */
 typedef enum dt_precision { DT_PREC_FP32, DT_PREC_BF16, DT_PREC_FP16, DT_PREC_COUNT } dt_precision;
 typedef enum dt_lr_schedule { DT_SCHED_COSINE, DT_SCHED_CONSTANT, DT_SCHED_COUNT } dt_lr_schedule;
@@ -87,7 +95,7 @@ typedef struct dt_model_config {
 } dt_model_config;
 
 typedef struct dt_data_config {
-    char train[DT_PATH_MAX], val[DT_PATH_MAX]; /* token shards (.bin) */
+    char train[DT_PATH_MAX], val[DT_PATH_MAX]; /* token shards (.bin), or clip shard folders */
     bool shuffle;
     dt_data_source source;
     int shapes; /* bounce: shapes per clip */

@@ -26,6 +26,7 @@
 #include "cli/convert_cmd.h"
 #include "cli/plan_auto.h"
 #include "cli/plan_cmd.h"
+#include "cli/prepare_video.h"
 #include "cli/probe_cmd.h"
 #include "cli/plot_cmd.h"
 #include "cli/schedule_cmd.h"
@@ -171,6 +172,9 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int cmd_prepare(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strncmp(argv[i], "--video", 7) && (argv[i][7] == 0 || argv[i][7] == '='))
+            return dt_cli_prepare_video(argc, argv);
     const char *input = NULL, *out = NULL, *frac = "0.1", *tokenizer = NULL, *v;
     for (int i = 2; i < argc; i++) {
         if ((v = dt_cli_option(argc, argv, &i, "--input")))

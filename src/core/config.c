@@ -44,7 +44,7 @@ enum { N_SECTIONS = (int)(sizeof section_names / sizeof *section_names) };
 
 static const char *const arch_names[] = {"gpt2", "llama", "dit"};
 static const char *const dit_attn_names[] = {"full", "spatial_temporal"};
-static const char *const source_names[] = {"tokens", "bounce"};
+static const char *const source_names[] = {"tokens", "bounce", "clips", "latents"};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const char *const schedule_names[] = {"cosine", "constant"};
 static const char *const plugin_names[] = {"none", "ddp", "zero1", "zero2", "zero3", "hybrid"};

@@ -309,10 +309,23 @@ static void check_data(const dt_config *c, problems *p) {
     bool video = c->model.arch == DT_ARCH_DIT;
     if ((int)d->source < 0 || d->source >= DT_SOURCE_COUNT)
         problem(p, false, "data.source=%d is not a known source", (int)d->source);
-    else if (video != (d->source == DT_SOURCE_BOUNCE))
+    else if (video == (d->source == DT_SOURCE_TOKENS))
         problem(p, false, "data.source=%s does not feed model.arch=%s (a DiT trains on clips: "
-                "data.source=bounce; a language model on token shards: data.source=tokens)",
+                "data.source=bounce, clips or latents; a language model on token shards: "
+                "data.source=tokens)",
                 dt_data_source_name(d->source), dt_arch_name(c->model.arch));
+    bool from_disk = d->source == DT_SOURCE_CLIPS || d->source == DT_SOURCE_LATENTS;
+    if (from_disk && !d->train[0])
+        problem(p, false, "data.source=%s needs data.train: a folder of clip shards (%s)",
+                dt_data_source_name(d->source),
+                d->source == DT_SOURCE_CLIPS ? "dtrain prepare --video DIR --out OUT writes "
+                                               "OUT/train and OUT/val"
+                                             : "safetensors files with \"latents\" [clips, "
+                                               "channels, frames, height, width]");
+    if (from_disk && video && c->model.n_classes != 0)
+        problem(p, false, "model.n_classes=%d: data.source=%s clips carry no class label; "
+                "set model.n_classes=0 (unconditional)", c->model.n_classes,
+                dt_data_source_name(d->source));
     if (d->source == DT_SOURCE_BOUNCE && d->shapes < 1)
         problem(p, false, "data.shapes=%d must be >= 1 (shapes per clip)", d->shapes);
     if (!(d->label_dropout >= 0 && d->label_dropout <= 1))

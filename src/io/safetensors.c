@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +31,9 @@
 
 struct dt_st_file {
     char *path;
-    unsigned char *buf; /* the whole file */
-    size_t len;
+    unsigned char *buf; /* the whole file, or its first head_len bytes (dt_st_open_header) */
+    size_t len;         /* the file's length */
+    size_t head_len;    /* bytes of it in buf */
     cJSON *root;          /* parsed header; names and metadata are borrowed from it */
     const cJSON *meta;    /* borrowed: the __metadata__ object, or NULL */
     int n;
@@ -113,6 +115,52 @@ static dt_status read_all(const char *path, unsigned char **out, size_t *out_len
 
 fail:
     free(buf);
+    close(fd);
+    return st;
+}
+
+/* The header's length from the first 8 bytes, checked against the file's length. */
+static dt_status header_length(const char *path, const unsigned char *b, size_t len,
+                               uint64_t *hlen) {
+    if (len < 8)
+        return dt_err_set(DT_ERR_FORMAT, "%s: file is shorter than 8 bytes (%zu bytes): not a "
+                          "safetensors file", path, len);
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        *hlen = *hlen << 8 | b[i];
+    if (*hlen > HEADER_MAX)
+        return dt_err_set(DT_ERR_FORMAT, "%s: header length %llu is absurd (> 100 MB): not a "
+                          "safetensors file or corrupt", path, (unsigned long long)*hlen);
+    if (*hlen > len - 8)
+        return dt_err_set(DT_ERR_FORMAT, "%s: header length %llu is larger than the file (%zu "
+                          "bytes): file truncated or corrupt", path, (unsigned long long)*hlen,
+                          len);
+    return DT_OK;
+}
+
+/* The first 8 bytes and the header of a file whose data section stays on disk. */
+static dt_status read_head(const char *path, unsigned char **out, size_t *head_len,
+                           size_t *file_len) {
+    int fd;
+    DT_TRY(dt_file_open_regular(path, "safetensors file", &fd, file_len));
+    unsigned char len8[8];
+    uint64_t hlen = 0;
+    dt_status st = DT_OK;
+    if (pread(fd, len8, 8, 0) != (ssize_t)(*file_len < 8 ? *file_len : 8)) {
+        st = dt_err_set(DT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    DT_TRY_GOTO(header_length(path, len8, *file_len, &hlen));
+    *head_len = 8 + (size_t)hlen;
+    if (!(*out = malloc(*head_len))) {
+        st = dt_err_set(DT_ERR_OOM, "%s: cannot allocate %zu bytes for the header", path,
+                        *head_len);
+        goto fail;
+    }
+    if (pread(fd, *out, *head_len, 0) != (ssize_t)*head_len)
+        st = dt_err_set(DT_ERR_IO, "%s: reading the header failed: %s", path,
+                        errno ? strerror(errno) : "the file shrank");
+fail:
     close(fd);
     return st;
 }
@@ -299,19 +347,10 @@ static dt_status check_table(dt_st_file *f, span *sp, uint64_t data_len) {
 
 static dt_status parse_header(dt_st_file *f) {
     const char *path = f->path;
-    if (f->len < 8)
-        return dt_err_set(DT_ERR_FORMAT, "%s: file is shorter than 8 bytes (%zu bytes): not a "
-                          "safetensors file", path, f->len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | f->buf[i];
-    if (hlen > HEADER_MAX)
-        return dt_err_set(DT_ERR_FORMAT, "%s: header length %llu is absurd (> 100 MB): not a "
-                          "safetensors file or corrupt", path, (unsigned long long)hlen);
-    if (hlen > f->len - 8)
-        return dt_err_set(DT_ERR_FORMAT, "%s: header length %llu is larger than the file (%zu "
-                          "bytes): file truncated or corrupt", path, (unsigned long long)hlen,
-                          f->len);
+    DT_TRY(header_length(path, f->buf, f->len, &hlen));
+    if (f->head_len < 8 + hlen)
+        return dt_err_set(DT_ERR_IO, "%s: the file shrank while it was read", path);
     const char *hdr = (const char *)f->buf + 8, *end = NULL;
     f->root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
     if (!f->root) {
@@ -354,7 +393,8 @@ static dt_status parse_header(dt_st_file *f) {
         dt_st_tensor *t = &f->t[f->n];
         DT_TRY_GOTO(parse_tensor(path, e, data_len, f->len, data_start, t, &sp[f->n].begin,
                                  &sp[f->n].end));
-        t->data = f->buf + data_start + sp[f->n].begin;
+        t->offset = (int64_t)(data_start + sp[f->n].begin);
+        t->data = f->head_len == f->len ? f->buf + t->offset : NULL;
         sp[f->n].idx = f->n;
         f->n++;
     }
@@ -367,7 +407,7 @@ fail:
     return st;
 }
 
-dt_status dt_st_open(const char *path, dt_st_file **out) {
+static dt_status open_file(const char *path, bool whole, dt_st_file **out) {
     dt_status st = DT_OK;
     if (!path || !out)
         return dt_err_set(DT_ERR_ARG, "%s: NULL argument", __func__);
@@ -377,7 +417,12 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
         free(f);
         return dt_err_set(DT_ERR_OOM, "%s: out of memory", path);
     }
-    DT_TRY_GOTO(read_all(path, &f->buf, &f->len));
+    if (whole) {
+        DT_TRY_GOTO(read_all(path, &f->buf, &f->len));
+        f->head_len = f->len;
+    } else {
+        DT_TRY_GOTO(read_head(path, &f->buf, &f->head_len, &f->len));
+    }
     DT_TRY_GOTO(parse_header(f));
     *out = f;
     return DT_OK;
@@ -385,6 +430,12 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
 fail:
     dt_st_close(f);
     return st;
+}
+
+dt_status dt_st_open(const char *path, dt_st_file **out) { return open_file(path, true, out); }
+
+dt_status dt_st_open_header(const char *path, dt_st_file **out) {
+    return open_file(path, false, out);
 }
 
 void dt_st_close(dt_st_file *f) {

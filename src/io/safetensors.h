@@ -31,13 +31,17 @@ typedef struct dt_st_tensor {
     int ndim;
     int64_t shape[8];
     size_t nbytes;
-    const void *data; /* borrowed: points into the file's bytes */
+    int64_t offset;   /* where its bytes start in the file */
+    const void *data; /* borrowed: points into the file's bytes (NULL: dt_st_open_header) */
 } dt_st_tensor;
 
 typedef struct dt_st_file dt_st_file;
 
 /* Reads and validates the whole file into memory. */
 dt_status dt_st_open(const char *path, dt_st_file **out);
+/* The same checks from the header and the file's length alone, for files larger than memory
+ * (data shards): tensors have no data, and their bytes are read at `offset` by the caller. */
+dt_status dt_st_open_header(const char *path, dt_st_file **out);
 void dt_st_close(dt_st_file *f);
 int dt_st_count(const dt_st_file *f);
 const dt_st_tensor *dt_st_get(const dt_st_file *f, int i);

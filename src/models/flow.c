@@ -27,6 +27,17 @@ void dt_flow_noise(uint64_t seed, int64_t index, int64_t n, float *out) {
     dt_rng_fill_normal(seed, "flow.noise", index * n, n, 0.0f, 1.0f, out);
 }
 
+float dt_flow_make_row(uint64_t seed, int64_t index, int64_t numel, float *x_t, float *v) {
+    float t = dt_flow_timestep(seed, index);
+    dt_flow_noise(seed, index, numel, x_t);
+    for (int64_t i = 0; i < numel; i++) {
+        float x0 = v[i], eps = x_t[i];
+        x_t[i] = (1.0f - t) * x0 + t * eps;
+        v[i] = eps - x0;
+    }
+    return t;
+}
+
 bool dt_flow_drop_label(uint64_t seed, int64_t index, float p) {
     float u;
     dt_rng_fill_uniform(seed, "flow.drop", index, 1, &u);
@@ -97,15 +108,8 @@ static const int32_t *make_batch(dt_flow *f, const float *x0, const int32_t *lab
                                  uint64_t seed, int64_t index0) {
     int64_t n = f->clip;
     for (int b = 0; b < B; b++) {
-        int64_t idx = index0 + b;
-        float t = f->t[b] = dt_flow_timestep(seed, idx);
-        float *eps = f->v + b * n, *xt = f->xt + b * n;
-        const float *x = x0 + b * n;
-        dt_flow_noise(seed, idx, n, eps);
-        for (int64_t i = 0; i < n; i++) {
-            xt[i] = (1.0f - t) * x[i] + t * eps[i];
-            eps[i] -= x[i]; /* v = eps - x0 */
-        }
+        memcpy(f->v + b * n, x0 + b * n, (size_t)n * sizeof *x0);
+        f->t[b] = dt_flow_make_row(seed, index0 + b, n, f->xt + b * n, f->v + b * n);
     }
     if (!labels)
         return NULL;

@@ -29,6 +29,10 @@
 float dt_flow_timestep(uint64_t seed, int64_t index);
 /* Noise of the clip with global index `index`: n standard normals. */
 void dt_flow_noise(uint64_t seed, int64_t index, int64_t n, float *out);
+/* A training row of clip `index` from its clip x_0 (numel values, in v on entry): the noised
+ * clip x_t = (1 - t) x_0 + t eps into x_t and the velocity eps - x_0 over v, with noise and t
+ * of (seed, index); returns t. What every clip source hands the model. */
+float dt_flow_make_row(uint64_t seed, int64_t index, int64_t numel, float *x_t, float *v);
 /* Whether clip `index`'s label is dropped (replaced by the null class) with probability p. */
 bool dt_flow_drop_label(uint64_t seed, int64_t index, float p);
 

@@ -24,6 +24,7 @@
 #include "optim/loss_scale.h"
 #include "core/clock.h"
 #include "io/atomic.h"
+#include "io/clips.h"
 #include "nn/ring_attn.h"
 #include "plan/layout.h"
 #include "plan/schedule.h"
@@ -151,7 +152,8 @@ static dt_status make_schedule(dt_booster *b) {
 }
 
 /* The training and validation sources. Bouncing-shapes validation clips come from a seed of
- * their own (never a training clip) and keep every label (the conditional loss). */
+ * their own (never a training clip) and keep every label (the conditional loss); clips read
+ * from disk take their validation clips from data.val's folder, noised by a seed of its own. */
 static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
     const dt_model_config *m = s->model;
     if (s->source == DT_SOURCE_BOUNCE) {
@@ -162,6 +164,19 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
         bs.label_dropout = 0;
         bs.seed = dt_rng_u64(s->seed, "data.val", 0);
         return dt_source_open_bounce(&bs, &b->val);
+    }
+    if (s->source == DT_SOURCE_CLIPS || s->source == DT_SOURCE_LATENTS) {
+        dt_clip_source_spec cs = {.model = m, .path = s->train_data, .what = "data.train",
+                                  .kind = s->source == DT_SOURCE_CLIPS ? DT_CLIPS_PIXELS
+                                                                       : DT_CLIPS_LATENTS,
+                                  .batch_size = s->batch_size, .shuffle = s->shuffle,
+                                  .seed = s->seed};
+        DT_TRY(dt_source_open_clips(&cs, &b->train));
+        if (!s->val_data || !s->val_data[0])
+            return DT_OK;
+        cs.path = s->val_data, cs.what = "data.val", cs.shuffle = false;
+        cs.seed = dt_rng_u64(s->seed, "data.val", 0);
+        return dt_source_open_clips(&cs, &b->val);
     }
     if (s->source != DT_SOURCE_TOKENS)
         return dt_err_set(DT_ERR_ARG, "booster: data source %d is not known", (int)s->source);

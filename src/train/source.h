@@ -1,6 +1,7 @@
 /* Where training and evaluation batches come from: one interface (an ops table and the
- * implementation's own state, as dt_model is) over the token-shard loader (train/loader.c)
- * and the bouncing-shapes clips of a video DiT (train/source_bounce.c). The booster sees
+ * implementation's own state, as dt_model is) over the token-shard loader (train/loader.c),
+ * the bouncing-shapes clips of a video DiT (train/source_bounce.c) and clips read from
+ * disk (train/source_clips.c). The booster sees
  * batches only through it: rows of the current step's GLOBAL batch into caller buffers whose
  * row sizes the source reports, so every layout reads the same batch.
  *
@@ -83,6 +84,23 @@ typedef struct dt_bounce_source_spec {
     uint64_t seed;
 } dt_bounce_source_spec;
 dt_status dt_source_open_bounce(const dt_bounce_source_spec *spec, dt_source **out);
+
+/* Clips read from disk (io/clips.h) for a rectified-flow DiT: pixel clips `dtrain prepare
+ * --video` wrote (kind DT_CLIPS_PIXELS) or a VAE's latents (DT_CLIPS_LATENTS), rows as the
+ * bouncing-shapes source's with label 0 (the model must be unconditional). Row r of step s
+ * is run clip s x batch_size + r: in order, wrapping around the folder, or with shuffle a
+ * folder clip drawn by (seed, that index); its noise and t come from (seed, that index).
+ * DT_ERR_ARG naming `what` (the config key) when the clips' shape is not the model's. */
+typedef struct dt_clip_source_spec {
+    const dt_model_config *model; /* borrowed for the call */
+    const char *path;             /* a folder of shards, or one */
+    const char *what;             /* "data.train", "data.val" */
+    int kind;                     /* dt_clips_kind */
+    int batch_size;
+    bool shuffle;
+    uint64_t seed;
+} dt_clip_source_spec;
+dt_status dt_source_open_clips(const dt_clip_source_spec *spec, dt_source **out);
 
 /* ---- calls ------------------------------------------------------------------------------- */
 

@@ -30,19 +30,12 @@ static size_t target_bytes(const void *self) {
     return (size_t)((const bounce_src *)self)->numel * sizeof(float);
 }
 
-/* One clip: x_0 lands in the target row and eps in the input row, then both become what the
- * model reads, element by element as dt_flow_train computes them:
- *   x_t = (1 - t) x_0 + t eps (input),   v = eps - x_0 (target). */
+/* One clip: x_0 lands in the target row, then x_t goes to the input row and v over x_0, as
+ * dt_flow_train computes them. */
 static void make_row(const bounce_src *s, int64_t index, float *in, float *tg) {
     int32_t label;
     dt_bounce_batch(&s->clip, s->seed, index, 1, tg, &label);
-    dt_flow_noise(s->seed, index, s->numel, in);
-    float t = dt_flow_timestep(s->seed, index);
-    for (int64_t i = 0; i < s->numel; i++) {
-        float x0 = tg[i], eps = in[i];
-        in[i] = (1.0f - t) * x0 + t * eps;
-        tg[i] = eps - x0;
-    }
+    float t = dt_flow_make_row(s->seed, index, s->numel, in, tg);
     if (s->n_classes == 0)
         label = 0;
     else if (dt_flow_drop_label(s->seed, index, s->dropout))

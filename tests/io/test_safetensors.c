@@ -3,6 +3,7 @@
  * with the right status and a message naming the file, the tensor and the problem.
  * Works in a mkdtemp directory under /tmp that it removes at the end.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,16 @@ static void expect_fail(int line, dt_status want, const char *what, const char *
         snprintf(q, sizeof q, "\"%s\"", tensor);
         dt_test_check(strstr(m, q) != NULL, __FILE__, line, "message lacks %s: %s", q, m);
     }
+    if (st == DT_OK)
+        dt_st_close(f);
+    /* reading only the header finds the same fault, with the same words */
+    char whole[1024];
+    snprintf(whole, sizeof whole, "%s", m);
+    f = (dt_st_file *)&f;
+    st = dt_st_open_header(bad, &f);
+    dt_test_check(st == want && f == NULL && !strcmp(dt_err_msg(), whole), __FILE__, line,
+                  "header only: %s, %s (whole file: %s)", dt_status_str(st), dt_err_msg(),
+                  whole);
     if (st == DT_OK)
         dt_st_close(f);
 }
@@ -149,6 +160,23 @@ static void test_round_trip(void) {
              dt_err_msg());
     dt_st_close(f);
     dt_st_close(NULL);
+
+    /* the header alone: the same table, no data, offsets where the bytes are in the file */
+    DT_CHECK_OK(dt_st_open_header(p, &f));
+    DT_CHECK(f && dt_st_count(f) == 4 && !strcmp(dt_st_metadata(f, "step"), "7"),
+             "header-only table");
+    for (int i = 0; f && i < 4; i++) {
+        const dt_st_tensor *t = dt_st_get(f, i);
+        unsigned char got[24];
+        int fd = open(p, O_RDONLY);
+        DT_CHECK(t->data == NULL && t->nbytes <= sizeof got &&
+                     pread(fd, got, t->nbytes, t->offset) == (ssize_t)t->nbytes,
+                 "tensor %s at offset %lld", t->name, (long long)t->offset);
+        const void *want[4] = {w, b, ids, &scalar};
+        DT_CHECK(memcmp(got, want[i], t->nbytes) == 0, "%s: bytes at its offset differ", t->name);
+        close(fd);
+    }
+    dt_st_close(f);
 
     /* an empty writer gives a valid file with no tensors */
     DT_CHECK_OK(dt_st_writer_init(&wr));

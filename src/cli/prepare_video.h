@@ -1,0 +1,18 @@
+/* dtrain prepare --video: video files to pixel clip shards (io/clips.h) for a DiT.
+ *
+ *   dtrain prepare --video DIR --out DIR [--frames 8] [--height 32] [--width 32] [--fps 8]
+ *                  [--clips-per-video N] [--val-fraction 0.1] [--shard-mb 256]
+ *
+ * Every file under DIR (sub-folders included, in path order) that is not a caption is read
+ * as a video (io/video.h); its caption is the text of the file beside it with the extension
+ * .txt (FILE.mp4 -> FILE.txt), or none. The last --val-fraction of the files go to OUT/val,
+ * the rest to OUT/train, so no video gives clips to both. A file FFmpeg cannot read, or
+ * that breaks part way, gives no clip: it is counted, and the first reason is printed.
+ */
+#ifndef DT_CLI_PREPARE_VIDEO_H
+#define DT_CLI_PREPARE_VIDEO_H
+
+/* argv as dtrain's: argv[1] is "prepare"; an exit status */
+int dt_cli_prepare_video(int argc, char **argv);
+
+#endif
