@@ -15,6 +15,7 @@
 #include "io/atomic.h"
 #include "io/bpe.h"
 #include "io/gif.h"
+#include "io/safetensors.h"
 #include "dtrain/booster.h"
 #include "models/flow.h"
 #include "train/checkpoint.h"
@@ -250,7 +251,7 @@ fail:
 static dt_status check_out(const char *out) {
     struct stat sb;
     if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return dt_err_set(DT_ERR_ARG, "--out %s is a folder; give a .gif file name", out);
+        return dt_err_set(DT_ERR_ARG, "--out %s is a folder; give a .gif or .safetensors file name", out);
     dt_atomic_file a;
     dt_status st = dt_atomic_open(&a, out);
     if (st != DT_OK)
@@ -282,6 +283,46 @@ static dt_status clip_labels(const dt_sample_clip_opts *o, const dt_model_config
     return DT_OK;
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* K clips [K, frames, channels, height, width] side by side in an animated GIF */
+static dt_status write_gif(const char *out, const dt_model_config *m, const float *clips, int K) {
+    /* pixels drawn as squares so that a small clip is a visible picture (~96 pixels a side) */
+    int side = m->height > m->width ? m->height : m->width, scale = 96 / side;
+    dt_gif_clips gc = {.data = clips, .K = K, .frames = m->frames, .channels = m->channels,
+                       .height = m->height, .width = m->width};
+    return dt_gif_write(out, &gc, scale > 1 ? scale : 1, 12);
+}
+
+/* K clips as a latent shard (io/clips.h's "latents" [K, channels, frames, height, width]),
+ * for the VAE that made the training latents to decode */
+static dt_status write_latents(const char *out, const dt_model_config *m, const float *clips,
+                               int K) {
+    int64_t hw = (int64_t)m->height * m->width, clip = hw * m->channels * m->frames;
+    float *x = malloc((size_t)(clip * K) * sizeof *x);
+    if (!x)
+        return dt_err_set(DT_ERR_OOM, "sample: out of memory for %d clips", K);
+    for (int k = 0; k < K; k++)
+        for (int t = 0; t < m->frames; t++)
+            for (int c = 0; c < m->channels; c++)
+                memcpy(x + k * clip + ((int64_t)c * m->frames + t) * hw,
+                       clips + k * clip + ((int64_t)t * m->channels + c) * hw,
+                       (size_t)hw * sizeof *x);
+    int64_t shape[5] = {K, m->channels, m->frames, m->height, m->width};
+    dt_st_writer *w = NULL;
+    dt_status st;
+    DT_TRY_GOTO(dt_st_writer_init(&w));
+    DT_TRY_GOTO(dt_st_writer_add(w, "latents", DT_ST_F32, 5, shape, x));
+    st = dt_st_writer_commit(w, out);
+fail:
+    dt_st_writer_free(w);
+    free(x);
+    return st;
+}
+
 dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     if (o->steps < 1 || o->count < 1 || o->count > DT_SAMPLE_MAX_CLIPS)
         return dt_err_set(DT_ERR_ARG, "sample: --steps %d must be >= 1 and --count %d in 1..%d",
@@ -303,6 +344,12 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
         goto fail;
     }
     DT_TRY_GOTO(clip_labels(o, m, labels, &use_labels));
+    if (!ends_with(o->out, ".safetensors") && m->channels != 1 && m->channels != 3) {
+        st = dt_err_set(DT_ERR_ARG, "--out %s: the model in %s makes clips of %d channels "
+                        "(latents), which a GIF cannot show; give --out FILE.safetensors for "
+                        "the VAE that made them to decode", o->out, o->checkpoint, m->channels);
+        goto fail;
+    }
     int64_t numel = (int64_t)m->frames * m->channels * m->height * m->width;
     if (!(clips = malloc((size_t)(numel * o->count) * sizeof *clips))) {
         st = dt_err_set(DT_ERR_OOM, "sample: out of memory for %d clips", o->count);
@@ -310,12 +357,8 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     }
     DT_TRY_GOTO(dt_flow_sample_model(g, mem, o->count, o->steps, o->seed,
                                      use_labels ? labels : NULL, o->guidance, clips));
-    /* pixels drawn as squares so that a small clip is a visible picture (~96 pixels a side) */
-    int side = m->height > m->width ? m->height : m->width, scale = 96 / side;
-    dt_gif_clips gc = {.data = clips, .K = o->count, .frames = m->frames,
-                       .channels = m->channels, .height = m->height, .width = m->width};
-    DT_TRY_GOTO(dt_gif_write(o->out, &gc, scale > 1 ? scale : 1, 12));
-    st = DT_OK;
+    st = ends_with(o->out, ".safetensors") ? write_latents(o->out, m, clips, o->count)
+                                            : write_gif(o->out, m, clips, o->count);
 fail:
     free(clips);
     dt_model_free(g);

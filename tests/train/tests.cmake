@@ -204,3 +204,10 @@ endforeach()
 add_test(NAME train/ema
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ema.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/ema PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# Clips from video files FFmpeg's encoder wrote (dtrain prepare --video) and from latents
+# numpy wrote: the pixels against the source frames, training in several layouts, resume,
+# latents equal to the clips they came from, bad input.
+add_test(NAME train/video_clips
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/video_clips.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/video_clips PROPERTIES LABELS "train;mpi" TIMEOUT 600)

@@ -1,0 +1,91 @@
+#!/bin/bash
+# Clips from real video files and from a VAE's latents, end to end.
+# - dtrain prepare --video over files FFmpeg's own encoder wrote (mp4/H.264 in a sub-folder,
+#   webm/VP9 in portrait, mkv/FFV1, an animated GIF, and an mp4 kept for validation): every
+#   clip's pixels are the source frame on screen at its time (8 fps from 24, 12 and 10),
+#   scaled and cut about the centre (the white bars gone), with its caption, source and
+#   start (video_clips.py check). Random bytes, an empty file and an mp4 cut short are
+#   skipped with a count and the first reason; a file shorter than one clip is counted.
+# - data.source=clips trains an unconditional DiT: dp2 ZeRO-2, Ulysses sp2 and tp2 give the
+#   one process's losses and weights (1e-5), with shuffle; 2 steps + resume + 2 are 4 straight
+#   steps bit for bit; validation reads data.val's folder.
+# - data.source=latents over numpy's latents of the same clips (pixels / 127.5 - 1, laid out
+#   [N, C, T, H, W]) trains to the same bits as the clips; 4-channel BF16 latents in two
+#   shards train a 4-channel DiT alike on 1 and 2 ranks, and dtrain sample writes its clips as
+#   latents (a GIF of them is refused).
+# - A clip shape that is not the model's, a model with classes, a missing folder: one error on
+#   every rank.
+#   video_clips.sh DTRAIN SRC_DIR
+dtrain=$1 src=$2
+base=(--model.arch=dit --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --model.frames=4
+      --model.channels=3 --model.height=16 --model.width=16 --model.patch_t=1 --model.patch_h=4
+      --model.patch_w=4 --model.n_classes=0 --model.attn=spatial_temporal --data.source=clips
+      --data.train=clips/train --data.val= --data.shuffle=true --train.batch_size=4
+      --train.steps=4 --train.seq_len=64 --train.log_every=1 --train.sample_tokens=0
+      --optim.lr=3e-3 --optim.warmup_steps=1 --optim.eps=1e-6 --plugin.grad_clip=1.0
+      --plugin.type=hybrid)
+. "$src/tests/train/layout_lib.sh"
+py=/usr/bin/python3
+helper="$src/tests/train/video_clips.py"
+
+mkdir videos && $py "$helper" make videos || { echo "making the videos failed"; exit 1; }
+check "prepare --video" "$dtrain" prepare --video videos --out clips --frames 4 --height 16 \
+    --width 16 --fps 8 --val-fraction 0.12
+"$dtrain" prepare --video videos --out clips2 --frames 4 --height 16 --width 16 --fps 8 \
+    --val-fraction 0.12 > prep.log 2>&1
+check "15 training clips from 4 files, 2 for validation from 1" \
+    grep -q "clips2/train: 15 clips of 4 frames of 16x16 at 8 fps from 4 files" prep.log
+check "validation" grep -q "clips2/val: 2 clips .* from 1 files" prep.log
+check "3 broken files skipped, the first named with its reason" \
+    grep -q "3 files skipped; the first: videos/empty.webm: not a video FFmpeg reads" prep.log
+check "a file shorter than a clip counted" grep -q "1 files are shorter than one clip" prep.log
+check "the clips are their source frames" $py "$helper" check clips
+# bad requests
+mkdir nothing
+check "a folder with no video" bash -c "! '$dtrain' prepare --video nothing --out x 2> e.txt && grep -q 'holds no file' e.txt"
+check "--fps 0 refused" bash -c "! '$dtrain' prepare --video videos --out x --fps 0 2> e.txt && grep -q -- '--fps' e.txt"
+check "--out needed" bash -c "! '$dtrain' prepare --video videos 2> e.txt && grep -q -- '--out' e.txt"
+
+# training on the clips, in several layouts
+run ref 1 || { echo "reference run on clips failed"; cat ref.log; exit 1; }
+same dp2z2 2 --plugin.zero_stage=2
+same sp2 2 --plugin.sp_size=2 --plugin.sp_mode=all_to_all
+same tp2 2 --plugin.tp_size=2
+ran half 1 --checkpoint.dir=ck --checkpoint.every=2 --checkpoint.keep=0 && rm -rf ck/step-4 &&
+    ran resumed 1 --checkpoint.dir=ck --checkpoint.every=2 --checkpoint.resume=auto &&
+    check "2 steps + resume + 2 = 4 steps (weights)" cmp resumed.safetensors ref.safetensors
+ran val 1 --data.val=clips/val --train.eval_every=2 --train.eval_batches=1 &&
+    check "validation loss from data.val" grep -q '"val_loss"' val.jsonl
+
+# latents: the same clips as numpy's latents train to the same bits
+$py "$helper" latents clips lat || { echo "writing latents failed"; exit 1; }
+ran lat 1 --data.source=latents --data.train=lat && identical lat ref
+$py "$helper" latents4 lat4 || { echo "writing 4-channel latents failed"; exit 1; }
+four=(--data.source=latents --data.train=lat4 --model.channels=4 --model.height=8
+      --model.width=8 --model.patch_h=2 --model.patch_w=2)
+ran lat4 1 "${four[@]}" && mv lat4.jsonl ref4.jsonl && mv lat4.safetensors ref4.safetensors &&
+    ran lat4dp 2 "${four[@]}" --plugin.zero_stage=1 &&
+    check "4-channel latents dp2 equivalence" $py "$src/tests/train/compare_runs.py" \
+        ref4.jsonl ref4.safetensors lat4dp.jsonl lat4dp.safetensors 1e-5
+check "sample writes latents" "$dtrain" sample --checkpoint ref4.safetensors --out s.safetensors \
+    --count 3 --steps 4
+check "sampled latents [3, 4, 4, 8, 8], finite" $py - "$src/tests/models" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import st
+x = st.read_safetensors("s.safetensors")[0]["latents"]
+assert x.shape == (3, 4, 4, 8, 8) and np.isfinite(x).all() and x.std() > 0.1, (x.shape, x.std())
+PY
+check "a GIF of 4-channel clips refused" bash -c "! '$dtrain' sample --checkpoint ref4.safetensors --out s.gif 2> e.txt && grep -q 'which a GIF cannot show' e.txt"
+
+# bad input: one error on every rank
+bad() { # NAME WANT ARGS...: fails on 2 ranks, each saying WANT
+    local name=$1 want=$2; shift 2
+    if run "$name" 2 "$@"; then echo "FAIL $name: ran"; failed=$((failed + 1)); return; fi
+    check "$name: every rank says '$want'" test "$(grep -c -- "$want" "$name.log")" -ge 2
+}
+bad frames "holds clips of 4 frames x 3 channels x 16x16" --model.frames=8
+bad classes "carry no class label" --model.n_classes=3
+bad missing "data.train" --data.train=clips/absent
+finish
