@@ -30,26 +30,36 @@ static const command_help commands[] = {
      "                        format and exit; the output is itself a valid --config FILE\n"
      "\n"
      "Under mpirun or srun every rank runs the same command line.\n"},
-    {"prepare", "tokenise text into token shards",
+    {"prepare", "tokenise text into token shards, or cut videos into clips",
      "usage: dtrain prepare --input FILE|DIR --out DIR [--val-fraction 0.1]\n"
      "                      [--tokenizer FILE]\n"
+     "       dtrain prepare --video DIR --out DIR [--frames 8] [--height 32] [--width 32]\n"
+     "                      [--fps 8] [--clips-per-video N] [--val-fraction 0.1]\n"
+     "                      [--shard-mb 256]\n"
      "\n"
      "Byte-level tokenisation of a text file (or every file under DIR) into DIR/train.bin and\n"
      "DIR/val.bin; the last --val-fraction of the tokens (in (0, 1)) go to val.bin. With\n"
      "--tokenizer, a byte-level BPE's ids instead (a HuggingFace tokenizer.json, GPT-2's\n"
      "encoder.json with vocab.bpe beside it, or a tiktoken rank file), each file a document\n"
-     "ended by the end-of-document token, in uint16 shards (uint32 past 65536 ids).\n"},
+     "ended by the end-of-document token, in uint16 shards (uint32 past 65536 ids).\n"
+     "\n"
+     "With --video, every file under DIR that FFmpeg decodes, sampled at --fps, scaled and\n"
+     "cut about the centre to --height x --width, as clips of --frames frames with the\n"
+     "caption of FILE.txt beside each FILE, into DIR/train and DIR/val (the last\n"
+     "--val-fraction of the files): shards for data.source = clips. Files it cannot read\n"
+     "are skipped, counted, and the first named with its reason.\n"},
     {"sample", "generate text or video clips from weights",
      "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
      "                     [--temperature 0.8] [--seed 1] [--tokenizer FILE] [--raw]\n"
-     "       dtrain sample --checkpoint PATH --out FILE.gif [--steps 32] [--count 4]\n"
-     "                     [--label L] [--guidance G] [--seed 1] [--raw]\n"
+     "       dtrain sample --checkpoint PATH --out FILE.gif|FILE.safetensors [--steps 32]\n"
+     "                     [--count 4] [--label L] [--guidance G] [--seed 1] [--raw]\n"
      "\n"
      "Generates --tokens tokens after --prompt from a checkpoint step folder or an exported\n"
      ".safetensors file (train.export), on one process; --tokenizer FILE (what prepare read)\n"
      "encodes the prompt and prints the text of a BPE model. With --out, a video DiT's checkpoint\n"
      "instead: --count clips sampled from noise in --steps Euler steps of its rectified flow,\n"
-     "side by side in an animated GIF. Clip k gets class k % n_classes, or --label L for all;\n"
+     "side by side in an animated GIF (FILE.safetensors: the clips as latents, for the VAE\n"
+     "that made the training latents). Clip k gets class k % n_classes, or --label L for all;\n"
      "--guidance G > 0 applies classifier-free guidance of that scale. Either samples the\n"
      "weights' average where the run kept one (train.ema_decay: in the step folder, or\n"
      "exported beside the file as NAME.ema.safetensors); --raw the weights themselves.\n"},
