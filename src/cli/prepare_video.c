@@ -139,7 +139,7 @@ static dt_status hold(void *ctx, const uint8_t *pixels, int64_t start_ms) {
 
 typedef struct tally {
     int files, skipped, short_files;
-    int64_t clips;
+    int64_t clips, decoded;
     char first_skip[512];
 } tally;
 
@@ -147,8 +147,9 @@ static dt_status add_file(const opts *o, const char *path, dt_clips_writer *w, h
                           tally *t) {
     static char caption[MAX_CAPTION];
     h->n = 0;
-    int n = 0;
+    dt_video_counts n;
     dt_status st = dt_video_clips(path, &o->spec, hold, h, &n);
+    t->decoded += n.decoded;
     if (st == DT_ERR_OOM)
         return st;
     if (st != DT_OK) {
@@ -219,9 +220,11 @@ static dt_status prepare(const opts *o) {
     else
         dt_info("no validation clips: %d files x --val-fraction %g is under one file", walk.n,
                 o->val_fraction);
-    int64_t frames = (train.clips + val.clips) * o->spec.frames;
-    dt_info("%lld clip frames in %.2f s: %.0f frames/s", (long long)frames, secs,
-            secs > 0 ? (double)frames / secs : 0.0);
+    int64_t frames = (train.clips + val.clips) * o->spec.frames,
+            decoded = train.decoded + val.decoded;
+    dt_info("%lld clip frames from %lld decoded in %.2f s: %.0f clip frames/s, %.0f decoded/s",
+            (long long)frames, (long long)decoded, secs, secs > 0 ? (double)frames / secs : 0.0,
+            secs > 0 ? (double)decoded / secs : 0.0);
     if (train.clips == 0)
         return dt_err_set(DT_ERR_FORMAT, "%s: no training clip came out of %d files",
                           o->in, walk.n - n_val);

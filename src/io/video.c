@@ -212,8 +212,8 @@ fail:
 }
 
 dt_status dt_video_clips(const char *path, const dt_video_spec *spec, dt_video_clip_fn fn,
-                         void *ctx, int *n_clips) {
-    *n_clips = 0;
+                         void *ctx, dt_video_counts *counts) {
+    *counts = (dt_video_counts){0};
     if (spec->frames < 1 || spec->height < 1 || spec->width < 1 || !(spec->fps > 0) ||
         spec->max_clips < 0)
         return dt_err_set(DT_ERR_ARG, "video clips of %d frames of %dx%d at %g fps: every "
@@ -222,7 +222,7 @@ dt_status dt_video_clips(const char *path, const dt_video_spec *spec, dt_video_c
     av_log_set_level(AV_LOG_QUIET); /* its faults reach the caller as statuses */
     reader r = {.path = path, .spec = spec, .fn = fn, .ctx = ctx};
     dt_status st = decode_all(&r);
-    *n_clips = r.n_clips;
+    *counts = (dt_video_counts){.clips = r.n_clips, .decoded = r.decoded};
     av_frame_free(&r.shown);
     avcodec_free_context(&r.dec);
     avformat_close_input(&r.fmt);

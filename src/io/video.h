@@ -23,11 +23,16 @@ typedef struct dt_video_spec {
 /* Called with each clip and where in the file it starts. */
 typedef dt_status (*dt_video_clip_fn)(void *ctx, const uint8_t *pixels, int64_t start_ms);
 
+typedef struct dt_video_counts {
+    int clips;       /* handed over */
+    int64_t decoded; /* frames decoded */
+} dt_video_counts;
+
 /* Decodes `path` and hands its clips to fn. Any fault of the file (not a video, no video
  * stream, a codec FFmpeg lacks, a packet it cannot decode, a truncated file) is DT_ERR_FORMAT
  * naming the file and FFmpeg's reason; clips already handed over stay handed over, so a
- * caller that wants all or nothing collects them first. *n_clips: clips handed over. */
+ * caller that wants all or nothing collects them first. */
 dt_status dt_video_clips(const char *path, const dt_video_spec *spec, dt_video_clip_fn fn,
-                         void *ctx, int *n_clips);
+                         void *ctx, dt_video_counts *counts);
 
 #endif
