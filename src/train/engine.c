@@ -5,6 +5,7 @@
  * leave() after a unit's backward starts that unit's (or bucket's) gradient reduction.
  */
 #include "train/engine.h"
+#include "train/engine_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,61 +16,12 @@
 #include "optim/adamw.h"
 #include "plan/layout.h"
 
-enum { N_SLOTS = 2 };
-
-typedef struct unit_buf {
-    int wunit;          /* unit whose weights the buffer holds (stage 3), -1 none */
-    bool lp_ready;      /* 16-bit copy made for wunit */
-    float *w;           /* stage 3 gathered weights */
-    dt_bf16 *lp;        /* their bf16/fp16 copy (16-bit modes; type e->mm) */
-    dt_comm_req wreq;   /* pending gather */
-    int gunit;          /* unit whose gradient reduce-scatter is pending, -1 none */
-    float *g, *piece;   /* stages 2-3: unit gradient, and this rank's reduced part of it */
-    dt_comm_req greq;
-} unit_buf;
-
-struct dt_engine {
-    dt_model *model;
-    dt_comm *dp; /* borrowed */
-    dt_comm *pp, *tied; /* borrowed or NULL */
-    bool pipelined;     /* pp > 1: the schedule drives forward and backward */
-    /* ZeRO 2/3 under a split-backward schedule: a unit's gradients are complete only after
-     * its W, long after its backward left it, so they accumulate in one whole local arena
-     * (ZeRO-1's gradient memory) and are reduce-scattered once, in finish */
-    float *g_whole;
-    dt_mem *mem; /* borrowed */
-    int zero, n_units;
-    dt_grad_home *home; /* [n_units] where each unit's gradients live, decided at init */
-    bool lp, overlap;
-    dt_dtype mm; /* matmul operand type: what the 16-bit copies hold */
-    int64_t n_total, S, own_first, own_count;
-    int *counts;       /* [n_units + 1][dp]: per unit, then the whole arena (last row) */
-    int64_t *ufirst, *ucount;
-    float *w_full, *g_full; /* the model's own arenas (stages 0-2 / 0-1), borrowed */
-    dt_bf16 *lp_full;
-    float *w_shard, *g_shard;
-    bool *shard_fresh; /* [n_units] stages 2-3: the unit's piece of g_shard not written this step */
-    dt_adamw *opt;
-    /* train.ema_decay: the weights' average over the optimizer's range (NULL: none), and
-     * whether it still waits for the first update's weights */
-    float *ema, ema_decay;
-    bool ema_fresh;
-    /* stages 0-1: buckets of whole units, reduced once their lowest unit is done */
-    int *bucket_of_unit; /* bucket whose lowest unit this is, or -1 */
-    int64_t *bucket_first, *bucket_count;
-    dt_comm_req *bucket_req;
-    int n_buckets;
-    bool comm_now;
-    /* stages 2-3: two rotating buffers for blocks, one each for the embedding and final units */
-    unit_buf slot[N_SLOTS], pers[2];
-};
-
 static int64_t overlap(int64_t a0, int64_t n0, int64_t a1, int64_t n1) {
     int64_t lo = a0 > a1 ? a0 : a1, hi = a0 + n0 < a1 + n1 ? a0 + n0 : a1 + n1;
     return hi > lo ? hi - lo : 0;
 }
 
-static int *counts_of(dt_engine *e, int unit) { return e->counts + (size_t)unit * e->dp->size; }
+int *dt_engine__counts_of(dt_engine *e, int unit) { return e->counts + (size_t)unit * e->dp->size; }
 
 static bool is_persistent(const dt_engine *e, int unit) {
     return unit == 0 || unit == e->n_units - 1;
@@ -90,7 +42,7 @@ static int64_t piece_offset(const dt_engine *e, int unit) {
 /* ---- stage 3: weights present just in time ------------------------------------------ */
 
 static dt_status post_gather(dt_engine *e, unit_buf *b, int unit) {
-    const int *c = counts_of(e, unit);
+    const int *c = dt_engine__counts_of(e, unit);
     b->wunit = unit;
     b->lp_ready = false;
     const float *send = e->w_shard + piece_offset(e, unit);
@@ -122,7 +74,7 @@ static dt_status prefetch(dt_engine *e, int unit) {
     return post_gather(e, b, unit);
 }
 
-static void invalidate_weights(dt_engine *e) {
+void dt_engine__invalidate_weights(dt_engine *e) {
     for (int i = 0; i < N_SLOTS; i++)
         e->slot[i].wunit = -1;
     e->pers[0].wunit = e->pers[1].wunit = -1;
@@ -134,7 +86,7 @@ static dt_status complete_reduction(dt_engine *e, unit_buf *b) {
     if (b->gunit < 0)
         return DT_OK;
     DT_TRY(dt_comm_wait(e->dp, &b->greq));
-    int n = counts_of(e, b->gunit)[e->dp->rank];
+    int n = dt_engine__counts_of(e, b->gunit)[e->dp->rank];
     float *dst = e->g_shard + piece_offset(e, b->gunit);
     if (e->shard_fresh[b->gunit]) /* the step's first: g_shard is not zeroed */
         memcpy(dst, b->piece, (size_t)n * sizeof *dst);
@@ -220,7 +172,8 @@ static dt_status on_leave(void *ctx, int unit, dt_model_phase phase) {
     case DT_GRAD_PINNED: {
         unit_buf *b = buf_of(e, unit);
         b->gunit = unit;
-        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, unit), &b->greq));
+        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, dt_engine__counts_of(e, unit),
+                                          &b->greq));
         return e->overlap ? DT_OK : complete_reduction(e, b);
     }
     default: /* accumulates over the step's micro-batches; reduced in finish */
@@ -230,7 +183,8 @@ static dt_status on_leave(void *ctx, int unit, dt_model_phase phase) {
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 
-static dt_status alloc(dt_engine *e, dt_mem_cat cat, const char *name, size_t bytes, void *out) {
+dt_status dt_engine__alloc(dt_engine *e, dt_mem_cat cat, const char *name, size_t bytes,
+                           void *out) {
     return dt_mem_alloc(e->mem, cat, name, bytes, (void **)out);
 }
 
@@ -252,11 +206,12 @@ static dt_status plan_units(dt_engine *e, double bucket_bytes, bool split) {
         e->home[u] = dt_grad_home_of(e->zero, split, e->pipelined, u, U);
         dt_model_unit_range(e->model, u, &e->ufirst[u], &e->ucount[u]);
         for (int r = 0; r < P; r++)
-            counts_of(e, u)[r] = (int)overlap(e->ufirst[u], e->ucount[u], (int64_t)r * e->S, e->S);
+            dt_engine__counts_of(e, u)[r] =
+                (int)overlap(e->ufirst[u], e->ucount[u], (int64_t)r * e->S, e->S);
         e->bucket_of_unit[u] = -1;
     }
     for (int r = 0; r < P; r++)
-        counts_of(e, U)[r] = (int)overlap(0, e->n_total, (int64_t)r * e->S, e->S);
+        dt_engine__counts_of(e, U)[r] = (int)overlap(0, e->n_total, (int64_t)r * e->S, e->S);
     if (e->zero >= 2)
         return DT_OK;
     /* Buckets of whole units in the order backward completes them (last unit first); a bucket
@@ -284,19 +239,19 @@ static dt_status alloc_unit_buf(dt_engine *e, unit_buf *b, int64_t n, const char
     char name[64];
     if (e->zero == 3) {
         snprintf(name, sizeof name, "zero3.%s.weights", what);
-        DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->w));
+        DT_TRY(dt_engine__alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->w));
         if (e->lp) {
             snprintf(name, sizeof name, "zero3.%s.%s", what, dt_dtype_name(e->mm));
-            DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(dt_bf16), &b->lp));
+            DT_TRY(dt_engine__alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(dt_bf16), &b->lp));
         }
     }
     if (e->g_whole) /* gradients accumulate in the whole arena: no unit gradient buffers */
         return DT_OK;
     snprintf(name, sizeof name, "zero.%s.grads", what);
-    DT_TRY(alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->g));
+    DT_TRY(dt_engine__alloc(e, DT_MEM_COMM, name, (size_t)n * sizeof(float), &b->g));
     int64_t piece = n < e->S ? n : e->S;
     snprintf(name, sizeof name, "zero.%s.reduced", what);
-    return alloc(e, DT_MEM_COMM, name, (size_t)piece * sizeof(float), &b->piece);
+    return dt_engine__alloc(e, DT_MEM_COMM, name, (size_t)piece * sizeof(float), &b->piece);
 }
 
 static dt_status setup_storage(dt_engine *e, bool split) {
@@ -305,16 +260,16 @@ static dt_status setup_storage(dt_engine *e, bool split) {
     e->g_full = dt_model_grads(e->model);
     e->lp_full = dt_model_weights_lp(e->model);
     if (e->zero == 3)
-        DT_TRY(alloc(e, DT_MEM_PARAMS, "zero3.weight_shard", (size_t)e->S * sizeof(float),
-                     &e->w_shard));
+        DT_TRY(dt_engine__alloc(e, DT_MEM_PARAMS, "zero3.weight_shard",
+                                (size_t)e->S * sizeof(float), &e->w_shard));
     if (e->zero >= 2)
-        DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grad_shard", (size_t)e->S * sizeof(float),
-                     &e->g_shard));
+        DT_TRY(dt_engine__alloc(e, DT_MEM_GRADS, "zero.grad_shard", (size_t)e->S * sizeof(float),
+                                &e->g_shard));
     if (e->zero < 2)
         return DT_OK;
     if (split) {
-        DT_TRY(alloc(e, DT_MEM_GRADS, "zero.grads_whole", (size_t)e->n_total * sizeof(float),
-                     &e->g_whole));
+        DT_TRY(dt_engine__alloc(e, DT_MEM_GRADS, "zero.grads_whole",
+                                (size_t)e->n_total * sizeof(float), &e->g_whole));
         for (int u = 0; u < e->n_units; u++)
             dt_model_bind_unit(e->model, u, NULL, e->g_whole + e->ufirst[u], NULL);
     }
@@ -403,7 +358,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
         DT_TRY_GOTO(dt_adamw_init(oc, params, n_params, first, count, mem, &e->opt));
     }
     if (o->ema_decay > 0) {
-        DT_TRY_GOTO(alloc(e, DT_MEM_OPTIM, "ema", (size_t)count * sizeof(float), &e->ema));
+        DT_TRY_GOTO(
+            dt_engine__alloc(e, DT_MEM_OPTIM, "ema", (size_t)count * sizeof(float), &e->ema));
         e->ema_decay = o->ema_decay;
         e->ema_fresh = true;
     }
@@ -458,7 +414,7 @@ dt_status dt_engine_init_weights(dt_engine *e, uint64_t seed) {
     if (e->zero == 3) { /* each rank makes only its shard: Philox needs no neighbours */
         dt_param_init_range(dt_model_param(e->model, 0), dt_model_n_params(e->model), seed,
                             e->own_first, e->own_count, e->w_shard);
-        invalidate_weights(e);
+        dt_engine__invalidate_weights(e);
     } else {
         dt_model_init_weights(e->model, seed);
     }
@@ -518,8 +474,9 @@ static dt_status sum_tied_gradient(dt_engine *e, const dt_param *p) {
         return dt_comm_allreduce_f32(e->tied, e->g_full + p->offset, p->numel, NULL);
     int P = e->dp->size, *counts = calloc((size_t)P, sizeof *counts);
     float *full = NULL;
-    dt_status st = counts ? alloc(e, DT_MEM_TEMP, "tied.grad", (size_t)p->numel * 4, &full)
-                          : dt_err_set(DT_ERR_OOM, "engine: out of memory");
+    dt_status st = counts
+                       ? dt_engine__alloc(e, DT_MEM_TEMP, "tied.grad", (size_t)p->numel * 4, &full)
+                       : dt_err_set(DT_ERR_OOM, "engine: out of memory");
     for (int r = 0; st == DT_OK && r < P; r++)
         counts[r] = (int)overlap(p->offset, p->numel, (int64_t)r * e->S, e->S);
     int64_t own_at = p->offset > e->own_first ? p->offset : e->own_first;
@@ -554,14 +511,15 @@ dt_status dt_engine_finish(dt_engine *e) {
                                          e->bucket_count[k], NULL));
     if (e->g_whole) /* this rank's part of the whole arena lands at g_shard[0] */
         DT_TRY(dt_comm_reduce_scatter_f32(e->dp, e->g_whole, e->g_shard,
-                                          counts_of(e, e->n_units), NULL));
+                                          dt_engine__counts_of(e, e->n_units), NULL));
     for (int i = 0; e->zero >= 2 && i < n_persistent(e); i++) {
         unit_buf *b = &e->pers[i];
         int u = persistent_unit(e, i);
         if (e->home[u] != DT_GRAD_PINNED_STEP)
             continue;
         b->gunit = u;
-        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, counts_of(e, u), &b->greq));
+        DT_TRY(dt_comm_reduce_scatter_f32(e->dp, b->g, b->piece, dt_engine__counts_of(e, u),
+                                          &b->greq));
         DT_TRY(complete_reduction(e, b));
     }
     DT_TRY(complete_all(e));
@@ -605,11 +563,11 @@ dt_status dt_engine_grad_norm(dt_engine *e, double *norm) {
 }
 
 /* The fp32 weights the optimizer updates: its range of the arena */
-static float *updated_weights(dt_engine *e) {
+float *dt_engine__updated_weights(dt_engine *e) {
     return e->zero == 0 ? e->w_full : e->zero == 3 ? e->w_shard : e->w_full + e->own_first;
 }
 
-static int64_t updated_count(const dt_engine *e) {
+int64_t dt_engine__updated_count(const dt_engine *e) {
     return e->zero == 0 ? e->n_total : e->own_count;
 }
 
@@ -617,8 +575,8 @@ static int64_t updated_count(const dt_engine *e) {
 static void ema_update(dt_engine *e, bool before) {
     if (!e->ema)
         return;
-    const float *w = updated_weights(e);
-    int64_t n = updated_count(e);
+    const float *w = dt_engine__updated_weights(e);
+    int64_t n = dt_engine__updated_count(e);
     if (before) {
         if (e->ema_fresh)
             memcpy(e->ema, w, (size_t)n * sizeof *w);
@@ -653,13 +611,13 @@ static dt_status apply_update(dt_engine *e, float lr, float grad_scale) {
             dt_model_sync_lp(e->model);
         return DT_OK;
     case 3:
-        invalidate_weights(e);
+        dt_engine__invalidate_weights(e);
         return dt_adamw_step(e->opt, e->w_shard, e->g_shard, NULL, lr, grad_scale);
     default: {
         const float *g = e->zero == 1 ? e->g_full + e->own_first : e->g_shard;
         DT_TRY(dt_adamw_step(e->opt, e->w_full + e->own_first, g, NULL, lr, grad_scale));
         DT_TRY(dt_comm_allgather_f32(e->dp, e->w_full + e->own_first, e->w_full,
-                                     counts_of(e, e->n_units), NULL));
+                                     dt_engine__counts_of(e, e->n_units), NULL));
         dt_model_sync_lp(e->model);
         return DT_OK;
     }
@@ -672,181 +630,4 @@ dt_status dt_engine_eval(dt_engine *e, const dt_batch *b, double *loss_sum) {
     DT_TRY(dt_model_loss(e->model, b, 0.0f, false, loss_sum));
     dt_model_drop_saved(e->model);
     return DT_OK;
-}
-
-/* ---- whole-arena state ------------------------------------------------------------------ */
-
-static dt_status gather_range(dt_engine *e, const float *own, float *full) {
-    return dt_comm_allgather_f32(e->dp, own, full, counts_of(e, e->n_units), NULL);
-}
-
-static dt_status gather_local(dt_engine *e, const float *own_or_full, bool sharded,
-                              float *local) {
-    if (!sharded) {
-        memcpy(local, own_or_full, (size_t)e->n_total * sizeof(float));
-        return DT_OK;
-    }
-    return gather_range(e, own_or_full, local);
-}
-
-/* One tensor kind: this rank's part -> local arena (dp gather) -> full arena (tp gather). */
-static dt_status gather_one(dt_engine *e, const float *src, bool sharded, float *local,
-                            float *full) {
-    DT_TRY(gather_local(e, src, sharded, local));
-    return dt_model_gather_full(e->model, local, full);
-}
-
-/* One moment (v: the second): in memory it is gathered as it is; offloaded it is first read
- * from the file, straight into the local arena under ZeRO 0, else into a temporary of this
- * rank's shard ("state.offload", own_count floats). The collectives run even after a failed
- * read, so no peer waits; the caller's agreement then fails every rank with the read's error. */
-static dt_status gather_moment(dt_engine *e, bool v, float *local, float *full) {
-    float *mine = v ? dt_adamw_v(e->opt) : dt_adamw_m(e->opt), *tmp = NULL;
-    if (mine)
-        return gather_one(e, mine, e->zero > 0, local, full);
-    if (e->zero == 0) {
-        dt_status read = dt_adamw_get_moments(e->opt, v ? NULL : local, v ? local : NULL);
-        dt_status st = dt_model_gather_full(e->model, local, full);
-        return read != DT_OK ? read : st;
-    }
-    DT_TRY(alloc(e, DT_MEM_TEMP, "state.offload", (size_t)e->own_count * sizeof(float), &tmp));
-    dt_status read = dt_adamw_get_moments(e->opt, v ? NULL : tmp, v ? tmp : NULL);
-    dt_status st = gather_one(e, tmp, true, local, full);
-    dt_mem_release(e->mem, tmp);
-    return read != DT_OK ? read : st;
-}
-
-dt_status dt_engine_gather_state(dt_engine *e, float *w, float *m, float *v) {
-    float *local = NULL;
-    DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
-    dt_status st = DT_OK;
-    if (w)
-        st = gather_one(e, e->zero < 3 ? e->w_full : e->w_shard, e->zero == 3, local, w);
-    /* both moments' collectives run even when reading the first from its file failed */
-    dt_status sm = DT_OK, sv = DT_OK;
-    if (st == DT_OK && m)
-        sm = gather_moment(e, false, local, m);
-    if (st == DT_OK && v)
-        sv = gather_moment(e, true, local, v);
-    dt_mem_release(e->mem, local);
-    return st != DT_OK ? st : sm != DT_OK ? sm : sv;
-}
-
-bool dt_engine_has_ema(const dt_engine *e) { return e->ema != NULL; }
-
-dt_status dt_engine_gather_ema(dt_engine *e, float *full) {
-    if (!e->ema)
-        return dt_err_set(DT_ERR_ARG, "engine: the run keeps no weight average (train.ema_decay)");
-    float *local = NULL;
-    DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
-    /* before the first update the average is the weights themselves */
-    const float *src = e->ema_fresh ? updated_weights(e) : e->ema;
-    dt_status st = gather_one(e, src, e->zero > 0, local, full);
-    dt_mem_release(e->mem, local);
-    return st;
-}
-
-dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, const float *v) {
-    float *local = NULL;
-    DT_TRY(alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float), &local));
-    size_t own = (size_t)e->own_count * sizeof(float), all = (size_t)e->n_total * sizeof(float);
-    if (w) {
-        dt_model_take_shard(e->model, w, local);
-        if (e->zero < 3) {
-            memcpy(e->w_full, local, all);
-            dt_model_sync_lp(e->model);
-        } else {
-            memcpy(e->w_shard, local + e->own_first, own);
-            invalidate_weights(e);
-        }
-    }
-    int64_t first = e->zero == 0 ? 0 : e->own_first;
-    dt_status st = DT_OK;
-    if (m) {
-        dt_model_take_shard(e->model, m, local);
-        st = dt_adamw_set_moments(e->opt, local + first, NULL);
-    }
-    if (st == DT_OK && v) {
-        dt_model_take_shard(e->model, v, local);
-        st = dt_adamw_set_moments(e->opt, NULL, local + first);
-    }
-    dt_mem_release(e->mem, local);
-    return st;
-}
-
-dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out) {
-    memset(out, 0, sizeof *out);
-    bool whole_w = load && e->zero < 3, whole_m = load && e->zero == 0;
-    out->engine = e;
-    out->w_first = whole_w ? 0 : e->own_first;
-    out->w_count = whole_w ? e->n_total : e->own_count;
-    out->w = e->zero < 3 ? e->w_full + out->w_first : e->w_shard;
-    out->m_first = whole_m ? 0 : e->own_first;
-    out->m_count = whole_m ? e->n_total : e->own_count;
-    int64_t opt_first = e->zero == 0 ? 0 : e->own_first; /* where the optimizer's range starts */
-    float *m = dt_adamw_m(e->opt), *v = dt_adamw_v(e->opt);
-    if (m) { /* offloaded: both stay NULL */
-        out->m = m + (out->m_first - opt_first);
-        out->v = v + (out->m_first - opt_first);
-    }
-    if (e->ema) { /* before the first update the average is the weights themselves */
-        if (e->ema_fresh && !load)
-            memcpy(e->ema, updated_weights(e), (size_t)updated_count(e) * sizeof(float));
-        out->ema = e->ema + (out->m_first - opt_first);
-    }
-    return DT_OK;
-}
-
-static dt_status view_moment(const dt_engine_view *v, int which, int64_t first, int64_t n,
-                             float *buf, bool write) {
-    dt_engine *e = v->engine;
-    if (!e || first < v->m_first || n < 0 || first + n > v->m_first + v->m_count)
-        return dt_err_set(DT_ERR_ARG, "%s: elements [%lld, +%lld) outside the view", __func__,
-                          (long long)first, (long long)n);
-    int64_t at = first - (e->zero == 0 ? 0 : e->own_first); /* in the optimizer's range */
-    if (which == 2) { /* the weights' average lives in memory */
-        if (!e->ema)
-            return dt_err_set(DT_ERR_ARG, "%s: the run keeps no weight average", __func__);
-        if (write)
-            e->ema_fresh = false;
-        /* memmove: a loader may hand back the average's own memory */
-        memmove(write ? e->ema + at : buf, write ? buf : e->ema + at, (size_t)n * sizeof *buf);
-        return DT_OK;
-    }
-    return write ? dt_adamw_write_moment(e->opt, which, at, n, buf)
-                 : dt_adamw_read_moment(e->opt, which, at, n, buf);
-}
-
-dt_status dt_engine_view_read_moment(const dt_engine_view *v, int which, int64_t first,
-                                     int64_t n, float *out) {
-    return view_moment(v, which, first, n, out, false);
-}
-
-dt_status dt_engine_view_write_moment(const dt_engine_view *v, int which, int64_t first,
-                                      int64_t n, const float *in) {
-    return view_moment(v, which, first, n, (float *)(uintptr_t)in, true);
-}
-
-dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded) {
-    (void)v;
-    if (loaded) {
-        if (e->zero < 3)
-            dt_model_sync_lp(e->model);
-        else
-            invalidate_weights(e);
-    }
-    return DT_OK;
-}
-
-int dt_engine_adam_steps(const dt_engine *e) { return dt_adamw_steps_taken(e->opt); }
-void dt_engine_set_adam_steps(dt_engine *e, int t) { dt_adamw_set_steps_taken(e->opt, t); }
-
-void dt_engine_own_range(const dt_engine *e, bool grads, const float **x, int64_t *first,
-                         int64_t *count) {
-    if (grads)
-        *x = e->zero < 2 ? e->g_full + e->own_first : e->g_shard;
-    else
-        *x = e->zero < 3 ? e->w_full + e->own_first : e->w_shard;
-    *first = e->own_first;
-    *count = e->own_count;
 }
