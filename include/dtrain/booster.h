@@ -79,6 +79,11 @@ typedef struct dt_boost_spec {
     /* > 0: an exponential moving average of the weights (dt_engine: after each update,
      * ema = decay ema + (1 - decay) w), in checkpoints and exported beside the weights */
     float ema_decay;
+    /* > 0: every rebalance_every steps a pipeline's chunks are timed and, when the slowest
+     * exceeds their mean by more than rebalance_margin (a share), its layer boundaries move
+     * (dt_config's train.rebalance_every) */
+    int rebalance_every;
+    float rebalance_margin;
 } dt_boost_spec;
 
 DT_API dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);

@@ -127,6 +127,12 @@ typedef struct dt_train_config {
     float ema_decay;  /* > 0: keep an exponential moving average of the weights, saved in
                        * checkpoints and exported beside them (train.export's name with .ema
                        * before its extension); 0 = none */
+    /* > 0: every rebalance_every steps, the pipeline's chunks are timed (each unit's compute)
+     * and, when the slowest is more than rebalance_margin (a share) above their mean, the
+     * layer boundaries move to the split whose slowest chunk is fastest at those times;
+     * 0 = never */
+    int rebalance_every;
+    float rebalance_margin;
 } dt_train_config;
 
 typedef struct dt_optim_config {

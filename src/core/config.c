@@ -127,6 +127,8 @@ static const field fields[] = {
     F_STR(train, "mem_timeline", mem_timeline),
     F_INT(train, comm_timeout),
     F_FLOAT(train, ema_decay),
+    F_INT(train, rebalance_every),
+    F_FLOAT(train, rebalance_margin),
     F_FLOAT(optim, lr),
     F_FLOAT(optim, min_lr),
     F_INT(optim, warmup_steps),
@@ -235,6 +237,7 @@ void dt_config_defaults(dt_config *c) {
     t->batch_size = 16, t->micro_batch_size = 0, t->seq_len = 128, t->steps = 600;
     t->seed = 1337, t->log_every = 50, t->eval_every = 200, t->eval_batches = 8;
     t->sample_tokens = 300;
+    t->rebalance_margin = 0.05f;
     set_str(t->export_path, "runs/fortunes/model.safetensors");
     dt_optim_config *o = &c->optim;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup_steps = 50, o->schedule = DT_SCHED_COSINE;

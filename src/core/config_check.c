@@ -159,6 +159,17 @@ static void check_train(const dt_config *c, problems *p) {
                 "train.ema_decay=%g must be in [0, 1) (0: no weight average; Open-Sora "
                 "uses 0.9999)",
                 (double)c->train.ema_decay);
+    NONNEG(p, train, rebalance_every);
+    if (!(t->rebalance_margin >= 0 && t->rebalance_margin <= 10))
+        problem(p, false,
+                "train.rebalance_margin=%g must be in [0, 10] (the share by which "
+                "the slowest pipeline chunk may exceed their mean before boundaries move)",
+                (double)t->rebalance_margin);
+    if (t->rebalance_every > 0 && c->plugin.pp_size <= 1)
+        problem(p, false,
+                "train.rebalance_every=%d moves pipeline stage boundaries, but "
+                "plugin.pp_size=%d runs no pipeline (set pp_size > 1, or rebalance_every = 0)",
+                t->rebalance_every, c->plugin.pp_size);
     if (t->log_every < 1)
         problem(p, false, "train.log_every=%d must be >= 1", t->log_every);
     if (t->eval_batches < 1)

@@ -670,18 +670,16 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
 
 /* ---- stage boundaries from time ------------------------------------------------------------ */
 
-/* The contiguous cut of the layers into n chunks (each at least one layer) whose slowest chunk
- * is fastest, the first chunk carrying the embedding and the last the head: dynamic
- * programming over (chunks, layers), O(n L^2). */
-static dt_status balance(const double *block, int L, int n, double first, double last,
-                         int *counts) {
+/* dynamic programming over (chunks, layers), O(n L^2) */
+dt_status dt_plan_balance_layers(const double *block, int L, int n, double first, double last,
+                                 int *counts) {
     int W = L + 1;
     double *best = malloc((size_t)(n + 1) * W * sizeof *best); /* [c][j]: j layers, c chunks */
     int *cut = malloc((size_t)(n + 1) * W * sizeof *cut);
-    double prefix[DT_MAX_CHUNKS + 1] = {0};
-    if (!best || !cut) {
-        free(best), free(cut);
-        return dt_err_set(DT_ERR_OOM, "plugin.pp_layers=auto: out of memory");
+    double *prefix = calloc((size_t)W, sizeof *prefix);
+    if (!best || !cut || !prefix) {
+        free(best), free(cut), free(prefix);
+        return dt_err_set(DT_ERR_OOM, "stage boundaries: out of memory");
     }
     for (int l = 0; l < L; l++)
         prefix[l + 1] = prefix[l] + block[l];
@@ -705,7 +703,7 @@ static dt_status balance(const double *block, int L, int n, double first, double
         counts[c - 1] = j - cut[c * W + j];
         j = cut[c * W + j];
     }
-    free(best), free(cut);
+    free(best), free(cut), free(prefix);
     return DT_OK;
 }
 
@@ -724,14 +722,18 @@ dt_status dt_plan_stage_split(const dt_config *c, int world, const dt_plan_devic
                                               "language models; give the DiT's counts");
     work w = {0};
     DT_TRY(fill(&even, &lay, d, &w));
-    double block[DT_MAX_CHUNKS];
+    double *block = malloc((size_t)L * sizeof *block);
+    if (!block)
+        return dt_err_set(DT_ERR_OOM, "plugin.pp_layers=auto: out of memory");
     for (int l = 0; l < L; l++) {
         block_cost b = cost_block(&w, l, false);
         block[l] = b.f + b.b + b.wgt;
     }
     chunk_cost e = embed_cost(&w), h = head_cost(&w);
     int counts[DT_MAX_CHUNKS];
-    DT_TRY(balance(block, L, n, e.f + e.b, h.f + h.b, counts));
+    dt_status st = dt_plan_balance_layers(block, L, n, e.f + e.b, h.f + h.b, counts);
+    free(block);
+    DT_TRY(st);
     size_t k = 0;
     for (int i = 0; i < n; i++) {
         int m = snprintf(layers + k, n_layers - k, "%s%d", i ? "," : "", counts[i]);

@@ -117,6 +117,12 @@ double dt_plan_doc_attn_share(int T, int doc_len);
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *sched, dt_plan_time *out);
 
+/* The contiguous cut of L layers (block[l]: seconds of layer l) into n chunks of at least one
+ * layer each, the first chunk also carrying `first` seconds (the embedding) and the last
+ * `last` (the final unit and head), whose slowest chunk is fastest: counts[n]. */
+dt_status dt_plan_balance_layers(const double *block, int L, int n, double first, double last,
+                                 int *counts);
+
 /* plugin.pp_layers = auto: the layer counts per pipeline chunk ("4,4,3,1") whose slowest
  * chunk (forward and backward of a micro-batch, the embedding on the first chunk and the LM
  * head on the last counted) is fastest by this time model, written into layers (n_layers

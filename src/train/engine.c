@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "kernels/cast.h"
 #include "optim/adamw.h"
 #include "plan/layout.h"
@@ -153,11 +154,23 @@ static dt_status on_enter(void *ctx, int unit, dt_model_phase phase) {
         dt_model_bind_unit(e->model, unit, NULL, b->g, NULL);
         fresh_unit(e, unit, b->g);
     }
+    e->t_unit = dt_now(); /* what the hooks wait for is not the unit's compute */
     return DT_OK;
+}
+
+static void count_unit_time(dt_engine *e, int unit, dt_model_phase phase) {
+    if (dt_mem_phase_now(e->mem) == DT_MEM_PHASE_EVAL)
+        return;
+    double t = dt_now() - e->t_unit;
+    if (phase == DT_PHASE_HEAD)
+        e->head_busy += t;
+    else
+        e->busy[unit] += t;
 }
 
 static dt_status on_leave(void *ctx, int unit, dt_model_phase phase) {
     dt_engine *e = ctx;
+    count_unit_time(e, unit, phase);
     if (phase != DT_PHASE_BACKWARD || !e->comm_now)
         return DT_OK;
     switch (e->home[unit]) {
@@ -333,6 +346,15 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
                         .doc_mask = o->doc_mask};
     DT_TRY_GOTO((o->create ? o->create : dt_model_create)(mc, &go, mem, &e->model));
     e->n_units = dt_model_n_units(e->model);
+    e->busy = calloc((size_t)e->n_units, sizeof *e->busy);
+    e->global = calloc((size_t)e->n_units, sizeof *e->global);
+    if (!e->busy || !e->global) {
+        st = dt_err_set(DT_ERR_OOM, "engine: out of memory");
+        goto fail;
+    }
+    for (int g = 0, u = 0; u < e->n_units; g++)
+        if (!o->units || o->units[g])
+            e->global[u++] = g;
     e->n_total = dt_model_numel(e->model);
     int64_t per_rank = (e->n_total + dp->size - 1) / dp->size;
     e->S = (per_rank + 15) / 16 * 16;
@@ -389,6 +411,8 @@ void dt_engine_free(dt_engine *e) {
     for (int i = 0; i < 2; i++)
         free_unit_buf(e, &e->pers[i]);
     dt_adamw_free(e->opt);
+    free(e->busy);
+    free(e->global);
     dt_mem_release(e->mem, e->ema);
     dt_mem_release(e->mem, e->g_whole);
     dt_mem_release(e->mem, e->g_shard);

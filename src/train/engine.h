@@ -132,6 +132,14 @@ dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded);
  * local-arena elements [first, first + count) at x. Every element is some rank's. */
 void dt_engine_own_range(const dt_engine *e, bool grads, const float **x, int64_t *first,
                          int64_t *count);
+/* Compute seconds of each unit this rank holds since the last call (training passes only),
+ * timed between the unit hooks, so the gathers and reductions they wait for are not counted:
+ * added into per_unit[global unit] (the model's units, 0 .. n_layer + 1), the LM head's
+ * passes into *head; the clocks restart. */
+void dt_engine_take_unit_seconds(dt_engine *e, double *per_unit, double *head);
+/* The full-arena average back into the engine (the inverse of dt_engine_gather_ema); the run
+ * continues from it. DT_ERR_ARG when the run keeps none. */
+dt_status dt_engine_scatter_ema(dt_engine *e, const float *full);
 int dt_engine_adam_steps(const dt_engine *e);
 void dt_engine_set_adam_steps(dt_engine *e, int t);
 

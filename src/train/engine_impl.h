@@ -56,6 +56,10 @@ struct dt_engine {
     bool comm_now;
     /* stages 2-3: two rotating buffers for blocks, one each for the embedding and final units */
     unit_buf slot[N_SLOTS], pers[2];
+    /* compute seconds of each held unit between its hooks since the last take (the LM head's
+     * apart), global unit ids of the local ones, and when the running unit's work began */
+    double *busy, head_busy, t_unit;
+    int *global;
 };
 
 /* the memory accountant's allocation under the engine's name */

@@ -110,6 +110,20 @@ dt_status dt_engine_scatter_state(dt_engine *e, const float *w, const float *m, 
     return st;
 }
 
+dt_status dt_engine_scatter_ema(dt_engine *e, const float *full) {
+    if (!e->ema)
+        return dt_err_set(DT_ERR_ARG, "engine: the run keeps no weight average (train.ema_decay)");
+    float *local = NULL;
+    DT_TRY(dt_engine__alloc(e, DT_MEM_TEMP, "state.local", (size_t)e->n_total * sizeof(float),
+                            &local));
+    dt_model_take_shard(e->model, full, local);
+    memcpy(e->ema, local + (e->zero == 0 ? 0 : e->own_first),
+           (size_t)dt_engine__updated_count(e) * sizeof(float));
+    e->ema_fresh = false;
+    dt_mem_release(e->mem, local);
+    return DT_OK;
+}
+
 dt_status dt_engine_view_begin(dt_engine *e, bool load, dt_engine_view *out) {
     memset(out, 0, sizeof *out);
     bool whole_w = load && e->zero < 3, whole_m = load && e->zero == 0;
@@ -173,6 +187,15 @@ dt_status dt_engine_view_end(dt_engine *e, dt_engine_view *v, bool loaded) {
             dt_engine__invalidate_weights(e);
     }
     return DT_OK;
+}
+
+void dt_engine_take_unit_seconds(dt_engine *e, double *per_unit, double *head) {
+    for (int u = 0; u < e->n_units; u++) {
+        per_unit[e->global[u]] += e->busy[u];
+        e->busy[u] = 0;
+    }
+    *head += e->head_busy;
+    e->head_busy = 0;
 }
 
 int dt_engine_adam_steps(const dt_engine *e) { return dt_adamw_steps_taken(e->opt); }

@@ -28,7 +28,6 @@ typedef struct trainer {
     const dt_config *cfg;
     dt_comm *world; /* borrowed */
     dt_booster *booster;
-    dt_model *model;  /* borrowed */
     FILE *metrics;
     double peak_flops;
     dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
@@ -72,7 +71,9 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .shapes = c->data.shapes,
                            .label_dropout = c->data.label_dropout,
                            .doc_mask = c->data.doc_mask,
-                           .ema_decay = c->train.ema_decay};
+                           .ema_decay = c->train.ema_decay,
+                           .rebalance_every = c->train.rebalance_every,
+                           .rebalance_margin = c->train.rebalance_margin};
 }
 
 /* whether the run evaluates: bouncing-shapes clips always have a validation stream */
@@ -212,7 +213,6 @@ static dt_status setup(trainer *t) {
     dt_boost_spec spec = spec_of(c);
     DT_TRY(doc_eot(t, &spec.eot));
     DT_TRY(dt_booster_boost(t->booster, &spec));
-    t->model = dt_booster_model(t->booster);
     DT_TRY(resume(t));
     DT_TRY(dt_comm_agree(t->world, open_metrics(t)));
     return measure_peak(t);
@@ -224,8 +224,8 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     const dt_config *c = t->cfg;
     double tps = (double)c->train.batch_size * c->train.seq_len / r->seconds;
     /* per rank: its share of the tokens against its own matmul peak */
-    double mfu = dt_model_flops_per_sample(t->model, c->train.seq_len) * c->train.batch_size /
-                 r->seconds / t->world->size / t->peak_flops;
+    double mfu = dt_model_flops_per_sample(dt_booster_model(t->booster), c->train.seq_len) *
+                 c->train.batch_size / r->seconds / t->world->size / t->peak_flops;
     size_t peak = dt_mem_peak_total(dt_booster_mem(t->booster));
     long long step = (long long)r->step;
     bool fp16 = c->plugin.precision == DT_PREC_FP16;
@@ -266,7 +266,8 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     dt_model_disk_stats d;
-    if (dt_model_act_disk_stats(t->model, &d)) { /* since the last report: this step's */
+    if (dt_model_act_disk_stats(dt_booster_model(t->booster),
+                                &d)) { /* since the last report: this step's */
         fprintf(t->metrics,
                 ", \"act_disk_written\": %lld, \"act_disk_read\": %lld, "
                 "\"act_disk_busy_ms\": %.3f, \"act_disk_wait_ms\": %.3f",
@@ -437,7 +438,8 @@ static dt_status finish(trainer *t) {
     /* a model that makes token logits prints a text sample when its ids are bytes or come
      * from data.tokenizer (a DiT samples clips with dtrain sample --out) */
     int n = c->train.sample_tokens;
-    if (n <= 0 || !t->model->ops->logits_last || (c->model.vocab_size != 256 && !t->bpe))
+    if (n <= 0 || !dt_booster_model(t->booster)->ops->logits_last ||
+        (c->model.vocab_size != 256 && !t->bpe))
         return DT_OK;
     int32_t eot = t->bpe ? dt_bpe_eot(t->bpe) : -1;
     int32_t prompt = t->bpe ? (eot >= 0 ? eot : 0) : '\n', *out = malloc((size_t)n * sizeof *out);
@@ -459,12 +461,14 @@ static dt_status run(trainer *t) {
     const dt_config *c = t->cfg;
     DT_TRY(setup(t));
     char shape[256];
-    dt_model_describe(t->model, shape, sizeof shape);
+    dt_model_describe(dt_booster_model(t->booster), shape, sizeof shape);
     dt_info("model %s: %s | %.2fM parameters | %s | batch %d x %d tokens (micro-batch %d per "
-            "rank) | %d ranks: dp %d, ZeRO %d", dt_arch_name(c->model.arch), shape,
-            dt_model_full_numel(t->model) / 1e6, dt_precision_name(c->plugin.precision),
-            c->train.batch_size, c->train.seq_len, dt_booster_micro_batch(t->booster),
-            t->world->size, dt_booster_dp_size(t->booster), dt_config_zero_stage(c));
+            "rank) | %d ranks: dp %d, ZeRO %d",
+            dt_arch_name(c->model.arch), shape,
+            dt_model_full_numel(dt_booster_model(t->booster)) / 1e6,
+            dt_precision_name(c->plugin.precision), c->train.batch_size, c->train.seq_len,
+            dt_booster_micro_batch(t->booster), t->world->size, dt_booster_dp_size(t->booster),
+            dt_config_zero_stage(c));
     dt_info("matmul peak measured now: %.1f GFLOP/s per rank (%s)", t->peak_flops / 1e9,
             dt_precision_name(c->plugin.precision));
     char kernels[256];

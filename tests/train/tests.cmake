@@ -211,3 +211,9 @@ set_tests_properties(train/ema PROPERTIES LABELS "train;mpi" TIMEOUT 600)
 add_test(NAME train/video_clips
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/video_clips.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/video_clips PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+# Pipeline stage boundaries moved by measured time (train.rebalance_every): equal to one
+# process after the move in every pipeline layout, resume across a move, bad keys refused.
+add_test(NAME train/rebalance
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/rebalance.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/rebalance PROPERTIES LABELS "train;mpi" TIMEOUT 600)
