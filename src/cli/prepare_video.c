@@ -214,6 +214,11 @@ static dt_status prepare(const opts *o) {
     if (n_val > 0)
         DT_TRY(write_split(o, "val", walk.n - n_val, walk.n, &val));
     double secs = dt_now() - t0;
+    if (train.clips == 0)
+        return dt_err_set(DT_ERR_FORMAT, "%s: no training clip came out of %d files (%d "
+                          "unreadable%s%s; %d shorter than one clip of %d frames at %g fps)",
+                          o->in, walk.n - n_val, train.skipped, train.skipped ? ", the first: " : "",
+                          train.first_skip, train.short_files, o->spec.frames, o->spec.fps);
     report(o, "train", &train);
     if (n_val > 0)
         report(o, "val", &val);
@@ -225,9 +230,6 @@ static dt_status prepare(const opts *o) {
     dt_info("%lld clip frames from %lld decoded in %.2f s: %.0f clip frames/s, %.0f decoded/s",
             (long long)frames, (long long)decoded, secs, secs > 0 ? (double)frames / secs : 0.0,
             secs > 0 ? (double)decoded / secs : 0.0);
-    if (train.clips == 0)
-        return dt_err_set(DT_ERR_FORMAT, "%s: no training clip came out of %d files",
-                          o->in, walk.n - n_val);
     return DT_OK;
 }
 

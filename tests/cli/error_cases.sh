@@ -169,6 +169,25 @@ expect_error "eot_token outside the vocabulary" "data.eot_token=300" -- \
     train "${tiny[@]}" --data.doc_mask=true --data.eot_token=300
 expect_error "doc_mask on a DiT" "data.doc_mask keeps documents" -- \
     train --config "$src/configs/tiny-dit.ini" --data.doc_mask=true
+# clips and latents from disk
+expect_error "clips without data.train" "data.source=clips needs data.train" -- \
+    train --config "$src/configs/tiny-dit.ini" --data.source=clips --data.train=
+expect_error "latents into a language model" "data.source=latents does not feed model.arch=gpt2" -- \
+    train "${tiny[@]}" --data.source=latents
+expect_error "clips folder missing" "data.train: clipsdir" -- \
+    train --config "$src/configs/tiny-dit.ini" --data.source=clips --data.train=clipsdir \
+    --model.n_classes=0
+expect_error "latents folder of no shard" "holds no \*.safetensors shard" -- \
+    train --config "$src/configs/tiny-dit.ini" --data.source=latents --data.train=data \
+    --model.n_classes=0
+expect_error "prepare --video of a missing folder" "novideos" -- prepare --video novideos --out v
+expect_error "prepare --video of a folder without video" "no training clip" -- \
+    prepare --video "$src/configs" --out v
+# stage boundaries by measured time
+expect_error "rebalance_every without a pipeline" "runs no pipeline" -- \
+    train "${tiny[@]}" --train.rebalance_every=2
+expect_error "rebalance_every negative" "train.rebalance_every" -- \
+    train "${tiny[@]}" --train.rebalance_every=-1
 expect_error "negative doc_len" "data.doc_len=-3" -- \
     train "${tiny[@]}" --data.doc_len=-3
 expect_error "export onto a directory" "a_dir.ini is a folder" -- \
