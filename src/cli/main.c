@@ -156,8 +156,16 @@ static int cmd_train(int argc, char **argv) {
     /* plugin.pp_layers = auto: rank 0 measures this machine and balances the stages, every
      * rank runs its answer */
     if (st == DT_OK && dt_cli_plan_is_auto(&cfg)) {
-        st = dt_comm_agree(world,
-                           world->rank == 0 ? dt_cli_plan_auto_layers(&cfg, world->size) : DT_OK);
+        /* the others nap in the collective (a watched wait) while rank 0 measures: spinning,
+         * they would take from the core its rates are measured on */
+        dt_comm_watch nap;
+        st = dt_comm_watch_init(&nap, cfg.train.comm_timeout > 0 ? cfg.train.comm_timeout : 1e9,
+                                world->rank);
+        world->watch = st == DT_OK ? &nap : NULL;
+        if (st == DT_OK)
+            st = dt_comm_agree(world, world->rank == 0 ? dt_cli_plan_auto_layers(&cfg, world->size)
+                                                       : DT_OK);
+        world->watch = NULL;
         if (st == DT_OK)
             st = dt_comm_broadcast(world, cfg.plugin.pp_layers, sizeof cfg.plugin.pp_layers, 0);
     }

@@ -138,8 +138,10 @@ dt_status dt_plan_device_get(const char *name, int world, dt_plan_device *out, i
             *mem = PRESETS[i].mem;
             return DT_OK;
         }
-    if (strcmp(name, "this") == 0)
+    if (strcmp(name, "this") == 0) {
+        *out = (dt_plan_device){0}; /* what the measurement leaves: not modelled */
         return measure_this(world, out, mem);
+    }
     return dt_err_set(DT_ERR_ARG, "plan: --device %s is not known; use one of %s", name,
                       dt_plan_device_names());
 }
