@@ -169,7 +169,7 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
     size_t F = (size_t)d->F, Ct = (size_t)d->Ct, Ft = (size_t)d->Ft, P = (size_t)d->P;
     size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
-    bool sp = d->sp->size > 1, tp = d->tp->size > 1, seq = d->rows->size > 1;
+    bool sp = d->par.sp->size > 1, tp = d->par.tp->size > 1, seq = d->par.rows->size > 1;
     bool lp = d->ctx.mm_type != DT_F32;
     d->qkv_rows = dt_dit_carve(cv, Nt * 3 * Ct * f4);
     d->packed = sp ? dt_dit_carve(cv, Nt * 3 * Ct * f4) : NULL;
@@ -249,15 +249,12 @@ static void fill_positions(dt_dit *d) {
 
 /* ---- life cycle ------------------------------------------------------------------------- */
 
-/* The ring (o->cp, or a size-1 comm): this rank's chunks of every clip, whose tokens and
+/* The splits (o's comms, or size-1 ones) and the ring's chunks of every clip, whose tokens and
  * time tokens are then 1/cp of a clip's (dt_dit_check_split checks that they cut). */
-static dt_status setup_ring(dt_dit *d, const dt_model_opts *o) {
-    dt_comm *cp = o->cp;
-    if (!cp) {
-        DT_TRY(dt_comm_local_init("cp", &d->own_cp));
-        cp = d->own_cp;
-    }
-    d->ring = (dt_ring){.cp = cp, .zigzag = o->cp_zigzag};
+static dt_status setup_par(dt_dit *d, const dt_model_opts *o) {
+    DT_TRY(
+        dt_block_par_make(o->tp, o->sp, o->sequence_tp, o->cp, o->cp_zigzag, d->own_comm, &d->par));
+    const dt_comm *cp = d->par.ring.cp;
     d->n_chunks = 1;
     d->chunk[0] = 0;
     if (cp->size > 1)
@@ -270,17 +267,17 @@ static dt_status setup_ring(dt_dit *d, const dt_model_opts *o) {
 static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
     if (o->B <= 0)
         return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive", o->B);
-    if (o->T != d->S && d->ring.cp->size > 1)
+    if (o->T != d->S && d->par.ring.cp->size > 1)
         return dt_err_set(DT_ERR_ARG,
                           "dit: a clip is %d tokens, %d on each of %d ring ranks; "
                           "the model was asked for T = %d",
-                          d->S_full, d->S, d->ring.cp->size, o->T);
+                          d->S_full, d->S, d->par.ring.cp->size, o->T);
     if (o->T != d->S)
         return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
                           "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
-    dt_model_split s = {.tp = d->tp->size,
-                        .sp = d->sp->size,
-                        .cp = d->ring.cp->size,
+    dt_model_split s = {.tp = d->par.tp->size,
+                        .sp = d->par.sp->size,
+                        .cp = d->par.ring.cp->size,
                         .cp_chunks = d->n_chunks,
                         .sequence_tp = o->sequence_tp,
                         .seq_len = d->S_full};
@@ -330,26 +327,11 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->NH = cfg->n_head;
     d->F = DT_DIT_MLP_RATIO * cfg->n_embd;
     d->pp = o->pp;
-    d->sp = o->sp;
-    if (!d->sp) {
-        DT_TRY_GOTO(dt_comm_local_init("sp", &d->own_sp));
-        d->sp = d->own_sp;
-    }
-    d->tp = o->tp;
-    if (!d->tp) {
-        DT_TRY_GOTO(dt_comm_local_init("tp", &d->own_tp));
-        d->tp = d->own_tp;
-    }
-    DT_TRY_GOTO(setup_ring(d, o));
+    DT_TRY_GOTO(setup_par(d, o));
     DT_TRY_GOTO(check_opts(d, o));
-    d->rows = o->sequence_tp ? d->tp : NULL;
-    if (!d->rows) {
-        DT_TRY_GOTO(dt_comm_local_init("rows", &d->own_rows));
-        d->rows = d->own_rows;
-    }
-    d->Ct = d->C / d->tp->size;
-    d->NHt = d->NH / d->tp->size;
-    d->Ft = d->F / d->tp->size;
+    d->Ct = d->C / d->par.tp->size;
+    d->NHt = d->NH / d->par.tp->size;
+    d->Ft = d->F / d->par.tp->size;
     d->Nt = dt_dit_rows_tp(d, d->B);
     d->Nr = dt_dit_rows(d, d->B);
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
@@ -432,16 +414,13 @@ void dt_dit_free(dt_dit *d) {
     if (d->full != d->params)
         free(d->full);
     free(d->params);
-    dt_comm_free(d->own_rows);
-    dt_comm_free(d->own_tp);
-    dt_comm_free(d->own_sp);
-    dt_comm_free(d->own_cp);
+    dt_block_par_free_own(d->own_comm);
     free(d);
 }
 
 const dt_dit_config *dt_dit_config_of(const dt_dit *d) { return &d->cfg; }
 int dt_dit_max_batch(const dt_dit *d) { return d->B; }
-dt_comm *dt_dit_tp(const dt_dit *d) { return d->tp; }
+dt_comm *dt_dit_tp(const dt_dit *d) { return d->par.tp; }
 
 void dt_dit_init_weights(dt_dit *d, uint64_t seed) {
     DT_ASSERT(d->w);

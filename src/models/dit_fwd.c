@@ -69,13 +69,13 @@ static attn_kind block_kind(const dt_dit *d, int l) {
 
 /* Whether block kind k needs the all-to-all (whole sequences spread over sp ranks). */
 static bool uses_a2a(const dt_dit *d, attn_kind k) {
-    return d->sp->size > 1 && k != ATTN_SPATIAL;
+    return d->par.sp->size > 1 && k != ATTN_SPATIAL;
 }
 
 /* The kernel's view: rows of q|k|v (all N of a micro-batch after the all-to-all, else this
  * rank's Nt), cut into sequences of the kind's length. */
 static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
-    int sp = uses_a2a(d, k) ? d->sp->size : 1;
+    int sp = uses_a2a(d, k) ? d->par.sp->size : 1;
     int rows = sp > 1 ? B * d->S : dt_dit_rows_tp(d, B);
     int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
@@ -90,7 +90,7 @@ static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
  * whole frames. */
 static const dt_ring *ring_of(const dt_dit *d, attn_kind k) {
     static const dt_ring local = {0};
-    return k == ATTN_SPATIAL ? &local : &d->ring;
+    return k == ATTN_SPATIAL ? &local : &d->par.ring;
 }
 
 /* The attention of block kind k on a->qkv (attention order): a->y and a->lse. */
@@ -126,7 +126,7 @@ static void permute_rows(const dt_dit *d, float *dst, const float *src, int64_t 
 /* Per row, this tp rank's q|k|v heads in natural order [q Ct][k Ct][v Ct] <-> grouped by sp
  * rank [q Ct/sp, k Ct/sp, v Ct/sp] x sp, so the all-to-all hands sp rank g its heads' group. */
 static void regroup(const dt_dit *d, float *dst, const float *src, int rows, bool to_groups) {
-    int sp = d->sp->size;
+    int sp = d->par.sp->size;
     int64_t C = d->Ct, W = 3 * C, qa = C / sp;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++)
@@ -234,7 +234,7 @@ static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *
 
 /* q|k|v rows [Nt, 3Ct] (rows, which may be scratch) -> a->qkv in attention order. */
 static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, float *qkv) {
-    int Nt = dt_dit_rows_tp(d, B), sp = d->sp->size;
+    int Nt = dt_dit_rows_tp(d, B), sp = d->par.sp->size;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL)
             permute_rows(d, qkv, rows, 3 * (int64_t)d->Ct, B, true);
@@ -243,8 +243,8 @@ static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, fl
     regroup(d, d->packed, rows, Nt, true);
     float *h = k == ATTN_TEMPORAL ? d->qkvh : qkv;
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp},
-                         d->packed, h, d->work));
+               ->forward(d->par.sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, d->packed,
+                         h, d->work));
     if (k == ATTN_TEMPORAL)
         permute_rows(d, qkv, h, 3 * (int64_t)d->Ct / sp, B, true);
     return DT_OK;
@@ -254,7 +254,7 @@ static dt_status qkv_to_attention(dt_dit *d, attn_kind k, int B, float *rows, fl
 static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y,
                                    const float **rows) {
     bool a2a = uses_a2a(d, k);
-    int64_t A = a2a ? d->Ct / d->sp->size : d->Ct;
+    int64_t A = a2a ? d->Ct / d->par.sp->size : d->Ct;
     *rows = y;
     if (k == ATTN_TEMPORAL) {
         permute_rows(d, d->atth, y, A, B, false);
@@ -265,7 +265,7 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
     /* heads -> rows is the all-to-all's adjoint, which accumulates */
     dt_zero_f32(d->att_rows, (int64_t)dt_dit_rows_tp(d, B) * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, *rows,
+               ->backward(d->par.sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, *rows,
                           d->att_rows, d->work));
     *rows = d->att_rows;
     return DT_OK;
@@ -275,12 +275,12 @@ static dt_status attention_to_rows(dt_dit *d, attn_kind k, int B, const float *y
 static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *drows,
                                     const float **datt) {
     bool a2a = uses_a2a(d, k);
-    int64_t A = a2a ? d->Ct / d->sp->size : d->Ct;
+    int64_t A = a2a ? d->Ct / d->par.sp->size : d->Ct;
     *datt = drows;
     if (a2a) {
         DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-                   ->forward(d->sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt},
-                             drows, d->dattp, d->work));
+                   ->forward(d->par.sp, &(dt_region_shape){(int64_t)B * d->S, d->Ct, d->NHt}, drows,
+                             d->dattp, d->work));
         *datt = d->dattp;
     }
     if (k == ATTN_TEMPORAL) {
@@ -293,7 +293,7 @@ static dt_status drows_to_attention(dt_dit *d, attn_kind k, int B, const float *
 
 /* d q|k|v in attention order (d->dqkvp) -> rows [Nt, 3Ct]. */
 static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows) {
-    int sp = d->sp->size;
+    int sp = d->par.sp->size;
     *drows = d->dqkvp;
     if (!uses_a2a(d, k)) {
         if (k == ATTN_TEMPORAL) {
@@ -310,7 +310,7 @@ static dt_status dqkv_to_rows(dt_dit *d, attn_kind k, int B, const float **drows
     int Nt = dt_dit_rows_tp(d, B);
     dt_zero_f32(d->packed, (int64_t)Nt * 3 * d->Ct);
     DT_TRY(dt_region_op_get(DT_REGION_KIND_ALL_TO_ALL)
-               ->backward(d->sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, src,
+               ->backward(d->par.sp, &(dt_region_shape){(int64_t)B * d->S, 3 * d->Ct, sp}, src,
                           d->packed, d->work));
     regroup(d, d->dqkv, d->packed, Nt, false);
     *drows = d->dqkv;
@@ -562,8 +562,8 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     DT_TRY(dt_dit_col_backward(d, &blk->qkv, in, dqkv, B, d->dA, wg ? wg->dqkv : NULL));
     dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, C, 0, d->dA, x, a->aff, 4 * C, a->mean1,
                             a->rstd1, B);
-    if (d->rows->size > 1) /* the modulations saw only this rank's rows */
-        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 6 * C, NULL));
+    if (d->par.rows->size > 1) /* the modulations saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->par.rows, d->dmod, (int64_t)B * 6 * C, NULL));
     dt_linear ada = blk->ada;
     if (wg) {
         memcpy(wg->dmod, d->dmod, (size_t)B * 6 * C * sizeof *wg->dmod);

@@ -24,8 +24,9 @@
 #define DT_MODELS_DIT_IMPL_H
 
 #include "models/dit.h"
-#include "nn/ring_attn.h"
+#include "nn/block.h"
 #include "nn/linear.h"
+#include "nn/ring_attn.h"
 
 /* A block's weights (borrowed views). The norms have no weights of their own: adaLN's
  * (1 + scale, shift) of the clip are the LayerNorm's affine parameters. */
@@ -107,15 +108,12 @@ struct dt_dit {
     dt_mem *mem;     /* borrowed */
     dt_gemm *gemm;
     dt_nn_ctx ctx;
-    dt_comm *sp;     /* borrowed, or own_sp */
-    dt_comm *own_sp; /* a size-1 comm when the caller gave none */
-    dt_comm *tp;     /* borrowed, or own_tp: heads and MLP columns split over it */
-    dt_comm *own_tp; /* a size-1 comm when the caller gave none */
-    dt_comm *rows;   /* Megatron-SP: tp (the residual rows split over it), else own_rows */
-    dt_comm *own_rows;
-    dt_comm *pp;     /* borrowed; NULL: no pipeline */
-    dt_ring ring;    /* context parallelism: ring.cp borrowed, or own_cp (size 1: no ring) */
-    dt_comm *own_cp;
+    /* the splits, as a GPT holds them (nn/block.h): tp (heads and MLP columns), sp (Ulysses),
+     * rows (Megatron-SP: tp; else size 1), the ring of context parallelism; borrowed, or the
+     * size-1 comms of own_comm */
+    dt_block_par par;
+    dt_comm *own_comm[4];
+    dt_comm *pp;            /* borrowed; NULL: no pipeline */
     int n_chunks, chunk[2]; /* this ring rank's chunks of a clip (1, {0} without a ring):
                              * local token t is whole-clip token chunk[t / (S / n_chunks)] *
                              * (S / n_chunks) + t % (S / n_chunks) */
@@ -194,13 +192,13 @@ static inline bool dt_dit_holds(const dt_dit *d, int global_unit) {
 
 /* Rows of a micro-batch of B clips on this rank: inside the tp region (its sp rank's), in
  * the residual stream, and where the residual rows start in the flattened [B S] batch. */
-static inline int dt_dit_rows_tp(const dt_dit *d, int B) { return B * d->S / d->sp->size; }
+static inline int dt_dit_rows_tp(const dt_dit *d, int B) { return B * d->S / d->par.sp->size; }
 static inline int dt_dit_rows(const dt_dit *d, int B) {
-    return dt_dit_rows_tp(d, B) / d->rows->size;
+    return dt_dit_rows_tp(d, B) / d->par.rows->size;
 }
 static inline int64_t dt_dit_row0(const dt_dit *d, int B) {
-    return (int64_t)d->sp->rank * dt_dit_rows_tp(d, B) +
-           (int64_t)d->rows->rank * dt_dit_rows(d, B);
+    return (int64_t)d->par.sp->rank * dt_dit_rows_tp(d, B) +
+           (int64_t)d->par.rows->rank * dt_dit_rows(d, B);
 }
 
 /* dit_tables.c: the full table (DiT / Open-Sora names) and this rank's (held units). */

@@ -217,8 +217,8 @@ dt_status dt_dit_build_tables(dt_dit *d, const bool *held) {
             dt_param *p = &d->params[d->n_params];
             *p = d->full[i];
             if (p->shard.kind != DT_SHARD_NONE) {
-                p->shard.parts = d->tp->size;
-                p->shard.index = d->tp->rank;
+                p->shard.parts = d->par.tp->size;
+                p->shard.index = d->par.tp->rank;
             }
             int64_t rows, cols;
             dt_shard_local_shape(&p->shard, &rows, &cols);
@@ -253,7 +253,7 @@ dt_param_tables dt_dit_tables(const dt_dit *d) {
 
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {
     dt_param_tables t = dt_dit_tables(d);
-    return dt_param_gather_full(&t, d->tp, d->pp, d->mem, local, full);
+    return dt_param_gather_full(&t, d->par.tp, d->pp, d->mem, local, full);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */

@@ -28,28 +28,20 @@ dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
 }
 
 dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n) {
-    if (d->rows->size > 1)
-        DT_TRY(dt_comm_allreduce_f32(d->rows, part, n, NULL));
+    if (d->par.rows->size > 1)
+        DT_TRY(dt_comm_allreduce_f32(d->par.rows, part, n, NULL));
     dt_add_inplace(g, part, n);
     return DT_OK;
-}
-
-static dt_region_kind enter_kind(const dt_dit *d) {
-    return dt_region_enter_kind(d->rows->size > 1);
-}
-
-static dt_region_kind leave_kind(const dt_dit *d) {
-    return dt_region_leave_kind(d->rows->size > 1);
 }
 
 /* A norm output [Nr, C] entering the tp region: itself (COPY's forward is the identity), or
  * under Megatron-SP all Nt rows gathered into d->ln_full. */
 dt_status dt_dit_enter_rows(dt_dit *d, const float *x, int B, const float **full) {
     *full = x;
-    if (d->rows->size == 1)
+    if (d->par.rows->size == 1)
         return DT_OK;
     DT_TRY(dt_region_op_get(DT_REGION_KIND_SEQ_GATHER)
-               ->forward(d->tp, &(dt_region_shape){dt_dit_rows_tp(d, B), d->C, 0}, x,
+               ->forward(d->par.tp, &(dt_region_shape){dt_dit_rows_tp(d, B), d->C, 0}, x,
                          d->ln_full, d->work));
     *full = d->ln_full;
     return DT_OK;
@@ -60,13 +52,13 @@ dt_status dt_dit_enter_rows(dt_dit *d, const float *x, int B, const float **full
  * rank the plain matmul with its bias. */
 dt_status dt_dit_row_forward(dt_dit *d, const dt_linear *l, const float *x, int B, float *y) {
     int Nt = dt_dit_rows_tp(d, B), Nr = dt_dit_rows(d, B);
-    if (d->tp->size == 1)
+    if (d->par.tp->size == 1)
         return dt_dit_linear_forward(d, l, x, Nt, y);
     dt_linear nb = *l;
     nb.b = nb.db = NULL;
     DT_TRY(dt_dit_linear_forward(d, &nb, x, Nt, d->part));
-    DT_TRY(dt_region_op_get(leave_kind(d))
-               ->forward(d->tp, &(dt_region_shape){Nt, d->C, 0}, d->part, y, d->work));
+    DT_TRY(dt_region_op_get(d->par.leave)
+               ->forward(d->par.tp, &(dt_region_shape){Nt, d->C, 0}, d->part, y, d->work));
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < Nr; n++)
         for (int j = 0; j < d->C; j++)
@@ -91,13 +83,13 @@ static dt_linear defer(const dt_linear *l, const float *dy, int64_t N, float *ke
 dt_status dt_dit_row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
                               int B, float *dx, float *keep) {
     int Nt = dt_dit_rows_tp(d, B), Nr = dt_dit_rows(d, B);
-    if (d->tp->size == 1) {
+    if (d->par.tp->size == 1) {
         dt_linear w = defer(l, dy, Nt, keep);
         return dt_dit_linear_backward(d, &w, x, dy, Nt, dx);
     }
     dt_linear nb = *l;
     nb.b = nb.db = NULL;
-    if (l->db && d->rows->size > 1) {
+    if (l->db && d->par.rows->size > 1) {
         dt_zero_f32(d->pgrad, d->C);
         dt_colsum_accumulate(d->pgrad, dy, Nr, d->C);
         DT_TRY(dt_dit_sum_rows(d, l->db, d->pgrad, d->C));
@@ -105,10 +97,10 @@ dt_status dt_dit_row_backward(dt_dit *d, const dt_linear *l, const float *x, con
         dt_colsum_accumulate(l->db, dy, Nr, d->C);
     }
     const float *dfull = dy;
-    if (d->rows->size > 1) {
+    if (d->par.rows->size > 1) {
         dt_zero_f32(d->part, (int64_t)Nt * d->C);
         DT_TRY(dt_region_op_get(DT_REGION_KIND_SEQ_REDUCE_SCATTER)
-                   ->backward(d->tp, &(dt_region_shape){Nt, d->C, 0}, dy, d->part, d->work));
+                   ->backward(d->par.tp, &(dt_region_shape){Nt, d->C, 0}, dy, d->part, d->work));
         dfull = d->part;
     }
     nb = defer(&nb, dfull, Nt, keep);
@@ -122,12 +114,12 @@ dt_status dt_dit_col_backward(dt_dit *d, const dt_linear *l, const float *x, con
                               int B, float *dx, float *keep) {
     int Nt = dt_dit_rows_tp(d, B);
     dt_linear w = defer(l, dy, Nt, keep);
-    if (d->tp->size == 1)
+    if (d->par.tp->size == 1)
         return dt_dit_linear_backward(d, &w, x, dy, Nt, dx);
     dt_zero_f32(d->part, (int64_t)Nt * d->C);
     DT_TRY(dt_dit_linear_backward(d, &w, x, dy, Nt, d->part));
-    return dt_region_op_get(enter_kind(d))
-        ->backward(d->tp, &(dt_region_shape){Nt, d->C, 0}, d->part, dx, d->work);
+    return dt_region_op_get(d->par.enter)
+        ->backward(d->par.tp, &(dt_region_shape){Nt, d->C, 0}, d->part, dx, d->work);
 }
 
 /* A replicated linear applied to this rank's residual rows (the patch embedding, the final
@@ -135,7 +127,7 @@ dt_status dt_dit_col_backward(dt_dit *d, const dt_linear *l, const float *x, con
  * and summed there; dx (may be NULL) accumulates. */
 dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
                                       const float *dy, int N, float *dx) {
-    if (d->rows->size == 1)
+    if (d->par.rows->size == 1)
         return dt_dit_linear_backward(d, l, x, dy, N, dx);
     dt_linear t = *l;
     t.dw = d->pgrad;

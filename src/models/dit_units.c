@@ -175,8 +175,8 @@ static dt_status final_backward(dt_dit *d, int slot, int B, const float *x, cons
     memset(dres, 0, (size_t)Nr * C * sizeof *dres);
     dt_dit_ln_rows_backward(d, dres, d->dmod, 2 * C, C, 0, d->dA, x, s->afff, 2 * C, s->meanf,
                             s->rstdf, B);
-    if (d->rows->size > 1) /* the modulation saw only this rank's rows */
-        DT_TRY(dt_comm_allreduce_f32(d->rows, d->dmod, (int64_t)B * 2 * C, NULL));
+    if (d->par.rows->size > 1) /* the modulation saw only this rank's rows */
+        DT_TRY(dt_comm_allreduce_f32(d->par.rows, d->dmod, (int64_t)B * 2 * C, NULL));
     return dt_dit_linear_backward(d, &d->final_ada, sc, d->dmod, B, dsc);
 }
 
@@ -278,8 +278,8 @@ dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_sc
         }
         sum += row / P;
     }
-    if (d->rows->size > 1) /* every tp rank reports its rows' tp group's loss, as GPT's head */
-        DT_TRY(dt_comm_allreduce_f64(d->rows, &sum, 1));
+    if (d->par.rows->size > 1) /* every tp rank reports its rows' tp group's loss, as GPT's head */
+        DT_TRY(dt_comm_allreduce_f64(d->par.rows, &sum, 1));
     *loss_sum = sum;
     return leave(d, L + 1, DT_PHASE_HEAD);
 }
@@ -352,7 +352,7 @@ float *dt_dit_boundary_grad(dt_dit *d, int slot, int B) {
 /* ---- one process ------------------------------------------------------------------------------- */
 
 static dt_status check_whole(const dt_dit *d, const char *what) {
-    if (d->sp->size > 1 || d->tp->size > 1 || d->n_units < d->cfg.n_layer + 2)
+    if (d->par.sp->size > 1 || d->par.tp->size > 1 || d->n_units < d->cfg.n_layer + 2)
         return dt_err_set(DT_ERR_UNSUPPORTED, "dit: %s runs on a one-process model (every "
                           "unit, no sp or tp split)", what);
     return DT_OK;

@@ -31,7 +31,7 @@ int dt_gpt_ffn_hidden(const dt_model_config *c) {
     return (f + 63) / 64 * 64;
 }
 
-const dt_model_config *dt_gpt_config(const dt_gpt *g) { return &g->cfg; }
+const dt_model_config *dt_gpt_config_of(const dt_gpt *g) { return &g->cfg; }
 
 /* ---- views ----------------------------------------------------------------------------- */
 
@@ -254,30 +254,17 @@ void dt_gpt_drop_saved(dt_gpt *g) {
 
 /* The comms the caller gave, and size-1 comms for the rest. */
 static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
-    dt_comm *given[4] = {o->tp, o->sp, o->sequence_tp ? o->tp : NULL, o->cp};
-    const char *names[4] = {"tp", "sp", "rows", "cp"};
-    dt_comm *use[4];
-    for (int i = 0; i < 4; i++) {
-        use[i] = given[i];
-        if (!use[i]) {
-            DT_TRY(dt_comm_local_init(names[i], &g->own_comm[i]));
-            use[i] = g->own_comm[i];
-        }
-    }
-    g->par = (dt_block_par){.tp = use[0],
-                            .sp = use[1],
-                            .rows = use[2],
-                            .enter = dt_region_enter_kind(o->sequence_tp),
-                            .leave = dt_region_leave_kind(o->sequence_tp),
-                            .ring = {.cp = use[3], .zigzag = o->cp_zigzag}};
+    DT_TRY(
+        dt_block_par_make(o->tp, o->sp, o->sequence_tp, o->cp, o->cp_zigzag, g->own_comm, &g->par));
+    const dt_comm *cp = g->par.ring.cp;
     g->n_chunks = 1;
     g->chunk[0] = 0;
-    if (use[3]->size > 1)
-        g->n_chunks = dt_ring_chunks(use[3]->size, o->cp_zigzag, use[3]->rank, g->chunk);
+    if (cp->size > 1)
+        g->n_chunks = dt_ring_chunks(cp->size, o->cp_zigzag, cp->rank, g->chunk);
     if (g->T % g->n_chunks)
         return dt_err_set(DT_ERR_ARG, "model: %d local tokens do not split into %d ring chunks",
                           g->T, g->n_chunks);
-    return dt_gpt_check_split(&g->cfg, use[0]->size, use[1]->size, o->sequence_tp, g->T);
+    return dt_gpt_check_split(&g->cfg, g->par.tp->size, g->par.sp->size, o->sequence_tp, g->T);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */
@@ -426,8 +413,7 @@ void dt_gpt_free(dt_gpt *g) {
     if (g->full != g->params)
         free(g->full);
     free(g->params);
-    for (int i = 0; i < 4; i++)
-        dt_comm_free(g->own_comm[i]);
+    dt_block_par_free_own(g->own_comm);
     dt_gemm_free(g->gemm);
     free(g);
 }

@@ -46,7 +46,7 @@ dt_status dt_gpt_model_check_split(const dt_model_config *c, const dt_model_spli
 dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *opts, dt_mem *mem,
                       dt_gpt **out);
 void dt_gpt_free(dt_gpt *g);
-const dt_model_config *dt_gpt_config(const dt_gpt *g);
+const dt_model_config *dt_gpt_config_of(const dt_gpt *g);
 
 /* Random initialisation, GPT-2 / HF style, reproducible from the seed alone (own weights). */
 void dt_gpt_init_weights(dt_gpt *g, uint64_t seed);
@@ -140,9 +140,9 @@ dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full);
 float *dt_gpt_weights(dt_gpt *g);     /* NULL with external weights */
 float *dt_gpt_grads(dt_gpt *g);       /* NULL when not training or with external grads */
 dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL: no whole 16-bit copy (cast per unit) */
-/* Model FLOPs per trained token (forward + backward) at sequence length T, for MFU:
- * 6 x (matmul weights incl. the LM head) + 6 L C T (causal attention's two matmuls). */
-double dt_gpt_flops_per_token(const dt_gpt *g, int T);
+/* Model FLOPs per trained sequence of T tokens (forward + backward), for MFU: T x (6 x the
+ * matmul weights incl. the LM head + 6 L C T, causal attention's two matmuls). */
+double dt_gpt_flops_per_sample(const dt_gpt *g, int T);
 
 /* HuggingFace safetensors (models/gpt_io.c), over FULL arenas (dt_gpt_full_numel floats). Names and layouts as transformers writes them;
  * the model shape goes into __metadata__ so dtrain sample can rebuild the model. */

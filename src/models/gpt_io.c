@@ -52,7 +52,7 @@ dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path) {
     if (!tmp)
         return dt_err_set(DT_ERR_OOM, "saving %s: out of memory", path);
     DT_TRY_GOTO(dt_st_writer_init(&w));
-    DT_TRY_GOTO(put_metadata(w, dt_gpt_config(g)));
+    DT_TRY_GOTO(put_metadata(w, dt_gpt_config_of(g)));
     for (int i = 0; i < n; i++) {
         const dt_param *p = dt_gpt_full_param(g, i);
         const float *data = weights + p->offset;
@@ -98,7 +98,7 @@ static bool ends_with(const char *s, const char *suffix) {
  * and it holds no tensor the model lacks (a deeper model's layer, another architecture's),
  * HF's buffers and GPT-2's tied lm_head copy aside. */
 static dt_status check_file_model(const dt_gpt *g, const dt_st_file *f, const char *path) {
-    const dt_model_config *c = dt_gpt_config(g);
+    const dt_model_config *c = dt_gpt_config_of(g);
     const char *arch = dt_st_metadata(f, "arch");
     if (arch && strcmp(arch, dt_arch_name(c->arch)) != 0)
         return dt_err_set(DT_ERR_ARG, "%s: the file's model.arch is %s, the run's %s", path,
@@ -161,9 +161,9 @@ dt_status dt_gpt_load(const dt_gpt *g, float *weights, const char *path) {
         const dt_param *p = dt_gpt_full_param(g, i);
         const dt_st_tensor *t = find_tensor(f, p->name);
         if (!t) {
-            st = dt_err_set(DT_ERR_FORMAT, "%s: tensor %s is missing (model %s, n_layer %d)",
-                            path, p->name, dt_arch_name(dt_gpt_config(g)->arch),
-                            dt_gpt_config(g)->n_layer);
+            st = dt_err_set(DT_ERR_FORMAT, "%s: tensor %s is missing (model %s, n_layer %d)", path,
+                            p->name, dt_arch_name(dt_gpt_config_of(g)->arch),
+                            dt_gpt_config_of(g)->n_layer);
             break;
         }
         int64_t shape[2];

@@ -8,7 +8,7 @@
 
 #include "models/gpt.h"
 
-static const dt_model_config *config(const void *s) { return dt_gpt_config(s); }
+static const dt_model_config *config(const void *s) { return dt_gpt_config_of(s); }
 static int n_units(const void *s) { return dt_gpt_n_units(s); }
 static void unit_range(const void *s, int u, int64_t *first, int64_t *count) {
     dt_gpt_unit_range(s, u, first, count);
@@ -27,7 +27,7 @@ static dt_comm *tp(const void *s) { return dt_gpt_par(s)->tp; }
  * final unit without unit 0 holds a copy of it (dt_gpt_tied_copy). The two end stages then
  * each tie one tensor: the original on the first, the copy on the last. */
 static int n_ties(const void *s) {
-    const dt_model_config *c = dt_gpt_config(s);
+    const dt_model_config *c = dt_gpt_config_of(s);
     bool first = dt_gpt_unit_local(s, 0) >= 0, last = dt_gpt_unit_local(s, c->n_layer + 1) >= 0;
     return c->arch == DT_ARCH_GPT2 && first != last ? 1 : 0;
 }
@@ -75,16 +75,14 @@ static void begin_eval(void *s) { dt_gpt_begin_eval(s); }
 static dt_status gather_full(void *s, const float *local, float *full) {
     return dt_gpt_gather_full(s, local, full);
 }
-static double flops_per_sample(const void *s, int T) {
-    return dt_gpt_flops_per_token(s, T) * T;
-}
+static double flops_per_sample(const void *s, int T) { return dt_gpt_flops_per_sample(s, T); }
 static dt_status save(const void *s, const float *w, const char *path) {
     return dt_gpt_save(s, w, path);
 }
 static dt_status load(const void *s, float *w, const char *path) { return dt_gpt_load(s, w, path); }
 
 static int sizes(const void *s, dt_model_size *out) {
-    const dt_model_config *c = dt_gpt_config(s);
+    const dt_model_config *c = dt_gpt_config_of(s);
     dt_model_size v[] = {{"n_layer", c->n_layer},          {"n_head", c->n_head},
                          {"n_kv_head", dt_gpt_kv_heads(c)}, {"n_embd", c->n_embd},
                          {"vocab_size", c->vocab_size},     {"ffn_hidden", dt_gpt_ffn_hidden(c)}};
@@ -118,7 +116,7 @@ dt_status dt_gpt_config_from_sizes(const dt_model_size *sz, int n, dt_model_conf
 }
 
 static void describe(const void *s, char *out, size_t n) {
-    const dt_model_config *c = dt_gpt_config(s);
+    const dt_model_config *c = dt_gpt_config_of(s);
     snprintf(out, n, "%d layers, %d heads (%d kv), n_embd %d, vocab %d", c->n_layer, c->n_head,
              dt_gpt_kv_heads(c), c->n_embd, c->vocab_size);
 }

@@ -301,7 +301,7 @@ const dt_param *dt_gpt_find_param(const dt_gpt *g, const char *name) {
     return dt_param_find(&t, name);
 }
 
-double dt_gpt_flops_per_token(const dt_gpt *g, int T) {
+double dt_gpt_flops_per_sample(const dt_gpt *g, int T) {
     double matmul_weights = 0;
     for (int i = 0; i < g->n_full_params; i++) {
         const dt_param *p = &g->full[i];
@@ -311,5 +311,5 @@ double dt_gpt_flops_per_token(const dt_gpt *g, int T) {
             matmul_weights += (double)p->numel;
     }
     /* GPT-2's wte is counted once, as the LM head's matrix (the lookup costs no FLOPs) */
-    return 6.0 * matmul_weights + 6.0 * g->cfg.n_layer * g->cfg.n_embd * (double)T;
+    return (6.0 * matmul_weights + 6.0 * g->cfg.n_layer * g->cfg.n_embd * (double)T) * T;
 }

@@ -27,6 +27,33 @@
 
 int dt_block_qkv_width(const dt_block_dims *d) { return (d->NH + 2 * d->NKV) * d->hs; }
 
+dt_status dt_block_par_make(dt_comm *tp, dt_comm *sp, bool sequence_tp, dt_comm *cp, bool cp_zigzag,
+                            dt_comm *own[4], dt_block_par *out) {
+    dt_comm *given[4] = {tp, sp, sequence_tp ? tp : NULL, cp}, *use[4];
+    static const char *const names[4] = {"tp", "sp", "rows", "cp"};
+    for (int i = 0; i < 4; i++) {
+        own[i] = NULL;
+        if (!(use[i] = given[i])) {
+            DT_TRY(dt_comm_local_init(names[i], &own[i]));
+            use[i] = own[i];
+        }
+    }
+    *out = (dt_block_par){.tp = use[0],
+                          .sp = use[1],
+                          .rows = use[2],
+                          .enter = dt_region_enter_kind(sequence_tp),
+                          .leave = dt_region_leave_kind(sequence_tp),
+                          .ring = {.cp = use[3], .zigzag = cp_zigzag}};
+    return DT_OK;
+}
+
+void dt_block_par_free_own(dt_comm *own[4]) {
+    for (int i = 0; i < 4; i++) {
+        dt_comm_free(own[i]);
+        own[i] = NULL;
+    }
+}
+
 int dt_block_rows_tp(const dt_block_par *p, int N) { return N / p->sp->size; }
 int dt_block_rows_res(const dt_block_par *p, int N) { return N / p->sp->size / p->rows->size; }
 

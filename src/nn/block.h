@@ -54,6 +54,14 @@ typedef struct dt_block_par {
                    * runs inside each; fp32 q|k|v only (no bf16 storage under a ring) */
 } dt_block_par;
 
+/* The splits from the comms a model is given (NULL: not split): size-1 comms are made in
+ * own[4] for those missing (dt_block_par_free_own releases them); the regions are COPY/REDUCE,
+ * or SEQ_GATHER/SEQ_REDUCE_SCATTER under Megatron-SP (sequence_tp: the residual rows split
+ * over tp). Both models hold their splits so. */
+dt_status dt_block_par_make(dt_comm *tp, dt_comm *sp, bool sequence_tp, dt_comm *cp, bool cp_zigzag,
+                            dt_comm *own[4], dt_block_par *out);
+void dt_block_par_free_own(dt_comm *own[4]);
+
 /* Row counts of a micro-batch of N tokens: Nt inside the tp region, Nr in the residual. */
 int dt_block_rows_tp(const dt_block_par *p, int N);
 int dt_block_rows_res(const dt_block_par *p, int N);
