@@ -61,9 +61,10 @@ static void wire_unit(dt_dit *d, int lu) {
                     .first = first};
     int gu = d->unit_global[lu], L = d->cfg.n_layer;
     if (gu == 0) {
-        d->x_emb = linear_view(d, lu, &u, "x_embedder.proj");
-        d->t_fc1 = linear_view(d, lu, &u, "t_embedder.mlp.0");
-        d->t_fc2 = linear_view(d, lu, &u, "t_embedder.mlp.2");
+        dt_linear *lin[DIT_EMBED_ROWS] = {
+            [DIT_X_EMB] = &d->x_emb, [DIT_T_FC1] = &d->t_fc1, [DIT_T_FC2] = &d->t_fc2};
+        for (int i = 0; i < DIT_EMBED_ROWS; i++)
+            *lin[i] = linear_view(d, lu, &u, DT_DIT_EMBED[i].name);
         if (d->cfg.n_classes > 0) {
             const dt_param *y = unit_tensor(d, lu, "y_embedder.embedding_table", "weight");
             d->y_table = at(u.w, &u, y);
@@ -71,15 +72,21 @@ static void wire_unit(dt_dit *d, int lu) {
         }
     } else if (gu <= L) {
         dt_dit_block *b = &d->blocks[gu - 1];
-        dt_linear *lin[5] = {&b->ada, &b->qkv, &b->proj, &b->fc1, &b->fc2};
-        char prefix[96];
-        for (int i = 0; i < 5; i++) {
-            snprintf(prefix, sizeof prefix, "blocks.%d.%s", gu - 1, DT_DIT_BLOCK_LINEARS[i]);
-            *lin[i] = linear_view(d, lu, &u, prefix);
+        dt_linear *lin[DIT_BLOCK_ROWS] = {[DIT_ADA] = &b->ada,
+                                          [DIT_QKV] = &b->qkv,
+                                          [DIT_PROJ] = &b->proj,
+                                          [DIT_FC1] = &b->fc1,
+                                          [DIT_FC2] = &b->fc2};
+        char name[96];
+        for (int i = 0; i < DIT_BLOCK_ROWS; i++) {
+            snprintf(name, sizeof name, "blocks.%d.%s", gu - 1, DT_DIT_BLOCK[i].name);
+            *lin[i] = linear_view(d, lu, &u, name);
         }
     } else {
-        d->final_ada = linear_view(d, lu, &u, "final_layer.adaLN_modulation.1");
-        d->final_lin = linear_view(d, lu, &u, "final_layer.linear");
+        dt_linear *lin[DIT_FINAL_ROWS] = {
+            [DIT_FINAL_ADA] = &d->final_ada, [DIT_FINAL_LIN] = &d->final_lin};
+        for (int i = 0; i < DIT_FINAL_ROWS; i++)
+            *lin[i] = linear_view(d, lu, &u, DT_DIT_FINAL[i].name);
     }
 }
 

@@ -28,13 +28,49 @@
 #include "nn/linear.h"
 #include "nn/ring_attn.h"
 
+/* The DiT's tensors are all linears (weight and bias), named rows of three tables, one per
+ * kind of unit, in table order: the parameter table is built from them and the wiring finds
+ * each view by its row's name. A row's sizes are resolved per model (dit_tables.c); zero:
+ * adaLN-Zero's zero start; split: how it splits over tp (core/param.h). The class table
+ * (y_embedder.embedding_table, with n_classes > 0) follows the embedding unit's linears. */
+typedef enum {
+    DIT_SZ_C,
+    DIT_SZ_2C,
+    DIT_SZ_3C,
+    DIT_SZ_6C,
+    DIT_SZ_F,
+    DIT_SZ_P,
+    DIT_SZ_FREQ,
+    DIT_SZ_COUNT
+} dt_dit_size;
+typedef struct dt_dit_row {
+    const char *name; /* under blocks.L. for a block's rows */
+    dt_dit_size out, in;
+    bool zero;
+    dt_shard_kind split;
+} dt_dit_row;
+enum { DIT_X_EMB, DIT_T_FC1, DIT_T_FC2, DIT_EMBED_ROWS };
+enum { DIT_ADA, DIT_QKV, DIT_PROJ, DIT_FC1, DIT_FC2, DIT_BLOCK_ROWS };
+enum { DIT_FINAL_ADA, DIT_FINAL_LIN, DIT_FINAL_ROWS };
+static const dt_dit_row DT_DIT_EMBED[DIT_EMBED_ROWS] = {
+    [DIT_X_EMB] = {"x_embedder.proj", DIT_SZ_C, DIT_SZ_P, false, DT_SHARD_NONE},
+    [DIT_T_FC1] = {"t_embedder.mlp.0", DIT_SZ_C, DIT_SZ_FREQ, false, DT_SHARD_NONE},
+    [DIT_T_FC2] = {"t_embedder.mlp.2", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_NONE},
+};
+static const dt_dit_row DT_DIT_BLOCK[DIT_BLOCK_ROWS] = {
+    [DIT_ADA] = {"adaLN_modulation.1", DIT_SZ_6C, DIT_SZ_C, true, DT_SHARD_NONE},
+    [DIT_QKV] = {"attn.qkv", DIT_SZ_3C, DIT_SZ_C, false, DT_SHARD_QKV},
+    [DIT_PROJ] = {"attn.proj", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_COLS},
+    [DIT_FC1] = {"mlp.fc1", DIT_SZ_F, DIT_SZ_C, false, DT_SHARD_ROWS},
+    [DIT_FC2] = {"mlp.fc2", DIT_SZ_C, DIT_SZ_F, false, DT_SHARD_COLS},
+};
+static const dt_dit_row DT_DIT_FINAL[DIT_FINAL_ROWS] = {
+    [DIT_FINAL_ADA] = {"final_layer.adaLN_modulation.1", DIT_SZ_2C, DIT_SZ_C, true, DT_SHARD_NONE},
+    [DIT_FINAL_LIN] = {"final_layer.linear", DIT_SZ_P, DIT_SZ_C, true, DT_SHARD_NONE},
+};
+
 /* A block's weights (borrowed views). The norms have no weights of their own: adaLN's
  * (1 + scale, shift) of the clip are the LayerNorm's affine parameters. */
-/* A block's linears, in the order of dt_dit_block's fields (ada, qkv, proj, fc1, fc2): the
- * names under blocks.L. that the table gives them and the wiring looks them up by */
-static const char *const DT_DIT_BLOCK_LINEARS[5] = {"adaLN_modulation.1", "attn.qkv", "attn.proj",
-                                                    "mlp.fc1", "mlp.fc2"};
-
 typedef struct dt_dit_block {
     dt_linear ada;       /* adaLN_modulation [6C, C] on silu(c) */
     dt_linear qkv, proj; /* [3C, C], [C, C] */

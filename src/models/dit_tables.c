@@ -152,39 +152,42 @@ static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool
     return DT_OK;
 }
 
+/* The linears of one table's rows, each named prefix + the row's name ("" prefix: as is). */
+static dt_status add_rows(dt_dit *d, const dt_dit_row *rows, int n, const char *prefix) {
+    const int size[DIT_SZ_COUNT] = {[DIT_SZ_C] = d->C,
+                                    [DIT_SZ_2C] = 2 * d->C,
+                                    [DIT_SZ_3C] = 3 * d->C,
+                                    [DIT_SZ_6C] = 6 * d->C,
+                                    [DIT_SZ_F] = d->F,
+                                    [DIT_SZ_P] = d->P,
+                                    [DIT_SZ_FREQ] = DT_DIT_FREQ_DIM};
+    char name[96];
+    for (int i = 0; i < n; i++) {
+        const dt_dit_row *r = &rows[i];
+        snprintf(name, sizeof name, "%s%s", prefix, r->name);
+        DT_TRY(add_linear(d, name, size[r->out], size[r->in], r->zero, r->split));
+    }
+    return DT_OK;
+}
+
 static dt_status build_full(dt_dit *d) {
     const dt_dit_config *c = &d->cfg;
-    int C = d->C, L = c->n_layer;
+    int L = c->n_layer;
     d->unit_first[0] = 0;
-    DT_TRY(add_linear(d, "x_embedder.proj", C, d->P, false, DT_SHARD_NONE));
-    DT_TRY(add_linear(d, "t_embedder.mlp.0", C, DT_DIT_FREQ_DIM, false, DT_SHARD_NONE));
-    DT_TRY(add_linear(d, "t_embedder.mlp.2", C, C, false, DT_SHARD_NONE));
+    DT_TRY(add_rows(d, DT_DIT_EMBED, DIT_EMBED_ROWS, ""));
     if (c->n_classes > 0)
-        DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, C,
+        DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, d->C,
                          DT_INIT_NORMAL, 0.02f));
     d->n_embed_params = d->n_params;
-    char name[96];
+    char prefix[32];
     for (int l = 0; l < L; l++) {
         d->unit_first[l + 1] = d->n_params;
-        const struct {
-            const char *what;
-            int out, in;
-            bool zero;
-            dt_shard_kind split;
-        } lin[] = {{DT_DIT_BLOCK_LINEARS[0], 6 * C, C, true, DT_SHARD_NONE},
-                   {DT_DIT_BLOCK_LINEARS[1], 3 * C, C, false, DT_SHARD_QKV},
-                   {DT_DIT_BLOCK_LINEARS[2], C, C, false, DT_SHARD_COLS},
-                   {DT_DIT_BLOCK_LINEARS[3], d->F, C, false, DT_SHARD_ROWS},
-                   {DT_DIT_BLOCK_LINEARS[4], C, d->F, false, DT_SHARD_COLS}};
-        for (int i = 0; i < 5; i++) {
-            snprintf(name, sizeof name, "blocks.%d.%s", l, lin[i].what);
-            DT_TRY(add_linear(d, name, lin[i].out, lin[i].in, lin[i].zero, lin[i].split));
-        }
+        snprintf(prefix, sizeof prefix, "blocks.%d.", l);
+        DT_TRY(add_rows(d, DT_DIT_BLOCK, DIT_BLOCK_ROWS, prefix));
     }
-    d->per_layer = L > 0 ? (d->n_params - d->n_embed_params) / L : 0;
+    d->per_layer = 2 * DIT_BLOCK_ROWS;
     d->unit_first[L + 1] = d->n_params;
-    DT_TRY(add_linear(d, "final_layer.adaLN_modulation.1", 2 * C, C, true, DT_SHARD_NONE));
-    DT_TRY(add_linear(d, "final_layer.linear", d->P, C, true, DT_SHARD_NONE));
+    DT_TRY(add_rows(d, DT_DIT_FINAL, DIT_FINAL_ROWS, ""));
     d->unit_first[L + 2] = d->n_params;
     return DT_OK;
 }

@@ -108,21 +108,22 @@ static void wire_unit(dt_gpt *g, int lu) {
     const dt_param *P = g->params + g->unit_param[lu];
     bool gpt2 = g->cfg.arch == DT_ARCH_GPT2;
     if (gu == 0) {
-        g->wte = wv(&u, &P[0]);
-        g->dwte = gv(&u, &P[0]);
-        g->wpe = gpt2 ? wv(&u, &P[1]) : NULL;
-        g->dwpe = gpt2 ? gv(&u, &P[1]) : NULL;
+        const dt_param *wte = &P[gpt2 ? GPT2_WTE : LLAMA_EMBED_W];
+        g->wte = wv(&u, wte);
+        g->dwte = gv(&u, wte);
+        g->wpe = gpt2 ? wv(&u, &P[GPT2_WPE]) : NULL;
+        g->dwpe = gpt2 ? gv(&u, &P[GPT2_WPE]) : NULL;
         if (gpt2)
-            wire_head(g, &u, &P[0]);
+            wire_head(g, &u, wte);
     } else if (gu <= g->cfg.n_layer) {
         wire_block(g, gu - 1, &u);
-    } else if (gpt2) { /* ln_f weight and bias, then the head's copy of wte if held here */
-        g->lnf = norm_view(&u, &P[0], &P[1]);
+    } else if (gpt2) { /* the head's copy of wte when held here, after ln_f */
+        g->lnf = norm_view(&u, &P[GPT2_LNF_W], &P[GPT2_LNF_B]);
         if (g->tied_copy >= 0)
             wire_head(g, &u, &g->params[g->tied_copy]);
-    } else {           /* model.norm, lm_head */
-        g->lnf = norm_view(&u, &P[0], NULL);
-        wire_head(g, &u, &P[1]);
+    } else {
+        g->lnf = norm_view(&u, &P[LLAMA_NORM_W], NULL);
+        wire_head(g, &u, &P[LLAMA_HEAD_W]);
     }
 }
 

@@ -25,6 +25,11 @@ enum dt_llama_row {
     LLAMA_LN1_W, LLAMA_Q_W, LLAMA_K_W, LLAMA_V_W, LLAMA_O_W, LLAMA_LN2_W,
     LLAMA_GATE_W, LLAMA_UP_W, LLAMA_DOWN_W, LLAMA_BLOCK_ROWS
 };
+/* The embedding unit's and the final unit's tensors, the same way */
+enum { GPT2_WTE, GPT2_WPE, GPT2_EMBED_ROWS };
+enum { GPT2_LNF_W, GPT2_LNF_B, GPT2_FINAL_ROWS };
+enum { LLAMA_EMBED_W, LLAMA_EMBED_ROWS };
+enum { LLAMA_NORM_W, LLAMA_HEAD_W, LLAMA_FINAL_ROWS };
 
 /* An int8 copy of one saved [rows, cols] tensor: the bytes and one fp32 scale per row. */
 typedef struct dt_gpt_q8 {

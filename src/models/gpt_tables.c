@@ -97,7 +97,7 @@ static dt_status localize(dt_gpt *g, const bool *held) {
 #define QKV DT_SHARD_QKV
 
 /* A block row's sizes and initial spread, resolved per model by the arrays below. */
-typedef enum { SZ_0, SZ_C, SZ_3C, SZ_4C, SZ_KV, SZ_F, SZ_COUNT } row_size;
+typedef enum { SZ_0, SZ_C, SZ_3C, SZ_4C, SZ_KV, SZ_F, SZ_V, SZ_T, SZ_COUNT } row_size;
 typedef enum { STD_0, STD_W, STD_PROJ, STD_COUNT } row_std;
 
 typedef struct block_row {
@@ -142,7 +142,23 @@ static const block_row LLAMA_ROWS[LLAMA_BLOCK_ROWS] = {
 };
 #undef L_
 
-/* Layer l's rows, in id order. */
+static const block_row GPT2_EMBED[GPT2_EMBED_ROWS] = {
+    [GPT2_WTE] = {"wte.weight", SZ_V, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+    [GPT2_WPE] = {"wpe.weight", SZ_T, SZ_C, DT_INIT_NORMAL, STD_W, false, WHOLE},
+};
+static const block_row GPT2_FINAL[GPT2_FINAL_ROWS] = {
+    [GPT2_LNF_W] = {"ln_f.weight", SZ_C, SZ_0, DT_INIT_ONES, STD_0, false, WHOLE},
+    [GPT2_LNF_B] = {"ln_f.bias", SZ_C, SZ_0, DT_INIT_ZEROS, STD_0, false, WHOLE},
+};
+static const block_row LLAMA_EMBED[LLAMA_EMBED_ROWS] = {
+    [LLAMA_EMBED_W] = {"model.embed_tokens.weight", SZ_V, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+};
+static const block_row LLAMA_FINAL[LLAMA_FINAL_ROWS] = {
+    [LLAMA_NORM_W] = {"model.norm.weight", SZ_C, SZ_0, DT_INIT_ONES, STD_0, false, WHOLE},
+    [LLAMA_HEAD_W] = {"lm_head.weight", SZ_V, SZ_C, DT_INIT_NORMAL, STD_W, false, ROWS},
+};
+
+/* Layer l's rows (or a unit's without a layer: names without %d), in id order. */
 static dt_status add_block(dt_gpt *g, const block_row *rows, int n, int l,
                            const int64_t size[SZ_COUNT], const float std[STD_COUNT]) {
     char name[96];
@@ -157,39 +173,36 @@ static dt_status add_block(dt_gpt *g, const block_row *rows, int n, int l,
 
 static dt_status build_table_gpt2(dt_gpt *g) {
     const dt_model_config *c = &g->cfg;
-    g->n_embed_params = 2;
+    g->n_embed_params = GPT2_EMBED_ROWS;
     g->per_layer = GPT2_BLOCK_ROWS;
     int64_t C = c->n_embd;
-    const int64_t size[SZ_COUNT] = {[SZ_C] = C, [SZ_3C] = 3 * C, [SZ_4C] = 4 * C};
+    const int64_t size[SZ_COUNT] = {[SZ_C] = C,
+                                    [SZ_3C] = 3 * C,
+                                    [SZ_4C] = 4 * C,
+                                    [SZ_V] = c->vocab_size,
+                                    [SZ_T] = c->max_seq_len};
     const float std[STD_COUNT] = {[STD_W] = 0.02f,
                                   [STD_PROJ] = 0.02f / sqrtf(2.0f * c->n_layer)};
-    DT_TRY(add_param(g, "wte.weight", c->vocab_size, C, DT_INIT_NORMAL, std[STD_W], false,
-                     ROWS));
-    DT_TRY(add_param(g, "wpe.weight", c->max_seq_len, C, DT_INIT_NORMAL, std[STD_W], false,
-                     WHOLE));
+    DT_TRY(add_block(g, GPT2_EMBED, GPT2_EMBED_ROWS, 0, size, std));
     for (int l = 0; l < c->n_layer; l++)
         DT_TRY(add_block(g, GPT2_ROWS, GPT2_BLOCK_ROWS, l, size, std));
-    DT_TRY(add_param(g, "ln_f.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
-    DT_TRY(add_param(g, "ln_f.bias", C, 0, DT_INIT_ZEROS, 0, false, WHOLE));
-    return DT_OK;
+    return add_block(g, GPT2_FINAL, GPT2_FINAL_ROWS, 0, size, std);
 }
 
 static dt_status build_table_llama(dt_gpt *g) {
     const dt_model_config *c = &g->cfg;
     int64_t C = c->n_embd, hs = C / c->n_head;
-    const int64_t size[SZ_COUNT] = {[SZ_C] = C, [SZ_KV] = (int64_t)dt_gpt_kv_heads(c) * hs,
-                                    [SZ_F] = dt_gpt_ffn_hidden(c)};
+    const int64_t size[SZ_COUNT] = {[SZ_C] = C,
+                                    [SZ_KV] = (int64_t)dt_gpt_kv_heads(c) * hs,
+                                    [SZ_F] = dt_gpt_ffn_hidden(c),
+                                    [SZ_V] = c->vocab_size};
     const float std[STD_COUNT] = {[STD_W] = 0.02f};
-    g->n_embed_params = 1;
+    g->n_embed_params = LLAMA_EMBED_ROWS;
     g->per_layer = LLAMA_BLOCK_ROWS;
-    DT_TRY(add_param(g, "model.embed_tokens.weight", c->vocab_size, C, DT_INIT_NORMAL,
-                     std[STD_W], false, ROWS));
+    DT_TRY(add_block(g, LLAMA_EMBED, LLAMA_EMBED_ROWS, 0, size, std));
     for (int l = 0; l < c->n_layer; l++)
         DT_TRY(add_block(g, LLAMA_ROWS, LLAMA_BLOCK_ROWS, l, size, std));
-    DT_TRY(add_param(g, "model.norm.weight", C, 0, DT_INIT_ONES, 0, false, WHOLE));
-    DT_TRY(add_param(g, "lm_head.weight", c->vocab_size, C, DT_INIT_NORMAL, std[STD_W], false,
-                     ROWS));
-    return DT_OK;
+    return add_block(g, LLAMA_FINAL, LLAMA_FINAL_ROWS, 0, size, std);
 }
 
 #undef WHOLE
