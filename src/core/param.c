@@ -199,3 +199,9 @@ const dt_param *dt_param_find(const dt_param_tables *t, const char *name) {
             return &t->local[i];
     return NULL;
 }
+
+void dt_param_unit_range(const dt_param_tables *t, int unit, int64_t *first, int64_t *count) {
+    int a = t->unit_param[unit], b = t->unit_param[unit + 1];
+    *first = t->local[a].offset;
+    *count = (b < t->n_local ? t->local[b].offset : t->local_numel) - *first;
+}

@@ -93,6 +93,9 @@ typedef struct dt_param_tables {
     int64_t full_numel, local_numel; /* arena floats of each */
     int skip;                        /* a local tensor the gather leaves out (GPT-2's tied head
                                       * copy: the embedding's stage holds the original), -1 */
+    /* the units held here: unit u's tensors are local [unit_param[u], unit_param[u + 1]) */
+    int n_units;
+    const int *unit_param; /* [n_units + 1] */
 } dt_param_tables;
 
 struct dt_comm;
@@ -105,6 +108,9 @@ dt_status dt_param_gather_full(const dt_param_tables *t, struct dt_comm *tp, str
                                struct dt_mem *mem, const float *local, float *full);
 /* This rank's local arena from a full one (its shards of the tensors it holds; padding 0). */
 void dt_param_take_shard(const dt_param_tables *t, const float *full, float *local);
+/* Local unit u's range of the local arena: its first tensor's offset to the next unit's (the
+ * arena's end for the last), padding included. */
+void dt_param_unit_range(const dt_param_tables *t, int unit, int64_t *first, int64_t *count);
 /* The local tensor named `name`, or NULL. */
 const dt_param *dt_param_find(const dt_param_tables *t, const char *name);
 

@@ -106,9 +106,8 @@ int dt_dit_unit_local(const dt_dit *d, int global_unit) { return d->unit_local[g
 
 void dt_dit_unit_range(const dt_dit *d, int unit, int64_t *first, int64_t *count) {
     DT_ASSERT(unit >= 0 && unit < d->n_units);
-    int a = d->unit_param[unit], b = d->unit_param[unit + 1];
-    *first = d->params[a].offset;
-    *count = (b < d->n_params ? d->params[b].offset : d->n_total) - *first;
+    dt_param_tables t = dt_dit_tables(d);
+    dt_param_unit_range(&t, unit, first, count);
 }
 
 void dt_dit_set_hooks(dt_dit *d, const dt_model_hooks *hooks) {

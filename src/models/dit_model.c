@@ -48,30 +48,17 @@ typedef struct dit_model {
 static dt_dit *D(const void *s) { return ((const dit_model *)s)->d; }
 
 static const dt_model_config *config(const void *s) { return &((const dit_model *)s)->cfg; }
-static int n_units(const void *s) { return dt_dit_n_units(D(s)); }
-static void unit_range(const void *s, int u, int64_t *first, int64_t *count) {
-    dt_dit_unit_range(D(s), u, first, count);
-}
 static void bind_unit(void *s, int u, float *w, float *g, dt_bf16 *lp) {
     dt_dit_bind_unit(D(s), u, w, g, lp);
 }
 static void set_hooks(void *s, const dt_model_hooks *h) { dt_dit_set_hooks(D(s), h); }
 static dt_param_tables tables(const void *s) { return dt_dit_tables(D(s)); }
-static float *weights(void *s) { return dt_dit_weights(D(s)); }
-static float *grads(void *s) { return dt_dit_grads(D(s)); }
-static dt_bf16 *weights_lp(void *s) { return dt_dit_weights_lp(D(s)); }
+static dt_model_arenas arenas(void *s) {
+    return (dt_model_arenas){
+        .w = dt_dit_weights(D(s)), .g = dt_dit_grads(D(s)), .lp = dt_dit_weights_lp(D(s))};
+}
 static dt_comm *tp(const void *s) { return dt_dit_tp(D(s)); }
-static int n_ties(const void *s) {
-    (void)s;
-    return 0;
-}
-static dt_model_tie tie(const void *s, int i) {
-    (void)s, (void)i;
-    return (dt_model_tie){.param = -1};
-}
-static void init_weights(void *s, uint64_t seed) { dt_dit_init_weights(D(s), seed); }
 static void sync_lp(void *s) { dt_dit_sync_lp(D(s)); }
-static void zero_grad(void *s) { dt_dit_zero_grad(D(s)); }
 static dt_status forward_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
     return dt_dit_forward_units(D(s), slot, u0, u1, b);
 }
@@ -98,7 +85,10 @@ static float *boundary_grad(void *s, int slot, int B, int T) {
     (void)T;
     return dt_dit_boundary_grad(D(s), slot, B);
 }
-static void drop_saved(void *s) { dt_dit_drop_saved(D(s)); }
+static void evaluating(void *s, bool on) {
+    if (!on)
+        dt_dit_drop_saved(D(s));
+}
 static dt_status gather_full(void *s, const float *local, float *full) {
     return dt_dit_gather_full(D(s), local, full);
 }
@@ -243,20 +233,13 @@ static void free_dit(void *s) {
 static const dt_model_ops dit_ops = {
     .free = free_dit,
     .config = config,
-    .n_units = n_units,
-    .unit_range = unit_range,
     .bind_unit = bind_unit,
     .set_hooks = set_hooks,
     .tables = tables,
-    .weights = weights,
-    .grads = grads,
-    .weights_lp = weights_lp,
+    .arenas = arenas,
     .tp = tp,
-    .n_ties = n_ties,
-    .tie = tie,
-    .init_weights = init_weights,
     .sync_lp = sync_lp,
-    .zero_grad = zero_grad,
+    .evaluating = evaluating,
     .forward_units = forward_units,
     .loss_slot = loss_slot,
     .backward_units = backward_units,
@@ -264,7 +247,6 @@ static const dt_model_ops dit_ops = {
     .boundary_count = boundary_count,
     .boundary = boundary,
     .boundary_grad = boundary_grad,
-    .drop_saved = drop_saved,
     .gather_full = gather_full,
     .flops_per_sample = flops_per_sample,
     .save = save,

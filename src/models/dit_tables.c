@@ -251,7 +251,9 @@ dt_param_tables dt_dit_tables(const dt_dit *d) {
                              .local_full = d->local_full,
                              .full_numel = d->n_full,
                              .local_numel = d->n_total,
-                             .skip = -1};
+                             .skip = -1,
+                             .n_units = d->n_units,
+                             .unit_param = d->unit_param};
 }
 
 dt_status dt_dit_gather_full(dt_dit *d, const float *local, float *full) {

@@ -150,9 +150,8 @@ int dt_gpt_unit_global(const dt_gpt *g, int unit) { return g->unit_global[unit];
 int dt_gpt_unit_local(const dt_gpt *g, int global_unit) { return g->unit_local[global_unit]; }
 
 void dt_gpt_unit_range(const dt_gpt *g, int unit, int64_t *first, int64_t *count) {
-    int a = g->unit_param[unit], b = g->unit_param[unit + 1];
-    *first = g->params[a].offset;
-    *count = (b < g->n_params ? g->params[b].offset : g->n_total) - *first;
+    dt_param_tables t = dt_gpt_tables(g);
+    dt_param_unit_range(&t, unit, first, count);
 }
 
 int dt_gpt_head_unit(const dt_gpt *g) {

@@ -9,39 +9,32 @@
 #include "models/gpt.h"
 
 static const dt_model_config *config(const void *s) { return dt_gpt_config_of(s); }
-static int n_units(const void *s) { return dt_gpt_n_units(s); }
-static void unit_range(const void *s, int u, int64_t *first, int64_t *count) {
-    dt_gpt_unit_range(s, u, first, count);
-}
 static void bind_unit(void *s, int u, float *w, float *grad, dt_bf16 *w_lp) {
     dt_gpt_bind_unit(s, u, w, grad, w_lp);
 }
 static void set_hooks(void *s, const dt_model_hooks *h) { dt_gpt_set_hooks(s, h); }
 static dt_param_tables tables(const void *s) { return dt_gpt_tables(s); }
-static float *weights(void *s) { return dt_gpt_weights(s); }
-static float *grads(void *s) { return dt_gpt_grads(s); }
-static dt_bf16 *weights_lp(void *s) { return dt_gpt_weights_lp(s); }
+static dt_model_arenas arenas(void *s) {
+    return (dt_model_arenas){
+        .w = dt_gpt_weights(s), .g = dt_gpt_grads(s), .lp = dt_gpt_weights_lp(s)};
+}
 static dt_comm *tp(const void *s) { return dt_gpt_par(s)->tp; }
 
 /* GPT-2's wte is unit 0's first tensor and also the LM head: a pipeline stage holding the
  * final unit without unit 0 holds a copy of it (dt_gpt_tied_copy). The two end stages then
  * each tie one tensor: the original on the first, the copy on the last. */
-static int n_ties(const void *s) {
+static int ties(const void *s, dt_model_tie out[DT_MODEL_MAX_TIES]) {
     const dt_model_config *c = dt_gpt_config_of(s);
     bool first = dt_gpt_unit_local(s, 0) >= 0, last = dt_gpt_unit_local(s, c->n_layer + 1) >= 0;
-    return c->arch == DT_ARCH_GPT2 && first != last ? 1 : 0;
-}
-
-static dt_model_tie tie(const void *s, int i) {
-    (void)i;
+    if (c->arch != DT_ARCH_GPT2 || first == last)
+        return 0;
     int copy = dt_gpt_tied_copy(s);
-    return copy >= 0 ? (dt_model_tie){.param = copy, .copy = true}
-                     : (dt_model_tie){.param = 0, .copy = false};
+    out[0] = copy >= 0 ? (dt_model_tie){.param = copy, .copy = true}
+                       : (dt_model_tie){.param = 0, .copy = false};
+    return 1;
 }
 
-static void init_weights(void *s, uint64_t seed) { dt_gpt_init_weights(s, seed); }
 static void sync_lp(void *s) { dt_gpt_sync_lp(s); }
-static void zero_grad(void *s) { dt_gpt_zero_grad(s); }
 static void fresh_grads(void *s, int unit) { dt_gpt_fresh_grads(s, unit); }
 static bool act_disk_stats(const void *s, dt_model_disk_stats *out) {
     return dt_gpt_act_disk_stats(s, out);
@@ -70,8 +63,12 @@ static float *boundary(void *s, int slot, int position, int B, int T) {
 static float *boundary_grad(void *s, int slot, int B, int T) {
     return dt_gpt_boundary_grad(s, slot, B, T);
 }
-static void drop_saved(void *s) { dt_gpt_drop_saved(s); }
-static void begin_eval(void *s) { dt_gpt_begin_eval(s); }
+static void evaluating(void *s, bool on) {
+    if (on)
+        dt_gpt_begin_eval(s);
+    else
+        dt_gpt_drop_saved(s);
+}
 static dt_status gather_full(void *s, const float *local, float *full) {
     return dt_gpt_gather_full(s, local, full);
 }
@@ -130,22 +127,16 @@ static void free_gpt(void *s) { dt_gpt_free(s); }
 static const dt_model_ops gpt_ops = {
     .free = free_gpt,
     .config = config,
-    .n_units = n_units,
-    .unit_range = unit_range,
     .bind_unit = bind_unit,
     .set_hooks = set_hooks,
     .tables = tables,
-    .weights = weights,
-    .grads = grads,
-    .weights_lp = weights_lp,
+    .arenas = arenas,
     .tp = tp,
-    .n_ties = n_ties,
-    .tie = tie,
-    .init_weights = init_weights,
+    .ties = ties,
     .sync_lp = sync_lp,
-    .zero_grad = zero_grad,
     .fresh_grads = fresh_grads,
     .act_disk_stats = act_disk_stats,
+    .evaluating = evaluating,
     .forward_units = forward_units,
     .loss_slot = loss_slot,
     .backward_units = backward_units,
@@ -153,8 +144,6 @@ static const dt_model_ops gpt_ops = {
     .boundary_count = boundary_count,
     .boundary = boundary,
     .boundary_grad = boundary_grad,
-    .drop_saved = drop_saved,
-    .begin_eval = begin_eval,
     .gather_full = gather_full,
     .flops_per_sample = flops_per_sample,
     .save = save,

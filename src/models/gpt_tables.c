@@ -283,7 +283,9 @@ dt_param_tables dt_gpt_tables(const dt_gpt *g) {
                              .local_full = g->local_full,
                              .full_numel = g->n_full,
                              .local_numel = g->n_total,
-                             .skip = g->tied_copy};
+                             .skip = g->tied_copy,
+                             .n_units = g->n_units,
+                             .unit_param = g->unit_param};
 }
 
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full) {

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/comm.h"
 #include "core/config.h"
@@ -106,6 +107,15 @@ typedef struct dt_model_tie {
     int param; /* local table index */
     bool copy;
 } dt_model_tie;
+enum { DT_MODEL_MAX_TIES = 2 };
+
+/* A model's own arenas: fp32 weights (NULL with external weights), gradients (NULL when not
+ * training or with external gradients), and a whole 16-bit copy of the weights (NULL in fp32,
+ * with external weights, or where the model casts unit by unit). */
+typedef struct dt_model_arenas {
+    float *w, *g;
+    dt_bf16 *lp;
+} dt_model_arenas;
 
 /* A named size of the model's shape (recorded in checkpoint manifests and compared when a
  * checkpoint is loaded), e.g. {"n_layer", 12}. key: a static string. */
@@ -126,31 +136,22 @@ typedef struct dt_model_ops {
     void (*free)(void *self);
     const dt_model_config *(*config)(const void *self);
 
-    /* units (local ids) and their storage */
-    int (*n_units)(const void *self);
-    void (*unit_range)(const void *self, int unit, int64_t *first, int64_t *count);
+    /* units (local ids: the tables' units) and their storage */
     /* point a unit's views at storage holding its range (w[0] is arena element `first`);
      * NULL leaves that kind of view as it is */
     void (*bind_unit)(void *self, int unit, float *w, float *grad, dt_bf16 *w_lp);
     void (*set_hooks)(void *self, const dt_model_hooks *hooks);
 
-    /* parameter tables: this rank's (the local arena) and the single process's (files) */
+    /* parameter tables: this rank's (the local arena, its units) and the single process's
+     * (files); the model's own arenas */
     dt_param_tables (*tables)(const void *self);
-    float *(*weights)(void *self);     /* NULL with external weights */
-    float *(*grads)(void *self);       /* NULL when not training or with external grads */
-    dt_bf16 *(*weights_lp)(void *self); /* whole 16-bit copy; NULL in fp32, with external
-                                         * weights, or where the model casts unit by unit */
+    dt_model_arenas (*arenas)(void *self);
     /* the group the tables' shard specs split over (tp; a size-1 comm when not split) */
     dt_comm *(*tp)(const void *self);
-    /* tied tensors held here (see dt_model_tie): how many, and the i-th */
-    int (*n_ties)(const void *self);
-    dt_model_tie (*tie)(const void *self, int i);
-
-    /* weights */
-    void (*init_weights)(void *self, uint64_t seed); /* own arena, reproducible from seed */
-    void (*sync_lp)(void *self); /* the fp32 weights changed: refresh (or mark stale) the
-                                  * 16-bit weights made from them */
-    void (*zero_grad)(void *self);
+    /* (optional: none) the tied tensors held here (see dt_model_tie) into out; how many */
+    int (*ties)(const void *self, dt_model_tie out[DT_MODEL_MAX_TIES]);
+    /* the fp32 weights changed: refresh (or mark stale) the 16-bit weights made from them */
+    void (*sync_lp)(void *self);
 
     /* Forward over global units [u0, u1) (all held here) on micro-batch slot `slot`: unit 0
      * reads the batch's input, a later first unit the boundary tensor at position u0 - 1;
@@ -174,13 +175,10 @@ typedef struct dt_model_ops {
     int64_t (*boundary_count)(const void *self, int B, int T);
     float *(*boundary)(void *self, int slot, int position, int B, int T);
     float *(*boundary_grad)(void *self, int slot, int B, int T);
-    /* after forwards no backward follows (evaluation): every slot's saved activations are no
-     * longer needed */
-    void (*drop_saved)(void *self);
-    /* (optional: nothing changes) the forwards from here to drop_saved are evaluation, with no
-     * backward after them: nothing need be kept for one (a GPT's activations on disk are not
-     * written) */
-    void (*begin_eval)(void *self);
+    /* on: the forwards from here are evaluation, with no backward after them (nothing need
+     * be kept for one: a GPT's activations on disk are not written); off: evaluation is over,
+     * every slot's saved activations are no longer needed */
+    void (*evaluating)(void *self, bool on);
 
     /* Collective over tp and pp: every rank's local arena -> the full arena (every rank). */
     dt_status (*gather_full)(void *self, const float *local, float *full);
@@ -248,10 +246,12 @@ dt_status dt_model_config_from_sizes(const dt_model_size *sizes, int n, dt_model
 static inline const dt_model_config *dt_model_cfg(const dt_model *m) {
     return m->ops->config(m->self);
 }
-static inline int dt_model_n_units(const dt_model *m) { return m->ops->n_units(m->self); }
+static inline dt_param_tables dt_model_tables(const dt_model *m) { return m->ops->tables(m->self); }
+static inline int dt_model_n_units(const dt_model *m) { return dt_model_tables(m).n_units; }
 static inline void dt_model_unit_range(const dt_model *m, int unit, int64_t *first,
                                        int64_t *count) {
-    m->ops->unit_range(m->self, unit, first, count);
+    dt_param_tables t = dt_model_tables(m);
+    dt_param_unit_range(&t, unit, first, count);
 }
 static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *grad,
                                       dt_bf16 *w_lp) {
@@ -260,7 +260,6 @@ static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *gr
 static inline void dt_model_set_hooks(dt_model *m, const dt_model_hooks *hooks) {
     m->ops->set_hooks(m->self, hooks);
 }
-static inline dt_param_tables dt_model_tables(const dt_model *m) { return m->ops->tables(m->self); }
 static inline int dt_model_n_params(const dt_model *m) { return dt_model_tables(m).n_local; }
 static inline const dt_param *dt_model_param(const dt_model *m, int i) {
     return &dt_model_tables(m).local[i];
@@ -273,28 +272,37 @@ static inline int64_t dt_model_numel(const dt_model *m) { return dt_model_tables
 static inline int64_t dt_model_full_numel(const dt_model *m) {
     return dt_model_tables(m).full_numel;
 }
-static inline float *dt_model_weights(dt_model *m) { return m->ops->weights(m->self); }
-static inline float *dt_model_grads(dt_model *m) { return m->ops->grads(m->self); }
-static inline dt_bf16 *dt_model_weights_lp(dt_model *m) { return m->ops->weights_lp(m->self); }
+static inline float *dt_model_weights(dt_model *m) { return m->ops->arenas(m->self).w; }
+static inline float *dt_model_grads(dt_model *m) { return m->ops->arenas(m->self).g; }
+static inline dt_bf16 *dt_model_weights_lp(dt_model *m) { return m->ops->arenas(m->self).lp; }
 static inline dt_comm *dt_model_tp(const dt_model *m) { return m->ops->tp(m->self); }
-static inline int dt_model_n_ties(const dt_model *m) { return m->ops->n_ties(m->self); }
-static inline dt_model_tie dt_model_tie_at(const dt_model *m, int i) {
-    return m->ops->tie(m->self, i);
+/* the tied tensors held here into out; how many */
+static inline int dt_model_ties(const dt_model *m, dt_model_tie out[DT_MODEL_MAX_TIES]) {
+    return m->ops->ties ? m->ops->ties(m->self, out) : 0;
 }
 /* Whether local tensor i is a tied copy (see dt_model_tie): not saved, not in the norm. */
 static inline bool dt_model_is_copy(const dt_model *m, int i) {
-    for (int k = 0; k < dt_model_n_ties(m); k++) {
-        dt_model_tie t = dt_model_tie_at(m, k);
-        if (t.param == i && t.copy)
+    dt_model_tie t[DT_MODEL_MAX_TIES];
+    for (int k = 0, n = dt_model_ties(m, t); k < n; k++)
+        if (t[k].param == i && t[k].copy)
             return true;
-    }
     return false;
 }
-static inline void dt_model_init_weights(dt_model *m, uint64_t seed) {
-    m->ops->init_weights(m->self, seed);
-}
 static inline void dt_model_sync_lp(dt_model *m) { m->ops->sync_lp(m->self); }
-static inline void dt_model_zero_grad(dt_model *m) { m->ops->zero_grad(m->self); }
+/* the model's own weights from seed (each tensor's values by full element index, so every
+ * layout starts from the single process's), and the 16-bit copies made from them */
+static inline void dt_model_init_weights(dt_model *m, uint64_t seed) {
+    dt_param_tables t = dt_model_tables(m);
+    float *w = dt_model_weights(m);
+    DT_ASSERT(w);
+    dt_param_init_range(t.local, t.n_local, seed, 0, t.local_numel, w);
+    dt_model_sync_lp(m);
+}
+static inline void dt_model_zero_grad(dt_model *m) {
+    float *g = dt_model_grads(m);
+    if (g)
+        memset(g, 0, (size_t)dt_model_numel(m) * sizeof *g);
+}
 /* Whether the model overwrites the unit's gradients (-1: all) on their next write; false: it
  * has no fresh_grads and the caller must zero their storage itself. */
 static inline bool dt_model_act_disk_stats(const dt_model *m, dt_model_disk_stats *out) {
@@ -346,11 +354,8 @@ static inline float *dt_model_boundary(dt_model *m, int slot, int position, int 
 static inline float *dt_model_boundary_grad(dt_model *m, int slot, int B, int T) {
     return m->ops->boundary_grad(m->self, slot, B, T);
 }
-static inline void dt_model_drop_saved(dt_model *m) { m->ops->drop_saved(m->self); }
-static inline void dt_model_begin_eval(dt_model *m) {
-    if (m->ops->begin_eval)
-        m->ops->begin_eval(m->self);
-}
+static inline void dt_model_begin_eval(dt_model *m) { m->ops->evaluating(m->self, true); }
+static inline void dt_model_drop_saved(dt_model *m) { m->ops->evaluating(m->self, false); }
 static inline dt_status dt_model_gather_full(dt_model *m, const float *local, float *full) {
     return m->ops->gather_full(m->self, local, full);
 }

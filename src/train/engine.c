@@ -519,9 +519,9 @@ static dt_status sum_tied_gradient(dt_engine *e, const dt_param *p) {
 static dt_status sum_tied_gradients(dt_engine *e) {
     if (!e->tied || e->tied->size < 2)
         return DT_OK;
-    for (int k = 0; k < dt_model_n_ties(e->model); k++)
-        DT_TRY(sum_tied_gradient(e, dt_model_param(e->model,
-                                                   dt_model_tie_at(e->model, k).param)));
+    dt_model_tie t[DT_MODEL_MAX_TIES];
+    for (int k = 0, n = dt_model_ties(e->model, t); k < n; k++)
+        DT_TRY(sum_tied_gradient(e, dt_model_param(e->model, t[k].param)));
     return DT_OK;
 }
 

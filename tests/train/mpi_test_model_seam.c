@@ -43,6 +43,7 @@ typedef struct toy {
     dt_param *params;   /* [2 n_local]: a_u, b_u of the held units, the local arena */
     dt_param *full;     /* [2U]: the whole model's table */
     int *local_full;    /* [2 n_local] full index of each local tensor */
+    int *unit_param;    /* [n_local + 1] first local tensor of each held unit */
     dt_comm *pp;        /* borrowed; NULL: no pipeline */
     int64_t n_total;
     float *w, *g;       /* own arenas, NULL when the caller binds them */
@@ -155,6 +156,7 @@ static void t_free(void *s) {
     free(t->params);
     free(t->full);
     free(t->local_of);
+    free(t->unit_param);
     free(t->local_full);
     free(t->w);
     free(t->g);
@@ -167,12 +169,6 @@ static void t_free(void *s) {
 }
 
 static const dt_model_config *t_config(const void *s) { return &((const toy *)s)->cfg; }
-static int t_n_units(const void *s) { return ((const toy *)s)->n_local; }
-static void t_unit_range(const void *s, int u, int64_t *first, int64_t *count) {
-    const toy *t = s;
-    *first = t->params[2 * u].offset;
-    *count = 2 * (int64_t)t->C;
-}
 static void t_bind(void *s, int u, float *w, float *grad, dt_bf16 *lp) {
     toy *t = s;
     (void)lp;
@@ -194,29 +190,23 @@ static dt_param_tables t_tables(const void *s) {
                              .local_full = t->local_full,
                              .full_numel = t_full_numel(t),
                              .local_numel = t->n_total,
-                             .skip = -1};
+                             .skip = -1,
+                             .n_units = t->n_local,
+                             .unit_param = t->unit_param};
 }
-static float *t_weights(void *s) { return ((toy *)s)->w; }
-static float *t_grads(void *s) { return ((toy *)s)->g; }
-static dt_bf16 *t_weights_lp(void *s) { (void)s; return NULL; }
+static dt_model_arenas t_arenas(void *s) { /* fp32 only: no 16-bit copy */
+    return (dt_model_arenas){.w = ((toy *)s)->w, .g = ((toy *)s)->g};
+}
 static dt_comm *t_tp(const void *s) { return ((const toy *)s)->tp; }
-static int t_n_ties(const void *s) { return ((const toy *)s)->tie_role >= 0 ? 1 : 0; }
-static dt_model_tie t_tie(const void *s, int i) {
+static int t_ties(const void *s, dt_model_tie out[DT_MODEL_MAX_TIES]) {
     const toy *t = s;
-    (void)i;
-    return t->tie_role == 0 ? (dt_model_tie){.param = 0, .copy = false}
-                            : (dt_model_tie){.param = 2 * lid(t, t->U - 1), .copy = true};
-}
-static void t_init_weights(void *s, uint64_t seed) {
-    toy *t = s;
-    dt_param_init_range(t->params, 2 * t->n_local, seed, 0, t->n_total, t->w);
+    if (t->tie_role < 0)
+        return 0;
+    out[0] = t->tie_role == 0 ? (dt_model_tie){.param = 0, .copy = false}
+                              : (dt_model_tie){.param = 2 * lid(t, t->U - 1), .copy = true};
+    return 1;
 }
 static void t_sync_lp(void *s) { (void)s; } /* fp32 only: no 16-bit copy */
-static void t_zero_grad(void *s) {
-    toy *t = s;
-    if (t->g)
-        memset(t->g, 0, (size_t)t->n_total * sizeof *t->g);
-}
 static int64_t t_boundary_count(const void *s, int B, int T) {
     return (int64_t)B * T * ((const toy *)s)->C;
 }
@@ -229,7 +219,7 @@ static float *t_boundary_grad(void *s, int slot, int B, int T) {
     (void)B, (void)T;
     return t->dres + (size_t)slot * t->N * t->C;
 }
-static void t_drop_saved(void *s) { (void)s; } /* plain buffers: nothing is accounted live */
+static void t_evaluating(void *s, bool on) { (void)s, (void)on; } /* nothing accounted live */
 /* each unit is held by one stage: place the held ones, sum over the pipeline */
 static dt_status t_gather_full(void *s, const float *local, float *full) {
     toy *t = s;
@@ -278,27 +268,20 @@ static int t_sizes(const void *s, dt_model_size *out) {
 /* no split backward (weight_units), description or token logits */
 static const dt_model_ops toy_ops = {.free = t_free,
                                      .config = t_config,
-                                     .n_units = t_n_units,
-                                     .unit_range = t_unit_range,
                                      .bind_unit = t_bind,
                                      .set_hooks = t_set_hooks,
                                      .tables = t_tables,
-                                     .weights = t_weights,
-                                     .grads = t_grads,
-                                     .weights_lp = t_weights_lp,
+                                     .arenas = t_arenas,
                                      .tp = t_tp,
-                                     .n_ties = t_n_ties,
-                                     .tie = t_tie,
-                                     .init_weights = t_init_weights,
+                                     .ties = t_ties,
                                      .sync_lp = t_sync_lp,
-                                     .zero_grad = t_zero_grad,
+                                     .evaluating = t_evaluating,
                                      .forward_units = t_forward,
                                      .loss_slot = t_loss,
                                      .backward_units = t_backward,
                                      .boundary_count = t_boundary_count,
                                      .boundary = t_boundary,
                                      .boundary_grad = t_boundary_grad,
-                                     .drop_saved = t_drop_saved,
                                      .gather_full = t_gather_full,
                                      .flops_per_sample = t_flops,
                                      .save = t_save,
@@ -312,7 +295,8 @@ static dt_status make_tables(toy *t, const bool *held) {
     t->params = calloc((size_t)2 * t->U, sizeof *t->params);
     t->local_full = calloc((size_t)2 * t->U, sizeof *t->local_full);
     t->local_of = calloc((size_t)t->U, sizeof *t->local_of);
-    if (!t->full || !t->params || !t->local_full || !t->local_of)
+    t->unit_param = calloc((size_t)t->U + 1, sizeof *t->unit_param);
+    if (!t->full || !t->params || !t->local_full || !t->local_of || !t->unit_param)
         return dt_err_set(DT_ERR_OOM, "toy: out of memory");
     for (int i = 0; i < 2 * t->U; i++) {
         dt_param *p = &t->full[i];
@@ -335,6 +319,8 @@ static dt_status make_tables(toy *t, const bool *held) {
         }
     }
     t->n_total = 2 * (int64_t)t->n_local * t->C;
+    for (int u = 0; u <= t->n_local; u++)
+        t->unit_param[u] = 2 * u;
     return DT_OK;
 }
 
