@@ -1,9 +1,8 @@
 /* Where training and evaluation batches come from: one interface (an ops table and the
- * implementation's own state, as dt_model is) over the token-shard loader (train/loader.c),
- * the bouncing-shapes clips of a video DiT (train/source_bounce.c) and clips read from
- * disk (train/source_clips.c). The booster sees
- * batches only through it: rows of the current step's GLOBAL batch into caller buffers whose
- * row sizes the source reports, so every layout reads the same batch.
+ * implementation's own state, as dt_model is) over the token-shard loader (train/loader.c)
+ * and the clips of a video DiT, made from the seed or read from disk (train/source_clips.c). The
+ * booster sees batches only through it: rows of the current step's GLOBAL batch into caller buffers
+ * whose row sizes the source reports, so every layout reads the same batch.
  *
  * A source's whole state is (position, step), which checkpoints store and seek restores; a
  * step's batch is a pure function of it. Single-threaded; the caller owns the buffers.
