@@ -9,7 +9,7 @@ set -uo pipefail
 src=$1 build=$2 seconds=$3
 shift 3
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors manifest state tokens indexed blend bpe)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors manifest state tokens indexed blend bpe clips)
 command -v clang > /dev/null || { echo "clang not found: skipped"; exit 77; }
 probe=$(mktemp -d)
 trap 'rm -rf "$probe"' EXIT
