@@ -413,33 +413,28 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     g.P = (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
     memcpy(g.held, l->held, sizeof g.held);
     int sends = 0;
-    /* skip[k][l]: micro-batch k's block l finds its forward still in the shared set */
+    /* The block of each of this rank's chunks whose forward a micro-batch may find still in
+     * the shared set (dt_plan_fresh_block; -1: none), and whether micro-batch k does:
+     * fresh[c * n_mb + k] (without a pipeline, always). */
     static const int MB_MAX = 4096;
     if (g.n_mb > MB_MAX)
         return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: %d micro-batches (at most "
                           "%d)", g.n_mb, MB_MAX);
-    bool(*skip)[DT_MAX_CHUNKS] = calloc((size_t)g.n_mb, sizeof *skip);
-    if (!skip)
-        return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
+    int chunk[DT_MAX_CHUNKS], block[DT_MAX_CHUNKS], n_fresh = 0;
+    bool *fresh = NULL;
     if (g.pp > 1) {
         const dt_stage_plan *stages = &l->stages;
         sends = pipeline_sends(sched, l->pp_rank);
-        bool *fresh = calloc((size_t)stages->n_chunks * g.n_mb, sizeof *fresh);
-        if (!fresh) {
-            free(skip);
+        if (!(fresh = calloc((size_t)stages->n_chunks * g.n_mb, sizeof *fresh)))
             return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
-        }
         dt_sched_fresh(sched, l->pp_rank, fresh);
         for (int c = l->pp_rank; c < stages->n_chunks; c += g.pp) {
-            int b = dt_plan_fresh_block(p, stages->first[c], stages->first[c + 1], g.L);
-            for (int k = 0; b >= 0 && k < g.n_mb; k++)
-                skip[k][b] = fresh[c * g.n_mb + k];
+            chunk[n_fresh] = c;
+            block[n_fresh++] = dt_plan_fresh_block(p, stages->first[c], stages->first[c + 1], g.L);
         }
-        free(fresh);
     } else {
-        int b = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
-        for (int k = 0; b >= 0 && k < g.n_mb; k++)
-            skip[k][b] = true;
+        chunk[0] = -1;
+        block[n_fresh++] = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
     }
     g.first = g.held[0];
     g.last = g.held[g.L + 1];
@@ -450,21 +445,34 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
     /* micro-batches alike (the same reruns skipped) move the same bytes: the first of a run
      * of them is counted, the others add its difference */
-    dt_plan_comm before, delta;
+    bool skip[DT_MAX_CHUNKS] = {0}, was[DT_MAX_CHUNKS] = {0};
+    dt_plan_comm before, delta = {0};
+    int64_t repeats = 0; /* micro-batches since the last counted one, each adding delta */
     for (int k = 0; k < g.n_mb; k++) {
-        if (k > 0 && !memcmp(skip[k], skip[k - 1], sizeof skip[k])) {
-            comm_add(out, &delta, 1);
+        bool same = k > 0;
+        for (int i = 0; i < n_fresh; i++) {
+            bool now = block[i] >= 0 && (chunk[i] < 0 || fresh[chunk[i] * g.n_mb + k]);
+            same = same && now == was[i];
+            was[i] = now;
+            if (block[i] >= 0)
+                skip[block[i]] = now;
+        }
+        if (same) {
+            repeats++;
             continue;
         }
+        comm_add(out, &delta, repeats);
+        repeats = 0;
         before = *out;
         if (g.dit) /* its reruns are never skipped */
             dit_micro_batch(&g);
         else
-            micro_batch(&g, skip[k]);
+            micro_batch(&g, skip);
         delta = *out;
         comm_add(&delta, &before, -1);
     }
-    free(skip);
+    comm_add(out, &delta, repeats);
+    free(fresh);
     out->grad_known = !(g.pp > 1 && g.zero == 3);
     if (out->grad_known)
         grad_step(&g, c, &a);
