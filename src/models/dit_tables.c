@@ -142,11 +142,13 @@ static void set_shard(dt_param *p, dt_shard_kind kind) {
 static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero,
                             dt_shard_kind split) {
     char name[96];
-    snprintf(name, sizeof name, "%s.weight", prefix);
+    if (snprintf(name, sizeof name, "%s.weight", prefix) >= (int)sizeof name)
+        return dt_err_set(DT_ERR_ARG, "dit: tensor name %s.weight is too long", prefix);
     DT_TRY(add_param(d, name, out, in, zero ? DT_INIT_ZEROS : DT_INIT_NORMAL,
                      zero ? 0.0f : sqrtf(2.0f / (float)(in + out))));
     set_shard(&d->params[d->n_params - 1], split);
-    snprintf(name, sizeof name, "%s.bias", prefix);
+    if (snprintf(name, sizeof name, "%s.bias", prefix) >= (int)sizeof name)
+        return dt_err_set(DT_ERR_ARG, "dit: tensor name %s.bias is too long", prefix);
     DT_TRY(add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f));
     set_shard(&d->params[d->n_params - 1], split == DT_SHARD_COLS ? DT_SHARD_NONE : split);
     return DT_OK;
@@ -164,7 +166,8 @@ static dt_status add_rows(dt_dit *d, const dt_dit_row *rows, int n, const char *
     char name[96];
     for (int i = 0; i < n; i++) {
         const dt_dit_row *r = &rows[i];
-        snprintf(name, sizeof name, "%s%s", prefix, r->name);
+        if (snprintf(name, sizeof name, "%s%s", prefix, r->name) >= (int)sizeof name)
+            return dt_err_set(DT_ERR_ARG, "dit: tensor name %s%s is too long", prefix, r->name);
         DT_TRY(add_linear(d, name, size[r->out], size[r->in], r->zero, r->split));
     }
     return DT_OK;
