@@ -16,6 +16,7 @@
 #include "cli/help.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "io/clips.h"
 #include "io/video.h"
 
@@ -46,14 +47,9 @@ static struct {
     int oom;
 } walk;
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 static int visit(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
     (void)sb;
-    if (type != FTW_F || path[ftw->base] == '.' || ends_with(path, ".txt"))
+    if (type != FTW_F || path[ftw->base] == '.' || dt_ends_with(path, ".txt"))
         return 0;
     if (walk.n == walk.cap) {
         int cap = walk.cap ? 2 * walk.cap : 64;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/dtype.h"
+#include "core/text.h"
 #include "io/atomic.h"
 #include "io/safetensors.h"
 
@@ -167,8 +168,7 @@ struct dt_clips {
 };
 
 static int is_shard_name(const struct dirent *e) {
-    size_t n = strlen(e->d_name), m = strlen(".safetensors");
-    return e->d_name[0] != '.' && n > m && !strcmp(e->d_name + n - m, ".safetensors");
+    return e->d_name[0] != '.' && dt_ends_with(e->d_name, ".safetensors");
 }
 
 /* the shard paths of a folder in name order, or the path itself when it is a file */
@@ -258,10 +258,10 @@ static dt_status open_pixels(const dt_st_file *f, shard *s, dt_clip_shape *shape
     s->clips_at = px->offset;
     if (!cap || cap->dtype != DT_ST_U8 || cap->ndim != 1)
         return bad(p, "caption", "is not U8 [bytes]");
+    const dt_st_tensor *other;
+    DT_TRY(per_clip(f, p, "source_end", s->n, true, &other));
+    DT_TRY(per_clip(f, p, "start_ms", s->n, true, &other));
     DT_TRY(per_clip(f, p, "caption_end", s->n, true, &end));
-    DT_TRY(per_clip(f, p, "source_end", s->n, true, &end));
-    DT_TRY(per_clip(f, p, "start_ms", s->n, true, &end));
-    end = dt_st_find(f, "caption_end");
     if (end->dtype != DT_ST_I64)
         return bad(p, "caption_end", "is not I64");
     s->caption_at = cap->offset;
@@ -420,12 +420,24 @@ static const shard *shard_of(const dt_clips *c, int64_t i) {
     return &c->s[lo];
 }
 
-static float stored_value(const dt_clips *c, int64_t k) {
+/* n stored values from element `at`, `stride` apart, as floats: pixels mapped to [-1, 1] */
+static void convert(const dt_clips *c, int64_t at, int64_t stride, int64_t n, float *out) {
     switch (c->dtype) {
-    case DT_ST_U8: return ((const uint8_t *)c->buf)[k] / 127.5f - 1.0f;
-    case DT_ST_F32: return ((const float *)c->buf)[k];
-    case DT_ST_BF16: return dt_bf16_to_f32(((const dt_bf16 *)c->buf)[k]);
-    default: return dt_f16_to_f32(((const dt_f16 *)c->buf)[k]);
+    case DT_ST_U8:
+        for (int64_t k = 0; k < n; k++)
+            out[k] = ((const uint8_t *)c->buf)[at + k * stride] / 127.5f - 1.0f;
+        return;
+    case DT_ST_F32:
+        for (int64_t k = 0; k < n; k++)
+            out[k] = ((const float *)c->buf)[at + k * stride];
+        return;
+    case DT_ST_BF16:
+        for (int64_t k = 0; k < n; k++)
+            out[k] = dt_bf16_to_f32(((const dt_bf16 *)c->buf)[at + k * stride]);
+        return;
+    default:
+        for (int64_t k = 0; k < n; k++)
+            out[k] = dt_f16_to_f32(((const dt_f16 *)c->buf)[at + k * stride]);
     }
 }
 
@@ -433,18 +445,17 @@ dt_status dt_clips_read(const dt_clips *c, int64_t i, float *out) {
     if (i < 0 || i >= c->count)
         return dt_err_set(DT_ERR_ARG, "clip %lld of %lld", (long long)i, (long long)c->count);
     const shard *s = shard_of(c, i);
-    DT_TRY(read_at(s, c->buf, (size_t)c->clip_bytes, s->clips_at + (i - s->first) * c->clip_bytes));
+    DT_TRY(read_at(s, c->buf, (size_t)c->clip_bytes,
+                   s->clips_at + (i - s->first) * c->clip_bytes));
     const dt_clip_shape *h = &c->shape;
     int64_t hw = (int64_t)h->height * h->width;
-    /* stored [T, H, W, C] (pixels) or [C, T, H, W] (latents); out [T, C, H, W] */
+    /* stored [T, H, W, 3] (pixels: a plane's values 3 apart) or [C, T, H, W] (latents: a
+     * plane together); out [T, C, H, W] */
+    bool pixels = c->kind == DT_CLIPS_PIXELS;
     for (int t = 0; t < h->frames; t++)
-        for (int ch = 0; ch < h->channels; ch++) {
-            float *o = out + ((int64_t)t * h->channels + ch) * hw;
-            for (int64_t p = 0; p < hw; p++)
-                o[p] = stored_value(c, c->kind == DT_CLIPS_PIXELS
-                                           ? ((int64_t)t * hw + p) * 3 + ch
-                                           : ((int64_t)ch * h->frames + t) * hw + p);
-        }
+        for (int ch = 0; ch < h->channels; ch++)
+            convert(c, pixels ? (int64_t)t * hw * 3 + ch : ((int64_t)ch * h->frames + t) * hw,
+                    pixels ? 3 : 1, hw, out + ((int64_t)t * h->channels + ch) * hw);
     return DT_OK;
 }
 

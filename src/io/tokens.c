@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/grow.h"
+#include "core/text.h"
 #include "io/atomic.h"
 #include "io/bpe.h"
 #include "io/indexed.h"
@@ -343,11 +344,6 @@ static int file_id_cmp(const void *a, const void *b) {
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* Regular files directly inside `dir`, sorted by name, skipping hidden files and fortune's
  * .dat/.u8 files (in Debian's fortunes, NAME.u8 is a symlink back to NAME). Other symlinks are
  * followed, but a file reached through several names is read once: the first name in sorted
@@ -361,7 +357,7 @@ static dt_status list_dir(const char *dir, src_list *l) {
     char path[4096];
     while ((errno = 0, de = readdir(d))) {
         const char *nm = de->d_name;
-        if (nm[0] == '.' || ends_with(nm, ".dat") || ends_with(nm, ".u8"))
+        if (nm[0] == '.' || dt_ends_with(nm, ".dat") || dt_ends_with(nm, ".u8"))
             continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, nm) >= sizeof path) {
             st = dt_err_set(DT_ERR_IO, "%s/%s: path too long", dir, nm);

@@ -13,6 +13,7 @@
 
 #include "io/safetensors.h"
 #include "models/gpt.h"
+#include "core/text.h"
 
 static void transpose(float *dst, const float *src, int64_t rows, int64_t cols) {
     for (int64_t r = 0; r < rows; r++)
@@ -89,11 +90,6 @@ static const dt_st_tensor *find_tensor(const dt_st_file *f, const char *name) {
     return t;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* The file is for this model: the shape in its metadata (when it has dtrain's) is the run's,
  * and it holds no tensor the model lacks (a deeper model's layer, another architecture's),
  * HF's buffers and GPT-2's tied lm_head copy aside. */
@@ -129,8 +125,8 @@ static dt_status check_file_model(const dt_gpt *g, const dt_st_file *f, const ch
         const char *name = dt_st_get(f, k)->name, *bare = name;
         if (strncmp(name, "transformer.", 12) == 0)
             bare = name + 12;
-        bool known = ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
-                     ends_with(name, "rotary_emb.inv_freq") ||
+        bool known = dt_ends_with(name, ".attn.bias") || dt_ends_with(name, ".attn.masked_bias") ||
+                     dt_ends_with(name, "rotary_emb.inv_freq") ||
                      (c->arch == DT_ARCH_GPT2 && strcmp(name, "lm_head.weight") == 0);
         for (int i = 0; !known && i < dt_gpt_n_full_params(g); i++)
             known = strcmp(dt_gpt_full_param(g, i)->name, bare) == 0;

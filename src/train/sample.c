@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/text.h"
 #include "io/atomic.h"
 #include "io/bpe.h"
 #include "io/gif.h"
@@ -283,11 +284,6 @@ static dt_status clip_labels(const dt_sample_clip_opts *o, const dt_model_config
     return DT_OK;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 /* K clips [K, frames, channels, height, width] side by side in an animated GIF */
 static dt_status write_gif(const char *out, const dt_model_config *m, const float *clips, int K) {
     /* pixels drawn as squares so that a small clip is a visible picture (~96 pixels a side) */
@@ -344,7 +340,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
         goto fail;
     }
     DT_TRY_GOTO(clip_labels(o, m, labels, &use_labels));
-    if (!ends_with(o->out, ".safetensors") && m->channels != 1 && m->channels != 3) {
+    if (!dt_ends_with(o->out, ".safetensors") && m->channels != 1 && m->channels != 3) {
         st = dt_err_set(DT_ERR_ARG, "--out %s: the model in %s makes clips of %d channels "
                         "(latents), which a GIF cannot show; give --out FILE.safetensors for "
                         "the VAE that made them to decode", o->out, o->checkpoint, m->channels);
@@ -357,7 +353,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     }
     DT_TRY_GOTO(dt_flow_sample_model(g, mem, o->count, o->steps, o->seed,
                                      use_labels ? labels : NULL, o->guidance, clips));
-    st = ends_with(o->out, ".safetensors") ? write_latents(o->out, m, clips, o->count)
+    st = dt_ends_with(o->out, ".safetensors") ? write_latents(o->out, m, clips, o->count)
                                             : write_gif(o->out, m, clips, o->count);
 fail:
     free(clips);
