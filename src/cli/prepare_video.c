@@ -23,11 +23,11 @@
 enum { MAX_CAPTION = 1 << 16 };
 
 /* a flag's number into a field, or out with the reason in dt_err_msg() */
-#define TAKE(ok, set)      \
-    do {                   \
-        if (!(ok))         \
-            return PARSE_BAD; \
-        set;               \
+#define TAKE(ok, set)                                                                              \
+    do {                                                                                           \
+        if (!(ok))                                                                                 \
+            return PARSE_BAD;                                                                      \
+        set;                                                                                       \
     } while (0)
 
 enum { PARSE_OK, PARSE_BAD, PARSE_SAID };
@@ -70,9 +70,9 @@ static int path_cmp(const void *a, const void *b) {
 
 static dt_status list_videos(const char *dir) {
     if (nftw(dir, visit, 16, FTW_PHYS) != 0)
-        return walk.oom ? dt_err_set(DT_ERR_OOM, "%s: out of memory listing files", dir)
-                        : dt_err_set(DT_ERR_IO, "%s: cannot read the folder: %s", dir,
-                                     strerror(errno));
+        return walk.oom
+                   ? dt_err_set(DT_ERR_OOM, "%s: out of memory listing files", dir)
+                   : dt_err_set(DT_ERR_IO, "%s: cannot read the folder: %s", dir, strerror(errno));
     if (walk.n == 0)
         return dt_err_set(DT_ERR_IO, "%s holds no file to read as a video", dir);
     qsort(walk.path, (size_t)walk.n, sizeof *walk.path, path_cmp);
@@ -98,8 +98,8 @@ static void read_caption(const char *video, char *buf, size_t cap) {
     while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')
         s++;
     size_t len = strlen(s);
-    while (len && (s[len - 1] == ' ' || s[len - 1] == '\n' || s[len - 1] == '\r' ||
-                   s[len - 1] == '\t'))
+    while (len &&
+           (s[len - 1] == ' ' || s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == '\t'))
         len--;
     memmove(buf, s, len);
     buf[len] = 0;
@@ -139,8 +139,7 @@ typedef struct tally {
     char first_skip[512];
 } tally;
 
-static dt_status add_file(const opts *o, const char *path, dt_clips_writer *w, held *h,
-                          tally *t) {
+static dt_status add_file(const opts *o, const char *path, dt_clips_writer *w, held *h, tally *t) {
     static char caption[MAX_CAPTION];
     h->n = 0;
     dt_video_counts n;
@@ -173,8 +172,8 @@ static dt_status write_split(const opts *o, const char *name, int first, int las
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/%s", o->out, name);
     const dt_video_spec *s = &o->spec;
-    dt_clip_shape shape = {.frames = s->frames, .channels = 3, .height = s->height,
-                           .width = s->width};
+    dt_clip_shape shape = {
+        .frames = s->frames, .channels = 3, .height = s->height, .width = s->width};
     held h = {.clip_bytes = (size_t)s->frames * s->height * s->width * 3};
     dt_clips_writer *w = NULL;
     dt_status st;
@@ -197,8 +196,7 @@ static void report(const opts *o, const char *name, const tally *t) {
         dt_info("%s/%s: %d files are shorter than one clip (%d frames at %g fps) and gave none",
                 o->out, name, t->short_files, o->spec.frames, o->spec.fps);
     if (t->skipped)
-        dt_warn("%s/%s: %d files skipped; the first: %s", o->out, name, t->skipped,
-                t->first_skip);
+        dt_warn("%s/%s: %d files skipped; the first: %s", o->out, name, t->skipped, t->first_skip);
 }
 
 static dt_status prepare(const opts *o) {
@@ -211,10 +209,12 @@ static dt_status prepare(const opts *o) {
         DT_TRY(write_split(o, "val", walk.n - n_val, walk.n, &val));
     double secs = dt_now() - t0;
     if (train.clips == 0)
-        return dt_err_set(DT_ERR_FORMAT, "%s: no training clip came out of %d files (%d "
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: no training clip came out of %d files (%d "
                           "unreadable%s%s; %d shorter than one clip of %d frames at %g fps)",
-                          o->in, walk.n - n_val, train.skipped, train.skipped ? ", the first: " : "",
-                          train.first_skip, train.short_files, o->spec.frames, o->spec.fps);
+                          o->in, walk.n - n_val, train.skipped,
+                          train.skipped ? ", the first: " : "", train.first_skip, train.short_files,
+                          o->spec.frames, o->spec.fps);
     report(o, "train", &train);
     if (n_val > 0)
         report(o, "val", &val);
@@ -244,8 +244,7 @@ static int parse(int argc, char **argv, opts *o) {
         else if ((v = dt_cli_option(argc, argv, &i, "--width")))
             TAKE(dt_cli_int("--width", v, 1, 8192, &x), o->spec.width = (int)x);
         else if ((v = dt_cli_option(argc, argv, &i, "--clips-per-video")))
-            TAKE(dt_cli_int("--clips-per-video", v, 0, 1 << 30, &x),
-                        o->spec.max_clips = (int)x);
+            TAKE(dt_cli_int("--clips-per-video", v, 0, 1 << 30, &x), o->spec.max_clips = (int)x);
         else if ((v = dt_cli_option(argc, argv, &i, "--shard-mb")))
             TAKE(dt_cli_int("--shard-mb", v, 1, 1 << 20, &x), o->shard_bytes = x << 20);
         else if ((v = dt_cli_option(argc, argv, &i, "--fps"))) {
@@ -256,7 +255,7 @@ static int parse(int argc, char **argv, opts *o) {
                 return PARSE_BAD;
         } else {
             static const char *const with_value[] = {
-                "--video", "--out", "--frames", "--height", "--width", "--fps",
+                "--video",           "--out",          "--frames",   "--height", "--width", "--fps",
                 "--clips-per-video", "--val-fraction", "--shard-mb", NULL};
             dt_cli_bad_arg("prepare", argv[i], with_value);
             return PARSE_SAID;
@@ -271,7 +270,8 @@ static int parse(int argc, char **argv, opts *o) {
 
 int dt_cli_prepare_video(int argc, char **argv) {
     opts o = {.spec = {.frames = 8, .height = 32, .width = 32, .fps = 8},
-              .val_fraction = 0.1, .shard_bytes = (int64_t)256 << 20};
+              .val_fraction = 0.1,
+              .shard_bytes = (int64_t)256 << 20};
     int parsed = parse(argc, argv, &o);
     if (parsed != PARSE_OK) {
         if (parsed == PARSE_BAD)

@@ -321,7 +321,8 @@ static void check_data(const dt_config *c, problems *p) {
     if ((int)d->source < 0 || d->source >= DT_SOURCE_COUNT)
         problem(p, false, "data.source=%d is not a known source", (int)d->source);
     else if (video == (d->source == DT_SOURCE_TOKENS))
-        problem(p, false, "data.source=%s does not feed model.arch=%s (a DiT trains on clips: "
+        problem(p, false,
+                "data.source=%s does not feed model.arch=%s (a DiT trains on clips: "
                 "data.source=bounce, clips or latents; a language model on token shards: "
                 "data.source=tokens)",
                 dt_data_source_name(d->source), dt_arch_name(c->model.arch));
@@ -334,9 +335,10 @@ static void check_data(const dt_config *c, problems *p) {
                                              : "safetensors files with \"latents\" [clips, "
                                                "channels, frames, height, width]");
     if (from_disk && video && c->model.n_classes != 0)
-        problem(p, false, "model.n_classes=%d: data.source=%s clips carry no class label; "
-                "set model.n_classes=0 (unconditional)", c->model.n_classes,
-                dt_data_source_name(d->source));
+        problem(p, false,
+                "model.n_classes=%d: data.source=%s clips carry no class label; "
+                "set model.n_classes=0 (unconditional)",
+                c->model.n_classes, dt_data_source_name(d->source));
     if (d->source == DT_SOURCE_BOUNCE && d->shapes < 1)
         problem(p, false, "data.shapes=%d must be >= 1 (shapes per clip)", d->shapes);
     if (!(d->label_dropout >= 0 && d->label_dropout <= 1))

@@ -62,7 +62,8 @@ dt_status dt_clips_writer_open(const char *dir, dt_clip_shape shape, double fps,
     *out = NULL;
     if (shape.frames < 1 || shape.height < 1 || shape.width < 1 || shape.channels != 3 ||
         !(fps > 0) || shard_bytes < 1)
-        return dt_err_set(DT_ERR_ARG, "clip shards: %d frames of %dx%d with %d channels at %g "
+        return dt_err_set(DT_ERR_ARG,
+                          "clip shards: %d frames of %dx%d with %d channels at %g "
                           "frames a second, %lld bytes a shard: not a pixel clip shape",
                           shape.frames, shape.height, shape.width, shape.channels, fps,
                           (long long)shard_bytes);
@@ -137,8 +138,8 @@ dt_status dt_clips_writer_finish(dt_clips_writer *w, int64_t *n_clips) {
 void dt_clips_writer_free(dt_clips_writer *w) {
     if (!w)
         return;
-    bytes *b[] = {&w->pixels, &w->caption, &w->source, &w->caption_end, &w->source_end,
-                  &w->start_ms};
+    bytes *b[] = {&w->pixels,      &w->caption,    &w->source,
+                  &w->caption_end, &w->source_end, &w->start_ms};
     for (size_t i = 0; i < sizeof b / sizeof *b; i++)
         free(b[i]->p);
     free(w->dir);
@@ -229,8 +230,8 @@ static dt_status read_at(const shard *s, void *dst, size_t len, int64_t at) {
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return dt_err_set(DT_ERR_IO, "%s: reading %zu bytes at %lld failed: %s", s->path,
-                              len, (long long)at, r < 0 ? strerror(errno) : "the file shrank");
+            return dt_err_set(DT_ERR_IO, "%s: reading %zu bytes at %lld failed: %s", s->path, len,
+                              (long long)at, r < 0 ? strerror(errno) : "the file shrank");
         got += (size_t)r;
     }
     return DT_OK;
@@ -241,19 +242,23 @@ static dt_status open_pixels(const dt_st_file *f, shard *s, dt_clip_shape *shape
     const char *p = s->path, *fmt = dt_st_metadata(f, "format"), *rate = dt_st_metadata(f, "fps");
     const dt_st_tensor *px = dt_st_find(f, "pixels"), *cap = dt_st_find(f, "caption"), *end;
     if (!fmt || strcmp(fmt, FORMAT_NAME) || !px)
-        return dt_err_set(DT_ERR_FORMAT, "%s is not a pixel clip shard (no \"pixels\" tensor "
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s is not a pixel clip shard (no \"pixels\" tensor "
                           "and __metadata__ format \"" FORMAT_NAME "\"; dtrain prepare --video "
-                          "writes them)", p);
+                          "writes them)",
+                          p);
     if (px->dtype != DT_ST_U8 || px->ndim != 5 || px->shape[4] != 3 || px->shape[1] < 1 ||
-        px->shape[2] < 1 || px->shape[3] < 1 || px->shape[1] > 1 << 20 ||
-        px->shape[2] > 1 << 20 || px->shape[3] > 1 << 20)
+        px->shape[2] < 1 || px->shape[3] < 1 || px->shape[1] > 1 << 20 || px->shape[2] > 1 << 20 ||
+        px->shape[3] > 1 << 20)
         return bad(p, "pixels", "is not U8 [clips, frames, height, width, 3]");
     char *stop = NULL;
     *fps = rate ? strtod(rate, &stop) : 0;
     if (!rate || *stop || !(*fps > 0))
         return dt_err_set(DT_ERR_FORMAT, "%s: __metadata__ \"fps\" is not a positive number", p);
-    *shape = (dt_clip_shape){.frames = (int)px->shape[1], .channels = 3,
-                             .height = (int)px->shape[2], .width = (int)px->shape[3]};
+    *shape = (dt_clip_shape){.frames = (int)px->shape[1],
+                             .channels = 3,
+                             .height = (int)px->shape[2],
+                             .width = (int)px->shape[3]};
     s->n = px->shape[0];
     s->clips_at = px->offset;
     if (!cap || cap->dtype != DT_ST_U8 || cap->ndim != 1)
@@ -266,15 +271,16 @@ static dt_status open_pixels(const dt_st_file *f, shard *s, dt_clip_shape *shape
         return bad(p, "caption_end", "is not I64");
     s->caption_at = cap->offset;
     if (!(s->caption_end = malloc((size_t)(s->n ? s->n : 1) * 8)))
-        return dt_err_set(DT_ERR_OOM, "%s: out of memory for %lld captions", p,
-                          (long long)s->n);
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory for %lld captions", p, (long long)s->n);
     DT_TRY(read_at(s, s->caption_end, (size_t)s->n * 8, end->offset));
     for (int64_t i = 0; i < s->n; i++)
         if (s->caption_end[i] < (i ? s->caption_end[i - 1] : 0) ||
             s->caption_end[i] > cap->shape[0])
-            return dt_err_set(DT_ERR_FORMAT, "%s: tensor \"caption_end\" entry %lld (%lld) runs "
-                              "backwards or past the %lld caption bytes", p, (long long)i,
-                              (long long)s->caption_end[i], (long long)cap->shape[0]);
+            return dt_err_set(DT_ERR_FORMAT,
+                              "%s: tensor \"caption_end\" entry %lld (%lld) runs "
+                              "backwards or past the %lld caption bytes",
+                              p, (long long)i, (long long)s->caption_end[i],
+                              (long long)cap->shape[0]);
     return DT_OK;
 }
 
@@ -284,18 +290,23 @@ static dt_status open_latents(const dt_st_file *f, shard *s, dt_clip_shape *shap
     const char *p = s->path;
     const dt_st_tensor *x = dt_st_find(f, "latents"), *text = dt_st_find(f, "text"), *len;
     if (!x)
-        return dt_err_set(DT_ERR_FORMAT, "%s is not a latent clip shard: it has no \"latents\" "
-                          "tensor [clips, channels, frames, height, width]", p);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s is not a latent clip shard: it has no \"latents\" "
+                          "tensor [clips, channels, frames, height, width]",
+                          p);
     bool floats = x->dtype == DT_ST_F32 || x->dtype == DT_ST_BF16 || x->dtype == DT_ST_F16;
     bool dims = x->ndim == 5;
     for (int d = 1; dims && d < 5; d++)
         dims = x->shape[d] >= 1 && x->shape[d] <= 1 << 20;
     if (!floats || !dims)
-        return bad(p, "latents", "is not F32, BF16 or F16 [clips, channels, frames, height, "
+        return bad(p, "latents",
+                   "is not F32, BF16 or F16 [clips, channels, frames, height, "
                    "width]");
     *dtype = x->dtype;
-    *shape = (dt_clip_shape){.channels = (int)x->shape[1], .frames = (int)x->shape[2],
-                             .height = (int)x->shape[3], .width = (int)x->shape[4]};
+    *shape = (dt_clip_shape){.channels = (int)x->shape[1],
+                             .frames = (int)x->shape[2],
+                             .height = (int)x->shape[3],
+                             .width = (int)x->shape[4]};
     s->n = x->shape[0];
     s->clips_at = x->offset;
     DT_TRY(per_clip(f, p, "text_len", s->n, text != NULL, &len));
@@ -331,11 +342,13 @@ static dt_status open_shard(dt_clips *c, int i) {
     if (i == 0) {
         c->shape = shape, c->fps = fps, c->dtype = dtype;
     } else if (!same_shape(shape, c->shape) || fps != c->fps || dtype != c->dtype) {
-        st = dt_err_set(DT_ERR_FORMAT, "%s holds clips of %d frames x %d channels x %dx%d (%g "
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s holds clips of %d frames x %d channels x %dx%d (%g "
                         "fps); %s holds %d x %d x %dx%d (%g fps): a folder's shards hold one "
-                        "shape", s->path, shape.frames, shape.channels, shape.height,
-                        shape.width, fps, c->s[0].path, c->shape.frames, c->shape.channels,
-                        c->shape.height, c->shape.width, c->fps);
+                        "shape",
+                        s->path, shape.frames, shape.channels, shape.height, shape.width, fps,
+                        c->s[0].path, c->shape.frames, c->shape.channels, c->shape.height,
+                        c->shape.width, c->fps);
         goto fail;
     }
     s->first = c->count;
@@ -372,8 +385,8 @@ dt_status dt_clips_open(const char *path, dt_clips_kind kind, dt_clips **out) {
         goto fail;
     }
     size_t elem = kind == DT_CLIPS_PIXELS ? 1 : c->dtype == DT_ST_F32 ? 4 : 2;
-    c->clip_bytes = (int64_t)elem * c->shape.frames * c->shape.channels * c->shape.height *
-                    c->shape.width;
+    c->clip_bytes =
+        (int64_t)elem * c->shape.frames * c->shape.channels * c->shape.height * c->shape.width;
     if (!(c->buf = malloc((size_t)c->clip_bytes))) {
         st = dt_err_set(DT_ERR_OOM, "%s: out of memory for a clip", path);
         goto fail;
@@ -445,8 +458,7 @@ dt_status dt_clips_read(const dt_clips *c, int64_t i, float *out) {
     if (i < 0 || i >= c->count)
         return dt_err_set(DT_ERR_ARG, "clip %lld of %lld", (long long)i, (long long)c->count);
     const shard *s = shard_of(c, i);
-    DT_TRY(read_at(s, c->buf, (size_t)c->clip_bytes,
-                   s->clips_at + (i - s->first) * c->clip_bytes));
+    DT_TRY(read_at(s, c->buf, (size_t)c->clip_bytes, s->clips_at + (i - s->first) * c->clip_bytes));
     const dt_clip_shape *h = &c->shape;
     int64_t hw = (int64_t)h->height * h->width;
     /* stored [T, H, W, 3] (pixels: a plane's values 3 apart) or [C, T, H, W] (latents: a

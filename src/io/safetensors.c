@@ -31,9 +31,9 @@
 
 struct dt_st_file {
     char *path;
-    unsigned char *buf; /* the whole file, or its first head_len bytes (dt_st_open_header) */
-    size_t len;         /* the file's length */
-    size_t head_len;    /* bytes of it in buf */
+    unsigned char *buf;   /* the whole file, or its first head_len bytes (dt_st_open_header) */
+    size_t len;           /* the file's length */
+    size_t head_len;      /* bytes of it in buf */
     cJSON *root;          /* parsed header; names and metadata are borrowed from it */
     const cJSON *meta;    /* borrowed: the __metadata__ object, or NULL */
     int n;
@@ -123,18 +123,23 @@ fail:
 static dt_status header_length(const char *path, const unsigned char *b, size_t len,
                                uint64_t *hlen) {
     if (len < 8)
-        return dt_err_set(DT_ERR_FORMAT, "%s: file is shorter than 8 bytes (%zu bytes): not a "
-                          "safetensors file", path, len);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: file is shorter than 8 bytes (%zu bytes): not a "
+                          "safetensors file",
+                          path, len);
     *hlen = 0;
     for (int i = 7; i >= 0; i--)
         *hlen = *hlen << 8 | b[i];
     if (*hlen > HEADER_MAX)
-        return dt_err_set(DT_ERR_FORMAT, "%s: header length %llu is absurd (> 100 MB): not a "
-                          "safetensors file or corrupt", path, (unsigned long long)*hlen);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: header length %llu is absurd (> 100 MB): not a "
+                          "safetensors file or corrupt",
+                          path, (unsigned long long)*hlen);
     if (*hlen > len - 8)
-        return dt_err_set(DT_ERR_FORMAT, "%s: header length %llu is larger than the file (%zu "
-                          "bytes): file truncated or corrupt", path, (unsigned long long)*hlen,
-                          len);
+        return dt_err_set(DT_ERR_FORMAT,
+                          "%s: header length %llu is larger than the file (%zu "
+                          "bytes): file truncated or corrupt",
+                          path, (unsigned long long)*hlen, len);
     return DT_OK;
 }
 
@@ -153,8 +158,8 @@ static dt_status read_head(const char *path, unsigned char **out, size_t *head_l
     DT_TRY_GOTO(header_length(path, len8, *file_len, &hlen));
     *head_len = 8 + (size_t)hlen;
     if (!(*out = malloc(*head_len))) {
-        st = dt_err_set(DT_ERR_OOM, "%s: cannot allocate %zu bytes for the header", path,
-                        *head_len);
+        st =
+            dt_err_set(DT_ERR_OOM, "%s: cannot allocate %zu bytes for the header", path, *head_len);
         goto fail;
     }
     if (pread(fd, *out, *head_len, 0) != (ssize_t)*head_len)

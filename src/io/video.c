@@ -27,17 +27,17 @@ typedef struct reader {
     void *ctx;
     AVFormatContext *fmt;
     AVCodecContext *dec;
-    AVRational tb;       /* the stream's time base */
-    double nominal_dur;  /* seconds a frame lasts by the stream's rate (0: unknown) */
-    AVFrame *shown;      /* the frame on screen (decoded, not converted) */
-    double shown_t, t0;  /* its time; the first frame's */
-    int64_t decoded, k;  /* frames decoded; the next output frame */
+    AVRational tb;      /* the stream's time base */
+    double nominal_dur; /* seconds a frame lasts by the stream's rate (0: unknown) */
+    AVFrame *shown;     /* the frame on screen (decoded, not converted) */
+    double shown_t, t0; /* its time; the first frame's */
+    int64_t decoded, k; /* frames decoded; the next output frame */
     struct SwsContext *sws;
-    int sw, sh;          /* the scaled frame before the centre cut */
-    uint8_t *scaled;     /* [sh, sw, 3] */
-    uint8_t *clip;       /* [frames, height, width, 3] */
+    int sw, sh;      /* the scaled frame before the centre cut */
+    uint8_t *scaled; /* [sh, sw, 3] */
+    uint8_t *clip;   /* [frames, height, width, 3] */
     int filled, n_clips;
-    bool full;           /* max_clips reached */
+    bool full; /* max_clips reached */
 } reader;
 
 static dt_status av_fail(const reader *r, const char *what, int code) {
@@ -54,11 +54,11 @@ static dt_status prepare_scaler(reader *r, const AVFrame *f) {
     sw = sw < s->width ? s->width : sw;
     sh = sh < s->height ? s->height : sh;
     int flags = scale < 1 ? SWS_AREA : SWS_BICUBIC;
-    r->sws = sws_getCachedContext(r->sws, f->width, f->height, f->format, sw, sh,
-                                  AV_PIX_FMT_RGB24, flags, NULL, NULL, NULL);
+    r->sws = sws_getCachedContext(r->sws, f->width, f->height, f->format, sw, sh, AV_PIX_FMT_RGB24,
+                                  flags, NULL, NULL, NULL);
     if (!r->sws)
-        return dt_err_set(DT_ERR_FORMAT, "%s: cannot convert its %dx%d %s frames to RGB",
-                          r->path, f->width, f->height,
+        return dt_err_set(DT_ERR_FORMAT, "%s: cannot convert its %dx%d %s frames to RGB", r->path,
+                          f->width, f->height,
                           av_get_pix_fmt_name(f->format) ? av_get_pix_fmt_name(f->format) : "?");
     if (sw != r->sw || sh != r->sh) {
         uint8_t *p = realloc(r->scaled, (size_t)sw * sh * 3);
@@ -143,8 +143,10 @@ static dt_status open_decoder(reader *r, int *stream) {
     const AVCodec *codec = NULL;
     *stream = av_find_best_stream(r->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
     if (*stream < 0)
-        return av_fail(r, *stream == AVERROR_DECODER_NOT_FOUND ? "no decoder for its video"
-                                                               : "no video stream", *stream);
+        return av_fail(r,
+                       *stream == AVERROR_DECODER_NOT_FOUND ? "no decoder for its video"
+                                                            : "no video stream",
+                       *stream);
     AVStream *st = r->fmt->streams[*stream];
     if (!(r->dec = avcodec_alloc_context3(codec)))
         return dt_err_set(DT_ERR_OOM, "%s: out of memory for a decoder", r->path);
@@ -165,7 +167,7 @@ static dt_status finish(reader *r) {
     if (r->decoded == 0 || r->full)
         return DT_OK;
     double dur = r->shown->pkt_duration > 0 ? (double)r->shown->pkt_duration * av_q2d(r->tb)
-                                        : r->nominal_dur;
+                                            : r->nominal_dur;
     return sample_until(r, r->shown_t + dur);
 }
 
@@ -216,9 +218,10 @@ dt_status dt_video_clips(const char *path, const dt_video_spec *spec, dt_video_c
     *counts = (dt_video_counts){0};
     if (spec->frames < 1 || spec->height < 1 || spec->width < 1 || !(spec->fps > 0) ||
         spec->max_clips < 0)
-        return dt_err_set(DT_ERR_ARG, "video clips of %d frames of %dx%d at %g fps: every "
-                          "size must be >= 1", spec->frames, spec->height, spec->width,
-                          spec->fps);
+        return dt_err_set(DT_ERR_ARG,
+                          "video clips of %d frames of %dx%d at %g fps: every "
+                          "size must be >= 1",
+                          spec->frames, spec->height, spec->width, spec->fps);
     av_log_set_level(AV_LOG_QUIET); /* its faults reach the caller as statuses */
     reader r = {.path = path, .spec = spec, .fn = fn, .ctx = ctx};
     dt_status st = decode_all(&r);

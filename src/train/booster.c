@@ -129,10 +129,13 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
         return dt_source_open_bounce(&bs, &b->val);
     }
     if (s->source == DT_SOURCE_CLIPS || s->source == DT_SOURCE_LATENTS) {
-        dt_clip_source_spec cs = {.model = m, .path = s->train_data, .what = "data.train",
+        dt_clip_source_spec cs = {.model = m,
+                                  .path = s->train_data,
+                                  .what = "data.train",
                                   .kind = s->source == DT_SOURCE_CLIPS ? DT_CLIPS_PIXELS
                                                                        : DT_CLIPS_LATENTS,
-                                  .batch_size = s->batch_size, .shuffle = s->shuffle,
+                                  .batch_size = s->batch_size,
+                                  .shuffle = s->shuffle,
                                   .seed = s->seed};
         DT_TRY(dt_source_open_clips(&cs, &b->train));
         if (!s->val_data || !s->val_data[0])

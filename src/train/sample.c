@@ -252,7 +252,8 @@ fail:
 static dt_status check_out(const char *out) {
     struct stat sb;
     if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return dt_err_set(DT_ERR_ARG, "--out %s is a folder; give a .gif or .safetensors file name", out);
+        return dt_err_set(DT_ERR_ARG, "--out %s is a folder; give a .gif or .safetensors file name",
+                          out);
     dt_atomic_file a;
     dt_status st = dt_atomic_open(&a, out);
     if (st != DT_OK)
@@ -288,8 +289,12 @@ static dt_status clip_labels(const dt_sample_clip_opts *o, const dt_model_config
 static dt_status write_gif(const char *out, const dt_model_config *m, const float *clips, int K) {
     /* pixels drawn as squares so that a small clip is a visible picture (~96 pixels a side) */
     int side = m->height > m->width ? m->height : m->width, scale = 96 / side;
-    dt_gif_clips gc = {.data = clips, .K = K, .frames = m->frames, .channels = m->channels,
-                       .height = m->height, .width = m->width};
+    dt_gif_clips gc = {.data = clips,
+                       .K = K,
+                       .frames = m->frames,
+                       .channels = m->channels,
+                       .height = m->height,
+                       .width = m->width};
     return dt_gif_write(out, &gc, scale > 1 ? scale : 1, 12);
 }
 
@@ -341,9 +346,11 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     }
     DT_TRY_GOTO(clip_labels(o, m, labels, &use_labels));
     if (!dt_ends_with(o->out, ".safetensors") && m->channels != 1 && m->channels != 3) {
-        st = dt_err_set(DT_ERR_ARG, "--out %s: the model in %s makes clips of %d channels "
+        st = dt_err_set(DT_ERR_ARG,
+                        "--out %s: the model in %s makes clips of %d channels "
                         "(latents), which a GIF cannot show; give --out FILE.safetensors for "
-                        "the VAE that made them to decode", o->out, o->checkpoint, m->channels);
+                        "the VAE that made them to decode",
+                        o->out, o->checkpoint, m->channels);
         goto fail;
     }
     int64_t numel = (int64_t)m->frames * m->channels * m->height * m->width;
@@ -354,7 +361,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     DT_TRY_GOTO(dt_flow_sample_model(g, mem, o->count, o->steps, o->seed,
                                      use_labels ? labels : NULL, o->guidance, clips));
     st = dt_ends_with(o->out, ".safetensors") ? write_latents(o->out, m, clips, o->count)
-                                            : write_gif(o->out, m, clips, o->count);
+                                              : write_gif(o->out, m, clips, o->count);
 fail:
     free(clips);
     dt_model_free(g);

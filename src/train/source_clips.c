@@ -168,10 +168,11 @@ static dt_status check_shape(const dt_clip_source_spec *spec, const dt_clips *c)
     if (h.frames == m->frames && h.channels == m->channels && h.height == m->height &&
         h.width == m->width)
         return DT_OK;
-    return dt_err_set(DT_ERR_ARG, "%s=%s holds clips of %d frames x %d channels x %dx%d, but "
+    return dt_err_set(DT_ERR_ARG,
+                      "%s=%s holds clips of %d frames x %d channels x %dx%d, but "
                       "the model takes model.frames=%d, channels=%d, height=%d, width=%d%s",
-                      spec->what, spec->path, h.frames, h.channels, h.height, h.width,
-                      m->frames, m->channels, m->height, m->width,
+                      spec->what, spec->path, h.frames, h.channels, h.height, h.width, m->frames,
+                      m->channels, m->height, m->width,
                       spec->kind == DT_CLIPS_PIXELS ? " (pixel clips are RGB: channels 3; "
                                                       "prepare them again at the model's size)"
                                                     : "");
@@ -182,7 +183,8 @@ dt_status dt_source_open_clips(const dt_clip_source_spec *spec, dt_source **out)
     if (spec->batch_size < 1)
         return dt_err_set(DT_ERR_ARG, "clip source: batch_size %d < 1", spec->batch_size);
     if (spec->model->n_classes != 0)
-        return dt_err_set(DT_ERR_ARG, "model.n_classes=%d: clips read from %s carry no class "
+        return dt_err_set(DT_ERR_ARG,
+                          "model.n_classes=%d: clips read from %s carry no class "
                           "label; train an unconditional model (n_classes = 0)",
                           spec->model->n_classes, spec->what);
     dt_clips *c = NULL;

@@ -125,8 +125,8 @@ static void write_latents(const char *folder, dt_st_dtype dtype, bool with_text)
     int32_t len[N] = {0};
     dt_st_writer *w = NULL;
     DT_CHECK_OK(dt_st_writer_init(&w));
-    DT_CHECK_OK(dt_st_writer_add(w, "latents", dtype, 5, shape, dtype == DT_ST_F32 ? (void *)f
-                                                                                  : (void *)h));
+    DT_CHECK_OK(dt_st_writer_add(w, "latents", dtype, 5, shape,
+                                 dtype == DT_ST_F32 ? (void *)f : (void *)h));
     if (with_text) {
         DT_CHECK_OK(dt_st_writer_add(w, "text", DT_ST_F32, 3, tshape, text));
         DT_CHECK_OK(dt_st_writer_add(w, "text_len", DT_ST_I32, 1, lshape, len));
@@ -144,7 +144,8 @@ static void check_latents(const char *folder, dt_st_dtype dtype) {
         return;
     dt_clip_shape s = dt_clips_shape(c);
     DT_CHECK(dt_clips_count(c) == N && s.frames == T && s.channels == C && s.height == H &&
-                 s.width == W, "%s: shape", folder);
+                 s.width == W,
+             "%s: shape", folder);
     float x[T * C * H * W];
     int wrong = 0;
     for (int n = 0; n < N; n++) {
@@ -200,8 +201,10 @@ static void test_errors(void) {
     DT_CHECK_OK(dt_clips_writer_add(w, clip, "", "x", 0));
     DT_CHECK_OK(dt_clips_writer_finish(w, NULL));
     dt_clips_writer_free(w);
-    snprintf(q, sizeof q, "mv %s/px/other/clips-00000.safetensors %s/px/clips-00009.safetensors "
-             "&& rmdir %s/px/other", dir, dir, dir);
+    snprintf(q, sizeof q,
+             "mv %s/px/other/clips-00000.safetensors %s/px/clips-00009.safetensors "
+             "&& rmdir %s/px/other",
+             dir, dir, dir);
     DT_CHECK(system(q) == 0, "%s", q);
     expect_fail(__LINE__, p, DT_CLIPS_PIXELS, DT_ERR_FORMAT, "one shape");
     snprintf(q, sizeof q, "%s/px/clips-00009.safetensors", dir);

@@ -61,8 +61,7 @@ static void expect_fail(int line, dt_status want, const char *what, const char *
     f = (dt_st_file *)&f;
     st = dt_st_open_header(bad, &f);
     dt_test_check(st == want && f == NULL && !strcmp(dt_err_msg(), whole), __FILE__, line,
-                  "header only: %s, %s (whole file: %s)", dt_status_str(st), dt_err_msg(),
-                  whole);
+                  "header only: %s, %s (whole file: %s)", dt_status_str(st), dt_err_msg(), whole);
     if (st == DT_OK)
         dt_st_close(f);
 }
