@@ -28,6 +28,9 @@ typedef enum dt_dit_attn {
     DT_DIT_ATTN_SPATIAL_TEMPORAL,
     DT_DIT_ATTN_COUNT
 } dt_dit_attn;
+
+/* A DiT's text: at most this many tokens, embeddings at most this wide. */
+enum { DT_DIT_MAX_TEXT = 1024, DT_DIT_MAX_TEXT_DIM = 16384 };
 /* Where training batches come from (data.source): token shards (data.train, data.val), or
  * clips of coloured shapes bouncing in a box made on the fly from the seed (a DiT's data). */
 /* tokens: token shards; bounce: clips of bouncing shapes made from the seed; clips: pixel
@@ -87,11 +90,14 @@ typedef struct dt_model_config {
     char init[DT_PATH_MAX];       /* safetensors to start from; "" = random init */
     /* dit: the clip [frames, channels, height, width], the patch [patch_t, patch_h, patch_w]
      * each token covers, label classes (0 = unconditional) and the attention kind; n_layer,
-     * n_head and n_embd as above. A DiT's sequence is its clip's patch tokens. */
+     * n_head and n_embd as above. A DiT's sequence is its clip's patch tokens. A DiT with
+     * text_len > 0 cross-attends to a text of that many tokens: the caption's bytes through
+     * its own small encoder (text_dim 0), or precomputed embeddings of width text_dim. */
     int frames, channels, height, width;
     int patch_t, patch_h, patch_w;
     int n_classes;
     dt_dit_attn attn;
+    int text_len, text_dim;
 } dt_model_config;
 
 typedef struct dt_data_config {
@@ -99,8 +105,9 @@ typedef struct dt_data_config {
     bool shuffle;
     dt_data_source source;
     int shapes; /* bounce: shapes per clip */
-    float label_dropout; /* bounce, a model with classes: chance a training clip gets the null
-                          * label (classifier-free guidance) */
+    float label_dropout; /* chance a training clip gets the null condition: the null label
+                          * (a model with classes) and the null text (a model with text), for
+                          * classifier-free guidance */
     char tokenizer[DT_PATH_MAX]; /* the BPE file the shards' ids come from ("": bytes or
                                   * unknown): the end-of-run sample is printed as its text */
     /* Documents kept apart in packed sequences: attention stops at document boundaries and

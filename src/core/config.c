@@ -101,6 +101,8 @@ static const field fields[] = {
     F_INT(model, patch_w),
     F_INT(model, n_classes),
     F_ENUM(model, attn, dt_dit_attn, dit_attn_names),
+    F_INT(model, text_len),
+    F_INT(model, text_dim),
     F_STR(data, "train", train),
     F_STR(data, "val", val),
     F_STR(data, "tokenizer", tokenizer),

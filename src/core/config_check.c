@@ -94,6 +94,12 @@ static void check_dit(const dt_config *c, problems *p) {
         problem(p, false, "model.n_classes=%d must be >= 0 (0 = unconditional)", m->n_classes);
     if ((int)m->attn < 0 || m->attn >= DT_DIT_ATTN_COUNT)
         problem(p, false, "model.attn=%d is not full or spatial_temporal", (int)m->attn);
+    if (m->text_len < 0 || m->text_len > DT_DIT_MAX_TEXT)
+        problem(p, false, "model.text_len=%d must be in 0..%d (0 = no text)", m->text_len,
+                DT_DIT_MAX_TEXT);
+    if (m->text_dim < 0 || m->text_dim > DT_DIT_MAX_TEXT_DIM)
+        problem(p, false, "model.text_dim=%d must be in 0..%d (0 = the caption's bytes)",
+                m->text_dim, DT_DIT_MAX_TEXT_DIM);
     if (m->n_embd > 0 && m->n_embd < 6)
         problem(p, false, "model.n_embd=%d is too small for the DiT's 3-D position code (>= 6)",
                 m->n_embd);
@@ -107,6 +113,9 @@ static void check_model(const dt_config *c, problems *p) {
     const dt_model_config *m = &c->model;
     if (m->arch == DT_ARCH_DIT)
         check_dit(c, p);
+    else if (m->text_len || m->text_dim)
+        problem(p, false, "model.text_len=%d, text_dim=%d: text conditioning is a DiT's "
+                "(model.arch=dit)", m->text_len, m->text_dim);
     POSITIVE(p, model, n_layer);
     POSITIVE(p, model, n_head);
     POSITIVE(p, model, n_embd);
@@ -339,11 +348,18 @@ static void check_data(const dt_config *c, problems *p) {
                 "model.n_classes=%d: data.source=%s clips carry no class label; "
                 "set model.n_classes=0 (unconditional)",
                 c->model.n_classes, dt_data_source_name(d->source));
+    bool bytes_only = d->source == DT_SOURCE_BOUNCE || d->source == DT_SOURCE_CLIPS;
+    if (video && bytes_only && c->model.text_len > 0 && c->model.text_dim != 0)
+        problem(p, false,
+                "model.text_dim=%d: data.source=%s clips carry captions as text, which the "
+                "model's byte encoder reads; set model.text_dim=0 (precomputed embeddings "
+                "come with data.source=latents)",
+                c->model.text_dim, dt_data_source_name(d->source));
     if (d->source == DT_SOURCE_BOUNCE && d->shapes < 1)
         problem(p, false, "data.shapes=%d must be >= 1 (shapes per clip)", d->shapes);
     if (!(d->label_dropout >= 0 && d->label_dropout <= 1))
         problem(p, false, "data.label_dropout=%g must be in [0, 1] (the chance a clip trains "
-                "with the null label)", (double)d->label_dropout);
+                "with the null label and text)", (double)d->label_dropout);
     if (d->source == DT_SOURCE_TOKENS && !c->data.train[0])
         problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");

@@ -54,6 +54,25 @@ static dt_linear linear_view(const dt_dit *d, int lu, const unit_store *u, const
                        .w_lp = u->lp ? u->lp + (wp->offset - u->first) : NULL};
 }
 
+/* a table of unit lu: its weights and gradients */
+static void table_view(const dt_dit *d, int lu, const unit_store *u, const char *name,
+                       float **w, float **g) {
+    const dt_param *p = unit_tensor(d, lu, name, "weight");
+    *w = at(u->w, u, p);
+    *g = at(u->g, u, p);
+}
+
+/* the text embedder's linears and tables */
+static void wire_text(dt_dit *d, int lu, const unit_store *u) {
+    d->y_fc1 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC1].name);
+    d->y_fc2 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC2].name);
+    table_view(d, lu, u, "y_embedder.y_embedding", &d->null_y, &d->dnull_y);
+    if (d->cfg.text_dim > 0)
+        return;
+    table_view(d, lu, u, "y_embedder.byte_embedding", &d->byte_tab, &d->dbyte_tab);
+    table_view(d, lu, u, "y_embedder.pos_embedding", &d->tpos_tab, &d->dtpos_tab);
+}
+
 static void wire_unit(dt_dit *d, int lu) {
     int64_t first, count;
     dt_dit_unit_range(d, lu, &first, &count);
@@ -61,24 +80,36 @@ static void wire_unit(dt_dit *d, int lu) {
                     .first = first};
     int gu = d->unit_global[lu], L = d->cfg.n_layer;
     if (gu == 0) {
-        dt_linear *lin[DIT_EMBED_ROWS] = {
-            [DIT_X_EMB] = &d->x_emb, [DIT_T_FC1] = &d->t_fc1, [DIT_T_FC2] = &d->t_fc2};
+        dt_linear *lin[DIT_EMBED_ROWS] = {[DIT_X_EMB] = &d->x_emb,
+                                          [DIT_T_FC1] = &d->t_fc1,
+                                          [DIT_T_FC2] = &d->t_fc2,
+                                          [DIT_Y_FC1] = &d->y_fc1,
+                                          [DIT_Y_FC2] = &d->y_fc2};
         for (int i = 0; i < DIT_EMBED_ROWS; i++)
-            *lin[i] = linear_view(d, lu, &u, DT_DIT_EMBED[i].name);
+            if (!DT_DIT_EMBED[i].text)
+                *lin[i] = linear_view(d, lu, &u, DT_DIT_EMBED[i].name);
         if (d->cfg.n_classes > 0) {
             const dt_param *y = unit_tensor(d, lu, "y_embedder.embedding_table", "weight");
             d->y_table = at(u.w, &u, y);
             d->dy_table = at(u.g, &u, y);
         }
+        if (d->Lt > 0)
+            wire_text(d, lu, &u);
     } else if (gu <= L) {
         dt_dit_block *b = &d->blocks[gu - 1];
         dt_linear *lin[DIT_BLOCK_ROWS] = {[DIT_ADA] = &b->ada,
                                           [DIT_QKV] = &b->qkv,
                                           [DIT_PROJ] = &b->proj,
+                                          [DIT_XQ] = &b->xq,
+                                          [DIT_XK] = &b->xk,
+                                          [DIT_XV] = &b->xv,
+                                          [DIT_XPROJ] = &b->xproj,
                                           [DIT_FC1] = &b->fc1,
                                           [DIT_FC2] = &b->fc2};
         char name[96];
         for (int i = 0; i < DIT_BLOCK_ROWS; i++) {
+            if (DT_DIT_BLOCK[i].text && d->Lt == 0)
+                continue;
             snprintf(name, sizeof name, "blocks.%d.%s", gu - 1, DT_DIT_BLOCK[i].name);
             *lin[i] = linear_view(d, lu, &u, name);
         }
@@ -141,11 +172,20 @@ static void plan_positions(dt_dit *d) {
  * blocks keep and what the final layer keeps; then the positions table and the shared set. */
 static void carve_acts(dt_dit *d, dt_dit_carver *cv) {
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, C = (size_t)d->C, P = (size_t)d->P;
-    size_t f4 = sizeof(float);
+    size_t f4 = sizeof(float), T = B * (size_t)d->Lt;
     for (int s = 0; s < d->n_slots; s++) {
         dt_dit_slot *sl = &d->slots[s];
         sl->res = dt_dit_carve(cv, (size_t)d->n_pos * d->pos_stride * f4);
         sl->sc = dt_dit_carve(cv, B * C * f4);
+        if (T) {
+            sl->y = dt_dit_carve(cv, T * C * f4);
+            sl->tn = dt_dit_carve(cv, B * sizeof(int32_t));
+        }
+        if (T && dt_dit_holds(d, 0)) {
+            sl->tfeat = dt_dit_carve(cv, T * (size_t)d->Din * f4);
+            sl->th_y = dt_dit_carve(cv, T * C * f4);
+            sl->ttok = d->cfg.text_dim ? NULL : dt_dit_carve(cv, T * sizeof(int32_t));
+        }
         if (dt_dit_holds(d, 0)) {
             sl->patches = dt_dit_carve(cv, Nr * P * f4);
             sl->tfreq = dt_dit_carve(cv, B * DT_DIT_FREQ_DIM * f4);
@@ -174,7 +214,8 @@ static void carve_acts(dt_dit *d, dt_dit_carver *cv) {
 static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
     size_t F = (size_t)d->F, Ct = (size_t)d->Ct, Ft = (size_t)d->Ft, P = (size_t)d->P;
-    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16);
+    size_t f4 = sizeof(float), h2 = sizeof(dt_bf16), T = B * (size_t)d->Lt;
+    bool text0 = T && dt_dit_holds(d, 0);
     bool sp = d->par.sp->size > 1, tp = d->par.tp->size > 1, seq = d->par.rows->size > 1;
     bool lp = d->ctx.mm_type != DT_F32;
     d->qkv_rows = dt_dit_carve(cv, Nt * 3 * Ct * f4);
@@ -198,8 +239,13 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     in = in > P ? in : P;
     in = in > DT_DIT_FREQ_DIM ? in : DT_DIT_FREQ_DIM;
     out = out > P ? out : P;
-    d->x_lp = lp ? dt_dit_carve(cv, Nt * in * h2) : NULL;
-    d->dy_lp = lp && d->training ? dt_dit_carve(cv, Nt * out * h2) : NULL;
+    /* the text's matmuls: B Lt rows of Din (or C) in, C out */
+    size_t lp_in = Nt * in > T * (size_t)d->Din ? Nt * in : T * (size_t)d->Din;
+    lp_in = lp_in > T * C ? lp_in : T * C;
+    size_t lp_out = Nt * out > T * C ? Nt * out : T * C;
+    d->x_lp = lp ? dt_dit_carve(cv, lp_in * h2) : NULL;
+    d->dy_lp = lp && d->training ? dt_dit_carve(cv, lp_out * h2) : NULL;
+    d->ty_gel = text0 ? dt_dit_carve(cv, T * C * f4) : NULL;
     if (!d->training)
         return;
     for (int s = 0; s < d->n_slots; s++) {
@@ -220,6 +266,11 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     d->dc = dt_dit_carve(cv, B * C * f4);
     d->dts = dt_dit_carve(cv, B * C * f4);
     d->dth = dt_dit_carve(cv, B * C * f4);
+    d->dxq = T ? dt_dit_carve(cv, Nt * Ct * f4) : NULL;
+    d->dxk = T ? dt_dit_carve(cv, T * Ct * f4) : NULL;
+    d->dxv = T ? dt_dit_carve(cv, T * Ct * f4) : NULL;
+    d->dty = text0 ? dt_dit_carve(cv, 2 * T * C * f4) : NULL;
+    d->dtfeat = text0 && !d->cfg.text_dim ? dt_dit_carve(cv, T * (size_t)d->Din * f4) : NULL;
 }
 
 static dt_status alloc_carved(dt_dit *d, dt_mem_cat cat, const char *name,
@@ -332,6 +383,8 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->C = cfg->n_embd;
     d->NH = cfg->n_head;
     d->F = DT_DIT_MLP_RATIO * cfg->n_embd;
+    d->Lt = cfg->text_len;
+    d->Din = cfg->text_dim > 0 ? cfg->text_dim : 3 * cfg->n_embd;
     d->pp = o->pp;
     DT_TRY_GOTO(setup_par(d, o));
     DT_TRY_GOTO(check_opts(d, o));
@@ -345,7 +398,8 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
     d->ac = o->ac;
     d->ac_every = o->ac_every > 0 ? o->ac_every : 1;
-    d->pos_stride = (((int64_t)d->Nr + d->B) * d->C + 15) / 16 * 16; /* 64-byte aligned */
+    d->pos_stride = /* 64-byte aligned */
+        (((int64_t)d->Nr + d->B) * d->C + dt_dit_text_boundary(d, d->B) + 15) / 16 * 16;
     d->unit_first = calloc((size_t)cfg->n_layer + 3, sizeof *d->unit_first);
     if (!d->unit_first) {
         st = dt_err_set(DT_ERR_OOM, "dit: out of memory");

@@ -14,11 +14,22 @@
  * Single-threaded control; kernels use OpenMP inside; collectives over the sp and tp comms
  * the caller gave.
  *
+ * Text (text_len = Lt > 0; PixArt-alpha / Open-Sora 1.x): each block cross-attends from its
+ * tokens to the clip's text after its self-attention (x = x + proj(attn(q(x), k(y), v(y))),
+ * no gate), y [Lt, C] the clip's text sequence from unit 0's text embedder: an MLP (fc1,
+ * tanh-GELU, fc2) over precomputed embeddings [Lt, text_dim], or over the caption's bytes
+ * (text_dim = 0), each byte a learned byte plus position embedding seen with its two
+ * neighbours (features [e_{i-1}, e_i, e_{i+1}], 3C wide), the model's own small encoder.
+ * A clip attends to its text's n valid tokens; a clip without text (n <= 0: dropped for
+ * classifier-free guidance, or no caption) attends to all Lt rows of the learned null text.
+ *
  * A micro-batch as the model interface hands it over (dt_batch, B clips, T = S tokens):
  *   input   B rows of dt_dit_input_floats() floats: the noisy clip x_t in [frames, channels,
  *           height, width] order, then t in [0, 1], then the label as a float holding an
  *           integer 0..n_classes-1, or n_classes for "no label" (the null class; a model with
- *           n_classes = 0 reads 0, its null class);
+ *           n_classes = 0 reads 0, its null class), then with text its dt_dit_text_floats():
+ *           n (-1..Lt, <= 0: no text), then Lt byte values 0..255 (text_dim 0) or Lt x
+ *           text_dim embedding values, rows past n ignored;
  *   target  B rows of dt_dit_target_floats() floats: the velocity eps - x_0, clip order.
  * The loss of one token is the mean over its patch's values of (pred - target)^2, so
  * loss_sum / (B S) is the batch's mean squared error.
@@ -42,6 +53,8 @@ typedef struct dt_dit_config {
     int n_layer, n_head, n_embd;
     int n_classes; /* 0: unconditional; else labels 0..n_classes-1, n_classes = "null" */
     dt_dit_attn attn;
+    int text_len;  /* Lt: text tokens a clip attends to; 0: no text */
+    int text_dim;  /* width of precomputed text embeddings; 0: the caption's bytes */
 } dt_dit_config;
 
 /* Fixed sizes of every DiT (the DiT paper's choices). */
@@ -71,7 +84,8 @@ dt_status dt_dit_check_split(const dt_dit_config *c, const dt_model_split *s);
 int dt_dit_tokens(const dt_dit_config *c);
 int dt_dit_patch_dim(const dt_dit_config *c);
 int64_t dt_dit_clip_numel(const dt_dit_config *c);
-int64_t dt_dit_input_floats(const dt_dit_config *c);  /* clip + 2 */
+int64_t dt_dit_input_floats(const dt_dit_config *c);  /* clip + 2 + text */
+int64_t dt_dit_text_floats(const dt_dit_config *c);   /* 1 + Lt max(text_dim, 1), or 0 */
 int64_t dt_dit_target_floats(const dt_dit_config *c); /* clip */
 
 typedef struct dt_dit dt_dit;
@@ -101,7 +115,7 @@ void dt_dit_init_weights(dt_dit *d, uint64_t seed);
 /* Refresh the 16-bit weight copy after the fp32 weights changed outside the optimizer. */
 void dt_dit_sync_lp(dt_dit *d);
 
-/* Units: global unit 0 = the embedders (patch, timestep, label), 1..L = blocks, L+1 = the
+/* Units: global unit 0 = the embedders (patch, timestep, label, text), 1..L = blocks, L+1 = the
  * final layer. A rank holds some of them (all, or its pipeline stages') under LOCAL ids
  * 0..n_units-1 in global order; each is a contiguous range of the local arena. */
 int dt_dit_n_units(const dt_dit *d);
@@ -113,11 +127,12 @@ void dt_dit_bind_unit(dt_dit *d, int unit, float *w, float *grad, dt_bf16 *w_lp)
 void dt_dit_set_hooks(dt_dit *d, const dt_model_hooks *hooks);
 
 /* x: [B, frames, channels, height, width] (the noisy clip x_t), t: [B] in [0, 1], labels:
- * [B] in 0..n_classes (n_classes = null) or NULL (unconditional model, or all null).
- * Output: dt_dit_output, same shape as x. DT_ERR_ARG for B > the init B or a bad label.
+ * [B] in 0..n_classes (n_classes = null) or NULL (unconditional model, or all null); text:
+ * [B, dt_dit_text_floats()] as the input rows' text, or NULL (no text: the null text).
+ * Output: dt_dit_output, same shape as x. DT_ERR_ARG for B > the init B, a bad label or text.
  * One-process models only (slot 0, every unit). */
 dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_t *labels,
-                         int B);
+                         const float *text, int B);
 float *dt_dit_output(dt_dit *d);
 /* dout: gradient of the loss with respect to dt_dit_output ([B, clip]); accumulates every
  * parameter's gradient. Needs the forward of the same B just before. */
@@ -127,7 +142,8 @@ void dt_dit_zero_grad(dt_dit *d);
 /* The model interface's passes (models/model.h) over micro-batches in dt_batch form (see
  * above). Residual position l is the input of block l (L: the final layer's input); the
  * boundary tensor at a position is its residual rows then silu(c) [B, C] (the conditioning
- * every later block and the final layer read), the boundary gradient their gradients. */
+ * every later block and the final layer read), with text then the text sequences [B, Lt, C]
+ * and each clip's n [B], the boundary gradient their gradients (n's: zero). */
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);

@@ -331,8 +331,13 @@ enum {
     F_M2 = 1 << 8,
     F_H = 1 << 9,
     F_F = 1 << 10,
-    F_ALL = (1 << 11) - 1,
-    F_ATTN_OUT = F_Y | F_LSE, /* what selective checkpointing does not keep */
+    F_XQ = 1 << 11,  /* cross-attention (text): xq */
+    F_XKV = 1 << 12, /* xk, xv */
+    F_XO = 1 << 13,  /* xo, xlse */
+    F_X3 = 1 << 14,
+    F_ALL = (1 << 15) - 1,
+    F_TEXT = F_XQ | F_XKV | F_XO | F_X3,
+    F_ATTN_OUT = F_Y | F_LSE | F_XO, /* what selective checkpointing does not keep */
 };
 
 typedef enum keep { KEEP_ALL, KEEP_NO_ATTN, KEEP_INPUT } keep;
@@ -343,11 +348,16 @@ static keep keep_of(const dt_dit *d, int l) {
     return d->ac == DT_AC_FULL ? KEEP_INPUT : KEEP_NO_ATTN;
 }
 
+/* the fields a model has: the cross-attention's with text only */
+static unsigned model_fields(const dt_dit *d) {
+    return d->Lt > 0 ? (unsigned)F_ALL : (unsigned)F_ALL & ~(unsigned)F_TEXT;
+}
+
 static unsigned kept_fields(const dt_dit *d, int l) {
     switch (keep_of(d, l)) {
     case KEEP_INPUT: return 0;
-    case KEEP_NO_ATTN: return F_ALL & ~(unsigned)F_ATTN_OUT;
-    default: return F_ALL;
+    case KEEP_NO_ATTN: return model_fields(d) & ~(unsigned)F_ATTN_OUT;
+    default: return model_fields(d);
     }
 }
 
@@ -391,7 +401,7 @@ static float *field_of(const dt_dit_acts *a, int i) {
 
 /* the fields a slot keeps in fp32 (the rest: int8, or the shared set) */
 static unsigned slot_fields(const dt_dit *d, int l) {
-    return kept_fields(d, l) & (d->compress ? ~(unsigned)F_INT8 : (unsigned)F_ALL);
+    return kept_fields(d, l) & (d->compress ? ~(unsigned)F_INT8 : model_fields(d));
 }
 
 static dt_dit_q8 *q8_of(const dt_dit *d, int slot, int l) {
@@ -417,6 +427,7 @@ static void int8_move(dt_dit *d, int slot, int l, int B, const dt_dit_acts *a, b
 static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *a) {
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
     size_t F = (size_t)d->Ft, Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
+    size_t T = (size_t)d->B * d->Lt;
 #define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
     a->mod = PIECE(F_MOD, B * 6 * C);
     a->aff = PIECE(F_MOD, B * 4 * C);
@@ -428,6 +439,12 @@ static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *
     a->lse = PIECE(F_LSE, Nt * NH);
     a->a = PIECE(F_A, Nr * C);
     a->x2 = PIECE(F_X2, Nr * C);
+    a->xq = PIECE(F_XQ, Nt * Ct);
+    a->xk = PIECE(F_XKV, T * Ct);
+    a->xv = PIECE(F_XKV, T * Ct);
+    a->xo = PIECE(F_XO, Nt * Ct);
+    a->xlse = PIECE(F_XO, Nt * NH);
+    a->x3 = PIECE(F_X3, Nr * C);
     a->mean2 = PIECE(F_LN, Nr);
     a->rstd2 = PIECE(F_LN, Nr);
     a->m2 = PIECE(F_M2, Nr * C);
@@ -461,6 +478,8 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
                 w->dproj = dt_dit_carve(cv, Nt * C * f4);
                 w->dh = dt_dit_carve(cv, Nt * (size_t)d->Ft * f4);
                 w->dfc2 = dt_dit_carve(cv, Nt * C * f4);
+                w->dxq = d->Lt ? dt_dit_carve(cv, Nt * (size_t)d->Ct * f4) : NULL;
+                w->dxproj = d->Lt ? dt_dit_carve(cv, Nt * C * f4) : NULL;
             }
             /* in use from the block's forward to its backward: its set and its input */
             d->saved_bytes[(size_t)s * L + l] =
@@ -468,12 +487,12 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
         }
     /* the shared set: everything a full rerun writes; the attention output a selective
      * rerun writes; the int8-kept tensors restored (and written by their forward) */
-    unsigned shared = holds_kept(d, KEEP_INPUT)     ? F_ALL
+    unsigned shared = holds_kept(d, KEEP_INPUT)     ? model_fields(d)
                       : holds_kept(d, KEEP_NO_ATTN) ? (unsigned)F_ATTN_OUT
                                                     : 0u;
     if (d->compress && (holds_kept(d, KEEP_ALL) || holds_kept(d, KEEP_NO_ATTN)))
         shared |= F_INT8;
-    carve_fields(d, cv, shared, &d->shared);
+    carve_fields(d, cv, shared & model_fields(d), &d->shared);
     d->ac_out = holds_kept(d, KEEP_INPUT)
                     ? dt_dit_carve(cv, (size_t)d->Nr * d->C * sizeof(float))
                     : NULL;
@@ -485,15 +504,22 @@ static dt_dit_acts view(const dt_dit *d, int slot, int l) {
 #define PICK(f) (o->f ? o->f : s->f)
     return (dt_dit_acts){.mod = PICK(mod), .aff = PICK(aff), .mean1 = PICK(mean1),
                          .rstd1 = PICK(rstd1), .m1 = PICK(m1), .qkv = PICK(qkv), .y = PICK(y),
-                         .lse = PICK(lse), .a = PICK(a), .x2 = PICK(x2), .mean2 = PICK(mean2),
-                         .rstd2 = PICK(rstd2), .m2 = PICK(m2), .h = PICK(h), .f = PICK(f)};
+                         .lse = PICK(lse), .a = PICK(a), .x2 = PICK(x2), .xq = PICK(xq),
+                         .xk = PICK(xk), .xv = PICK(xv), .xo = PICK(xo), .xlse = PICK(xlse),
+                         .x3 = PICK(x3), .mean2 = PICK(mean2), .rstd2 = PICK(rstd2),
+                         .m2 = PICK(m2), .h = PICK(h), .f = PICK(f)};
 #undef PICK
 }
 
 /* ---- one block ---------------------------------------------------------------------------- */
 
-static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
-                               const float *sc, int B, float *out) {
+/* The residual the MLP branch reads: after the cross-attention with text, else x2. */
+static const float *mlp_input(const dt_dit *d, const dt_dit_acts *a) {
+    return d->Lt > 0 ? a->x3 : a->x2;
+}
+
+static dt_status block_forward(dt_dit *d, int slot, int l, const dt_dit_acts *a,
+                               const float *x, const float *sc, int B, float *out) {
     const dt_dit_block *blk = &d->blocks[l];
     int C = d->C, Nt = dt_dit_rows_tp(d, B);
     attn_kind k = block_kind(d, l);
@@ -511,21 +537,23 @@ static dt_status block_forward(dt_dit *d, int l, const dt_dit_acts *a, const flo
     DT_TRY(attention_to_rows(d, k, B, a->y, &att));
     DT_TRY(dt_dit_row_forward(d, &blk->proj, att, B, a->a));
     gate_add(d, a->x2, x, a->a, a->mod, 2 * C, B);
-    dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, a->x2, a->aff + 2 * C, 4 * C, B);
+    if (d->Lt > 0)
+        DT_TRY(dt_dit_cross_forward(d, blk, a, slot, B));
+    dt_dit_ln_rows(d, a->m2, a->mean2, a->rstd2, mlp_input(d, a), a->aff + 2 * C, 4 * C, B);
     DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
     DT_TRY(dt_dit_linear_forward(d, &blk->fc1, in, Nt, a->h));
     dt_gelu_forward(d->gel, a->h, (int64_t)Nt * d->Ft);
     DT_TRY(dt_dit_row_forward(d, &blk->fc2, d->gel, B, a->f));
-    gate_add(d, out, a->x2, a->f, a->mod, 5 * C, B);
+    gate_add(d, out, mlp_input(d, a), a->f, a->mod, 5 * C, B);
     return DT_OK;
 }
 
 /* dres: [Nr, C], the gradient of the block's output in, of its input x out. Accumulates the
  * block's weight gradients and d silu(c) into dsc; with wg (split backward) the matmuls'
  * weight gradients are left to block_weights, their output gradients kept in wg. */
-static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const float *x,
-                                const float *sc, int B, float *dres, float *dsc,
-                                dt_dit_wgrad *wg) {
+static dt_status block_backward(dt_dit *d, int slot, int l, const dt_dit_acts *a,
+                                const float *x, const float *sc, int B, float *dres,
+                                float *dsc, float *dy, dt_dit_wgrad *wg) {
     const dt_dit_block *blk = &d->blocks[l];
     int C = d->C, Nt = dt_dit_rows_tp(d, B);
     size_t NC = (size_t)dt_dit_rows(d, B) * C, NF = (size_t)Nt * d->Ft;
@@ -542,8 +570,11 @@ static dt_status block_backward(dt_dit *d, int l, const dt_dit_acts *a, const fl
     memset(d->dB, 0, NC * sizeof *d->dB);
     DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
     DT_TRY(dt_dit_col_backward(d, &blk->fc1, in, d->dh, B, d->dB, wg ? wg->dh : NULL));
-    dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, a->x2,
+    dt_dit_ln_rows_backward(d, dres, d->dmod, 6 * C, 4 * C, 3 * C, d->dB, mlp_input(d, a),
                             a->aff + 2 * C, 4 * C, a->mean2, a->rstd2, B);
+    /* cross-attention branch: x3 = x2 + proj(attn(q(x2), k(y), v(y))); dres: d x3 -> d x2 */
+    if (d->Lt > 0)
+        DT_TRY(dt_dit_cross_backward(d, blk, a, slot, B, dres, dy, wg));
     /* attention branch: x2 = x + gate1 * proj(attn(qkv(m1))); dres now holds d x2 */
     gate_backward(d, d->dA, d->dmod, dres, a->a, a->mod, 2 * C, B);
     const float *att, *datt, *dqkv;
@@ -586,6 +617,8 @@ static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const flo
     DT_TRY(dt_dit_linear_backward(d, &w[0], d->gel, wg->dfc2, Nt, NULL));
     DT_TRY(dt_dit_enter_rows(d, a->m2, B, &in));
     DT_TRY(dt_dit_linear_backward(d, &w[1], in, wg->dh, Nt, NULL));
+    if (d->Lt > 0)
+        DT_TRY(dt_dit_cross_weights(d, blk, a, B, wg));
     DT_TRY(attention_to_rows(d, block_kind(d, l), B, a->y, &att));
     DT_TRY(dt_dit_linear_backward(d, &w[2], att, wg->dproj, Nt, NULL));
     DT_TRY(dt_dit_enter_rows(d, a->m1, B, &in));
@@ -596,7 +629,7 @@ static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const flo
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out) {
     dt_dit_acts a = view(d, slot, l);
-    DT_TRY(block_forward(d, l, &a, x, sc, B, out));
+    DT_TRY(block_forward(d, slot, l, &a, x, sc, B, out));
     if (d->compress) /* the forward used the fp32 values; the backward will see these */
         int8_move(d, slot, l, B, &a, true);
     return DT_OK;
@@ -609,12 +642,14 @@ static dt_status rebuild(dt_dit *d, int slot, int l, dt_dit_acts *a, const float
                          const float *sc, int B) {
     keep k = keep_of(d, l);
     if (k == KEEP_INPUT)
-        return block_forward(d, l, a, x, sc, B, d->ac_out);
+        return block_forward(d, slot, l, a, x, sc, B, d->ac_out);
     if (d->compress)
         int8_move(d, slot, l, B, a, false);
-    if (k == KEEP_NO_ATTN)
-        return attend(d, block_kind(d, l), B, a);
-    return DT_OK;
+    if (k != KEEP_NO_ATTN)
+        return DT_OK;
+    if (d->Lt > 0)
+        dt_dit_cross_attend(d, a, slot, B);
+    return attend(d, block_kind(d, l), B, a);
 }
 
 static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
@@ -622,10 +657,11 @@ static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
 }
 
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc, bool split) {
+                                int B, float *dres, float *dsc, float *dy, bool split) {
     dt_dit_acts a = view(d, slot, l);
     DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
-    return block_backward(d, l, &a, x, sc, B, dres, dsc, split ? wgrad_of(d, slot, l) : NULL);
+    return block_backward(d, slot, l, &a, x, sc, B, dres, dsc, dy,
+                          split ? wgrad_of(d, slot, l) : NULL);
 }
 
 dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,

@@ -28,11 +28,13 @@
 #include "nn/linear.h"
 #include "nn/ring_attn.h"
 
-/* The DiT's tensors are all linears (weight and bias), named rows of three tables, one per
+/* The DiT's tensors are linears (weight and bias), named rows of three tables, one per
  * kind of unit, in table order: the parameter table is built from them and the wiring finds
  * each view by its row's name. A row's sizes are resolved per model (dit_tables.c); zero:
- * adaLN-Zero's zero start; split: how it splits over tp (core/param.h). The class table
- * (y_embedder.embedding_table, with n_classes > 0) follows the embedding unit's linears. */
+ * adaLN-Zero's (and the cross-attention's output's) zero start; split: how it splits over tp
+ * (core/param.h); text: only in a model with text. The embedding unit's tables follow its
+ * linears: the class table (y_embedder.embedding_table, with n_classes > 0), then with text
+ * the byte and position tables (bytes only) and the null text (dit_text.c). */
 typedef enum {
     DIT_SZ_C,
     DIT_SZ_2C,
@@ -41,6 +43,7 @@ typedef enum {
     DIT_SZ_F,
     DIT_SZ_P,
     DIT_SZ_FREQ,
+    DIT_SZ_DIN, /* a text token's features: 3C (bytes) or text_dim */
     DIT_SZ_COUNT
 } dt_dit_size;
 typedef struct dt_dit_row {
@@ -48,33 +51,53 @@ typedef struct dt_dit_row {
     dt_dit_size out, in;
     bool zero;
     dt_shard_kind split;
+    bool text;
 } dt_dit_row;
-enum { DIT_X_EMB, DIT_T_FC1, DIT_T_FC2, DIT_EMBED_ROWS };
-enum { DIT_ADA, DIT_QKV, DIT_PROJ, DIT_FC1, DIT_FC2, DIT_BLOCK_ROWS };
+enum { DIT_X_EMB, DIT_T_FC1, DIT_T_FC2, DIT_Y_FC1, DIT_Y_FC2, DIT_EMBED_ROWS };
+enum {
+    DIT_ADA,
+    DIT_QKV,
+    DIT_PROJ,
+    DIT_XQ,
+    DIT_XK,
+    DIT_XV,
+    DIT_XPROJ,
+    DIT_FC1,
+    DIT_FC2,
+    DIT_BLOCK_ROWS
+};
 enum { DIT_FINAL_ADA, DIT_FINAL_LIN, DIT_FINAL_ROWS };
 static const dt_dit_row DT_DIT_EMBED[DIT_EMBED_ROWS] = {
-    [DIT_X_EMB] = {"x_embedder.proj", DIT_SZ_C, DIT_SZ_P, false, DT_SHARD_NONE},
-    [DIT_T_FC1] = {"t_embedder.mlp.0", DIT_SZ_C, DIT_SZ_FREQ, false, DT_SHARD_NONE},
-    [DIT_T_FC2] = {"t_embedder.mlp.2", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_NONE},
+    [DIT_X_EMB] = {"x_embedder.proj", DIT_SZ_C, DIT_SZ_P, false, DT_SHARD_NONE, false},
+    [DIT_T_FC1] = {"t_embedder.mlp.0", DIT_SZ_C, DIT_SZ_FREQ, false, DT_SHARD_NONE, false},
+    [DIT_T_FC2] = {"t_embedder.mlp.2", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_NONE, false},
+    [DIT_Y_FC1] = {"y_embedder.y_proj.fc1", DIT_SZ_C, DIT_SZ_DIN, false, DT_SHARD_NONE, true},
+    [DIT_Y_FC2] = {"y_embedder.y_proj.fc2", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_NONE, true},
 };
 static const dt_dit_row DT_DIT_BLOCK[DIT_BLOCK_ROWS] = {
-    [DIT_ADA] = {"adaLN_modulation.1", DIT_SZ_6C, DIT_SZ_C, true, DT_SHARD_NONE},
-    [DIT_QKV] = {"attn.qkv", DIT_SZ_3C, DIT_SZ_C, false, DT_SHARD_QKV},
-    [DIT_PROJ] = {"attn.proj", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_COLS},
-    [DIT_FC1] = {"mlp.fc1", DIT_SZ_F, DIT_SZ_C, false, DT_SHARD_ROWS},
-    [DIT_FC2] = {"mlp.fc2", DIT_SZ_C, DIT_SZ_F, false, DT_SHARD_COLS},
+    [DIT_ADA] = {"adaLN_modulation.1", DIT_SZ_6C, DIT_SZ_C, true, DT_SHARD_NONE, false},
+    [DIT_QKV] = {"attn.qkv", DIT_SZ_3C, DIT_SZ_C, false, DT_SHARD_QKV, false},
+    [DIT_PROJ] = {"attn.proj", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_COLS, false},
+    [DIT_XQ] = {"cross_attn.q_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true},
+    [DIT_XK] = {"cross_attn.k_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true},
+    [DIT_XV] = {"cross_attn.v_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true},
+    [DIT_XPROJ] = {"cross_attn.proj", DIT_SZ_C, DIT_SZ_C, true, DT_SHARD_COLS, true},
+    [DIT_FC1] = {"mlp.fc1", DIT_SZ_F, DIT_SZ_C, false, DT_SHARD_ROWS, false},
+    [DIT_FC2] = {"mlp.fc2", DIT_SZ_C, DIT_SZ_F, false, DT_SHARD_COLS, false},
 };
 static const dt_dit_row DT_DIT_FINAL[DIT_FINAL_ROWS] = {
-    [DIT_FINAL_ADA] = {"final_layer.adaLN_modulation.1", DIT_SZ_2C, DIT_SZ_C, true, DT_SHARD_NONE},
-    [DIT_FINAL_LIN] = {"final_layer.linear", DIT_SZ_P, DIT_SZ_C, true, DT_SHARD_NONE},
+    [DIT_FINAL_ADA] = {"final_layer.adaLN_modulation.1", DIT_SZ_2C, DIT_SZ_C, true,
+                       DT_SHARD_NONE, false},
+    [DIT_FINAL_LIN] = {"final_layer.linear", DIT_SZ_P, DIT_SZ_C, true, DT_SHARD_NONE, false},
 };
 
 /* A block's weights (borrowed views). The norms have no weights of their own: adaLN's
  * (1 + scale, shift) of the clip are the LayerNorm's affine parameters. */
 typedef struct dt_dit_block {
-    dt_linear ada;       /* adaLN_modulation [6C, C] on silu(c) */
-    dt_linear qkv, proj; /* [3C, C], [C, C] */
-    dt_linear fc1, fc2;  /* [4C, C], [C, 4C] */
+    dt_linear ada;              /* adaLN_modulation [6C, C] on silu(c) */
+    dt_linear qkv, proj;        /* [3C, C], [C, C] */
+    dt_linear xq, xk, xv, xproj; /* cross-attention [C, C] each (text only) */
+    dt_linear fc1, fc2;         /* [4C, C], [C, 4C] */
 } dt_dit_block;
 
 /* Saved by a block's forward for its backward, per slot (Nr residual rows, Nt inside the tp
@@ -91,6 +114,10 @@ typedef struct dt_dit_acts {
     float *y, *lse;          /* [Nt, Ct] elements attention output, [Nt NHt] elements */
     float *a;                /* [Nr, C] proj output (before the gate) */
     float *x2;               /* [Nr, C] residual after the attention branch */
+    float *xq;               /* [Nt, Ct] cross-attention queries (text) */
+    float *xk, *xv;          /* [B Lt, Ct] its keys and values */
+    float *xo, *xlse;        /* [Nt, Ct] its output, [Nt, NHt] log-sum-exp */
+    float *x3;               /* [Nr, C] residual after the cross-attention branch */
     float *mean2, *rstd2;    /* [Nr] */
     float *m2;               /* [Nr, C] */
     float *h;                /* [Nt, Ft] fc1 output (before GELU) */
@@ -105,6 +132,8 @@ typedef struct dt_dit_wgrad {
     float *dproj; /* [Nt, C] */
     float *dh;    /* [Nt, Ft] fc1 */
     float *dfc2;  /* [Nt, C] */
+    float *dxq;   /* [Nt, Ct] cross-attention q_linear (text) */
+    float *dxproj; /* [Nt, C] cross-attention proj (text) */
 } dt_dit_wgrad;
 
 /* An int8 copy of one saved tensor (act_compress = int8): the bytes and one fp32 scale per
@@ -126,6 +155,12 @@ typedef struct dt_dit_slot {
     float *th, *ts;  /* [B, C] t_fc1 output, its silu */
     float *c;        /* [B, C] conditioning */
     int32_t *labels; /* [B] */
+    float *tfeat;    /* [B Lt, Din] text features (text) */
+    float *th_y;     /* [B Lt, C] the text embedder's fc1 output (before GELU) */
+    int32_t *ttok;   /* [B Lt] caption bytes (text_dim 0) */
+    /* every held unit */
+    float *y;        /* [B Lt, C] the text sequences the blocks attend to (text) */
+    int32_t *tn;     /* [B] each clip's text tokens, <= 0: the null text */
     /* final unit */
     float *modf, *afff;   /* [B, 2C] shift, scale; [B, 2, C] its LN affine */
     float *meanf, *rstdf; /* [Nr] */
@@ -136,6 +171,7 @@ typedef struct dt_dit_slot {
 struct dt_dit {
     dt_dit_config cfg;
     int B, S, P, C, NH, F, Tt, Th, Tw;
+    int Lt, Din;     /* text tokens (0: no text), a text token's features */
     int Nt, Nr;      /* rows of the largest micro-batch on this sp rank (inside the tp region)
                       * and in its residual stream (Nt / tp under Megatron-SP, else Nt) */
     int Ct, NHt, Ft; /* this tp rank's attention width C / tp, heads, MLP width 4C / tp */
@@ -172,6 +208,9 @@ struct dt_dit {
     /* views */
     dt_linear x_emb, t_fc1, t_fc2, final_ada, final_lin;
     float *y_table, *dy_table; /* [n_classes + 1, C] or NULL */
+    dt_linear y_fc1, y_fc2;    /* the text embedder (text) */
+    float *byte_tab, *dbyte_tab, *tpos_tab, *dtpos_tab; /* [256, C], [Lt, C] (bytes) */
+    float *null_y, *dnull_y;   /* [Lt, C] the null text */
     dt_dit_block *blocks;      /* [L] (held ones wired) */
 
     /* slots and residual positions: position l = input of block l (L: the final input) */
@@ -207,6 +246,10 @@ struct dt_dit {
     float *dg, *dh;                   /* [Nt, Ft] */
     float *dqkv, *dqkvp, *dattp;      /* [Nt, 3Ct], [Nt, 3Ct], [Nt, Ct] */
     float *dmod, *dc, *dts, *dth;     /* [B, 6C], [B, C] x 3 */
+    float *dxq, *dxk, *dxv;           /* [Nt, Ct], [B Lt, Ct] x 2 (text) */
+    float *ty_gel, *dty;              /* [B Lt, C] the text embedder's GELU output; d of it
+                                       * then d of its input [2][B Lt, C] (text) */
+    float *dtfeat;                    /* [B Lt, Din] d of the byte features (text_dim 0) */
     void *act_arena, *tmp_arena;
 };
 
@@ -246,12 +289,12 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv);
 /* dit_fwd.c: floats of d->work the ring attention needs (0 without a ring). */
 int64_t dt_dit_ring_work_count(const dt_dit *d);
 /* dit_fwd.c: block l of a slot (x: its input rows, out: its output rows; sc: silu(c)
- * [B, C]), by the checkpointing mode; backward turns dres (d out) into d x and accumulates
- * d silu(c) into dsc. */
+ * [B, C]; the text from the slot), by the checkpointing mode; backward turns dres (d out)
+ * into d x and accumulates d silu(c) into dsc and d y into dy (text). */
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out);
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc, bool split);
+                                int B, float *dres, float *dsc, float *dy, bool split);
 /* split backward's weight pass of block l (after dt_dit_block_backward with split) */
 dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B);
@@ -272,6 +315,29 @@ dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n);
  * the final linear): its weight gradients summed over split rows (Megatron-SP). */
 dt_status dt_dit_rows_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
                                       const float *dy, int N, float *dx);
+/* dit_text.c: the text embedder of unit 0: the input rows' text (n and bytes or embeddings;
+ * NULL: no text) into the slot (DT_ERR_ARG for a bad n or byte); the slot's text sequences y
+ * from it; the backward from dy [B Lt, C] (this rank's part: summed over tp here; clobbered)
+ * into the embedder's gradients. */
+dt_status dt_dit_text_read(dt_dit *d, int slot, const float *text, int64_t stride, int B);
+dt_status dt_dit_text_forward(dt_dit *d, int slot, int B);
+dt_status dt_dit_text_backward(dt_dit *d, int slot, int B, float *dy);
+/* dit_text.c: floats of a boundary's text (y [B Lt, C], then n [B]; 0 without text), and
+ * the slot's text to (save) and from (load) a boundary's. */
+int64_t dt_dit_text_boundary(const dt_dit *d, int B);
+void dt_dit_text_save(const dt_dit *d, int slot, int B, float *dst);
+void dt_dit_text_load(dt_dit *d, int slot, int B, const float *src);
+/* dit_text.c: a block's cross-attention branch on a->x2 (a->x3 = x2 + proj(attn)); the
+ * attention alone again (selective recompute); the backward from dres = d x3 into d x2
+ * (in place), accumulating the slot's d y into dy (wg: split backward, the q and proj
+ * weight gradients left to dt_dit_cross_weights). */
+dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
+                               int slot, int B);
+void dt_dit_cross_attend(dt_dit *d, const dt_dit_acts *a, int slot, int B);
+dt_status dt_dit_cross_backward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
+                                int slot, int B, float *dres, float *dy, dt_dit_wgrad *wg);
+dt_status dt_dit_cross_weights(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
+                               int B, const dt_dit_wgrad *wg);
 /* dit_fwd.c: the per-clip pieces the final layer shares with the blocks */
 void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, int shift_off,
                         int scale_off, int B, int C);

@@ -47,6 +47,12 @@ dt_status dt_dit_check_config(const dt_dit_config *c) {
                           c->n_embd);
     if (c->n_classes < 0)
         return dt_err_set(DT_ERR_ARG, "dit: n_classes = %d must be >= 0", c->n_classes);
+    if (c->text_len < 0 || c->text_len > DT_DIT_MAX_TEXT)
+        return dt_err_set(DT_ERR_ARG, "dit: text_len = %d is not in 0..%d", c->text_len,
+                          DT_DIT_MAX_TEXT);
+    if (c->text_dim < 0 || c->text_dim > DT_DIT_MAX_TEXT_DIM)
+        return dt_err_set(DT_ERR_ARG, "dit: text_dim = %d is not in 0..%d", c->text_dim,
+                          DT_DIT_MAX_TEXT_DIM);
     if ((unsigned)c->attn >= DT_DIT_ATTN_COUNT)
         return dt_err_set(DT_ERR_ARG, "dit: attn = %d is not full or spatial_temporal",
                           (int)c->attn);
@@ -109,14 +115,20 @@ int dt_dit_patch_dim(const dt_dit_config *c) { return c->channels * c->pt * c->p
 int64_t dt_dit_clip_numel(const dt_dit_config *c) {
     return (int64_t)c->frames * c->channels * c->height * c->width;
 }
-int64_t dt_dit_input_floats(const dt_dit_config *c) { return dt_dit_clip_numel(c) + 2; }
+int64_t dt_dit_text_floats(const dt_dit_config *c) {
+    return c->text_len > 0 ? 1 + (int64_t)c->text_len * (c->text_dim > 0 ? c->text_dim : 1) : 0;
+}
+int64_t dt_dit_input_floats(const dt_dit_config *c) {
+    return dt_dit_clip_numel(c) + 2 + dt_dit_text_floats(c);
+}
 int64_t dt_dit_target_floats(const dt_dit_config *c) { return dt_dit_clip_numel(c); }
 
 dt_dit_config dt_dit_config_from_model(const dt_model_config *m) {
     return (dt_dit_config){.frames = m->frames, .channels = m->channels, .height = m->height,
                            .width = m->width, .pt = m->patch_t, .ph = m->patch_h,
                            .pw = m->patch_w, .n_layer = m->n_layer, .n_head = m->n_head,
-                           .n_embd = m->n_embd, .n_classes = m->n_classes, .attn = m->attn};
+                           .n_embd = m->n_embd, .n_classes = m->n_classes, .attn = m->attn,
+                           .text_len = m->text_len, .text_dim = m->text_dim};
 }
 
 /* ---- parameter tables -------------------------------------------------------------------- */
@@ -162,15 +174,30 @@ static dt_status add_rows(dt_dit *d, const dt_dit_row *rows, int n, const char *
                                     [DIT_SZ_6C] = 6 * d->C,
                                     [DIT_SZ_F] = d->F,
                                     [DIT_SZ_P] = d->P,
-                                    [DIT_SZ_FREQ] = DT_DIT_FREQ_DIM};
+                                    [DIT_SZ_FREQ] = DT_DIT_FREQ_DIM,
+                                    [DIT_SZ_DIN] = d->Din};
     char name[96];
     for (int i = 0; i < n; i++) {
         const dt_dit_row *r = &rows[i];
+        if (r->text && d->Lt == 0)
+            continue;
         if (snprintf(name, sizeof name, "%s%s", prefix, r->name) >= (int)sizeof name)
             return dt_err_set(DT_ERR_ARG, "dit: tensor name %s%s is too long", prefix, r->name);
         DT_TRY(add_linear(d, name, size[r->out], size[r->in], r->zero, r->split));
     }
     return DT_OK;
+}
+
+/* The text embedder's tables, unit vectors' scale N(0, 1/C): the bytes' and the positions'
+ * embeddings (caption bytes only), the null text. */
+static dt_status add_text_tables(dt_dit *d) {
+    float std = 1.0f / sqrtf((float)d->C);
+    if (d->cfg.text_dim == 0) {
+        DT_TRY(add_param(d, "y_embedder.byte_embedding.weight", 256, d->C, DT_INIT_NORMAL, std));
+        DT_TRY(add_param(d, "y_embedder.pos_embedding.weight", d->Lt, d->C, DT_INIT_NORMAL,
+                         std));
+    }
+    return add_param(d, "y_embedder.y_embedding.weight", d->Lt, d->C, DT_INIT_NORMAL, std);
 }
 
 static dt_status build_full(dt_dit *d) {
@@ -181,6 +208,8 @@ static dt_status build_full(dt_dit *d) {
     if (c->n_classes > 0)
         DT_TRY(add_param(d, "y_embedder.embedding_table.weight", c->n_classes + 1, d->C,
                          DT_INIT_NORMAL, 0.02f));
+    if (d->Lt > 0)
+        DT_TRY(add_text_tables(d));
     d->n_embed_params = d->n_params;
     char prefix[32];
     for (int l = 0; l < L; l++) {
@@ -188,7 +217,7 @@ static dt_status build_full(dt_dit *d) {
         snprintf(prefix, sizeof prefix, "blocks.%d.", l);
         DT_TRY(add_rows(d, DT_DIT_BLOCK, DIT_BLOCK_ROWS, prefix));
     }
-    d->per_layer = 2 * DIT_BLOCK_ROWS;
+    d->per_layer = d->unit_first[2] - d->unit_first[1];
     d->unit_first[L + 1] = d->n_params;
     DT_TRY(add_rows(d, DT_DIT_FINAL, DIT_FINAL_ROWS, ""));
     d->unit_first[L + 2] = d->n_params;
@@ -281,9 +310,15 @@ float *dt_dit_grads(dt_dit *d) { return d->g; }
 dt_bf16 *dt_dit_weights_lp(dt_dit *d) { return d->w_lp; }
 
 double dt_dit_flops_per_sample(const dt_dit *d) {
-    double S = d->S_full, C = d->C, P = d->P, F = d->F, L = d->cfg.n_layer;
+    double S = d->S_full, C = d->C, P = d->P, F = d->F, L = d->cfg.n_layer, Lt = d->Lt;
     double tokens = P * C + L * (3 * C * C + C * C + 2 * C * F) + C * P; /* MACs per token */
     double clip = DT_DIT_FREQ_DIM * C + C * C + L * 6 * C * C + 2 * C * C; /* per clip */
+    /* text: a token's query and output projections and its products with all Lt keys; a
+     * clip's keys and values in every block and the embedder's two matmuls per text token */
+    if (Lt > 0) {
+        tokens += L * (2 * C * C + 2 * Lt * C);
+        clip += L * 2 * Lt * C * C + Lt * (d->Din * C + C * C);
+    }
     double attn = 0; /* QK^T and PV: 2 T' C MACs per token, T' the sequence length seen */
     for (int l = 0; l < d->cfg.n_layer; l++) {
         bool st = d->cfg.attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;

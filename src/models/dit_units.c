@@ -1,13 +1,15 @@
 /* The DiT's passes by unit range and micro-batch slot (see dit.h): the embedders (unit 0:
- * patches, timestep and label into the residual stream and the conditioning silu(c)), the
+ * patches, timestep and label into the residual stream and the conditioning silu(c), the
+ * text into its sequences, dit_text.c), the
  * blocks (dit_fwd.c), the final layer (unit L+1) and the loss; the boundary tensors a
  * pipeline stage sends and receives; and the one-process calls built on them.
  *
  * A slot's residual position l holds this rank's rows [Nr, C] and, after them, silu(c)
  * [B, C]: the conditioning the later blocks and the final layer read, so a stage without
- * unit 0 receives it with the residual. Its gradient travels the same way: the slot's dres
- * holds d residual, then d silu(c), which every block and the final layer accumulate into and
- * unit 0 turns into the embedders' gradients.
+ * unit 0 receives it with the residual; with text, then the text sequences and their token
+ * counts. Its gradient travels the same way: the slot's dres holds d residual, then d silu(c)
+ * (and d y), which every block and the final layer accumulate into and unit 0 turns into the
+ * embedders' gradients.
  */
 #include <math.h>
 #include <stdio.h>
@@ -130,6 +132,8 @@ static dt_status embed_forward(dt_dit *d, int slot, int B, const clip_in *in, fl
             for (int j = 0; j < C; j++)
                 s->c[(size_t)b * C + j] += d->y_table[(size_t)s->labels[b] * C + j];
     silu(s->sc, s->c, (int64_t)B * C);
+    if (d->Lt > 0)
+        DT_TRY(dt_dit_text_forward(d, slot, B));
     patchify(d, s->patches, in->x, in->x_stride, B);
     DT_TRY(dt_dit_linear_forward(d, &d->x_emb, s->patches, Nr, out));
     dt_rows_add_positions(out, d->pos, dt_dit_row0(d, B), d->S, Nr, C, d->n_chunks, d->chunk);
@@ -138,10 +142,12 @@ static dt_status embed_forward(dt_dit *d, int slot, int B, const clip_in *in, fl
 
 /* The embedders' gradients from d residual and d silu(c) (the positions are fixed). */
 static dt_status embed_backward(dt_dit *d, int slot, int B, const float *dres,
-                                const float *dsc) {
+                                const float *dsc, float *dy) {
     dt_dit_slot *s = &d->slots[slot];
     int C = d->C, Nr = dt_dit_rows(d, B);
     size_t BC = (size_t)B * C;
+    if (d->Lt > 0)
+        DT_TRY(dt_dit_text_backward(d, slot, B, dy));
     DT_TRY(dt_dit_rows_linear_backward(d, &d->x_emb, s->patches, dres, Nr, NULL));
     silu_backward(d->dc, s->c, dsc, (int64_t)BC);
     if (d->cfg.n_classes > 0)
@@ -199,7 +205,8 @@ static dt_status check_units(const dt_dit *d, int slot, int u0, int u1) {
     return DT_OK;
 }
 
-/* labels[b] of the slot: given (checked), else the null class */
+/* labels[b] of the slot: given (checked), else the null class; with text the clips' text
+ * (rows, or NULL: none) */
 static dt_status set_labels(dt_dit *d, int slot, const int32_t *given, const float *rows,
                             int64_t stride, int B) {
     int n = d->cfg.n_classes;
@@ -221,8 +228,10 @@ static dt_status forward_run(dt_dit *d, int slot, int u0, int u1, int B, const c
         DT_TRY(enter(d, 0, DT_PHASE_FORWARD));
         DT_TRY(embed_forward(d, slot, B, in, res_at(d, slot, 0)));
         DT_TRY(leave(d, 0, DT_PHASE_FORWARD));
-    } else { /* the conditioning came with the input residual */
+    } else { /* the conditioning (and the text) came with the input residual */
         memcpy(s->sc, res_at(d, slot, u0 - 1) + tail, BC * sizeof *s->sc);
+        if (d->Lt > 0)
+            dt_dit_text_load(d, slot, B, res_at(d, slot, u0 - 1) + tail + BC);
     }
     for (int u = u0 > 1 ? u0 : 1; u < u1 && u <= L; u++) {
         int l = u - 1;
@@ -234,6 +243,8 @@ static dt_status forward_run(dt_dit *d, int slot, int u0, int u1, int B, const c
     }
     if (u1 < L + 2) { /* the chunk's output: its residual, and the conditioning with it */
         memcpy(res_at(d, slot, u1 - 1) + tail, s->sc, BC * sizeof *s->sc);
+        if (d->Lt > 0)
+            dt_dit_text_save(d, slot, B, res_at(d, slot, u1 - 1) + tail + BC);
         return DT_OK;
     }
     DT_TRY(enter(d, L + 1, DT_PHASE_FORWARD));
@@ -248,6 +259,8 @@ dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_bat
     const float *rows = b->input;
     if (u0 == 0)
         DT_TRY(set_labels(d, slot, NULL, rows + clip + 1, stride, b->B));
+    if (u0 == 0 && d->Lt > 0)
+        DT_TRY(dt_dit_text_read(d, slot, rows + clip + 2, stride, b->B));
     clip_in in = {.x = rows, .t = rows + clip, .x_stride = stride, .t_stride = stride};
     return forward_run(d, slot, u0, u1, b->B, &in);
 }
@@ -295,8 +308,9 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_ba
     dt_dit_slot *s = &d->slots[slot];
     int L = d->cfg.n_layer, B = b->B;
     float *dres = s->dres, *dsc = dres + (size_t)dt_dit_rows(d, B) * d->C;
+    float *dy = dsc + (size_t)B * d->C;
     if (u1 == L + 2) {
-        memset(dsc, 0, (size_t)B * d->C * sizeof *dsc);
+        memset(dsc, 0, ((size_t)B * d->C + dt_dit_text_boundary(d, B)) * sizeof *dsc);
         DT_TRY(enter(d, L + 1, DT_PHASE_BACKWARD));
         DT_TRY(final_backward(d, slot, B, res_at(d, slot, L), s->sc, dres, dsc));
         DT_TRY(leave(d, L + 1, DT_PHASE_BACKWARD));
@@ -304,7 +318,7 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_ba
     for (int u = u1 <= L ? u1 - 1 : L; u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(d, u, DT_PHASE_BACKWARD));
-        DT_TRY(dt_dit_block_backward(d, slot, l, res_at(d, slot, l), s->sc, B, dres, dsc,
+        DT_TRY(dt_dit_block_backward(d, slot, l, res_at(d, slot, l), s->sc, B, dres, dsc, dy,
                                      split));
         if (!split)
             mark_saved(d, slot, l, false);
@@ -313,7 +327,7 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_ba
     if (u0 > 0)
         return DT_OK;
     DT_TRY(enter(d, 0, DT_PHASE_BACKWARD));
-    DT_TRY(embed_backward(d, slot, B, dres, dsc));
+    DT_TRY(embed_backward(d, slot, B, dres, dsc, dy));
     return leave(d, 0, DT_PHASE_BACKWARD);
 }
 
@@ -336,7 +350,7 @@ dt_status dt_dit_weight_units(dt_dit *d, int slot, int u0, int u1, const dt_batc
 }
 
 int64_t dt_dit_boundary_count(const dt_dit *d, int B) {
-    return ((int64_t)dt_dit_rows(d, B) + B) * d->C;
+    return ((int64_t)dt_dit_rows(d, B) + B) * d->C + dt_dit_text_boundary(d, B);
 }
 
 float *dt_dit_boundary(dt_dit *d, int slot, int position, int B) {
@@ -359,7 +373,7 @@ static dt_status check_whole(const dt_dit *d, const char *what) {
 }
 
 dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_t *labels,
-                         int B) {
+                         const float *text, int B) {
     DT_TRY(check_whole(d, "dt_dit_forward"));
     if (B <= 0 || B > d->B)
         return dt_err_set(DT_ERR_ARG, "dit: forward of B = %d clips, the model holds 1..%d", B,
@@ -367,6 +381,10 @@ dt_status dt_dit_forward(dt_dit *d, const float *x, const float *t, const int32_
     if (labels && d->cfg.n_classes == 0)
         return dt_err_set(DT_ERR_ARG, "dit: labels given to a model without classes");
     DT_TRY(set_labels(d, 0, labels, NULL, 0, B));
+    if (text && d->Lt == 0)
+        return dt_err_set(DT_ERR_ARG, "dit: text given to a model without text");
+    if (d->Lt > 0)
+        DT_TRY(dt_dit_text_read(d, 0, text, dt_dit_text_floats(&d->cfg), B));
     clip_in in = {.x = x, .t = t, .x_stride = dt_dit_clip_numel(&d->cfg), .t_stride = 1};
     DT_TRY(forward_run(d, 0, 0, d->cfg.n_layer + 2, B, &in));
     unpatchify(d, d->out, d->tok_out, B);

@@ -60,6 +60,10 @@ dt_status dt_flow_init(dt_dit *d, const dt_flow_opts *opts, dt_mem *mem, dt_flow
     if (opts->p_uncond < 0 || opts->p_uncond > 1)
         return dt_err_set(DT_ERR_ARG, "flow: p_uncond = %g is not in [0, 1]",
                           (double)opts->p_uncond);
+    if (dt_dit_config_of(d)->text_len > 0)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "flow: a one-process dt_flow serves models with "
+                          "labels or none; a model with text trains and samples through the "
+                          "model interface (dt_flow_sample_model)");
     dt_flow *f = calloc(1, sizeof *f);
     if (!f)
         return dt_err_set(DT_ERR_OOM, "flow: out of memory");
@@ -123,7 +127,7 @@ dt_status dt_flow_train(dt_flow *f, const float *x0, const int32_t *labels, int 
                         uint64_t seed, int64_t index0, float grad_scale, double *loss) {
     DT_TRY(check_batch(f, B));
     const int32_t *lab = make_batch(f, x0, labels, B, seed, index0);
-    DT_TRY(dt_dit_forward(f->d, f->xt, f->t, lab, B));
+    DT_TRY(dt_dit_forward(f->d, f->xt, f->t, lab, NULL, B));
     *loss = dt_flow_mse(dt_dit_output(f->d), f->v, B * f->clip, grad_scale, f->dpred);
     return dt_dit_backward(f->d, f->dpred, B);
 }
@@ -134,7 +138,7 @@ dt_status dt_flow_eval(dt_flow *f, const float *x0, const int32_t *labels, int B
     /* evaluation uses the labels as given (no drop) */
     const int32_t *lab = labels;
     make_batch(f, x0, NULL, B, seed, index0);
-    DT_TRY(dt_dit_forward(f->d, f->xt, f->t, lab, B));
+    DT_TRY(dt_dit_forward(f->d, f->xt, f->t, lab, NULL, B));
     *loss = dt_flow_mse(dt_dit_output(f->d), f->v, B * f->clip, 1.0f, NULL);
     return DT_OK;
 }
@@ -157,10 +161,10 @@ dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int3
         for (int b = 0; b < B; b++)
             f->t[b] = t;
         if (cfg) { /* v(null) first, kept in f->v */
-            DT_TRY(dt_dit_forward(f->d, out, f->t, f->labels, B));
+            DT_TRY(dt_dit_forward(f->d, out, f->t, f->labels, NULL, B));
             memcpy(f->v, vel, (size_t)all * sizeof *f->v);
         }
-        DT_TRY(dt_dit_forward(f->d, out, f->t, labels, B));
+        DT_TRY(dt_dit_forward(f->d, out, f->t, labels, NULL, B));
         for (int64_t i = 0; i < all; i++) {
             float v = cfg ? f->v[i] + guidance * (vel[i] - f->v[i]) : vel[i];
             out[i] -= dt * v; /* t decreases: x_{t - dt} = x_t - dt v */
@@ -169,19 +173,29 @@ dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int3
     return DT_OK;
 }
 
-/* Input rows of K clips at time t: x_t, t, then the label (n_classes = null). */
-static void fill_rows(float *rows, const float *x, int K, int64_t n, float t,
-                      const int32_t *labels, int null) {
+/* Input rows of K clips at time t: x_t, t, the label (n_classes = null), then with text
+ * the clip's text row, or no text (NULL: the null condition). */
+static void fill_rows(float *rows, const dt_dit_config *c, const float *x, int K, float t,
+                      const int32_t *labels, const float *text) {
+    int64_t n = dt_dit_clip_numel(c), stride = dt_dit_input_floats(c);
+    int64_t tf = dt_dit_text_floats(c);
     for (int k = 0; k < K; k++) {
-        float *r = rows + (size_t)k * (n + 2);
+        float *r = rows + (size_t)k * stride;
         memcpy(r, x + (size_t)k * n, (size_t)n * sizeof *r);
         r[n] = t;
-        r[n + 1] = (float)(labels ? labels[k] : null);
+        r[n + 1] = (float)(labels ? labels[k] : c->n_classes);
+        if (tf && text)
+            memcpy(r + n + 2, text + (size_t)k * tf, (size_t)tf * sizeof *r);
+        else if (tf) {
+            memset(r + n + 2, 0, (size_t)tf * sizeof *r);
+            r[n + 2] = -1; /* no text */
+        }
     }
 }
 
 dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint64_t seed,
-                               const int32_t *labels, float guidance, float *out) {
+                               const int32_t *labels, const float *text, float guidance,
+                               float *out) {
     const dt_model_config *mc = dt_model_cfg(m);
     if (mc->arch != DT_ARCH_DIT)
         return dt_err_set(DT_ERR_UNSUPPORTED, "flow: sampling needs a dit model, not %s",
@@ -196,10 +210,13 @@ dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint6
         if (labels[k] < 0 || labels[k] > null)
             return dt_err_set(DT_ERR_ARG, "flow: label %d of clip %d is outside 0..%d", labels[k],
                               k, null);
-    bool cfg = labels && guidance > 0;
+    if (text && c.text_len == 0)
+        return dt_err_set(DT_ERR_ARG, "flow: text given to a model without text");
+    bool cfg = (labels || text) && guidance > 0;
     float *rows = NULL, *v = NULL, *vn = NULL;
     dt_status st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.rows",
-                                (size_t)K * (n + 2) * sizeof(float), (void **)&rows);
+                                (size_t)K * dt_dit_input_floats(&c) * sizeof(float),
+                                (void **)&rows);
     if (st == DT_OK)
         st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.v", (size_t)all * sizeof(float),
                           (void **)&v);
@@ -212,11 +229,11 @@ dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint6
     for (int s = 0; st == DT_OK && s < steps; s++) {
         float t = 1.0f - (float)s / (float)steps, dt = 1.0f / (float)steps;
         if (cfg) { /* v(null) first */
-            fill_rows(rows, out, K, n, t, NULL, null);
+            fill_rows(rows, &c, out, K, t, NULL, NULL);
             st = dt_model_predict(m, &b, vn);
         }
         if (st == DT_OK) {
-            fill_rows(rows, out, K, n, t, labels, null);
+            fill_rows(rows, &c, out, K, t, labels, text);
             st = dt_model_predict(m, &b, v);
         }
         for (int64_t i = 0; st == DT_OK && i < all; i++) {

@@ -47,7 +47,8 @@ typedef struct dt_flow_opts {
 } dt_flow_opts;
 
 /* Buffers for the model's B clips: x_t, v, the loss gradient, t and labels (B x clip floats
- * three times, category temporaries). d is borrowed and must outlive the flow. */
+ * three times, category temporaries). d is borrowed and must outlive the flow; a model with
+ * text is refused (DT_ERR_UNSUPPORTED: it samples through dt_flow_sample_model). */
 dt_status dt_flow_init(dt_dit *d, const dt_flow_opts *opts, dt_mem *mem, dt_flow **out);
 void dt_flow_free(dt_flow *f);
 
@@ -70,10 +71,13 @@ dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int3
 /* The same sampler over the model interface (a one-process dit model built for at least K
  * clips, models/dit.h): K clips into out [K, clip], from noise dt_flow_noise(seed, k), Euler
  * from t = 1 to 0 in `steps` steps through dt_model_predict, with classifier-free guidance as
- * dt_flow_sample; the same weights give dt_flow_sample's bits. Its buffers (the input rows
- * and one or two velocities, K clips each) are temporaries of `mem` for the call.
- * DT_ERR_ARG for K or steps < 1, a label outside 0..n_classes. */
+ * dt_flow_sample (the condition: labels and text, [K, dt_dit_text_floats()] rows as the
+ * model's input rows hold it, either NULL: none; the null pass drops both); the same weights
+ * give dt_flow_sample's bits. Its buffers (the input rows and one or two velocities, K clips
+ * each) are temporaries of `mem` for the call. DT_ERR_ARG for K or steps < 1, a label
+ * outside 0..n_classes, text for a model without. */
 dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint64_t seed,
-                               const int32_t *labels, float guidance, float *out);
+                               const int32_t *labels, const float *text, float guidance,
+                               float *out);
 
 #endif

@@ -359,7 +359,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
         goto fail;
     }
     DT_TRY_GOTO(dt_flow_sample_model(g, mem, o->count, o->steps, o->seed,
-                                     use_labels ? labels : NULL, o->guidance, clips));
+                                     use_labels ? labels : NULL, NULL, o->guidance, clips));
     st = dt_ends_with(o->out, ".safetensors") ? write_latents(o->out, m, clips, o->count)
                                               : write_gif(o->out, m, clips, o->count);
 fail:

@@ -109,7 +109,7 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes) {
     }
     memcpy(w0, dt_dit_weights(d), sizeof(float) * (size_t)n);
     dt_dit_zero_grad(d);
-    DT_TRY_GOTO(dt_dit_forward(d, xt, t, n_classes ? labels : NULL, B));
+    DT_TRY_GOTO(dt_dit_forward(d, xt, t, n_classes ? labels : NULL, NULL, B));
     memcpy(out, dt_dit_output(d), sizeof(float) * (size_t)all);
     double loss = dt_flow_mse(out, v, all, 1.0f, dout);
     DT_TRY_GOTO(dt_dit_backward(d, dout, B));

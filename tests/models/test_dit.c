@@ -227,7 +227,7 @@ static void check_model(dt_dit_attn attn, int n_classes, bool with_labels) {
     int32_t labels[2] = {1, n_classes};
     const int32_t *lab = with_labels ? labels : NULL;
     dt_dit_zero_grad(d);
-    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, B));
+    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, NULL, B));
     DT_CHECK_OK(dt_dit_backward(d, R, B));
 
     double *w = malloc(sizeof(double) * nw), *out = malloc(sizeof(double) * n);
@@ -277,7 +277,7 @@ static void check_model(dt_dit_attn attn, int n_classes, bool with_labels) {
     dt_dit_zero_grad(d);
     int64_t half = n / 2;
     for (int b = 0; b < 2; b++) {
-        DT_CHECK_OK(dt_dit_forward(d, x + b * half, t + b, lab ? lab + b : NULL, 1));
+        DT_CHECK_OK(dt_dit_forward(d, x + b * half, t + b, lab ? lab + b : NULL, NULL, 1));
         DT_CHECK_OK(dt_dit_backward(d, R + b * half, 1));
     }
     double gmax = 0;
@@ -309,7 +309,7 @@ static void check_identity_at_init(void) {
             break;
         dt_dit_init_weights(d, 1234);
         float *out = dt_dit_output(d);
-        DT_CHECK_OK(dt_dit_forward(d, x, t, labels, B));
+        DT_CHECK_OK(dt_dit_forward(d, x, t, labels, NULL, B));
         double mx = 0;
         for (int64_t i = 0; i < n; i++)
             mx = fmax(mx, fabs(out[i]));
@@ -321,7 +321,7 @@ static void check_identity_at_init(void) {
             const dt_param *p = dt_dit_find_param(d, fin[i]);
             dt_test_fill(dt_dit_weights(d) + p->offset, p->numel, 77 + i, 0.3f);
         }
-        DT_CHECK_OK(dt_dit_forward(d, x, t, labels, B));
+        DT_CHECK_OK(dt_dit_forward(d, x, t, labels, NULL, B));
         if (L == 1)
             memcpy(y1, out, sizeof(float) * n);
         else
@@ -382,7 +382,7 @@ static void check_units(void) {
     float t[2] = {0.2f, 0.7f};
     int32_t lab[2] = {0, 2};
     dt_dit_zero_grad(d);
-    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, B));
+    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, NULL, B));
     DT_CHECK_OK(dt_dit_backward(d, R, B));
     memcpy(y0, dt_dit_output(d), sizeof(float) * n);
     memcpy(g0, dt_dit_grads(d), sizeof(float) * nw);
@@ -396,7 +396,7 @@ static void check_units(void) {
         w[first + i] = NAN;
     dt_dit_bind_unit(d, 2, wb, gb, NULL);
     dt_dit_zero_grad(d);
-    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, B));
+    DT_CHECK_OK(dt_dit_forward(d, x, t, lab, NULL, B));
     DT_CHECK_OK(dt_dit_backward(d, R, B));
     DT_CHECK(!memcmp(y0, dt_dit_output(d), sizeof(float) * n), "bound unit: another output");
     DT_CHECK(!memcmp(gb, g0 + first, sizeof(float) * count), "bound unit: another gradient");
@@ -449,10 +449,10 @@ static void check_errors(void) {
         float *x = calloc((size_t)dt_dit_clip_numel(&c) * 2, sizeof(float));
         float t[2] = {0.5f, 0.5f};
         int32_t lab = 4;
-        DT_CHECK(dt_dit_forward(d, x, t, &lab, 1) == DT_ERR_ARG &&
+        DT_CHECK(dt_dit_forward(d, x, t, &lab, NULL, 1) == DT_ERR_ARG &&
                      strstr(dt_err_msg(), "label 4 of clip 0 is outside 0..3"),
                  "bad label: %s", dt_err_msg());
-        DT_CHECK(dt_dit_forward(d, x, t, NULL, 2) == DT_ERR_ARG &&
+        DT_CHECK(dt_dit_forward(d, x, t, NULL, NULL, 2) == DT_ERR_ARG &&
                      strstr(dt_err_msg(), "B = 2 clips"),
                  "too many clips: %s", dt_err_msg());
         DT_CHECK(dt_dit_backward(d, x, 1) == DT_ERR_ARG, "backward without training");

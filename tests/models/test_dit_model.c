@@ -103,7 +103,7 @@ static void check_against_dit(dt_dit_attn attn) {
     dt_batch b = view(&bt, 0, B, &c);
     float *pred = malloc(sizeof(float) * B * bt.clip), *dout = malloc(sizeof(float) * B * bt.clip);
     DT_CHECK_OK(dt_model_predict(m, &b, pred));
-    DT_CHECK_OK(dt_dit_forward(d, bt.x, bt.t, bt.labels, B));
+    DT_CHECK_OK(dt_dit_forward(d, bt.x, bt.t, bt.labels, NULL, B));
     DT_CHECK(!memcmp(pred, dt_dit_output(d), sizeof(float) * B * bt.clip),
              "attn %d: predict differs from dt_dit_forward", (int)attn);
     /* the loss: the batch's MSE; gradient of gs * loss_sum = 2 gs (pred - v) / P per value */
@@ -395,12 +395,12 @@ static void check_files_and_sampler(void) {
     int32_t labels[2] = {1, 3};
     for (int g = 0; g < 2 && f; g++) {
         DT_CHECK_OK(dt_flow_sample(f, 2, 3, 8, g ? labels : NULL, 2.0f * g, o1));
-        DT_CHECK_OK(dt_flow_sample_model(m, mem, 2, 3, 8, g ? labels : NULL, 2.0f * g, o2));
+        DT_CHECK_OK(dt_flow_sample_model(m, mem, 2, 3, 8, g ? labels : NULL, NULL, 2.0f * g, o2));
         DT_CHECK(!memcmp(o1, o2, sizeof(float) * 2 * clip), "guidance %d: the sampler over "
                  "the interface differs from dt_flow_sample", g);
     }
     labels[0] = 4;
-    DT_CHECK(dt_flow_sample_model(m, mem, 2, 3, 8, labels, 1.0f, o2) == DT_ERR_ARG,
+    DT_CHECK(dt_flow_sample_model(m, mem, 2, 3, 8, labels, NULL, 1.0f, o2) == DT_ERR_ARG,
              "a label past the null class");
     dt_flow_free(f);
     free(o1), free(o2), free(w2);

@@ -119,7 +119,7 @@ static void check_objective(void) {
             v[b * s.clip + i] = e - x;
         }
     }
-    DT_CHECK_OK(dt_dit_forward(s.d, xt, t, lab, 3));
+    DT_CHECK_OK(dt_dit_forward(s.d, xt, t, lab, NULL, 3));
     double want = 0;
     for (int64_t i = 0; i < n; i++) {
         double e = dt_dit_output(s.d)[i] - v[i];
@@ -131,7 +131,7 @@ static void check_objective(void) {
     /* the middle clip alone gives its own term of the batch (index-pure randomness) */
     double one, want1 = 0;
     DT_CHECK_OK(dt_flow_eval(s.f, x0 + s.clip, lab + 1, 1, 77, 101, &one));
-    DT_CHECK_OK(dt_dit_forward(s.d, xt + s.clip, t + 1, lab + 1, 1));
+    DT_CHECK_OK(dt_dit_forward(s.d, xt + s.clip, t + 1, lab + 1, NULL, 1));
     for (int64_t i = 0; i < s.clip; i++) {
         double e = dt_dit_output(s.d)[i] - v[s.clip + i];
         want1 += e * e / s.clip;
@@ -146,7 +146,7 @@ static void check_objective(void) {
     float *g1 = malloc(sizeof(float) * nw), *dp = malloc(sizeof(float) * n);
     memcpy(g1, dt_dit_grads(s.d), sizeof(float) * nw);
     dt_dit_zero_grad(s.d);
-    DT_CHECK_OK(dt_dit_forward(s.d, xt, t, lab, 3));
+    DT_CHECK_OK(dt_dit_forward(s.d, xt, t, lab, NULL, 3));
     for (int64_t i = 0; i < n; i++)
         dp[i] = 2 * (dt_dit_output(s.d)[i] - v[i]) / n;
     DT_CHECK_OK(dt_dit_backward(s.d, dp, 3));
@@ -162,7 +162,7 @@ static void check_objective(void) {
     DT_CHECK_OK(dt_flow_sample(s.f, 3, 1, 5, lab, 0, out));
     for (int b = 0; b < 3; b++)
         dt_flow_noise(5, b, s.clip, eps + b * s.clip);
-    DT_CHECK_OK(dt_dit_forward(s.d, eps, ones, lab, 3));
+    DT_CHECK_OK(dt_dit_forward(s.d, eps, ones, lab, NULL, 3));
     double err = 0;
     for (int64_t i = 0; i < n; i++)
         err = fmax(err, fabs(out[i] - (eps[i] - dt_dit_output(s.d)[i])));
