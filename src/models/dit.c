@@ -54,10 +54,10 @@ static dt_linear linear_view(const dt_dit *d, int lu, const unit_store *u, const
                        .w_lp = u->lp ? u->lp + (wp->offset - u->first) : NULL};
 }
 
-/* a table of unit lu: its weights and gradients */
-static void table_view(const dt_dit *d, int lu, const unit_store *u, const char *name,
-                       float **w, float **g) {
-    const dt_param *p = unit_tensor(d, lu, name, "weight");
+/* the table `prefix`.`what` of unit lu: its weights and gradients */
+static void table_view(const dt_dit *d, int lu, const unit_store *u, const char *prefix,
+                       const char *what, float **w, float **g) {
+    const dt_param *p = unit_tensor(d, lu, prefix, what);
     *w = at(u->w, u, p);
     *g = at(u->g, u, p);
 }
@@ -66,11 +66,11 @@ static void table_view(const dt_dit *d, int lu, const unit_store *u, const char 
 static void wire_text(dt_dit *d, int lu, const unit_store *u) {
     d->y_fc1 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC1].name);
     d->y_fc2 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC2].name);
-    table_view(d, lu, u, "y_embedder.y_embedding", &d->null_y, &d->dnull_y);
+    table_view(d, lu, u, "y_embedder", "y_embedding", &d->null_y, &d->dnull_y);
     if (d->cfg.text_dim > 0)
         return;
-    table_view(d, lu, u, "y_embedder.byte_embedding", &d->byte_tab, &d->dbyte_tab);
-    table_view(d, lu, u, "y_embedder.pos_embedding", &d->tpos_tab, &d->dtpos_tab);
+    table_view(d, lu, u, "y_embedder.byte_embedding", "weight", &d->byte_tab, &d->dbyte_tab);
+    table_view(d, lu, u, "y_embedder.pos_embedding", "weight", &d->tpos_tab, &d->dtpos_tab);
 }
 
 static void wire_unit(dt_dit *d, int lu) {

@@ -197,7 +197,7 @@ static dt_status add_text_tables(dt_dit *d) {
         DT_TRY(add_param(d, "y_embedder.pos_embedding.weight", d->Lt, d->C, DT_INIT_NORMAL,
                          std));
     }
-    return add_param(d, "y_embedder.y_embedding.weight", d->Lt, d->C, DT_INIT_NORMAL, std);
+    return add_param(d, "y_embedder.y_embedding", d->Lt, d->C, DT_INIT_NORMAL, std);
 }
 
 static dt_status build_full(dt_dit *d) {

@@ -5,11 +5,13 @@
  * update - and writes everything PyTorch needs to redo and judge it into one safetensors file:
  *   w.NAME, g.NAME, u.NAME   initial weights, gradients, updated weights of every parameter
  *   x0, eps [B, frames, channels, height, width], t [B], labels [B] (I32, n_classes = null)
+ *   text [B, 1 + TEXT_LEN max(TEXT_DIM, 1)]  with text: each clip's text row (models/dit.h):
+ *                            clip 0 TEXT_LEN tokens, clip 1 half as many, clip 2 none
  *   out [B, frames, channels, height, width]   the model's output (the predicted velocity)
  *   __metadata__             the shape, the AdamW hyper-parameters, the loss (%.17g) and
  *                            the model's FLOPs per trained clip
  *
- *   dit_torch_dump OUT.safetensors full|spatial_temporal N_CLASSES
+ *   dit_torch_dump OUT.safetensors full|spatial_temporal N_CLASSES [TEXT_LEN TEXT_DIM]
  *
  * Not a test by itself (tests/models/torch_dit.sh runs it and then PyTorch). One process.
  */
@@ -66,10 +68,28 @@ static dt_status set_meta_num(dt_st_writer *wr, const char *key, double v) {
     return dt_st_writer_set_metadata(wr, key, s);
 }
 
-static dt_status dump(const char *path, dt_dit_attn attn, int n_classes) {
+/* Each clip's text row: n tokens (TEXT_LEN, half, -1) of random bytes or embeddings; the
+ * values past n are junk the model must ignore. */
+static void make_text(const dt_dit_config *c, float *text) {
+    int64_t tf = dt_dit_text_floats(c), per = c->text_dim > 0 ? c->text_dim : 1;
+    for (int b = 0; b < B; b++) {
+        float *r = text + b * tf;
+        r[0] = b == 0 ? (float)c->text_len : b == 1 ? (float)(c->text_len / 2) : -1.0f;
+        if (c->text_dim > 0) {
+            dt_rng_fill_normal(SEED, "dump.text", b * (tf - 1), tf - 1, 0.0f, 1.0f, r + 1);
+            continue;
+        }
+        for (int64_t i = 0; i < c->text_len * per; i++)
+            r[1 + i] = i < r[0] ? (float)(dt_rng_u64(SEED, "dump.bytes", b * tf + i) % 256) : 0;
+    }
+}
+
+static dt_status dump(const char *path, dt_dit_attn attn, int n_classes, int text_len,
+                      int text_dim) {
     const dt_dit_config cfg = {.frames = 6, .channels = 3, .height = 4, .width = 10, .pt = 2,
                                .ph = 2, .pw = 2, .n_layer = 3, .n_head = 4, .n_embd = 40,
-                               .n_classes = n_classes, .attn = attn};
+                               .n_classes = n_classes, .attn = attn, .text_len = text_len,
+                               .text_dim = text_dim};
     dt_status st = DT_OK;
     dt_mem *mem = NULL;
     dt_dit *d = NULL;
@@ -82,16 +102,19 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes) {
     dt_dit_init_weights(d, SEED);
     randomise_zeros(d);
     int64_t clip = dt_dit_clip_numel(&cfg), n = dt_dit_numel(d), all = B * clip;
+    int64_t tf = dt_dit_text_floats(&cfg);
     int np = dt_dit_n_params(d);
-    /* x0, eps, x_t, v, dout, out: [B, clip] each; w0, g, w1: the arena */
-    buf = malloc(sizeof(float) * (size_t)(6 * all + 3 * n));
+    /* x0, eps, x_t, v, dout, out: [B, clip] each; w0, g, w1: the arena; the text rows */
+    buf = malloc(sizeof(float) * (size_t)(6 * all + 3 * n + B * tf + 1));
     names = calloc((size_t)3 * np, sizeof *names);
     if (!buf || !names) {
         st = dt_err_set(DT_ERR_OOM, "dit_torch_dump: out of memory");
         goto fail;
     }
     float *x0 = buf, *eps = x0 + all, *xt = eps + all, *v = xt + all, *dout = v + all;
-    float *out = dout + all, *w0 = out + all, *g = w0 + n, *w1 = g + n;
+    float *out = dout + all, *w0 = out + all, *g = w0 + n, *w1 = g + n, *text = w1 + n;
+    if (tf)
+        make_text(&cfg, text);
     float t[B];
     int32_t labels[B];
     dt_rng_fill_normal(SEED, "dump.x0", 0, all, 0.0f, 1.0f, x0);
@@ -109,7 +132,7 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes) {
     }
     memcpy(w0, dt_dit_weights(d), sizeof(float) * (size_t)n);
     dt_dit_zero_grad(d);
-    DT_TRY_GOTO(dt_dit_forward(d, xt, t, n_classes ? labels : NULL, NULL, B));
+    DT_TRY_GOTO(dt_dit_forward(d, xt, t, n_classes ? labels : NULL, tf ? text : NULL, B));
     memcpy(out, dt_dit_output(d), sizeof(float) * (size_t)all);
     double loss = dt_flow_mse(out, v, all, 1.0f, dout);
     DT_TRY_GOTO(dt_dit_backward(d, dout, B));
@@ -128,13 +151,17 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes) {
     DT_TRY_GOTO(dt_st_writer_add(wr, "out", DT_ST_F32, 5, shape, out));
     DT_TRY_GOTO(dt_st_writer_add(wr, "t", DT_ST_F32, 1, &nb, t));
     DT_TRY_GOTO(dt_st_writer_add(wr, "labels", DT_ST_I32, 1, &nb, labels));
+    int64_t tshape[2] = {B, tf};
+    if (tf)
+        DT_TRY_GOTO(dt_st_writer_add(wr, "text", DT_ST_F32, 2, tshape, text));
     const struct {
         const char *key;
         int v;
     } ints[] = {{"frames", cfg.frames}, {"channels", cfg.channels}, {"height", cfg.height},
                 {"width", cfg.width},   {"patch_t", cfg.pt},        {"patch_h", cfg.ph},
                 {"patch_w", cfg.pw},    {"n_layer", cfg.n_layer},   {"n_head", cfg.n_head},
-                {"n_embd", cfg.n_embd}, {"n_classes", n_classes}};
+                {"n_embd", cfg.n_embd}, {"n_classes", n_classes},
+                {"text_len", text_len}, {"text_dim", text_dim}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         DT_TRY_GOTO(set_meta_int(wr, ints[i].key, ints[i].v));
     DT_TRY_GOTO(dt_st_writer_set_metadata(wr, "attn", dt_dit_attn_name(attn)));
@@ -160,15 +187,18 @@ fail:
 
 int main(int argc, char **argv) {
     dt_dit_attn attn = DT_DIT_ATTN_COUNT;
-    for (int a = 0; argc == 4 && a < DT_DIT_ATTN_COUNT; a++)
+    bool args = argc == 4 || argc == 6;
+    for (int a = 0; args && a < DT_DIT_ATTN_COUNT; a++)
         if (!strcmp(argv[2], dt_dit_attn_name((dt_dit_attn)a)))
             attn = (dt_dit_attn)a;
-    int n_classes = argc == 4 ? atoi(argv[3]) : -1;
-    if (attn == DT_DIT_ATTN_COUNT || n_classes < 0) {
-        fprintf(stderr, "usage: dit_torch_dump OUT.safetensors full|spatial_temporal N_CLASSES\n");
+    int n_classes = args ? atoi(argv[3]) : -1;
+    int text_len = argc == 6 ? atoi(argv[4]) : 0, text_dim = argc == 6 ? atoi(argv[5]) : 0;
+    if (attn == DT_DIT_ATTN_COUNT || n_classes < 0 || text_len < 0 || text_dim < 0) {
+        fprintf(stderr, "usage: dit_torch_dump OUT.safetensors full|spatial_temporal N_CLASSES "
+                        "[TEXT_LEN TEXT_DIM]\n");
         return 2;
     }
-    dt_status st = dump(argv[1], attn, n_classes);
+    dt_status st = dump(argv[1], attn, n_classes, text_len, text_dim);
     if (st != DT_OK) {
         fprintf(stderr, "dit_torch_dump: %s: %s\n", dt_status_str(st), dt_err_msg());
         return 1;

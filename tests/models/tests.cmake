@@ -37,3 +37,21 @@ set_tests_properties(models/torch_dit_full_uncond_fp32 PROPERTIES LABELS "models
 # allows, against the single process (tests/train/mpi_test_dit_layouts.c, an engine-level test
 # registered here beside the DiT's own).
 dt_add_mpi_test(train mpi_test_dit_layouts "train;mpi")
+# text conditioning (cross-attention in every block): the byte encoder with an unconditional
+# model, precomputed embeddings with labels and spatial_temporal attention; a clip with its
+# whole text, one with half, one with the null text
+foreach(variant "bytes;full;0;6;0" "emb;spatial_temporal;3;5;8")
+  list(GET variant 0 kind)
+  list(GET variant 1 attn)
+  list(GET variant 2 classes)
+  list(GET variant 3 tlen)
+  list(GET variant 4 tdim)
+  foreach(prec fp32 fp64)
+    set(name models/torch_dit_text_${kind}_${prec})
+    add_test(NAME ${name}
+             COMMAND ${CMAKE_CURRENT_LIST_DIR}/torch_dit.sh $<TARGET_FILE:models_dit_torch_dump>
+                     ${CMAKE_SOURCE_DIR} ${attn} ${classes} ${prec} ${tlen} ${tdim})
+    set_tests_properties(${name} PROPERTIES LABELS "models;torch"
+                         ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  endforeach()
+endforeach()
