@@ -15,6 +15,9 @@
  *         Megatron-SP with tp 4 x ac full, tp 2 x sp 2, tp 2 x pp 2; sp 2 x pp 2 ZB-H1;
  *         tp 2 x pp 2 ZB-H1 with Megatron-SP
  *   int8 activation storage under sp 2 and tp 2 x sp 2 x Megatron-SP: within int8 rounding
+ * Every layout runs with full and spatial_temporal attention, and again with text (full
+ * attention, the byte encoder: cross-attention in every block; clips with whole, partial and
+ * no text; sp and the ring split rows mid-clip, tp the heads, pipelines carry the text).
  * Ranks are placed as the booster's mesh does (pp, dp, sp, tp; tp fastest); the engine's
  * gradient group is dp x sp (the ranks holding the same weights). A failure
  * names the layout, the step and the check. Named mpi_test_*.c so the tests/ glob does not
@@ -53,11 +56,11 @@ typedef struct run_out {
     float *w; /* full arena after the last step */
 } run_out;
 
-static dt_model_config model_config(dt_dit_attn attn) {
+static dt_model_config model_config(dt_dit_attn attn, int text_len) {
     return (dt_model_config){.arch = DT_ARCH_DIT, .frames = 8, .channels = 2, .height = 4,
                              .width = 4, .patch_t = 2, .patch_h = 2, .patch_w = 2, .n_layer = 4,
                              .n_head = 4, .n_embd = 16, .n_classes = 3, .attn = attn,
-                             .max_seq_len = 16};
+                             .max_seq_len = 16, .text_len = text_len};
 }
 
 /* The global batch of each step: G input rows (x_t, t, label) and G target clips. */
@@ -75,6 +78,12 @@ static data make_data(const dt_dit_config *c) {
     for (int k = 0; k < STEPS * G; k++) {
         d.inputs[k * d.in + d.clip] = (float)((k * 7) % 10) / 10.0f;  /* t */
         d.inputs[k * d.in + d.clip + 1] = (float)(k % (c->n_classes + 1)); /* label or null */
+        if (!c->text_len)
+            continue;
+        float *text = d.inputs + k * d.in + d.clip + 2;
+        text[0] = (float)(k % (c->text_len + 2) - 1); /* -1 (no text) .. text_len tokens */
+        for (int i = 0; i < c->text_len; i++)
+            text[1 + i] = (float)((k * 31 + i * 7) % 256);
     }
     return d;
 }
@@ -211,8 +220,8 @@ static void compare(const char *name, dt_dit_attn attn, const run_out *ref, cons
              name, (int)attn, (long long)at, tensor_at(m, at), worst, wmax);
 }
 
-static void run_all(dt_comm *world, dt_dit_attn attn) {
-    dt_model_config mc = model_config(attn);
+static void run_all(dt_comm *world, dt_dit_attn attn, int text_len) {
+    dt_model_config mc = model_config(attn, text_len);
     dt_dit_config c = dt_dit_config_from_model(&mc);
     data dd = make_data(&c);
     int W = world->size;
@@ -304,8 +313,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dt_dist_init: %s\n", dt_err_msg());
         return 1;
     }
-    run_all(w, DT_DIT_ATTN_FULL);
-    run_all(w, DT_DIT_ATTN_SPATIAL_TEMPORAL);
+    run_all(w, DT_DIT_ATTN_FULL, 0);
+    run_all(w, DT_DIT_ATTN_SPATIAL_TEMPORAL, 0);
+    run_all(w, DT_DIT_ATTN_FULL, 5);
     int rc = dt_test_end_collective(w);
     dt_dist_finalize(w);
     return rc;
