@@ -4,6 +4,7 @@
 #include "io/bounce.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/rng.h"
@@ -84,6 +85,39 @@ void dt_bounce_track(const dt_bounce_config *c, uint64_t seed, int64_t index, in
             reflect(&p->y, &p->vy, p->r, c->height - p->r);
         }
     }
+}
+
+const char *const DT_BOUNCE_COLOR_NAMES[] = {"red",     "green", "blue",  "yellow",
+                                             "magenta", "cyan",  "white", "orange"};
+const char *const DT_BOUNCE_KIND_NAMES[DT_BOUNCE_KIND_COUNT] = {"square", "disc", "diamond"};
+const char *const DT_BOUNCE_WAY_NAMES[4] = {"left", "right", "up", "down"};
+_Static_assert(sizeof DT_BOUNCE_COLOR_NAMES / sizeof *DT_BOUNCE_COLOR_NAMES == N_COLORS,
+               "a name for every colour of the palette");
+int dt_bounce_n_colors(void) { return N_COLORS; }
+
+static int color_index(const float *col) {
+    for (int i = 0; i < N_COLORS; i++)
+        if (!memcmp(col, palette[i], sizeof palette[i]))
+            return i;
+    return 0;
+}
+
+int dt_bounce_caption(const dt_bounce_config *c, uint64_t seed, int64_t index, char *buf,
+                      size_t cap) {
+    dt_bounce_shape sh[DT_BOUNCE_MAX_SHAPES];
+    dt_bounce_track(c, seed, index, 0, sh);
+    const char *kind = DT_BOUNCE_KIND_NAMES[dt_bounce_label(seed, index)];
+    size_t at = 0;
+    buf[0] = 0;
+    for (int s = 0; s < c->n_shapes && at + 1 < cap; s++) {
+        float vx = sh[s].vx, vy = sh[s].vy;
+        int way = fabsf(vx) >= fabsf(vy) ? (vx < 0 ? 0 : 1) : (vy < 0 ? 2 : 3);
+        int w = snprintf(buf + at, cap - at, "%sa %s %s moving %s", s ? " and " : "",
+                         DT_BOUNCE_COLOR_NAMES[color_index(sh[s].color)], kind,
+                         DT_BOUNCE_WAY_NAMES[way]);
+        at += w < 0 ? 0 : (size_t)w;
+    }
+    return (int)(at < cap ? at : cap - 1);
 }
 
 static int inside(dt_bounce_kind kind, float dx, float dy, float r) {

@@ -13,6 +13,7 @@
 #ifndef DT_IO_BOUNCE_H
 #define DT_IO_BOUNCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -52,6 +53,18 @@ int32_t dt_bounce_label(uint64_t seed, int64_t index);
 /* The shapes of clip `index` at frame f (0 .. frames - 1): out[n_shapes]. */
 void dt_bounce_track(const dt_bounce_config *c, uint64_t seed, int64_t index, int f,
                      dt_bounce_shape *out);
+/* Clip `index`'s caption, what its first frame shows, into buf (cut to cap - 1 bytes): each
+ * shape's colour, kind and the way it moves at first, e.g. "a red disc moving left and a
+ * blue disc moving up" (the larger of its velocity's two components names the way; y grows
+ * downwards). Returns the caption's length. */
+int dt_bounce_caption(const dt_bounce_config *c, uint64_t seed, int64_t index, char *buf,
+                      size_t cap);
+/* The words it uses: colour names by palette entry, kinds, ways (for tests and demos). */
+extern const char *const DT_BOUNCE_COLOR_NAMES[];
+extern const char *const DT_BOUNCE_KIND_NAMES[DT_BOUNCE_KIND_COUNT];
+extern const char *const DT_BOUNCE_WAY_NAMES[4]; /* left, right, up, down */
+int dt_bounce_n_colors(void);
+
 /* B clips index0 .. index0 + B - 1: out [B, frames, channels, height, width], labels [B] (or
  * NULL). The config must pass dt_bounce_check. */
 void dt_bounce_batch(const dt_bounce_config *c, uint64_t seed, int64_t index0, int B,

@@ -155,6 +155,10 @@ typedef struct shard {
     int64_t clips_at;     /* file offset of clip 0 */
     int64_t caption_at;   /* file offset of the caption bytes */
     int64_t *caption_end; /* [n] */
+    int64_t text_at;      /* latents with text: file offset of clip 0's text rows */
+    int64_t *text_n;      /* [n] each clip's text rows */
+    dt_clip_text text;    /* its text's shape ({0} without) */
+    dt_st_dtype text_dtype;
 } shard;
 
 struct dt_clips {
@@ -166,6 +170,10 @@ struct dt_clips {
     shard *s;
     int n_shards;
     void *buf; /* one stored clip */
+    dt_clip_text text; /* the text every clip has ({0}: none) */
+    dt_st_dtype text_dtype;
+    int64_t text_bytes; /* one clip's stored text rows */
+    void *text_buf;
 };
 
 static int is_shard_name(const struct dirent *e) {
@@ -284,6 +292,27 @@ static dt_status open_pixels(const dt_st_file *f, shard *s, dt_clip_shape *shape
     return DT_OK;
 }
 
+/* each clip's text rows, checked against the tokens the text holds */
+static dt_status read_text_len(shard *s, const dt_st_tensor *len) {
+    size_t w = len->dtype == DT_ST_I64 ? 8 : 4, n = (size_t)(s->n ? s->n : 1);
+    void *raw = malloc(n * w);
+    if (!raw || !(s->text_n = malloc(n * sizeof *s->text_n))) {
+        free(raw);
+        return dt_err_set(DT_ERR_OOM, "%s: out of memory for %lld text lengths", s->path,
+                          (long long)s->n);
+    }
+    dt_status st = read_at(s, raw, (size_t)s->n * w, len->offset);
+    for (int64_t i = 0; st == DT_OK && i < s->n; i++) {
+        s->text_n[i] = w == 8 ? ((const int64_t *)raw)[i] : ((const int32_t *)raw)[i];
+        if (s->text_n[i] < 0 || s->text_n[i] > s->text.tokens)
+            st = dt_err_set(DT_ERR_FORMAT, "%s: tensor \"text_len\" entry %lld (%lld) is not "
+                            "in 0..%d, the text's tokens", s->path, (long long)i,
+                            (long long)s->text_n[i], s->text.tokens);
+    }
+    free(raw);
+    return st;
+}
+
 /* latents [N, C, T, H, W] of a float type, and text embeddings that agree with them */
 static dt_status open_latents(const dt_st_file *f, shard *s, dt_clip_shape *shape,
                               dt_st_dtype *dtype) {
@@ -311,11 +340,17 @@ static dt_status open_latents(const dt_st_file *f, shard *s, dt_clip_shape *shap
     s->clips_at = x->offset;
     DT_TRY(per_clip(f, p, "text_len", s->n, text != NULL, &len));
     if (text && (text->ndim != 3 || text->shape[0] != s->n || text->dtype == DT_ST_U8 ||
-                 text->dtype == DT_ST_I32 || text->dtype == DT_ST_I64))
+                 text->dtype == DT_ST_I32 || text->dtype == DT_ST_I64 || text->shape[1] < 1 ||
+                 text->shape[2] < 1 || text->shape[1] > 1 << 20 || text->shape[2] > 1 << 20))
         return bad(p, "text", "is not a float [clips, tokens, width] with a row per clip");
     if (len && !text)
         return bad(p, "text_len", "comes without the \"text\" it measures");
-    return DT_OK;
+    if (!text)
+        return DT_OK;
+    s->text = (dt_clip_text){.tokens = (int)text->shape[1], .dim = (int)text->shape[2]};
+    s->text_dtype = text->dtype;
+    s->text_at = text->offset;
+    return read_text_len(s, len);
 }
 
 static bool same_shape(dt_clip_shape a, dt_clip_shape b) {
@@ -341,6 +376,15 @@ static dt_status open_shard(dt_clips *c, int i) {
         DT_TRY_GOTO(open_latents(f, s, &shape, &dtype));
     if (i == 0) {
         c->shape = shape, c->fps = fps, c->dtype = dtype;
+        c->text = s->text, c->text_dtype = s->text_dtype;
+    } else if (s->text.tokens != c->text.tokens || s->text.dim != c->text.dim ||
+               s->text_dtype != c->text_dtype) {
+        st = dt_err_set(DT_ERR_FORMAT,
+                        "%s holds text of %d tokens x %d; %s holds %d x %d (or another "
+                        "dtype): a folder's shards hold one text shape",
+                        s->path, s->text.tokens, s->text.dim, c->s[0].path, c->text.tokens,
+                        c->text.dim);
+        goto fail;
     } else if (!same_shape(shape, c->shape) || fps != c->fps || dtype != c->dtype) {
         st = dt_err_set(DT_ERR_FORMAT,
                         "%s holds clips of %d frames x %d channels x %dx%d (%g "
@@ -387,7 +431,9 @@ dt_status dt_clips_open(const char *path, dt_clips_kind kind, dt_clips **out) {
     size_t elem = kind == DT_CLIPS_PIXELS ? 1 : c->dtype == DT_ST_F32 ? 4 : 2;
     c->clip_bytes =
         (int64_t)elem * c->shape.frames * c->shape.channels * c->shape.height * c->shape.width;
-    if (!(c->buf = malloc((size_t)c->clip_bytes))) {
+    c->text_bytes = (int64_t)c->text.tokens * c->text.dim * (c->text_dtype == DT_ST_F32 ? 4 : 2);
+    if (!(c->buf = malloc((size_t)c->clip_bytes)) ||
+        (c->text_bytes && !(c->text_buf = malloc((size_t)c->text_bytes)))) {
         st = dt_err_set(DT_ERR_OOM, "%s: out of memory for a clip", path);
         goto fail;
     }
@@ -410,9 +456,11 @@ void dt_clips_close(dt_clips *c) {
             close(c->s[i].fd);
         free(c->s[i].path);
         free(c->s[i].caption_end);
+        free(c->s[i].text_n);
     }
     free(c->s);
     free(c->buf);
+    free(c->text_buf);
     free(c);
 }
 
@@ -484,5 +532,24 @@ dt_status dt_clips_caption(const dt_clips *c, int64_t i, char *buf, size_t cap) 
         len = (int64_t)cap - 1;
     DT_TRY(read_at(s, buf, (size_t)len, s->caption_at + b));
     buf[len] = 0;
+    return DT_OK;
+}
+
+dt_clip_text dt_clips_text_shape(const dt_clips *c) { return c->text; }
+
+dt_status dt_clips_text(const dt_clips *c, int64_t i, float *out, int *n) {
+    if (i < 0 || i >= c->count || !c->text_bytes)
+        return dt_err_set(DT_ERR_ARG, "text of clip %lld of %lld (%s)", (long long)i,
+                          (long long)c->count, c->text_bytes ? "a folder with text" : "none");
+    const shard *s = shard_of(c, i);
+    DT_TRY(read_at(s, c->text_buf, (size_t)c->text_bytes,
+                   s->text_at + (i - s->first) * c->text_bytes));
+    int64_t m = (int64_t)c->text.tokens * c->text.dim;
+    const void *b = c->text_buf;
+    for (int64_t k = 0; k < m; k++)
+        out[k] = c->text_dtype == DT_ST_F32    ? ((const float *)b)[k]
+                 : c->text_dtype == DT_ST_BF16 ? dt_bf16_to_f32(((const dt_bf16 *)b)[k])
+                                               : dt_f16_to_f32(((const dt_f16 *)b)[k]);
+    *n = (int)s->text_n[i - s->first];
     return DT_OK;
 }

@@ -70,4 +70,13 @@ dt_status dt_clips_read(const dt_clips *c, int64_t i, float *out);
 /* Clip i's caption (pixel clips; "" for latents) into buf, cut to cap - 1 bytes. */
 dt_status dt_clips_caption(const dt_clips *c, int64_t i, char *buf, size_t cap);
 
+/* Latents with text: the text embeddings of every clip, tokens x dim ({0}: no text). */
+typedef struct dt_clip_text {
+    int tokens, dim;
+} dt_clip_text;
+dt_clip_text dt_clips_text_shape(const dt_clips *c);
+/* Clip i's text rows as floats into out [tokens, dim], *n = how many are text (text_len).
+ * DT_ERR_ARG for a folder without text. */
+dt_status dt_clips_text(const dt_clips *c, int64_t i, float *out, int *n);
+
 #endif

@@ -11,29 +11,36 @@
 #include "io/safetensors.h"
 #include "models/dit.h"
 
-/* the named sizes, in the order dt_model_sizes reports them */
-static const char *const SIZE_KEYS[] = {"n_layer", "n_head", "n_embd", "frames",
-                                        "channels", "height", "width", "patch_t",
-                                        "patch_h", "patch_w", "n_classes", "attn"};
-enum { N_SIZES = sizeof SIZE_KEYS / sizeof SIZE_KEYS[0] };
+/* the named sizes, in the order dt_model_sizes reports them (the text's last: files written
+ * before a DiT had text lack them, and read as 0) */
+static const char *const SIZE_KEYS[] = {"n_layer", "n_head",  "n_embd",  "frames",
+                                        "channels", "height", "width",   "patch_t",
+                                        "patch_h", "patch_w", "n_classes", "attn",
+                                        "text_len", "text_dim"};
+enum { N_SIZES = sizeof SIZE_KEYS / sizeof SIZE_KEYS[0], ATTN = 11, FIRST_OPTIONAL = 12 };
 
 static void size_values(const dt_model_config *c, int64_t v[N_SIZES]) {
-    int64_t x[N_SIZES] = {c->n_layer, c->n_head, c->n_embd, c->frames, c->channels,
-                          c->height, c->width, c->patch_t, c->patch_h, c->patch_w,
-                          c->n_classes, (int64_t)c->attn};
+    int64_t x[N_SIZES] = {c->n_layer, c->n_head,    c->n_embd,        c->frames,
+                          c->channels, c->height,   c->width,         c->patch_t,
+                          c->patch_h, c->patch_w,   c->n_classes,     (int64_t)c->attn,
+                          c->text_len, c->text_dim};
     memcpy(v, x, sizeof x);
 }
 
-/* Sets size k of c (ranges: n_classes >= 0, attn 0 or 1, the rest >= 1). */
+/* Sets size k of c (ranges: n_classes >= 0, attn 0 or 1, the text's as dit.h's, the rest
+ * >= 1). */
 static bool set_size(dt_model_config *c, int k, int64_t v) {
-    int lo = k == 10 || k == 11 ? 0 : 1;
-    int64_t hi = k == 11 ? DT_DIT_ATTN_COUNT - 1 : 1 << 24;
+    int lo = k >= 10 ? 0 : 1;
+    int64_t hi = k == ATTN ? DT_DIT_ATTN_COUNT - 1
+                 : k == 12 ? DT_DIT_MAX_TEXT
+                 : k == 13 ? DT_DIT_MAX_TEXT_DIM
+                           : 1 << 24;
     if (v < lo || v > hi)
         return false;
-    int *f[N_SIZES - 1] = {&c->n_layer, &c->n_head, &c->n_embd, &c->frames, &c->channels,
-                           &c->height, &c->width, &c->patch_t, &c->patch_h, &c->patch_w,
-                           &c->n_classes};
-    if (k == 11)
+    int *f[N_SIZES] = {&c->n_layer, &c->n_head,  &c->n_embd,    &c->frames,  &c->channels,
+                       &c->height,  &c->width,   &c->patch_t,   &c->patch_h, &c->patch_w,
+                       &c->n_classes, NULL,      &c->text_len,  &c->text_dim};
+    if (k == ATTN)
         c->attn = (dt_dit_attn)v;
     else
         *f[k] = (int)v;
@@ -204,7 +211,9 @@ dt_status dt_dit_config_from_sizes(const dt_model_size *sz, int n, dt_model_conf
         int i = 0;
         while (i < n && strcmp(sz[i].key, SIZE_KEYS[k]) != 0)
             i++;
-        if (i == n || !set_size(&c, k, sz[i].value))
+        if (i == n && k >= FIRST_OPTIONAL)
+            set_size(&c, k, 0);
+        else if (i == n || !set_size(&c, k, sz[i].value))
             return dt_err_set(DT_ERR_FORMAT, "model dit: size %s is missing or out of range",
                               SIZE_KEYS[k]);
     }

@@ -136,11 +136,13 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
                                                                        : DT_CLIPS_LATENTS,
                                   .batch_size = s->batch_size,
                                   .shuffle = s->shuffle,
+                                  .label_dropout = s->label_dropout,
                                   .seed = s->seed};
         DT_TRY(dt_source_open_clips(&cs, &b->train));
         if (!s->val_data || !s->val_data[0])
             return DT_OK;
         cs.path = s->val_data, cs.what = "data.val", cs.shuffle = false;
+        cs.label_dropout = 0;
         cs.seed = dt_rng_u64(s->seed, "data.val", 0);
         return dt_source_open_clips(&cs, &b->val);
     }

@@ -262,23 +262,52 @@ static dt_status check_out(const char *out) {
     return DT_OK;
 }
 
-/* The options a clip model takes, against its classes. labels[count] or *use NULL. */
+/* --prompt as the text rows of count clips (models/dit.h): its first text_len bytes, for a
+ * model whose byte encoder reads captions. *text NULL without a prompt. */
+static dt_status prompt_rows(const dt_sample_clip_opts *o, const dt_model_config *m,
+                             float **text) {
+    *text = NULL;
+    if (!o->prompt || !*o->prompt)
+        return DT_OK;
+    if (m->text_len == 0)
+        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": the model in %s has no text "
+                          "(model.text_len = 0); leave --prompt out", o->prompt, o->checkpoint);
+    if (m->text_dim > 0)
+        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": the model in %s reads precomputed text "
+                          "embeddings (model.text_dim = %d), which the text encoder that made "
+                          "them must make; dtrain encodes the bytes of a prompt only for a "
+                          "model with text_dim = 0", o->prompt, o->checkpoint, m->text_dim);
+    size_t len = strlen(o->prompt), tf = 1 + (size_t)m->text_len;
+    int n = len < (size_t)m->text_len ? (int)len : m->text_len;
+    if (len > (size_t)m->text_len)
+        dt_info("sample: --prompt is %zu bytes; the model reads its first %d (model.text_len)",
+                len, m->text_len);
+    if (!(*text = calloc((size_t)o->count * tf, sizeof **text)))
+        return dt_err_set(DT_ERR_OOM, "sample: out of memory for %d prompts", o->count);
+    for (int k = 0; k < o->count; k++) {
+        float *r = *text + k * tf;
+        r[0] = (float)n;
+        for (int i = 0; i < n; i++)
+            r[1 + i] = (float)(uint8_t)o->prompt[i];
+    }
+    return DT_OK;
+}
+
+/* The options a clip model takes, against its classes and text. labels[count] or *use NULL. */
 static dt_status clip_labels(const dt_sample_clip_opts *o, const dt_model_config *m,
                              int32_t *labels, bool *use) {
-    if (o->prompt && *o->prompt)
-        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": checkpoint %s holds a %s model, which "
-                          "samples video clips and takes no text prompt", o->prompt,
-                          o->checkpoint, dt_arch_name(m->arch));
     if (o->has_label && m->n_classes == 0)
         return dt_err_set(DT_ERR_ARG, "--label %d: the model in %s is unconditional "
                           "(n_classes = 0); leave --label out", o->label, o->checkpoint);
     if (o->has_label && (o->label < 0 || o->label >= m->n_classes))
         return dt_err_set(DT_ERR_ARG, "--label %d is outside the model's classes 0..%d",
                           o->label, m->n_classes - 1);
-    if (o->guidance > 0 && m->n_classes == 0)
-        return dt_err_set(DT_ERR_ARG, "--guidance %g: the model in %s is unconditional "
-                          "(n_classes = 0), there is nothing to guide towards",
-                          (double)o->guidance, o->checkpoint);
+    bool prompt = o->prompt && *o->prompt;
+    if (o->guidance > 0 && m->n_classes == 0 && !prompt)
+        return dt_err_set(DT_ERR_ARG, "--guidance %g: the model in %s %s, there is nothing to "
+                          "guide towards", (double)o->guidance, o->checkpoint,
+                          m->text_len ? "has no classes and no --prompt was given"
+                                      : "is unconditional (n_classes = 0)");
     *use = m->n_classes > 0;
     for (int k = 0; *use && k < o->count; k++)
         labels[k] = o->has_label ? o->label : k % m->n_classes;
@@ -331,7 +360,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     DT_TRY(check_out(o->out));
     dt_mem *mem = NULL;
     dt_model *g = NULL;
-    float *clips = NULL;
+    float *clips = NULL, *text = NULL;
     int32_t labels[DT_SAMPLE_MAX_CLIPS];
     bool use_labels = false;
     dt_status st;
@@ -345,6 +374,7 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
         goto fail;
     }
     DT_TRY_GOTO(clip_labels(o, m, labels, &use_labels));
+    DT_TRY_GOTO(prompt_rows(o, m, &text));
     if (!dt_ends_with(o->out, ".safetensors") && m->channels != 1 && m->channels != 3) {
         st = dt_err_set(DT_ERR_ARG,
                         "--out %s: the model in %s makes clips of %d channels "
@@ -359,10 +389,11 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
         goto fail;
     }
     DT_TRY_GOTO(dt_flow_sample_model(g, mem, o->count, o->steps, o->seed,
-                                     use_labels ? labels : NULL, NULL, o->guidance, clips));
+                                     use_labels ? labels : NULL, text, o->guidance, clips));
     st = dt_ends_with(o->out, ".safetensors") ? write_latents(o->out, m, clips, o->count)
                                               : write_gif(o->out, m, clips, o->count);
 fail:
+    free(text);
     free(clips);
     dt_model_free(g);
     dt_mem_free(mem);

@@ -67,10 +67,12 @@ dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size,
 
 /* Bouncing-shapes clips (io/bounce.h) for a rectified-flow DiT (models/flow.h), made on the
  * fly: clip `index` = step * batch_size + row, everything random keyed by (seed, index).
- *   input row:  clip_numel + 2 floats: x_t [frames, channels, height, width], then t, then
- *               the label as a float holding an integer (0..n_classes-1, or n_classes = the
- *               null class when dropped for guidance with chance label_dropout; 0 when the
- *               model has no classes)
+ *   input row:  dt_dit_input_floats floats: x_t [frames, channels, height, width], then t,
+ *               then the label as a float holding an integer (0..n_classes-1, or n_classes =
+ *               the null class when dropped for guidance with chance label_dropout; 0 when
+ *               the model has no classes), then with model.text_len > 0 the clip's text row:
+ *               its caption's bytes (io/bounce.h's dt_bounce_caption), n = -1 when dropped
+ *               with the label
  *   target row: clip_numel floats, eps - x_0
  * The clip shape and n_classes are the model's (model.frames ...); shapes: per clip.
  * DT_ERR_ARG naming the key when the clip cannot hold the shapes, or when n_classes is
@@ -78,7 +80,7 @@ dt_status dt_source_open_blend(const char *spec, int vocab_size, int batch_size,
 typedef struct dt_bounce_source_spec {
     const dt_model_config *model; /* borrowed for the call */
     int shapes;
-    float label_dropout; /* in [0, 1]; used only when model->n_classes > 0 */
+    float label_dropout; /* in [0, 1]; used when the model has classes or text */
     int batch_size;      /* global, in clips */
     uint64_t seed;
 } dt_bounce_source_spec;
@@ -86,7 +88,9 @@ dt_status dt_source_open_bounce(const dt_bounce_source_spec *spec, dt_source **o
 
 /* Clips read from disk (io/clips.h) for a rectified-flow DiT: pixel clips `dtrain prepare
  * --video` wrote (kind DT_CLIPS_PIXELS) or a VAE's latents (DT_CLIPS_LATENTS), rows as the
- * bouncing-shapes source's with label 0 (the model must be unconditional). Row r of step s
+ * bouncing-shapes source's with label 0 (the model has no classes) and, for a model with text,
+ * the clip's caption bytes (pixel clips) or text embeddings (latents with "text", as wide as
+ * model.text_dim, model.text_len tokens at most), dropped with chance label_dropout. Row r of step s
  * is run clip s x batch_size + r: in order, wrapping around the folder, or with shuffle a
  * folder clip drawn by (seed, that index); its noise and t come from (seed, that index).
  * DT_ERR_ARG naming `what` (the config key) when the clips' shape is not the model's. */
@@ -97,6 +101,7 @@ typedef struct dt_clip_source_spec {
     int kind;                     /* dt_clips_kind */
     int batch_size;
     bool shuffle;
+    float label_dropout; /* the text's, for a model with text */
     uint64_t seed;
 } dt_clip_source_spec;
 dt_status dt_source_open_clips(const dt_clip_source_spec *spec, dt_source **out);

@@ -19,8 +19,10 @@ typedef struct clip_src {
     dt_bounce_config bounce;
     bool shuffle;  /* from disk: each row draws a clip of the folder */
     int n_classes; /* bouncing shapes: the model's; 0 = unconditional */
-    float dropout; /* chance a clip's label becomes the null class */
+    float dropout; /* chance a clip's label and text become the null condition */
     int64_t numel; /* floats per clip */
+    int text_len, text_dim; /* the model's (0: no text) */
+    int64_t text_floats;    /* of an input row */
     int B;         /* global batch */
     uint64_t seed;
     int64_t step;     /* batches handed out so far */
@@ -34,24 +36,26 @@ static void src_close(void *self) {
 }
 
 static size_t input_bytes(const void *self) {
-    return (size_t)(((const clip_src *)self)->numel + 2) * sizeof(float);
+    const clip_src *s = self;
+    return (size_t)(s->numel + 2 + s->text_floats) * sizeof(float);
 }
 
 static size_t target_bytes(const void *self) {
     return (size_t)((const clip_src *)self)->numel * sizeof(float);
 }
 
+/* The folder clip run clip `index` reads. */
+static int64_t folder_clip(const clip_src *s, int64_t index) {
+    int64_t n = dt_clips_count(s->clips);
+    return s->shuffle ? (int64_t)(dt_rng_u64(s->seed, "data.shuffle", (uint64_t)index) % (uint64_t)n)
+                      : index % n;
+}
+
 /* x_0 of run clip `index` into x0 and its label (0: none, n_classes: dropped for guidance) */
 static dt_status clip_of(const clip_src *s, int64_t index, float *x0, int32_t *label) {
     *label = 0;
-    if (s->clips) {
-        int64_t n = dt_clips_count(s->clips);
-        int64_t at =
-            s->shuffle
-                ? (int64_t)(dt_rng_u64(s->seed, "data.shuffle", (uint64_t)index) % (uint64_t)n)
-                : index % n;
-        return dt_clips_read(s->clips, at, x0);
-    }
+    if (s->clips)
+        return dt_clips_read(s->clips, folder_clip(s, index), x0);
     dt_bounce_batch(&s->bounce, s->seed, index, 1, x0, label);
     if (s->n_classes == 0)
         *label = 0;
@@ -60,18 +64,49 @@ static dt_status clip_of(const clip_src *s, int64_t index, float *x0, int32_t *l
     return DT_OK;
 }
 
+/* Run clip `index`'s text row (models/dit.h): its caption's bytes (bouncing shapes, pixel
+ * clips), or its text embeddings (latents); n = -1 when dropped for guidance, 0 without a
+ * caption. */
+static dt_status text_of(const clip_src *s, int64_t index, float *row) {
+    memset(row, 0, (size_t)s->text_floats * sizeof *row);
+    if (dt_flow_drop_label(s->seed, index, s->dropout)) {
+        row[0] = -1;
+        return DT_OK;
+    }
+    if (s->text_dim > 0) { /* latents: [tokens, dim] rows, the model's text_len at most */
+        int n;
+        DT_TRY(dt_clips_text(s->clips, folder_clip(s, index), row + 1, &n));
+        row[0] = (float)n;
+        return DT_OK;
+    }
+    char cap[DT_DIT_MAX_TEXT + 1];
+    int n = s->clips ? 0 : dt_bounce_caption(&s->bounce, s->seed, index, cap, sizeof cap);
+    if (s->clips) {
+        DT_TRY(dt_clips_caption(s->clips, folder_clip(s, index), cap, sizeof cap));
+        n = (int)strlen(cap);
+    }
+    n = n < s->text_len ? n : s->text_len; /* the caption's first text_len bytes */
+    row[0] = (float)n;
+    for (int i = 0; i < n; i++)
+        row[1 + i] = (float)(uint8_t)cap[i];
+    return DT_OK;
+}
+
 /* x_0 lands in the target row, then x_t goes to the input row and v over x_0, as
- * dt_flow_train computes them; t and the label follow x_t */
+ * dt_flow_train computes them; t, the label and the text follow x_t */
 static dt_status src_rows(const void *self, int row0, int n, void *input, void *target) {
     const clip_src *s = self;
+    int64_t stride = s->numel + 2 + s->text_floats;
     for (int r = 0; r < n; r++) {
         int64_t index = s->step * s->B + row0 + r;
-        float *in = (float *)input + (int64_t)r * (s->numel + 2),
+        float *in = (float *)input + (int64_t)r * stride,
               *tg = (float *)target + (int64_t)r * s->numel;
         int32_t label;
         DT_TRY(clip_of(s, index, tg, &label));
         in[s->numel] = dt_flow_make_row(s->seed, index, s->numel, in, tg);
         in[s->numel + 1] = (float)label;
+        if (s->text_floats)
+            DT_TRY(text_of(s, index, in + s->numel + 2));
     }
     return DT_OK;
 }
@@ -125,6 +160,10 @@ static dt_status open_source(const dt_model_config *m, int B, uint64_t seed, dt_
     c->B = B;
     c->seed = seed;
     c->numel = (int64_t)m->frames * m->channels * m->height * m->width;
+    c->text_len = m->text_len;
+    c->text_dim = m->text_dim;
+    c->text_floats = m->text_len > 0 ? 1 + (int64_t)m->text_len * (m->text_dim ? m->text_dim : 1)
+                                     : 0;
     *s = (dt_source){.ops = &clip_ops, .self = c};
     *out = s;
     return DT_OK;
@@ -153,6 +192,10 @@ dt_status dt_source_open_bounce(const dt_bounce_source_spec *spec, dt_source **o
                           (double)spec->label_dropout);
     if (spec->batch_size < 1)
         return dt_err_set(DT_ERR_ARG, "bounce source: batch_size %d < 1", spec->batch_size);
+    if (m->text_len > 0 && m->text_dim != 0)
+        return dt_err_set(DT_ERR_ARG, "model.text_dim=%d: data.source=bounce captions its "
+                          "clips in words, which the model's byte encoder reads; set "
+                          "model.text_dim=0", m->text_dim);
     clip_src proto = {.bounce = clip,
                       .n_classes = m->n_classes,
                       .dropout = spec->label_dropout,
@@ -178,6 +221,34 @@ static dt_status check_shape(const dt_clip_source_spec *spec, const dt_clips *c)
                                                     : "");
 }
 
+/* The text a model with text reads: captions of pixel clips (bytes), or latents' text
+ * embeddings as wide as model.text_dim and at most model.text_len tokens. */
+static dt_status check_text(const dt_clip_source_spec *spec, const dt_clips *c) {
+    const dt_model_config *m = spec->model;
+    if (m->text_len == 0)
+        return DT_OK;
+    bool pixels = spec->kind == DT_CLIPS_PIXELS;
+    dt_clip_text t = dt_clips_text_shape(c);
+    if (pixels && m->text_dim != 0)
+        return dt_err_set(DT_ERR_ARG, "model.text_dim=%d: %s=%s holds pixel clips whose "
+                          "captions the model's byte encoder reads; set model.text_dim=0",
+                          m->text_dim, spec->what, spec->path);
+    if (pixels)
+        return DT_OK;
+    if (m->text_dim == 0 || t.tokens == 0)
+        return dt_err_set(DT_ERR_ARG, "model.text_len=%d, text_dim=%d: %s=%s %s", m->text_len,
+                          m->text_dim, spec->what, spec->path,
+                          t.tokens == 0 ? "holds latents without text embeddings (\"text\", "
+                                          "\"text_len\"); train without text (text_len=0)"
+                                        : "holds text embeddings; set model.text_dim to their "
+                                          "width");
+    if (t.dim != m->text_dim || t.tokens > m->text_len)
+        return dt_err_set(DT_ERR_ARG, "%s=%s holds text embeddings of %d tokens x %d, but the "
+                          "model reads at most model.text_len=%d tokens of model.text_dim=%d",
+                          spec->what, spec->path, t.tokens, t.dim, m->text_len, m->text_dim);
+    return DT_OK;
+}
+
 dt_status dt_source_open_clips(const dt_clip_source_spec *spec, dt_source **out) {
     *out = NULL;
     if (spec->batch_size < 1)
@@ -195,6 +266,10 @@ dt_status dt_source_open_clips(const dt_clip_source_spec *spec, dt_source **out)
         dt_clips_close(c);
         return st;
     }
-    clip_src proto = {.shuffle = spec->shuffle, .what = "clips"};
+    if ((st = check_text(spec, c)) != DT_OK) {
+        dt_clips_close(c);
+        return st;
+    }
+    clip_src proto = {.shuffle = spec->shuffle, .dropout = spec->label_dropout, .what = "clips"};
     return open_source(spec->model, spec->batch_size, spec->seed, c, &proto, out);
 }

@@ -38,14 +38,17 @@ dt_status dt_sample_run(const char *checkpoint, bool raw, const char *tokenizer,
 /* dtrain sample --out FILE.gif: `count` clips of a model that predicts a flow velocity,
  * sampled in `steps` Euler steps from noise of `seed`, side by side in an animated GIF. Labels:
  * `label` for every clip (has_label), else clip k gets class k % n_classes (none for an
- * unconditional model); guidance > 0: classifier-free guidance of that scale. Every bad input
- * is one DT_ERR_ARG naming the value, before sampling: a label outside the model's classes, a
- * GIF that cannot be written there, a model that makes text, a --prompt. The GIF is written
- * atomically: the old file or the whole new one. */
+ * unconditional model); prompt: every clip's text, for a model with text that reads caption
+ * bytes (model.text_len, text_dim 0; none: the null text); guidance > 0: classifier-free
+ * guidance of that scale towards the label and the prompt. Every bad input is one
+ * DT_ERR_ARG naming the value, before sampling: a label outside the model's classes, a
+ * GIF that cannot be written there, a model that makes text, a --prompt for a model
+ * without text or with precomputed embeddings. The GIF is written atomically: the old file
+ * or the whole new one. */
 enum { DT_SAMPLE_MAX_CLIPS = 64 };
 typedef struct dt_sample_clip_opts {
     const char *checkpoint, *out;
-    const char *prompt; /* must be NULL or "" */
+    const char *prompt; /* NULL or "": no text */
     int steps, count, label;
     bool has_label;
     bool raw; /* the weights, not their average (train.ema_decay) where one was kept */
