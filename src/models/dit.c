@@ -41,16 +41,17 @@ static float *at(float *base, const unit_store *u, const dt_param *p) {
     return base ? base + (p->offset - u->first) : NULL;
 }
 
-/* the linear `prefix` (.weight, .bias) of unit lu */
-static dt_linear linear_view(const dt_dit *d, int lu, const unit_store *u, const char *prefix) {
+/* the linear `prefix` (.weight, .bias unless it has none) of unit lu */
+static dt_linear linear_view(const dt_dit *d, int lu, const unit_store *u, const char *prefix,
+                             bool bias) {
     const dt_param *wp = unit_tensor(d, lu, prefix, "weight");
-    const dt_param *bp = unit_tensor(d, lu, prefix, "bias");
+    const dt_param *bp = bias ? unit_tensor(d, lu, prefix, "bias") : NULL;
     return (dt_linear){.out = (int)wp->shape[0],
                        .in = (int)wp->shape[1],
                        .w = at(u->w, u, wp),
-                       .b = at(u->w, u, bp),
+                       .b = bp ? at(u->w, u, bp) : NULL,
                        .dw = at(u->g, u, wp),
-                       .db = at(u->g, u, bp),
+                       .db = bp ? at(u->g, u, bp) : NULL,
                        .w_lp = u->lp ? u->lp + (wp->offset - u->first) : NULL};
 }
 
@@ -64,8 +65,8 @@ static void table_view(const dt_dit *d, int lu, const unit_store *u, const char 
 
 /* the text embedder's linears and tables */
 static void wire_text(dt_dit *d, int lu, const unit_store *u) {
-    d->y_fc1 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC1].name);
-    d->y_fc2 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC2].name);
+    d->y_fc1 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC1].name, true);
+    d->y_fc2 = linear_view(d, lu, u, DT_DIT_EMBED[DIT_Y_FC2].name, true);
     table_view(d, lu, u, "y_embedder", "y_embedding", &d->null_y, &d->dnull_y);
     if (d->cfg.text_dim > 0)
         return;
@@ -87,7 +88,7 @@ static void wire_unit(dt_dit *d, int lu) {
                                           [DIT_Y_FC2] = &d->y_fc2};
         for (int i = 0; i < DIT_EMBED_ROWS; i++)
             if (!DT_DIT_EMBED[i].text)
-                *lin[i] = linear_view(d, lu, &u, DT_DIT_EMBED[i].name);
+                *lin[i] = linear_view(d, lu, &u, DT_DIT_EMBED[i].name, true);
         if (d->cfg.n_classes > 0) {
             const dt_param *y = unit_tensor(d, lu, "y_embedder.embedding_table", "weight");
             d->y_table = at(u.w, &u, y);
@@ -111,13 +112,13 @@ static void wire_unit(dt_dit *d, int lu) {
             if (DT_DIT_BLOCK[i].text && d->Lt == 0)
                 continue;
             snprintf(name, sizeof name, "blocks.%d.%s", gu - 1, DT_DIT_BLOCK[i].name);
-            *lin[i] = linear_view(d, lu, &u, name);
+            *lin[i] = linear_view(d, lu, &u, name, !DT_DIT_BLOCK[i].no_bias);
         }
     } else {
         dt_linear *lin[DIT_FINAL_ROWS] = {
             [DIT_FINAL_ADA] = &d->final_ada, [DIT_FINAL_LIN] = &d->final_lin};
         for (int i = 0; i < DIT_FINAL_ROWS; i++)
-            *lin[i] = linear_view(d, lu, &u, DT_DIT_FINAL[i].name);
+            *lin[i] = linear_view(d, lu, &u, DT_DIT_FINAL[i].name, true);
     }
 }
 

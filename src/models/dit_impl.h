@@ -52,6 +52,7 @@ typedef struct dt_dit_row {
     bool zero;
     dt_shard_kind split;
     bool text;
+    bool no_bias; /* the keys': a bias on every key shifts a softmax's inputs alike */
 } dt_dit_row;
 enum { DIT_X_EMB, DIT_T_FC1, DIT_T_FC2, DIT_Y_FC1, DIT_Y_FC2, DIT_EMBED_ROWS };
 enum {
@@ -79,7 +80,7 @@ static const dt_dit_row DT_DIT_BLOCK[DIT_BLOCK_ROWS] = {
     [DIT_QKV] = {"attn.qkv", DIT_SZ_3C, DIT_SZ_C, false, DT_SHARD_QKV, false},
     [DIT_PROJ] = {"attn.proj", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_COLS, false},
     [DIT_XQ] = {"cross_attn.q_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true},
-    [DIT_XK] = {"cross_attn.k_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true},
+    [DIT_XK] = {"cross_attn.k_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true, true},
     [DIT_XV] = {"cross_attn.v_linear", DIT_SZ_C, DIT_SZ_C, false, DT_SHARD_ROWS, true},
     [DIT_XPROJ] = {"cross_attn.proj", DIT_SZ_C, DIT_SZ_C, true, DT_SHARD_COLS, true},
     [DIT_FC1] = {"mlp.fc1", DIT_SZ_F, DIT_SZ_C, false, DT_SHARD_ROWS, false},

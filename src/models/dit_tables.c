@@ -146,19 +146,21 @@ static void set_shard(dt_param *p, dt_shard_kind kind) {
         p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = p->shard.full_rows / 3;
 }
 
-/* A linear's weight and bias: Xavier's variance 2 / (in + out), or zeros. `split`: how the
+/* A linear's weight and bias (unless !bias): Xavier's variance 2 / (in + out), or zeros. `split`: how the
  * weight splits over tp, as core/param.h names it: DT_SHARD_NONE (replicated), DT_SHARD_ROWS
  * (column-parallel: its output rows, and the bias with them), DT_SHARD_COLS (row-parallel: its
  * input columns; the bias stays whole, added after the sum), DT_SHARD_QKV (each of q, k, v's
  * output rows, as GPT-2's c_attn). */
 static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero,
-                            dt_shard_kind split) {
+                            dt_shard_kind split, bool bias) {
     char name[96];
     if (snprintf(name, sizeof name, "%s.weight", prefix) >= (int)sizeof name)
         return dt_err_set(DT_ERR_ARG, "dit: tensor name %s.weight is too long", prefix);
     DT_TRY(add_param(d, name, out, in, zero ? DT_INIT_ZEROS : DT_INIT_NORMAL,
                      zero ? 0.0f : sqrtf(2.0f / (float)(in + out))));
     set_shard(&d->params[d->n_params - 1], split);
+    if (!bias)
+        return DT_OK;
     if (snprintf(name, sizeof name, "%s.bias", prefix) >= (int)sizeof name)
         return dt_err_set(DT_ERR_ARG, "dit: tensor name %s.bias is too long", prefix);
     DT_TRY(add_param(d, name, out, 0, DT_INIT_ZEROS, 0.0f));
@@ -183,7 +185,7 @@ static dt_status add_rows(dt_dit *d, const dt_dit_row *rows, int n, const char *
             continue;
         if (snprintf(name, sizeof name, "%s%s", prefix, r->name) >= (int)sizeof name)
             return dt_err_set(DT_ERR_ARG, "dit: tensor name %s%s is too long", prefix, r->name);
-        DT_TRY(add_linear(d, name, size[r->out], size[r->in], r->zero, r->split));
+        DT_TRY(add_linear(d, name, size[r->out], size[r->in], r->zero, r->split, !r->no_bias));
     }
     return DT_OK;
 }

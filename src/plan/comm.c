@@ -30,6 +30,7 @@ typedef struct ledger {
     const dt_plugin_config *plugin;              /* plugin.ac, ac_every */
     bool dit, dit_st;   /* the video DiT; its attention alternates spatial / temporal */
     int64_t B, P;       /* DiT: clips per micro-batch, floats per patch */
+    int64_t Lt;         /* DiT: text tokens a clip (0: no text) */
 } ledger;
 
 static void add(int64_t *bytes, int64_t *calls, int64_t b) {
@@ -186,7 +187,9 @@ static bool dit_a2a(const ledger *g, int l) { return g->sp > 1 && !(g->dit_st &&
 static bool dit_ring(const ledger *g, int l) { return g->cp > 1 && !(g->dit_st && l % 2 == 0); }
 
 /* A block's forward: the modulated norm enters the tp region (gathered under Megatron-SP),
- * q|k|v to heads and the output back to rows, proj leaves; the MLP enters and fc2 leaves. */
+ * q|k|v to heads and the output back to rows, proj leaves; with text the cross-attention's
+ * queries enter and its proj leaves (the text needs no collective: every rank makes it);
+ * the MLP enters and fc2 leaves. */
 static void dit_block_fwd(ledger *g, int l) {
     enter_fwd(g);
     if (dit_a2a(g, l))
@@ -196,6 +199,10 @@ static void dit_block_fwd(ledger *g, int l) {
     if (dit_a2a(g, l))
         sp_op(g, a2a_att(g));
     leave_fwd(g);
+    if (g->Lt) {
+        enter_fwd(g);
+        leave_fwd(g);
+    }
     enter_fwd(g);
     leave_fwd(g);
 }
@@ -219,6 +226,12 @@ static void dit_block_bwd(ledger *g, int l) {
     leave_bwd(g);
     enter_fwd(g);
     enter_bwd(g);
+    if (g->Lt) { /* the cross-attention: proj's bias and output gradient, the queries' */
+        rows_grads(g, g->C);
+        leave_bwd(g);
+        enter_fwd(g);
+        enter_bwd(g);
+    }
     if (a2a)
         sp_op(g, a2a_att(g));
     rows_grads(g, g->C);
@@ -239,6 +252,8 @@ static void dit_block_bwd(ledger *g, int l) {
     if (sel && ring)
         ring_fwd(g);
     enter_fwd(g);
+    if (g->Lt) /* the cross-attention's queries' input */
+        enter_fwd(g);
     if (a2a)
         sp_op(g, a2a_att(g));
     enter_fwd(g);
@@ -261,6 +276,8 @@ static void dit_micro_batch(ledger *g) {
     for (int l = g->L - 1; l >= 0; l--)
         if (g->held[l + 1])
             dit_block_bwd(g, l);
+    if (g->first && g->Lt) /* the text's gradient, each tp rank's heads' part, summed */
+        tp_op(g, allreduce(g->tp, g->B * g->Lt * g->C * 4));
     if (g->first) {
         rows_grads(g, g->C * g->P);
         rows_grads(g, g->C);
@@ -411,6 +428,7 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     g.dit_st = m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL;
     g.B = l->mb;
     g.P = (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
+    g.Lt = g.dit ? m->text_len : 0;
     memcpy(g.held, l->held, sizeof g.held);
     int sends = 0;
     /* The block of each of this rank's chunks whose forward a micro-batch may find still in
@@ -477,7 +495,9 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     if (out->grad_known)
         grad_step(&g, c, &a);
     tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp (and pp) */
-    int64_t boundary = (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4; /* DiT: and silu(c) */
+    /* DiT: and silu(c), with text the text sequences and their counts */
+    int64_t boundary = (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4 +
+                       (g.Lt ? (g.B * g.Lt * g.C + g.B) * 4 : 0);
     out->pp = sends * boundary + allreduce(g.pp, 8);
     return DT_OK;
 }

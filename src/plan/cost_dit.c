@@ -58,12 +58,14 @@ typedef struct product {
     bool no_dx;
 } product;
 
-/* A rank's dims: clips B, token rows Nt (inside the tp region) and Nr (residual), widths. */
+/* A rank's dims: clips B, token rows Nt (inside the tp region) and Nr (residual), widths;
+ * text rows T = B Lt (0: no text) and a text token's features Din. */
 typedef struct dims {
-    double B, Nt, Nr, C, Ct, Ft, P;
+    double B, Nt, Nr, C, Ct, Ft, P, T, Din;
+    bool bytes; /* the text is caption bytes: the embedder's fc1 makes an input gradient */
 } dims;
 
-enum { MAX_PRODUCTS = 5 };
+enum { MAX_PRODUCTS = 9 };
 
 /* The products of unit u (0: embedders, 1..L: blocks, L + 1: final layer). */
 static int unit_products(const dims *k, int u, int L, product p[MAX_PRODUCTS]) {
@@ -72,7 +74,11 @@ static int unit_products(const dims *k, int u, int L, product p[MAX_PRODUCTS]) {
         p[0] = (product){k->Nr, k->P, C, true};
         p[1] = (product){B, DT_PLAN_DIT_FREQ_DIM, C, true};
         p[2] = (product){B, C, C, false};
-        return 3;
+        if (!k->T)
+            return 3;
+        p[3] = (product){k->T, k->Din, C, !k->bytes}; /* y_embedder.y_proj.fc1, fc2 */
+        p[4] = (product){k->T, C, C, false};
+        return 5;
     }
     if (u > L) { /* final_layer.adaLN_modulation.1, final_layer.linear */
         p[0] = (product){B, C, 2 * C, false};
@@ -84,21 +90,28 @@ static int unit_products(const dims *k, int u, int L, product p[MAX_PRODUCTS]) {
     p[2] = (product){k->Nt, k->Ct, C, false};
     p[3] = (product){k->Nt, C, k->Ft, false};
     p[4] = (product){k->Nt, k->Ft, C, false};
-    return 5;
+    if (!k->T)
+        return 5;
+    p[5] = (product){k->Nt, C, k->Ct, false}; /* cross_attn.q_linear, k, v, proj */
+    p[6] = (product){k->T, C, k->Ct, false};
+    p[7] = (product){k->T, C, k->Ct, false};
+    p[8] = (product){k->Nt, k->Ct, C, false};
+    return 9;
 }
 
 double dt_plan_dit_step_flops(const dt_model_config *m, double clips) {
     dit_geo g = geo_of(m);
-    double C = m->n_embd, N = clips * g.S, flops = 0;
+    double C = m->n_embd, N = clips * g.S, flops = 0, Lt = m->text_len;
     dims k = {.B = clips, .Nt = N, .Nr = N, .C = C, .Ct = C,
-              .Ft = DT_PLAN_DIT_MLP_RATIO * C, .P = g.P};
+              .Ft = DT_PLAN_DIT_MLP_RATIO * C, .P = g.P, .T = clips * Lt,
+              .Din = m->text_dim > 0 ? m->text_dim : 3 * C, .bytes = m->text_dim == 0};
     for (int u = 0; u < m->n_layer + 2; u++) {
         product p[MAX_PRODUCTS];
         int n = unit_products(&k, u, m->n_layer, p);
         for (int i = 0; i < n; i++)
             flops += 2 * p[i].m * p[i].in * p[i].out;
-        if (u >= 1 && u <= m->n_layer)
-            flops += 4 * seq_of(&g, u - 1) * N * C; /* QK^T and PV over every head */
+        if (u >= 1 && u <= m->n_layer) /* QK^T and PV over every head; the text's */
+            flops += 4 * seq_of(&g, u - 1) * N * C + 4 * Lt * N * C;
     }
     return 3 * flops;
 }
@@ -133,9 +146,11 @@ static pass unit_matmuls(const dit_work *x, int u, bool split) {
 }
 
 /* The attention core's forward FLOPs on this rank: its N / sp token rows (all N rows of
- * Ct / sp under the all-to-all, or its own Nt of Ct). */
+ * Ct / sp under the all-to-all, or its own Nt of Ct); with text, its Nt rows' products with
+ * their clips' Lt text tokens. */
 static double attention_flops(const dit_work *x, int l) {
-    return 4 * seq_of(&x->g, l) * (x->w->N / x->w->sp) * x->w->A;
+    double Lt = x->w->c->model.text_len;
+    return 4 * seq_of(&x->g, l) * (x->w->N / x->w->sp) * x->w->A + 4 * Lt * x->w->Nt * x->w->A;
 }
 
 /* Pointwise work of block l (bytes at mem_bandwidth unless a kernel has its rate). */
@@ -181,14 +196,16 @@ static pass block_comm(const dit_work *x, int l) {
         qkv = d->latency + (w->N / w->sp) * (w->W / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
         att = d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
     }
-    /* Megatron-SP: the proj and fc2 biases' and the modulations' gradients summed over rows */
-    double sums = w->sg ? 2 * dt_plan_cost_allreduce(w, w->tp, w->C * 4) +
+    /* Megatron-SP: the proj and fc2 biases' and the modulations' gradients summed over rows;
+     * with text the cross-attention's queries enter and its proj leaves as the MLP's */
+    double text = w->c->model.text_len > 0, rowp = 2 + text;
+    double sums = w->sg ? rowp * dt_plan_cost_allreduce(w, w->tp, w->C * 4) +
                               dt_plan_cost_allreduce(w, w->tp, 6 * w->B * w->C * 4)
                         : 0;
     pass p;
-    p.f = 2 * (enter_f + leave_f) + qkv + att;
-    p.b = 2 * (leave_b + enter_f + enter_b) + 2 * att + qkv + sums;
-    p.wgt = 2 * enter_f + att;
+    p.f = rowp * (enter_f + leave_f) + qkv + att;
+    p.b = rowp * (leave_b + enter_f + enter_b) + 2 * att + qkv + sums;
+    p.wgt = rowp * enter_f + att;
     return p;
 }
 
@@ -238,6 +255,10 @@ static pass cost_embed(const dit_work *x) {
     pass p = {.f = mm.f + io / bw, .b = mm.b + (8 * k->Nr * k->C + lp * 2 * k->Nr * k->P) / bw};
     if (w->sg)
         p.b += dt_plan_cost_allreduce(w, w->tp, (k->C * k->P + k->C) * 4);
+    if (k->T) /* the text: GELU and its adjoint; its gradient summed over tp's heads */
+        p.f += k->T * k->C / w->act.fwd,
+        p.b += k->T * k->C * (1 / w->act.fwd + 1 / w->act.bwd) +
+               dt_plan_cost_allreduce(w, w->tp, k->T * k->C * 4);
     return p;
 }
 
@@ -263,7 +284,8 @@ void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, boo
     const dt_model_config *m = &w->c->model;
     dit_work x = {.w = w, .g = geo_of(m)};
     x.k = (dims){.B = w->B, .Nt = w->Nt, .Nr = w->Nr, .C = w->C, .Ct = w->A, .Ft = w->F,
-                 .P = x.g.P};
+                 .P = x.g.P, .T = (double)w->B * m->text_len,
+                 .Din = m->text_dim > 0 ? m->text_dim : 3.0 * w->C, .bytes = m->text_dim == 0};
     for (int c = 0; c < w->pp * w->v; c++) {
         dt_plan_chunk_cost k = {0};
         for (int u = sp->first[c]; u < sp->first[c + 1]; u++) {

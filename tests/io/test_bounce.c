@@ -1,8 +1,11 @@
 /* The bouncing-shapes video source: its checks, determinism (a clip depends on the seed and its
  * index only), the physics of the tracks (inside the box, constant speed, moving every frame,
  * reflected at the walls), the rendering (pixels only where shapes are, the topmost shape's
- * colour at its centre, the shape kind visible in the pixels) and the labels. */
+ * colour at its centre, the shape kind visible in the pixels), the labels, and the captions
+ * (read back against the pixels: the colour at the shape's centre, the way its pixels move
+ * from the first frame to the second). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,11 +170,80 @@ static void check_render(void) {
     free(g), free(v);
 }
 
+/* The caption of one-shape clips against what their pixels show: "a COLOUR KIND moving WAY",
+ * the colour's RGB at the shape's centre of mass in frame 0, the centre moving WAY (by its
+ * larger component) to frame 1 where no wall was hit. */
+static void check_captions(void) {
+    static const struct {
+        const char *name;
+        float rgb[3];
+    } colours[] = {{"red", {1, -1, -1}},    {"green", {-1, 1, -1}}, {"blue", {-0.2f, -0.2f, 1}},
+                   {"yellow", {1, 1, -1}},  {"magenta", {1, -1, 1}}, {"cyan", {-1, 1, 1}},
+                   {"white", {1, 1, 1}},    {"orange", {1, 0, -1}}};
+    DT_CHECK(dt_bounce_n_colors() == 8, "%d colours", dt_bounce_n_colors());
+    dt_bounce_config c = dt_bounce_defaults(2, 3, 32, 32);
+    c.n_shapes = 1;
+    int checked = 0;
+    for (int64_t i = 0; i < 200; i++) {
+        char cap[128], colour[16], kind[16], way[16];
+        int n = dt_bounce_caption(&c, 9, i, cap, sizeof cap);
+        DT_CHECK(n == (int)strlen(cap) && sscanf(cap, "a %15s %15s moving %15s", colour, kind,
+                                                   way) == 3,
+                 "clip %lld: caption \"%s\"", (long long)i, cap);
+        DT_CHECK(!strcmp(kind, DT_BOUNCE_KIND_NAMES[dt_bounce_label(9, i)]), "clip %lld: %s",
+                 (long long)i, cap);
+        float px[2 * 3 * 32 * 32];
+        dt_bounce_batch(&c, 9, i, 1, px, NULL);
+        double m[2][3] = {{0}}; /* per frame: pixels, sum of x, sum of y */
+        int at = -1;
+        for (int f = 0; f < 2; f++)
+            for (int y = 0; y < 32; y++)
+                for (int x = 0; x < 32; x++) {
+                    const float *p = px + (size_t)f * 3 * 1024 + (size_t)y * 32 + x;
+                    if (p[0] == -1 && p[1024] == -1 && p[2048] == -1)
+                        continue;
+                    m[f][0]++, m[f][1] += x, m[f][2] += y;
+                    if (f == 0 && at < 0)
+                        at = y * 32 + x;
+                }
+        if (!m[0][0] || !m[1][0] || at < 0)
+            continue;
+        int k = 0;
+        while (k < 8 && strcmp(colours[k].name, colour))
+            k++;
+        DT_CHECK(k < 8 && px[at] == colours[k].rgb[0] && px[1024 + at] == colours[k].rgb[1] &&
+                     px[2048 + at] == colours[k].rgb[2],
+                 "clip %lld: \"%s\" but the pixel is (%g, %g, %g)", (long long)i, cap,
+                 (double)px[at], (double)px[1024 + at], (double)px[2048 + at]);
+        dt_bounce_shape s0, s1;
+        dt_bounce_track(&c, 9, i, 0, &s0);
+        dt_bounce_track(&c, 9, i, 1, &s1);
+        if (s0.vx != s1.vx || s0.vy != s1.vy)
+            continue; /* it bounced off a wall between the frames */
+        double dx = m[1][1] / m[1][0] - m[0][1] / m[0][0], dy = m[1][2] / m[1][0] - m[0][2] / m[0][0];
+        const char *seen = fabs(dx) >= fabs(dy) ? (dx < 0 ? "left" : "right")
+                                                : (dy < 0 ? "up" : "down");
+        if (fabs(fabs(dx) - fabs(dy)) < 1.0)
+            continue; /* too close to a diagonal for the pixels to say */
+        DT_CHECK(!strcmp(way, seen), "clip %lld: \"%s\", the pixels move %s (%.2f, %.2f)",
+                 (long long)i, cap, seen, dx, dy);
+        checked++;
+    }
+    DT_CHECK(checked >= 100, "only %d clips' captions were checked", checked);
+    c.n_shapes = 2;
+    char two[128], cut[12];
+    dt_bounce_caption(&c, 9, 3, two, sizeof two);
+    DT_CHECK(strstr(two, " and a ") != NULL, "two shapes: \"%s\"", two);
+    int n = dt_bounce_caption(&c, 9, 3, cut, sizeof cut);
+    DT_CHECK(n == 11 && !strncmp(cut, two, 11), "cut to 11 bytes: \"%s\" (%d)", cut, n);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check_errors();
     check_determinism();
     check_physics();
     check_render();
+    check_captions();
     return DT_TEST_END();
 }

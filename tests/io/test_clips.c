@@ -121,8 +121,12 @@ static void write_latents(const char *folder, dt_st_dtype dtype, bool with_text)
                         h[k] = dtype == DT_ST_BF16 ? dt_bf16_from_f32(f[k]) : dt_f16_from_f32(f[k]);
                     }
     int64_t shape[5] = {N, C, T, H, W}, tshape[3] = {N, 2, 3}, lshape[1] = {N};
-    float text[N * 2 * 3] = {0};
-    int32_t len[N] = {0};
+    float text[N * 2 * 3];
+    int32_t len[N];
+    for (int i = 0; i < N * 2 * 3; i++)
+        text[i] = (float)i * 0.25f - 1.0f;
+    for (int n = 0; n < N; n++)
+        len[n] = n % 3; /* 0, 1 or both of the 2 tokens */
     dt_st_writer *w = NULL;
     DT_CHECK_OK(dt_st_writer_init(&w));
     DT_CHECK_OK(dt_st_writer_add(w, "latents", dtype, 5, shape,
@@ -165,6 +169,22 @@ static void check_latents(const char *folder, dt_st_dtype dtype) {
     char cap[8];
     DT_CHECK_OK(dt_clips_caption(c, 0, cap, sizeof cap));
     DT_CHECK(cap[0] == 0, "latents have no caption");
+    dt_clip_text ts = dt_clips_text_shape(c);
+    float text[2 * 3];
+    int n_text = -1;
+    if (dtype != DT_ST_F32) { /* written without text */
+        DT_CHECK(ts.tokens == 0 && ts.dim == 0, "%s: text %d x %d", folder, ts.tokens, ts.dim);
+        DT_CHECK(dt_clips_text(c, 0, text, &n_text) == DT_ERR_ARG, "%s: text read", folder);
+    } else {
+        DT_CHECK(ts.tokens == 2 && ts.dim == 3, "%s: text %d x %d", folder, ts.tokens, ts.dim);
+        for (int n = 0; n < N; n++) {
+            DT_CHECK_OK(dt_clips_text(c, n, text, &n_text));
+            DT_CHECK(n_text == n % 3, "%s: clip %d has %d text tokens", folder, n, n_text);
+            for (int i = 0; i < 6; i++)
+                DT_CHECK(text[i] == (float)(n * 6 + i) * 0.25f - 1.0f, "%s: clip %d text %d",
+                         folder, n, i);
+        }
+    }
     dt_clips_close(c);
 }
 
@@ -242,6 +262,18 @@ static void test_errors(void) {
     DT_CHECK_OK(dt_st_writer_commit(sw, q));
     dt_st_writer_free(sw);
     expect_fail(__LINE__, q, DT_CLIPS_LATENTS, DT_ERR_FORMAT, "\"text_len\"");
+    unlink(q);
+    /* a text length past the text's tokens */
+    snprintf(q, sizeof q, "%s/longlen.safetensors", dir);
+    int64_t tsh[3] = {2, 1, 1};
+    int32_t over[2] = {1, 2};
+    DT_CHECK_OK(dt_st_writer_init(&sw));
+    DT_CHECK_OK(dt_st_writer_add(sw, "latents", DT_ST_F32, 5, lat, v));
+    DT_CHECK_OK(dt_st_writer_add(sw, "text", DT_ST_F32, 3, tsh, v));
+    DT_CHECK_OK(dt_st_writer_add(sw, "text_len", DT_ST_I32, 1, two, over));
+    DT_CHECK_OK(dt_st_writer_commit(sw, q));
+    dt_st_writer_free(sw);
+    expect_fail(__LINE__, q, DT_CLIPS_LATENTS, DT_ERR_FORMAT, "entry 1 (2) is not in 0..1");
     unlink(q);
 }
 

@@ -330,10 +330,11 @@ static void check_files_and_sampler(void) {
     /* named sizes, in the contract's order, and back */
     dt_model_size sz[DT_MODEL_MAX_SIZES];
     int n = dt_model_sizes(m, sz);
-    const char *keys[] = {"n_layer", "n_head", "n_embd", "frames", "channels", "height",
-                          "width", "patch_t", "patch_h", "patch_w", "n_classes", "attn"};
-    DT_CHECK(n == 12, "%d sizes", n);
-    for (int i = 0; i < n && i < 12; i++)
+    const char *keys[] = {"n_layer", "n_head",  "n_embd",    "frames", "channels",
+                          "height",  "width",   "patch_t",   "patch_h", "patch_w",
+                          "n_classes", "attn", "text_len", "text_dim"};
+    DT_CHECK(n == 14, "%d sizes", n);
+    for (int i = 0; i < n && i < 14; i++)
         DT_CHECK(!strcmp(sz[i].key, keys[i]), "size %d is %s, want %s", i, sz[i].key, keys[i]);
     dt_model_config back = {.arch = DT_ARCH_DIT};
     DT_CHECK_OK(dt_model_config_from_sizes(sz, n, &back));
@@ -341,9 +342,14 @@ static void check_files_and_sampler(void) {
                  back.attn == DT_DIT_ATTN_FULL && back.n_embd == 12 && back.n_layer == 3,
              "config_from_sizes lost a size");
     back = (dt_model_config){.arch = DT_ARCH_DIT};
-    DT_CHECK(dt_model_config_from_sizes(sz, n - 1, &back) == DT_ERR_FORMAT &&
+    DT_CHECK(dt_model_config_from_sizes(sz, n - 3, &back) == DT_ERR_FORMAT &&
                  strstr(dt_err_msg(), "attn"),
              "a missing size: %s", dt_err_msg());
+    /* files written before a DiT had text name no text sizes: none */
+    back = (dt_model_config){.arch = DT_ARCH_DIT, .text_len = 5, .text_dim = 7};
+    DT_CHECK_OK(dt_model_config_from_sizes(sz, n - 2, &back));
+    DT_CHECK(back.text_len == 0 && back.text_dim == 0, "text %d x %d from no text sizes",
+             back.text_len, back.text_dim);
     char desc[256];
     dt_model_describe(m, desc, sizeof desc);
     DT_CHECK(strstr(desc, "24 tokens") != NULL, "description: %s", desc);

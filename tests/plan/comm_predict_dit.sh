@@ -62,6 +62,11 @@ case_ dit_cp2_full_attention_selective 2 "${ring[@]}" --model.attn=full $(ac sel
 case_ dit_cp2_sp2_pp2_zbh1_full 8 "${ring[@]}" --plugin.cp_split=contiguous --plugin.sp_size=2 \
     $(pp zbh1 2) $(ac full) --model.n_layer=3
 case_ dit_cp2_zbh1_selective 4 "${ring[@]}" $(pp zbh1 2) $(ac selective)
+# text: the cross-attention's region ops, the text's gradient summed over tp, boundaries
+case_ dit_text_tp2_split_gather_pp2_zbh1 4 --model.text_len=12 --plugin.tp_size=2 $sg \
+    $(pp zbh1 2)
+case_ dit_text_tp2_sp2_selective 4 --model.text_len=12 --plugin.tp_size=2 --plugin.sp_size=2 \
+    $(ac selective)
 sp_of() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["comm_bytes_sp"])' "$1"; }
 st=$(sp_of dit_sp2.plan.json) full=$(sp_of dit_sp2_full_attention.plan.json)
 check "ulysses bytes: spatial_temporal $st < full $full" test "$st" -lt "$full"

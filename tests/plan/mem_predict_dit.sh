@@ -3,7 +3,7 @@
 # layouts (dp x ZeRO 0-3, Ulysses sp, Megatron tp alone and with sp, pp and ZeRO-3, pipelines
 # under GPipe, 1F1B, interleaved and ZB-H1 (split backward), with dp and sp, Megatron-SP,
 # int8 activation storage, fp32 and bf16, micro-batches, activation checkpointing full / selective / every 2nd
-# block, a checkpoint save, optimizer offload) is trained for one step, and on every rank
+# block, a checkpoint save, optimizer offload, the ring, text) is trained for one step, and on every rank
 # every memory category and the total must EQUAL the measured peak to the byte
 # (plan/memory_dit.c predicts the DiT's arenas, batch buffers and pipeline boundaries from
 # their carves; tests/plan/mem_check.py with tolerance 0).
@@ -67,4 +67,12 @@ case_ dit_cp2 2 "${ring[@]}"
 case_ dit_cp2_full_attention_sp2_bf16 4 "${ring[@]}" --model.attn=full --plugin.sp_size=2 $bf16
 case_ dit_cp2_tp2_pp2_1f1b_selective 8 "${ring[@]}" --plugin.tp_size=2 $(pp 1f1b 2) $(ac selective)
 case_ dit_cp2_contiguous_dp2_zero3_ac_full 4 "${ring[@]}" --plugin.cp_split=contiguous $(z 3) $(ac full)
+# text: the byte encoder and the cross-attention's saved sets, the text in the boundaries
+text=(--model.text_len=12)
+case_ dit_text 1 "${text[@]}"
+case_ dit_text_bf16_selective 1 "${text[@]}" $bf16 $(ac selective)
+case_ dit_text_tp2_split_gather_ac_full 2 "${text[@]}" --plugin.tp_size=2 $sg $(ac full)
+case_ dit_text_pp2_zbh1_sp2 4 "${text[@]}" $(pp zbh1 2) --plugin.sp_size=2
+case_ dit_text_int8_dp2_zero3 2 "${text[@]}" $int8 $(z 3)
+case_ dit_text_cp2_bf16 2 "${text[@]}" "${ring[@]}" $bf16
 finish

@@ -111,7 +111,7 @@ fi
 fails out_folder "--out ro is a folder" -- --checkpoint ckpt/step-$steps --out ro
 fails prompt "--prompt \"hello\": checkpoint .* holds a dit model" -- \
     --checkpoint ckpt/step-$steps --prompt hello
-fails prompt_out "--prompt \"hello\": checkpoint .* holds a dit model" -- \
+fails prompt_out "--prompt \"hello\": the model in .* has no text (model.text_len = 0)" -- \
     --checkpoint ckpt/step-$steps --prompt hello --out p.gif
 fails no_out "holds a dit model, which makes no text: sample its clips with --out" -- \
     --checkpoint ckpt/step-$steps

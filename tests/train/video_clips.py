@@ -6,13 +6,16 @@ from frames numpy draws, and checks of what dtrain wrote against those frames.
   video_clips.py check OUT         OUT/train and OUT/val against the frames (exit 1 on a fault)
   video_clips.py latents OUT DIR   the clips of OUT/train as latents [N, 3, T, H, W] F32 in DIR
   video_clips.py latents4 DIR      random 4-channel latents [6, 4, 4, 8, 8] BF16 in DIR
+  video_clips.py latents4text DIR  the same with text embeddings [6, 3, 8] F16 and text_len
 
 Frame n of a file is one flat colour, colour(file, n), with white bars on the sides that a
 centre cut at the clips' aspect removes, so every pixel of a clip says which source frame it
 came from. The clips are 4 frames of 16x16 at 8 frames a second.
 """
 import glob
+import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -150,6 +153,39 @@ def latents4(d):
     st.write_safetensors(os.path.join(d, "part-b.safetensors"), {"latents": x[4:]}, dtype="BF16")
 
 
+def write_typed(path, tensors):
+    """A safetensors file of (dtype, array) per name: BF16, F16, F32 or I64 (st.py writes one
+    float type for all)."""
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        dtype, arr = tensors[name]
+        raw = {"BF16": lambda a: st.f32_to_bf16(a.astype(np.float32)).astype("<u2"),
+               "F16": lambda a: a.astype("<f2"), "F32": lambda a: a.astype("<f4"),
+               "I64": lambda a: a.astype("<i8")}[dtype](arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((-len(text)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+def latents4text(d):
+    """latents4's clips with text embeddings as an Open-Sora pipeline writes T5's: [N, L, D]
+    F16 with each clip's token count (3, 2, 1, 0, ...), in two shards."""
+    os.makedirs(d, exist_ok=True)
+    r = np.random.RandomState(3)
+    x = r.standard_normal((6, 4, 4, 8, 8)).astype(np.float32)
+    t = r.standard_normal((6, 3, 8)).astype(np.float32)
+    n = np.array([3, 2, 1, 0, 3, 2], dtype=np.int64)
+    for part, sl in (("a", slice(0, 4)), ("b", slice(4, 6))):
+        write_typed(os.path.join(d, "part-%s.safetensors" % part),
+                    {"latents": ("BF16", x[sl]), "text": ("F16", t[sl]),
+                     "text_len": ("I64", n[sl])})
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make":
@@ -160,3 +196,5 @@ if __name__ == "__main__":
         latents(sys.argv[2], sys.argv[3])
     elif cmd == "latents4":
         latents4(sys.argv[2])
+    elif cmd == "latents4text":
+        latents4text(sys.argv[2])

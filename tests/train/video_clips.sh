@@ -13,8 +13,11 @@
 #   [N, C, T, H, W]) trains to the same bits as the clips; 4-channel BF16 latents in two
 #   shards train a 4-channel DiT alike on 1 and 2 ranks, and dtrain sample writes its clips as
 #   latents (a GIF of them is refused).
-# - A clip shape that is not the model's, a model with classes, a missing folder: one error on
-#   every rank.
+# - Text: a model with text trains on the clips' captions (byte encoder) and on latents'
+#   text embeddings (F16, 0..3 tokens a clip); tp2, sp2 and dp2 ZeRO-3 give the one process's
+#   losses and weights (1e-5); sample --prompt runs on it, and is refused for embeddings.
+# - A clip shape that is not the model's, a model with classes, a missing folder, text
+#   settings the data cannot feed: one error on every rank.
 #   video_clips.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
 base=(--model.arch=dit --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --model.frames=4
@@ -79,6 +82,36 @@ assert x.shape == (3, 4, 4, 8, 8) and np.isfinite(x).all() and x.std() > 0.1, (x
 PY
 check "a GIF of 4-channel clips refused" bash -c "! '$dtrain' sample --checkpoint ref4.safetensors --out s.gif 2> e.txt && grep -q 'which a GIF cannot show' e.txt"
 
+# text: the clips' captions through the byte encoder, latents' text embeddings (F16, clips
+# with 0..3 tokens) through the embedder; each layout equals its one process
+ran txt 1 --model.text_len=24 && mv txt.jsonl txtref.jsonl && mv txt.safetensors txtref.safetensors &&
+    for lay in "tp2 --plugin.tp_size=2" "sp2 --plugin.sp_size=2 --plugin.sp_mode=all_to_all" \
+               "dp2 --plugin.zero_stage=3"; do
+        set -- $lay
+        ran "txt$1" 2 --model.text_len=24 "${@:2}" &&
+            check "captions: $1 equivalence" $py "$src/tests/train/compare_runs.py" \
+                txtref.jsonl txtref.safetensors "txt$1.jsonl" "txt$1.safetensors" 1e-5
+    done
+check "the captions reach the model: its text embedder moved" $py - "$src/tests/models" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import st
+w = st.read_safetensors("txtref.safetensors")[0]
+assert "y_embedder.byte_embedding.weight" in w and "blocks.0.cross_attn.q_linear.weight" in w
+# the cross-attention's output projection starts at zero; training on captions moved it
+assert np.abs(w["blocks.1.cross_attn.proj.weight"]).max() > 0
+PY
+check "sample --prompt from a model trained on captions" "$dtrain" sample \
+    --checkpoint txtref.safetensors --out p.gif --prompt "a red square" --guidance 3 --steps 3
+$py "$helper" latents4text lat4t || { echo "writing latents with text failed"; exit 1; }
+ran lat4t 1 "${four[@]}" --data.train=lat4t --model.text_len=4 --model.text_dim=8 &&
+    ran lat4ttp 2 "${four[@]}" --data.train=lat4t --model.text_len=4 --model.text_dim=8 \
+        --plugin.tp_size=2 &&
+    check "text embeddings: tp2 equivalence" $py "$src/tests/train/compare_runs.py" \
+        lat4t.jsonl lat4t.safetensors lat4ttp.jsonl lat4ttp.safetensors 1e-5
+check "a prompt for a model of text embeddings refused" bash -c "! '$dtrain' sample --checkpoint lat4t.safetensors --out s.safetensors --prompt hi 2> e.txt && grep -q 'precomputed text embeddings' e.txt"
+
 # bad input: one error on every rank
 bad() { # NAME WANT ARGS...: fails on 2 ranks, each saying WANT
     local name=$1 want=$2; shift 2
@@ -88,4 +121,8 @@ bad() { # NAME WANT ARGS...: fails on 2 ranks, each saying WANT
 bad frames "holds clips of 4 frames x 3 channels x 16x16" --model.frames=8
 bad classes "carry no class label" --model.n_classes=3
 bad missing "data.train" --data.train=clips/absent
+bad textdim "the model's byte encoder reads" --model.text_len=8 --model.text_dim=16
+bad textwidth "text embeddings of 3 tokens x 8" "${four[@]}" --data.train=lat4t \
+    --model.text_len=4 --model.text_dim=6
+bad notext "without text embeddings" "${four[@]}" --model.text_len=4 --model.text_dim=8
 finish

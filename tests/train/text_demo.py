@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""The text-conditioned DiT's demo data and its judge.
+
+  text_demo.py make DIR [VIDEOS_PER_PROMPT]
+      captioned mp4 files (libx264 through the ffmpeg command) of one shape of a colour, a
+      kind and a way of moving each: "a red disc moving left"; the held-out prompts get none
+  text_demo.py prompts
+      the held-out prompts, one a line
+  text_demo.py check-clips FOLDER
+      the classifier on prepare --video's clip shards against their captions (every clip)
+  text_demo.py score SAMPLES.safetensors PROMPT [SAMPLES.safetensors PROMPT ...]
+      the classifier on sampled clips (dtrain sample --out X.safetensors: [K, 3, T, H, W] in
+      [-1, 1]) against their prompts: the share right of colour, kind and way
+
+The classifier reads pixels only: the shape is the pixels far from the background, its
+colour the nearest named colour to their mean, its kind from how much of its bounding box it
+fills (FILL: the nearest), its way from how its centre moves
+from the first frame to the last.
+"""
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+import st  # noqa: E402
+
+COLOURS = {"red": (255, 40, 40), "green": (40, 220, 40), "blue": (60, 80, 255),
+           "yellow": (240, 230, 40)}
+KINDS = ("square", "disc", "diamond")
+WAYS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
+# the share of its bounding box a shape fills at 24x24 (pi / 4 for a disc, 1/2 for a diamond
+# drawn finely; a diamond's staircase edge fills more when coarse): the means over the
+# training clips of `make DIR 1`, prepared at 24x24 (square 0.98, disc 0.78, diamond 0.61)
+FILL = {"square": 0.98, "disc": 0.78, "diamond": 0.61}
+SIDE, FRAMES, FPS = 96, 16, 8  # the source videos: 96x96, two 8-frame clips each at 8 fps
+
+
+def prompts():
+    """Every (colour, kind, way) and whether it is held out: 8 of the 48, chosen so that
+    every colour, kind and way is still seen in training, only not together."""
+    out = []
+    for ci, c in enumerate(COLOURS):
+        for ki, k in enumerate(KINDS):
+            for wi, w in enumerate(WAYS):
+                out.append((f"a {c} {k} moving {w}", (ci + 2 * ki + 3 * wi) % 6 == 0))
+    return out
+
+
+def draw(colour, kind, way, r, x0, y0, speed):
+    """FRAMES frames [F, SIDE, SIDE, 3] uint8 of the shape moving from (x0, y0)."""
+    yy, xx = np.mgrid[0:SIDE, 0:SIDE] + 0.5
+    out = np.zeros((FRAMES, SIDE, SIDE, 3), np.uint8)
+    dx, dy = WAYS[way]
+    for f in range(FRAMES):
+        cx, cy = x0 + dx * speed * f, y0 + dy * speed * f
+        ax, ay = np.abs(xx - cx), np.abs(yy - cy)
+        inside = {"square": (ax <= r) & (ay <= r), "disc": ax * ax + ay * ay <= r * r,
+                  "diamond": ax + ay <= r}[kind]
+        out[f][inside] = COLOURS[colour]
+    return out
+
+
+def make(d, per_prompt):
+    rng = np.random.RandomState(7)
+    os.makedirs(d, exist_ok=True)
+    n = 0
+    for caption, held in prompts():
+        if held:
+            continue
+        _, colour, kind, _, way = caption.split()
+        for v in range(per_prompt):
+            r = rng.uniform(12, 18)
+            speed = rng.uniform(2.5, 3.5)
+            travel = speed * (FRAMES - 1)
+            lo, hi = r + 1, SIDE - r - 1
+            dx, dy = WAYS[way]
+            # start where the whole path stays inside the frame
+            x0 = rng.uniform(lo + max(0, -dx) * travel, hi - max(0, dx) * travel)
+            y0 = rng.uniform(lo + max(0, -dy) * travel, hi - max(0, dy) * travel)
+            frames = draw(colour, kind, way, r, x0, y0, speed)
+            path = os.path.join(d, f"{n:04d}.mp4")
+            subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
+                            "-s", f"{SIDE}x{SIDE}", "-r", str(FPS), "-i", "-", "-c:v", "libx264",
+                            "-pix_fmt", "yuv420p", "-crf", "18", path],
+                           input=frames.tobytes(), check=True)
+            with open(os.path.join(d, f"{n:04d}.txt"), "w") as f:
+                f.write(caption + "\n")
+            n += 1
+    print(f"{n} videos of {sum(not h for _, h in prompts())} prompts in {d}")
+
+
+def classify(clip):
+    """clip [T, H, W, 3] in [0, 1] -> (colour, kind, way), or None for one without a shape."""
+    fg = clip.max(axis=3) > 0.45
+    if fg[0].sum() < 3 or fg[-1].sum() < 3:
+        return None
+    mean = clip[fg].mean(axis=0) * 255
+    colour = min(COLOURS, key=lambda c: np.sum((mean - np.array(COLOURS[c])) ** 2))
+    fills = []
+    for t in range(clip.shape[0]):
+        ys, xs = np.nonzero(fg[t])
+        if len(ys) < 3:
+            continue
+        box = (ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1)
+        fills.append(len(ys) / box)
+    fill = float(np.median(fills))
+    kind = min(FILL, key=lambda k: abs(FILL[k] - fill))
+    c0 = np.array(np.nonzero(fg[0])).mean(axis=1)
+    c1 = np.array(np.nonzero(fg[-1])).mean(axis=1)
+    dy, dx = c1 - c0
+    way = (("left" if dx < 0 else "right") if abs(dx) >= abs(dy) else
+           ("up" if dy < 0 else "down"))
+    return colour, kind, way
+
+
+def judge(clips, captions):
+    """The share of clips whose colour, kind and way are the caption's; prints them."""
+    right = np.zeros(3)
+    for clip, cap in zip(clips, captions):
+        got = classify(clip)
+        _, colour, kind, _, way = cap.split()
+        if got:
+            right += np.array([got[0] == colour, got[1] == kind, got[2] == way])
+    share = right / max(len(clips), 1)
+    print(f"{len(clips)} clips: colour {share[0]:.3f}, kind {share[1]:.3f}, way {share[2]:.3f}")
+    return share
+
+
+def check_clips(folder):
+    clips, caps = [], []
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        t, _ = st.read_safetensors(path)
+        text = bytes(t["caption"].astype(np.uint8))
+        ends = [0] + list(t["caption_end"])
+        for i in range(t["pixels"].shape[0]):
+            clips.append(t["pixels"][i].astype(np.float32) / 255)
+            caps.append(text[ends[i]:ends[i + 1]].decode().strip())
+    share = judge(clips, caps)
+    return bool((share >= 0.95).all())
+
+
+def score(pairs):
+    """pairs: (samples.safetensors, prompt): latents [K, 3, T, H, W] in about [-1, 1], all K
+    clips sampled for that prompt."""
+    clips, caps = [], []
+    for path, prompt in pairs:
+        x = st.read_safetensors(path)[0]["latents"]
+        got = np.clip((x.transpose(0, 2, 3, 4, 1) + 1) / 2, 0, 1)
+        print(f"  {prompt}: {[classify(c) for c in got]}")
+        clips += list(got)
+        caps += [prompt] * len(got)
+    return judge(clips, caps)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "make":
+        make(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 6)
+    elif cmd == "prompts":
+        print("\n".join(p for p, held in prompts() if held))
+    elif cmd == "check-clips":
+        sys.exit(0 if check_clips(sys.argv[2]) else 1)
+    elif cmd == "score":
+        score(list(zip(sys.argv[2::2], sys.argv[3::2])))
+    else:
+        sys.exit(__doc__)
