@@ -27,6 +27,10 @@
 #   DIT_MODEL="4 4 256"            n_layer n_head n_embd
 #   DIT_CLIP="16 3 32 32 1 2 2"    frames channels height width patch_t patch_h patch_w
 #   DIT_ATTN=spatial_temporal      full | spatial_temporal
+#   DIT_TEXT=0         text tokens a clip cross-attends to (model.text_len: the caption's
+#                      bytes; the peer gets random bytes of that length)
+#   DIT_PREC=fp32      fp32 | bf16 (the peer: autocast to bf16, native matmuls; MFU against
+#                      the bf16 matmul peak)
 #   DIT_BATCH=4        global clips per step (a), split over the ranks
 #   DIT_RANKS="1 2"    (a): ranks; each gets DIT_CORES / ranks threads
 #   DIT_CORES=$(nproc) cores the runs use
@@ -44,6 +48,8 @@ REV=${DIT_REV:-HEAD}
 read -r L H C <<<"${DIT_MODEL:-4 4 256}"
 read -r FR CH HT WD PT PH PW <<<"${DIT_CLIP:-16 3 32 32 1 2 2}"
 ATTN=${DIT_ATTN:-spatial_temporal}
+TEXT=${DIT_TEXT:-0}
+PREC=${DIT_PREC:-fp32}
 BATCH=${DIT_BATCH:-4}
 RANKS=${DIT_RANKS:-"1 2"}
 CORES=${DIT_CORES:-$(nproc)}
@@ -69,7 +75,7 @@ CPU_ISA=$(for f in avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_tile; do
     echo "dtrain: $COMMIT"
     echo "cpu: $CPU_MODEL, $(nproc) cores ($CORES used), isa: $CPU_ISA"
     echo "mpi: $(mpirun --version 2>&1 | head -1)"
-    echo "model: DiT L$L H$H C$C, attn $ATTN, clip ${FR}x${CH}x${HT}x${WD}, patch ${PT}x${PH}x${PW}"
+    echo "model: DiT L$L H$H C$C, attn $ATTN, clip ${FR}x${CH}x${HT}x${WD}, patch ${PT}x${PH}x${PW}, text $TEXT, $PREC"
     if [ "$TORCH" = 1 ]; then
         echo "peer: torch $(jget "$PROBE0" torch) on" \
             "$(jget "$PROBE0" blas | tr -d "[]'" | cut -d, -f1), ATEN_CPU_CAPABILITY=${ATEN_CAP:-default}," \
@@ -84,10 +90,12 @@ dit_args() {
     echo --model.arch=dit --model.n_layer="$L" --model.n_head="$H" --model.n_embd="$C" \
         --model.frames="$frames" --model.channels="$CH" --model.height="$HT" \
         --model.width="$WD" --model.patch_t="$PT" --model.patch_h="$PH" --model.patch_w="$PW" \
-        --model.attn="$ATTN" --model.n_classes=0 --data.source=bounce --data.train= \
+        --model.attn="$ATTN" --model.n_classes=0 --model.text_len="$TEXT" \
+        --model.max_seq_len=$(( (frames / PT) * (HT / PH) * (WD / PW) )) \
+        --data.source=bounce --data.train= \
         --data.val= --train.batch_size="$batch" --train.micro_batch_size=0 \
         --train.steps="$steps" --train.log_every=1 --train.eval_every=0 --checkpoint.every=0 \
-        --train.sample_tokens=0 --train.export= --plugin.precision=fp32 "$@"
+        --train.sample_tokens=0 --train.export= --plugin.precision="$PREC" "$@"
 }
 # run dtrain on RANKS ranks x THREADS threads: tag ranks threads args...
 run_dtrain() {
@@ -100,9 +108,9 @@ run_dtrain() {
             -np "$np" "$DTRAIN" train "$@" >"$WORK/$tag.log" 2>&1
     fi || { log "FAILED $tag:"; tail -5 "$WORK/$tag.log" >&2; exit 1; }
 }
-# the oneDNN fp32 matmul peak at THREADS threads (bench_gemm), GFLOP/s
+# the oneDNN matmul peak of the run's precision at THREADS threads (bench_gemm), GFLOP/s
 peak_at() {
-    OMP_NUM_THREADS=$1 "$GEMM" 5 2>/dev/null | sed -n 's/.*peak_fp32_gflops=\([0-9.]*\).*/\1/p'
+    OMP_NUM_THREADS=$1 "$GEMM" 5 2>/dev/null | sed -n "s/.*peak_${PREC}_gflops=\([0-9.]*\).*/\1/p"
 }
 # model FLOPs of one trained clip, dtrain's count (tests/models/torch_dit.py DiTConfig)
 flops_per_clip() { # frames
@@ -112,7 +120,7 @@ sys.path.insert(0, "$REPO/tests/models")
 import torch_dit as D
 print(D.DiTConfig(attn="$ATTN", frames=int(sys.argv[1]), channels=$CH, height=$HT, width=$WD,
       patch_t=$PT, patch_h=$PH, patch_w=$PW, n_layer=$L, n_head=$H, n_embd=$C,
-      n_classes=0).flops_per_clip())
+      n_classes=0, text_len=$TEXT).flops_per_clip())
 EOF
 }
 TOKENS=$(( (FR / PT) * (HT / PH) * (WD / PW) ))
@@ -151,12 +159,15 @@ if [ "$TORCH" = 1 ]; then
     t=$CORES
     [ -n "${PEAK[$t]:-}" ] || PEAK[$t]=$(peak_at "$t")
     best=""
-    for mm in native onednn; do
+    mms="native onednn"
+    [ "$PREC" = fp32 ] || mms=native # autocast does not see the oneDNN route
+    for mm in $mms; do
         # shellcheck disable=SC2046
         j=$(env $(peer_env "$t") $PY "$REPO/bench/torch_dit_step.py" --frames "$FR" \
             --channels "$CH" --height "$HT" --width "$WD" --patch-t "$PT" --patch-h "$PH" \
             --patch-w "$PW" --n-layer "$L" --n-head "$H" --n-embd "$C" --attn "$ATTN" \
             --batch "$BATCH" --threads "$t" --warmup 2 --steps $((STEPS - 2)) --matmul $mm \
+            --text-len "$TEXT" --dtype "$PREC" \
             --peak-gflops "${PEAK[$t]}" 2>"$WORK/torch-$mm.err" | tee "$WORK/torch-$mm.json")
         log "pytorch --matmul $mm $(jget "$j" ms_per_step) ms/step"
         if [ -z "$best" ] || awk -v a="$(jget "$j" ms_per_step)" -v b="$(jget "$best" ms_per_step)" \
@@ -203,12 +214,12 @@ echo
 sed 's/^/    /' "$WORK/env.txt"
 echo "    load average at start: $START_LOAD; at end: $END_LOAD"
 echo
-$PY - "$RES" "$TOKENS" "$BATCH" "$FR" <<'EOF'
+$PY - "$RES" "$TOKENS" "$BATCH" "$FR" "$PREC" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 tokens, batch, frames = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 print(f"Throughput: {batch} clips of {frames} frames ({tokens} patch tokens each) per step, "
-      "fp32; median of steps 3.. (dtrain: train.metrics)")
+      f"{sys.argv[5]}; median of steps 3.. (dtrain: train.metrics)")
 print()
 print("| impl | ranks x threads | ms/step | patch tokens/s | GFLOP/s | peak GFLOP/s | MFU | CPU | ISA |")
 print("|---|---|---:|---:|---:|---:|---:|---|---|")
@@ -234,5 +245,5 @@ for r in rows:
 EOF
 echo
 echo "MFU: model FLOPs (dtrain's count: 6 x the matmul MACs per clip plus attention's two"
-echo "products) per second over the oneDNN fp32 matmul peak (bench_gemm, this run) at the row's"
+echo "products) per second over the oneDNN $PREC matmul peak (bench_gemm, this run) at the row's"
 echo "threads per rank times its ranks. Raw data: $WORK"

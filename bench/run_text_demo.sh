@@ -35,7 +35,7 @@ start=$(date +%s.%N)
 OMP_NUM_THREADS=$(nproc) "$DTRAIN" train --config configs/dit-text.ini \
     --data.train="$WORK/clips/train" --data.val="$WORK/clips/val" \
     --train.metrics="$WORK/metrics.jsonl" --train.export="$WORK/model.safetensors" \
-    --checkpoint.dir="$WORK/ckpt" $TD_TRAIN > "$WORK/train.log" 2>&1
+    --checkpoint.dir="$WORK/ckpt" ${TD_TRAIN:-} > "$WORK/train.log" 2>&1
 end=$(date +%s.%N)
 echo "trained in $(echo "$end - $start" | bc) s: $(grep -E '^step' "$WORK/train.log" | tail -1)"
 grep -E 'val' "$WORK/train.log" | tail -2 || true

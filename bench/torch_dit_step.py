@@ -56,7 +56,8 @@ def parse_args(argv):
     for name, default in (("frames", 16), ("channels", 3), ("height", 32), ("width", 32),
                           ("patch-t", 1), ("patch-h", 2), ("patch-w", 2), ("n-layer", 4),
                           ("n-head", 4), ("n-embd", 256), ("n-classes", 0), ("batch", 2),
-                          ("threads", 1), ("steps", 4), ("warmup", 2), ("seed", 0)):
+                          ("threads", 1), ("steps", 4), ("warmup", 2), ("seed", 0),
+                          ("text-len", 0)):
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--attn", choices=("full", "spatial_temporal"), default="full")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
@@ -86,7 +87,7 @@ def main(argv):
         cfg = D.DiTConfig(attn=a.attn, frames=a.frames, channels=a.channels, height=a.height,
                           width=a.width, patch_t=a.patch_t, patch_h=a.patch_h,
                           patch_w=a.patch_w, n_layer=a.n_layer, n_head=a.n_head,
-                          n_embd=a.n_embd, n_classes=a.n_classes)
+                          n_embd=a.n_embd, n_classes=a.n_classes, text_len=a.text_len)
     except D.InputError as e:
         raise SystemExit(f"torch_dit_step.py: {e}")
     model = D.DiT(cfg)
@@ -101,10 +102,15 @@ def main(argv):
         t = torch.sigmoid(torch.randn(a.batch, generator=gen))
         labels = torch.randint(0, a.n_classes + 1, (a.batch,), generator=gen) \
             if a.n_classes else None
+        text = None
+        if a.text_len:  # every clip's whole caption: text_len random bytes
+            text = torch.cat([torch.full((a.batch, 1), float(a.text_len)),
+                              torch.randint(0, 256, (a.batch, a.text_len), generator=gen).float()],
+                             dim=1)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            _, l = D.flow_loss(model, x0, eps, t, labels)
+            _, l = D.flow_loss(model, x0, eps, t, labels, text)
         l.float().backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
@@ -131,7 +137,8 @@ def main(argv):
         "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", "default"),
         "attn": a.attn, "frames": a.frames, "channels": a.channels, "height": a.height,
         "width": a.width, "patch": [a.patch_t, a.patch_h, a.patch_w], "n_layer": a.n_layer,
-        "n_head": a.n_head, "n_embd": a.n_embd, "n_classes": a.n_classes, "batch": a.batch,
+        "n_head": a.n_head, "n_embd": a.n_embd, "n_classes": a.n_classes,
+        "text_len": a.text_len, "batch": a.batch,
         "tokens_per_clip": cfg.tokens, "flops_per_clip": cfg.flops_per_clip(),
         "n_params": sum(p.numel() for p in model.parameters()), "steps": a.steps,
         "warmup": a.warmup, "final_loss": round(loss, 5)}))

@@ -212,6 +212,13 @@ add_test(NAME train/video_clips
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/video_clips.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/video_clips PROPERTIES LABELS "train;mpi" TIMEOUT 600)
 
+# The text demo's judge on captioned mp4 files read back through prepare --video, and a text
+# model sampling every held-out prompt.
+add_test(NAME train/text_demo
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/text_demo.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/text_demo PROPERTIES LABELS "train" TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+
 # Pipeline stage boundaries moved by measured time (train.rebalance_every): equal to one
 # process after the move in every pipeline layout, resume across a move, bad keys refused.
 add_test(NAME train/rebalance

@@ -2,8 +2,9 @@
 """The text-conditioned DiT's demo data and its judge.
 
   text_demo.py make DIR [VIDEOS_PER_PROMPT]
-      captioned mp4 files (libx264 through the ffmpeg command) of one shape of a colour, a
-      kind and a way of moving each: "a red disc moving left"; the held-out prompts get none
+      captioned mp4 files (libx264 through the ffmpeg command, 96x96, 8 frames at 8 fps) of
+      one shape of a colour, a kind and a way of moving each: "a red disc moving left"; the
+      held-out prompts get none
   text_demo.py prompts
       the held-out prompts, one a line
   text_demo.py check-clips FOLDER
@@ -33,9 +34,10 @@ KINDS = ("square", "disc", "diamond")
 WAYS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 # the share of its bounding box a shape fills at 24x24 (pi / 4 for a disc, 1/2 for a diamond
 # drawn finely; a diamond's staircase edge fills more when coarse): the means over the
-# training clips of `make DIR 1`, prepared at 24x24 (square 0.98, disc 0.78, diamond 0.61)
-FILL = {"square": 0.98, "disc": 0.78, "diamond": 0.61}
-SIDE, FRAMES, FPS = 96, 16, 8  # the source videos: 96x96, two 8-frame clips each at 8 fps
+# training clips of `make DIR 4`, prepared at 24x24 (square 0.996, disc 0.780, diamond 0.563)
+FILL = {"square": 0.996, "disc": 0.780, "diamond": 0.563}
+SIDE, FRAMES, FPS = 96, 8, 8  # the source videos: 96x96, one 8-frame clip each at 8 fps
+R_MIN, R_MAX, SPEED_MIN, SPEED_MAX = 18, 26, 3.0, 4.0  # half-sizes, pixels a frame (96x96)
 
 
 def prompts():
@@ -72,8 +74,8 @@ def make(d, per_prompt):
             continue
         _, colour, kind, _, way = caption.split()
         for v in range(per_prompt):
-            r = rng.uniform(12, 18)
-            speed = rng.uniform(2.5, 3.5)
+            r = rng.uniform(R_MIN, R_MAX)
+            speed = rng.uniform(SPEED_MIN, SPEED_MAX)
             travel = speed * (FRAMES - 1)
             lo, hi = r + 1, SIDE - r - 1
             dx, dy = WAYS[way]
