@@ -247,6 +247,7 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     d->x_lp = lp ? dt_dit_carve(cv, lp_in * h2) : NULL;
     d->dy_lp = lp && d->training ? dt_dit_carve(cv, lp_out * h2) : NULL;
     d->ty_gel = text0 ? dt_dit_carve(cv, T * C * f4) : NULL;
+    d->xkt = T ? dt_dit_carve(cv, 2 * T * Ct * f4) : NULL;
     if (!d->training)
         return;
     for (int s = 0; s < d->n_slots; s++) {

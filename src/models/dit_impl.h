@@ -251,6 +251,8 @@ struct dt_dit {
     float *ty_gel, *dty;              /* [B Lt, C] the text embedder's GELU output; d of it
                                        * then d of its input [2][B Lt, C] (text) */
     float *dtfeat;                    /* [B Lt, Din] d of the byte features (text_dim 0) */
+    float *xkt;                       /* [B NHt][2][hs][Lt] each (clip, head)'s keys and
+                                       * values transposed (text) */
     void *act_arena, *tmp_arena;
 };
 

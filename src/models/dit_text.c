@@ -167,43 +167,78 @@ static int64_t region_row0(const dt_dit *d, int B) {
     return (int64_t)d->par.sp->rank * dt_dit_rows_tp(d, B);
 }
 
-static float dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+/* One (clip, head) of the cross-attention: its rows [lo, hi) of the tp region, n keys. The
+ * scores of a row are made as a sum over the head's columns of q[c] times the keys' column c
+ * (kt [hs][n], the keys transposed): the loop runs over the keys, which the compiler turns
+ * into vector code, where a dot product per key (a serial sum) would not be. */
+typedef struct xattn_task {
+    int b, h, n;
+    int64_t lo, hi;
+} xattn_task;
+
+static void scores(float *s, const float *q, const float *kt, int hs, int n, float scale) {
+    for (int j = 0; j < n; j++)
+        s[j] = 0;
+    for (int c = 0; c < hs; c++)
+        for (int j = 0; j < n; j++)
+            s[j] += q[c] * kt[c * n + j];
+    for (int j = 0; j < n; j++)
+        s[j] *= scale;
+}
+
+/* kt [hs][n] from rows of x (stride Ct) */
+static void transpose_head(float *kt, const float *x, int64_t stride, int hs, int n) {
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < hs; c++)
+            kt[c * n + j] = x[j * stride + c];
+}
+
+/* Task t's keys and values of its head, transposed: [2][hs][Lt] of d->xkt. */
+static float *head_scratch(const dt_dit *d, int t) {
+    return d->xkt + (size_t)t * 2 * (d->C / d->NH) * d->Lt;
+}
+
+/* The (clip, head) pairs of this rank's rows, task t of B NHt. */
+static xattn_task task_of(const dt_dit *d, int B, const int32_t *tn, int t) {
+    int64_t r0 = region_row0(d, B), Nt = dt_dit_rows_tp(d, B);
+    xattn_task k = {.b = t / d->NHt, .h = t % d->NHt};
+    k.n = keys_of(d, tn, k.b);
+    k.lo = (int64_t)k.b * d->S - r0;
+    k.hi = k.lo + d->S;
+    k.lo = k.lo > 0 ? k.lo : 0;
+    k.hi = k.hi < Nt ? k.hi : Nt;
+    return k;
 }
 
 /* o [Nt, Ct] and lse [Nt, NHt] of the queries q [Nt, Ct] over their clips' keys and values
  * k, v [B Lt, Ct], one softmax per row and head. */
 static void xattn_forward(const dt_dit *d, int B, const int32_t *tn, const float *q,
                           const float *k, const float *v, float *o, float *lse) {
-    int Nt = dt_dit_rows_tp(d, B), H = d->NHt, hs = d->C / d->NH, Ct = d->Ct, Lt = d->Lt;
-    int64_t r0 = region_row0(d, B);
+    int H = d->NHt, hs = d->C / d->NH, Ct = d->Ct, Lt = d->Lt;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < Nt; i++) {
-        int b = (int)((r0 + i) / d->S), n = keys_of(d, tn, b);
-        float p[DT_DIT_MAX_TEXT];
-        for (int h = 0; h < H; h++) {
-            const float *qh = q + i * Ct + h * hs;
-            const float *kb = k + (size_t)b * Lt * Ct + h * hs, *vb = v + (size_t)b * Lt * Ct + h * hs;
-            float m = -INFINITY, sum = 0, *oh = o + i * Ct + h * hs;
-            for (int j = 0; j < n; j++) {
-                p[j] = dot(qh, kb + (size_t)j * Ct, hs) * scale;
+#pragma omp parallel for schedule(dynamic)
+    for (int t = 0; t < B * H; t++) {
+        xattn_task x = task_of(d, B, tn, t);
+        float *kt = head_scratch(d, t), p[DT_DIT_MAX_TEXT];
+        size_t kv = (size_t)x.b * Lt * Ct + (size_t)x.h * hs;
+        transpose_head(kt, k + kv, Ct, hs, x.n);
+        for (int64_t i = x.lo; i < x.hi; i++) {
+            float *oh = o + i * Ct + x.h * hs, m = -INFINITY, sum = 0;
+            scores(p, q + i * Ct + x.h * hs, kt, hs, x.n, scale);
+            for (int j = 0; j < x.n; j++)
                 m = p[j] > m ? p[j] : m;
-            }
-            memset(oh, 0, (size_t)hs * sizeof *oh);
-            for (int j = 0; j < n; j++) {
+            for (int j = 0; j < x.n; j++) {
                 p[j] = expf(p[j] - m);
                 sum += p[j];
-                const float *vj = vb + (size_t)j * Ct;
-                for (int c = 0; c < hs; c++)
-                    oh[c] += p[j] * vj[c];
             }
-            for (int c = 0; c < hs; c++)
-                oh[c] /= sum;
-            lse[i * H + h] = m + logf(sum);
+            memset(oh, 0, (size_t)hs * sizeof *oh);
+            for (int j = 0; j < x.n; j++) {
+                const float *vj = v + kv + (size_t)j * Ct;
+                float w = p[j] / sum;
+                for (int c = 0; c < hs; c++)
+                    oh[c] += w * vj[c];
+            }
+            lse[i * H + x.h] = m + logf(sum);
         }
     }
 }
@@ -213,37 +248,42 @@ static void xattn_forward(const dt_dit *d, int B, const int32_t *tn, const float
 static void xattn_backward(const dt_dit *d, int B, const int32_t *tn, const float *dout,
                            const float *q, const float *k, const float *v, const float *o,
                            const float *lse, float *dq, float *dk, float *dv) {
-    int Nt = dt_dit_rows_tp(d, B), H = d->NHt, hs = d->C / d->NH, Ct = d->Ct, Lt = d->Lt;
-    int64_t r0 = region_row0(d, B);
+    int H = d->NHt, hs = d->C / d->NH, Ct = d->Ct, Lt = d->Lt;
     float scale = 1.0f / sqrtf((float)hs);
     memset(dk, 0, (size_t)B * Lt * Ct * sizeof *dk);
     memset(dv, 0, (size_t)B * Lt * Ct * sizeof *dv);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            int64_t lo = (int64_t)b * d->S - r0, hi = lo + d->S;
-            lo = lo > 0 ? lo : 0;
-            hi = hi < Nt ? hi : Nt;
-            int n = keys_of(d, tn, b);
-            size_t kv = (size_t)b * Lt * Ct + h * hs;
-            for (int64_t i = lo; i < hi; i++) {
-                const float *qh = q + i * Ct + h * hs, *gh = dout + i * Ct + h * hs;
-                float *dqh = dq + i * Ct + h * hs, D = dot(gh, o + i * Ct + h * hs, hs);
-                float l = lse[i * H + h];
-                memset(dqh, 0, (size_t)hs * sizeof *dqh);
-                for (int j = 0; j < n; j++) {
-                    const float *kj = k + kv + (size_t)j * Ct, *vj = v + kv + (size_t)j * Ct;
-                    float p = expf(dot(qh, kj, hs) * scale - l);
-                    float ds = p * (dot(gh, vj, hs) - D) * scale;
-                    float *dkj = dk + kv + (size_t)j * Ct, *dvj = dv + kv + (size_t)j * Ct;
-                    for (int c = 0; c < hs; c++) {
-                        dqh[c] += ds * kj[c];
-                        dkj[c] += ds * qh[c];
-                        dvj[c] += p * gh[c];
-                    }
+#pragma omp parallel for schedule(dynamic)
+    for (int t = 0; t < B * H; t++) {
+        xattn_task x = task_of(d, B, tn, t);
+        float *kt = head_scratch(d, t), *vt = kt + (size_t)hs * Lt;
+        float p[DT_DIT_MAX_TEXT], dp[DT_DIT_MAX_TEXT];
+        size_t kv = (size_t)x.b * Lt * Ct + (size_t)x.h * hs;
+        transpose_head(kt, k + kv, Ct, hs, x.n);
+        transpose_head(vt, v + kv, Ct, hs, x.n);
+        for (int64_t i = x.lo; i < x.hi; i++) {
+            const float *qh = q + i * Ct + x.h * hs, *gh = dout + i * Ct + x.h * hs;
+            const float *oh = o + i * Ct + x.h * hs;
+            float *dqh = dq + i * Ct + x.h * hs, D = 0, l = lse[i * H + x.h];
+            for (int c = 0; c < hs; c++)
+                D += gh[c] * oh[c];
+            scores(p, qh, kt, hs, x.n, scale);
+            scores(dp, gh, vt, hs, x.n, 1.0f);
+            for (int j = 0; j < x.n; j++) {
+                p[j] = expf(p[j] - l);
+                dp[j] = p[j] * (dp[j] - D) * scale; /* d of the scaled score */
+            }
+            memset(dqh, 0, (size_t)hs * sizeof *dqh);
+            for (int j = 0; j < x.n; j++) {
+                const float *kj = k + kv + (size_t)j * Ct;
+                float *dkj = dk + kv + (size_t)j * Ct, *dvj = dv + kv + (size_t)j * Ct;
+                for (int c = 0; c < hs; c++) {
+                    dqh[c] += dp[j] * kj[c];
+                    dkj[c] += dp[j] * qh[c];
+                    dvj[c] += p[j] * gh[c];
                 }
             }
         }
+    }
 }
 
 dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,

@@ -276,6 +276,7 @@ static int64_t temp_arena(const dit_rank *k) {
         b += pad64(lin * H2) + (r->training ? pad64(max64(Nt * out, k->T * C) * H2) : 0);
     }
     b += text0 ? pad64(k->T * C * F4) : 0; /* the text embedder's GELU output */
+    b += k->T ? pad64(2 * k->T * k->Ct * F4) : 0; /* the cross-attention's keys transposed */
     if (!r->training)
         return b;
     b += r->n_slots * (pad64(pos_stride(k) * F4) + (last ? pad64(Nr * P * F4) : 0));
