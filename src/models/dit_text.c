@@ -176,7 +176,8 @@ typedef struct xattn_task {
     int64_t lo, hi;
 } xattn_task;
 
-static void scores(float *s, const float *q, const float *kt, int hs, int n, float scale) {
+static void scores(float *restrict s, const float *restrict q, const float *restrict kt, int hs,
+                   int n, float scale) {
     for (int j = 0; j < n; j++)
         s[j] = 0;
     for (int c = 0; c < hs; c++)
@@ -184,6 +185,12 @@ static void scores(float *s, const float *q, const float *kt, int hs, int n, flo
             s[j] += q[c] * kt[c * n + j];
     for (int j = 0; j < n; j++)
         s[j] *= scale;
+}
+
+/* y += a x over n values (restrict: the compiler's vector loop) */
+static void axpy(float *restrict y, float a, const float *restrict x, int n) {
+    for (int c = 0; c < n; c++)
+        y[c] += a * x[c];
 }
 
 /* kt [hs][n] from rows of x (stride Ct) */
@@ -232,12 +239,8 @@ static void xattn_forward(const dt_dit *d, int B, const int32_t *tn, const float
                 sum += p[j];
             }
             memset(oh, 0, (size_t)hs * sizeof *oh);
-            for (int j = 0; j < x.n; j++) {
-                const float *vj = v + kv + (size_t)j * Ct;
-                float w = p[j] / sum;
-                for (int c = 0; c < hs; c++)
-                    oh[c] += w * vj[c];
-            }
+            for (int j = 0; j < x.n; j++)
+                axpy(oh, p[j] / sum, v + kv + (size_t)j * Ct, hs);
             lse[i * H + x.h] = m + logf(sum);
         }
     }
@@ -274,13 +277,10 @@ static void xattn_backward(const dt_dit *d, int B, const int32_t *tn, const floa
             }
             memset(dqh, 0, (size_t)hs * sizeof *dqh);
             for (int j = 0; j < x.n; j++) {
-                const float *kj = k + kv + (size_t)j * Ct;
-                float *dkj = dk + kv + (size_t)j * Ct, *dvj = dv + kv + (size_t)j * Ct;
-                for (int c = 0; c < hs; c++) {
-                    dqh[c] += dp[j] * kj[c];
-                    dkj[c] += dp[j] * qh[c];
-                    dvj[c] += p[j] * gh[c];
-                }
+                size_t at = kv + (size_t)j * Ct;
+                axpy(dqh, dp[j], k + at, hs);
+                axpy(dk + at, dp[j], qh, hs);
+                axpy(dv + at, p[j], gh, hs);
             }
         }
     }
