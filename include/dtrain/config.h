@@ -105,9 +105,9 @@ typedef struct dt_data_config {
     bool shuffle;
     dt_data_source source;
     int shapes; /* bounce: shapes per clip */
-    float label_dropout; /* chance a training clip gets the null condition: the null label
-                          * (a model with classes) and the null text (a model with text), for
-                          * classifier-free guidance */
+    float label_dropout;         /* chance a training clip gets the null condition: the null label
+                                  * (a model with classes) and the null text (a model with text), for
+                                  * classifier-free guidance */
     char tokenizer[DT_PATH_MAX]; /* the BPE file the shards' ids come from ("": bytes or
                                   * unknown): the end-of-run sample is printed as its text */
     /* Documents kept apart in packed sequences: attention stops at document boundaries and

@@ -114,8 +114,10 @@ static void check_model(const dt_config *c, problems *p) {
     if (m->arch == DT_ARCH_DIT)
         check_dit(c, p);
     else if (m->text_len || m->text_dim)
-        problem(p, false, "model.text_len=%d, text_dim=%d: text conditioning is a DiT's "
-                "(model.arch=dit)", m->text_len, m->text_dim);
+        problem(p, false,
+                "model.text_len=%d, text_dim=%d: text conditioning is a DiT's "
+                "(model.arch=dit)",
+                m->text_len, m->text_dim);
     POSITIVE(p, model, n_layer);
     POSITIVE(p, model, n_head);
     POSITIVE(p, model, n_embd);
@@ -358,8 +360,10 @@ static void check_data(const dt_config *c, problems *p) {
     if (d->source == DT_SOURCE_BOUNCE && d->shapes < 1)
         problem(p, false, "data.shapes=%d must be >= 1 (shapes per clip)", d->shapes);
     if (!(d->label_dropout >= 0 && d->label_dropout <= 1))
-        problem(p, false, "data.label_dropout=%g must be in [0, 1] (the chance a clip trains "
-                "with the null label and text)", (double)d->label_dropout);
+        problem(p, false,
+                "data.label_dropout=%g must be in [0, 1] (the chance a clip trains "
+                "with the null label and text)",
+                (double)d->label_dropout);
     if (d->source == DT_SOURCE_TOKENS && !c->data.train[0])
         problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");

@@ -305,9 +305,10 @@ static dt_status read_text_len(shard *s, const dt_st_tensor *len) {
     for (int64_t i = 0; st == DT_OK && i < s->n; i++) {
         s->text_n[i] = w == 8 ? ((const int64_t *)raw)[i] : ((const int32_t *)raw)[i];
         if (s->text_n[i] < 0 || s->text_n[i] > s->text.tokens)
-            st = dt_err_set(DT_ERR_FORMAT, "%s: tensor \"text_len\" entry %lld (%lld) is not "
-                            "in 0..%d, the text's tokens", s->path, (long long)i,
-                            (long long)s->text_n[i], s->text.tokens);
+            st = dt_err_set(DT_ERR_FORMAT,
+                            "%s: tensor \"text_len\" entry %lld (%lld) is not "
+                            "in 0..%d, the text's tokens",
+                            s->path, (long long)i, (long long)s->text_n[i], s->text.tokens);
     }
     free(raw);
     return st;

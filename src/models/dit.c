@@ -98,15 +98,10 @@ static void wire_unit(dt_dit *d, int lu) {
             wire_text(d, lu, &u);
     } else if (gu <= L) {
         dt_dit_block *b = &d->blocks[gu - 1];
-        dt_linear *lin[DIT_BLOCK_ROWS] = {[DIT_ADA] = &b->ada,
-                                          [DIT_QKV] = &b->qkv,
-                                          [DIT_PROJ] = &b->proj,
-                                          [DIT_XQ] = &b->xq,
-                                          [DIT_XK] = &b->xk,
-                                          [DIT_XV] = &b->xv,
-                                          [DIT_XPROJ] = &b->xproj,
-                                          [DIT_FC1] = &b->fc1,
-                                          [DIT_FC2] = &b->fc2};
+        dt_linear *lin[DIT_BLOCK_ROWS] = {
+            [DIT_ADA] = &b->ada,     [DIT_QKV] = &b->qkv, [DIT_PROJ] = &b->proj,
+            [DIT_XQ] = &b->xq,       [DIT_XK] = &b->xk,   [DIT_XV] = &b->xv,
+            [DIT_XPROJ] = &b->xproj, [DIT_FC1] = &b->fc1, [DIT_FC2] = &b->fc2};
         char name[96];
         for (int i = 0; i < DIT_BLOCK_ROWS; i++) {
             if (DT_DIT_BLOCK[i].text && d->Lt == 0)
@@ -248,6 +243,7 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     d->dy_lp = lp && d->training ? dt_dit_carve(cv, lp_out * h2) : NULL;
     d->ty_gel = text0 ? dt_dit_carve(cv, T * C * f4) : NULL;
     d->xkt = T ? dt_dit_carve(cv, 2 * T * Ct * f4) : NULL;
+    d->xkeys = T ? dt_dit_carve(cv, B * sizeof(int32_t)) : NULL;
     if (!d->training)
         return;
     for (int s = 0; s < d->n_slots; s++) {

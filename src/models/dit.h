@@ -53,8 +53,8 @@ typedef struct dt_dit_config {
     int n_layer, n_head, n_embd;
     int n_classes; /* 0: unconditional; else labels 0..n_classes-1, n_classes = "null" */
     dt_dit_attn attn;
-    int text_len;  /* Lt: text tokens a clip attends to; 0: no text */
-    int text_dim;  /* width of precomputed text embeddings; 0: the caption's bytes */
+    int text_len; /* Lt: text tokens a clip attends to; 0: no text */
+    int text_dim; /* width of precomputed text embeddings; 0: the caption's bytes */
 } dt_dit_config;
 
 /* Fixed sizes of every DiT (the DiT paper's choices). */

@@ -356,8 +356,10 @@ static unsigned model_fields(const dt_dit *d) {
 static unsigned kept_fields(const dt_dit *d, int l) {
     switch (keep_of(d, l)) {
     case KEEP_INPUT: return 0;
-    case KEEP_NO_ATTN: return model_fields(d) & ~(unsigned)F_ATTN_OUT;
-    default: return model_fields(d);
+    case KEEP_NO_ATTN:
+        return model_fields(d) & ~(unsigned)F_ATTN_OUT;
+    default:
+        return model_fields(d);
     }
 }
 
@@ -502,12 +504,27 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
 static dt_dit_acts view(const dt_dit *d, int slot, int l) {
     const dt_dit_acts *o = &d->acts[(size_t)slot * d->cfg.n_layer + l], *s = &d->shared;
 #define PICK(f) (o->f ? o->f : s->f)
-    return (dt_dit_acts){.mod = PICK(mod), .aff = PICK(aff), .mean1 = PICK(mean1),
-                         .rstd1 = PICK(rstd1), .m1 = PICK(m1), .qkv = PICK(qkv), .y = PICK(y),
-                         .lse = PICK(lse), .a = PICK(a), .x2 = PICK(x2), .xq = PICK(xq),
-                         .xk = PICK(xk), .xv = PICK(xv), .xo = PICK(xo), .xlse = PICK(xlse),
-                         .x3 = PICK(x3), .mean2 = PICK(mean2), .rstd2 = PICK(rstd2),
-                         .m2 = PICK(m2), .h = PICK(h), .f = PICK(f)};
+    return (dt_dit_acts){.mod = PICK(mod),
+                         .aff = PICK(aff),
+                         .mean1 = PICK(mean1),
+                         .rstd1 = PICK(rstd1),
+                         .m1 = PICK(m1),
+                         .qkv = PICK(qkv),
+                         .y = PICK(y),
+                         .lse = PICK(lse),
+                         .a = PICK(a),
+                         .x2 = PICK(x2),
+                         .xq = PICK(xq),
+                         .xk = PICK(xk),
+                         .xv = PICK(xv),
+                         .xo = PICK(xo),
+                         .xlse = PICK(xlse),
+                         .x3 = PICK(x3),
+                         .mean2 = PICK(mean2),
+                         .rstd2 = PICK(rstd2),
+                         .m2 = PICK(m2),
+                         .h = PICK(h),
+                         .f = PICK(f)};
 #undef PICK
 }
 
@@ -518,8 +535,8 @@ static const float *mlp_input(const dt_dit *d, const dt_dit_acts *a) {
     return d->Lt > 0 ? a->x3 : a->x2;
 }
 
-static dt_status block_forward(dt_dit *d, int slot, int l, const dt_dit_acts *a,
-                               const float *x, const float *sc, int B, float *out) {
+static dt_status block_forward(dt_dit *d, int slot, int l, const dt_dit_acts *a, const float *x,
+                               const float *sc, int B, float *out) {
     const dt_dit_block *blk = &d->blocks[l];
     int C = d->C, Nt = dt_dit_rows_tp(d, B);
     attn_kind k = block_kind(d, l);
@@ -551,9 +568,9 @@ static dt_status block_forward(dt_dit *d, int slot, int l, const dt_dit_acts *a,
 /* dres: [Nr, C], the gradient of the block's output in, of its input x out. Accumulates the
  * block's weight gradients and d silu(c) into dsc; with wg (split backward) the matmuls'
  * weight gradients are left to block_weights, their output gradients kept in wg. */
-static dt_status block_backward(dt_dit *d, int slot, int l, const dt_dit_acts *a,
-                                const float *x, const float *sc, int B, float *dres,
-                                float *dsc, float *dy, dt_dit_wgrad *wg) {
+static dt_status block_backward(dt_dit *d, int slot, int l, const dt_dit_acts *a, const float *x,
+                                const float *sc, int B, float *dres, float *dsc, float *dy,
+                                dt_dit_wgrad *wg) {
     const dt_dit_block *blk = &d->blocks[l];
     int C = d->C, Nt = dt_dit_rows_tp(d, B);
     size_t NC = (size_t)dt_dit_rows(d, B) * C, NF = (size_t)Nt * d->Ft;
@@ -656,8 +673,8 @@ static dt_dit_wgrad *wgrad_of(dt_dit *d, int slot, int l) {
     return &d->wgrad[(size_t)slot * d->cfg.n_layer + l];
 }
 
-dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc, float *dy, bool split) {
+dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc, int B,
+                                float *dres, float *dsc, float *dy, bool split) {
     dt_dit_acts a = view(d, slot, l);
     DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
     return block_backward(d, slot, l, &a, x, sc, B, dres, dsc, dy,

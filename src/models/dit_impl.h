@@ -87,18 +87,18 @@ static const dt_dit_row DT_DIT_BLOCK[DIT_BLOCK_ROWS] = {
     [DIT_FC2] = {"mlp.fc2", DIT_SZ_C, DIT_SZ_F, false, DT_SHARD_COLS, false},
 };
 static const dt_dit_row DT_DIT_FINAL[DIT_FINAL_ROWS] = {
-    [DIT_FINAL_ADA] = {"final_layer.adaLN_modulation.1", DIT_SZ_2C, DIT_SZ_C, true,
-                       DT_SHARD_NONE, false},
+    [DIT_FINAL_ADA] = {"final_layer.adaLN_modulation.1", DIT_SZ_2C, DIT_SZ_C, true, DT_SHARD_NONE,
+                       false},
     [DIT_FINAL_LIN] = {"final_layer.linear", DIT_SZ_P, DIT_SZ_C, true, DT_SHARD_NONE, false},
 };
 
 /* A block's weights (borrowed views). The norms have no weights of their own: adaLN's
  * (1 + scale, shift) of the clip are the LayerNorm's affine parameters. */
 typedef struct dt_dit_block {
-    dt_linear ada;              /* adaLN_modulation [6C, C] on silu(c) */
-    dt_linear qkv, proj;        /* [3C, C], [C, C] */
+    dt_linear ada;               /* adaLN_modulation [6C, C] on silu(c) */
+    dt_linear qkv, proj;         /* [3C, C], [C, C] */
     dt_linear xq, xk, xv, xproj; /* cross-attention [C, C] each (text only) */
-    dt_linear fc1, fc2;         /* [4C, C], [C, 4C] */
+    dt_linear fc1, fc2;          /* [4C, C], [C, 4C] */
 } dt_dit_block;
 
 /* Saved by a block's forward for its backward, per slot (Nr residual rows, Nt inside the tp
@@ -160,8 +160,8 @@ typedef struct dt_dit_slot {
     float *th_y;     /* [B Lt, C] the text embedder's fc1 output (before GELU) */
     int32_t *ttok;   /* [B Lt] caption bytes (text_dim 0) */
     /* every held unit */
-    float *y;        /* [B Lt, C] the text sequences the blocks attend to (text) */
-    int32_t *tn;     /* [B] each clip's text tokens, <= 0: the null text */
+    float *y;    /* [B Lt, C] the text sequences the blocks attend to (text) */
+    int32_t *tn; /* [B] each clip's text tokens, <= 0: the null text */
     /* final unit */
     float *modf, *afff;   /* [B, 2C] shift, scale; [B, 2, C] its LN affine */
     float *meanf, *rstdf; /* [Nr] */
@@ -211,7 +211,7 @@ struct dt_dit {
     float *y_table, *dy_table; /* [n_classes + 1, C] or NULL */
     dt_linear y_fc1, y_fc2;    /* the text embedder (text) */
     float *byte_tab, *dbyte_tab, *tpos_tab, *dtpos_tab; /* [256, C], [Lt, C] (bytes) */
-    float *null_y, *dnull_y;   /* [Lt, C] the null text */
+    float *null_y, *dnull_y;                            /* [Lt, C] the null text */
     dt_dit_block *blocks;      /* [L] (held ones wired) */
 
     /* slots and residual positions: position l = input of block l (L: the final input) */
@@ -252,7 +252,8 @@ struct dt_dit {
                                        * then d of its input [2][B Lt, C] (text) */
     float *dtfeat;                    /* [B Lt, Din] d of the byte features (text_dim 0) */
     float *xkt;                       /* [B NHt][2][hs][Lt] each (clip, head)'s keys and
-                                       * values transposed (text) */
+                                       * values transposed (text; kernels/xattn.h) */
+    int32_t *xkeys;                   /* [B] the keys each clip attends to (text) */
     void *act_arena, *tmp_arena;
 };
 
@@ -296,8 +297,8 @@ int64_t dt_dit_ring_work_count(const dt_dit *d);
  * into d x and accumulates d silu(c) into dsc and d y into dy (text). */
 dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B, float *out);
-dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                                int B, float *dres, float *dsc, float *dy, bool split);
+dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc, int B,
+                                float *dres, float *dsc, float *dy, bool split);
 /* split backward's weight pass of block l (after dt_dit_block_backward with split) */
 dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
                                int B);
@@ -334,13 +335,13 @@ void dt_dit_text_load(dt_dit *d, int slot, int B, const float *src);
  * attention alone again (selective recompute); the backward from dres = d x3 into d x2
  * (in place), accumulating the slot's d y into dy (wg: split backward, the q and proj
  * weight gradients left to dt_dit_cross_weights). */
-dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
-                               int slot, int B);
+dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a, int slot,
+                               int B);
 void dt_dit_cross_attend(dt_dit *d, const dt_dit_acts *a, int slot, int B);
-dt_status dt_dit_cross_backward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
-                                int slot, int B, float *dres, float *dy, dt_dit_wgrad *wg);
-dt_status dt_dit_cross_weights(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
-                               int B, const dt_dit_wgrad *wg);
+dt_status dt_dit_cross_backward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a, int slot,
+                                int B, float *dres, float *dy, dt_dit_wgrad *wg);
+dt_status dt_dit_cross_weights(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a, int B,
+                               const dt_dit_wgrad *wg);
 /* dit_fwd.c: the per-clip pieces the final layer shares with the blocks */
 void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, int shift_off,
                         int scale_off, int B, int C);

@@ -13,17 +13,15 @@
 
 /* the named sizes, in the order dt_model_sizes reports them (the text's last: files written
  * before a DiT had text lack them, and read as 0) */
-static const char *const SIZE_KEYS[] = {"n_layer", "n_head",  "n_embd",  "frames",
-                                        "channels", "height", "width",   "patch_t",
-                                        "patch_h", "patch_w", "n_classes", "attn",
-                                        "text_len", "text_dim"};
+static const char *const SIZE_KEYS[] = {"n_layer",   "n_head", "n_embd",   "frames",  "channels",
+                                        "height",    "width",  "patch_t",  "patch_h", "patch_w",
+                                        "n_classes", "attn",   "text_len", "text_dim"};
 enum { N_SIZES = sizeof SIZE_KEYS / sizeof SIZE_KEYS[0], ATTN = 11, FIRST_OPTIONAL = 12 };
 
 static void size_values(const dt_model_config *c, int64_t v[N_SIZES]) {
-    int64_t x[N_SIZES] = {c->n_layer, c->n_head,    c->n_embd,        c->frames,
-                          c->channels, c->height,   c->width,         c->patch_t,
-                          c->patch_h, c->patch_w,   c->n_classes,     (int64_t)c->attn,
-                          c->text_len, c->text_dim};
+    int64_t x[N_SIZES] = {c->n_layer,   c->n_head,        c->n_embd,   c->frames,  c->channels,
+                          c->height,    c->width,         c->patch_t,  c->patch_h, c->patch_w,
+                          c->n_classes, (int64_t)c->attn, c->text_len, c->text_dim};
     memcpy(v, x, sizeof x);
 }
 
@@ -37,9 +35,9 @@ static bool set_size(dt_model_config *c, int k, int64_t v) {
                            : 1 << 24;
     if (v < lo || v > hi)
         return false;
-    int *f[N_SIZES] = {&c->n_layer, &c->n_head,  &c->n_embd,    &c->frames,  &c->channels,
-                       &c->height,  &c->width,   &c->patch_t,   &c->patch_h, &c->patch_w,
-                       &c->n_classes, NULL,      &c->text_len,  &c->text_dim};
+    int *f[N_SIZES] = {&c->n_layer,   &c->n_head, &c->n_embd,   &c->frames,  &c->channels,
+                       &c->height,    &c->width,  &c->patch_t,  &c->patch_h, &c->patch_w,
+                       &c->n_classes, NULL,       &c->text_len, &c->text_dim};
     if (k == ATTN)
         c->attn = (dt_dit_attn)v;
     else

@@ -124,11 +124,20 @@ int64_t dt_dit_input_floats(const dt_dit_config *c) {
 int64_t dt_dit_target_floats(const dt_dit_config *c) { return dt_dit_clip_numel(c); }
 
 dt_dit_config dt_dit_config_from_model(const dt_model_config *m) {
-    return (dt_dit_config){.frames = m->frames, .channels = m->channels, .height = m->height,
-                           .width = m->width, .pt = m->patch_t, .ph = m->patch_h,
-                           .pw = m->patch_w, .n_layer = m->n_layer, .n_head = m->n_head,
-                           .n_embd = m->n_embd, .n_classes = m->n_classes, .attn = m->attn,
-                           .text_len = m->text_len, .text_dim = m->text_dim};
+    return (dt_dit_config){.frames = m->frames,
+                           .channels = m->channels,
+                           .height = m->height,
+                           .width = m->width,
+                           .pt = m->patch_t,
+                           .ph = m->patch_h,
+                           .pw = m->patch_w,
+                           .n_layer = m->n_layer,
+                           .n_head = m->n_head,
+                           .n_embd = m->n_embd,
+                           .n_classes = m->n_classes,
+                           .attn = m->attn,
+                           .text_len = m->text_len,
+                           .text_dim = m->text_dim};
 }
 
 /* ---- parameter tables -------------------------------------------------------------------- */
@@ -146,11 +155,11 @@ static void set_shard(dt_param *p, dt_shard_kind kind) {
         p->shard.sec[0] = p->shard.sec[1] = p->shard.sec[2] = p->shard.full_rows / 3;
 }
 
-/* A linear's weight and bias (unless !bias): Xavier's variance 2 / (in + out), or zeros. `split`: how the
- * weight splits over tp, as core/param.h names it: DT_SHARD_NONE (replicated), DT_SHARD_ROWS
- * (column-parallel: its output rows, and the bias with them), DT_SHARD_COLS (row-parallel: its
- * input columns; the bias stays whole, added after the sum), DT_SHARD_QKV (each of q, k, v's
- * output rows, as GPT-2's c_attn). */
+/* A linear's weight and bias (unless !bias): Xavier's variance 2 / (in + out), or zeros. `split`:
+ * how the weight splits over tp, as core/param.h names it: DT_SHARD_NONE (replicated),
+ * DT_SHARD_ROWS (column-parallel: its output rows, and the bias with them), DT_SHARD_COLS
+ * (row-parallel: its input columns; the bias stays whole, added after the sum), DT_SHARD_QKV (each
+ * of q, k, v's output rows, as GPT-2's c_attn). */
 static dt_status add_linear(dt_dit *d, const char *prefix, int out, int in, bool zero,
                             dt_shard_kind split, bool bias) {
     char name[96];
@@ -196,8 +205,7 @@ static dt_status add_text_tables(dt_dit *d) {
     float std = 1.0f / sqrtf((float)d->C);
     if (d->cfg.text_dim == 0) {
         DT_TRY(add_param(d, "y_embedder.byte_embedding.weight", 256, d->C, DT_INIT_NORMAL, std));
-        DT_TRY(add_param(d, "y_embedder.pos_embedding.weight", d->Lt, d->C, DT_INIT_NORMAL,
-                         std));
+        DT_TRY(add_param(d, "y_embedder.pos_embedding.weight", d->Lt, d->C, DT_INIT_NORMAL, std));
     }
     return add_param(d, "y_embedder.y_embedding", d->Lt, d->C, DT_INIT_NORMAL, std);
 }

@@ -19,6 +19,7 @@
 #include "kernels/act.h"
 #include "kernels/cast.h"
 #include "kernels/reduce.h"
+#include "kernels/xattn.h"
 #include "models/dit_impl.h"
 
 /* keys clip b attends to: its text's tokens, or every row of the null text */
@@ -33,8 +34,10 @@ dt_status dt_dit_text_read(dt_dit *d, int slot, const float *text, int64_t strid
         const float *r = text ? text + b * stride : NULL;
         double n = r ? r[0] : -1;
         if (n != floor(n) || n < -1 || n > Lt)
-            return dt_err_set(DT_ERR_ARG, "dit: clip %d's text has %g tokens, the model reads "
-                              "-1..%d (-1 or 0: no text)", b, n, Lt);
+            return dt_err_set(DT_ERR_ARG,
+                              "dit: clip %d's text has %g tokens, the model reads "
+                              "-1..%d (-1 or 0: no text)",
+                              b, n, Lt);
         s->tn[b] = (int32_t)n;
         if (Dt > 0) {
             float *f = s->tfeat + (size_t)b * Lt * Dt;
@@ -47,8 +50,10 @@ dt_status dt_dit_text_read(dt_dit *d, int slot, const float *text, int64_t strid
         for (int i = 0; i < Lt; i++) {
             double v = i < n ? r[1 + i] : 0;
             if (v != floor(v) || v < 0 || v > 255)
-                return dt_err_set(DT_ERR_ARG, "dit: byte %d of clip %d's text is %g, not "
-                                  "0..255", i, b, v);
+                return dt_err_set(DT_ERR_ARG,
+                                  "dit: byte %d of clip %d's text is %g, not "
+                                  "0..255",
+                                  i, b, v);
             s->ttok[(size_t)b * Lt + i] = (int32_t)v;
         }
     }
@@ -160,134 +165,40 @@ void dt_dit_text_load(dt_dit *d, int slot, int B, const float *src) {
         s->tn[b] = (int32_t)src[all + b];
 }
 
-/* ---- cross-attention --------------------------------------------------------------------------- */
+/* ---- cross-attention ---------------------------------------------------------------------------
+ */
 
 /* The first tp-region row of this rank in the flattened [B, S] batch; row r is of clip r / S. */
 static int64_t region_row0(const dt_dit *d, int B) {
     return (int64_t)d->par.sp->rank * dt_dit_rows_tp(d, B);
 }
 
-/* One (clip, head) of the cross-attention: its rows [lo, hi) of the tp region, n keys. The
- * scores of a row are made as a sum over the head's columns of q[c] times the keys' column c
- * (kt [hs][n], the keys transposed): the loop runs over the keys, which the compiler turns
- * into vector code, where a dot product per key (a serial sum) would not be. */
-typedef struct xattn_task {
-    int b, h, n;
-    int64_t lo, hi;
-} xattn_task;
-
-static void scores(float *restrict s, const float *restrict q, const float *restrict kt, int hs,
-                   int n, float scale) {
-    for (int j = 0; j < n; j++)
-        s[j] = 0;
-    for (int c = 0; c < hs; c++)
-        for (int j = 0; j < n; j++)
-            s[j] += q[c] * kt[c * n + j];
-    for (int j = 0; j < n; j++)
-        s[j] *= scale;
+/* The kernel's view of the cross-attention (kernels/xattn.h): the tp region's rows of the
+ * rank's clips (groups of S rows from its first row), this tp rank's heads, each clip's keys. */
+static dt_xattn_shape xattn_shape(const dt_dit *d, int B, const int32_t *tn, int32_t *keys) {
+    for (int b = 0; b < B; b++)
+        keys[b] = keys_of(d, tn, b);
+    int hs = d->C / d->NH;
+    return (dt_xattn_shape){.rows = dt_dit_rows_tp(d, B),
+                            .row0 = region_row0(d, B),
+                            .group_rows = d->S,
+                            .groups = B,
+                            .heads = d->NHt,
+                            .hs = hs,
+                            .q_stride = d->Ct,
+                            .kv_stride = d->Ct,
+                            .kv_rows = d->Lt,
+                            .n = keys,
+                            .scale = 1.0f / sqrtf((float)hs)};
 }
 
-/* y += a x over n values (restrict: the compiler's vector loop) */
-static void axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int c = 0; c < n; c++)
-        y[c] += a * x[c];
+static void xattn_forward(dt_dit *d, int B, const int32_t *tn, const dt_dit_acts *a) {
+    dt_xattn_shape s = xattn_shape(d, B, tn, d->xkeys);
+    dt_xattn_forward(&s, a->xq, a->xk, a->xv, a->xo, a->xlse, d->xkt);
 }
 
-/* kt [hs][n] from rows of x (stride Ct) */
-static void transpose_head(float *kt, const float *x, int64_t stride, int hs, int n) {
-    for (int j = 0; j < n; j++)
-        for (int c = 0; c < hs; c++)
-            kt[c * n + j] = x[j * stride + c];
-}
-
-/* Task t's keys and values of its head, transposed: [2][hs][Lt] of d->xkt. */
-static float *head_scratch(const dt_dit *d, int t) {
-    return d->xkt + (size_t)t * 2 * (d->C / d->NH) * d->Lt;
-}
-
-/* The (clip, head) pairs of this rank's rows, task t of B NHt. */
-static xattn_task task_of(const dt_dit *d, int B, const int32_t *tn, int t) {
-    int64_t r0 = region_row0(d, B), Nt = dt_dit_rows_tp(d, B);
-    xattn_task k = {.b = t / d->NHt, .h = t % d->NHt};
-    k.n = keys_of(d, tn, k.b);
-    k.lo = (int64_t)k.b * d->S - r0;
-    k.hi = k.lo + d->S;
-    k.lo = k.lo > 0 ? k.lo : 0;
-    k.hi = k.hi < Nt ? k.hi : Nt;
-    return k;
-}
-
-/* o [Nt, Ct] and lse [Nt, NHt] of the queries q [Nt, Ct] over their clips' keys and values
- * k, v [B Lt, Ct], one softmax per row and head. */
-static void xattn_forward(const dt_dit *d, int B, const int32_t *tn, const float *q,
-                          const float *k, const float *v, float *o, float *lse) {
-    int H = d->NHt, hs = d->C / d->NH, Ct = d->Ct, Lt = d->Lt;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(dynamic)
-    for (int t = 0; t < B * H; t++) {
-        xattn_task x = task_of(d, B, tn, t);
-        float *kt = head_scratch(d, t), p[DT_DIT_MAX_TEXT];
-        size_t kv = (size_t)x.b * Lt * Ct + (size_t)x.h * hs;
-        transpose_head(kt, k + kv, Ct, hs, x.n);
-        for (int64_t i = x.lo; i < x.hi; i++) {
-            float *oh = o + i * Ct + x.h * hs, m = -INFINITY, sum = 0;
-            scores(p, q + i * Ct + x.h * hs, kt, hs, x.n, scale);
-            for (int j = 0; j < x.n; j++)
-                m = p[j] > m ? p[j] : m;
-            for (int j = 0; j < x.n; j++) {
-                p[j] = expf(p[j] - m);
-                sum += p[j];
-            }
-            memset(oh, 0, (size_t)hs * sizeof *oh);
-            for (int j = 0; j < x.n; j++)
-                axpy(oh, p[j] / sum, v + kv + (size_t)j * Ct, hs);
-            lse[i * H + x.h] = m + logf(sum);
-        }
-    }
-}
-
-/* dq [Nt, Ct] (overwritten), dk and dv [B Lt, Ct] (overwritten) from do [Nt, Ct]: per clip
- * and head, over the clip's rows this rank holds (the probabilities rebuilt from lse). */
-static void xattn_backward(const dt_dit *d, int B, const int32_t *tn, const float *dout,
-                           const float *q, const float *k, const float *v, const float *o,
-                           const float *lse, float *dq, float *dk, float *dv) {
-    int H = d->NHt, hs = d->C / d->NH, Ct = d->Ct, Lt = d->Lt;
-    float scale = 1.0f / sqrtf((float)hs);
-    memset(dk, 0, (size_t)B * Lt * Ct * sizeof *dk);
-    memset(dv, 0, (size_t)B * Lt * Ct * sizeof *dv);
-#pragma omp parallel for schedule(dynamic)
-    for (int t = 0; t < B * H; t++) {
-        xattn_task x = task_of(d, B, tn, t);
-        float *kt = head_scratch(d, t), *vt = kt + (size_t)hs * Lt;
-        float p[DT_DIT_MAX_TEXT], dp[DT_DIT_MAX_TEXT];
-        size_t kv = (size_t)x.b * Lt * Ct + (size_t)x.h * hs;
-        transpose_head(kt, k + kv, Ct, hs, x.n);
-        transpose_head(vt, v + kv, Ct, hs, x.n);
-        for (int64_t i = x.lo; i < x.hi; i++) {
-            const float *qh = q + i * Ct + x.h * hs, *gh = dout + i * Ct + x.h * hs;
-            const float *oh = o + i * Ct + x.h * hs;
-            float *dqh = dq + i * Ct + x.h * hs, D = 0, l = lse[i * H + x.h];
-            for (int c = 0; c < hs; c++)
-                D += gh[c] * oh[c];
-            scores(p, qh, kt, hs, x.n, scale);
-            scores(dp, gh, vt, hs, x.n, 1.0f);
-            for (int j = 0; j < x.n; j++) {
-                p[j] = expf(p[j] - l);
-                dp[j] = p[j] * (dp[j] - D) * scale; /* d of the scaled score */
-            }
-            memset(dqh, 0, (size_t)hs * sizeof *dqh);
-            for (int j = 0; j < x.n; j++) {
-                size_t at = kv + (size_t)j * Ct;
-                axpy(dqh, dp[j], k + at, hs);
-                axpy(dk + at, dp[j], qh, hs);
-                axpy(dv + at, p[j], gh, hs);
-            }
-        }
-    }
-}
-
-dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
-                               int slot, int B) {
+dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a, int slot,
+                               int B) {
     const dt_dit_slot *s = &d->slots[slot];
     int Nt = dt_dit_rows_tp(d, B), N = B * d->Lt;
     const float *in;
@@ -295,26 +206,27 @@ dt_status dt_dit_cross_forward(dt_dit *d, const dt_dit_block *blk, const dt_dit_
     DT_TRY(dt_dit_linear_forward(d, &blk->xq, in, Nt, a->xq));
     DT_TRY(dt_dit_linear_forward(d, &blk->xk, s->y, N, a->xk));
     DT_TRY(dt_dit_linear_forward(d, &blk->xv, s->y, N, a->xv));
-    xattn_forward(d, B, s->tn, a->xq, a->xk, a->xv, a->xo, a->xlse);
+    xattn_forward(d, B, s->tn, a);
     DT_TRY(dt_dit_row_forward(d, &blk->xproj, a->xo, B, a->x3));
     dt_add_inplace(a->x3, a->x2, (int64_t)dt_dit_rows(d, B) * d->C);
     return DT_OK;
 }
 
 void dt_dit_cross_attend(dt_dit *d, const dt_dit_acts *a, int slot, int B) {
-    xattn_forward(d, B, d->slots[slot].tn, a->xq, a->xk, a->xv, a->xo, a->xlse);
+    xattn_forward(d, B, d->slots[slot].tn, a);
 }
 
-dt_status dt_dit_cross_backward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
-                                int slot, int B, float *dres, float *dy, dt_dit_wgrad *wg) {
+dt_status dt_dit_cross_backward(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a, int slot,
+                                int B, float *dres, float *dy, dt_dit_wgrad *wg) {
     const dt_dit_slot *s = &d->slots[slot];
     int Nt = dt_dit_rows_tp(d, B), N = B * d->Lt;
     const float *in;
     float *dxo = d->dB;
     memset(dxo, 0, (size_t)Nt * d->Ct * sizeof *dxo);
     DT_TRY(dt_dit_row_backward(d, &blk->xproj, a->xo, dres, B, dxo, wg ? wg->dxproj : NULL));
-    xattn_backward(d, B, s->tn, dxo, a->xq, a->xk, a->xv, a->xo, a->xlse, d->dxq, d->dxk,
-                   d->dxv);
+    dt_xattn_shape xs = xattn_shape(d, B, s->tn, d->xkeys);
+    dt_xattn_backward(&xs, dxo, a->xq, a->xk, a->xv, a->xo, a->xlse, d->dxq, d->dxk, d->dxv,
+                      d->xkt);
     /* the keys' and values' weight gradients now: B Lt rows, cheap next to the queries' */
     DT_TRY(dt_dit_linear_backward(d, &blk->xk, s->y, d->dxk, N, dy));
     DT_TRY(dt_dit_linear_backward(d, &blk->xv, s->y, d->dxv, N, dy));
@@ -322,8 +234,8 @@ dt_status dt_dit_cross_backward(dt_dit *d, const dt_dit_block *blk, const dt_dit
     return dt_dit_col_backward(d, &blk->xq, in, d->dxq, B, dres, wg ? wg->dxq : NULL);
 }
 
-dt_status dt_dit_cross_weights(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a,
-                               int B, const dt_dit_wgrad *wg) {
+dt_status dt_dit_cross_weights(dt_dit *d, const dt_dit_block *blk, const dt_dit_acts *a, int B,
+                               const dt_dit_wgrad *wg) {
     int Nt = dt_dit_rows_tp(d, B);
     dt_linear xproj = blk->xproj, xq = blk->xq;
     xproj.db = xq.db = NULL; /* with the backward */

@@ -141,8 +141,8 @@ static dt_status embed_forward(dt_dit *d, int slot, int B, const clip_in *in, fl
 }
 
 /* The embedders' gradients from d residual and d silu(c) (the positions are fixed). */
-static dt_status embed_backward(dt_dit *d, int slot, int B, const float *dres,
-                                const float *dsc, float *dy) {
+static dt_status embed_backward(dt_dit *d, int slot, int B, const float *dres, const float *dsc,
+                                float *dy) {
     dt_dit_slot *s = &d->slots[slot];
     int C = d->C, Nr = dt_dit_rows(d, B);
     size_t BC = (size_t)B * C;
@@ -318,8 +318,8 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_ba
     for (int u = u1 <= L ? u1 - 1 : L; u >= 1 && u >= u0; u--) {
         int l = u - 1;
         DT_TRY(enter(d, u, DT_PHASE_BACKWARD));
-        DT_TRY(dt_dit_block_backward(d, slot, l, res_at(d, slot, l), s->sc, B, dres, dsc, dy,
-                                     split));
+        DT_TRY(
+            dt_dit_block_backward(d, slot, l, res_at(d, slot, l), s->sc, B, dres, dsc, dy, split));
         if (!split)
             mark_saved(d, slot, l, false);
         DT_TRY(leave(d, u, DT_PHASE_BACKWARD));

@@ -61,7 +61,8 @@ dt_status dt_flow_init(dt_dit *d, const dt_flow_opts *opts, dt_mem *mem, dt_flow
         return dt_err_set(DT_ERR_ARG, "flow: p_uncond = %g is not in [0, 1]",
                           (double)opts->p_uncond);
     if (dt_dit_config_of(d)->text_len > 0)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "flow: a one-process dt_flow serves models with "
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "flow: a one-process dt_flow serves models with "
                           "labels or none; a model with text trains and samples through the "
                           "model interface (dt_flow_sample_model)");
     dt_flow *f = calloc(1, sizeof *f);
@@ -214,9 +215,9 @@ dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint6
         return dt_err_set(DT_ERR_ARG, "flow: text given to a model without text");
     bool cfg = (labels || text) && guidance > 0;
     float *rows = NULL, *v = NULL, *vn = NULL;
-    dt_status st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.rows",
-                                (size_t)K * dt_dit_input_floats(&c) * sizeof(float),
-                                (void **)&rows);
+    dt_status st =
+        dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.rows",
+                     (size_t)K * dt_dit_input_floats(&c) * sizeof(float), (void **)&rows);
     if (st == DT_OK)
         st = dt_mem_alloc(mem, DT_MEM_TEMP, "flow.sample.v", (size_t)all * sizeof(float),
                           (void **)&v);

@@ -496,8 +496,8 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
         grad_step(&g, c, &a);
     tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp (and pp) */
     /* DiT: and silu(c), with text the text sequences and their counts */
-    int64_t boundary = (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4 +
-                       (g.Lt ? (g.B * g.Lt * g.C + g.B) * 4 : 0);
+    int64_t boundary =
+        (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4 + (g.Lt ? (g.B * g.Lt * g.C + g.B) * 4 : 0);
     out->pp = sends * boundary + allreduce(g.pp, 8);
     return DT_OK;
 }

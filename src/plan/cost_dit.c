@@ -102,9 +102,16 @@ static int unit_products(const dims *k, int u, int L, product p[MAX_PRODUCTS]) {
 double dt_plan_dit_step_flops(const dt_model_config *m, double clips) {
     dit_geo g = geo_of(m);
     double C = m->n_embd, N = clips * g.S, flops = 0, Lt = m->text_len;
-    dims k = {.B = clips, .Nt = N, .Nr = N, .C = C, .Ct = C,
-              .Ft = DT_PLAN_DIT_MLP_RATIO * C, .P = g.P, .T = clips * Lt,
-              .Din = m->text_dim > 0 ? m->text_dim : 3 * C, .bytes = m->text_dim == 0};
+    dims k = {.B = clips,
+              .Nt = N,
+              .Nr = N,
+              .C = C,
+              .Ct = C,
+              .Ft = DT_PLAN_DIT_MLP_RATIO * C,
+              .P = g.P,
+              .T = clips * Lt,
+              .Din = m->text_dim > 0 ? m->text_dim : 3 * C,
+              .bytes = m->text_dim == 0};
     for (int u = 0; u < m->n_layer + 2; u++) {
         product p[MAX_PRODUCTS];
         int n = unit_products(&k, u, m->n_layer, p);
@@ -256,9 +263,8 @@ static pass cost_embed(const dit_work *x) {
     if (w->sg)
         p.b += dt_plan_cost_allreduce(w, w->tp, (k->C * k->P + k->C) * 4);
     if (k->T) /* the text: GELU and its adjoint; its gradient summed over tp's heads */
-        p.f += k->T * k->C / w->act.fwd,
-        p.b += k->T * k->C * (1 / w->act.fwd + 1 / w->act.bwd) +
-               dt_plan_cost_allreduce(w, w->tp, k->T * k->C * 4);
+        p.f += k->T * k->C / w->act.fwd, p.b += k->T * k->C * (1 / w->act.fwd + 1 / w->act.bwd) +
+                                                dt_plan_cost_allreduce(w, w->tp, k->T * k->C * 4);
     return p;
 }
 
@@ -283,9 +289,16 @@ void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, boo
                              dt_plan_chunk_cost *out) {
     const dt_model_config *m = &w->c->model;
     dit_work x = {.w = w, .g = geo_of(m)};
-    x.k = (dims){.B = w->B, .Nt = w->Nt, .Nr = w->Nr, .C = w->C, .Ct = w->A, .Ft = w->F,
-                 .P = x.g.P, .T = (double)w->B * m->text_len,
-                 .Din = m->text_dim > 0 ? m->text_dim : 3.0 * w->C, .bytes = m->text_dim == 0};
+    x.k = (dims){.B = w->B,
+                 .Nt = w->Nt,
+                 .Nr = w->Nr,
+                 .C = w->C,
+                 .Ct = w->A,
+                 .Ft = w->F,
+                 .P = x.g.P,
+                 .T = (double)w->B * m->text_len,
+                 .Din = m->text_dim > 0 ? m->text_dim : 3.0 * w->C,
+                 .bytes = m->text_dim == 0};
     for (int c = 0; c < w->pp * w->v; c++) {
         dt_plan_chunk_cost k = {0};
         for (int u = sp->first[c]; u < sp->first[c + 1]; u++) {

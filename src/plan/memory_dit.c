@@ -38,9 +38,8 @@ int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u, int tp) {
     int64_t C = m->n_embd, P = patch_dim(m), Ct = C / tp, Ft = DT_PLAN_DIT_MLP_RATIO * C / tp;
     if (u == 0) /* x_embedder.proj, t_embedder.mlp.0 (256 timestep features), .2, label table,
                  * the text embedder */
-        return linear_floats(C, P) + linear_floats(C, DT_PLAN_DIT_FREQ_DIM) +
-               linear_floats(C, C) + (m->n_classes > 0 ? pad16((m->n_classes + 1) * C) : 0) +
-               text_embedder_floats(m);
+        return linear_floats(C, P) + linear_floats(C, DT_PLAN_DIT_FREQ_DIM) + linear_floats(C, C) +
+               (m->n_classes > 0 ? pad16((m->n_classes + 1) * C) : 0) + text_embedder_floats(m);
     if (u > m->n_layer) /* final_layer.adaLN_modulation.1, final_layer.linear */
         return linear_floats(2 * C, C) + linear_floats(P, C);
     /* adaLN_modulation.1 (whole), attn.qkv (each section's rows split), attn.proj (columns
@@ -120,13 +119,13 @@ enum { N_PIECES = 21 };
 
 static void pieces(const dit_rank *k, piece p[N_PIECES]) {
     int64_t B = k->B, Nr = k->Nr, Nt = k->Nt, C = k->C, Ct = k->Ct;
-    const piece all[N_PIECES] = {
-        {F_MOD, B, 6 * C},   {F_MOD, B, 4 * C},      {F_LN, Nr, 1},     {F_LN, Nr, 1},
-        {F_M1, Nr, C},       {F_QKV, Nt, 3 * Ct},    {F_Y, Nt, Ct},     {F_LSE, Nt, k->NHt},
-        {F_A, Nr, C},        {F_X2, Nr, C},          {F_XQ, Nt, Ct},    {F_XKV, k->T, Ct},
-        {F_XKV, k->T, Ct},   {F_XO, Nt, Ct},         {F_XO, Nt, k->NHt}, {F_X3, Nr, C},
-        {F_LN, Nr, 1},       {F_LN, Nr, 1},          {F_M2, Nr, C},     {F_H, Nt, k->Ft},
-        {F_F, Nr, C}};
+    const piece all[N_PIECES] = {{F_MOD, B, 6 * C}, {F_MOD, B, 4 * C},   {F_LN, Nr, 1},
+                                 {F_LN, Nr, 1},     {F_M1, Nr, C},       {F_QKV, Nt, 3 * Ct},
+                                 {F_Y, Nt, Ct},     {F_LSE, Nt, k->NHt}, {F_A, Nr, C},
+                                 {F_X2, Nr, C},     {F_XQ, Nt, Ct},      {F_XKV, k->T, Ct},
+                                 {F_XKV, k->T, Ct}, {F_XO, Nt, Ct},      {F_XO, Nt, k->NHt},
+                                 {F_X3, Nr, C},     {F_LN, Nr, 1},       {F_LN, Nr, 1},
+                                 {F_M2, Nr, C},     {F_H, Nt, k->Ft},    {F_F, Nr, C}};
     memcpy(p, all, sizeof all);
 }
 
@@ -161,8 +160,10 @@ static int64_t int8_bytes(const dit_rank *k, unsigned f) {
 static unsigned kept_fields(const dit_rank *k, int l) {
     switch (dt_plan_ac_rerun(k->r->plugin, l)) {
     case DT_PLAN_RERUN_BLOCK: return 0;
-    case DT_PLAN_RERUN_ATTENTION: return model_fields(k) & ~(unsigned)F_ATTN_OUT;
-    default: return model_fields(k);
+    case DT_PLAN_RERUN_ATTENTION:
+        return model_fields(k) & ~(unsigned)F_ATTN_OUT;
+    default:
+        return model_fields(k);
     }
 }
 
@@ -189,8 +190,7 @@ static int residual_positions(const dit_rank *k) {
 static int64_t wgrad_bytes(const dit_rank *k) {
     int64_t Nt = k->Nt, C = k->C;
     return pad64(k->B * 6 * C * F4) + pad64(Nt * 3 * k->Ct * F4) + 2 * pad64(Nt * C * F4) +
-           pad64(Nt * k->Ft * F4) +
-           (k->T ? pad64(Nt * k->Ct * F4) + pad64(Nt * C * F4) : 0);
+           pad64(Nt * k->Ft * F4) + (k->T ? pad64(Nt * k->Ct * F4) + pad64(Nt * C * F4) : 0);
 }
 
 /* A position: the residual rows [Nr, C] then silu(c) [B, C], with text then the text
@@ -207,8 +207,8 @@ static int64_t acts_arena(const dit_rank *k) {
     if (k->T) /* the text sequences, their token counts */
         per_slot += pad64(k->T * C * F4) + pad64(B * 4);
     if (k->T && first) /* the text's features, fc1 output, bytes */
-        per_slot += pad64(k->T * k->Din * F4) + pad64(k->T * C * F4) +
-                    (k->bytes ? pad64(k->T * 4) : 0);
+        per_slot +=
+            pad64(k->T * k->Din * F4) + pad64(k->T * C * F4) + (k->bytes ? pad64(k->T * 4) : 0);
     if (first) /* patches, timestep features, t_fc1 out and its silu, c, labels */
         per_slot += pad64(Nr * k->P * F4) + pad64(B * DT_PLAN_DIT_FREQ_DIM * F4) +
                     3 * pad64(B * C * F4) + pad64(B * 4);
@@ -275,15 +275,16 @@ static int64_t temp_arena(const dit_rank *k) {
         int64_t lin = max64(Nt * in, max64(k->T * k->Din, k->T * C));
         b += pad64(lin * H2) + (r->training ? pad64(max64(Nt * out, k->T * C) * H2) : 0);
     }
-    b += text0 ? pad64(k->T * C * F4) : 0; /* the text embedder's GELU output */
-    b += k->T ? pad64(2 * k->T * k->Ct * F4) : 0; /* the cross-attention's keys transposed */
+    b += text0 ? pad64(k->T * C * F4) : 0;        /* the text embedder's GELU output */
+    if (k->T) /* the cross-attention's keys transposed, each clip's key count */
+        b += pad64(2 * k->T * k->Ct * F4) + pad64(B * 4);
     if (!r->training)
         return b;
     b += r->n_slots * (pad64(pos_stride(k) * F4) + (last ? pad64(Nr * P * F4) : 0));
     b += seq ? pad64(C * P * F4) : 0; /* the patch / final linear gradient summed over rows */
     b += 2 * rowsC + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
     b += pad64(B * 6 * C * F4) + 3 * pad64(B * C * F4); /* dmod, dc, dts, dth */
-    if (k->T) /* the cross-attention's dq, dk, dv */
+    if (k->T)                                           /* the cross-attention's dq, dk, dv */
         b += pad64(Nt * k->Ct * F4) + 2 * pad64(k->T * k->Ct * F4);
     if (text0) /* the embedder's two gradients, the byte features' */
         b += pad64(2 * k->T * C * F4) + (k->bytes ? pad64(k->T * k->Din * F4) : 0);

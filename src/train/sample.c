@@ -264,24 +264,27 @@ static dt_status check_out(const char *out) {
 
 /* --prompt as the text rows of count clips (models/dit.h): its first text_len bytes, for a
  * model whose byte encoder reads captions. *text NULL without a prompt. */
-static dt_status prompt_rows(const dt_sample_clip_opts *o, const dt_model_config *m,
-                             float **text) {
+static dt_status prompt_rows(const dt_sample_clip_opts *o, const dt_model_config *m, float **text) {
     *text = NULL;
     if (!o->prompt || !*o->prompt)
         return DT_OK;
     if (m->text_len == 0)
-        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": the model in %s has no text "
-                          "(model.text_len = 0); leave --prompt out", o->prompt, o->checkpoint);
+        return dt_err_set(DT_ERR_ARG,
+                          "--prompt \"%s\": the model in %s has no text "
+                          "(model.text_len = 0); leave --prompt out",
+                          o->prompt, o->checkpoint);
     if (m->text_dim > 0)
-        return dt_err_set(DT_ERR_ARG, "--prompt \"%s\": the model in %s reads precomputed text "
+        return dt_err_set(DT_ERR_ARG,
+                          "--prompt \"%s\": the model in %s reads precomputed text "
                           "embeddings (model.text_dim = %d), which the text encoder that made "
                           "them must make; dtrain encodes the bytes of a prompt only for a "
-                          "model with text_dim = 0", o->prompt, o->checkpoint, m->text_dim);
+                          "model with text_dim = 0",
+                          o->prompt, o->checkpoint, m->text_dim);
     size_t len = strlen(o->prompt), tf = 1 + (size_t)m->text_len;
     int n = len < (size_t)m->text_len ? (int)len : m->text_len;
     if (len > (size_t)m->text_len)
-        dt_info("sample: --prompt is %zu bytes; the model reads its first %d (model.text_len)",
-                len, m->text_len);
+        dt_info("sample: --prompt is %zu bytes; the model reads its first %d (model.text_len)", len,
+                m->text_len);
     if (!(*text = calloc((size_t)o->count * tf, sizeof **text)))
         return dt_err_set(DT_ERR_OOM, "sample: out of memory for %d prompts", o->count);
     for (int k = 0; k < o->count; k++) {
@@ -304,8 +307,10 @@ static dt_status clip_labels(const dt_sample_clip_opts *o, const dt_model_config
                           o->label, m->n_classes - 1);
     bool prompt = o->prompt && *o->prompt;
     if (o->guidance > 0 && m->n_classes == 0 && !prompt)
-        return dt_err_set(DT_ERR_ARG, "--guidance %g: the model in %s %s, there is nothing to "
-                          "guide towards", (double)o->guidance, o->checkpoint,
+        return dt_err_set(DT_ERR_ARG,
+                          "--guidance %g: the model in %s %s, there is nothing to "
+                          "guide towards",
+                          (double)o->guidance, o->checkpoint,
                           m->text_len ? "has no classes and no --prompt was given"
                                       : "is unconditional (n_classes = 0)");
     *use = m->n_classes > 0;

@@ -90,10 +90,10 @@ dt_status dt_source_open_bounce(const dt_bounce_source_spec *spec, dt_source **o
  * --video` wrote (kind DT_CLIPS_PIXELS) or a VAE's latents (DT_CLIPS_LATENTS), rows as the
  * bouncing-shapes source's with label 0 (the model has no classes) and, for a model with text,
  * the clip's caption bytes (pixel clips) or text embeddings (latents with "text", as wide as
- * model.text_dim, model.text_len tokens at most), dropped with chance label_dropout. Row r of step s
- * is run clip s x batch_size + r: in order, wrapping around the folder, or with shuffle a
- * folder clip drawn by (seed, that index); its noise and t come from (seed, that index).
- * DT_ERR_ARG naming `what` (the config key) when the clips' shape is not the model's. */
+ * model.text_dim, model.text_len tokens at most), dropped with chance label_dropout. Row r of step
+ * s is run clip s x batch_size + r: in order, wrapping around the folder, or with shuffle a folder
+ * clip drawn by (seed, that index); its noise and t come from (seed, that index). DT_ERR_ARG naming
+ * `what` (the config key) when the clips' shape is not the model's. */
 typedef struct dt_clip_source_spec {
     const dt_model_config *model; /* borrowed for the call */
     const char *path;             /* a folder of shards, or one */

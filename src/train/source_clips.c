@@ -47,8 +47,9 @@ static size_t target_bytes(const void *self) {
 /* The folder clip run clip `index` reads. */
 static int64_t folder_clip(const clip_src *s, int64_t index) {
     int64_t n = dt_clips_count(s->clips);
-    return s->shuffle ? (int64_t)(dt_rng_u64(s->seed, "data.shuffle", (uint64_t)index) % (uint64_t)n)
-                      : index % n;
+    return s->shuffle
+               ? (int64_t)(dt_rng_u64(s->seed, "data.shuffle", (uint64_t)index) % (uint64_t)n)
+               : index % n;
 }
 
 /* x_0 of run clip `index` into x0 and its label (0: none, n_classes: dropped for guidance) */
@@ -162,8 +163,8 @@ static dt_status open_source(const dt_model_config *m, int B, uint64_t seed, dt_
     c->numel = (int64_t)m->frames * m->channels * m->height * m->width;
     c->text_len = m->text_len;
     c->text_dim = m->text_dim;
-    c->text_floats = m->text_len > 0 ? 1 + (int64_t)m->text_len * (m->text_dim ? m->text_dim : 1)
-                                     : 0;
+    c->text_floats =
+        m->text_len > 0 ? 1 + (int64_t)m->text_len * (m->text_dim ? m->text_dim : 1) : 0;
     *s = (dt_source){.ops = &clip_ops, .self = c};
     *out = s;
     return DT_OK;
@@ -193,9 +194,11 @@ dt_status dt_source_open_bounce(const dt_bounce_source_spec *spec, dt_source **o
     if (spec->batch_size < 1)
         return dt_err_set(DT_ERR_ARG, "bounce source: batch_size %d < 1", spec->batch_size);
     if (m->text_len > 0 && m->text_dim != 0)
-        return dt_err_set(DT_ERR_ARG, "model.text_dim=%d: data.source=bounce captions its "
+        return dt_err_set(DT_ERR_ARG,
+                          "model.text_dim=%d: data.source=bounce captions its "
                           "clips in words, which the model's byte encoder reads; set "
-                          "model.text_dim=0", m->text_dim);
+                          "model.text_dim=0",
+                          m->text_dim);
     clip_src proto = {.bounce = clip,
                       .n_classes = m->n_classes,
                       .dropout = spec->label_dropout,
@@ -230,7 +233,8 @@ static dt_status check_text(const dt_clip_source_spec *spec, const dt_clips *c) 
     bool pixels = spec->kind == DT_CLIPS_PIXELS;
     dt_clip_text t = dt_clips_text_shape(c);
     if (pixels && m->text_dim != 0)
-        return dt_err_set(DT_ERR_ARG, "model.text_dim=%d: %s=%s holds pixel clips whose "
+        return dt_err_set(DT_ERR_ARG,
+                          "model.text_dim=%d: %s=%s holds pixel clips whose "
                           "captions the model's byte encoder reads; set model.text_dim=0",
                           m->text_dim, spec->what, spec->path);
     if (pixels)
@@ -243,7 +247,8 @@ static dt_status check_text(const dt_clip_source_spec *spec, const dt_clips *c) 
                                         : "holds text embeddings; set model.text_dim to their "
                                           "width");
     if (t.dim != m->text_dim || t.tokens > m->text_len)
-        return dt_err_set(DT_ERR_ARG, "%s=%s holds text embeddings of %d tokens x %d, but the "
+        return dt_err_set(DT_ERR_ARG,
+                          "%s=%s holds text embeddings of %d tokens x %d, but the "
                           "model reads at most model.text_len=%d tokens of model.text_dim=%d",
                           spec->what, spec->path, t.tokens, t.dim, m->text_len, m->text_dim);
     return DT_OK;

@@ -177,9 +177,9 @@ static void check_captions(void) {
     static const struct {
         const char *name;
         float rgb[3];
-    } colours[] = {{"red", {1, -1, -1}},    {"green", {-1, 1, -1}}, {"blue", {-0.2f, -0.2f, 1}},
-                   {"yellow", {1, 1, -1}},  {"magenta", {1, -1, 1}}, {"cyan", {-1, 1, 1}},
-                   {"white", {1, 1, 1}},    {"orange", {1, 0, -1}}};
+    } colours[] = {{"red", {1, -1, -1}},   {"green", {-1, 1, -1}},  {"blue", {-0.2f, -0.2f, 1}},
+                   {"yellow", {1, 1, -1}}, {"magenta", {1, -1, 1}}, {"cyan", {-1, 1, 1}},
+                   {"white", {1, 1, 1}},   {"orange", {1, 0, -1}}};
     DT_CHECK(dt_bounce_n_colors() == 8, "%d colours", dt_bounce_n_colors());
     dt_bounce_config c = dt_bounce_defaults(2, 3, 32, 32);
     c.n_shapes = 1;
@@ -187,8 +187,8 @@ static void check_captions(void) {
     for (int64_t i = 0; i < 200; i++) {
         char cap[128], colour[16], kind[16], way[16];
         int n = dt_bounce_caption(&c, 9, i, cap, sizeof cap);
-        DT_CHECK(n == (int)strlen(cap) && sscanf(cap, "a %15s %15s moving %15s", colour, kind,
-                                                   way) == 3,
+        DT_CHECK(n == (int)strlen(cap) &&
+                     sscanf(cap, "a %15s %15s moving %15s", colour, kind, way) == 3,
                  "clip %lld: caption \"%s\"", (long long)i, cap);
         DT_CHECK(!strcmp(kind, DT_BOUNCE_KIND_NAMES[dt_bounce_label(9, i)]), "clip %lld: %s",
                  (long long)i, cap);
@@ -220,9 +220,10 @@ static void check_captions(void) {
         dt_bounce_track(&c, 9, i, 1, &s1);
         if (s0.vx != s1.vx || s0.vy != s1.vy)
             continue; /* it bounced off a wall between the frames */
-        double dx = m[1][1] / m[1][0] - m[0][1] / m[0][0], dy = m[1][2] / m[1][0] - m[0][2] / m[0][0];
-        const char *seen = fabs(dx) >= fabs(dy) ? (dx < 0 ? "left" : "right")
-                                                : (dy < 0 ? "up" : "down");
+        double dx = m[1][1] / m[1][0] - m[0][1] / m[0][0],
+               dy = m[1][2] / m[1][0] - m[0][2] / m[0][0];
+        const char *seen =
+            fabs(dx) >= fabs(dy) ? (dx < 0 ? "left" : "right") : (dy < 0 ? "up" : "down");
         if (fabs(fabs(dx) - fabs(dy)) < 1.0)
             continue; /* too close to a diagonal for the pixels to say */
         DT_CHECK(!strcmp(way, seen), "clip %lld: \"%s\", the pixels move %s (%.2f, %.2f)",

@@ -86,9 +86,19 @@ static void make_text(const dt_dit_config *c, float *text) {
 
 static dt_status dump(const char *path, dt_dit_attn attn, int n_classes, int text_len,
                       int text_dim) {
-    const dt_dit_config cfg = {.frames = 6, .channels = 3, .height = 4, .width = 10, .pt = 2,
-                               .ph = 2, .pw = 2, .n_layer = 3, .n_head = 4, .n_embd = 40,
-                               .n_classes = n_classes, .attn = attn, .text_len = text_len,
+    const dt_dit_config cfg = {.frames = 6,
+                               .channels = 3,
+                               .height = 4,
+                               .width = 10,
+                               .pt = 2,
+                               .ph = 2,
+                               .pw = 2,
+                               .n_layer = 3,
+                               .n_head = 4,
+                               .n_embd = 40,
+                               .n_classes = n_classes,
+                               .attn = attn,
+                               .text_len = text_len,
                                .text_dim = text_dim};
     dt_status st = DT_OK;
     dt_mem *mem = NULL;
@@ -160,8 +170,8 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes, int tex
     } ints[] = {{"frames", cfg.frames}, {"channels", cfg.channels}, {"height", cfg.height},
                 {"width", cfg.width},   {"patch_t", cfg.pt},        {"patch_h", cfg.ph},
                 {"patch_w", cfg.pw},    {"n_layer", cfg.n_layer},   {"n_head", cfg.n_head},
-                {"n_embd", cfg.n_embd}, {"n_classes", n_classes},
-                {"text_len", text_len}, {"text_dim", text_dim}};
+                {"n_embd", cfg.n_embd}, {"n_classes", n_classes},   {"text_len", text_len},
+                {"text_dim", text_dim}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         DT_TRY_GOTO(set_meta_int(wr, ints[i].key, ints[i].v));
     DT_TRY_GOTO(dt_st_writer_set_metadata(wr, "attn", dt_dit_attn_name(attn)));

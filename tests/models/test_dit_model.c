@@ -330,9 +330,9 @@ static void check_files_and_sampler(void) {
     /* named sizes, in the contract's order, and back */
     dt_model_size sz[DT_MODEL_MAX_SIZES];
     int n = dt_model_sizes(m, sz);
-    const char *keys[] = {"n_layer", "n_head",  "n_embd",    "frames", "channels",
-                          "height",  "width",   "patch_t",   "patch_h", "patch_w",
-                          "n_classes", "attn", "text_len", "text_dim"};
+    const char *keys[] = {"n_layer",   "n_head", "n_embd",   "frames",  "channels",
+                          "height",    "width",  "patch_t",  "patch_h", "patch_w",
+                          "n_classes", "attn",   "text_len", "text_dim"};
     DT_CHECK(n == 14, "%d sizes", n);
     for (int i = 0; i < n && i < 14; i++)
         DT_CHECK(!strcmp(sz[i].key, keys[i]), "size %d is %s, want %s", i, sz[i].key, keys[i]);

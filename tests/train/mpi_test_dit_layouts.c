@@ -57,10 +57,21 @@ typedef struct run_out {
 } run_out;
 
 static dt_model_config model_config(dt_dit_attn attn, int text_len) {
-    return (dt_model_config){.arch = DT_ARCH_DIT, .frames = 8, .channels = 2, .height = 4,
-                             .width = 4, .patch_t = 2, .patch_h = 2, .patch_w = 2, .n_layer = 4,
-                             .n_head = 4, .n_embd = 16, .n_classes = 3, .attn = attn,
-                             .max_seq_len = 16, .text_len = text_len};
+    return (dt_model_config){.arch = DT_ARCH_DIT,
+                             .frames = 8,
+                             .channels = 2,
+                             .height = 4,
+                             .width = 4,
+                             .patch_t = 2,
+                             .patch_h = 2,
+                             .patch_w = 2,
+                             .n_layer = 4,
+                             .n_head = 4,
+                             .n_embd = 16,
+                             .n_classes = 3,
+                             .attn = attn,
+                             .max_seq_len = 16,
+                             .text_len = text_len};
 }
 
 /* The global batch of each step: G input rows (x_t, t, label) and G target clips. */
