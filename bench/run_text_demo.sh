@@ -3,22 +3,21 @@
 # of one coloured shape moving one way (tests/train/text_demo.py make: 4 colours x 3 kinds x 4
 # ways, 8 combinations held out), read through dtrain prepare --video, the classifier checked
 # on the training clips first, configs/dit-text.ini trained on both cores (timed), then
-# TD_COUNT clips sampled for every held-out prompt, for TD_SEEN prompts seen in training, and
-# with no prompt (chance), each scored by the classifier (colour, kind and way right), and a
+# TD_COUNT clips sampled for every held-out prompt, for a prompt seen in training of each one's
+# colour and kind (another way), and with no prompt (chance), each scored by the classifier (colour, kind and way right), and a
 # GIF per held-out prompt to look at.
 #
 #   bash bench/run_text_demo.sh
 #
 # Knobs (environment): TD_DTRAIN=PATH (default build/dtrain), TD_WORK=DIR (default
 # runs/dit-text, where the config reads its clips), TD_PER=8 (videos a prompt), TD_COUNT=8,
-# TD_GUIDANCE=4, TD_STEPS=32 (Euler steps), TD_SEEN=4, TD_TRAIN="" (more dtrain train flags).
+# TD_GUIDANCE=4, TD_STEPS=32 (Euler steps), TD_TRAIN="" (more dtrain train flags).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DTRAIN=${TD_DTRAIN:-$REPO/build/dtrain}
 WORK=${TD_WORK:-runs/dit-text}
 PER=${TD_PER:-8} COUNT=${TD_COUNT:-8} GUIDE=${TD_GUIDANCE:-4} STEPS=${TD_STEPS:-32}
-SEEN=${TD_SEEN:-4}
 PY=/usr/bin/python3 DEMO=$REPO/tests/train/text_demo.py
 cd "$REPO"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); dtrain: $(git rev-parse --short HEAD)"
@@ -58,7 +57,7 @@ while read -r p; do
     sample "$WORK/samples/seen$i.safetensors" "$p" "$GUIDE"
     seen+=("$WORK/samples/seen$i.safetensors" "$p")
     i=$((i + 1))
-done < <(cat "$WORK"/videos/*.txt | sort -u | awk -v n="$SEEN" 'NR % 10 == 1 && c < n { print; c++ }')
+done < <($PY "$DEMO" seen)
 sample "$WORK/samples/none.safetensors" "" 0
 echo "held-out prompts, guidance $GUIDE ($COUNT clips each):"
 $PY "$DEMO" score "${pairs[@]}"

@@ -7,6 +7,9 @@
       held-out prompts get none
   text_demo.py prompts
       the held-out prompts, one a line
+  text_demo.py seen
+      for each held-out prompt the training prompt of its colour and kind with the next way
+      (the same words, seen together in training), one a line
   text_demo.py check-clips FOLDER
       the classifier on prepare --video's clip shards against their captions (every clip)
   text_demo.py score SAMPLES.safetensors PROMPT [SAMPLES.safetensors PROMPT ...]
@@ -163,6 +166,18 @@ if __name__ == "__main__":
         make(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 6)
     elif cmd == "prompts":
         print("\n".join(p for p, held in prompts() if held))
+    elif cmd == "seen":
+        trained = {p for p, held in prompts() if not held}
+        ways = list(WAYS)
+        for p, held in prompts():
+            if held:
+                words = p.split()
+                i = ways.index(words[4])
+                for step in range(1, 4):
+                    q = " ".join(words[:4] + [ways[(i + step) % 4]])
+                    if q in trained:
+                        print(q)
+                        break
     elif cmd == "check-clips":
         sys.exit(0 if check_clips(sys.argv[2]) else 1)
     elif cmd == "score":
