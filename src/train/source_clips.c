@@ -23,6 +23,7 @@ typedef struct clip_src {
     int64_t numel; /* floats per clip */
     int text_len, text_dim; /* the model's (0: no text) */
     int64_t text_floats;    /* of an input row */
+    int64_t row_floats;     /* an input row: clip, t, label, text */
     int B;         /* global batch */
     uint64_t seed;
     int64_t step;     /* batches handed out so far */
@@ -37,7 +38,7 @@ static void src_close(void *self) {
 
 static size_t input_bytes(const void *self) {
     const clip_src *s = self;
-    return (size_t)(s->numel + 2 + s->text_floats) * sizeof(float);
+    return (size_t)s->row_floats * sizeof(float);
 }
 
 static size_t target_bytes(const void *self) {
@@ -97,10 +98,9 @@ static dt_status text_of(const clip_src *s, int64_t index, float *row) {
  * dt_flow_train computes them; t, the label and the text follow x_t */
 static dt_status src_rows(const void *self, int row0, int n, void *input, void *target) {
     const clip_src *s = self;
-    int64_t stride = s->numel + 2 + s->text_floats;
     for (int r = 0; r < n; r++) {
         int64_t index = s->step * s->B + row0 + r;
-        float *in = (float *)input + (int64_t)r * stride,
+        float *in = (float *)input + (int64_t)r * s->row_floats,
               *tg = (float *)target + (int64_t)r * s->numel;
         int32_t label;
         DT_TRY(clip_of(s, index, tg, &label));
@@ -160,11 +160,12 @@ static dt_status open_source(const dt_model_config *m, int B, uint64_t seed, dt_
     c->clips = clips;
     c->B = B;
     c->seed = seed;
-    c->numel = (int64_t)m->frames * m->channels * m->height * m->width;
+    dt_dit_config dc = dt_dit_config_from_model(m); /* the row layout is the model's */
+    c->numel = dt_dit_clip_numel(&dc);
     c->text_len = m->text_len;
     c->text_dim = m->text_dim;
-    c->text_floats =
-        m->text_len > 0 ? 1 + (int64_t)m->text_len * (m->text_dim ? m->text_dim : 1) : 0;
+    c->text_floats = dt_dit_text_floats(&dc);
+    c->row_floats = dt_dit_input_floats(&dc);
     *s = (dt_source){.ops = &clip_ops, .self = c};
     *out = s;
     return DT_OK;
