@@ -71,6 +71,11 @@ typedef struct dt_boost_spec {
     dt_data_source source;
     int shapes;
     float label_dropout;
+    /* A DiT's buckets of clip shape (dt_config's data.buckets; NULL or "": the model's one
+     * shape, batch_size): each bucket's batch, layout and clips are its own, each step all ranks
+     * take the bucket the seed draws for it; bucket k's clips from disk are the shards in the
+     * folder named FxHxW inside train_data (and val_data) */
+    const char *buckets;
     /* Token sources: documents kept apart (attention within a document, positions restarting
      * at each): a document ends after the id eot (-1: none) and where a Megatron dataset's
      * document index starts another */
@@ -108,6 +113,8 @@ typedef struct dt_step_stats {
     float loss_scale;
     bool skipped;
     int64_t skipped_steps;
+    int samples, seq_len; /* the step's global batch and tokens per sample (a bucket's) */
+    int bucket;           /* the step's bucket of data.buckets (0 without) */
 } dt_step_stats;
 
 /* The recorded timeline of every step so far as Chrome-trace JSON (rank 0 writes). */

@@ -105,6 +105,10 @@ typedef struct dt_data_config {
     bool shuffle;
     dt_data_source source;
     int shapes; /* bounce: shapes per clip */
+    /* a DiT's buckets of clip shape, "FxHxW:BATCH[:WEIGHT], ..." (e.g. "8x24x24:16:2,
+     * 4x32x32:8"): each step trains on one bucket's shape with its own global batch, drawn by
+     * weight from the seed; "" = the one shape model.frames x height x width, train.batch_size */
+    char buckets[DT_PATH_MAX];
     float label_dropout;         /* chance a training clip gets the null condition: the null label
                                   * (a model with classes) and the null text (a model with text), for
                                   * classifier-free guidance */

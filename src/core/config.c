@@ -112,6 +112,7 @@ static const field fields[] = {
     F_INT(data, doc_len),
     F_ENUM(data, source, dt_data_source, source_names),
     F_INT(data, shapes),
+    F_STR(data, "buckets", buckets),
     F_FLOAT(data, label_dropout),
     F_INT(train, batch_size),
     F_INT(train, micro_batch_size),

@@ -1,6 +1,7 @@
 /* Cross-field validation of a dt_config (see config.h): every problem found is reported at
  * once, in one message that names each offending key. */
 #include "core/config.h"
+#include "core/buckets.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -383,6 +384,37 @@ static void check_data(const dt_config *c, problems *p) {
                 d->eot_token, c->model.vocab_size);
 }
 
+/* Each bucket a clip the model cuts into whole patches (the layout's checks of its batch
+ * and tokens are per bucket, where the layout is made). */
+static void check_buckets(const dt_config *c, problems *p) {
+    if (!c->data.buckets[0])
+        return;
+    if (c->model.arch != DT_ARCH_DIT) {
+        problem(p, false, "data.buckets=\"%s\": buckets of clip shape are a DiT's "
+                "(model.arch=dit)", c->data.buckets);
+        return;
+    }
+    dt_buckets bk;
+    if (dt_config_buckets(c, &bk) != DT_OK) {
+        problem(p, false, "%s", dt_err_msg());
+        return;
+    }
+    const dt_model_config *m = &c->model;
+    for (int k = 0; k < bk.n; k++) {
+        const dt_bucket *b = &bk.b[k];
+        int dims[3] = {b->frames, b->height, b->width}, patch[3] = {m->patch_t, m->patch_h,
+                                                                    m->patch_w};
+        static const char *const names[3] = {"frames", "height", "width"};
+        static const char *const pnames[3] = {"patch_t", "patch_h", "patch_w"};
+        for (int i = 0; i < 3; i++)
+            if (patch[i] > 0 && dims[i] % patch[i])
+                problem(p, false, "data.buckets: bucket %d (%dx%dx%d): its %s %d is not a "
+                        "multiple of model.%s=%d (a clip is cut into whole patches)", k,
+                        b->frames, b->height, b->width, names[i], dims[i], pnames[i],
+                        patch[i]);
+    }
+}
+
 dt_status dt_config_validate(const dt_config *c) {
     if (!c)
         return dt_err_set(DT_ERR_ARG, "%s: NULL config", __func__);
@@ -394,6 +426,7 @@ dt_status dt_config_validate(const dt_config *c) {
     check_act_memory(c, &p);
     check_checkpoint(c, &p);
     check_data(c, &p);
+    check_buckets(c, &p);
     if (!p.n_arg && !p.n_unsupported)
         return DT_OK;
     return dt_err_set(p.n_arg ? DT_ERR_ARG : DT_ERR_UNSUPPORTED, "%s", p.text);

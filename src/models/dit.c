@@ -17,6 +17,8 @@
 #include "kernels/cast.h"
 #include "kernels/gemm.h"
 
+static void set_dims(dt_dit *d, int k);
+
 /* ---- views ------------------------------------------------------------------------------ */
 
 /* A unit's storage: element `first` of the arena lives at w[0] (g[0], lp[0]). */
@@ -271,12 +273,20 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     d->dtfeat = text0 && !d->cfg.text_dim ? dt_dit_carve(cv, T * (size_t)d->Din * f4) : NULL;
 }
 
+/* An arena as large as the largest of the shapes needs, carved for the shape in use. */
 static dt_status alloc_carved(dt_dit *d, dt_mem_cat cat, const char *name,
                               void (*plan)(dt_dit *, dt_dit_carver *), void **arena) {
-    dt_dit_carver cv = {0};
-    plan(d, &cv);
-    DT_TRY(dt_mem_alloc(d->mem, cat, name, cv.used, arena));
-    cv = (dt_dit_carver){.base = *arena};
+    size_t most = 0;
+    int in_use = d->shape;
+    for (int k = 0; k < d->n_shapes; k++) {
+        set_dims(d, k);
+        dt_dit_carver cv = {0};
+        plan(d, &cv);
+        most = cv.used > most ? cv.used : most;
+    }
+    set_dims(d, in_use);
+    DT_TRY(dt_mem_alloc(d->mem, cat, name, most, arena));
+    dt_dit_carver cv = {.base = *arena};
     plan(d, &cv);
     return DT_OK;
 }
@@ -314,20 +324,55 @@ static dt_status setup_par(dt_dit *d, const dt_model_opts *o) {
     d->chunk[0] = 0;
     if (cp->size > 1)
         d->n_chunks = dt_ring_chunks(cp->size, o->cp_zigzag, cp->rank, d->chunk);
-    d->S = d->S_full / cp->size;
-    d->Tt = d->Tt_full / cp->size;
     return DT_OK;
 }
 
-static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
-    if (o->B <= 0)
-        return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive", o->B);
-    if (o->T != d->S && d->par.ring.cp->size > 1)
+/* Shape k's sizes: the clip, its tokens (a ring rank's: 1/cp of them) and the rows of its
+ * largest micro-batch on this rank. */
+static void set_dims(dt_dit *d, int k) {
+    const dt_model_shape *sh = &d->shapes[k];
+    dt_dit_config *c = &d->cfg;
+    c->frames = sh->frames;
+    c->height = sh->height;
+    c->width = sh->width;
+    d->Tt_full = c->frames / c->pt;
+    d->Th = c->height / c->ph;
+    d->Tw = c->width / c->pw;
+    d->S_full = dt_dit_tokens(c);
+    d->S = d->S_full / d->par.ring.cp->size;
+    d->Tt = d->Tt_full / d->par.ring.cp->size;
+    d->B = sh->B;
+    d->Nt = dt_dit_rows_tp(d, d->B);
+    d->Nr = dt_dit_rows(d, d->B);
+    d->pos_stride = /* 64-byte aligned */
+        (((int64_t)d->Nr + d->B) * d->C + dt_dit_text_boundary(d, d->B) + 15) / 16 * 16;
+    d->shape = k;
+}
+
+/* The shapes: the caller's, or the config's with o->B clips. */
+static dt_status copy_shapes(dt_dit *d, const dt_model_opts *o) {
+    d->n_shapes = o->n_shapes > 0 ? o->n_shapes : 1;
+    d->shapes = malloc((size_t)d->n_shapes * sizeof *d->shapes);
+    if (!d->shapes)
+        return dt_err_set(DT_ERR_OOM, "dit: out of memory");
+    if (o->n_shapes > 0)
+        memcpy(d->shapes, o->shapes, (size_t)d->n_shapes * sizeof *d->shapes);
+    else
+        d->shapes[0] = (dt_model_shape){d->cfg.frames, d->cfg.height, d->cfg.width, o->B};
+    return DT_OK;
+}
+
+static dt_status check_shape(const dt_dit *d, const dt_model_opts *o) {
+    const dt_model_shape *sh = &d->shapes[d->shape];
+    if (sh->B <= 0)
+        return dt_err_set(DT_ERR_ARG, "dit: B = %d clips per forward must be positive", sh->B);
+    DT_TRY(dt_dit_check_config(&d->cfg));
+    if (o->n_shapes == 0 && o->T != d->S && d->par.ring.cp->size > 1)
         return dt_err_set(DT_ERR_ARG,
                           "dit: a clip is %d tokens, %d on each of %d ring ranks; "
                           "the model was asked for T = %d",
                           d->S_full, d->S, d->par.ring.cp->size, o->T);
-    if (o->T != d->S)
+    if (o->n_shapes == 0 && o->T != d->S)
         return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
                           "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
     dt_model_split s = {.tp = d->par.tp->size,
@@ -336,7 +381,10 @@ static dt_status check_opts(const dt_dit *d, const dt_model_opts *o) {
                         .cp_chunks = d->n_chunks,
                         .sequence_tp = o->sequence_tp,
                         .seq_len = d->S_full};
-    return dt_dit_check_split(&d->cfg, &s);
+    dt_status st = dt_dit_check_split(&d->cfg, &s);
+    if (st != DT_OK && o->n_shapes > 0)
+        return dt_err_wrap(st, "clips of %dx%dx%d: ", sh->frames, sh->height, sh->width);
+    return st;
 }
 
 static dt_status alloc_arrays(dt_dit *d) {
@@ -371,12 +419,7 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
         return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     d->cfg = *cfg;
     d->mem = mem;
-    d->B = o->B;
     d->training = o->training;
-    d->Tt = d->Tt_full = cfg->frames / cfg->pt;
-    d->Th = cfg->height / cfg->ph;
-    d->Tw = cfg->width / cfg->pw;
-    d->S = d->S_full = dt_dit_tokens(cfg);
     d->P = dt_dit_patch_dim(cfg);
     d->C = cfg->n_embd;
     d->NH = cfg->n_head;
@@ -384,20 +427,20 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->Lt = cfg->text_len;
     d->Din = cfg->text_dim > 0 ? cfg->text_dim : 3 * cfg->n_embd;
     d->pp = o->pp;
+    DT_TRY_GOTO(copy_shapes(d, o));
     DT_TRY_GOTO(setup_par(d, o));
-    DT_TRY_GOTO(check_opts(d, o));
     d->Ct = d->C / d->par.tp->size;
     d->NHt = d->NH / d->par.tp->size;
     d->Ft = d->F / d->par.tp->size;
-    d->Nt = dt_dit_rows_tp(d, d->B);
-    d->Nr = dt_dit_rows(d, d->B);
+    for (int k = d->n_shapes - 1; k >= 0; k--) { /* ends at shape 0 */
+        set_dims(d, k);
+        DT_TRY_GOTO(check_shape(d, o));
+    }
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
     d->split = o->split_backward;
     d->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
     d->ac = o->ac;
     d->ac_every = o->ac_every > 0 ? o->ac_every : 1;
-    d->pos_stride = /* 64-byte aligned */
-        (((int64_t)d->Nr + d->B) * d->C + dt_dit_text_boundary(d, d->B) + 15) / 16 * 16;
     d->unit_first = calloc((size_t)cfg->n_layer + 3, sizeof *d->unit_first);
     if (!d->unit_first) {
         st = dt_err_set(DT_ERR_OOM, "dit: out of memory");
@@ -469,11 +512,25 @@ void dt_dit_free(dt_dit *d) {
     free(d->unit_global);
     free(d->local_full);
     free(d->unit_first);
+    free(d->shapes);
     if (d->full != d->params)
         free(d->full);
     free(d->params);
     dt_block_par_free_own(d->own_comm);
     free(d);
+}
+
+dt_status dt_dit_use_shape(dt_dit *d, int k) {
+    if (k < 0 || k >= d->n_shapes)
+        return dt_err_set(DT_ERR_ARG, "dit: shape %d of %d", k, d->n_shapes);
+    if (k == d->shape)
+        return DT_OK;
+    set_dims(d, k);
+    dt_dit_carver acts = {.base = d->act_arena}, scratch = {.base = d->tmp_arena};
+    carve_acts(d, &acts);
+    carve_scratch(d, &scratch);
+    fill_positions(d);
+    return DT_OK;
 }
 
 const dt_dit_config *dt_dit_config_of(const dt_dit *d) { return &d->cfg; }

@@ -106,7 +106,10 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
                             dt_dit **out);
 void dt_dit_free(dt_dit *d);
 const dt_dit_config *dt_dit_config_of(const dt_dit *d);
-int dt_dit_max_batch(const dt_dit *d); /* the init B */
+int dt_dit_max_batch(const dt_dit *d); /* the init B (of the shape in use) */
+/* The following micro-batches are clips of init shape k (dt_model_opts.shapes; 0 without);
+ * dt_dit_config_of then says its frames, height and width. */
+dt_status dt_dit_use_shape(dt_dit *d, int k);
 
 /* DiT initialisation from the seed alone: linears N(0, 2/(in+out)) (Xavier's variance),
  * the label table N(0, 0.02^2), every adaLN modulation and the final linear zero (so each

@@ -170,7 +170,11 @@ typedef struct dt_dit_slot {
 } dt_dit_slot;
 
 struct dt_dit {
-    dt_dit_config cfg;
+    dt_dit_config cfg; /* frames, height, width: the shape in use */
+    /* the shapes of clip it trains on (the config's alone, or data.buckets'), each with its
+     * largest micro-batch; the arenas hold the largest of each, carved for the one in use */
+    dt_model_shape *shapes;
+    int n_shapes, shape;
     int B, S, P, C, NH, F, Tt, Th, Tw;
     int Lt, Din;     /* text tokens (0: no text), a text token's features */
     int Nt, Nr;      /* rows of the largest micro-batch on this sp rank (inside the tp region)

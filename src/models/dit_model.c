@@ -105,6 +105,8 @@ static dt_status predict(void *s, const dt_batch *b, float *out) {
     return dt_dit_predict(D(s), b, out);
 }
 
+static dt_status use_shape(void *s, int k) { return dt_dit_use_shape(D(s), k); }
+
 static int sizes(const void *s, dt_model_size *out) {
     int64_t v[N_SIZES];
     size_values(config(s), v);
@@ -261,6 +263,7 @@ static const dt_model_ops dit_ops = {
     .sizes = sizes,
     .describe = describe,
     .predict = predict,
+    .use_shape = use_shape,
 };
 
 dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts,

@@ -32,8 +32,20 @@
 /* How a model is built: the largest micro-batch, precision, what the caller binds, the splits
  * it runs under. Zero fields mean fp32 inference on one process holding every unit; B and T
  * must be set. */
+/* One shape of clip a DiT trains on (a bucket of data.buckets) and the most clips of it one
+ * micro-batch holds. */
+typedef struct dt_model_shape {
+    int frames, height, width;
+    int B;
+} dt_model_shape;
+
 typedef struct dt_model_opts {
     int B, T;               /* the largest micro-batch the model will see */
+    /* a DiT's shapes of clip (data.buckets): the model holds room for the largest of them and
+     * dt_model_use_shape switches between them (B and T are then shape 0's); NULL: the
+     * config's one shape */
+    const dt_model_shape *shapes;
+    int n_shapes;
     dt_precision precision;
     bool training;          /* false: no gradients, no backward scratch */
     bool external_weights;  /* the caller binds each unit's weights (ZeRO-3 gathers them) */
@@ -197,6 +209,9 @@ typedef struct dt_model_ops {
      * batch's inputs on a one-process model, out = [B, target floats per sample] (a DiT: the
      * predicted velocity, unpatchified); b->target is not read */
     dt_status (*predict)(void *self, const dt_batch *b, float *out);
+    /* (optional: one shape) the following micro-batches are of shape k of the init shapes;
+     * what the slots keep of another shape is gone */
+    dt_status (*use_shape)(void *self, int k);
     /* (optional: no token sampling) logits [vocab] of the last position of one sequence
      * tokens[0..T) (T <= the init T), on a one-process model */
     dt_status (*logits_last)(void *self, const int32_t *tokens, int T, float *logits);
@@ -390,6 +405,14 @@ static inline dt_status dt_model_logits_last(dt_model *m, const int32_t *tokens,
         return dt_err_set(DT_ERR_UNSUPPORTED, "model %s makes no token logits to sample from",
                           dt_arch_name(dt_model_cfg(m)->arch));
     return m->ops->logits_last(m->self, tokens, T, logits);
+}
+
+static inline dt_status dt_model_use_shape(dt_model *m, int k) {
+    if (m->ops->use_shape)
+        return m->ops->use_shape(m->self, k);
+    return k == 0 ? DT_OK
+                  : dt_err_set(DT_ERR_UNSUPPORTED, "model %s trains on one shape of input",
+                               dt_arch_name(dt_model_cfg(m)->arch));
 }
 
 static inline dt_status dt_model_predict(dt_model *m, const dt_batch *b, float *out) {

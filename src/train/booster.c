@@ -71,6 +71,7 @@ void dt_booster_free(dt_booster *b) {
     dt_sched_free(b->schedule);
     dt_trace_free(&b->trace);
     dt_engine_free(b->engine);
+    free(b->bucket_lay);
     dt_mesh_free(b->mesh);
     dt_mem_free(b->mem); /* also releases the batch buffers */
     free(b);
@@ -86,6 +87,9 @@ static dt_status make_layout(dt_booster *b, const dt_boost_spec *s) {
                              .train = {.batch_size = s->batch_size,
                                        .micro_batch_size = s->micro_batch_size,
                                        .seq_len = s->seq_len}};
+    DT_TRY(dt_booster__bucket_layouts(b, s));
+    if (b->bk.n)
+        return DT_OK;
     DT_TRY(dt_layout_make(&b->lay_cfg, b->world->size, b->world->rank, &b->lay));
     dt_model_split ms = dt_model_split_of(&b->plugin, b->lay.T);
     return dt_model_check_split(s->model, &ms);
@@ -110,6 +114,7 @@ dt_status dt_booster__make_schedule(dt_booster *b) {
         DT_TRY(dt_layout_schedule_make(&b->lay, p, &b->schedule));
     }
     DT_TRY(dt_layout_set_schedule(&b->lay, b->schedule, what));
+    DT_TRY(dt_booster__bucket_schedules(b, what));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
     return dt_err_wrap(dt_sched_validate(b->schedule, &lim), "%s", what);
 }
@@ -117,16 +122,18 @@ dt_status dt_booster__make_schedule(dt_booster *b) {
 /* The training and validation sources. Bouncing-shapes validation clips come from a seed of
  * their own (never a training clip) and keep every label (the conditional loss); clips read
  * from disk take their validation clips from data.val's folder, noised by a seed of its own. */
-static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
+static dt_status open_one(dt_booster *b, const dt_boost_spec *s, dt_source **train,
+                         dt_source **val) {
+    (void)b;
     const dt_model_config *m = s->model;
     if (s->source == DT_SOURCE_BOUNCE) {
         dt_bounce_source_spec bs = {.model = m, .shapes = s->shapes,
                                     .label_dropout = s->label_dropout,
                                     .batch_size = s->batch_size, .seed = s->seed};
-        DT_TRY(dt_source_open_bounce(&bs, &b->train));
+        DT_TRY(dt_source_open_bounce(&bs, train));
         bs.label_dropout = 0;
         bs.seed = dt_rng_u64(s->seed, "data.val", 0);
-        return dt_source_open_bounce(&bs, &b->val);
+        return dt_source_open_bounce(&bs, val);
     }
     if (s->source == DT_SOURCE_CLIPS || s->source == DT_SOURCE_LATENTS) {
         dt_clip_source_spec cs = {.model = m,
@@ -138,22 +145,31 @@ static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
                                   .shuffle = s->shuffle,
                                   .label_dropout = s->label_dropout,
                                   .seed = s->seed};
-        DT_TRY(dt_source_open_clips(&cs, &b->train));
+        DT_TRY(dt_source_open_clips(&cs, train));
         if (!s->val_data || !s->val_data[0])
             return DT_OK;
         cs.path = s->val_data, cs.what = "data.val", cs.shuffle = false;
         cs.label_dropout = 0;
         cs.seed = dt_rng_u64(s->seed, "data.val", 0);
-        return dt_source_open_clips(&cs, &b->val);
+        return dt_source_open_clips(&cs, val);
     }
     if (s->source != DT_SOURCE_TOKENS)
         return dt_err_set(DT_ERR_ARG, "booster: data source %d is not known", (int)s->source);
     dt_docs docs = {.on = s->doc_mask, .eot = s->eot};
     DT_TRY(dt_source_open_tokens(s->train_data, m->vocab_size, s->batch_size, s->seq_len,
-                                 s->shuffle, s->seed, &docs, &b->train));
+                                 s->shuffle, s->seed, &docs, train));
     if (s->val_data && s->val_data[0])
         DT_TRY(dt_source_open_tokens(s->val_data, m->vocab_size, s->batch_size, s->seq_len, false,
-                                     0, &docs, &b->val));
+                                     0, &docs, val));
+    return DT_OK;
+}
+
+static dt_status open_sources(dt_booster *b, const dt_boost_spec *s) {
+    if (b->bk.n)
+        return dt_booster__bucket_sources(b, s, open_one);
+    DT_TRY(open_one(b, s, &b->train, &b->val));
+    b->in_row = dt_source_input_row_bytes(b->train);
+    b->tg_row = dt_source_target_row_bytes(b->train);
     return DT_OK;
 }
 
@@ -195,12 +211,18 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
 
 dt_status dt_booster__build_engine(dt_booster *b) {
     dt_engine_opts eo = engine_opts(b);
+    dt_model_shape shapes[DT_MAX_BUCKETS];
+    eo.n_shapes = dt_booster__model_shapes(b, shapes);
+    eo.shapes = shapes;
     DT_TRY(dt_engine_init(&b->lay_cfg.model, &b->optim, &eo, b->grad, b->mem, &b->engine));
     b->model = dt_engine_model(b->engine);
+    DT_TRY(dt_model_use_shape(b->model, b->bucket));
     if (!dt_booster__pipelined(b))
         return DT_OK;
+    int64_t boundary;
+    DT_TRY(dt_booster__largest_boundary(b, &boundary));
     return dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                            b->lay.n_slots, b->lay.mb, b->lay.T_local, b->mem, &b->pipeline);
+                            b->lay.n_slots, boundary, b->mem, &b->pipeline);
 }
 
 /* may fail on one rank only (its files), so the caller agrees on the outcome */
@@ -212,13 +234,9 @@ static dt_status boost_local(dt_booster *b, const dt_boost_spec *s) {
     b->rebalance_every = s->rebalance_every;
     b->rebalance_margin = s->rebalance_margin;
     DT_TRY(dt_booster__build_engine(b));
-    /* a pipeline's schedule reads every micro-batch of the step; otherwise one at a time */
-    size_t batch_rows = (size_t)(dt_booster__pipelined(b) ? b->lay.rows : b->lay.mb);
-    b->in_row = dt_source_input_row_bytes(b->train);
-    b->tg_row = dt_source_target_row_bytes(b->train);
-    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", batch_rows * b->in_row,
+    DT_TRY(dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.inputs", dt_booster__batch_bytes(b, true),
                         &b->inputs));
-    return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", batch_rows * b->tg_row,
+    return dt_mem_alloc(b->mem, DT_MEM_ACTS, "batch.targets", dt_booster__batch_bytes(b, false),
                         &b->targets);
 }
 
@@ -418,6 +436,7 @@ static dt_status poll_checkpoint(dt_booster *b, bool wait) {
 dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* the loss scale is a power of two (from a power-of-two start): multiplying by it and
      * dividing the norm and the update by it again are exact */
+    DT_TRY(dt_booster__enter_bucket(b, b->train));
     float loss_scale = fp16(b) ? b->state.scaler.scale : 1.0f;
     float grad_scale = loss_scale / ((float)b->lay.B * b->lay.T);
     double t0 = dt_now(), comm0 = comm_seconds(b), loss_sum = 0, ts = trace_now(b);
@@ -474,6 +493,9 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     DT_TRY(sum_loss(b, &loss_sum)); /* reporting, not counted */
     b->stranded = false;
     r->loss = loss_sum / ((double)b->lay.B * b->lay.T);
+    r->samples = b->lay.B;
+    r->seq_len = b->lay.T;
+    r->bucket = b->bucket;
     r->seconds = dt_now() - t0;
     r->step = ++b->state.step;
     dt_source_position(b->train, &b->state.data_pos, &b->state.data_step);
@@ -490,19 +512,21 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
 dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
     if (!b->val)
         return dt_err_set(DT_ERR_ARG, "booster: no validation data was given to boost()");
-    int row0 = b->lay.row0;
     double sum = 0;
     DT_TRY(reserve_events(b));
     dt_mem_set_context(b->mem, (int)b->state.step, DT_MEM_PHASE_EVAL, -1);
     b->stranded = true;
     dt_source_rewind(b->val);
     for (int i = 0; i < n_batches; i++) {
+        DT_TRY(dt_booster__enter_bucket(b, b->val));
+        int row0 = b->lay.row0;
+        double batch = 0; /* the batch's summed loss */
         if (dt_booster__pipelined(b)) {
             double part;
             DT_TRY(read_rows(b, b->val, row0, b->lay.rows));
             dt_pipeline_batch pb = pipeline_batch(b, 0);
             DT_TRY(dt_pipeline_eval(b->pipeline, &pb, b->lay.n_mb, &part));
-            sum += part;
+            batch += part;
         }
         for (int row = 0; !dt_booster__pipelined(b) && row < b->lay.rows; row += b->lay.mb) {
             double part;
@@ -510,13 +534,14 @@ dt_status dt_booster_eval(dt_booster *b, int n_batches, double *loss) {
             dt_batch mb = {
                 .input = b->inputs, .target = b->targets, .B = b->lay.mb, .T = b->lay.T_local};
             DT_TRY(dt_engine_eval(b->engine, &mb, &part));
-            sum += part;
+            batch += part;
         }
+        sum += batch / ((double)b->lay.B * b->lay.T); /* batches of buckets weigh alike */
         dt_source_advance(b->val);
     }
     DT_TRY(sum_loss(b, &sum));
     b->stranded = false;
-    *loss = sum / ((double)n_batches * b->lay.B * b->lay.T);
+    *loss = sum / n_batches;
     return DT_OK;
 }
 

@@ -24,6 +24,12 @@ struct dt_booster {
     dt_comm *grad;     /* borrowed: dp x sp, the ranks whose gradients and losses are summed */
     dt_layout lay;     /* this rank's (plan/layout.h): every split below is read from it */
     dt_config lay_cfg; /* what lay was made from (a move of stage boundaries remakes it) */
+    /* a DiT's buckets of clip shape (data.buckets; n 0: one shape): each bucket's layout, the
+     * one in force (lay is its copy) and each bucket's row bytes */
+    dt_buckets bk;
+    dt_layout *bucket_lay;
+    int bucket;
+    size_t bucket_in[DT_MAX_BUCKETS], bucket_tg[DT_MAX_BUCKETS];
     dt_optim_config optim;
     int total_steps;
     dt_lr_schedule_fn lr;
@@ -56,6 +62,27 @@ struct dt_booster {
 };
 
 bool dt_booster__pipelined(const dt_booster *b);
+
+/* ---- buckets of clip shape (booster_buckets.c; no-ops without data.buckets) ---- */
+/* b->bk from the spec and each bucket's layout (b->lay: bucket 0's); one error naming the
+ * bucket that cannot run */
+dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s);
+/* the schedule in force set on every bucket's layout */
+dt_status dt_booster__bucket_schedules(dt_booster *b, const char *what);
+/* one bucket's training and validation sources, as the spec (of the bucket's shape, batch,
+ * seed and folders) asks */
+typedef dt_status (*dt_booster_source_fn)(dt_booster *b, const dt_boost_spec *s,
+                                          dt_source **train, dt_source **val);
+dt_status dt_booster__bucket_sources(dt_booster *b, const dt_boost_spec *s,
+                                     dt_booster_source_fn open_one);
+/* the shapes the model is built for (dt_model_opts.shapes); returns how many (0: none) */
+int dt_booster__model_shapes(const dt_booster *b, dt_model_shape *out);
+/* the largest pipeline boundary of any bucket's micro-batch */
+dt_status dt_booster__largest_boundary(dt_booster *b, int64_t *floats);
+/* bytes of the batch buffer of inputs (or targets) the largest bucket needs */
+size_t dt_booster__batch_bytes(const dt_booster *b, bool inputs);
+/* the layout, row sizes and model shape of the bucket src's current batch is of */
+dt_status dt_booster__enter_bucket(dt_booster *b, const dt_source *src);
 static inline bool dt_booster__is_root(const dt_booster *b) { return b->world->rank == 0; }
 /* model.init's weights into the engine (rank 0 reads, every rank takes its part) */
 dt_status dt_booster__load_weights(dt_booster *b, const char *path);

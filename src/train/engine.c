@@ -324,6 +324,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     snprintf(act_tag, sizeof act_tag, "r%d", o->world_rank);
     dt_model_opts go = {.B = o->B,
                         .T = o->T,
+                        .shapes = o->shapes,
+                        .n_shapes = o->n_shapes,
                         .precision = o->precision,
                         .training = true,
                         .external_weights = e->zero == 3,

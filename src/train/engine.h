@@ -35,6 +35,8 @@ typedef struct dt_engine_opts {
     bool overlap; /* false: reduce after backward (stages 0-1) or at once (2-3), to compare */
     dt_precision precision;
     int B, T;         /* micro-batch shape (T: this rank's tokens of a sequence under a ring) */
+    const dt_model_shape *shapes; /* a DiT's buckets (dt_model_opts); NULL: one shape */
+    int n_shapes;
     dt_comm *tp, *sp; /* the model's splits (borrowed; NULL = none), see dt_model_opts */
     bool sequence_tp;
     dt_comm *cp; /* the ring of context parallelism (borrowed; NULL = none) */

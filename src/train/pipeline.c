@@ -38,7 +38,7 @@ static int tag_of(const dt_pipeline *p, int kind, int chunk, int mb) {
 }
 
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_model *model, int n_slots, int B, int T, dt_mem *mem,
+                           dt_model *model, int n_slots, int64_t boundary_floats, dt_mem *mem,
                            dt_pipeline **out) {
     *out = NULL;
     if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
@@ -78,7 +78,7 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     if (!p->slots || !p->slot_of || !p->recv_act || !p->recv_grad || !p->inbox_of ||
         !p->inbox || !p->inbox_busy)
         st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
-    size_t bytes = (size_t)dt_model_boundary_count(model, B, T) * sizeof(float);
+    size_t bytes = (size_t)boundary_floats * sizeof(float);
     for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
         st = dt_mem_alloc(mem, DT_MEM_COMM, "pipeline.inbox", bytes, (void **)&p->inbox[i]);
     if (st != DT_OK) {

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/buckets.h"
 #include "core/config.h"
 #include "core/status.h"
 
@@ -31,6 +32,8 @@ typedef struct dt_source_ops {
     /* continue from a saved (position, step): an error naming the source when no batch of it
      * can start there */
     dt_status (*seek)(void *self, int64_t pos, int64_t step);
+    /* (optional: one shape) the bucket of clip shape the current step's batch is of */
+    int (*bucket)(const void *self);
 } dt_source_ops;
 
 typedef struct dt_source {
@@ -106,6 +109,13 @@ typedef struct dt_clip_source_spec {
 } dt_clip_source_spec;
 dt_status dt_source_open_clips(const dt_clip_source_spec *spec, dt_source **out);
 
+/* Buckets of clip shape (core/buckets.h, data.buckets): one source per bucket, subs[k] making
+ * bucket k's clips at its batch (taken, and closed on failure). Step s's batch is the rows of
+ * step s of the bucket dt_bucket_of_step(bk, seed, s) names, so it is a pure function of the
+ * step; the row sizes are that bucket's. Its position is the step. */
+dt_status dt_source_open_buckets(const dt_buckets *bk, uint64_t seed, dt_source *const *subs,
+                                 dt_source **out);
+
 /* ---- calls ------------------------------------------------------------------------------- */
 
 /* NULL: no-op */
@@ -130,6 +140,9 @@ static inline void dt_source_advance(dt_source *s) { s->ops->advance(s->self); }
 static inline void dt_source_rewind(dt_source *s) { s->ops->rewind(s->self); }
 static inline void dt_source_position(const dt_source *s, int64_t *pos, int64_t *step) {
     s->ops->position(s->self, pos, step);
+}
+static inline int dt_source_bucket(const dt_source *s) {
+    return s->ops->bucket ? s->ops->bucket(s->self) : 0;
 }
 static inline dt_status dt_source_seek(dt_source *s, int64_t pos, int64_t step) {
     return s->ops->seek(s->self, pos, step);

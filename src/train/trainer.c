@@ -70,6 +70,7 @@ static dt_boost_spec spec_of(const dt_config *c) {
                            .source = c->data.source,
                            .shapes = c->data.shapes,
                            .label_dropout = c->data.label_dropout,
+                           .buckets = c->data.buckets,
                            .doc_mask = c->data.doc_mask,
                            .ema_decay = c->train.ema_decay,
                            .rebalance_every = c->train.rebalance_every,
@@ -222,10 +223,11 @@ static dt_status setup(trainer *t) {
 
 static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     const dt_config *c = t->cfg;
-    double tps = (double)c->train.batch_size * c->train.seq_len / r->seconds;
-    /* per rank: its share of the tokens against its own matmul peak */
-    double mfu = dt_model_flops_per_sample(dt_booster_model(t->booster), c->train.seq_len) *
-                 c->train.batch_size / r->seconds / t->world->size / t->peak_flops;
+    double tps = (double)r->samples * r->seq_len / r->seconds;
+    /* per rank: its share of the tokens against its own matmul peak (the model in the step's
+     * shape of clip) */
+    double mfu = dt_model_flops_per_sample(dt_booster_model(t->booster), r->seq_len) *
+                 r->samples / r->seconds / t->world->size / t->peak_flops;
     size_t peak = dt_mem_peak_total(dt_booster_mem(t->booster));
     long long step = (long long)r->step;
     bool fp16 = c->plugin.precision == DT_PREC_FP16;
@@ -233,11 +235,18 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (fp16)
         snprintf(scale, sizeof scale, " | scale %.0f%s (%lld skipped)", (double)r->loss_scale,
                  r->skipped ? ", SKIPPED: overflow" : "", (long long)r->skipped_steps);
+    char clip[64] = ""; /* the step's bucket of clip shape */
+    dt_buckets bk = {0};
+    const dt_bucket *dc = dt_config_buckets(c, &bk) == DT_OK && r->bucket < bk.n
+                              ? &bk.b[r->bucket] : NULL;
+    if (dc)
+        snprintf(clip, sizeof clip, " | clip %dx%dx%d x %d", dc->frames, dc->height, dc->width,
+                 r->samples);
     if (step % c->train.log_every == 0 || step == c->train.steps || !isnan(val_loss) ||
         r->skipped)
-        dt_info("step %5lld/%d | loss %.4f | lr %.3e | norm %6.3f%s | %8.0f tok/s | MFU %5.1f%% "
+        dt_info("step %5lld/%d | loss %.4f%s | lr %.3e | norm %6.3f%s | %8.0f tok/s | MFU %5.1f%% "
                 "| mem %.0f MiB | comm %.1f MiB, %.1f ms exposed", step, c->train.steps,
-                r->loss, r->lr, r->grad_norm, scale, tps, 100 * mfu, peak / 1048576.0,
+                r->loss, clip, r->lr, r->grad_norm, scale, tps, 100 * mfu, peak / 1048576.0,
                 r->comm_bytes / 1048576.0, 1e3 * r->comm_exposed_s);
     if (!isnan(val_loss))
         dt_info("step %5lld | val loss %.4f", step, val_loss);
@@ -265,6 +274,9 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
                 (double)r->loss_scale, (int)r->skipped, (long long)r->skipped_steps);
     if (!isnan(val_loss))
         fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+    if (dc)
+        fprintf(t->metrics, ", \"clip\": [%d, %d, %d], \"batch\": %d", dc->frames, dc->height,
+                dc->width, r->samples);
     dt_model_disk_stats d;
     if (dt_model_act_disk_stats(dt_booster_model(t->booster),
                                 &d)) { /* since the last report: this step's */
@@ -469,6 +481,9 @@ static dt_status run(trainer *t) {
             dt_precision_name(c->plugin.precision), c->train.batch_size, c->train.seq_len,
             dt_booster_micro_batch(t->booster), t->world->size, dt_booster_dp_size(t->booster),
             dt_config_zero_stage(c));
+    if (c->data.buckets[0])
+        dt_info("buckets of clip shape (frames x height x width: batch, weight): %s",
+                c->data.buckets);
     dt_info("matmul peak measured now: %.1f GFLOP/s per rank (%s)", t->peak_flops / 1e9,
             dt_precision_name(c->plugin.precision));
     char kernels[256];
