@@ -12,6 +12,9 @@
  *   - bf16 matmuls, and int8 storage of the saved tensors, stay within their rounding of fp32;
  *   - sizes, config_from_sizes, save/load and config_from_file round-trip; the sampler over
  *     the interface gives dt_flow_sample's clips; bad splits, labels and batches are errors;
+ *   - a model of several clip shapes (data.buckets) gives, in each shape and after another,
+ *     the loss and gradient bits of a model of that shape alone, and holds the largest
+ *     arenas of them;
  *   - the activation and transient arenas are the bytes the written-out formulas (what the
  *     planner predicts) give, over slots, held units, checkpointing, bf16, split backward,
  *     int8 storage.
@@ -634,6 +637,74 @@ static void check_memory(void) {
     }
 }
 
+/* Loss and gradient of one micro-batch of shape `shape` on a model of several shapes, and on a
+ * model of that shape alone with the same weights: the same bits, whatever shape ran before. */
+static void check_shapes(dt_dit_attn attn) {
+    const dt_model_shape shapes[] = {{4, 6, 4, 3}, {2, 4, 6, 2}, {6, 2, 2, 3}};
+    enum { N = sizeof shapes / sizeof shapes[0] };
+    const int order[] = {1, 0, 2, 2, 1};
+    dt_model_config mc = tiny(attn);
+    dt_mem *mem, *one_mem[N];
+    DT_CHECK_OK(dt_mem_init(&mem));
+    dt_model *m = NULL, *one[N] = {0};
+    dt_model_opts o = {.B = 3, .T = 24, .training = true, .shapes = shapes, .n_shapes = N};
+    DT_CHECK_OK(dt_model_create(&mc, &o, mem, &m));
+    size_t most_acts = 0, most_temp = 0;
+    for (int k = 0; k < N; k++) {
+        dt_model_config ck = mc;
+        ck.frames = shapes[k].frames, ck.height = shapes[k].height, ck.width = shapes[k].width;
+        DT_CHECK_OK(dt_mem_init(&one_mem[k]));
+        dt_dit_config ok = dt_dit_config_from_model(&ck);
+        dt_model_opts oo = {.B = shapes[k].B, .T = dt_dit_tokens(&ok), .training = true};
+        DT_CHECK_OK(dt_model_create(&ck, &oo, one_mem[k], &one[k]));
+        size_t a = dt_mem_in_use(one_mem[k], DT_MEM_ACTS), t = dt_mem_in_use(one_mem[k], DT_MEM_TEMP);
+        most_acts = a > most_acts ? a : most_acts;
+        most_temp = t > most_temp ? t : most_temp;
+    }
+    for (int k = 0; k < N; k++)
+        if (!one[k])
+            return;
+    if (!m)
+        return;
+    DT_CHECK(dt_mem_in_use(mem, DT_MEM_ACTS) == most_acts &&
+                 dt_mem_in_use(mem, DT_MEM_TEMP) == most_temp,
+             "arenas %zu + %zu bytes, the largest shape's %zu + %zu",
+             dt_mem_in_use(mem, DT_MEM_ACTS), dt_mem_in_use(mem, DT_MEM_TEMP), most_acts,
+             most_temp);
+    int64_t nw = dt_model_numel(m);
+    random_weights(dt_model_weights(m), nw);
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        int k = order[i];
+        dt_model_config ck = mc;
+        ck.frames = shapes[k].frames, ck.height = shapes[k].height, ck.width = shapes[k].width;
+        dt_dit_config c = dt_dit_config_from_model(&ck);
+        batch bt = make_batch(&c, shapes[k].B, 11 + i);
+        dt_batch b = view(&bt, 0, shapes[k].B, &c);
+        double loss[2];
+        dt_model *pair[2] = {m, one[k]};
+        DT_CHECK_OK(dt_model_use_shape(m, k));
+        memcpy(dt_model_weights(one[k]), dt_model_weights(m), sizeof(float) * nw);
+        for (int j = 0; j < 2; j++) {
+            dt_model_zero_grad(pair[j]);
+            DT_CHECK_OK(dt_model_forward(pair[j], &b));
+            DT_CHECK_OK(dt_model_loss(pair[j], &b, 0.5f, true, &loss[j]));
+            DT_CHECK_OK(dt_model_backward(pair[j], &b));
+        }
+        DT_CHECK(loss[0] == loss[1] &&
+                     !memcmp(dt_model_grads(m), dt_model_grads(one[k]), sizeof(float) * nw),
+                 "attn %d, shape %d after shape %d: loss %.9g vs %.9g alone, or the gradient "
+                 "differs", (int)attn, k, i ? order[i - 1] : -1, loss[0], loss[1]);
+        free_batch(&bt);
+    }
+    DT_CHECK(dt_model_use_shape(m, N) == DT_ERR_ARG, "shape %d of %d accepted", N, N);
+    for (int k = 0; k < N; k++) {
+        dt_model_free(one[k]);
+        dt_mem_free(one_mem[k]);
+    }
+    dt_model_free(m);
+    dt_mem_free(mem);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check_against_dit(DT_DIT_ATTN_FULL);
@@ -643,5 +714,7 @@ int main(int argc, char **argv) {
     check_files_and_sampler();
     check_errors();
     check_memory();
+    check_shapes(DT_DIT_ATTN_FULL);
+    check_shapes(DT_DIT_ATTN_SPATIAL_TEMPORAL);
     return DT_TEST_END();
 }

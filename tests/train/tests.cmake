@@ -224,3 +224,7 @@ set_tests_properties(train/text_demo PROPERTIES LABELS "train" TIMEOUT 300
 add_test(NAME train/rebalance
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/rebalance.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(train/rebalance PROPERTIES LABELS "train;mpi" TIMEOUT 600)
+
+add_test(NAME train/dit_buckets
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/dit_buckets.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
+set_tests_properties(train/dit_buckets PROPERTIES LABELS "train;mpi" TIMEOUT 600)
