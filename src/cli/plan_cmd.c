@@ -26,6 +26,7 @@
 #include "cli/plan_device.h"
 #include "cli/plan_probe.h"
 #include "cli/plan_search.h"
+#include "core/buckets.h"
 #include "core/log.h"
 #include "io/atomic.h"
 #include "plan/comm.h"
@@ -114,7 +115,7 @@ static void print_table(const dt_plan_cand *v, int n, int top, int64_t mem, cons
         const dt_plan_cand *x = &v[i];
         char lay[160];
         layout_text(x, lay, sizeof lay);
-        double tps = (double)base->train.batch_size * base->train.seq_len / x->step_s;
+        double tps = dt_plan_step_tokens(base) / x->step_s;
         char r[16] = "-";
         if (x->fits)
             snprintf(r, sizeof r, "%d", i + 1);
@@ -192,6 +193,39 @@ static void print_nothing_fits(const dt_plan_cands *l, int64_t mem, const dt_con
              gib(best->total), lay);
 }
 
+/* Each bucket of clip shape alone on the rank: its clip, batch, share of the steps, memory,
+ * step time and bytes per comm, as "buckets": [...]; returns the characters written. */
+static int explain_buckets(const dt_config *c, const dt_buckets *bk, int world, int rank,
+                           const dt_plan_device *dev, const dt_schedule *sched, char *out,
+                           size_t n) {
+    double sum = 0;
+    for (int k = 0; k < bk->n; k++)
+        sum += bk->b[k].weight;
+    size_t used = (size_t)snprintf(out, n, ", \"buckets\": [");
+    for (int k = 0; k < bk->n && used < n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
+        dt_plan_mem m;
+        dt_plan_time t;
+        dt_plan_comm b = {0};
+        dt_plan_mem_opts o = {.schedule = sched};
+        if (dt_plan_memory(&ck, world, rank, &o, &m) != DT_OK ||
+            dt_plan_step_time(&ck, world, dev, sched, &t) != DT_OK ||
+            dt_plan_comm_bytes(&ck, world, rank, sched, &b) != DT_OK)
+            continue; /* the run's own prediction has checked every bucket */
+        used += (size_t)snprintf(
+            out + used, n - used,
+            "%s{\"clip\": [%d, %d, %d], \"batch\": %d, \"share\": %.4f, \"tokens\": %d, "
+            "\"total\": %lld, \"step_ms\": %.3f, \"comm_bytes_tp\": %lld, "
+            "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld, \"comm_bytes_cp\": %lld}",
+            k ? ", " : "", bk->b[k].frames, bk->b[k].height, bk->b[k].width, bk->b[k].batch,
+            bk->b[k].weight / sum, ck.train.seq_len, (long long)m.total, 1e3 * t.step_s,
+            (long long)b.tp, (long long)b.sp, (long long)b.pp, (long long)b.cp);
+    }
+    if (used < n)
+        used += (size_t)snprintf(out + used, n - used, "]");
+    return used < n ? (int)used : (int)n - 1;
+}
+
 /* --explain: the configuration's own layout on one rank, memory, time and bytes per comm. */
 static int explain(const dt_config *c, int world, int rank, const dt_plan_device *dev,
                    int64_t mem) {
@@ -235,7 +269,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
      * datasheet or measured matmul peak for the run's precision over the predicted step */
     double peak = c->plugin.precision == DT_PREC_FP32 ? dev->flops_fp32 : dev->flops_16;
     double mfu = t.step_s > 0 && peak > 0 ? dt_plan_step_flops(c) / (t.step_s * world * peak) : 0;
-    char extra[900];
+    char extra[900 + DT_MAX_BUCKETS * 320];
     int k = snprintf(extra, sizeof extra,
                      ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
@@ -255,8 +289,11 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
         k +=
             snprintf(extra + k, sizeof extra - (size_t)k, ", \"doc_len\": %d, \"attn_share\": %.4f",
                      c->data.doc_len, dt_plan_doc_attn_share(c->train.seq_len, c->data.doc_len));
+    dt_buckets bk = {0};
+    if (c->model.arch == DT_ARCH_DIT && dt_config_buckets(c, &bk) == DT_OK && bk.n)
+        k += explain_buckets(c, &bk, world, rank, dev, sched, extra + k, sizeof extra - (size_t)k);
     dt_plan_comm b;
-    if (dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
+    if (!bk.n && dt_plan_comm_bytes(c, world, rank, sched, &b) == DT_OK) {
         k += snprintf(extra + k, sizeof extra - (size_t)k,
                       ", \"comm_bytes_tp\": %lld, "
                       "\"comm_bytes_sp\": %lld, \"comm_bytes_pp\": %lld, "

@@ -9,6 +9,7 @@
 #include "cli/plan_auto.h"
 #include "core/grow.h"
 #include "models/model.h"
+#include "core/buckets.h"
 #include "plan/layout.h"
 #include "plan/memory.h"
 #include "plan/mesh.h"
@@ -25,6 +26,26 @@ static dt_status push(dt_plan_cands *l, const dt_plan_cand *x) {
 
 /* ---- which layouts are valid ------------------------------------------------------------ */
 
+/* Each bucket of clip shape (data.buckets) splits as the run splits it (booster_buckets.c). */
+static dt_status check_buckets(const dt_config *c, int world) {
+    dt_layout lays[DT_MAX_BUCKETS];
+    int n;
+    DT_TRY(dt_layout_make_buckets(c, world, 0, lays, &n));
+    dt_buckets bk;
+    DT_TRY(dt_config_buckets(c, &bk));
+    for (int k = 0; k < n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
+        dt_model_split ms = dt_model_split_of(&c->plugin, ck.train.seq_len);
+        dt_status st = dt_model_check_split(&ck.model, &ms);
+        if (st != DT_OK) {
+            char name[64];
+            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
+                               dt_bucket_name(&bk.b[k], name, sizeof name));
+        }
+    }
+    return DT_OK;
+}
+
 /* given: the schedule to run (borrowed; validated here unless `trusted`, a generator's), or
  * NULL: the one plugin.pp_schedule names, generated into *own (the caller frees it;
  * generators make valid schedules). */
@@ -35,11 +56,16 @@ dt_status dt_cli_plan_check_layout(const dt_config *c, int world, const dt_sched
     dt_mesh_dims d;
     DT_TRY(dt_mesh_infer(world, p->pp_size, p->cp_size, p->sp_size, p->tp_size, &d));
     DT_TRY(dt_config_validate(c));
+    DT_TRY(check_buckets(c, world));
+    dt_buckets bk;
+    DT_TRY(dt_config_buckets(c, &bk));
+    /* over buckets the run never takes the config's own clip: bucket 0's schedule is theirs */
+    dt_config first = bk.n ? dt_config_of_bucket(c, &bk.b[0]) : *c;
     dt_layout l;
     const dt_schedule *s;
-    DT_TRY(dt_layout_make_scheduled(c, world, 0, given, &l, &s, own));
-    dt_model_split ms = dt_model_split_of(p, c->train.seq_len);
-    DT_TRY(dt_model_check_split(&c->model, &ms));
+    DT_TRY(dt_layout_make_scheduled(&first, world, 0, given, &l, &s, own));
+    dt_model_split ms = dt_model_split_of(p, first.train.seq_len);
+    DT_TRY(dt_model_check_split(&first.model, &ms));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
     return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
                                            p->pp_schedule)

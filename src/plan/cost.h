@@ -116,6 +116,9 @@ double dt_plan_doc_attn_share(int T, int doc_len);
  * NULL: generated from plugin.pp_schedule). DT_ERR_ARG when the layout does not split. */
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *sched, dt_plan_time *out);
+/* Tokens a step trains on: train.batch_size x seq_len, or with buckets of clip shape the mean
+ * over their shares of the steps (dt_plan_step_time and dt_plan_step_flops are such means too). */
+double dt_plan_step_tokens(const dt_config *c);
 
 /* The contiguous cut of L layers (block[l]: seconds of layer l) into n chunks of at least one
  * layer each, the first chunk also carrying `first` seconds (the embedding) and the last

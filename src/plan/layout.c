@@ -6,7 +6,10 @@
  */
 #include "plan/layout.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "core/buckets.h"
 
 /* train.batch_size over the dp ranks, then into micro-batches: train.micro_batch_size or
  * plugin.microbatches (both: they must agree), neither: one micro-batch of every row. */
@@ -169,6 +172,32 @@ dt_status dt_layout_make_scheduled(const dt_config *c, int world, int rank,
         *sched = NULL;
     }
     return st;
+}
+
+dt_status dt_layout_make_buckets(const dt_config *c, int world, int rank, dt_layout *out,
+                                 int *n) {
+    dt_buckets bk;
+    *n = 0;
+    DT_TRY(dt_config_buckets(c, &bk));
+    for (int k = 0; k < bk.n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
+        dt_layout *l = &out[k];
+        dt_status st = dt_layout_make(&ck, world, rank, l);
+        if (st == DT_OK && l->pp > 1 && l->n_mb != out[0].n_mb)
+            st = dt_err_set(DT_ERR_ARG,
+                            "%d micro-batches a step, but bucket 0's %d: a pipeline runs one "
+                            "schedule, so every bucket needs the same count (set "
+                            "plugin.microbatches, or batches in one proportion to "
+                            "train.micro_batch_size)",
+                            l->n_mb, out[0].n_mb);
+        if (st != DT_OK) {
+            char name[64];
+            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
+                               dt_bucket_name(&bk.b[k], name, sizeof name));
+        }
+    }
+    *n = bk.n;
+    return DT_OK;
 }
 
 bool dt_layout_holds(const dt_layout *l, int unit) {

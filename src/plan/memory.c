@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buckets.h"
 #include "plan/layout.h"
 #include "plan/plan_impl.h"
 
@@ -512,9 +513,49 @@ static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local
     return max64(b, tied);
 }
 
+/* The run over buckets: bucket 0's prediction with the largest of every bucket's arenas,
+ * batch buffers and inbox buffer (the booster and the DiT size them so); the state and its
+ * events do not depend on the clip. */
+static dt_status memory_of_buckets(const dt_config *c, const dt_buckets *bk, int world, int rank,
+                                   const dt_plan_mem_opts *o, dt_plan_mem *out) {
+    int64_t comm_rest = 0, event = 0;
+    for (int k = 0; k < bk->n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
+        dt_plan_mem m;
+        dt_status st = dt_plan_memory(&ck, world, rank, o, &m);
+        if (st != DT_OK) {
+            char name[64];
+            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
+                               dt_bucket_name(&bk->b[k], name, sizeof name));
+        }
+        if (k == 0) {
+            *out = m;
+            comm_rest = m.cat[DT_MEM_COMM] - m.n_inbox * m.inbox_each;
+            event = m.cat[DT_MEM_TEMP] - m.temp_arena;
+            continue;
+        }
+        out->acts_arena = max64(out->acts_arena, m.acts_arena);
+        out->temp_arena = max64(out->temp_arena, m.temp_arena);
+        out->batch_in = max64(out->batch_in, m.batch_in);
+        out->batch_tg = max64(out->batch_tg, m.batch_tg);
+        out->inbox_each = max64(out->inbox_each, m.inbox_each);
+    }
+    out->cat[DT_MEM_ACTS] = out->acts_arena + out->batch_in + out->batch_tg;
+    out->cat[DT_MEM_COMM] = comm_rest + out->n_inbox * out->inbox_each;
+    out->cat[DT_MEM_TEMP] = out->temp_arena + event;
+    out->total = 0;
+    for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
+        out->total += out->cat[k];
+    return DT_OK;
+}
+
 dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,
                          dt_plan_mem *out) {
     memset(out, 0, sizeof *out);
+    dt_buckets bk;
+    DT_TRY(dt_config_buckets(c, &bk));
+    if (bk.n && c->model.arch == DT_ARCH_DIT)
+        return memory_of_buckets(c, &bk, world, rank, o, out);
     dt_plan_mem_opts none = {0};
     o = o ? o : &none;
     dt_layout l;
@@ -556,9 +597,10 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
                               .lp = s.lp,
                               .training = true};
         dt_plan_dit_arenas(&c->model, &r, &out->acts_arena, &out->temp_arena);
-        out->cat[DT_MEM_ACTS] = out->acts_arena + dt_plan_dit_batch_bytes(&c->model, batch_rows);
-        out->cat[DT_MEM_COMM] +=
-            n_inbox * dt_plan_dit_boundary_bytes(&c->model, s.mb, s.cp, s.sp, s.rows_split);
+        dt_plan_dit_batch_bytes(&c->model, batch_rows, &out->batch_in, &out->batch_tg);
+        out->cat[DT_MEM_ACTS] = out->acts_arena + out->batch_in + out->batch_tg;
+        out->inbox_each = dt_plan_dit_boundary_bytes(&c->model, s.mb, s.cp, s.sp, s.rows_split);
+        out->cat[DT_MEM_COMM] += n_inbox * out->inbox_each;
     } else {
         out->acts_arena = acts_arena(&s, n_slots, split);
         int64_t tokens = (int64_t)batch_rows * s.T_read * 4; /* int32 ids */

@@ -43,6 +43,8 @@ typedef struct dt_plan_mem {
     int64_t own_count;      /* floats of the arena this rank's ZeRO shard owns */
     int64_t n_full;         /* floats of the whole model's padded arena (checkpoints) */
     int64_t acts_arena, temp_arena; /* the carved activation and transient arenas */
+    int64_t batch_in, batch_tg;     /* a DiT's batch buffers of inputs and targets */
+    int64_t inbox_each;             /* one pipeline inbox buffer (a DiT's), bytes */
     /* What one block keeps for its backward per micro-batch (its saved tensors and its
      * output's residual position, the next block's input), in bytes per token of the
      * micro-batch, per hidden unit: Korthikanti et al. 2022's per-layer measure (34 + 5 a s / h
@@ -56,7 +58,10 @@ typedef struct dt_plan_mem {
 
 /* Predict rank `rank` of a `world`-rank run of c. DT_ERR_ARG naming the key when the layout
  * does not split (world, batch, micro-batches, stages); the model's own split rules (heads,
- * MLP width over tp and sp) are the caller's to check (dt_gpt_check_split). */
+ * MLP width over tp and sp) are the caller's to check (dt_gpt_check_split). With buckets of
+ * clip shape (data.buckets) the run holds, beside the one model, the largest of each bucket's
+ * activation and transient arenas, batch buffers and pipeline inbox (each bucket alone:
+ * dt_plan_memory of dt_config_of_bucket); a bucket that does not split is named. */
 dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_mem_opts *o,
                          dt_plan_mem *out);
 

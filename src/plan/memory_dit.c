@@ -327,9 +327,11 @@ static int64_t text_row(const dt_model_config *m) {
     return m->text_len > 0 ? 1 + (int64_t)m->text_len * (m->text_dim > 0 ? m->text_dim : 1) : 0;
 }
 
-int64_t dt_plan_dit_batch_bytes(const dt_model_config *m, int rows) {
+void dt_plan_dit_batch_bytes(const dt_model_config *m, int rows, int64_t *inputs,
+                             int64_t *targets) {
     int64_t clip = (int64_t)m->frames * m->channels * m->height * m->width;
-    return (int64_t)rows * (clip + 2 + text_row(m)) * F4 + (int64_t)rows * clip * F4;
+    *inputs = (int64_t)rows * (clip + 2 + text_row(m)) * F4;
+    *targets = (int64_t)rows * clip * F4;
 }
 
 int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp,

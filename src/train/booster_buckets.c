@@ -10,6 +10,8 @@
 #include "train/booster_impl.h"
 
 static dt_status wrap_bucket(dt_status st, const dt_buckets *bk, int k) {
+    if (st == DT_OK)
+        return DT_OK;
     char name[64];
     return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
                        dt_bucket_name(&bk->b[k], name, sizeof name));
@@ -27,26 +29,17 @@ dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s) {
                           "times differ from bucket to bucket, so no one cut is measured; "
                           "set train.rebalance_every=0 (plugin.pp_layers cuts by hand)",
                           s->rebalance_every);
-    b->bucket_lay = calloc((size_t)b->bk.n, sizeof *b->bucket_lay);
+    b->bucket_lay = calloc(DT_MAX_BUCKETS, sizeof *b->bucket_lay);
     if (!b->bucket_lay)
         return dt_err_set(DT_ERR_OOM, "booster: out of memory");
-    for (int k = 0; k < b->bk.n; k++) {
-        dt_config c = dt_config_of_bucket(&b->lay_cfg, &b->bk.b[k]);
-        dt_layout *l = &b->bucket_lay[k];
-        dt_status st = dt_layout_make(&c, b->world->size, b->world->rank, l);
-        if (st == DT_OK) {
-            dt_model_split ms = dt_model_split_of(&b->plugin, l->T);
-            st = dt_model_check_split(&c.model, &ms);
-        }
-        if (st == DT_OK && l->pp > 1 && l->n_mb != b->bucket_lay[0].n_mb)
-            st = dt_err_set(DT_ERR_ARG,
-                            "%d micro-batches a step, but bucket 0's %d: a pipeline runs one "
-                            "schedule, so every bucket needs the same count (set "
-                            "plugin.microbatches, or batches in one proportion to "
-                            "train.micro_batch_size)",
-                            l->n_mb, b->bucket_lay[0].n_mb);
-        if (st != DT_OK)
-            return wrap_bucket(st, &b->bk, k);
+    dt_config c = b->lay_cfg;
+    snprintf(c.data.buckets, sizeof c.data.buckets, "%s", s->buckets);
+    int n;
+    DT_TRY(dt_layout_make_buckets(&c, b->world->size, b->world->rank, b->bucket_lay, &n));
+    for (int k = 0; k < n; k++) { /* the model's own split rules, per clip */
+        dt_config ck = dt_config_of_bucket(&c, &b->bk.b[k]);
+        dt_model_split ms = dt_model_split_of(&b->plugin, b->bucket_lay[k].T);
+        DT_TRY(wrap_bucket(dt_model_check_split(&ck.model, &ms), &b->bk, k));
     }
     b->lay = b->bucket_lay[0];
     b->bucket = 0;

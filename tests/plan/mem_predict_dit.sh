@@ -3,7 +3,7 @@
 # layouts (dp x ZeRO 0-3, Ulysses sp, Megatron tp alone and with sp, pp and ZeRO-3, pipelines
 # under GPipe, 1F1B, interleaved and ZB-H1 (split backward), with dp and sp, Megatron-SP,
 # int8 activation storage, fp32 and bf16, micro-batches, activation checkpointing full / selective / every 2nd
-# block, a checkpoint save, optimizer offload, the ring, text) is trained for one step, and on every rank
+# block, a checkpoint save, optimizer offload, the ring, text, buckets of clip shape) is trained for one step, and on every rank
 # every memory category and the total must EQUAL the measured peak to the byte
 # (plan/memory_dit.c predicts the DiT's arenas, batch buffers and pipeline boundaries from
 # their carves; tests/plan/mem_check.py with tolerance 0).
@@ -75,4 +75,11 @@ case_ dit_text_tp2_split_gather_ac_full 2 "${text[@]}" --plugin.tp_size=2 $sg $(
 case_ dit_text_pp2_zbh1_sp2 4 "${text[@]}" $(pp zbh1 2) --plugin.sp_size=2
 case_ dit_text_int8_dp2_zero3 2 "${text[@]}" $int8 $(z 3)
 case_ dit_text_cp2_bf16 2 "${text[@]}" "${ring[@]}" $bf16
+# buckets of clip shape: the largest bucket's arenas, batch buffers and boundaries (the widest
+# clip, the most clips and the most tokens are three different buckets)
+bk=("--data.buckets=4x8x8:8:2, 2x12x16:4, 8x8x4:16" --train.steps=2)
+case_ dit_buckets 1 "${bk[@]}"
+case_ dit_buckets_pp2_1f1b_sp2_bf16 4 "${bk[@]}" $(pp 1f1b 2) --plugin.sp_size=2 $bf16
+case_ dit_buckets_text_tp2_dp2_zero3_selective 4 "${bk[@]}" "${text[@]}" --plugin.tp_size=2 \
+    $(z 3) $(ac selective)
 finish

@@ -206,4 +206,32 @@ rm -rf "$probe"
 import json, sys
 assert all(json.loads(l)["layout"]["plugin.act_offload"] == "none" for l in sys.stdin)
 ' && ok "no activations on disk for the DiT" || bad "DiT offered activations on disk"
+# buckets of clip shape: --explain gives each bucket alone (clip, batch, share, memory, time,
+# bytes); the run holds the largest of their arenas, so its total is at least each one's and
+# a budget that fits every bucket but the largest refuses the layout; the step time and tokens
+# are the means over the buckets' shares; a bucket a split cannot cut is named
+bkt=(--config "$src/configs/tiny-dit.ini" "--data.buckets=4x8x8:8:2, 2x12x16:4, 8x8x4:16"
+     --plugin.type=hybrid --plugin.sp_size=2)
+exp=$("$dtrain" plan "${bkt[@]}" --world 2 --explain)
+echo "$exp" | /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+b = d["buckets"]
+assert [x["clip"] for x in b] == [[4, 8, 8], [2, 12, 16], [8, 8, 4]], b
+assert [x["share"] for x in b] == [0.5, 0.25, 0.25] and [x["tokens"] for x in b] == [64, 96, 64], b
+total = d["predicted"]["total"]
+assert total >= max(x["total"] for x in b) and all(x["comm_bytes_sp"] > 0 for x in b), d
+mean = sum(x["share"] * x["step_ms"] for x in b)
+assert abs(d["predicted"]["step_ms"] - mean) < 2e-3, (d["predicted"]["step_ms"], mean)
+' && ok "explain: each bucket, the run over them" || bad "explain over buckets: $exp"
+small=$(echo "$exp" | /usr/bin/python3 -c '
+import json, sys
+b = json.loads(sys.stdin.read())["buckets"]
+print(sorted(x["total"] for x in b)[-2] + 1)')
+out=$("$dtrain" plan "${bkt[@]}" --world 2 --mem "$small" --plugin.precision=fp32       --plugin.ac=none --plugin.zero_stage=0 --plugin.act_compress=none       --plugin.offload=none --train.micro_batch_size=0 --plugin.microbatches=0 2>&1)
+echo "$out" | grep -q "no layout fits" && ok "the largest bucket decides what fits" ||
+    bad "a layout whose largest bucket does not fit: $out"
+out=$("$dtrain" plan "${bkt[@]}" --world 4 --plugin.sp_size=4 --explain 2>&1)
+echo "$out" | grep -q "data.buckets: bucket 1, 2x12x16 (batch 4)" &&
+    ok "a bucket the split cannot cut is named" || bad "bucket split: $out"
 exit $fail
