@@ -36,6 +36,7 @@ static const command_help commands[] = {
      "       dtrain prepare --video DIR --out DIR [--frames 8] [--height 32] [--width 32]\n"
      "                      [--fps 8] [--clips-per-video N] [--val-fraction 0.1]\n"
      "                      [--shard-mb 256]\n"
+     "       dtrain prepare --video DIR --out DIR --buckets \"FxHxW:B[:W], ...\" [--fps 8] ...\n"
      "\n"
      "Byte-level tokenisation of a text file (or every file under DIR) into DIR/train.bin and\n"
      "DIR/val.bin; the last --val-fraction of the tokens (in (0, 1)) go to val.bin. With\n"
@@ -47,7 +48,9 @@ static const command_help commands[] = {
      "cut about the centre to --height x --width, as clips of --frames frames with the\n"
      "caption of FILE.txt beside each FILE, into DIR/train and DIR/val (the last\n"
      "--val-fraction of the files): shards for data.source = clips. Files it cannot read\n"
-     "are skipped, counted, and the first named with its reason.\n"},
+     "are skipped, counted, and the first named with its reason. With --buckets (the list\n"
+     "data.buckets takes), each file's clips take its nearest bucket's shape (aspect ratio,\n"
+     "then a length it fills, then frame size) into DIR/train/FxHxW and DIR/val/FxHxW.\n"},
     {"sample", "generate text or video clips from weights",
      "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
      "                     [--temperature 0.8] [--seed 1] [--tokenizer FILE] [--raw]\n"

@@ -213,6 +213,35 @@ fail:
     return st;
 }
 
+dt_status dt_video_probe(const char *path, dt_video_info *out) {
+    *out = (dt_video_info){0};
+    av_log_set_level(AV_LOG_QUIET);
+    reader r = {.path = path};
+    AVFormatContext *fmt = NULL;
+    int e = avformat_open_input(&fmt, path, NULL, NULL);
+    dt_status st = e < 0 ? av_fail(&r, "not a video FFmpeg reads", e) : DT_OK;
+    if (st == DT_OK && (e = avformat_find_stream_info(fmt, NULL)) < 0)
+        st = av_fail(&r, "no stream information", e);
+    int k = st == DT_OK ? av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0) : -1;
+    if (st == DT_OK && k < 0)
+        st = av_fail(&r, "no video stream", k);
+    if (st == DT_OK) {
+        const AVStream *v = fmt->streams[k];
+        AVRational sar = v->codecpar->sample_aspect_ratio;
+        double w = v->codecpar->width * (sar.num > 0 && sar.den > 0 ? av_q2d(sar) : 1.0);
+        out->width = (int)lround(w);
+        out->height = v->codecpar->height;
+        if (v->duration > 0 && v->duration != AV_NOPTS_VALUE)
+            out->seconds = (double)v->duration * av_q2d(v->time_base);
+        else if (fmt->duration > 0 && fmt->duration != AV_NOPTS_VALUE)
+            out->seconds = (double)fmt->duration / AV_TIME_BASE;
+        if (out->width < 1 || out->height < 1)
+            st = dt_err_set(DT_ERR_FORMAT, "%s: its video has no frame size", path);
+    }
+    avformat_close_input(&fmt);
+    return st;
+}
+
 dt_status dt_video_clips(const char *path, const dt_video_spec *spec, dt_video_clip_fn fn,
                          void *ctx, dt_video_counts *counts) {
     *counts = (dt_video_counts){0};

@@ -35,4 +35,13 @@ typedef struct dt_video_counts {
 dt_status dt_video_clips(const char *path, const dt_video_spec *spec, dt_video_clip_fn fn,
                          void *ctx, dt_video_counts *counts);
 
+/* What a file holds, from its header: the first video stream's frame size (pixels; the sample
+ * aspect ratio applied to the width) and its length in seconds (0: not recorded). DT_ERR_FORMAT
+ * as dt_video_clips for a file FFmpeg does not read or without a video stream. */
+typedef struct dt_video_info {
+    int width, height;
+    double seconds;
+} dt_video_info;
+dt_status dt_video_probe(const char *path, dt_video_info *out);
+
 #endif

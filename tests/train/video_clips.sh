@@ -16,6 +16,10 @@
 # - Text: a model with text trains on the clips' captions (byte encoder) and on latents'
 #   text embeddings (F16, 0..3 tokens a clip); tp2, sp2 and dp2 ZeRO-3 give the one process's
 #   losses and weights (1e-5); sample --prompt runs on it, and is refused for embeddings.
+# - Buckets: prepare --video --buckets puts each file's clips at its nearest bucket (the
+#   portrait webm at 4x16x12, the files long enough for 12 frames at 12x16x16, the short
+#   held-out file at 4x16x16), OUT/train/FxHxW; data.buckets trains on them, tp2 and dp2
+#   ZeRO-2 equal to one process; a bucket with no clips is named on every rank.
 # - A clip shape that is not the model's, a model with classes, a missing folder, text
 #   settings the data cannot feed: one error on every rank.
 #   video_clips.sh DTRAIN SRC_DIR
@@ -112,6 +116,26 @@ ran lat4t 1 "${four[@]}" --data.train=lat4t --model.text_len=4 --model.text_dim=
         lat4t.jsonl lat4t.safetensors lat4ttp.jsonl lat4ttp.safetensors 1e-5
 check "a prompt for a model of text embeddings refused" bash -c "! '$dtrain' sample --checkpoint lat4t.safetensors --out s.safetensors --prompt hi 2> e.txt && grep -q 'precomputed text embeddings' e.txt"
 
+# buckets of clip shape from files: each file's nearest bucket
+"$dtrain" prepare --video videos --out bclips --buckets "4x16x16:4, 4x16x12:2, 12x16x16:2" \
+    --fps 8 --val-fraction 0.12 > bprep.log 2>&1
+check "prepare --buckets: the portrait file at 4x16x12" \
+    grep -q "bclips/train/4x16x12: 3 clips of 4 frames of 16x12 at 8 fps from 1 files" bprep.log
+check "prepare --buckets: the 2 s files at 12 frames" \
+    grep -q "bclips/train/12x16x16: 3 clips of 12 frames of 16x16 at 8 fps from 3 files" bprep.log
+check "prepare --buckets: the 1 s held-out file at 4 frames" \
+    grep -q "bclips/val/4x16x16: 2 clips of 4 frames of 16x16 at 8 fps from 1 files" bprep.log
+check "prepare --buckets with --frames refused" bash -c "! '$dtrain' prepare --video videos --out x --buckets 4x8x8:2 --frames 4 2> e.txt && grep -q 'leave out' e.txt"
+bk=(--data.train=bclips/train "--data.buckets=4x16x12:2, 12x16x16:2" --train.batch_size=2)
+ran bref 1 "${bk[@]}" && mv bref.jsonl ref_b.jsonl && mv bref.safetensors ref_b.safetensors &&
+    grep -q "clip 12x16x16 x 2" bref.log && grep -q "clip 4x16x12 x 2" bref.log &&
+    for l in "tp2 --plugin.tp_size=2" "dp2 --plugin.zero_stage=2"; do
+        set -- $l
+        ran "b$1" 2 "${bk[@]}" "$2" && check "buckets from files: $1 equivalence" \
+            $py "$src/tests/train/compare_runs.py" ref_b.jsonl ref_b.safetensors "b$1.jsonl" \
+            "b$1.safetensors" 1e-5
+    done
+
 # bad input: one error on every rank
 bad() { # NAME WANT ARGS...: fails on 2 ranks, each saying WANT
     local name=$1 want=$2; shift 2
@@ -125,4 +149,6 @@ bad textdim "the model's byte encoder reads" --model.text_len=8 --model.text_dim
 bad textwidth "text embeddings of 3 tokens x 8" "${four[@]}" --data.train=lat4t \
     --model.text_len=4 --model.text_dim=6
 bad notext "without text embeddings" "${four[@]}" --model.text_len=4 --model.text_dim=8
+bad nobucketclips "bucket 0, 4x16x16 (batch 2): data.train: bclips/train/4x16x16 holds no" \
+    "${bk[@]}" "--data.buckets=4x16x16:2, 4x16x12:2"
 finish
