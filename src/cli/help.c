@@ -55,7 +55,8 @@ static const command_help commands[] = {
      "usage: dtrain sample --checkpoint PATH [--prompt TEXT] [--tokens 300]\n"
      "                     [--temperature 0.8] [--seed 1] [--tokenizer FILE] [--raw]\n"
      "       dtrain sample --checkpoint PATH --out FILE.gif|FILE.safetensors [--steps 32]\n"
-     "                     [--count 4] [--label L] [--guidance G] [--seed 1] [--raw]\n"
+     "                     [--count 4] [--label L] [--guidance G] [--clip FxHxW] [--seed 1]\n"
+     "                     [--raw]\n"
      "\n"
      "Generates --tokens tokens after --prompt from a checkpoint step folder or an exported\n"
      ".safetensors file (train.export), on one process; --tokenizer FILE (what prepare read)\n"
@@ -65,7 +66,9 @@ static const command_help commands[] = {
      "that made the training latents). Clip k gets class k % n_classes, or --label L for all;\n"
      "--guidance G > 0 applies classifier-free guidance of that scale. Either samples the\n"
      "weights' average where the run kept one (train.ema_decay: in the step folder, or\n"
-     "exported beside the file as NAME.ema.safetensors); --raw the weights themselves.\n"},
+     "exported beside the file as NAME.ema.safetensors); --raw the weights themselves.\n"
+     "--clip FxHxW samples clips of that shape (one of a run's data.buckets; the model's\n"
+     "positions are fixed, so its weights serve any clip its patches cut).\n"},
     {"schedule", "print or check a pipeline schedule",
      "usage: dtrain schedule --pp P --microbatches M --kind gpipe|1f1b|interleaved|zbh1\n"
      "                       [--chunks V] [--stats]\n"

@@ -233,7 +233,7 @@ static int cmd_prepare(int argc, char **argv) {
 
 /* the clip options of dtrain sample --out, when given without --out: the one they need */
 static const char *clip_option_without_out(int argc, char **argv) {
-    static const char *const clip[] = {"--steps", "--label", "--count", "--guidance"};
+    static const char *const clip[] = {"--steps", "--label", "--count", "--guidance", "--clip"};
     for (int i = 2; i < argc; i++)
         for (size_t k = 0; k < sizeof clip / sizeof *clip; k++)
             if (!strncmp(argv[i], clip[k], strlen(clip[k])) &&
@@ -245,6 +245,16 @@ static const char *clip_option_without_out(int argc, char **argv) {
 /* Limits on what `dtrain sample` is asked for, so no request runs for days: tokens and Euler
  * steps well past any use, clips to a GIF sheet. */
 enum { MAX_SAMPLE_TOKENS = 1 << 20, MAX_SAMPLE_STEPS = 10000, MAX_SAMPLE_CLIPS = 1024 };
+
+/* --clip FxHxW: the clip shape to sample */
+static bool parse_clip(const char *v, dt_sample_clip_opts *o) {
+    char end;
+    if (sscanf(v, "%dx%dx%d%c", &o->frames, &o->height, &o->width, &end) != 3 || o->frames < 1 ||
+        o->height < 1 || o->width < 1 || o->frames > 4096 || o->height > 8192 || o->width > 8192)
+        return dt_err_set(DT_ERR_ARG, "--clip %s is not FRAMESxHEIGHTxWIDTH (e.g. 8x24x24)", v),
+               false;
+    return true;
+}
 
 static int cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL, *tokenizer = NULL, *v;
@@ -280,6 +290,8 @@ static int cmd_sample(int argc, char **argv) {
             clips.has_label = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--count")))
             ok = dt_cli_int("--count", v, 1, MAX_SAMPLE_CLIPS, &n), clips.count = (int)n;
+        else if ((v = dt_cli_option(argc, argv, &i, "--clip")))
+            ok = parse_clip(v, &clips);
         else if ((v = dt_cli_option(argc, argv, &i, "--guidance")))
             ok = dt_cli_real("--guidance", v, 0, 100, &x), clips.guidance = (float)x;
         else if (!strcmp(argv[i], "--raw"))
@@ -287,7 +299,8 @@ static int cmd_sample(int argc, char **argv) {
         else {
             static const char *const with_value[] = {
                 "--checkpoint", "--prompt", "--tokenizer", "--tokens", "--temperature", "--seed",
-                "--out",        "--steps",  "--label",     "--count",  "--guidance",    NULL};
+                "--out",        "--steps",  "--label",     "--count",  "--guidance",
+                "--clip",       NULL};
             dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }

@@ -358,6 +358,26 @@ fail:
     return st;
 }
 
+/* The loaded DiT as a model of another clip shape (a DiT's weights serve any clip cut into
+ * its patches: positions are fixed, not learned); *g is replaced. */
+static dt_status reshape(const dt_sample_clip_opts *o, dt_mem *mem, dt_model **g) {
+    dt_model_config m = *dt_model_cfg(*g);
+    if (o->frames <= 0 || (o->frames == m.frames && o->height == m.height && o->width == m.width))
+        return DT_OK;
+    m.frames = o->frames, m.height = o->height, m.width = o->width;
+    DT_TRY(dt_config_validate_model(&m, "--clip"));
+    dt_config c = {.model = m};
+    dt_config_derive(&c);
+    dt_model *r = NULL;
+    dt_model_opts opts = {.B = o->count, .T = c.train.seq_len, .precision = DT_PREC_FP32};
+    DT_TRY(dt_model_create(&c.model, &opts, mem, &r));
+    memcpy(dt_model_weights(r), dt_model_weights(*g),
+           (size_t)dt_model_numel(r) * sizeof(float));
+    dt_model_free(*g);
+    *g = r;
+    return DT_OK;
+}
+
 dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     if (o->steps < 1 || o->count < 1 || o->count > DT_SAMPLE_MAX_CLIPS)
         return dt_err_set(DT_ERR_ARG, "sample: --steps %d must be >= 1 and --count %d in 1..%d",
@@ -371,6 +391,8 @@ dt_status dt_sample_clips_run(const dt_sample_clip_opts *o) {
     dt_status st;
     DT_TRY_GOTO(dt_mem_init(&mem));
     DT_TRY_GOTO(load_model(o->checkpoint, o->raw, o->count, 0, mem, &g));
+    if (g->ops->predict)
+        DT_TRY_GOTO(reshape(o, mem, &g));
     const dt_model_config *m = dt_model_cfg(g);
     if (!g->ops->predict) {
         st = dt_err_set(DT_ERR_ARG, "--out %s: checkpoint %s holds a %s model, which makes "

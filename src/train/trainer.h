@@ -54,6 +54,7 @@ typedef struct dt_sample_clip_opts {
     bool raw; /* the weights, not their average (train.ema_decay) where one was kept */
     float guidance;
     uint64_t seed;
+    int frames, height, width; /* the clip to sample (a bucket's); 0: the checkpoint's */
 } dt_sample_clip_opts;
 dt_status dt_sample_clips_run(const dt_sample_clip_opts *opts);
 

@@ -6,6 +6,8 @@
 #   selective checkpointing, ZeRO-3 with full checkpointing, a 2-stage 1F1B pipeline, ZB-H1 x
 #   sp2, the ring (cp2, contiguous). Each step's bucket is the same in every layout.
 # - A checkpoint at step 2 resumes in another layout and continues as the straight run.
+# - dtrain sample --clip samples a bucket's shape (and any other the patches cut) from the
+#   exported weights; a clip the patches do not cut is refused.
 # - A bucket that does not cut into patches, a malformed list, a bucket whose tokens a split
 #   cannot divide, a pipeline whose buckets need different micro-batch counts, the stage
 #   rebalancer and buckets on a GPT: one error naming the bucket (or key), on every rank.
@@ -43,6 +45,19 @@ ran ck_tp2 2 --plugin.tp_size=2 "${ck[@]}" && rm -rf ck/step-4 ck/step-6 &&
     check "resumed at step 2 continues as the straight run" /usr/bin/python3 \
         "$src/tests/train/compare_runs.py" <(tail -n 4 ref.jsonl) ref.safetensors ck_one.jsonl \
         ck_one.safetensors 1e-5
+
+# sampling a bucket's clip shape
+check "sample --clip 2x12x16" "$dtrain" sample --checkpoint ref.safetensors --out s.safetensors \
+    --clip 2x12x16 --count 3 --steps 3
+check "the samples are 3 clips of 2x12x16" /usr/bin/python3 - "$src/tests/models" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import st
+x = st.read_safetensors("s.safetensors")[0]["latents"]
+assert x.shape == (3, 3, 2, 12, 16) and np.isfinite(x).all(), x.shape
+PY
+check "sample --clip the patches do not cut refused" bash -c "! '$dtrain' sample --checkpoint ref.safetensors --out s.gif --clip 2x13x16 2> e.txt && grep -q 'model.height=13 is not a multiple' e.txt"
 
 refused() { # NAME NP PATTERN ARGS...: every rank names the problem
     local name=$1 np=$2 pattern=$3; shift 3

@@ -136,6 +136,23 @@ ran bref 1 "${bk[@]}" && mv bref.jsonl ref_b.jsonl && mv bref.safetensors ref_b.
             "b$1.safetensors" 1e-5
     done
 
+# latents over buckets: the team's latent shards, a folder per latent shape
+mkdir -p latb && cp -r lat4 latb/4x8x8 && $py - "$src/tests/models" <<'PY'
+import os, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import st
+os.makedirs("latb/2x8x12", exist_ok=True)
+x = np.random.RandomState(3).randn(5, 4, 2, 8, 12).astype(np.float32)
+st.write_safetensors("latb/2x8x12/part-0.safetensors", {"latents": x})
+PY
+lb=("${four[@]}" --data.train=latb "--data.buckets=4x8x8:2, 2x8x12:2" --train.batch_size=2)
+ran latb 1 "${lb[@]}" && mv latb.jsonl ref_lb.jsonl && mv latb.safetensors ref_lb.safetensors &&
+    grep -q "clip 2x8x12 x 2" latb.log && grep -q "clip 4x8x8 x 2" latb.log &&
+    ran latbsp 2 "${lb[@]}" --plugin.sp_size=2 &&
+    check "latents over buckets: sp2 equivalence" $py "$src/tests/train/compare_runs.py" \
+        ref_lb.jsonl ref_lb.safetensors latbsp.jsonl latbsp.safetensors 1e-5
+
 # bad input: one error on every rank
 bad() { # NAME WANT ARGS...: fails on 2 ranks, each saying WANT
     local name=$1 want=$2; shift 2
