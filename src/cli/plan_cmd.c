@@ -56,15 +56,6 @@ static int usage(void) {
 /* One candidate: its config, its predictions. */
 /* ---- output ------------------------------------------------------------------------------ */
 
-static int by_rank(const void *a, const void *b) {
-    const dt_plan_cand *x = a, *y = b;
-    if (x->fits != y->fits)
-        return x->fits ? -1 : 1;
-    if (x->fits && x->step_s != y->step_s)
-        return x->step_s < y->step_s ? -1 : 1;
-    return x->total < y->total ? -1 : x->total > y->total;
-}
-
 static void layout_text(const dt_plan_cand *x, char *buf, size_t n) {
     const dt_plugin_config *p = &x->c.plugin;
     size_t k = (size_t)snprintf(buf, n, "dp%d", x->dp);
@@ -161,10 +152,7 @@ static void print_json(const dt_plan_cand *v, int n, int top) {
 
 static void print_nothing_fits(const dt_plan_cands *l, int64_t mem, const dt_config *base,
                                int world) {
-    const dt_plan_cand *best = NULL;
-    for (int i = 0; i < l->n; i++)
-        if (!best || l->v[i].total < best->total)
-            best = &l->v[i];
+    const dt_plan_cand *best = l->seen ? &l->smallest : NULL;
     if (!best) { /* say why: the layout as configured, else plain data parallelism */
         dt_schedule *own;
         dt_status st = dt_cli_plan_check_layout(base, world, NULL, false, &own);
@@ -555,14 +543,14 @@ static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
     }
     if (a.explain)
         return explain(&a.cfg, a.world, a.rank, &dev, mem);
-    dt_plan_cands l = {0};
+    dt_plan_cands l = {.keep = a.top};
     st = dt_cli_plan_search(&a.cfg, a.world, &dev, mem, &a.pinned, &l);
     if (st != DT_OK) {
         free(l.v);
         dt_error("%s", dt_err_msg());
         return 1;
     }
-    qsort(l.v, (size_t)l.n, sizeof *l.v, by_rank);
+    dt_cli_plan_rank(&l);
     st = dt_cli_plan_time(l.v, l.n < a.top ? l.n : a.top, a.world, &dev);
     if (st != DT_OK) {
         free(l.v);

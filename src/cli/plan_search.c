@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli/plan_auto.h"
-#include "core/grow.h"
 #include "models/model.h"
 #include "core/buckets.h"
 #include "plan/layout.h"
@@ -15,12 +14,38 @@
 #include "plan/mesh.h"
 #include "plan/stages.h"
 
-static dt_status push(dt_plan_cands *l, const dt_plan_cand *x) {
-    dt_plan_cand *v = dt_grow(l->v, &l->cap, l->n, sizeof *v, 256);
-    if (!v)
-        return dt_err_set(DT_ERR_OOM, "plan: out of memory");
-    l->v = v;
+int dt_cli_plan_rank_cmp(const void *a, const void *b) {
+    const dt_plan_cand *x = a, *y = b;
+    if (x->fits != y->fits)
+        return x->fits ? -1 : 1;
+    if (x->fits && x->step_s != y->step_s)
+        return x->step_s < y->step_s ? -1 : 1;
+    if (x->total != y->total)
+        return x->total < y->total ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+void dt_cli_plan_rank(dt_plan_cands *l) {
+    qsort(l->v, (size_t)l->n, sizeof *l->v, dt_cli_plan_rank_cmp);
+    if (l->n > l->keep)
+        l->n = l->keep;
+}
+
+static dt_status push(dt_plan_cands *l, dt_plan_cand *x) {
+    x->order = l->seen++;
+    if (x->order == 0 || x->total < l->smallest.total)
+        l->smallest = *x;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        dt_plan_cand *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return dt_err_set(DT_ERR_OOM, "plan: out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
     l->v[l->n++] = *x;
+    if (l->n >= 2 * l->keep + 64) /* the worse half can never be shown */
+        dt_cli_plan_rank(l);
     return DT_OK;
 }
 
@@ -60,12 +85,15 @@ dt_status dt_cli_plan_check_layout(const dt_config *c, int world, const dt_sched
     dt_buckets bk;
     DT_TRY(dt_config_buckets(c, &bk));
     /* over buckets the run never takes the config's own clip: bucket 0's schedule is theirs */
-    dt_config first = bk.n ? dt_config_of_bucket(c, &bk.b[0]) : *c;
+    dt_config first;
+    if (bk.n)
+        first = dt_config_of_bucket(c, &bk.b[0]);
+    const dt_config *run = bk.n ? &first : c;
     dt_layout l;
     const dt_schedule *s;
-    DT_TRY(dt_layout_make_scheduled(&first, world, 0, given, &l, &s, own));
-    dt_model_split ms = dt_model_split_of(p, first.train.seq_len);
-    DT_TRY(dt_model_check_split(&first.model, &ms));
+    DT_TRY(dt_layout_make_scheduled(run, world, 0, given, &l, &s, own));
+    dt_model_split ms = dt_model_split_of(p, run->train.seq_len);
+    DT_TRY(dt_model_check_split(&run->model, &ms));
     dt_sched_limits lim = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
     return given && !trusted ? dt_err_wrap(dt_sched_validate(given, &lim), "plugin.pp_schedule=%s",
                                            p->pp_schedule)
@@ -119,12 +147,18 @@ dt_status dt_cli_plan_time(dt_plan_cand *v, int n, int world, const dt_plan_devi
 
 /* ---- enumeration ------------------------------------------------------------------------ */
 
-/* The schedule of the candidates in hand: the memory levers share one (it depends only on
- * pp, micro-batches, chunks and the kind), so it is generated once for all of them. */
-typedef struct sched_cache {
+/* The schedules of the candidates in hand: the memory levers share one (it depends only on
+ * pp, micro-batches, chunks and the kind), and other splits with the same pipeline and
+ * data-parallel degree meet it again, so the last SCHED_CACHE generated are kept. */
+enum { SCHED_CACHE = 16 };
+typedef struct sched_entry {
     dt_schedule *s;
     int pp, n_mb, v;
     char kind[sizeof((dt_plugin_config *)0)->pp_schedule];
+} sched_entry;
+typedef struct sched_cache {
+    sched_entry e[SCHED_CACHE];
+    int next; /* the entry the next schedule replaces */
 } sched_cache;
 
 typedef struct space {
@@ -158,23 +192,33 @@ static bool keeps_pins(const space *sp, const dt_config *c) {
     return true;
 }
 
-/* The cached schedule when it is x's (NULL: none yet, or x has no pipeline). */
+/* The cached schedule that is x's (NULL: none yet, or x has no pipeline). */
 static const dt_schedule *cached_schedule(const space *sp, const dt_plan_cand *x) {
     const dt_plugin_config *p = &x->c.plugin;
-    const sched_cache *k = sp->cache;
     dt_layout l;
-    if (p->pp_size < 2 || !k->s || dt_layout_make(&x->c, sp->world, 0, &l) != DT_OK)
+    if (p->pp_size < 2 || dt_layout_make(&x->c, sp->world, 0, &l) != DT_OK)
         return NULL;
-    bool same = k->pp == l.pp && k->n_mb == l.n_mb && k->v == l.stages.v &&
-                !strcmp(k->kind, p->pp_schedule);
-    return same ? k->s : NULL;
+    for (int i = 0; i < SCHED_CACHE; i++) {
+        const sched_entry *k = &sp->cache->e[i];
+        if (k->s && k->pp == l.pp && k->n_mb == l.n_mb && k->v == l.stages.v &&
+            !strcmp(k->kind, p->pp_schedule))
+            return k->s;
+    }
+    return NULL;
 }
 
 static void cache_schedule(const space *sp, const dt_plan_cand *x, dt_schedule *s) {
-    sched_cache *k = sp->cache;
+    sched_cache *c = sp->cache;
+    sched_entry *k = &c->e[c->next];
+    c->next = (c->next + 1) % SCHED_CACHE;
     dt_sched_free(k->s);
-    *k = (sched_cache){.s = s, .pp = s->pp, .n_mb = s->n_mb, .v = s->n_chunks};
+    *k = (sched_entry){.s = s, .pp = s->pp, .n_mb = s->n_mb, .v = s->n_chunks};
     snprintf(k->kind, sizeof k->kind, "%s", x->c.plugin.pp_schedule);
+}
+
+static void free_cache(sched_cache *c) {
+    for (int i = 0; i < SCHED_CACHE; i++)
+        dt_sched_free(c->e[i].s);
 }
 
 static dt_status consider(const space *sp, dt_plan_cand *x) {
@@ -189,7 +233,12 @@ static dt_status consider(const space *sp, dt_plan_cand *x) {
     sched = own ? own : sched;
     x->dp = sp->world / dt_cli_plan_replica_ranks(&x->c.plugin);
     dt_status st = predict(x, sp->world, sp->dev, sp->mem, sched);
-    return st == DT_OK ? push(sp->out, x) : DT_OK;
+    if (st != DT_OK)
+        return DT_OK;
+    if (!memcmp(&x->c.plugin, &sp->base->plugin, sizeof x->c.plugin) &&
+        !memcmp(&x->c, sp->base, sizeof *sp->base))
+        sp->out->base_seen = true;
+    return push(sp->out, x);
 }
 
 /* ZeRO stage z with the plugin.type that runs it: a pinned type keeps its own stage (zero1-3;
@@ -389,9 +438,8 @@ static dt_status enumerate(const space *sp) {
                         DT_TRY(schedules(sp, &x, W / model));
                     }
                 }
-    for (int i = 0; i < sp->out->n; i++)
-        if (!memcmp(&sp->out->v[i].c, sp->base, sizeof *sp->base))
-            return DT_OK;
+    if (sp->out->base_seen)
+        return DT_OK;
     dt_plan_cand given = {.c = *sp->base};
     return consider(sp, &given);
 }
@@ -407,6 +455,6 @@ dt_status dt_cli_plan_search(const dt_config *base, int world, const dt_plan_dev
                 .pinned = pinned,
                 .cache = &cache};
     dt_status st = enumerate(&sp);
-    dt_sched_free(cache.s);
+    free_cache(&cache);
     return st;
 }

@@ -20,12 +20,25 @@ typedef struct dt_plan_cand {
     int64_t cat[DT_MEM_CAT_COUNT], total; /* the largest rank's (over pipeline stages) */
     double step_s; /* NAN until timed: the search times only what fits (dt_cli_plan_time) */
     bool fits;
+    int64_t order; /* the search's count when it was found: equal ranks keep this order */
 } dt_plan_cand;
 
+/* The candidates the search keeps: the best `keep` in rank order (dt_cli_plan_rank_cmp; at
+ * most 2 keep + 64 held while searching: a candidate is 8 KiB and a search finds 10^5), the
+ * one of least memory among all (the first of equals), and how many there were. */
 typedef struct dt_plan_cands {
     dt_plan_cand *v;
-    int n, cap;
+    int n, cap, keep; /* keep: set by the caller, > 0 */
+    int64_t seen;
+    dt_plan_cand smallest;
+    bool base_seen; /* the configuration as given was among them */
 } dt_plan_cands;
+
+/* Rank order: what fits first, by step time (ties: less memory); what does not, by memory;
+ * then the order found. */
+int dt_cli_plan_rank_cmp(const void *a, const void *b);
+/* out's candidates sorted in rank order, the best out->keep of them kept. */
+void dt_cli_plan_rank(dt_plan_cands *out);
 
 enum { DT_PLAN_MAX_PINS = 32 };
 
@@ -45,7 +58,8 @@ dt_status dt_cli_plan_check_layout(const dt_config *c, int world, const dt_sched
 /* ranks of one model replica: every split but data parallelism */
 int dt_cli_plan_replica_ranks(const dt_plugin_config *p);
 /* Every layout of base on `world` ranks that keeps the pinned keys, predicted, into *out
- * (unsorted; the caller frees out->v). The configuration as given is always among them. */
+ * (out->keep set; unsorted: dt_cli_plan_rank; the caller frees out->v). The configuration as
+ * given is always among them. */
 dt_status dt_cli_plan_search(const dt_config *base, int world, const dt_plan_device *dev,
                              int64_t mem, const dt_plan_pins *pinned, dt_plan_cands *out);
 /* The step time of candidates [0, n) not yet timed (those that do not fit: ranked by memory,

@@ -391,8 +391,8 @@ static int pipeline_sends(const dt_schedule *s, int rank) {
 }
 
 /* The bytes of every comm over one step of layout l (its schedule sched when pp > 1). */
-static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_schedule *sched,
-                           dt_plan_comm *out) {
+/* The ledger's view of rank l of a run of c. */
+static ledger ledger_make(const dt_config *c, const dt_layout *l, dt_plan_comm *out) {
     const dt_model_config *m = &c->model;
     const dt_plugin_config *p = &c->plugin;
     int tp = l->tp, nkv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
@@ -430,6 +430,25 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     g.P = (int64_t)m->channels * m->patch_t * m->patch_h * m->patch_w;
     g.Lt = g.dit ? m->text_len : 0;
     memcpy(g.held, l->held, sizeof g.held);
+    g.first = g.held[0];
+    g.last = g.held[g.L + 1];
+    return g;
+}
+
+/* The rank's parameter arena: its units' padded sizes, where each starts, its ZeRO shard. */
+static arena arena_of(const dt_config *c, const ledger *g) {
+    arena a = {0};
+    a.U = dt_plan_local_units(&c->model, g->tp, g->held, a.size);
+    for (int u = 0; u < a.U; u++)
+        a.first[u] = a.n, a.n += a.size[u];
+    a.S = ((a.n + g->grad_p - 1) / g->grad_p + 15) / 16 * 16;
+    return a;
+}
+
+static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_schedule *sched,
+                           dt_plan_comm *out) {
+    const dt_plugin_config *p = &c->plugin;
+    ledger g = ledger_make(c, l, out);
     int sends = 0;
     /* The block of each of this rank's chunks whose forward a micro-batch may find still in
      * the shared set (dt_plan_fresh_block; -1: none), and whether micro-batch k does:
@@ -454,13 +473,7 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
         chunk[0] = -1;
         block[n_fresh++] = dt_plan_fresh_block(p, 0, g.L + 2, g.L);
     }
-    g.first = g.held[0];
-    g.last = g.held[g.L + 1];
-    arena a = {0};
-    a.U = dt_plan_local_units(m, tp, g.held, a.size);
-    for (int u = 0; u < a.U; u++)
-        a.first[u] = a.n, a.n += a.size[u];
-    a.S = ((a.n + g.grad_p - 1) / g.grad_p + 15) / 16 * 16;
+    arena a = arena_of(c, &g);
     /* micro-batches alike (the same reruns skipped) move the same bytes: the first of a run
      * of them is counted, the others add its difference */
     bool skip[DT_MAX_CHUNKS] = {0}, was[DT_MAX_CHUNKS] = {0};
@@ -494,7 +507,7 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     out->grad_known = !(g.pp > 1 && g.zero == 3);
     if (out->grad_known)
         grad_step(&g, c, &a);
-    tp_op(&g, allreduce(tp, 8)); /* the gradient norm over tp (and pp) */
+    tp_op(&g, allreduce(g.tp, 8)); /* the gradient norm over tp (and pp) */
     /* DiT: and silu(c), with text the text sequences and their counts */
     int64_t boundary =
         (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4 + (g.Lt ? (g.B * g.Lt * g.C + g.B) * 4 : 0);
@@ -512,4 +525,20 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     dt_status st = ledger_of(c, &l, sched, out);
     dt_sched_free(own);
     return st;
+}
+
+dt_status dt_plan_comm_grad_bytes(const dt_config *c, int world, int rank,
+                                  const dt_schedule *given, dt_plan_comm *out) {
+    memset(out, 0, sizeof *out);
+    dt_layout l;
+    const dt_schedule *sched;
+    dt_schedule *own;
+    DT_TRY(dt_layout_make_scheduled(c, world, rank, given, &l, &sched, &own));
+    dt_sched_free(own);
+    ledger g = ledger_make(c, &l, out);
+    arena a = arena_of(c, &g);
+    out->grad_known = !(g.pp > 1 && g.zero == 3);
+    if (out->grad_known)
+        grad_step(&g, c, &a);
+    return DT_OK;
 }

@@ -445,7 +445,7 @@ static dp_traffic dp_traffic_of(const work *w, int world, int rank, const dt_sch
                                 double n) {
     dp_traffic t = {0};
     dt_plan_comm led;
-    if (dt_plan_comm_bytes(w->c, world, rank, sched, &led) == DT_OK && led.grad_known) {
+    if (dt_plan_comm_grad_bytes(w->c, world, rank, sched, &led) == DT_OK && led.grad_known) {
         t.gather_bytes = (double)led.grad_gather;
         t.gather_calls = led.calls_grad_gather;
         t.reduce_bytes = (double)(led.grad - led.grad_gather);

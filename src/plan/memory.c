@@ -98,10 +98,11 @@ static int64_t unit_floats(const dt_model_config *m, int u, int tp) {
 
 int dt_plan_local_units(const dt_model_config *m, int tp, const bool *held, int64_t *ucount) {
     int n = 0, L = m->n_layer;
+    int64_t block = unit_floats(m, 1, tp); /* every block's table is alike */
     for (int u = 0; u < L + 2; u++) {
         if (held && !held[u])
             continue;
-        ucount[n] = unit_floats(m, u, tp);
+        ucount[n] = u >= 1 && u <= L ? block : unit_floats(m, u, tp);
         if (u == L + 1 && m->arch == DT_ARCH_GPT2 && held && !held[0])
             ucount[n] += pad16(cdiv(m->vocab_size, tp) * m->n_embd);
         n++;
@@ -577,8 +578,8 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
      * under ZeRO 2/3 with a split backward, else unit buffers beside the shard */
     bool whole = dt_layout_grad_home(&l, 0, n_units) == DT_GRAD_WHOLE;
     predict_state(&s, ucount, n_units, whole, out);
-    for (int u = 0; u < s.L + 2; u++)
-        out->n_full += unit_floats(&c->model, u, 1);
+    out->n_full = unit_floats(&c->model, 0, 1) + s.L * unit_floats(&c->model, 1, 1) +
+                  unit_floats(&c->model, s.L + 1, 1); /* every block's table is alike */
 
     /* the batch buffers (train/source.h) hold these rows: int32 ids and targets [T] each; a
      * DiT's clip x_t, t and label (clip + 2 floats) and its velocity (clip floats) */
@@ -609,10 +610,10 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
         int64_t docs = s.docs ? tokens + 3 * (int64_t)s.mb * s.T * 4 : 0;
         out->cat[DT_MEM_ACTS] = out->acts_arena + rope + 2 * tokens + docs;
         out->cat[DT_MEM_COMM] += n_inbox * s.Nr * s.C * F4;
-        int64_t widest_block = 0; /* floats of the widest block unit held (blocks are alike) */
-        for (int l = 0; l < s.L; l++)
-            if (holds_block(&s, l))
-                widest_block = unit_floats(&c->model, l + 1, s.tp);
+        bool any_block = false; /* blocks are alike: any held one is the widest */
+        for (int l = 0; l < s.L && !any_block; l++)
+            any_block = holds_block(&s, l);
+        int64_t widest_block = any_block ? unit_floats(&c->model, 1, s.tp) : 0;
         out->temp_arena = temp_arena(&s, n_slots, widest_block);
         for (int l = 0; l < s.L; l++)
             if (holds_block(&s, l)) {

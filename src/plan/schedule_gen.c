@@ -4,6 +4,7 @@
  * rendezvous sends. Allocates only the returned schedule and scratch; re-entrant.
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,16 +51,18 @@ typedef struct event {
     int cls;  /* 0 message, 1 compute: a receive goes before a compute starting at its time */
     int kind, chunk, mb; /* message key, identical on both ends: kind 0 act / 1 grad, sender */
     dt_sched_action a;
+    uint64_t key; /* the five above packed in their order (event_key), unique on a rank */
 } event;
+
+/* time < 2^24 (a makespan is under 3 pp x chunks x n_mb <= 3 2^22), chunk < 2^18, mb < 2^16 */
+static uint64_t event_key(const event *e) {
+    return (uint64_t)e->time << 36 | (uint64_t)e->cls << 35 | (uint64_t)e->kind << 34 |
+           (uint64_t)e->chunk << 16 | (uint64_t)e->mb;
+}
 
 static int event_cmp(const void *x, const void *y) {
     const event *a = x, *b = y;
-    int d[5] = {a->time - b->time, a->cls - b->cls, a->kind - b->kind, a->chunk - b->chunk,
-                a->mb - b->mb};
-    for (int i = 0; i < 5; i++)
-        if (d[i])
-            return d[i] < 0 ? -1 : 1;
-    return 0;
+    return (a->key > b->key) - (a->key < b->key);
 }
 
 /* Insert the messages and pack the schedule.
@@ -146,6 +149,8 @@ static dt_status place_comm(const order *o, dt_schedule **out) {
     DT_TRY_GOTO(dt_sched_alloc(pp, o->n_chunks, m, n_ev, &s));
     for (int r = 0; r < pp; r++) {
         event *e = ev + r * ecap;
+        for (int i = 0; i < n_ev[r]; i++)
+            e[i].key = event_key(&e[i]);
         qsort(e, (size_t)n_ev[r], sizeof *e, event_cmp);
         for (int i = 0; i < n_ev[r]; i++)
             s->actions[s->row[r] + i] = e[i].a;

@@ -1,17 +1,27 @@
 /* Pipeline chunks as unit ranges. See stages.h. */
 #include "plan/stages.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The decimal count at s (digits only, at most 8 of them), *end past it; -1 when none. */
+static long read_count(const char *s, const char **end) {
+    long v = 0;
+    int digits = 0;
+    while (*s == ' ')
+        s++;
+    for (; *s >= '0' && *s <= '9' && digits < 9; s++, digits++)
+        v = 10 * v + (*s - '0');
+    *end = s;
+    return digits == 0 || digits > 8 ? -1 : v;
+}
 
 static dt_status parse_counts(const char *text, int n, int *counts) {
     const char *s = text;
     for (int i = 0; i < n; i++) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 1 || v > 1 << 20)
+        const char *end;
+        long v = read_count(s, &end);
+        if (v < 1 || v > 1 << 20)
             return dt_err_set(DT_ERR_ARG, "plugin.pp_layers=\"%s\": entry %d is not a layer "
                               "count >= 1", text, i + 1);
         counts[i] = (int)v;
