@@ -58,17 +58,13 @@ static dt_status check_buckets(const dt_config *c, int world) {
     DT_TRY(dt_layout_make_buckets(c, world, 0, lays, &n));
     dt_buckets bk;
     DT_TRY(dt_config_buckets(c, &bk));
+    dt_bucket_errors bad = {.n = 0};
     for (int k = 0; k < n; k++) {
         dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
         dt_model_split ms = dt_model_split_of(&c->plugin, ck.train.seq_len);
-        dt_status st = dt_model_check_split(&ck.model, &ms);
-        if (st != DT_OK) {
-            char name[64];
-            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
-                               dt_bucket_name(&bk.b[k], name, sizeof name));
-        }
+        dt_bucket_errors_add(&bad, dt_model_check_split(&ck.model, &ms), &bk, k);
     }
-    return DT_OK;
+    return dt_bucket_errors_status(&bad);
 }
 
 /* given: the schedule to run (borrowed; validated here unless `trusted`, a generator's), or

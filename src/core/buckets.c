@@ -102,3 +102,17 @@ const char *dt_bucket_name(const dt_bucket *b, char *out, int n) {
     snprintf(out, (size_t)n, "%dx%dx%d (batch %d)", b->frames, b->height, b->width, b->batch);
     return out;
 }
+
+void dt_bucket_errors_add(dt_bucket_errors *e, dt_status st, const dt_buckets *bk, int k) {
+    if (st == DT_OK)
+        return;
+    char name[64];
+    size_t used = strlen(e->text);
+    snprintf(e->text + used, sizeof e->text - used, "%sbucket %d, %s: %s", e->n ? "; " : "", k,
+             dt_bucket_name(&bk->b[k], name, sizeof name), dt_err_msg());
+    e->n++;
+}
+
+dt_status dt_bucket_errors_status(const dt_bucket_errors *e) {
+    return e->n ? dt_err_set(DT_ERR_ARG, "data.buckets: %s", e->text) : DT_OK;
+}

@@ -39,4 +39,14 @@ int dt_bucket_of_step(const dt_buckets *bk, uint64_t seed, int64_t step);
 /* "8x24x24 (batch 16)" into out, for messages. */
 const char *dt_bucket_name(const dt_bucket *b, char *out, int n);
 
+/* The problems of several buckets as one error: each bad bucket named with its reason. */
+typedef struct dt_bucket_errors {
+    char text[768];
+    int n;
+} dt_bucket_errors;
+/* st != DT_OK: bucket k of bk and dt_err_msg() join the list (as many as fit). */
+void dt_bucket_errors_add(dt_bucket_errors *e, dt_status st, const dt_buckets *bk, int k);
+/* DT_OK, or DT_ERR_ARG "data.buckets: bucket 1, 2x12x16 (batch 4): ...; bucket 2, ...". */
+dt_status dt_bucket_errors_status(const dt_bucket_errors *e);
+
 #endif

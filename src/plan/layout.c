@@ -179,23 +179,21 @@ dt_status dt_layout_make_buckets(const dt_config *c, int world, int rank, dt_lay
     dt_buckets bk;
     *n = 0;
     DT_TRY(dt_config_buckets(c, &bk));
+    dt_bucket_errors bad = {.n = 0};
     for (int k = 0; k < bk.n; k++) {
         dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
         dt_layout *l = &out[k];
         dt_status st = dt_layout_make(&ck, world, rank, l);
-        if (st == DT_OK && l->pp > 1 && l->n_mb != out[0].n_mb)
+        if (st == DT_OK && k > 0 && l->pp > 1 && out[0].pp > 1 && l->n_mb != out[0].n_mb)
             st = dt_err_set(DT_ERR_ARG,
                             "%d micro-batches a step, but bucket 0's %d: a pipeline runs one "
                             "schedule, so every bucket needs the same count (set "
                             "plugin.microbatches, or batches in one proportion to "
                             "train.micro_batch_size)",
                             l->n_mb, out[0].n_mb);
-        if (st != DT_OK) {
-            char name[64];
-            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
-                               dt_bucket_name(&bk.b[k], name, sizeof name));
-        }
+        dt_bucket_errors_add(&bad, st, &bk, k);
     }
+    DT_TRY(dt_bucket_errors_status(&bad));
     *n = bk.n;
     return DT_OK;
 }
