@@ -298,9 +298,9 @@ static int cmd_sample(int argc, char **argv) {
             clips.raw = true;
         else {
             static const char *const with_value[] = {
-                "--checkpoint", "--prompt", "--tokenizer", "--tokens", "--temperature", "--seed",
-                "--out",        "--steps",  "--label",     "--count",  "--guidance",
-                "--clip",       NULL};
+                "--checkpoint", "--prompt", "--tokenizer", "--tokens", "--temperature",
+                "--seed",       "--out",    "--steps",     "--label",  "--count",
+                "--guidance",   "--clip",   NULL};
             dt_cli_bad_arg("sample", argv[i], with_value);
             return DT_EXIT_USAGE;
         }

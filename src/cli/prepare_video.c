@@ -251,15 +251,14 @@ static int bucket_of_file(const opts *o, const char *path, outputs *out) {
 }
 
 /* files [first, last) into the shards of each output */
-static dt_status write_split(const opts *o, const char *name, int first, int last,
-                             outputs *out) {
+static dt_status write_split(const opts *o, const char *name, int first, int last, outputs *out) {
     dt_status st;
     DT_TRY_GOTO(open_outputs(o, name, out));
     for (int i = first; i < last; i++) {
         int k = bucket_of_file(o, walk.path[i], out);
         if (k >= 0)
-            DT_TRY_GOTO(add_file(o, &out->spec[k], walk.path[i], out->w[k], &out->h[k],
-                                 &out->t[k]));
+            DT_TRY_GOTO(
+                add_file(o, &out->spec[k], walk.path[i], out->w[k], &out->h[k], &out->t[k]));
     }
     for (int k = 0; k < out->n; k++)
         DT_TRY_GOTO(dt_clips_writer_finish(out->w[k], NULL));
@@ -359,9 +358,17 @@ static int parse(int argc, char **argv, opts *o) {
             if (!dt_cli_real("--val-fraction", v, 0, 0.999, &o->val_fraction))
                 return PARSE_BAD;
         } else {
-            static const char *const with_value[] = {
-                "--video",           "--out",          "--frames",   "--height", "--width", "--fps",
-                "--clips-per-video", "--val-fraction", "--shard-mb", "--buckets", NULL};
+            static const char *const with_value[] = {"--video",
+                                                     "--out",
+                                                     "--frames",
+                                                     "--height",
+                                                     "--width",
+                                                     "--fps",
+                                                     "--clips-per-video",
+                                                     "--val-fraction",
+                                                     "--shard-mb",
+                                                     "--buckets",
+                                                     NULL};
             dt_cli_bad_arg("prepare", argv[i], with_value);
             return PARSE_SAID;
         }
@@ -372,7 +379,7 @@ static int parse(int argc, char **argv, opts *o) {
     }
     if (o->bk.n && sized) {
         dt_err_set(DT_ERR_ARG, "prepare --video: --buckets names the clip shapes; leave out "
-                   "--frames, --height and --width");
+                               "--frames, --height and --width");
         return PARSE_BAD;
     }
     return PARSE_OK;

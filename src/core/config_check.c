@@ -390,8 +390,10 @@ static void check_buckets(const dt_config *c, problems *p) {
     if (!c->data.buckets[0])
         return;
     if (c->model.arch != DT_ARCH_DIT) {
-        problem(p, false, "data.buckets=\"%s\": buckets of clip shape are a DiT's "
-                "(model.arch=dit)", c->data.buckets);
+        problem(p, false,
+                "data.buckets=\"%s\": buckets of clip shape are a DiT's "
+                "(model.arch=dit)",
+                c->data.buckets);
         return;
     }
     dt_buckets bk;
@@ -402,16 +404,16 @@ static void check_buckets(const dt_config *c, problems *p) {
     const dt_model_config *m = &c->model;
     for (int k = 0; k < bk.n; k++) {
         const dt_bucket *b = &bk.b[k];
-        int dims[3] = {b->frames, b->height, b->width}, patch[3] = {m->patch_t, m->patch_h,
-                                                                    m->patch_w};
+        int dims[3] = {b->frames, b->height, b->width},
+            patch[3] = {m->patch_t, m->patch_h, m->patch_w};
         static const char *const names[3] = {"frames", "height", "width"};
         static const char *const pnames[3] = {"patch_t", "patch_h", "patch_w"};
         for (int i = 0; i < 3; i++)
             if (patch[i] > 0 && dims[i] % patch[i])
-                problem(p, false, "data.buckets: bucket %d (%dx%dx%d): its %s %d is not a "
-                        "multiple of model.%s=%d (a clip is cut into whole patches)", k,
-                        b->frames, b->height, b->width, names[i], dims[i], pnames[i],
-                        patch[i]);
+                problem(p, false,
+                        "data.buckets: bucket %d (%dx%dx%d): its %s %d is not a "
+                        "multiple of model.%s=%d (a clip is cut into whole patches)",
+                        k, b->frames, b->height, b->width, names[i], dims[i], pnames[i], patch[i]);
     }
 }
 

@@ -527,8 +527,8 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
     return st;
 }
 
-dt_status dt_plan_comm_grad_bytes(const dt_config *c, int world, int rank,
-                                  const dt_schedule *given, dt_plan_comm *out) {
+dt_status dt_plan_comm_grad_bytes(const dt_config *c, int world, int rank, const dt_schedule *given,
+                                  dt_plan_comm *out) {
     memset(out, 0, sizeof *out);
     dt_layout l;
     const dt_schedule *sched;

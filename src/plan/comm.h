@@ -34,7 +34,7 @@ dt_status dt_plan_comm_bytes(const dt_config *c, int world, int rank, const dt_s
                              dt_plan_comm *out);
 /* The same ledger's gradient group alone (grad, grad_gather, their calls, grad_known; the
  * rest 0): what the time model needs of it, without replaying the micro-batches. */
-dt_status dt_plan_comm_grad_bytes(const dt_config *c, int world, int rank,
-                                  const dt_schedule *sched, dt_plan_comm *out);
+dt_status dt_plan_comm_grad_bytes(const dt_config *c, int world, int rank, const dt_schedule *sched,
+                                  dt_plan_comm *out);
 
 #endif

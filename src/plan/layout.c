@@ -174,8 +174,7 @@ dt_status dt_layout_make_scheduled(const dt_config *c, int world, int rank,
     return st;
 }
 
-dt_status dt_layout_make_buckets(const dt_config *c, int world, int rank, dt_layout *out,
-                                 int *n) {
+dt_status dt_layout_make_buckets(const dt_config *c, int world, int rank, dt_layout *out, int *n) {
     dt_buckets bk;
     *n = 0;
     DT_TRY(dt_config_buckets(c, &bk));

@@ -92,8 +92,7 @@ dt_status dt_layout_make(const dt_config *c, int world, int rank, dt_layout *out
  * dt_config_of_bucket: its clip, batch and tokens; out holds DT_MAX_BUCKETS), *n of them (0:
  * none). One error naming the bucket that does not split, or whose micro-batch count under a
  * pipeline is not bucket 0's (one schedule runs every bucket). */
-dt_status dt_layout_make_buckets(const dt_config *c, int world, int rank, dt_layout *out,
-                                 int *n);
+dt_status dt_layout_make_buckets(const dt_config *c, int world, int rank, dt_layout *out, int *n);
 
 /* The schedule plugin.pp_schedule names (gpipe, 1f1b, interleaved with pp_chunks, zbh1) for
  * the layout's micro-batches; DT_ERR_ARG for a file: schedule, which the caller reads. */

@@ -41,8 +41,7 @@ typedef struct dt_plan_dit_rank {
 void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,
                         int64_t *temp);
 /* The trainer's batch buffers for `rows` clips: inputs (x_t, t, label) and targets (v). */
-void dt_plan_dit_batch_bytes(const dt_model_config *m, int rows, int64_t *inputs,
-                             int64_t *targets);
+void dt_plan_dit_batch_bytes(const dt_model_config *m, int rows, int64_t *inputs, int64_t *targets);
 /* One pipeline boundary tensor of B clips: this rank's residual rows (B S / sp / rows_split)
  * and silu(c) [B, C]. */
 int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp, int rows_split);

@@ -123,7 +123,7 @@ dt_status dt_booster__make_schedule(dt_booster *b) {
  * their own (never a training clip) and keep every label (the conditional loss); clips read
  * from disk take their validation clips from data.val's folder, noised by a seed of its own. */
 static dt_status open_one(dt_booster *b, const dt_boost_spec *s, dt_source **train,
-                         dt_source **val) {
+                          dt_source **val) {
     (void)b;
     const dt_model_config *m = s->model;
     if (s->source == DT_SOURCE_BOUNCE) {

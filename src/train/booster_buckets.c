@@ -50,8 +50,8 @@ dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s) {
 
 dt_status dt_booster__bucket_schedules(dt_booster *b, const char *what) {
     for (int k = 0; k < b->bk.n; k++)
-        DT_TRY(wrap_bucket(dt_layout_set_schedule(&b->bucket_lay[k], b->schedule, what), &b->bk,
-                           k));
+        DT_TRY(
+            wrap_bucket(dt_layout_set_schedule(&b->bucket_lay[k], b->schedule, what), &b->bk, k));
     return DT_OK;
 }
 
@@ -90,8 +90,10 @@ dt_status dt_booster__bucket_sources(dt_booster *b, const dt_boost_spec *s,
     if (st == DT_OK && val[0] == NULL)
         for (int k = 1; k < n; k++) /* a validation set for some buckets only */
             if (val[k]) {
-                st = dt_err_set(DT_ERR_ARG, "data.val: bucket 0 has no validation clips, "
-                                "bucket %d has", k);
+                st = dt_err_set(DT_ERR_ARG,
+                                "data.val: bucket 0 has no validation clips, "
+                                "bucket %d has",
+                                k);
                 break;
             }
     for (int k = 1; st == DT_OK && val[0] && k < n; k++)
@@ -124,8 +126,8 @@ dt_status dt_booster__largest_boundary(dt_booster *b, int64_t *floats) {
     *floats = dt_model_boundary_count(b->model, b->lay.mb, b->lay.T_local);
     for (int k = 0; k < b->bk.n; k++) {
         DT_TRY(dt_model_use_shape(b->model, k));
-        int64_t n = dt_model_boundary_count(b->model, b->bucket_lay[k].mb,
-                                            b->bucket_lay[k].T_local);
+        int64_t n =
+            dt_model_boundary_count(b->model, b->bucket_lay[k].mb, b->bucket_lay[k].T_local);
         *floats = n > *floats ? n : *floats;
     }
     return b->bk.n ? dt_model_use_shape(b->model, b->bucket) : DT_OK;
@@ -138,8 +140,8 @@ size_t dt_booster__batch_bytes(const dt_booster *b, bool inputs) {
     size_t most = 0;
     for (int k = 0; k < b->bk.n; k++) {
         const dt_layout *l = &b->bucket_lay[k];
-        size_t n = (size_t)(whole_step ? l->rows : l->mb) *
-                   (inputs ? b->bucket_in[k] : b->bucket_tg[k]);
+        size_t n =
+            (size_t)(whole_step ? l->rows : l->mb) * (inputs ? b->bucket_in[k] : b->bucket_tg[k]);
         most = n > most ? n : most;
     }
     return most;

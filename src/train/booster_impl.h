@@ -71,8 +71,8 @@ dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s);
 dt_status dt_booster__bucket_schedules(dt_booster *b, const char *what);
 /* one bucket's training and validation sources, as the spec (of the bucket's shape, batch,
  * seed and folders) asks */
-typedef dt_status (*dt_booster_source_fn)(dt_booster *b, const dt_boost_spec *s,
-                                          dt_source **train, dt_source **val);
+typedef dt_status (*dt_booster_source_fn)(dt_booster *b, const dt_boost_spec *s, dt_source **train,
+                                          dt_source **val);
 dt_status dt_booster__bucket_sources(dt_booster *b, const dt_boost_spec *s,
                                      dt_booster_source_fn open_one);
 /* the shapes the model is built for (dt_model_opts.shapes); returns how many (0: none) */

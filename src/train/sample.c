@@ -371,8 +371,7 @@ static dt_status reshape(const dt_sample_clip_opts *o, dt_mem *mem, dt_model **g
     dt_model *r = NULL;
     dt_model_opts opts = {.B = o->count, .T = c.train.seq_len, .precision = DT_PREC_FP32};
     DT_TRY(dt_model_create(&c.model, &opts, mem, &r));
-    memcpy(dt_model_weights(r), dt_model_weights(*g),
-           (size_t)dt_model_numel(r) * sizeof(float));
+    memcpy(dt_model_weights(r), dt_model_weights(*g), (size_t)dt_model_numel(r) * sizeof(float));
     dt_model_free(*g);
     *g = r;
     return DT_OK;

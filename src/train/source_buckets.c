@@ -26,9 +26,7 @@ static const dt_source *current(const void *self) {
     return s->sub[s->cur];
 }
 static size_t input_bytes(const void *self) { return dt_source_input_row_bytes(current(self)); }
-static size_t target_bytes(const void *self) {
-    return dt_source_target_row_bytes(current(self));
-}
+static size_t target_bytes(const void *self) { return dt_source_target_row_bytes(current(self)); }
 static dt_status rows(const void *self, int row0, int n, void *input, void *target) {
     return dt_source_rows(current(self), row0, n, input, target);
 }

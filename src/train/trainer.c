@@ -226,8 +226,8 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     double tps = (double)r->samples * r->seq_len / r->seconds;
     /* per rank: its share of the tokens against its own matmul peak (the model in the step's
      * shape of clip) */
-    double mfu = dt_model_flops_per_sample(dt_booster_model(t->booster), r->seq_len) *
-                 r->samples / r->seconds / t->world->size / t->peak_flops;
+    double mfu = dt_model_flops_per_sample(dt_booster_model(t->booster), r->seq_len) * r->samples /
+                 r->seconds / t->world->size / t->peak_flops;
     size_t peak = dt_mem_peak_total(dt_booster_mem(t->booster));
     long long step = (long long)r->step;
     bool fp16 = c->plugin.precision == DT_PREC_FP16;
@@ -237,17 +237,17 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
                  r->skipped ? ", SKIPPED: overflow" : "", (long long)r->skipped_steps);
     char clip[64] = ""; /* the step's bucket of clip shape */
     dt_buckets bk = {0};
-    const dt_bucket *dc = dt_config_buckets(c, &bk) == DT_OK && r->bucket < bk.n
-                              ? &bk.b[r->bucket] : NULL;
+    const dt_bucket *dc =
+        dt_config_buckets(c, &bk) == DT_OK && r->bucket < bk.n ? &bk.b[r->bucket] : NULL;
     if (dc)
         snprintf(clip, sizeof clip, " | clip %dx%dx%d x %d", dc->frames, dc->height, dc->width,
                  r->samples);
     if (step % c->train.log_every == 0 || step == c->train.steps || !isnan(val_loss) ||
         r->skipped)
         dt_info("step %5lld/%d | loss %.4f%s | lr %.3e | norm %6.3f%s | %8.0f tok/s | MFU %5.1f%% "
-                "| mem %.0f MiB | comm %.1f MiB, %.1f ms exposed", step, c->train.steps,
-                r->loss, clip, r->lr, r->grad_norm, scale, tps, 100 * mfu, peak / 1048576.0,
-                r->comm_bytes / 1048576.0, 1e3 * r->comm_exposed_s);
+                "| mem %.0f MiB | comm %.1f MiB, %.1f ms exposed",
+                step, c->train.steps, r->loss, clip, r->lr, r->grad_norm, scale, tps, 100 * mfu,
+                peak / 1048576.0, r->comm_bytes / 1048576.0, 1e3 * r->comm_exposed_s);
     if (!isnan(val_loss))
         dt_info("step %5lld | val loss %.4f", step, val_loss);
     if (!t->metrics)

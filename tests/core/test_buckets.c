@@ -27,8 +27,8 @@ static void parses(void) {
                {"8x24x24:4, 8x24x24:2", "buckets 0 and 1 are both 8x24x24"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dt_status st = dt_buckets_parse(bad[i].spec, &bk);
-        DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), bad[i].says),
-                 "\"%s\": %s (wanted '%s')", bad[i].spec, dt_err_msg(), bad[i].says);
+        DT_CHECK(st == DT_ERR_ARG && strstr(dt_err_msg(), bad[i].says), "\"%s\": %s (wanted '%s')",
+                 bad[i].spec, dt_err_msg(), bad[i].says);
     }
 }
 

@@ -657,7 +657,8 @@ static void check_shapes(dt_dit_attn attn) {
         dt_dit_config ok = dt_dit_config_from_model(&ck);
         dt_model_opts oo = {.B = shapes[k].B, .T = dt_dit_tokens(&ok), .training = true};
         DT_CHECK_OK(dt_model_create(&ck, &oo, one_mem[k], &one[k]));
-        size_t a = dt_mem_in_use(one_mem[k], DT_MEM_ACTS), t = dt_mem_in_use(one_mem[k], DT_MEM_TEMP);
+        size_t a = dt_mem_in_use(one_mem[k], DT_MEM_ACTS),
+               t = dt_mem_in_use(one_mem[k], DT_MEM_TEMP);
         most_acts = a > most_acts ? a : most_acts;
         most_temp = t > most_temp ? t : most_temp;
     }
@@ -693,7 +694,8 @@ static void check_shapes(dt_dit_attn attn) {
         DT_CHECK(loss[0] == loss[1] &&
                      !memcmp(dt_model_grads(m), dt_model_grads(one[k]), sizeof(float) * nw),
                  "attn %d, shape %d after shape %d: loss %.9g vs %.9g alone, or the gradient "
-                 "differs", (int)attn, k, i ? order[i - 1] : -1, loss[0], loss[1]);
+                 "differs",
+                 (int)attn, k, i ? order[i - 1] : -1, loss[0], loss[1]);
         free_batch(&bt);
     }
     DT_CHECK(dt_model_use_shape(m, N) == DT_ERR_ARG, "shape %d of %d accepted", N, N);
