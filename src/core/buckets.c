@@ -103,6 +103,14 @@ const char *dt_bucket_name(const dt_bucket *b, char *out, int n) {
     return out;
 }
 
+dt_status dt_bucket_wrap(dt_status st, const dt_buckets *bk, int k) {
+    if (st == DT_OK)
+        return DT_OK;
+    char name[64];
+    return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
+                       dt_bucket_name(&bk->b[k], name, sizeof name));
+}
+
 void dt_bucket_errors_add(dt_bucket_errors *e, dt_status st, const dt_buckets *bk, int k) {
     if (st == DT_OK)
         return;

@@ -39,6 +39,9 @@ int dt_bucket_of_step(const dt_buckets *bk, uint64_t seed, int64_t step);
 /* "8x24x24 (batch 16)" into out, for messages. */
 const char *dt_bucket_name(const dt_bucket *b, char *out, int n);
 
+/* st, its message prefixed "data.buckets: bucket k, 8x24x24 (batch 16): " (DT_OK as is). */
+dt_status dt_bucket_wrap(dt_status st, const dt_buckets *bk, int k);
+
 /* The problems of several buckets as one error: each bad bucket named with its reason. */
 typedef struct dt_bucket_errors {
     char text[768];

@@ -650,11 +650,7 @@ static dt_status time_of_buckets(const dt_config *c, const dt_buckets *bk, int w
         dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
         dt_plan_time t;
         dt_status st = dt_plan_step_time(&ck, world, d, given, &t);
-        if (st != DT_OK) {
-            char name[64];
-            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
-                               dt_bucket_name(&bk->b[k], name, sizeof name));
-        }
+        DT_TRY(dt_bucket_wrap(st, bk, k));
         double w = bucket_share(bk, k);
         out->step_s += w * t.step_s;
         out->compute_s += w * t.compute_s;

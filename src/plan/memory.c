@@ -524,11 +524,7 @@ static dt_status memory_of_buckets(const dt_config *c, const dt_buckets *bk, int
         dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
         dt_plan_mem m;
         dt_status st = dt_plan_memory(&ck, world, rank, o, &m);
-        if (st != DT_OK) {
-            char name[64];
-            return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
-                               dt_bucket_name(&bk->b[k], name, sizeof name));
-        }
+        DT_TRY(dt_bucket_wrap(st, bk, k));
         if (k == 0) {
             *out = m;
             comm_rest = m.cat[DT_MEM_COMM] - m.n_inbox * m.inbox_each;

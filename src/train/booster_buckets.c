@@ -9,14 +9,6 @@
 #include "core/rng.h"
 #include "train/booster_impl.h"
 
-static dt_status wrap_bucket(dt_status st, const dt_buckets *bk, int k) {
-    if (st == DT_OK)
-        return DT_OK;
-    char name[64];
-    return dt_err_wrap(st, "data.buckets: bucket %d, %s: ", k,
-                       dt_bucket_name(&bk->b[k], name, sizeof name));
-}
-
 dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s) {
     DT_TRY(dt_buckets_parse(s->buckets ? s->buckets : "", &b->bk));
     if (b->bk.n == 0)
@@ -51,7 +43,7 @@ dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s) {
 dt_status dt_booster__bucket_schedules(dt_booster *b, const char *what) {
     for (int k = 0; k < b->bk.n; k++)
         DT_TRY(
-            wrap_bucket(dt_layout_set_schedule(&b->bucket_lay[k], b->schedule, what), &b->bk, k));
+            dt_bucket_wrap(dt_layout_set_schedule(&b->bucket_lay[k], b->schedule, what), &b->bk, k));
     return DT_OK;
 }
 
@@ -84,7 +76,7 @@ dt_status dt_booster__bucket_sources(dt_booster *b, const dt_boost_spec *s,
             b->bucket_in[k] = dt_source_input_row_bytes(train[k]);
             b->bucket_tg[k] = dt_source_target_row_bytes(train[k]);
         } else {
-            st = wrap_bucket(st, &b->bk, k);
+            st = dt_bucket_wrap(st, &b->bk, k);
         }
     }
     if (st == DT_OK && val[0] == NULL)
@@ -98,7 +90,7 @@ dt_status dt_booster__bucket_sources(dt_booster *b, const dt_boost_spec *s,
             }
     for (int k = 1; st == DT_OK && val[0] && k < n; k++)
         if (!val[k])
-            st = wrap_bucket(dt_err_set(DT_ERR_ARG, "data.val has no validation clips of it"),
+            st = dt_bucket_wrap(dt_err_set(DT_ERR_ARG, "data.val has no validation clips of it"),
                              &b->bk, k);
     if (st != DT_OK) {
         for (int k = 0; k < opened; k++) {
