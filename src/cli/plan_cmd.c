@@ -71,11 +71,18 @@ static void layout_text(const dt_plan_cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " pp%d %s", p->pp_size, p->pp_schedule);
     if (p->pp_size > 1 && p->pp_layers[0])
         k += (size_t)snprintf(buf + k, n - k, " [%.40s]", p->pp_layers);
-    dt_layout l; /* a candidate is a layout that runs: its split is the layout's */
-    int mb = 0, n_mb = 0;
-    if (dt_layout_make(&x->c, x->dp * dt_cli_plan_replica_ranks(p), 0, &l) == DT_OK)
-        mb = l.mb, n_mb = l.n_mb;
-    k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, n_mb);
+    dt_layout l[DT_MAX_BUCKETS]; /* a candidate is a layout that runs: its split is the layout's */
+    int mb = 0, n_mb = 0, n_buckets = 0, world = x->dp * dt_cli_plan_replica_ranks(p);
+    if (dt_layout_make_buckets(&x->c, world, 0, l, &n_buckets) == DT_OK && n_buckets) {
+        k += (size_t)snprintf(buf + k, n - k, " mb");
+        for (int b = 0; b < n_buckets; b++) /* each bucket's micro-batch, its count alike */
+            k += (size_t)snprintf(buf + k, n - k, "%s%d", b ? "/" : "", l[b].mb);
+        k += (size_t)snprintf(buf + k, n - k, " x%d", l[0].n_mb);
+    } else {
+        if (dt_layout_make(&x->c, world, 0, &l[0]) == DT_OK)
+            mb = l[0].mb, n_mb = l[0].n_mb;
+        k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, n_mb);
+    }
     if (dt_config_zero_stage(&x->c))
         k += (size_t)snprintf(buf + k, n - k, " z%d", dt_config_zero_stage(&x->c));
     if (p->ac != DT_AC_NONE)

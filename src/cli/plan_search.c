@@ -338,8 +338,34 @@ static dt_status splits(const space *sp, dt_plan_cand *x) {
  * power of two that divides the rows, and the rows themselves (at most the 6 largest, and 1);
  * a pipeline keeps at least pp micro-batches. A pinned train.micro_batch_size or
  * plugin.microbatches is the only one tried. */
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+/* Over buckets of clip shape every bucket splits into the same number of micro-batches
+ * (plugin.microbatches): the counts that divide every bucket's rows, 1, 2, 4, ... and all. */
+static dt_status bucket_micro_batches(const space *sp, dt_plan_cand *x, int dp,
+                                      const dt_buckets *bk) {
+    int g = 0, pp = x->c.plugin.pp_size;
+    for (int k = 0; k < bk->n; k++) {
+        if (bk->b[k].batch % dp)
+            return DT_OK;
+        g = gcd(g, bk->b[k].batch / dp);
+    }
+    x->c.train.micro_batch_size = 0;
+    for (int count = 1; count <= g; count = count < g && 2 * count > g ? g : 2 * count) {
+        if (g % count || count < pp)
+            continue;
+        x->c.plugin.microbatches = count;
+        DT_TRY(splits(sp, x));
+    }
+    return DT_OK;
+}
+
 static dt_status micro_batches(const space *sp, dt_plan_cand *x, int dp) {
     int B = sp->base->train.batch_size, rows = B / dp, pp = x->c.plugin.pp_size;
+    dt_buckets bk;
+    if (dt_config_buckets(sp->base, &bk) == DT_OK && bk.n && !is_pinned(sp, "plugin.microbatches") &&
+        !is_pinned(sp, "train.micro_batch_size") && x->c.plugin.cp_size == 1)
+        return bucket_micro_batches(sp, x, dp, &bk);
     if (rows < 1 || B % dp)
         return DT_OK;
     if (is_pinned(sp, "train.micro_batch_size") || is_pinned(sp, "plugin.microbatches")) {

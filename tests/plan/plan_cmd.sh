@@ -231,6 +231,19 @@ print(sorted(x["total"] for x in b)[-2] + 1)')
 out=$("$dtrain" plan "${bkt[@]}" --world 2 --mem "$small" --plugin.precision=fp32       --plugin.ac=none --plugin.zero_stage=0 --plugin.act_compress=none       --plugin.offload=none --train.micro_batch_size=0 --plugin.microbatches=0 2>&1)
 echo "$out" | grep -q "no layout fits" && ok "the largest bucket decides what fits" ||
     bad "a layout whose largest bucket does not fit: $out"
+# the search over buckets splits every bucket into one count of micro-batches (a pipeline
+# runs one schedule), so it finds pipelines; the table shows each bucket's micro-batch
+"$dtrain" plan --config "$src/configs/tiny-dit.ini" "--data.buckets=4x8x8:8:2, 2x12x16:4, 8x8x4:16" \
+    --world 4 --json --top 1000 | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l)["layout"] for l in sys.stdin]
+pipes = [r for r in rows if r["plugin.pp_size"] == 2]
+assert pipes and all(r["plugin.microbatches"] >= 2 and r["train.micro_batch_size"] == 0
+                     for r in pipes), pipes[:2]
+' && ok "search over buckets: pipelines by micro-batch count" || bad "search over buckets"
+"$dtrain" plan --config "$src/configs/tiny-dit.ini" "--data.buckets=4x8x8:8:2, 2x12x16:4, 8x8x4:16" \
+    --world 4 --top 3 | grep -q "dp4 mb2/1/4 x1" && ok "each bucket's micro-batch shown" ||
+    bad "bucket micro-batches in the table"
 out=$("$dtrain" plan "${bkt[@]}" --world 4 --plugin.sp_size=4 --explain 2>&1)
 echo "$out" | grep -q "data.buckets: bucket 1, 2x12x16 (batch 4)" &&
     ok "a bucket the split cannot cut is named" || bad "bucket split: $out"
