@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The planner's step time against measurement over layouts bench/run_plan.sh does not run
+# (not a test): GPT-2, Llama with grouped-query attention and the video DiT, 2 ranks x 1
+# thread, both precisions, every pipeline schedule, ZeRO 0-3 with and without activation
+# checkpointing, tp and both sequence-parallel modes. For each, `dtrain plan --explain
+# --device this` (measured with one thread right after the run) against the median step_ms of
+# steps 3-8. Reports each error (predicted / measured - 1), their mean absolute, worst and
+# mean signed values, and Spearman's rank correlation.
+#
+#   bash bench/run_plan_accuracy.sh
+#
+# Knobs: PLAN_DTRAIN=PATH (default build/dtrain), PLAN_WORK=DIR (default a new /tmp folder).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=/usr/bin/python3
+DTRAIN=${PLAN_DTRAIN:-$REPO/build/dtrain}
+WORK=${PLAN_WORK:-$(mktemp -d /tmp/dtrain-plan-acc.XXXXXX)}
+mkdir -p "$WORK"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+log() { echo "[acc $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
+[ -f "$WORK/tok.bin" ] ||
+    $PY "$REPO/bench/make_tokens.py" --out "$WORK/tok.bin" --vocab 512 --count 400000 --seed 1
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "dtrain: $(git -C "$REPO" rev-parse --short HEAD)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), $(nproc --all) cores"
+} | tee "$WORK/env.txt" >&2
+
+steps="--train.steps=8 --train.log_every=1 --train.eval_every=0 --checkpoint.every=0 \
+--train.sample_tokens=0 --train.export= --train.micro_batch_size=0"
+tok="--data.train=$WORK/tok.bin --data.val= --train.seq_len=256 --model.max_seq_len=256 \
+--model.vocab_size=512"
+declare -A MODEL=(
+    [gpt2]="--model.arch=gpt2 --model.n_layer=4 --model.n_head=6 --model.n_embd=384 $tok --train.batch_size=8 $steps"
+    [llama]="--model.arch=llama --model.n_layer=4 --model.n_head=8 --model.n_kv_head=2 --model.n_embd=384 $tok --train.batch_size=8 $steps"
+    [dit]="--config $REPO/configs/dit-bounce.ini $steps"
+)
+# name | model | dtrain arguments (2 ranks)
+RUNS=(
+    "GPT-2 dp2 ZeRO 1 fp32|gpt2|--plugin.type=zero1"
+    "GPT-2 dp2 ZeRO 2 bf16 ac full|gpt2|--plugin.type=zero2 --plugin.precision=bf16 --plugin.ac=full"
+    "GPT-2 dp2 ZeRO 3 bf16|gpt2|--plugin.type=zero3 --plugin.precision=bf16"
+    "GPT-2 dp2 ZeRO 3 fp32 ac selective|gpt2|--plugin.type=zero3 --plugin.ac=selective"
+    "GPT-2 dp2 ZeRO 0 bf16 m2|gpt2|--plugin.type=ddp --plugin.precision=bf16 --plugin.microbatches=2"
+    "GPT-2 tp2 bf16|gpt2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.precision=bf16"
+    "GPT-2 tp2 split_gather fp32 ac full|gpt2|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.ac=full"
+    "GPT-2 Ulysses sp2 bf16|gpt2|--plugin.type=hybrid --plugin.sp_size=2 --plugin.precision=bf16"
+    "GPT-2 Ulysses sp2 ZeRO 2 fp32|gpt2|--plugin.type=hybrid --plugin.sp_size=2 --plugin.zero_stage=2"
+    "GPT-2 pp2 GPipe m4 bf16|gpt2|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=gpipe --plugin.microbatches=4 --plugin.precision=bf16"
+    "GPT-2 pp2 1F1B m8 fp32 ac selective|gpt2|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=1f1b --plugin.microbatches=8 --plugin.ac=selective"
+    "GPT-2 pp2 ZB-H1 m4 bf16|gpt2|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=4 --plugin.precision=bf16"
+    "GPT-2 pp2 interleaved v2 m4 bf16|gpt2|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4 --plugin.precision=bf16"
+    "Llama dp2 ZeRO 0 fp32|llama|--plugin.type=ddp"
+    "Llama dp2 ZeRO 1 bf16 ac full|llama|--plugin.type=zero1 --plugin.precision=bf16 --plugin.ac=full"
+    "Llama dp2 ZeRO 2 bf16 ac selective|llama|--plugin.type=zero2 --plugin.precision=bf16 --plugin.ac=selective"
+    "Llama dp2 ZeRO 3 fp32|llama|--plugin.type=zero3"
+    "Llama tp2 bf16|llama|--plugin.type=hybrid --plugin.tp_size=2 --plugin.precision=bf16"
+    "Llama tp2 split_gather bf16 ac selective|llama|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.precision=bf16 --plugin.ac=selective"
+    "Llama Ulysses sp2 fp32 ac full|llama|--plugin.type=hybrid --plugin.sp_size=2 --plugin.ac=full"
+    "Llama pp2 1F1B m4 bf16|llama|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=1f1b --plugin.microbatches=4 --plugin.precision=bf16"
+    "Llama pp2 GPipe m8 fp32|llama|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=gpipe --plugin.microbatches=8"
+    "Llama pp2 ZB-H1 m4 fp32 ac full|llama|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.microbatches=4 --plugin.ac=full"
+    "Llama pp2 interleaved v2 m4 fp32|llama|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4"
+    "DiT dp2 ZeRO 1 bf16|dit|--plugin.type=zero1 --plugin.precision=bf16"
+    "DiT dp2 ZeRO 3 fp32 ac full|dit|--plugin.type=zero3 --plugin.ac=full"
+    "DiT tp2 bf16 ac selective|dit|--plugin.type=hybrid --plugin.tp_size=2 --plugin.precision=bf16 --plugin.ac=selective"
+    "DiT Ulysses sp2 bf16|dit|--plugin.type=hybrid --plugin.sp_size=2 --plugin.precision=bf16"
+    "DiT tp2 split_gather fp32 ac full|dit|--plugin.type=hybrid --plugin.tp_size=2 --plugin.sp_mode=split_gather --plugin.ac=full"
+    "DiT pp2 GPipe m4 bf16|dit|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=gpipe --plugin.microbatches=4 --plugin.precision=bf16"
+    "DiT pp2 interleaved v2 m4 fp32|dit|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4"
+    "DiT dp2 ZeRO 2 fp32 m2|dit|--plugin.type=zero2 --plugin.microbatches=2"
+)
+res=$WORK/runs.jsonl
+: >"$res"
+i=0
+for spec in "${RUNS[@]}"; do
+    IFS='|' read -r name model args <<<"$spec"
+    tag=run$i; i=$((i + 1))
+    log "$name"
+    # shellcheck disable=SC2086  # word splitting of the argument lists is intended
+    mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE -np 2 "$DTRAIN" train \
+        ${MODEL[$model]} $args --train.metrics="$WORK/$tag.jsonl" >"$WORK/$tag.log" 2>&1 ||
+        { tail "$WORK/$tag.log" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this ${MODEL[$model]} $args \
+        >"$WORK/$tag.plan.json"
+    echo "{\"name\": \"$name\", \"metrics\": \"$WORK/$tag.jsonl\", \"plan\": \"$WORK/$tag.plan.json\"}" >>"$res"
+done
+$PY - "$res" <<'PYEOF'
+import json, statistics as S, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    steps = [json.loads(l) for l in open(r["metrics"])]
+    r["meas"] = S.median(s["step_ms"] for s in steps[2:8])
+    r["pred"] = json.load(open(r["plan"]))["predicted"]["step_ms"]
+    r["err"] = r["pred"] / r["meas"] - 1
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    out = [0] * len(v)
+    for k, i in enumerate(order):
+        out[i] = k + 1
+    return out
+pr, mr = ranks([r["pred"] for r in rows]), ranks([r["meas"] for r in rows])
+n = len(rows)
+rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(pr, mr)) / (n * (n * n - 1))
+print("| layout | predicted ms | measured ms (median steps 3-8) | error |")
+print("|---|---:|---:|---:|")
+for r in rows:
+    print(f"| {r['name']} | {r['pred']:.1f} | {r['meas']:.1f} | {100 * r['err']:+.1f}% |")
+e = [r["err"] for r in rows]
+print(f"\n{n} layouts: mean absolute error {100 * sum(map(abs, e)) / n:.1f}%, worst "
+      f"{100 * max(map(abs, e)):.1f}%, mean signed {100 * sum(e) / n:+.1f}%, Spearman rank "
+      f"correlation {rho:.3f}")
+PYEOF
+log "raw data in $WORK"
