@@ -116,12 +116,12 @@ static dt_status probe_act(const dt_config *c, dt_plan_rate2 *out) {
  * as the time model does: causal (GPT-2, Llama) 2 T hs per query head and token forward,
  * non-causal (the DiT, over the sequence its first block sees: the clip, or one frame's
  * tokens under spatial_temporal) 4 T hs; twice that backward. */
-static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *out) {
+/* The best forward and backward seconds of the attention kernel over B sequences of T tokens,
+ * and the FLOPs of its forward (non-causal, a DiT's: 4 T hs a token and head; causal: 2). */
+static dt_status time_attention(const dt_config *c, bool bf16, int T, double *fwd_s,
+                                double *bwd_s, double *flops) {
     const dt_model_config *m = &c->model;
     bool dit = m->arch == DT_ARCH_DIT;
-    int T = c->train.seq_len;
-    if (dit && m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL)
-        T = (m->height / m->patch_h) * (m->width / m->patch_w);
     int B = probe_rows(c) / T;
     int NH = m->n_head, NKV = m->n_kv_head > 0 ? m->n_kv_head : NH, hs = m->n_embd / NH;
     B = B > 0 ? B : 1;
@@ -144,10 +144,31 @@ static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *o
         dt_attention_backward(&s, dq, dk, dv, dy, y, lse, q, k, v);
         tf[i] = t1 - t0, tb[i] = dt_now() - t1;
     }
-    double flops = (dit ? 4.0 : 2.0) * tok * T * NH * hs;
-    out->fwd = flops / best_of(tf);
-    out->bwd = 2 * flops / best_of(tb);
+    *fwd_s = best_of(tf);
+    *bwd_s = best_of(tb);
+    *flops = (dit ? 4.0 : 2.0) * tok * T * NH * hs;
     free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);
+    return DT_OK;
+}
+
+/* The attention kernel's rates at the sequences the model runs: a GPT's and a full-attention
+ * DiT's whole sequence; under spatial_temporal a frame's tokens and a position's frames, whose
+ * blocks alternate, as one rate over both (their FLOPs over their seconds). */
+static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *out) {
+    const dt_model_config *m = &c->model;
+    int T[2] = {c->train.seq_len, 0};
+    if (m->arch == DT_ARCH_DIT && m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL) {
+        T[0] = (m->height / m->patch_h) * (m->width / m->patch_w);
+        T[1] = m->frames / m->patch_t;
+    }
+    double fwd = 0, bwd = 0, flops = 0;
+    for (int i = 0; i < 2 && T[i] > 0; i++) {
+        double f = 0, b = 0, n = 0;
+        DT_TRY(time_attention(c, bf16, T[i], &f, &b, &n));
+        fwd += f, bwd += b, flops += n;
+    }
+    out->fwd = flops / fwd;
+    out->bwd = 2 * flops / bwd;
     return DT_OK;
 }
 
