@@ -9,7 +9,9 @@
 #
 #   bash bench/run_plan_accuracy.sh
 #
-# Knobs: PLAN_DTRAIN=PATH (default build/dtrain), PLAN_WORK=DIR (default a new /tmp folder).
+# Knobs: PLAN_DTRAIN=PATH (default build/dtrain), PLAN_WORK=DIR (default a new /tmp folder),
+# PLAN_PROBE=1: give the planner what `dtrain probe` measures under mpirun on the 2 ranks
+# (each collective's rate and the share of one that stays exposed beside compute).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,6 +73,11 @@ RUNS=(
     "DiT pp2 interleaved v2 m4 fp32|dit|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4"
     "DiT dp2 ZeRO 2 fp32 m2|dit|--plugin.type=zero2 --plugin.microbatches=2"
 )
+PROBE=
+if [ "${PLAN_PROBE:-0}" = 1 ]; then
+    PROBE=$(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE -np 2 "$DTRAIN" probe)
+    echo "probe: $PROBE" | tee -a "$WORK/env.txt" >&2
+fi
 res=$WORK/runs.jsonl
 : >"$res"
 i=0
@@ -83,7 +90,7 @@ for spec in "${RUNS[@]}"; do
         ${MODEL[$model]} $args --train.metrics="$WORK/$tag.jsonl" >"$WORK/$tag.log" 2>&1 ||
         { tail "$WORK/$tag.log" >&2; exit 1; }
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this ${MODEL[$model]} $args \
+    OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this $PROBE ${MODEL[$model]} $args \
         >"$WORK/$tag.plan.json"
     echo "{\"name\": \"$name\", \"metrics\": \"$WORK/$tag.jsonl\", \"plan\": \"$WORK/$tag.plan.json\"}" >>"$res"
 done
