@@ -398,7 +398,9 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
  * set is marked in use and unused once per micro-batch (the accountant also keeps twice the
  * most events seen in one step). */
 static dt_status reserve_events(dt_booster *b) {
-    int n_mb = b->lay.n_mb;
+    int n_mb = b->lay.n_mb; /* an evaluation may meet every bucket's count */
+    for (int k = 0; k < b->bk.n; k++)
+        n_mb = b->bucket_lay[k].n_mb > n_mb ? b->bucket_lay[k].n_mb : n_mb;
     return dt_mem_timeline_reserve(b->mem, 2 * n_mb * dt_model_n_units(b->model) + 64);
 }
 
