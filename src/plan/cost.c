@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buckets.h"
 #include "plan/comm.h"
 #include "plan/cost_impl.h"
 #include "plan/memory.h"
@@ -591,42 +590,10 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
     return DT_OK;
 }
 
-/* The share of steps bucket k takes (its weight over their sum). */
-static double bucket_share(const dt_buckets *bk, int k) {
-    double sum = 0;
-    for (int j = 0; j < bk->n; j++)
-        sum += bk->b[j].weight;
-    return bk->b[k].weight / sum;
-}
-
-/* buckets of clip shape (data.buckets) parsed; none when the config has none or is no DiT's */
-static dt_buckets buckets_of(const dt_config *c) {
-    dt_buckets bk = {0};
-    if (c->model.arch != DT_ARCH_DIT || dt_config_buckets(c, &bk) != DT_OK)
-        bk.n = 0;
-    return bk;
-}
-
-double dt_plan_step_tokens(const dt_config *c) {
-    dt_buckets bk = buckets_of(c);
-    double tokens = 0;
-    for (int k = 0; k < bk.n; k++) {
-        dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
-        tokens += bucket_share(&bk, k) * ck.train.batch_size * ck.train.seq_len;
-    }
-    return bk.n ? tokens : (double)c->train.batch_size * c->train.seq_len;
-}
-
 double dt_plan_step_flops(const dt_config *c) {
-    dt_buckets bk = buckets_of(c);
-    if (bk.n) {
-        double flops = 0;
-        for (int k = 0; k < bk.n; k++) {
-            dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
-            flops += bucket_share(&bk, k) * dt_plan_step_flops(&ck);
-        }
-        return flops;
-    }
+    dt_buckets bk = dt_plan_buckets_of(c);
+    if (bk.n)
+        return dt_plan_flops_of_buckets(c, &bk);
     const dt_model_config *m = &c->model;
     if (m->arch == DT_ARCH_DIT)
         return dt_plan_dit_step_flops(m, c->train.batch_size);
@@ -641,33 +608,13 @@ double dt_plan_step_flops(const dt_config *c) {
     return 3 * token * c->train.batch_size * T;
 }
 
-/* The run over buckets: each bucket's step, weighted by its share of the steps. */
-static dt_status time_of_buckets(const dt_config *c, const dt_buckets *bk, int world,
-                                 const dt_plan_device *d, const dt_schedule *given,
-                                 dt_plan_time *out) {
-    memset(out, 0, sizeof *out);
-    for (int k = 0; k < bk->n; k++) {
-        dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
-        dt_plan_time t;
-        dt_status st = dt_plan_step_time(&ck, world, d, given, &t);
-        DT_TRY(dt_bucket_wrap(st, bk, k));
-        double w = bucket_share(bk, k);
-        out->step_s += w * t.step_s;
-        out->compute_s += w * t.compute_s;
-        out->comm_s += w * t.comm_s;
-        out->bubble += w * t.bubble;
-        out->act_disk_s += w * t.act_disk_s;
-    }
-    return DT_OK;
-}
-
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *given, dt_plan_time *out) {
     const dt_schedule *sched;
     memset(out, 0, sizeof *out);
-    dt_buckets bk = buckets_of(c);
+    dt_buckets bk = dt_plan_buckets_of(c);
     if (bk.n)
-        return time_of_buckets(c, &bk, world, d, given, out);
+        return dt_plan_time_of_buckets(c, &bk, world, d, given, out);
     work w = {0};
     dt_layout lay;
     dt_schedule *own;

@@ -29,6 +29,8 @@
 
 #include "plan/plan_impl.h"
 
+#include <string.h>
+
 /* The clip's geometry. */
 typedef struct dit_geo {
     double S, hw, Tt, P; /* tokens a clip, a frame's tokens, frames of tokens, patch floats */
@@ -308,4 +310,61 @@ void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, boo
         k.b_fresh = k.b; /* the DiT reruns before every backward */
         out[c] = k;
     }
+}
+
+/* ---- buckets of clip shape (data.buckets): the run as the mean over its buckets' shares ---- */
+
+/* The share of steps bucket k takes (its weight over their sum). */
+static double bucket_share(const dt_buckets *bk, int k) {
+    double sum = 0;
+    for (int j = 0; j < bk->n; j++)
+        sum += bk->b[j].weight;
+    return bk->b[k].weight / sum;
+}
+
+/* buckets of clip shape (data.buckets) parsed; none when the config has none or is no DiT's */
+dt_buckets dt_plan_buckets_of(const dt_config *c) {
+    dt_buckets bk = {0};
+    if (c->model.arch != DT_ARCH_DIT || dt_config_buckets(c, &bk) != DT_OK)
+        bk.n = 0;
+    return bk;
+}
+
+double dt_plan_step_tokens(const dt_config *c) {
+    dt_buckets bk = dt_plan_buckets_of(c);
+    double tokens = 0;
+    for (int k = 0; k < bk.n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
+        tokens += bucket_share(&bk, k) * ck.train.batch_size * ck.train.seq_len;
+    }
+    return bk.n ? tokens : (double)c->train.batch_size * c->train.seq_len;
+}
+
+double dt_plan_flops_of_buckets(const dt_config *c, const dt_buckets *bk) {
+    double flops = 0;
+    for (int k = 0; k < bk->n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
+        flops += bucket_share(bk, k) * dt_plan_step_flops(&ck);
+    }
+    return flops;
+}
+
+/* The run over buckets: each bucket's step, weighted by its share of the steps. */
+dt_status dt_plan_time_of_buckets(const dt_config *c, const dt_buckets *bk, int world,
+                                 const dt_plan_device *d, const dt_schedule *given,
+                                 dt_plan_time *out) {
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < bk->n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
+        dt_plan_time t;
+        dt_status st = dt_plan_step_time(&ck, world, d, given, &t);
+        DT_TRY(dt_bucket_wrap(st, bk, k));
+        double w = bucket_share(bk, k);
+        out->step_s += w * t.step_s;
+        out->compute_s += w * t.compute_s;
+        out->comm_s += w * t.comm_s;
+        out->bubble += w * t.bubble;
+        out->act_disk_s += w * t.act_disk_s;
+    }
+    return DT_OK;
 }

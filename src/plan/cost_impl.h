@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 
+#include "core/buckets.h"
 #include "core/config.h"
 #include "plan/cost.h"
 #include "plan/stages.h"
@@ -75,5 +76,12 @@ void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, boo
  * (twice the forward) of every matmul and of the attention cores (non-causal: 4 T hs a token
  * and head, T the length of the sequence the block's attention sees), no reruns. */
 double dt_plan_dit_step_flops(const dt_model_config *m, double clips);
+/* Buckets of clip shape (data.buckets) of a DiT's config (n 0: none, or not a DiT); the step's
+ * FLOPs and time as means over their shares of the steps (cost_dit.c). */
+dt_buckets dt_plan_buckets_of(const dt_config *c);
+double dt_plan_flops_of_buckets(const dt_config *c, const dt_buckets *bk);
+dt_status dt_plan_time_of_buckets(const dt_config *c, const dt_buckets *bk, int world,
+                                  const dt_plan_device *d, const dt_schedule *given,
+                                  dt_plan_time *out);
 
 #endif
