@@ -2,12 +2,15 @@
  * (one GPT-2 layer, one Llama layer with grouped KV heads, FLOPs / rate),
  * the pipeline bubble of the replayed schedules against the closed forms, and the directions
  * its levers must move the step (overlap hides the gradient reduction, recomputation costs a
- * forward, tensor parallelism divides the matmuls). */
+ * forward, tensor parallelism divides the matmuls); the gradient group's traffic the time
+ * model asks for alone is the whole ledger's, for every rank of a matrix of layouts. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/config.h"
 #include "harness.h"
+#include "plan/comm.h"
 #include "plan/cost.h"
 
 static dt_config tiny(void) {
@@ -278,8 +281,45 @@ static void test_probed_device(void) {
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), hidden + 0.3 * (serial - hidden), 1e-9);
 }
 
+/* dt_plan_comm_grad_bytes against the gradient fields of dt_plan_comm_bytes */
+static void test_grad_ledger(void) {
+    static const struct {
+        dt_arch arch;
+        int zero, pp, tp, mb;
+        const char *schedule;
+    } cases[] = {{DT_ARCH_GPT2, 0, 1, 1, 0, "1f1b"}, {DT_ARCH_GPT2, 1, 2, 1, 1, "1f1b"},
+                 {DT_ARCH_LLAMA, 2, 2, 1, 1, "zbh1"}, {DT_ARCH_LLAMA, 2, 1, 2, 1, "1f1b"},
+                 {DT_ARCH_GPT2, 3, 1, 1, 2, "1f1b"},  {DT_ARCH_LLAMA, 3, 2, 1, 1, "gpipe"},
+                 {DT_ARCH_GPT2, 2, 2, 2, 2, "interleaved"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_config c = tiny();
+        c.model.arch = cases[i].arch;
+        c.model.n_layer = 4, c.model.n_head = 4, c.model.n_embd = 64, c.model.vocab_size = 64;
+        c.train.batch_size = 8, c.train.micro_batch_size = cases[i].mb;
+        c.plugin.type = DT_PLUGIN_HYBRID, c.plugin.zero_stage = cases[i].zero;
+        c.plugin.pp_size = cases[i].pp, c.plugin.tp_size = cases[i].tp;
+        c.plugin.pp_chunks = strcmp(cases[i].schedule, "interleaved") ? 1 : 2;
+        snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "%s", cases[i].schedule);
+        int world = 2 * cases[i].pp * cases[i].tp;
+        for (int r = 0; r < world; r++) {
+            dt_plan_comm all, grad;
+            DT_CHECK_OK(dt_plan_comm_bytes(&c, world, r, NULL, &all));
+            DT_CHECK_OK(dt_plan_comm_grad_bytes(&c, world, r, NULL, &grad));
+            DT_CHECK(grad.grad_known == all.grad_known && grad.grad == all.grad &&
+                         grad.grad_gather == all.grad_gather &&
+                         grad.calls_grad == all.calls_grad &&
+                         grad.calls_grad_gather == all.calls_grad_gather,
+                     "case %zu rank %d: gradient group %lld bytes %lld calls alone, %lld / %lld "
+                     "in the whole ledger",
+                     i, r, (long long)grad.grad, (long long)grad.calls_grad, (long long)all.grad,
+                     (long long)all.calls_grad);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
+    test_grad_ledger();
     test_doc_share();
     test_probed_device();
     test_by_hand();
