@@ -112,14 +112,12 @@ static dt_status probe_act(const dt_config *c, dt_plan_rate2 *out) {
     return DT_OK;
 }
 
-/* One micro-batch's attention of the config (all heads), in fp32 or bf16 mode; FLOPs counted
- * as the time model does: causal (GPT-2, Llama) 2 T hs per query head and token forward,
- * non-causal (the DiT, over the sequence its first block sees: the clip, or one frame's
- * tokens under spatial_temporal) 4 T hs; twice that backward. */
-/* The best forward and backward seconds of the attention kernel over B sequences of T tokens,
- * and the FLOPs of its forward (non-causal, a DiT's: 4 T hs a token and head; causal: 2). */
-static dt_status time_attention(const dt_config *c, bool bf16, int T, double *fwd_s,
-                                double *bwd_s, double *flops) {
+/* The best forward and backward seconds of the attention kernel over one micro-batch's rows
+ * cut into sequences of T tokens (all heads, fp32 or bf16 mode), and the FLOPs of its forward
+ * as the time model counts them: causal (GPT-2, Llama) 2 T hs a query head and token,
+ * non-causal (the DiT) 4 T hs; the backward counts twice that. */
+static dt_status time_attention(const dt_config *c, bool bf16, int T, double *fwd_s, double *bwd_s,
+                                double *flops) {
     const dt_model_config *m = &c->model;
     bool dit = m->arch == DT_ARCH_DIT;
     int B = probe_rows(c) / T;

@@ -56,15 +56,7 @@ static dt_status check_buckets(const dt_config *c, int world) {
     dt_layout lays[DT_MAX_BUCKETS];
     int n;
     DT_TRY(dt_layout_make_buckets(c, world, 0, lays, &n));
-    dt_buckets bk;
-    DT_TRY(dt_config_buckets(c, &bk));
-    dt_bucket_errors bad = {.n = 0};
-    for (int k = 0; k < n; k++) {
-        dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
-        dt_model_split ms = dt_model_split_of(&c->plugin, ck.train.seq_len);
-        dt_bucket_errors_add(&bad, dt_model_check_split(&ck.model, &ms), &bk, k);
-    }
-    return dt_bucket_errors_status(&bad);
+    return dt_model_check_buckets(c);
 }
 
 /* given: the schedule to run (borrowed; validated here unless `trusted`, a generator's), or
@@ -363,8 +355,9 @@ static dt_status bucket_micro_batches(const space *sp, dt_plan_cand *x, int dp,
 static dt_status micro_batches(const space *sp, dt_plan_cand *x, int dp) {
     int B = sp->base->train.batch_size, rows = B / dp, pp = x->c.plugin.pp_size;
     dt_buckets bk;
-    if (dt_config_buckets(sp->base, &bk) == DT_OK && bk.n && !is_pinned(sp, "plugin.microbatches") &&
-        !is_pinned(sp, "train.micro_batch_size") && x->c.plugin.cp_size == 1)
+    if (dt_config_buckets(sp->base, &bk) == DT_OK && bk.n &&
+        !is_pinned(sp, "plugin.microbatches") && !is_pinned(sp, "train.micro_batch_size") &&
+        x->c.plugin.cp_size == 1)
         return bucket_micro_batches(sp, x, dp, &bk);
     if (rows < 1 || B % dp)
         return DT_OK;

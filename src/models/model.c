@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buckets.h"
 #include "io/safetensors.h"
 #include "models/dit.h"
 #include "models/gpt.h"
@@ -62,6 +63,18 @@ dt_status dt_model_check_split(const dt_model_config *cfg, const dt_model_split 
     const model_kind *k = NULL;
     DT_TRY(kind_of(cfg->arch, &k));
     return k->check_split(cfg, s);
+}
+
+dt_status dt_model_check_buckets(const dt_config *c) {
+    dt_buckets bk;
+    DT_TRY(dt_config_buckets(c, &bk));
+    dt_bucket_errors bad = {.n = 0};
+    for (int k = 0; k < bk.n; k++) {
+        dt_config ck = dt_config_of_bucket(c, &bk.b[k]);
+        dt_model_split ms = dt_model_split_of(&c->plugin, ck.train.seq_len);
+        dt_bucket_errors_add(&bad, dt_model_check_split(&ck.model, &ms), &bk, k);
+    }
+    return dt_bucket_errors_status(&bad);
 }
 
 /* The file's "arch" metadata picks the reader; a file without one (or with one dtrain does

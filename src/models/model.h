@@ -249,6 +249,9 @@ typedef struct dt_model_split {
 dt_status dt_model_check_split(const dt_model_config *cfg, const dt_model_split *s);
 /* The split a plugin config asks for at seq_len. */
 dt_model_split dt_model_split_of(const dt_plugin_config *p, int seq_len);
+/* dt_model_check_split of every bucket of clip shape of c (data.buckets; none: DT_OK), at its
+ * own clip: every bucket that does not split named in one error. */
+dt_status dt_model_check_buckets(const dt_config *c);
 /* Fill the model shape from a weights file's metadata; keys absent keep cfg's values. */
 dt_status dt_model_config_from_file(const char *path, dt_model_config *cfg);
 /* The shape fields of cfg->arch's model from its named sizes (dt_model_sizes, e.g. read back

@@ -28,13 +28,7 @@ dt_status dt_booster__bucket_layouts(dt_booster *b, const dt_boost_spec *s) {
     snprintf(c.data.buckets, sizeof c.data.buckets, "%s", s->buckets);
     int n;
     DT_TRY(dt_layout_make_buckets(&c, b->world->size, b->world->rank, b->bucket_lay, &n));
-    dt_bucket_errors bad = {.n = 0};
-    for (int k = 0; k < n; k++) { /* the model's own split rules, per clip */
-        dt_config ck = dt_config_of_bucket(&c, &b->bk.b[k]);
-        dt_model_split ms = dt_model_split_of(&b->plugin, b->bucket_lay[k].T);
-        dt_bucket_errors_add(&bad, dt_model_check_split(&ck.model, &ms), &b->bk, k);
-    }
-    DT_TRY(dt_bucket_errors_status(&bad));
+    DT_TRY(dt_model_check_buckets(&c)); /* the model's own split rules, per clip */
     b->lay = b->bucket_lay[0];
     b->bucket = 0;
     return DT_OK;
