@@ -69,6 +69,14 @@ MEGATRON_H100 = [
 UNFUSED_ATTENTION = ["--attn16", "40T,40T"]
 
 
+# Megatron-LM of 2021-22 reduced gradients with its own data-parallel wrapper (the default
+# --DDP-impl local): one all-reduce of the whole fp32 gradient buffer after the last
+# micro-batch's backward, in train_step, not overlapped with it; and its tensor-parallel
+# collectives ran between the products, not beside them (the presets model today's tuned
+# software, which overlaps both: see the 2024 rows).
+LOCAL_DDP = ["--plugin.overlap=false", "--overlap", "none"]
+
+
 def model_args(heads, hidden, layers, vocab, seq, batch):
     return ["--config", os.path.join(REPO, "configs/gpt2-124m.ini"), "--model.arch=gpt2",
             f"--model.n_head={heads}", f"--model.n_embd={hidden}", f"--model.n_layer={layers}",
@@ -92,7 +100,8 @@ def rows():
         s, v = 2048, 51200
         flops = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
         pins = [f"--plugin.tp_size={tp}", f"--plugin.pp_size={pp}", "--plugin.ac=full",
-                "--plugin.sp_mode=all_to_all", "--plugin.sp_size=1", "--plugin.type=ddp"]
+                "--plugin.ac_every=1", "--plugin.sp_mode=all_to_all", "--plugin.sp_size=1",
+                "--plugin.type=ddp"] + LOCAL_DDP
         pins += UNFUSED_ATTENTION
         yield ("narayanan2021", name, "a100-80gb", n, model_args(a, h, l, v, s, b) + pins,
                False, b * s * x * 1e12 / flops, f"tp{tp} pp{pp} dp{n // (tp * pp)} ac=full")
@@ -102,7 +111,8 @@ def rows():
                  if v_chunks > 1 else ["--plugin.pp_schedule=1f1b"])
         base = model_args(a, h, l, v, s, b) + [f"--plugin.tp_size={tp}", f"--plugin.pp_size={pp}",
                                               "--train.micro_batch_size=1", "--plugin.sp_size=1",
-                                              "--plugin.type=ddp", "--plugin.overlap=false"]
+                                              "--plugin.type=ddp", "--plugin.ac_every=1"]
+        base += LOCAL_DDP
         base += UNFUSED_ATTENTION
         base += sched if pp > 1 else []
         yield ("korthikanti2022", name + " full", "a100-80gb", n,

@@ -38,7 +38,8 @@ static int usage(void) {
     dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
              "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
              "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] "
-             "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--top K] [--json] "
+             "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--overlap tp,dp|none] "
+             "[--top K] [--json] "
              "[--explain [--rank R]] [--show-device] "
              "[--section.key=value ...]\n"
              "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
@@ -46,7 +47,10 @@ static int usage(void) {
              "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
              "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; --disk: bytes/s "
              "written and read to offload files (this probes the offload folder's); --coll-bw, "
-             "--exposed-share: what dtrain probe measured under mpirun; --show-device prints the "
+             "--exposed-share: what dtrain probe measured under mpirun; --overlap: what the "
+             "device's software hides that dtrain's CPU runtime does not (tp: tensor-parallel "
+             "collectives behind their products; dp: gradient reductions under a pipeline and "
+             "the gather of the update; the GPU presets: tp,dp); --show-device prints the "
              "device's figures as these flags\n"
              "  devices: %s",
              dt_plan_device_names());
@@ -314,6 +318,7 @@ typedef struct args {
     double flops, flops16, bandwidth, mem_bandwidth, latency;
     dt_plan_rate2 attn, attn16, norm, act, disk; /* disk: write, read bytes/s */
     double coll[DT_PLAN_COLL_COUNT], exposed_share; /* dtrain probe's (0, -1: not given) */
+    int hides;                                      /* --overlap (-1: not given) */
     bool show_device;
     int64_t mem;
 } args;
@@ -324,6 +329,24 @@ static bool to_int(const char *flag, const char *v, int *out) {
         return false;
     *out = (int)x;
     return true;
+}
+
+/* --overlap: "none", or "tp", "dp" joined by commas (dt_plan_device.hides) */
+static bool parse_hides(const char *v, int *hides) {
+    *hides = 0;
+    if (!strcmp(v, "none"))
+        return true;
+    for (const char *p = v; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 2 && !strncmp(p, "tp", 2))
+            *hides |= DT_PLAN_HIDE_TP;
+        else if (n == 2 && !strncmp(p, "dp", 2))
+            *hides |= DT_PLAN_HIDE_DP;
+        else
+            return dt_err_set(DT_ERR_ARG, "--overlap %s: give tp, dp, tp,dp or none", v), false;
+        p += n + (p[n] == ',');
+    }
+    return *hides != 0 || (dt_err_set(DT_ERR_ARG, "--overlap: give tp, dp, tp,dp or none"), false);
 }
 
 /* --coll-bw: the rates of the five kinds (plan/cost.h's dt_plan_coll order), comma-separated */
@@ -422,6 +445,8 @@ static int parse(int argc, char **argv, args *a) {
             ok = parse_coll(v, a->coll);
         else if ((v = dt_cli_option(argc, argv, &i, "--exposed-share")))
             ok = dt_cli_real("--exposed-share", v, 0, 2, &a->exposed_share);
+        else if ((v = dt_cli_option(argc, argv, &i, "--overlap")))
+            ok = parse_hides(v, &a->hides);
         else if (!strcmp(argv[i], "--show-device"))
             a->show_device = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
@@ -443,7 +468,7 @@ static int parse(int argc, char **argv, args *a) {
                 "--config",  "--world",     "--top",           "--mem",     "--flops",
                 "--flops16", "--bandwidth", "--mem-bandwidth", "--latency", "--attn",
                 "--attn16",  "--norm",      "--act",           "--disk",    "--device",
-                "--rank",    "--coll-bw",   "--exposed-share", NULL};
+                "--rank",    "--coll-bw",   "--exposed-share", "--overlap", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -499,13 +524,15 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
         memcpy(dev->coll, a->coll, sizeof dev->coll);
     if (a->exposed_share >= 0)
         dev->exposed_share = a->exposed_share;
+    if (a->hides >= 0)
+        dev->hides = (unsigned)a->hides;
     return DT_OK;
 }
 
 static int plan_with(args *a, const dt_plan_device *dev, int64_t dev_mem);
 
 int dt_cli_plan(int argc, char **argv) {
-    args a = {.top = 20, .exposed_share = -1};
+    args a = {.top = 20, .exposed_share = -1, .hides = -1};
     dt_config_defaults(&a.cfg);
     int rc = parse(argc, argv, &a);
     if (rc)
@@ -536,7 +563,8 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     if (d->coll[0] > 0)
         printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g --exposed-share %.4g", d->coll[0], d->coll[1],
                d->coll[2], d->coll[3], d->coll[4], d->exposed_share);
-    printf("\n");
+    bool tp = d->hides & DT_PLAN_HIDE_TP, dp = d->hides & DT_PLAN_HIDE_DP;
+    printf(" --overlap %s\n", tp && dp ? "tp,dp" : tp ? "tp" : dp ? "dp" : "none");
 }
 
 static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {

@@ -33,19 +33,26 @@ typedef struct preset {
     dt_plan_device d;
 } preset;
 
-/* What a tuned implementation reaches of the datasheet figures, the same on both parts (a
- * large bf16 product, a memory-bound kernel, a fused attention kernel). The first three are
- * calibrated once on all the published runs of bench/run_calibrate.py (Megatron-LM on A100
- * and H100), not per run: of the settings tried (0.80/64/0.80, 0.85/32/0.85, 0.90/32/0.90)
- * the one with the smallest median error; BENCHMARKS.md lists each run's error. */
-#define GEMM_EFFICIENCY 0.90 /* of the dense peak, for a large product */
-#define GEMM_HALF 32.0       /* a dimension of 32 halves a product's rate (per dimension) */
-#define MEM_EFFICIENCY 0.90  /* of HBM bandwidth, for a streaming kernel */
-#define ATTN_EFFICIENCY                                                                            \
-    0.50       /* a flash-attention kernel, of the dense peak: FlashAttention-2                    \
-                * (Dao 2023) reports 50-73% of A100's, FlashAttention-3 (Shah et                   \
-                * al. 2024) 35% (FA2) to 75% of H100's */
+/* What a tuned implementation reaches of the datasheet figures: a large bf16 product (and
+ * the dimension at which a product's rate halves, per dimension), a memory-bound kernel, a
+ * fused attention kernel (forward, backward).
+ * H100: measured on an H200 (the same GH100 compute die, 132 SMs at 1980 MHz under the same
+ * 700 W limit; it differs in memory), PyTorch 2.11 with CUDA 13 (cuBLAS and its fused
+ * attention), `bench/gpu_rates.py --peak 989e12`, 2026-11-28: bf16 products of m >= 8192
+ * rows and n, k >= 1024 fit 0.696 x peak x prod(x / (x + 64)) (7% rms); a 1 GiB copy
+ * 4.26 TB/s of the H200's 4.8 (0.89); causal attention at T 4096, heads of 128: forward 0.54
+ * and backward 0.33 of the peak.
+ * A100 (no such part to measure): calibrated once on the A100 runs of bench/run_calibrate.py
+ * (Narayanan et al. 2021, Korthikanti et al. 2022), not per run: of the settings tried
+ * (0.80/64, 0.85/32, 0.90/32) the one with the smallest median error; attention 0.50, the
+ * low end of the 50-73% of A100's peak FlashAttention-2 reports (Dao 2023). BENCHMARKS.md
+ * lists each run's error. */
+#define MEM_EFFICIENCY 0.90 /* of HBM bandwidth, for a streaming kernel (both parts) */
 #define NODE 8 /* GPUs a node joins by NVLink (DGX A100 and H100) */
+/* What a tuned implementation overlaps (Megatron-Core with Transformer Engine, as the
+ * Megatron-LM README's 2024 H100 runs: --tp-comm-overlap, --overlap-grad-reduce,
+ * --overlap-param-gather); Megatron-LM of 2021-22 did neither (--overlap none) */
+#define TUNED_HIDES (DT_PLAN_HIDE_TP | DT_PLAN_HIDE_DP)
 
 static const preset PRESETS[] = {
     /* A100 SXM 80GB: 80 GiB HBM2e at 2039 GB/s; bf16 dense 312 TFLOP/s, fp32 19.5 TFLOP/s;
@@ -60,12 +67,13 @@ static const preset PRESETS[] = {
       .mem_bandwidth = 2039e9,
       .disk_write = 2e9,
       .disk_read = 2e9,
-      .attn_16 = {ATTN_EFFICIENCY * 312e12, ATTN_EFFICIENCY * 312e12},
-      .gemm_efficiency = GEMM_EFFICIENCY,
-      .gemm_half = GEMM_HALF,
+      .attn_16 = {0.50 * 312e12, 0.50 * 312e12},
+      .gemm_efficiency = 0.90,
+      .gemm_half = 32,
       .mem_efficiency = MEM_EFFICIENCY,
       .node_size = NODE,
-      .inter_bandwidth = 25e9}},
+      .inter_bandwidth = 25e9,
+      .hides = TUNED_HIDES}},
     /* H100 SXM 80GB: 80 GiB HBM3 at 3.35 TB/s; bf16 dense 989 TFLOP/s, fp32 67 TFLOP/s;
      * fourth-generation NVLink 900 GB/s bidirectional; between nodes eight 400 Gb/s NDR
      * InfiniBand adapters a node, 50 GB/s a GPU (DGX H100) */
@@ -78,12 +86,13 @@ static const preset PRESETS[] = {
       .mem_bandwidth = 3350e9,
       .disk_write = 2e9,
       .disk_read = 2e9,
-      .attn_16 = {ATTN_EFFICIENCY * 989e12, ATTN_EFFICIENCY * 989e12},
-      .gemm_efficiency = GEMM_EFFICIENCY,
-      .gemm_half = GEMM_HALF,
+      .attn_16 = {0.54 * 989e12, 0.33 * 989e12},
+      .gemm_efficiency = 0.70,
+      .gemm_half = 64,
       .mem_efficiency = MEM_EFFICIENCY,
       .node_size = NODE,
-      .inter_bandwidth = 50e9}},
+      .inter_bandwidth = 50e9,
+      .hides = TUNED_HIDES}},
 };
 enum { N_PRESETS = sizeof PRESETS / sizeof PRESETS[0] };
 

@@ -138,20 +138,29 @@ static pointwise_s block_pointwise(const work *w) {
     return p;
 }
 
-/* tensor-parallel region ops and Ulysses all-to-alls of a block's forward (and backward) */
-static double block_comm(const work *w, bool backward) {
-    double n = w->Nt * w->C * 4, t = 0;
+/* tensor-parallel region ops of a block's forward (and backward) */
+static double block_tp_comm(const work *w, bool backward) {
+    double n = w->Nt * w->C * 4;
     if (w->sg) /* forward: 2 gathers in, 2 reduce-scatters out; backward: 4 gathers, 2 RS */
-        t += (backward ? 6 : 4) * gather_like(w, w->tp, n);
-    else       /* forward: 2 all-reduces out; backward: 2 all-reduces in */
-        t += 2 * allreduce(w, w->tp, n);
-    if (w->sp > 1) {
-        double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
-        double one = w->d->latency;
-        t += backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->bw_sp
-                      : 2 * one + (att + qkv) * (w->sp - 1) / w->bw_sp;
-    }
-    return t;
+        return (backward ? 6 : 4) * gather_like(w, w->tp, n);
+    return 2 * allreduce(w, w->tp, n); /* forward: 2 all-reduces out; backward: 2 in */
+}
+
+/* hidden: one of tp pieces stays exposed, and what the products do not cover */
+double dt_plan_cost_tp_exposed(const work *w, double comm, double gemm) {
+    if (!(w->d->hides & DT_PLAN_HIDE_TP) || !w->sg || w->tp < 2)
+        return comm;
+    return fmax(comm / w->tp, comm - gemm);
+}
+
+/* the Ulysses all-to-alls of a block's forward (and backward) */
+static double block_sp_comm(const work *w, bool backward) {
+    if (w->sp < 2)
+        return 0;
+    double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
+    double one = w->d->latency;
+    return backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->bw_sp
+                    : 2 * one + (att + qkv) * (w->sp - 1) / w->bw_sp;
 }
 
 typedef struct block_cost {
@@ -220,15 +229,19 @@ static block_cost cost_block(const work *w, int l, bool split) {
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
-    double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + block_comm(w, false) +
-                 unit_cast(w);
+    double comm_f =
+        dt_plan_cost_tp_exposed(w, block_tp_comm(w, false), mm.fwd) + block_sp_comm(w, false);
+    double comm_b =
+        dt_plan_cost_tp_exposed(w, block_tp_comm(w, true), mm.dx + (split ? 0 : mm.dw)) +
+        block_sp_comm(w, true);
+    double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + comm_f + unit_cast(w);
     block_cost k = {.f = fwd + q8 + act_disk_copy(w)};
     k.io = act_disk_exposed(w, true, k.f);
     k.f += k.io;
     /* what the slot did not keep is rebuilt before the backward (and before W when split) */
     double rebuild = ac_rerun_time(w, r, at_f, fwd) + restore;
-    double b_in = mm.dx + at_b + dt_plan_cost_ring(w, true, at_b) + pw.bwd + block_comm(w, true) +
-                  rebuild + unit_cast(w);
+    double b_in =
+        mm.dx + at_b + dt_plan_cost_ring(w, true, at_b) + pw.bwd + comm_b + rebuild + unit_cast(w);
     k.rerun = rebuild;
     if (split) {
         k.wgt = mm.dw + pw.wgt + rebuild + lp_rebuild(w) + unit_cast(w);
@@ -478,12 +491,14 @@ static double behind(const work *w, double comm, double compute) {
 }
 
 /* Exposed data-parallel communication and the optimizer step of a rank whose local arena has
- * n floats: reductions hide behind its backward when plugin.overlap (ZeRO 0/1 under a
- * pipeline and split backwards reduce after it); ZeRO-3's gathers are prefetched behind its
- * compute; ZeRO 1/2's gather of the updated arena waits for the update. */
+ * n floats and whose micro-batches take forward_s and backward_s in all: reductions hide
+ * behind the backward when plugin.overlap (ZeRO 0/1 under a pipeline and split backwards
+ * reduce after it, unless the device's software hides them behind the last micro-batch's);
+ * ZeRO-3's gathers are prefetched behind its compute; ZeRO 1/2's gather of the updated arena
+ * waits for the update (or runs behind the next step's first forward). */
 static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched, double n,
-                    double backward_s, double compute_s, bool split, double *exposed,
-                    double *optimizer) {
+                    double forward_s, double backward_s, double compute_s, bool split,
+                    double *exposed, double *optimizer) {
     int p = w->grad_p;
     dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
     double lat = w->d->latency;
@@ -492,9 +507,15 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
         t.reduce_bytes / dt_plan_kind_bw(w->d, w->bw_grad, reduce) + (double)t.reduce_calls * lat;
     double t_gather = t.gather_bytes / dt_plan_kind_bw(w->d, w->bw_grad, DT_PLAN_ALLGATHER) +
                       (double)t.gather_calls * lat;
-    bool can_hide = w->c->plugin.overlap && !(w->zero < 2 && w->pp > 1) && !split;
-    double red = can_hide ? behind(w, t_reduce, backward_s) : t_reduce;
-    double gat = w->zero == 3 ? behind(w, t_gather, compute_s) : t_gather;
+    bool overlap = w->c->plugin.overlap, tuned = overlap && (w->d->hides & DT_PLAN_HIDE_DP);
+    bool after = (w->zero < 2 && w->pp > 1) || split; /* dtrain reduces after the backward */
+    double red = !overlap ? t_reduce
+                 : !after ? behind(w, t_reduce, backward_s)
+                 : tuned  ? behind(w, t_reduce, backward_s / w->n_mb)
+                          : t_reduce;
+    double gat = w->zero == 3 ? behind(w, t_gather, compute_s)
+                 : tuned      ? behind(w, t_gather, forward_s / w->n_mb)
+                              : t_gather;
     *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
      * gradient norm reads the gradients once more */
@@ -652,11 +673,12 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         dt_stage_plan_held(&sp, r, held);
         for (int u = 0, n = dt_plan_local_units(&c->model, w.tp, held, ucount); u < n; u++)
             n_local += ucount[u]; /* the rank's padded parameter arena */
-        double backward = 0;
+        double forward = 0, backward = 0;
         for (int k = r; k < n_chunks; k += w.pp)
-            backward += w.n_mb * (cc[k].b + cc[k].wgt);
+            forward += w.n_mb * cc[k].f, backward += w.n_mb * (cc[k].b + cc[k].wgt);
         double exposed, opt;
-        cost_dp(&w, world, rank, sched, (double)n_local, backward, busy[r], split, &exposed, &opt);
+        cost_dp(&w, world, rank, sched, (double)n_local, forward, backward, busy[r], split,
+                &exposed, &opt);
         double step = makespan + exposed + opt;
         if (step > out->step_s) {
             out->step_s = step;

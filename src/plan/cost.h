@@ -90,7 +90,17 @@ typedef struct dt_plan_device {
      * it hides; above 1, up to 2: side by side they take longer than one after the other). */
     double coll[DT_PLAN_COLL_COUNT];
     double exposed_share;
+    unsigned hides; /* DT_PLAN_HIDE_*: what the device's own software overlaps that dtrain's
+                     * CPU runtime does not (the GPU presets: a tuned implementation) */
 } dt_plan_device;
+
+/* dt_plan_device.hides. TP: tensor-parallel collectives with sequence parallelism are cut
+ * into tp pieces, each sent while the product of the one before runs (Megatron-Core
+ * --tp-comm-overlap): one piece stays exposed, and what the products cannot cover. DP:
+ * under a pipeline each stage's gradient reduction runs behind its last micro-batch's
+ * backward (--overlap-grad-reduce), and the gather of ZeRO 1/2's update behind the next
+ * step's first forward (--overlap-param-gather). */
+enum { DT_PLAN_HIDE_TP = 1, DT_PLAN_HIDE_DP = 2 };
 
 typedef struct dt_plan_time {
     double step_s;    /* the slowest rank's step */

@@ -191,8 +191,9 @@ static pass block_pointwise(const dit_work *x, int l) {
     return p;
 }
 
-/* The collectives of block l's passes (the ledger's, plan/comm.c), as seconds. */
-static pass block_comm(const dit_work *x, int l) {
+/* The collectives of block l's passes (the ledger's, plan/comm.c), as seconds: the
+ * tensor-parallel ones less what the device hides behind the products mm. */
+static pass block_comm(const dit_work *x, int l, pass mm) {
     const dt_plan_work *w = x->w;
     const dt_plan_device *d = w->d;
     double n = w->Nt * w->C * 4;
@@ -212,9 +213,10 @@ static pass block_comm(const dit_work *x, int l) {
                               dt_plan_cost_allreduce(w, w->tp, 6 * w->B * w->C * 4)
                         : 0;
     pass p;
-    p.f = rowp * (enter_f + leave_f) + qkv + att;
-    p.b = rowp * (leave_b + enter_f + enter_b) + 2 * att + qkv + sums;
-    p.wgt = rowp * enter_f + att;
+    p.f = dt_plan_cost_tp_exposed(w, rowp * (enter_f + leave_f), mm.f) + qkv + att;
+    p.b = dt_plan_cost_tp_exposed(w, rowp * (leave_b + enter_f + enter_b) + sums, mm.b) + 2 * att +
+          qkv;
+    p.wgt = dt_plan_cost_tp_exposed(w, rowp * enter_f, mm.wgt) + att;
     return p;
 }
 
@@ -234,7 +236,7 @@ static double int8_pass(const dit_work *x, dt_plan_rerun r) {
 
 static pass cost_block(const dit_work *x, int l, bool split) {
     const dt_plan_work *w = x->w;
-    pass mm = unit_matmuls(x, l + 1, split), pw = block_pointwise(x, l), cm = block_comm(x, l);
+    pass mm = unit_matmuls(x, l + 1, split), pw = block_pointwise(x, l), cm = block_comm(x, l, mm);
     double flops = attention_flops(x, l);
     double at_f = flops / w->attn.fwd, at_b = 2 * flops / w->attn.bwd;
     if (!spatial(&x->g, l)) { /* full and temporal attention go around a ring */

@@ -36,6 +36,9 @@ typedef struct dt_plan_work {
     double act_disk;   /* plugin.act_offload = disk: bytes of a block's record; 0: off */
     double attn_share; /* of causal attention's tiles computed (data.doc_mask: below 1) */
 } dt_plan_work;
+/* What stays exposed of a pass's tensor-parallel collectives `comm` beside its products
+ * `gemm`: all of it, unless the device's software hides them (DT_PLAN_HIDE_TP) */
+double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm);
 
 /* Ring attention's exposed seconds (plan/cost.c) around attention of `at` seconds: forward,
  * or backward (blocks and their gradients). 0 without a ring. */

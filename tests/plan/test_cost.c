@@ -3,7 +3,8 @@
  * the pipeline bubble of the replayed schedules against the closed forms, and the directions
  * its levers must move the step (overlap hides the gradient reduction, recomputation costs a
  * forward, tensor parallelism divides the matmuls); the gradient group's traffic the time
- * model asks for alone is the whole ledger's, for every rank of a matrix of layouts. */
+ * model asks for alone is the whole ledger's, for every rank of a matrix of layouts; what a
+ * device's software hides (tensor-parallel collectives, data-parallel traffic), by hand. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -317,6 +318,44 @@ static void test_grad_ledger(void) {
     }
 }
 
+/* dt_plan_device.hides, by hand on test_by_hand's layer (two heads, so tp 2 splits it). TP:
+ * with collectives far slower than the products, hiding takes each block pass's products
+ * off its collectives: the block's matmuls, forward and backward (98304 FLOPs over tp 2,
+ * three times, at 1 GFLOP/s); with a fast network one piece of two stays exposed, so the
+ * step lies between no collectives and all of them; all-reduce regions (no sequence
+ * parallelism) are not hidden. DP: ZeRO-1's gather of the update runs behind the next step's
+ * first forward (one micro-batch's: 114688 FLOPs); under a pipeline the reduction hides
+ * behind the last micro-batch's backward, which dtrain's runtime does not. */
+static void test_hides(void) {
+    dt_config c = tiny();
+    c.model.n_head = 2;
+    c.plugin.tp_size = 2, c.plugin.sp_mode = DT_SP_SPLIT_GATHER;
+    dt_plan_device slow = FAST_NET, hidden;
+    slow.bandwidth = 1e3;
+    hidden = slow, hidden.hides = DT_PLAN_HIDE_TP;
+    DT_CHECK_CLOSE(step(&c, 2, &slow, NULL) - step(&c, 2, &hidden, NULL), 3 * 49152 / 1e9, 1e-9);
+    dt_plan_device fast = FAST_NET, fast_hidden;
+    fast.bandwidth = 1e12;
+    fast_hidden = fast, fast_hidden.hides = DT_PLAN_HIDE_TP;
+    double none = step(&c, 2, &FAST_NET, NULL), all = step(&c, 2, &fast, NULL);
+    double piece = step(&c, 2, &fast_hidden, NULL);
+    DT_CHECK(none < piece && piece < all, "tp hidden: %g in (%g, %g)", piece, none, all);
+    c.plugin.sp_mode = DT_SP_ALL_TO_ALL;
+    DT_CHECK_CLOSE(step(&c, 2, &slow, NULL), step(&c, 2, &hidden, NULL), 1e-12);
+
+    dt_config z = tiny();
+    z.train.batch_size = 4, z.train.micro_batch_size = 1;
+    z.plugin.type = DT_PLUGIN_HYBRID, z.plugin.zero_stage = 1, z.plugin.overlap = true;
+    hidden = slow, hidden.hides = DT_PLAN_HIDE_DP;
+    DT_CHECK_CLOSE(step(&z, 2, &slow, NULL) - step(&z, 2, &hidden, NULL), 114688 / 1e9, 1e-9);
+    z.model.n_layer = 2, z.plugin.pp_size = 2, z.plugin.zero_stage = 0;
+    double after = step(&z, 4, &slow, NULL), behind = step(&z, 4, &hidden, NULL);
+    DT_CHECK(behind < after, "under pp the reduction hides behind the last backward: %g < %g",
+             behind, after);
+    z.plugin.overlap = false;
+    DT_CHECK_CLOSE(step(&z, 4, &slow, NULL), step(&z, 4, &hidden, NULL), 1e-12);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_grad_ledger();
@@ -328,5 +367,6 @@ int main(int argc, char **argv) {
     test_features();
     test_kernel_rates();
     test_stage_split();
+    test_hides();
     return DT_TEST_END();
 }
