@@ -201,10 +201,14 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
     size_t A = (size_t)d->NH * d->hs, wide = A > F ? A : F;
     dt_bf16 *ln_lp = lp ? dt_gpt_carve(cv, r.Nt * C * sizeof(dt_bf16)) : NULL;
     dt_bf16 *act_lp = lp ? dt_gpt_carve(cv, r.Nt * wide * sizeof(dt_bf16)) : NULL;
-    for (size_t slot = 0; slot < (size_t)g->n_slots; slot++)
-        for (int l = 0; l < L; l++) {
+    for (size_t slot = 0; slot < (size_t)g->n_slots; slot++) {
+        size_t start = cv->used, end = start; /* each chunk's sets from the slot's start */
+        for (int l = 0, chunk = -1; l < L; l++) {
             if (!dt_gpt_holds_block(g, l))
                 continue;
+            int k = dt_gpt_chunk_of_unit(g, l + 1);
+            if (k != chunk)
+                chunk = k, cv->used = start;
             size_t at = cv->used;
             dt_block_acts *a = &g->acts[slot * L + l];
             a->ln1_lp = a->ln2_lp = ln_lp;
@@ -224,7 +228,10 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
             /* what the timeline marks in use from this block's forward to its backward:
              * its saved set and its input (on disk under act_offload) */
             g->saved_bytes[slot * L + l] = cv->used - at + (g->offload ? 0 : r.Nr * C * f4);
+            end = cv->used > end ? cv->used : end;
         }
+        cv->used = end;
+    }
     if (g->offload) {
         unsigned fields = 0, q8 = 0;
         for (int l = 0; l < L; l++)

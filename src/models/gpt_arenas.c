@@ -9,7 +9,8 @@
 
 /* Residual positions a slot keeps: each held block's input and output, the embedding's
  * output, the final norm's input; under act_offload not those between two held blocks, which
- * the blocks' frames keep. */
+ * the blocks' frames keep. Numbered within their chunk (position p sits after unit p and
+ * before unit p + 1, held together or alone); a slot has room for the most of a chunk. */
 static void plan_positions(dt_gpt *g) {
     int L = g->cfg.n_layer;
     for (int l = 0; l <= L; l++)
@@ -24,9 +25,15 @@ static void plan_positions(dt_gpt *g) {
     if (dt_gpt_holds_final(g))
         g->pos_index[L] = 0;
     g->n_pos = 0;
-    for (int l = 0; l <= L; l++)
-        if (g->pos_index[l] == 0)
-            g->pos_index[l] = g->n_pos++;
+    for (int p = 0, chunk = -1, n = 0; p <= L; p++) {
+        if (g->pos_index[p] != 0)
+            continue;
+        int k = dt_gpt_chunk_of_unit(g, g->unit_local[p] >= 0 ? p : p + 1);
+        if (k != chunk)
+            chunk = k, n = 0;
+        g->pos_index[p] = n++;
+        g->n_pos = n > g->n_pos ? n : g->n_pos;
+    }
 }
 
 static void carve_acts(dt_gpt *g, dt_carver *cv) {
