@@ -150,14 +150,16 @@ void dt_dit_zero_grad(dt_dit *d);
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);
-dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b,
+/* grad: the buffer of the gradient crossing the chunk boundary (the DiT keeps one a slot:
+ * any of them) */
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split);
 /* Split backward (a model built with split_backward): the blocks' matmul weight gradients
  * backward_units(split) left out. */
 dt_status dt_dit_weight_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 int64_t dt_dit_boundary_count(const dt_dit *d, int B);
 float *dt_dit_boundary(dt_dit *d, int slot, int position, int B);
-float *dt_dit_boundary_grad(dt_dit *d, int slot, int B);
+float *dt_dit_boundary_grad(dt_dit *d, int grad, int B);
 void dt_dit_drop_saved(dt_dit *d);
 /* The predicted velocity of the batch's inputs, out [B, clip] (one-process models). */
 dt_status dt_dit_predict(dt_dit *d, const dt_batch *b, float *out);

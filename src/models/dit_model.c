@@ -71,9 +71,9 @@ static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scal
                            bool backward, double *loss_sum) {
     return dt_dit_loss_slot(D(s), slot, b, grad_scale, backward, loss_sum);
 }
-static dt_status backward_units(void *s, int slot, int u0, int u1, const dt_batch *b,
+static dt_status backward_units(void *s, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split) {
-    return dt_dit_backward_units(D(s), slot, u0, u1, b, split);
+    return dt_dit_backward_units(D(s), slot, grad, u0, u1, b, split);
 }
 static dt_status weight_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
     return dt_dit_weight_units(D(s), slot, u0, u1, b);
@@ -86,9 +86,9 @@ static float *boundary(void *s, int slot, int position, int B, int T) {
     (void)T;
     return dt_dit_boundary(D(s), slot, position, B);
 }
-static float *boundary_grad(void *s, int slot, int B, int T) {
+static float *boundary_grad(void *s, int grad, int B, int T) {
     (void)T;
-    return dt_dit_boundary_grad(D(s), slot, B);
+    return dt_dit_boundary_grad(D(s), grad, B);
 }
 static void evaluating(void *s, bool on) {
     if (!on)

@@ -297,17 +297,20 @@ dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_sc
     return leave(d, L + 1, DT_PHASE_HEAD);
 }
 
-dt_status dt_dit_backward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b,
+dt_status dt_dit_backward_units(dt_dit *d, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split) {
     DT_TRY(check_batch(d, b->B, b->T));
     DT_TRY(check_units(d, slot, u0, u1));
+    if (grad < 0 || grad >= d->n_slots)
+        return dt_err_set(DT_ERR_ARG, "dit: gradient buffer %d (of %d) out of range", grad,
+                          d->n_slots);
     if (!d->training)
         return dt_err_set(DT_ERR_ARG, "dit: backward of a model built without training");
     if (split && !d->wgrad)
         return dt_err_set(DT_ERR_ARG, "dit: split backward needs a model built for it");
     dt_dit_slot *s = &d->slots[slot];
     int L = d->cfg.n_layer, B = b->B;
-    float *dres = s->dres, *dsc = dres + (size_t)dt_dit_rows(d, B) * d->C;
+    float *dres = d->slots[grad].dres, *dsc = dres + (size_t)dt_dit_rows(d, B) * d->C;
     float *dy = dsc + (size_t)B * d->C;
     if (u1 == L + 2) {
         memset(dsc, 0, ((size_t)B * d->C + dt_dit_text_boundary(d, B)) * sizeof *dsc);
@@ -358,9 +361,9 @@ float *dt_dit_boundary(dt_dit *d, int slot, int position, int B) {
     return res_at(d, slot, position);
 }
 
-float *dt_dit_boundary_grad(dt_dit *d, int slot, int B) {
+float *dt_dit_boundary_grad(dt_dit *d, int grad, int B) {
     (void)B;
-    return d->slots[slot].dres;
+    return d->slots[grad].dres;
 }
 
 /* ---- one process ------------------------------------------------------------------------------- */
@@ -402,7 +405,7 @@ dt_status dt_dit_backward(dt_dit *d, const float *dout, int B) {
                           B, d->B);
     /* the gradient of the tokens is the adjoint of unpatchify: patchify */
     patchify(d, d->slots[0].dtok, dout, dt_dit_clip_numel(&d->cfg), B);
-    return dt_dit_backward_units(d, 0, 0, d->cfg.n_layer + 2, &(dt_batch){.B = B, .T = d->S},
+    return dt_dit_backward_units(d, 0, 0, 0, d->cfg.n_layer + 2, &(dt_batch){.B = B, .T = d->S},
                                  false);
 }
 

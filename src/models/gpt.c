@@ -308,6 +308,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->lp_block_unit = -1;
     int n_units = g->n_units;
     g->n_slots = o->n_slots > 0 ? o->n_slots : 1;
+    g->n_grads = o->n_grads > 0 ? o->n_grads : g->n_slots;
     g->blocks = calloc((size_t)cfg->n_layer, sizeof *g->blocks);
     g->acts = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->acts);
     g->saved_bytes = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->saved_bytes);
@@ -463,8 +464,8 @@ static float *res_at(const dt_gpt *g, int slot, int l, int N) {
     return g->res + ((size_t)slot * g->n_pos + (size_t)g->pos_index[l]) * n;
 }
 
-static float *dres_of(const dt_gpt *g, int slot, int N) {
-    return g->dres + (size_t)slot * res_rows(g, N) * g->cfg.n_embd;
+static float *dres_of(const dt_gpt *g, int grad, int N) {
+    return g->dres + (size_t)grad * res_rows(g, N) * g->cfg.n_embd;
 }
 
 static dt_region_shape tp_shape(const dt_gpt *g, int N) {
@@ -661,17 +662,20 @@ static dt_status final_norm_backward(dt_gpt *g, int slot, int N, float *dres) {
     return DT_OK;
 }
 
-dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *input, int B,
-                                int T, bool split) {
+dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int grad, int u0, int u1, const int32_t *input,
+                                int B, int T, bool split) {
     DT_TRY(check_shape(g, B, T));
     DT_TRY(check_units(g, slot, u0, u1));
+    if (grad < 0 || grad >= g->n_grads)
+        return dt_err_set(DT_ERR_ARG, "model: gradient buffer %d (of %d) out of range", grad,
+                          g->n_grads);
     const int32_t *tokens;
     DT_TRY(dt_gpt_read_input(g, input, B, T, &tokens));
     if (split && !g->wgrad)
         return dt_err_set(DT_ERR_ARG, "model: split backward needs a model built for it");
     int N = B * T, C = g->cfg.n_embd, L = g->cfg.n_layer;
     const int *lu = g->unit_local;
-    float *dres = dres_of(g, slot, N);
+    float *dres = dres_of(g, grad, N);
     if (u1 == L + 2) {
         memset(dres, 0, res_rows(g, N) * C * sizeof(float));
         DT_TRY(enter(g, lu[L + 1], DT_PHASE_BACKWARD));
@@ -699,7 +703,7 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32
 }
 
 dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T) {
-    return dt_gpt_backward_units(g, 0, 0, g->cfg.n_layer + 2, tokens, B, T, false);
+    return dt_gpt_backward_units(g, 0, 0, 0, g->cfg.n_layer + 2, tokens, B, T, false);
 }
 
 dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T) {
@@ -729,9 +733,7 @@ float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T) {
     return res_at(g, slot, position, B * T);
 }
 
-float *dt_gpt_boundary_grad(dt_gpt *g, int slot, int B, int T) {
-    return dres_of(g, slot, B * T);
-}
+float *dt_gpt_boundary_grad(dt_gpt *g, int grad, int B, int T) { return dres_of(g, grad, B * T); }
 
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits) {
     if (g->par.tp->size * g->par.sp->size > 1 || g->n_units < g->cfg.n_layer + 2)

@@ -87,14 +87,14 @@ dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T);
  * `slot`. Residual position l is the input of block l (position L: the final norm's input);
  * a chunk [u0, u1) reads position u0 - 1 (u0 > 0; tokens when u0 = 0) and writes u1 - 1.
  * Backward: with u1 = L + 2 it starts from the slot's loss gradient (dt_gpt_loss_slot with
- * backward), otherwise from the gradient of its output placed in dt_gpt_boundary_grad; it
- * leaves the gradient of its input there. */
+ * backward), otherwise from the gradient of its output placed in dt_gpt_boundary_grad(grad)
+ * (one of the model's n_grads buffers); it leaves the gradient of its input there. */
 dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
                                int B, int T);
 dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, int T,
                            float grad_scale, bool backward, double *loss_sum);
-dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
-                                int B, int T, bool split);
+dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int grad, int u0, int u1,
+                                const int32_t *tokens, int B, int T, bool split);
 /* Split backward (built with split_backward): dt_gpt_backward_units with split = true makes
  * the input gradients (and the cheap norm, bias and embedding gradients); this makes the
  * matmuls' weight gradients of the same slot and units, later. */
@@ -102,7 +102,7 @@ dt_status dt_gpt_weight_units(dt_gpt *g, int slot, int u0, int u1, int B, int T)
 /* Activations and gradients crossing a chunk boundary: dt_gpt_boundary_count floats. */
 int64_t dt_gpt_boundary_count(const dt_gpt *g, int B, int T);
 float *dt_gpt_boundary(dt_gpt *g, int slot, int position, int B, int T);
-float *dt_gpt_boundary_grad(dt_gpt *g, int slot, int B, int T);
+float *dt_gpt_boundary_grad(dt_gpt *g, int grad, int B, int T);
 void dt_gpt_zero_grad(dt_gpt *g);
 /* Local unit `unit`'s gradient storage (-1: every unit's) holds nothing of this step: the
  * next write of each of its gradients overwrites it instead of adding (the first

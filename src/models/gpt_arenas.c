@@ -138,8 +138,9 @@ static void carve_scratch(dt_gpt *g, dt_carver *cv) {
         cv->used = head_end;
     if (!g->training)
         return;
-    /* live across calls: the residual's gradient per slot, the final norm's, wpe's rows */
-    g->dres = dt_gpt_carve(cv, S * r.Nr * C * f4);
+    /* live across calls: the residual's gradient buffers, the final norm's per slot, wpe's
+     * rows */
+    g->dres = dt_gpt_carve(cv, (size_t)g->n_grads * r.Nr * C * f4);
     g->dlnf = dt_gpt_holds_final(g) ? dt_gpt_carve(cv, S * r.Nr * C * f4) : NULL;
     g->dpos =
         g->cfg.arch == DT_ARCH_GPT2 ? dt_gpt_carve(cv, (size_t)g->n_positions * C * f4) : NULL;

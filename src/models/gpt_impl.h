@@ -98,8 +98,8 @@ struct dt_gpt {
     float **unit_w, **unit_g;      /* [n_units] current storage of each unit (first element) */
     dt_bf16 **unit_lp;
     uint8_t *fresh; /* [n_units] DT_GPT_FRESH_* writes that still overwrite (dt_gpt_fresh_grads) */
-    /* micro-batches held at once (slots), and the residual positions a slot keeps */
-    int n_slots, n_pos;
+    /* micro-batches held at once (slots), boundary gradient buffers, a slot's positions */
+    int n_slots, n_grads, n_pos;
     int *pos_index; /* [L + 1] residual position (input of block l; L = final input) -> index */
     dt_gpt_hooks hooks;
     int64_t n_total;

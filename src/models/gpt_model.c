@@ -47,9 +47,9 @@ static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scal
                            bool backward, double *loss_sum) {
     return dt_gpt_loss_slot(s, slot, b->target, b->B, b->T, grad_scale, backward, loss_sum);
 }
-static dt_status backward_units(void *s, int slot, int u0, int u1, const dt_batch *b,
+static dt_status backward_units(void *s, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split) {
-    return dt_gpt_backward_units(s, slot, u0, u1, b->input, b->B, b->T, split);
+    return dt_gpt_backward_units(s, slot, grad, u0, u1, b->input, b->B, b->T, split);
 }
 static dt_status weight_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
     return dt_gpt_weight_units(s, slot, u0, u1, b->B, b->T);
@@ -60,8 +60,8 @@ static int64_t boundary_count(const void *s, int B, int T) {
 static float *boundary(void *s, int slot, int position, int B, int T) {
     return dt_gpt_boundary(s, slot, position, B, T);
 }
-static float *boundary_grad(void *s, int slot, int B, int T) {
-    return dt_gpt_boundary_grad(s, slot, B, T);
+static float *boundary_grad(void *s, int grad, int B, int T) {
+    return dt_gpt_boundary_grad(s, grad, B, T);
 }
 static void evaluating(void *s, bool on) {
     if (on)

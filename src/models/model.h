@@ -63,6 +63,7 @@ typedef struct dt_model_opts {
      * group (borrowed; NULL = none), over which whole-model gathers are completed. */
     const bool *units;
     int n_slots;
+    int n_grads; /* buffers of the gradient crossing a chunk boundary (0 = n_slots) */
     dt_comm *pp;
     bool split_backward; /* keep what weight_units needs, per slot (zero-bubble) */
     /* Activation memory: checkpointing of block l when l % ac_every == 0 (0 = 1), and int8
@@ -174,19 +175,20 @@ typedef struct dt_model_ops {
      * gradient of grad_scale * loss_sum is started (continued by backward_units). */
     dt_status (*loss_slot)(void *self, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);
-    /* Backward over [u0, u1): from the loss gradient when u1 is the last global unit, else
-     * from the gradient of its output placed in boundary_grad; leaves the gradient of its
+    /* Backward over [u0, u1) of the slot's micro-batch, with gradient buffer `grad` (of
+     * n_grads): from the loss gradient when u1 is the last global unit, else from the
+     * gradient of its output placed in boundary_grad(grad); leaves the gradient of its
      * input there. Gradients accumulate. split: input gradients only (and cheap ones), the
      * matmuls' weight gradients come from weight_units later (a model built with
      * split_backward). */
-    dt_status (*backward_units)(void *self, int slot, int u0, int u1, const dt_batch *b,
+    dt_status (*backward_units)(void *self, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split);
     /* (optional: no split backward) the weight gradients split backward left out */
     dt_status (*weight_units)(void *self, int slot, int u0, int u1, const dt_batch *b);
     /* activations and gradients crossing a chunk boundary: boundary_count floats each */
     int64_t (*boundary_count)(const void *self, int B, int T);
     float *(*boundary)(void *self, int slot, int position, int B, int T);
-    float *(*boundary_grad)(void *self, int slot, int B, int T);
+    float *(*boundary_grad)(void *self, int grad, int B, int T);
     /* on: the forwards from here are evaluation, with no backward after them (nothing need
      * be kept for one: a GPT's activations on disk are not written); off: evaluation is over,
      * every slot's saved activations are no longer needed */
@@ -341,9 +343,9 @@ static inline dt_status dt_model_loss_slot(dt_model *m, int slot, const dt_batch
                                            float grad_scale, bool backward, double *loss_sum) {
     return m->ops->loss_slot(m->self, slot, b, grad_scale, backward, loss_sum);
 }
-static inline dt_status dt_model_backward_units(dt_model *m, int slot, int u0, int u1,
+static inline dt_status dt_model_backward_units(dt_model *m, int slot, int grad, int u0, int u1,
                                                 const dt_batch *b, bool split) {
-    return m->ops->backward_units(m->self, slot, u0, u1, b, split);
+    return m->ops->backward_units(m->self, slot, grad, u0, u1, b, split);
 }
 static inline dt_status dt_model_weight_units(dt_model *m, int slot, int u0, int u1,
                                               const dt_batch *b) {
@@ -361,7 +363,7 @@ static inline dt_status dt_model_loss(dt_model *m, const dt_batch *b, float grad
     return dt_model_loss_slot(m, 0, b, grad_scale, backward, loss_sum);
 }
 static inline dt_status dt_model_backward(dt_model *m, const dt_batch *b) {
-    return dt_model_backward_units(m, 0, 0, dt_model_n_units(m), b, false);
+    return dt_model_backward_units(m, 0, 0, 0, dt_model_n_units(m), b, false);
 }
 static inline int64_t dt_model_boundary_count(const dt_model *m, int B, int T) {
     return m->ops->boundary_count(m->self, B, T);
@@ -369,8 +371,8 @@ static inline int64_t dt_model_boundary_count(const dt_model *m, int B, int T) {
 static inline float *dt_model_boundary(dt_model *m, int slot, int position, int B, int T) {
     return m->ops->boundary(m->self, slot, position, B, T);
 }
-static inline float *dt_model_boundary_grad(dt_model *m, int slot, int B, int T) {
-    return m->ops->boundary_grad(m->self, slot, B, T);
+static inline float *dt_model_boundary_grad(dt_model *m, int grad, int B, int T) {
+    return m->ops->boundary_grad(m->self, grad, B, T);
 }
 static inline void dt_model_begin_eval(dt_model *m) { m->ops->evaluating(m->self, true); }
 static inline void dt_model_drop_saved(dt_model *m) { m->ops->evaluating(m->self, false); }

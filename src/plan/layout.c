@@ -86,6 +86,7 @@ static dt_status split_stages(const dt_config *c, dt_layout *l) {
     dt_stage_plan_held(&l->stages, l->pp_rank, l->held);
     l->n_slots = 1;
     l->n_inbox = 0;
+    l->n_grads = 1;
     l->scheduled = l->pp == 1;
     return DT_OK;
 }
@@ -148,6 +149,7 @@ dt_status dt_layout_set_schedule(dt_layout *l, const dt_schedule *s, const char 
     int slots = dt_sched_slots(s, l->pp_rank);
     l->n_slots = slots > 0 ? slots : 1;
     l->n_inbox = dt_sched_inbox(s, l->pp_rank);
+    l->n_grads = dt_sched_grads(s, l->pp_rank);
     l->split_backward = dt_sched_split(s);
     l->scheduled = true;
     return DT_OK;

@@ -75,7 +75,7 @@ typedef struct dt_layout {
     int n_layer, pp_rank;
     dt_stage_plan stages;         /* pp 1: one chunk of every unit */
     bool held[DT_MAX_CHUNKS + 2]; /* units this rank holds: 0 embedding, 1..L, L+1 final */
-    int n_slots, n_inbox;         /* dt_layout_set_schedule's; 1 and 0 until then */
+    int n_slots, n_inbox, n_grads; /* dt_layout_set_schedule's; 1, 0 and 1 until then */
     bool split_backward;          /* the schedule has W actions */
     bool scheduled;               /* a schedule was set (always true when pp is 1) */
 } dt_layout;

@@ -377,7 +377,7 @@ static int64_t block_only_bytes(const shape *s, int64_t widest_block) {
     return b;
 }
 
-static int64_t temp_arena(const shape *s, int n_slots, int64_t widest_block) {
+static int64_t temp_arena(const shape *s, int n_slots, int n_grads, int64_t widest_block) {
     int64_t S = n_slots, tc = pad64(s->Nt * s->C * F4);
     bool tp = s->tp > 1;
     bool head = (s->gpt2 && s->held[0]) || holds_final(s);
@@ -386,7 +386,7 @@ static int64_t temp_arena(const shape *s, int n_slots, int64_t widest_block) {
     int64_t b = (s->bf16 && !tp ? 0 : tc) + pad64(region_work(s) * F4) + (tp ? tc : 0);
     /* the head's buffers and a block's own share one region: never live at once */
     b += max64(head ? head_bytes(s) : 0, block_only_bytes(s, widest_block));
-    b += pad64(S * s->Nr * s->C * F4); /* residual gradient per slot */
+    b += pad64((int64_t)n_grads * s->Nr * s->C * F4); /* residual gradient buffers */
     if (holds_final(s))
         b += pad64(S * s->Nr * s->C * F4);
     if (s->gpt2)
@@ -630,7 +630,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
         for (int l = 0; l < s.L && !any_block; l++)
             any_block = holds_block(&s, l);
         int64_t widest_block = any_block ? unit_floats(&c->model, 1, s.tp) : 0;
-        out->temp_arena = temp_arena(&s, n_slots, widest_block);
+        out->temp_arena = temp_arena(&s, n_slots, l.n_grads, widest_block);
         for (int l = 0; l < s.L; l++)
             if (holds_block(&s, l)) {
                 int64_t kept = block_slot_bytes(&s, l) + pad64(s.Nr * s.C * F4);

@@ -61,6 +61,7 @@ void dt_sched_free(dt_schedule *s) {
     free(s->actions);
     free(s->slots);
     free(s->inbox);
+    free(s->grads);
     free(s->fresh);
     free(s);
 }
@@ -263,8 +264,18 @@ bool dt_sched_gives_slot(const dt_sched_action *a, bool split) {
     return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
 }
 
+bool dt_sched_takes_grad(const dt_schedule *s, const dt_sched_action *a) {
+    return a->op == DT_SCHED_OP_RECV_GRAD ||
+           (a->op == DT_SCHED_OP_B && a->stage == s->pp * s->n_chunks - 1);
+}
+
+bool dt_sched_gives_grad(const dt_sched_action *a) {
+    return a->op == DT_SCHED_OP_SEND_GRAD || (a->op == DT_SCHED_OP_B && a->stage == 0);
+}
+
 static int count_slots(const dt_schedule *s, int rank);
 static int count_inbox(const dt_schedule *s, int rank);
+static int count_grads(const dt_schedule *s, int rank);
 
 static void count_fresh(const dt_schedule *s, int rank, bool *fresh) {
     int n, prev = -1;
@@ -285,25 +296,29 @@ static void count_fresh(const dt_schedule *s, int rank, bool *fresh) {
 dt_status dt_sched_count(dt_schedule *s) {
     free(s->slots);
     free(s->inbox);
+    free(s->grads);
     free(s->fresh);
-    s->slots = s->inbox = NULL;
+    s->slots = s->inbox = s->grads = NULL;
     s->fresh = NULL;
     s->split = -1;
     size_t pairs = (size_t)s->pp * s->n_chunks * s->n_mb;
     int *slots = malloc((size_t)s->pp * sizeof *slots),
-        *inbox = malloc((size_t)s->pp * sizeof *inbox);
+        *inbox = malloc((size_t)s->pp * sizeof *inbox),
+        *grads = malloc((size_t)s->pp * sizeof *grads);
     bool *fresh = calloc(pairs, sizeof *fresh);
-    if (!slots || !inbox || !fresh) {
-        free(slots), free(inbox), free(fresh);
+    if (!slots || !inbox || !grads || !fresh) {
+        free(slots), free(inbox), free(grads), free(fresh);
         return dt_err_set(DT_ERR_OOM, "%s: out of memory", __func__);
     }
     for (int r = 0; r < s->pp; r++) {
         slots[r] = count_slots(s, r);
         inbox[r] = count_inbox(s, r);
+        grads[r] = count_grads(s, r);
         count_fresh(s, r, fresh);
     }
     s->slots = slots;
     s->inbox = inbox;
+    s->grads = grads;
     s->fresh = fresh;
     s->split = dt_sched_split(s);
     return DT_OK;
@@ -331,6 +346,10 @@ int dt_sched_inbox(const dt_schedule *s, int rank) {
     return s->inbox ? s->inbox[rank] : count_inbox(s, rank);
 }
 
+int dt_sched_grads(const dt_schedule *s, int rank) {
+    return s->grads ? s->grads[rank] : count_grads(s, rank);
+}
+
 /* Counted for a valid schedule, where each (chunk, mb) has one F and one release. */
 static int count_slots(const dt_schedule *s, int rank) {
     int n, live = 0, peak = 0;
@@ -353,6 +372,18 @@ static int count_inbox(const dt_schedule *s, int rank) {
             peak = ++live > peak ? live : peak;
         else if (a[i].op == DT_SCHED_OP_F && a[i].stage > 0 && live > 0)
             live--; /* a chunk with a predecessor consumed its received input */
+    }
+    return peak;
+}
+
+static int count_grads(const dt_schedule *s, int rank) {
+    int n, live = 0, peak = 1;
+    const dt_sched_action *a = dt_sched_row(s, rank, &n);
+    for (int i = 0; i < n; i++) {
+        if (dt_sched_takes_grad(s, &a[i]))
+            peak = ++live > peak ? live : peak;
+        if (dt_sched_gives_grad(&a[i]) && live > 0)
+            live--;
     }
     return peak;
 }

@@ -54,9 +54,9 @@ typedef struct dt_schedule {
     int n_mb;                 /* micro-batches per step */
     int *row;                 /* [pp + 1] offsets into actions */
     dt_sched_action *actions; /* [row[pp]] */
-    int *slots, *inbox;       /* [pp] each rank's dt_sched_slots / _inbox, counted once by
-                               * dt_sched_count (generators and the parser call it); NULL:
-                               * counted at every call */
+    int *slots, *inbox, *grads; /* [pp] each rank's dt_sched_slots / _inbox / _grads,
+                                 * counted once by dt_sched_count (generators and the parser
+                                 * call it); NULL: counted at every call */
     bool *fresh;              /* [pp * n_chunks * n_mb] dt_sched_fresh's answers, likewise */
     int split;                /* dt_sched_split's answer, likewise (-1: not counted) */
     uint64_t serial;          /* unique among the schedules this process made (the time
@@ -149,6 +149,12 @@ int dt_sched_peak_in_flight(const dt_schedule *s, int rank);
 bool dt_sched_split(const dt_schedule *s); /* a valid schedule has W actions (zero-bubble) */
 bool dt_sched_takes_slot(const dt_sched_action *a);
 bool dt_sched_gives_slot(const dt_sched_action *a, bool split);
+/* The gradient crossing a chunk boundary has a buffer of its own, from its RECV_GRAD (the
+ * last chunk, which receives none: its B, which starts it from the loss) to its SEND_GRAD
+ * (chunk 0, which sends none: the end of its B); a pair holds one only around its backward,
+ * so a rank needs few, not one a slot. */
+bool dt_sched_takes_grad(const dt_schedule *s, const dt_sched_action *a);
+bool dt_sched_gives_grad(const dt_sched_action *a);
 /* Counts every rank's slots and inbox into s once, so planners asking again are answered at
  * once. Call after the actions are final; DT_ERR_OOM. */
 dt_status dt_sched_count(dt_schedule *s);
@@ -161,5 +167,7 @@ void dt_sched_fresh(const dt_schedule *s, int rank, bool *fresh);
 int dt_sched_slots(const dt_schedule *s, int rank);
 /* Most inputs received ahead of their F at once on `rank` (its inbox buffers). */
 int dt_sched_inbox(const dt_schedule *s, int rank);
+/* Most boundary gradients `rank` holds at once (its gradient buffers; 1 at least). */
+int dt_sched_grads(const dt_schedule *s, int rank);
 
 #endif

@@ -202,6 +202,7 @@ static dt_engine_opts engine_opts(const dt_booster *b) {
     if (dt_booster__pipelined(b)) {
         eo.units = l->held;
         eo.n_slots = l->n_slots;
+        eo.n_grads = l->n_grads;
         eo.pp = b->mesh->axis[DT_AXIS_PP];
         eo.tied = b->mesh->tied; /* the model's tied tensors (dt_model_tie) */
         eo.split_backward = l->split_backward;
@@ -222,7 +223,7 @@ dt_status dt_booster__build_engine(dt_booster *b) {
     int64_t boundary;
     DT_TRY(dt_booster__largest_boundary(b, &boundary));
     return dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                            b->lay.n_slots, boundary, b->mem, &b->pipeline);
+                            b->lay.n_slots, b->lay.n_grads, boundary, b->mem, &b->pipeline);
 }
 
 /* may fail on one rank only (its files), so the caller agrees on the outcome */

@@ -47,7 +47,7 @@ typedef struct dt_engine_opts {
      * With pp > 1 the step is driven by a pipeline executor: gradients of ZeRO 0/1 and of the
      * embedding/final units are reduced in dt_engine_finish, after the last micro-batch. */
     const bool *units;
-    int n_slots;
+    int n_slots, n_grads;
     dt_comm *pp, *tied;
     bool split_backward; /* zero-bubble schedules (W actions); with ZeRO 2/3 the gradients
                           * are then kept whole over the step (see engine.c) */

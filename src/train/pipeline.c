@@ -7,19 +7,26 @@
 enum { MSG_ACT, MSG_GRAD, MAX_TAG = 32767 }; /* MPI guarantees tags up to 32767 */
 
 typedef struct slot_state {
-    int chunk, mb;          /* owner, or chunk -1 when free */
-    dt_comm_req sends[2];   /* its activation and gradient sends, completed before reuse */
+    int chunk, mb;    /* owner, or chunk -1 when free */
+    dt_comm_req send; /* its activation's send, completed before reuse */
 } slot_state;
+
+typedef struct grad_state {
+    bool busy;
+    dt_comm_req send; /* its gradient's send, completed before reuse */
+} grad_state;
 
 struct dt_pipeline {
     const dt_schedule *s;
     const dt_stage_plan *plan;
     dt_comm *pp;
     dt_model *model;
-    int rank, n_slots, n_mb;
+    int rank, n_slots, n_grads, n_mb;
     bool split; /* the schedule has W actions */
     slot_state *slots;
     int *slot_of;          /* [n_chunks][n_mb] slot of a (chunk, mb) in flight, -1 none */
+    grad_state *grads;
+    int *grad_of;          /* [n_chunks][n_mb] gradient buffer of a (chunk, mb), -1 none */
     float **inbox;         /* [n_inbox] landing buffers of inputs received ahead of their F */
     int n_inbox, *inbox_of; /* [n_chunks][n_mb] inbox holding a (chunk, mb)'s input, -1 */
     bool *inbox_busy;
@@ -28,8 +35,9 @@ struct dt_pipeline {
     dt_comm_req *recv_grad;
 };
 
-/* Slots and inbox buffers follow plan/schedule.h's rules (dt_sched_takes_slot, _gives_slot,
- * _inbox), which the planner counts with too. */
+/* Slots, gradient buffers and inbox buffers follow plan/schedule.h's rules
+ * (dt_sched_takes_slot, _gives_slot, _takes_grad, _gives_grad, _inbox), which the planner
+ * counts with too. */
 
 static int idx(const dt_pipeline *p, int chunk, int mb) { return chunk * p->n_mb + mb; }
 
@@ -38,8 +46,8 @@ static int tag_of(const dt_pipeline *p, int kind, int chunk, int mb) {
 }
 
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_model *model, int n_slots, int64_t boundary_floats, dt_mem *mem,
-                           dt_pipeline **out) {
+                           dt_model *model, int n_slots, int n_grads, int64_t boundary_floats,
+                           dt_mem *mem, dt_pipeline **out) {
     *out = NULL;
     if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
         return dt_err_set(DT_ERR_ARG, "pipeline: the schedule is for pp %d x %d chunks, the "
@@ -49,6 +57,11 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     if (need > n_slots)
         return dt_err_set(DT_ERR_ARG, "pipeline: rank %d needs %d activation slots, the model "
                           "has %d", pp->rank, need, n_slots);
+    if ((need = dt_sched_grads(s, pp->rank)) > n_grads)
+        return dt_err_set(DT_ERR_ARG,
+                          "pipeline: rank %d needs %d gradient buffers, the model "
+                          "has %d",
+                          pp->rank, need, n_grads);
     if (tag_of(&(dt_pipeline){.plan = plan, .n_mb = s->n_mb}, MSG_GRAD, plan->n_chunks, 0) >
         MAX_TAG)
         return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: %d chunks x %d micro-batches need "
@@ -63,20 +76,23 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
                        .model = model,
                        .rank = pp->rank,
                        .n_slots = n_slots,
+                       .n_grads = n_grads,
                        .n_mb = s->n_mb,
                        .split = dt_sched_split(s),
                        .n_inbox = dt_sched_inbox(s, pp->rank),
                        .mem = mem};
     p->slots = calloc((size_t)n_slots, sizeof *p->slots);
     p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
+    p->grads = calloc((size_t)n_grads, sizeof *p->grads);
+    p->grad_of = malloc((size_t)pairs * sizeof *p->grad_of);
     p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
     p->recv_grad = calloc((size_t)pairs, sizeof *p->recv_grad);
     p->inbox_of = malloc((size_t)pairs * sizeof *p->inbox_of);
     p->inbox = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox);
     p->inbox_busy = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox_busy);
     dt_status st = DT_OK;
-    if (!p->slots || !p->slot_of || !p->recv_act || !p->recv_grad || !p->inbox_of ||
-        !p->inbox || !p->inbox_busy)
+    if (!p->slots || !p->slot_of || !p->grads || !p->grad_of || !p->recv_act || !p->recv_grad ||
+        !p->inbox_of || !p->inbox || !p->inbox_busy)
         st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
     size_t bytes = (size_t)boundary_floats * sizeof(float);
     for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
@@ -99,6 +115,8 @@ void dt_pipeline_free(dt_pipeline *p) {
     free(p->inbox_of);
     free(p->slots);
     free(p->slot_of);
+    free(p->grads);
+    free(p->grad_of);
     free(p->recv_act);
     free(p->recv_grad);
     free(p);
@@ -126,8 +144,8 @@ static dt_status slot_acquire(dt_pipeline *p, int chunk, int mb, dt_trace *trace
         slot_state *s = &p->slots[i];
         if (s->chunk >= 0)
             continue;
-        for (int j = 0; j < 2; j++) /* its previous owner's messages still read it */
-            DT_TRY(wait_traced(p, &s->sends[j], DT_SPAN_SEND, chunk, mb, trace, step));
+        /* its previous owner's activation may still be on its way out */
+        DT_TRY(wait_traced(p, &s->send, DT_SPAN_SEND, chunk, mb, trace, step));
         s->chunk = chunk;
         s->mb = mb;
         p->slot_of[k] = *slot = i;
@@ -141,6 +159,37 @@ static void slot_release(dt_pipeline *p, int chunk, int mb) {
     int k = idx(p, chunk, mb);
     p->slots[p->slot_of[k]].chunk = -1;
     p->slot_of[k] = -1;
+}
+
+/* The (chunk, mb)'s gradient buffer, taken when first asked for (its receive, or the last
+ * chunk's backward) */
+static dt_status grad_acquire(dt_pipeline *p, int chunk, int mb, dt_trace *trace, int step,
+                              int *grad) {
+    int k = idx(p, chunk, mb);
+    if (p->grad_of[k] >= 0) {
+        *grad = p->grad_of[k];
+        return DT_OK;
+    }
+    for (int i = 0; i < p->n_grads; i++) {
+        grad_state *g = &p->grads[i];
+        if (g->busy)
+            continue;
+        /* its previous gradient may still be on its way out */
+        DT_TRY(wait_traced(p, &g->send, DT_SPAN_SEND, chunk, mb, trace, step));
+        g->busy = true;
+        p->grad_of[k] = *grad = i;
+        return DT_OK;
+    }
+    return dt_err_set(DT_ERR_ARG,
+                      "pipeline: no free gradient buffer for chunk %d micro-batch "
+                      "%d (all %d in use)",
+                      chunk, mb, p->n_grads);
+}
+
+static void grad_release(dt_pipeline *p, int chunk, int mb) {
+    int k = idx(p, chunk, mb);
+    p->grads[p->grad_of[k]].busy = false;
+    p->grad_of[k] = -1;
 }
 
 static int peer_of(const dt_pipeline *p, int chunk) { return chunk % p->s->pp; }
@@ -164,8 +213,10 @@ static dt_batch micro_batch(const dt_pipeline_batch *b, int mb) {
 static dt_status reset(dt_pipeline *p) {
     for (int i = 0; i < p->n_slots; i++)
         p->slots[i].chunk = -1;
+    for (int i = 0; i < p->n_grads; i++)
+        p->grads[i].busy = false;
     for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++)
-        p->slot_of[k] = p->inbox_of[k] = -1;
+        p->slot_of[k] = p->inbox_of[k] = p->grad_of[k] = -1;
     for (int i = 0; i < p->n_inbox; i++)
         p->inbox_busy[i] = false;
     return DT_OK;
@@ -175,9 +226,11 @@ static dt_status reset(dt_pipeline *p) {
 static dt_status drain(dt_pipeline *p) {
     dt_status st = DT_OK, w;
     for (int i = 0; i < p->n_slots; i++)
-        for (int j = 0; j < 2; j++)
-            if ((w = dt_comm_wait(p->pp, &p->slots[i].sends[j])) != DT_OK && st == DT_OK)
-                st = w;
+        if ((w = dt_comm_wait(p->pp, &p->slots[i].send)) != DT_OK && st == DT_OK)
+            st = w;
+    for (int i = 0; i < p->n_grads; i++)
+        if ((w = dt_comm_wait(p->pp, &p->grads[i].send)) != DT_OK && st == DT_OK)
+            st = w;
     for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++) {
         if ((w = dt_comm_wait(p->pp, &p->recv_act[k])) != DT_OK && st == DT_OK)
             st = w;
@@ -190,7 +243,8 @@ static dt_status drain(dt_pipeline *p) {
 static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
                             const dt_pipeline_batch *b, dt_trace *trace, int step,
                             double *loss_sum) {
-    int c = a->stage, mb = a->mb, k = idx(p, c, mb), slot = -1, last = p->plan->n_chunks - 1;
+    int c = a->stage, mb = a->mb, k = idx(p, c, mb), slot = -1, grad = -1;
+    int last = p->plan->n_chunks - 1;
     int64_t bytes = boundary_bytes(p, b);
     const dt_batch in = micro_batch(b, mb);
     dt_model *g = p->model;
@@ -231,18 +285,21 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         slot = p->slot_of[k];
         return dt_comm_send(p->pp, dt_model_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T),
                             bytes, peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb),
-                            &p->slots[slot].sends[0]);
+                            &p->slots[slot].send);
     case DT_SCHED_OP_RECV_GRAD:
-        slot = p->slot_of[k];
-        return dt_comm_recv(p->pp, dt_model_boundary_grad(g, slot, b->B, b->T), bytes,
+        DT_TRY(grad_acquire(p, c, mb, trace, step, &grad));
+        return dt_comm_recv(p->pp, dt_model_boundary_grad(g, grad, b->B, b->T), bytes,
                             peer_of(p, c + 1), tag_of(p, MSG_GRAD, c, mb), &p->recv_grad[k]);
     case DT_SCHED_OP_B:
         slot = p->slot_of[k];
+        DT_TRY(grad_acquire(p, c, mb, trace, step, &grad)); /* the last chunk's starts here */
         DT_TRY(wait_traced(p, &p->recv_grad[k], DT_SPAN_RECV, c, mb, trace, step));
         t0 = trace ? dt_trace_now(trace) : 0;
-        DT_TRY(dt_model_backward_units(g, slot, first_unit(p, c), end_unit(p, c), &in,
+        DT_TRY(dt_model_backward_units(g, slot, grad, first_unit(p, c), end_unit(p, c), &in,
                                        p->split));
         DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
+        if (dt_sched_gives_grad(a)) /* chunk 0: its input's gradient goes nowhere */
+            grad_release(p, c, mb);
         if (dt_sched_gives_slot(a, p->split)) /* chunk 0: nothing to send, the slot is free */
             slot_release(p, c, mb);
         return DT_OK;
@@ -254,12 +311,12 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
             slot_release(p, c, mb);
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
-        slot = p->slot_of[k];
-        DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, slot, b->B, b->T), bytes,
+        grad = p->grad_of[k];
+        DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, grad, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
-                            &p->slots[slot].sends[1]));
-        if (dt_sched_gives_slot(
-                a, p->split)) /* reusable once the send completes (slot_acquire waits) */
+                            &p->grads[grad].send));
+        grad_release(p, c, mb); /* reusable once the send completes (grad_acquire waits) */
+        if (dt_sched_gives_slot(a, p->split))
             slot_release(p, c, mb);
         return DT_OK;
     default:

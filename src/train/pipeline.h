@@ -27,11 +27,12 @@
 typedef struct dt_pipeline dt_pipeline;
 
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
- * slots; boundary_floats: the largest boundary a micro-batch carries (dt_model_boundary_count
- * of the largest micro-batch, of every shape the model trains on). Borrows all. */
+ * slots and boundary gradient buffers (n_grads); boundary_floats: the largest boundary a
+ * micro-batch carries (dt_model_boundary_count of the largest micro-batch, of every shape the model
+ * trains on). Borrows all. */
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_model *model, int n_slots, int64_t boundary_floats, dt_mem *mem,
-                           dt_pipeline **out);
+                           dt_model *model, int n_slots, int n_grads, int64_t boundary_floats,
+                           dt_mem *mem, dt_pipeline **out);
 void dt_pipeline_free(dt_pipeline *p);
 
 /* The step's micro-batches, one after another: micro-batch mb's input at byte

@@ -155,8 +155,8 @@ static void grads_two_slots(const dt_model_config *mc, dt_model_opts o, const fl
     DT_CHECK_OK(dt_model_loss_slot(m, 0, &a, 0.5f, true, &la));
     DT_CHECK_OK(dt_model_forward_units(m, 1, 0, U, &b));
     DT_CHECK_OK(dt_model_loss_slot(m, 1, &b, 0.5f, true, &lb));
-    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, U, &b, o.split_backward));
-    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, U, &a, o.split_backward));
+    DT_CHECK_OK(dt_model_backward_units(m, 1, 0, 0, U, &b, o.split_backward));
+    DT_CHECK_OK(dt_model_backward_units(m, 0, 0, 0, U, &a, o.split_backward));
     if (o.split_backward) {
         DT_CHECK_OK(dt_model_weight_units(m, 1, 0, U, &b));
         DT_CHECK_OK(dt_model_weight_units(m, 0, 0, U, &a));
@@ -227,10 +227,10 @@ static void grads_two_stages(const dt_model_config *mc, int cut, const float *w_
                dt_model_boundary(s[0], 0, cut - 1, b.B, b.T), sizeof(float) * n);
         DT_CHECK_OK(dt_model_forward_units(s[1], 0, cut, U, &b));
         DT_CHECK_OK(dt_model_loss_slot(s[1], 0, &b, 0.5f, true, &l));
-        DT_CHECK_OK(dt_model_backward_units(s[1], 0, cut, U, &b, false));
+        DT_CHECK_OK(dt_model_backward_units(s[1], 0, 0, cut, U, &b, false));
         memcpy(dt_model_boundary_grad(s[0], 0, b.B, b.T),
                dt_model_boundary_grad(s[1], 0, b.B, b.T), sizeof(float) * n);
-        DT_CHECK_OK(dt_model_backward_units(s[0], 0, 0, cut, &b, false));
+        DT_CHECK_OK(dt_model_backward_units(s[0], 0, 0, 0, cut, &b, false));
         *loss += l;
     }
     for (int k = 0; k < 2; k++) { /* the stages' tensors are disjoint: place and add */

@@ -75,7 +75,7 @@ static result run(dt_arch arch, dt_precision prec, dt_ac_mode ac, int every,
         r.loss += part;
     }
     for (int s = N_MB - 1; s >= 0; s--)
-        DT_CHECK_OK(dt_gpt_backward_units(g, s, 0, L2, tok + s * B * T, B, T, split));
+        DT_CHECK_OK(dt_gpt_backward_units(g, s, 0, 0, L2, tok + s * B * T, B, T, split));
     for (int s = 0; split && s < N_MB; s++)
         DT_CHECK_OK(dt_gpt_weight_units(g, s, 0, L2, B, T));
     r.n = dt_gpt_numel(g);

@@ -1,7 +1,8 @@
 /* plan/schedule: pipeline schedules as data, without MPI.
  * Every generator for pp in {1, 2, 4} and micro-batches in {pp, 2 pp, 8} (interleaved with 2
  * chunks) must validate in both p2p modes, survive the text round trip, and match the theory
- * in the unit-time simulation (bubble and peak in-flight micro-batches per rank). Hand-made
+ * in the unit-time simulation (bubble and peak in-flight micro-batches per rank), and count
+ * the boundary gradient buffers a rank needs as the overlap of their intervals. Hand-made
  * bad schedules must be rejected with a message naming the offending action.
  */
 #include <stdio.h>
@@ -48,6 +49,32 @@ static bool same(const dt_schedule *a, const dt_schedule *b) {
     return true;
 }
 
+/* Boundary gradient buffers rank r needs, from each pair's interval: from its RECV_GRAD (the
+ * last chunk: its B) to its SEND_GRAD (chunk 0: its B); the most intervals over one action. */
+static int grads_by_intervals(const dt_schedule *s, int r) {
+    int n, pairs = s->pp * s->n_chunks * s->n_mb, last = s->pp * s->n_chunks - 1, most = 0;
+    const dt_sched_action *a = dt_sched_row(s, r, &n);
+    int *from = malloc((size_t)pairs * sizeof *from), *to = malloc((size_t)pairs * sizeof *to);
+    for (int k = 0; k < pairs; k++)
+        from[k] = to[k] = -1;
+    for (int i = 0; i < n; i++) {
+        int k = a[i].stage * s->n_mb + a[i].mb;
+        if (a[i].op == DT_SCHED_OP_RECV_GRAD || (a[i].op == DT_SCHED_OP_B && a[i].stage == last))
+            from[k] = i;
+        if (a[i].op == DT_SCHED_OP_SEND_GRAD || (a[i].op == DT_SCHED_OP_B && a[i].stage == 0))
+            to[k] = i;
+    }
+    for (int i = 0; i < n; i++) {
+        int live = 0;
+        for (int k = 0; k < pairs; k++)
+            live += from[k] >= 0 && from[k] <= i && i <= to[k];
+        most = live > most ? live : most;
+    }
+    free(from);
+    free(to);
+    return most > 0 ? most : 1;
+}
+
 static void check_generator(kind k, int pp, int m, int v) {
     dt_schedule *s = NULL, *back = NULL;
     char *text = NULL, *text2 = NULL;
@@ -85,6 +112,14 @@ static void check_generator(kind k, int pp, int m, int v) {
         int got = dt_sched_peak_in_flight(s, r), want = expected_peak(k, pp, m, v, r);
         DT_CHECK(got == want, "%s pp %d m %d v %d rank %d: peak in flight %d, want %d", kn, pp,
                  m, v, r, got, want);
+    }
+    /* a gradient buffer per pair around its backward, not per slot: one under the schedules
+     * of one chunk a rank, whose B follows its gradient's receive */
+    for (int r = 0; r < pp; r++) {
+        int got = dt_sched_grads(s, r), want = grads_by_intervals(s, r);
+        DT_CHECK(got == want && (k == INTERLEAVED || got == 1),
+                 "%s pp %d m %d v %d rank %d: %d gradient buffers, intervals say %d", kn, pp, m, v,
+                 r, got, want);
     }
     if (k == ZBH1) /* ZB-H1 keeps pp micro-batches between F and W on every rank (section 3.1) */
         for (int r = 0; r < pp; r++) {

@@ -118,7 +118,7 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
     dt_stage_plan plan;
     dt_schedule *sched = NULL;
     bool held[16];
-    int n_slots = 1;
+    int n_slots = 1, n_grads = 1;
     if (L->pp > 1) {
         int v = L->chunks > 1 ? L->chunks : 1;
         DT_CHECK_OK(dt_stage_plan_make(mc->n_layer, L->pp, v, NULL, &plan));
@@ -127,6 +127,7 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
                             : dt_sched_1f1b(L->pp, L->n_mb, &sched));
         dt_stage_plan_held(&plan, p, held);
         n_slots = sched ? dt_sched_slots(sched, p) : 1;
+        n_grads = sched ? dt_sched_grads(sched, p) : 1;
     }
     dt_engine_opts eo = {.zero_stage = L->zero,
                          .bucket_mb = 0.001f,
@@ -141,6 +142,7 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
                          .act_compress = L->int8 ? DT_ACT_COMPRESS_INT8 : DT_ACT_COMPRESS_NONE,
                          .units = L->pp > 1 ? held : NULL,
                          .n_slots = n_slots,
+                         .n_grads = n_grads,
                          .pp = L->pp > 1 ? pp : NULL,
                          .ac = L->ac};
     dt_mem *mem = NULL;
@@ -149,7 +151,7 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
     DT_CHECK_OK(dt_mem_init(&mem));
     DT_CHECK_OK(dt_engine_init(mc, &oc, &eo, grp, mem, &e));
     if (e && L->pp > 1)
-        DT_CHECK_OK(dt_pipeline_init(sched, &plan, pp, dt_engine_model(e), n_slots,
+        DT_CHECK_OK(dt_pipeline_init(sched, &plan, pp, dt_engine_model(e), n_slots, n_grads,
                                      dt_model_boundary_count(dt_engine_model(e), mb, S), mem,
                                      &pipe));
     if (!e || (L->pp > 1 && !pipe))

@@ -48,7 +48,10 @@ typedef struct toy {
     int64_t n_total;
     float *w, *g;       /* own arenas, NULL when the caller binds them */
     float **unit_w, **unit_g;
-    float *out, *dres;  /* [slot][U][N, C] unit outputs; [slot][N, C] gradient */
+    /* [slot][U][N, C] unit outputs; [slot][N, C] the loss's gradient; [grad][N, C] the
+     * gradient a backward carries (n_grads buffers) */
+    float *out, *dloss, *dres;
+    int n_grads;
     dt_model_hooks hooks;
     dt_comm *tp;        /* size 1: the toy does not split */
     int tie_role;       /* -1: no tie; 0: a_0 is tied as the original, 1: a_{U-1} as the copy */
@@ -103,7 +106,7 @@ static dt_status t_loss(void *s, int slot, const dt_batch *b, float grad_scale, 
     DT_TRY(check_call(t, slot, t->U - 1, t->U, b));
     int64_t n = (int64_t)b->B * b->T * t->C;
     const float *o = out_of(t, slot, t->U - 1), *y = b->target;
-    float *d = t->dres + (size_t)slot * t->N * t->C;
+    float *d = t->dloss + (size_t)slot * t->N * t->C;
     DT_TRY(enter(t, lid(t, t->U - 1), DT_PHASE_HEAD));
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -117,13 +120,18 @@ static dt_status t_loss(void *s, int slot, const dt_batch *b, float grad_scale, 
 
 /* from the slot's output gradient (the loss's, or one placed in boundary_grad) down to the
  * chunk's input gradient, accumulating the weight gradients */
-static dt_status t_backward(void *s, int slot, int u0, int u1, const dt_batch *b, bool split) {
+static dt_status t_backward(void *s, int slot, int grad, int u0, int u1, const dt_batch *b,
+                            bool split) {
     toy *t = s;
     DT_TRY(check_call(t, slot, u0, u1, b));
     if (split)
         return dt_err_set(DT_ERR_UNSUPPORTED, "toy: no split backward");
+    if (grad < 0 || grad >= t->n_grads)
+        return dt_err_set(DT_ERR_ARG, "toy: gradient buffer %d of %d", grad, t->n_grads);
     int64_t N = (int64_t)b->B * b->T;
-    float *d = t->dres + (size_t)slot * t->N * t->C;
+    float *d = t->dres + (size_t)grad * t->N * t->C;
+    if (u1 == t->U)
+        memcpy(d, t->dloss + (size_t)slot * t->N * t->C, (size_t)N * t->C * sizeof *d);
     for (int u = u1 - 1; u >= u0; u--) {
         DT_TRY(enter(t, lid(t, u), DT_PHASE_BACKWARD));
         const float *x = input_of(t, slot, u, b), *a = t->unit_w[lid(t, u)];
@@ -164,6 +172,7 @@ static void t_free(void *s) {
     free(t->unit_g);
     free(t->out);
     free(t->dres);
+    free(t->dloss);
     dt_comm_free(t->tp);
     free(t);
 }
@@ -214,10 +223,10 @@ static float *t_boundary(void *s, int slot, int position, int B, int T) {
     (void)B, (void)T;
     return out_of(s, slot, position);
 }
-static float *t_boundary_grad(void *s, int slot, int B, int T) {
+static float *t_boundary_grad(void *s, int grad, int B, int T) {
     toy *t = s;
     (void)B, (void)T;
-    return t->dres + (size_t)slot * t->N * t->C;
+    return t->dres + (size_t)grad * t->N * t->C;
 }
 static void t_evaluating(void *s, bool on) { (void)s, (void)on; } /* nothing accounted live */
 /* each unit is held by one stage: place the held ones, sum over the pipeline */
@@ -342,21 +351,23 @@ static dt_status toy_create(const dt_model_config *cfg, const dt_model_opts *o, 
     }
     *t = (toy){.cfg = *cfg, .U = cfg->n_layer + 2, .C = cfg->n_embd, .N = o->B * o->T,
                .n_slots = o->n_slots > 0 ? o->n_slots : 1, .tie_role = -1, .pp = o->pp};
+    t->n_grads = o->n_grads > 0 ? o->n_grads : t->n_slots;
     dt_status st = make_tables(t, o->units);
     size_t acts = (size_t)t->n_slots * t->N * t->C;
     t->unit_w = calloc((size_t)t->U, sizeof *t->unit_w);
     t->unit_g = calloc((size_t)t->U, sizeof *t->unit_g);
     t->out = calloc(acts * t->U, sizeof *t->out);
-    t->dres = calloc(acts, sizeof *t->dres);
+    t->dloss = calloc(acts, sizeof *t->dloss);
+    t->dres = calloc((size_t)t->n_grads * t->N * t->C, sizeof *t->dres);
     if (st == DT_OK && !o->external_weights)
         t->w = calloc((size_t)t->n_total, sizeof *t->w);
     if (st == DT_OK && o->training && !o->external_grads)
         t->g = calloc((size_t)t->n_total, sizeof *t->g);
     if (st == DT_OK)
         st = dt_comm_local_init("tp", &t->tp);
-    if (st == DT_OK && (!t->unit_w || !t->unit_g || !t->out || !t->dres ||
-                        (!o->external_weights && !t->w) ||
-                        (o->training && !o->external_grads && !t->g)))
+    if (st == DT_OK &&
+        (!t->unit_w || !t->unit_g || !t->out || !t->dloss || !t->dres ||
+         (!o->external_weights && !t->w) || (o->training && !o->external_grads && !t->g)))
         st = dt_err_set(DT_ERR_OOM, "toy: out of memory");
     if (st != DT_OK) {
         t_free(t);
@@ -552,10 +563,19 @@ static void run_pipeline(dt_comm *w, int zero, const float *x, const float *y) {
     DT_CHECK_OK(dt_stage_plan_make(U - 2, 2, 1, NULL, &plan));
     DT_CHECK_OK(dt_sched_1f1b(2, n_mb, &s));
     dt_stage_plan_held(&plan, pp->rank, held);
-    int n_slots = s ? dt_sched_slots(s, pp->rank) : 1;
-    dt_engine_opts eo = {.zero_stage = zero, .bucket_mb = 0.0003f, .overlap = true,
-                         .precision = DT_PREC_FP32, .B = mb, .T = 1, .units = held,
-                         .n_slots = n_slots, .pp = pp, .create = toy_create};
+    int n_slots = s ? dt_sched_slots(s, pp->rank) : 1,
+        n_grads = s ? dt_sched_grads(s, pp->rank) : 1;
+    dt_engine_opts eo = {.zero_stage = zero,
+                         .bucket_mb = 0.0003f,
+                         .overlap = true,
+                         .precision = DT_PREC_FP32,
+                         .B = mb,
+                         .T = 1,
+                         .units = held,
+                         .n_slots = n_slots,
+                         .n_grads = n_grads,
+                         .pp = pp,
+                         .create = toy_create};
     dt_mem *mem = NULL;
     dt_engine *e = NULL;
     dt_pipeline *pipe = NULL;
@@ -565,7 +585,7 @@ static void run_pipeline(dt_comm *w, int zero, const float *x, const float *y) {
     if (s)
         DT_CHECK_OK(dt_engine_init(&mc, &oc, &eo, dp, mem, &e));
     if (e)
-        DT_CHECK_OK(dt_pipeline_init(s, &plan, pp, dt_engine_model(e), n_slots,
+        DT_CHECK_OK(dt_pipeline_init(s, &plan, pp, dt_engine_model(e), n_slots, n_grads,
                                      dt_model_boundary_count(dt_engine_model(e), mb, 1), mem,
                                      &pipe));
     if (!pipe)
