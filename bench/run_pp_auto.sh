@@ -16,7 +16,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}
 DTRAIN=${PP_DTRAIN:-$REPO/build/dtrain}
 WORK=${PP_WORK:-$(mktemp -d /tmp/dtrain-ppauto.XXXXXX)}
 ROUNDS=${PP_ROUNDS:-2} STEPS=${PP_STEPS:-6} SEQ=${PP_SEQ:-256} BATCH=${PP_BATCH:-8} PP=${PP:-4}
