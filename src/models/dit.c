@@ -148,7 +148,8 @@ void dt_dit_set_hooks(dt_dit *d, const dt_model_hooks *hooks) {
 static bool holds_final(const dt_dit *d) { return dt_dit_holds(d, d->cfg.n_layer + 1); }
 
 /* Residual positions a slot keeps: each held block's input and output, the embedders'
- * output, the final layer's input. */
+ * output, the final layer's input; numbered within their chunk (position p sits after unit p
+ * and before unit p + 1), a slot having room for the most of one chunk. */
 static void plan_positions(dt_dit *d) {
     int L = d->cfg.n_layer;
     for (int l = 0; l <= L; l++)
@@ -161,9 +162,15 @@ static void plan_positions(dt_dit *d) {
     if (holds_final(d))
         d->pos_index[L] = 0;
     d->n_pos = 0;
-    for (int l = 0; l <= L; l++)
-        if (d->pos_index[l] == 0)
-            d->pos_index[l] = d->n_pos++;
+    for (int p = 0, chunk = -1, n = 0; p <= L; p++) {
+        if (d->pos_index[p] != 0)
+            continue;
+        int k = dt_dit_chunk_of_unit(d, dt_dit_holds(d, p) ? p : p + 1);
+        if (k != chunk)
+            chunk = k, n = 0;
+        d->pos_index[p] = n++;
+        d->n_pos = n > d->n_pos ? n : d->n_pos;
+    }
 }
 
 /* The "dit.activations" arena: per slot its positions, its conditioning, what its held

@@ -457,10 +457,14 @@ static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *
 
 void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
     int L = d->cfg.n_layer;
-    for (int s = 0; s < d->n_slots; s++)
-        for (int l = 0; l < L; l++) {
+    for (int s = 0; s < d->n_slots; s++) {
+        size_t start = cv->used, end = start; /* each chunk's sets from the slot's start */
+        for (int l = 0, chunk = -1; l < L; l++) {
             if (!dt_dit_holds(d, l + 1))
                 continue;
+            int k = dt_dit_chunk_of_unit(d, l + 1);
+            if (k != chunk)
+                chunk = k, cv->used = start;
             size_t at = cv->used;
             carve_fields(d, cv, slot_fields(d, l), &d->acts[(size_t)s * L + l]);
             for (int i = 0; d->compress && i < DT_DIT_N_Q8; i++) {
@@ -486,7 +490,10 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
             /* in use from the block's forward to its backward: its set and its input */
             d->saved_bytes[(size_t)s * L + l] =
                 cv->used - at + (size_t)d->Nr * d->C * sizeof(float);
+            end = cv->used > end ? cv->used : end;
         }
+        cv->used = end;
+    }
     /* the shared set: everything a full rerun writes; the attention output a selective
      * rerun writes; the int8-kept tensors restored (and written by their forward) */
     unsigned shared = holds_kept(d, KEEP_INPUT)     ? model_fields(d)

@@ -277,6 +277,16 @@ static inline bool dt_dit_holds(const dt_dit *d, int global_unit) {
     return d->unit_local[global_unit] >= 0;
 }
 
+/* A rank's chunks are its runs of consecutive held units; a slot holds one (chunk,
+ * micro-batch) at a time, so each chunk's positions and block sets start at the slot's start
+ * (as the GPT's). The chunk of held unit u, from 0: */
+static inline int dt_dit_chunk_of_unit(const dt_dit *d, int u) {
+    int k = -1;
+    for (int v = 0; v <= u; v++)
+        k += dt_dit_holds(d, v) && (v == 0 || !dt_dit_holds(d, v - 1));
+    return k;
+}
+
 /* Rows of a micro-batch of B clips on this rank: inside the tp region (its sp rank's), in
  * the residual stream, and where the residual rows start in the flattened [B S] batch. */
 static inline int dt_dit_rows_tp(const dt_dit *d, int B) { return B * d->S / d->par.sp->size; }
