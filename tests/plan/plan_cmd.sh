@@ -67,6 +67,26 @@ for f in --flops --flops16 --mem-bandwidth --attn --attn16 --norm --act; do
     echo "$dev" | grep -qe "$f [0-9]" || bad "--show-device lacks $f: $dev"
 done
 ok "device this: $dev"
+echo "$dev" | grep -q -- "--overlap none" || bad "device this hides nothing: $dev"
+"$dtrain" plan --world 8 --device h100-80gb --show-device | grep -q -- "--overlap tp,dp" \
+    && ok "the GPU presets hide tp and dp" || bad "h100 --overlap"
+# what the device's software hides: tp's collectives under sequence parallelism, a pipeline's
+# reduction (tp 8 x pp 2 x dp 2, ZeRO-1); --overlap none exposes them again; a bad value is one
+# error
+tpsp=(--config "$cfg" --world 32 --device h100-80gb --json --explain --plugin.tp_size=8
+      --plugin.sp_mode=split_gather --plugin.pp_size=2 --plugin.type=zero1
+      --train.micro_batch_size=1 --plugin.ac=selective)
+a=$("$dtrain" plan "${tpsp[@]}" | head -1)
+b=$("$dtrain" plan "${tpsp[@]}" --overlap none | head -1)
+c=$("$dtrain" plan "${tpsp[@]}" --overlap dp | head -1)
+/usr/bin/python3 -c '
+import json, sys
+a, b, c = (json.loads(x)["predicted"]["step_ms"] for x in sys.argv[1:])
+assert a < c < b, (a, c, b)
+' "$a" "$b" "$c" && ok "--overlap tp,dp < dp < none" || bad "--overlap: $a $b $c"
+out=$("$dtrain" plan --world 8 --overlap pp 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "give tp, dp, tp,dp or none" && ok "bad --overlap: $out" \
+    || bad "bad --overlap: $out"
 # a --plugin.KEY= on the command line pins that key; the others are still enumerated
 json=$("$dtrain" plan --config "$cfg" --world 8 --json --top 200 --plugin.ac=selective \
     --plugin.act_compress=int8)
