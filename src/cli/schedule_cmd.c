@@ -67,6 +67,9 @@ static void print_stats(const dt_schedule *s, const char *kind) {
            s->n_chunks > 1 ? "; counts (chunk, micro-batch) pairs, times are per chunk" : "");
     for (int r = 0; r < s->pp; r++)
         printf(" %d", dt_sched_peak_in_flight(s, r));
+    printf("\n# buffers per rank, activation slots / inbox / boundary gradients:");
+    for (int r = 0; r < s->pp; r++)
+        printf(" %d/%d/%d", dt_sched_slots(s, r), dt_sched_inbox(s, r), dt_sched_grads(s, r));
     printf("\n");
 }
 

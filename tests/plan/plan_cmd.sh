@@ -267,4 +267,8 @@ assert pipes and all(r["plugin.microbatches"] >= 2 and r["train.micro_batch_size
 out=$("$dtrain" plan "${bkt[@]}" --world 4 --plugin.sp_size=4 --explain 2>&1)
 echo "$out" | grep -q "data.buckets: bucket 1, 2x12x16 (batch 4)" &&
     ok "a bucket the split cannot cut is named" || bad "bucket split: $out"
+# a schedule's buffers per rank: 1F1B's slots p - r, one boundary gradient a rank
+out=$("$dtrain" schedule --pp 4 --microbatches 8 --kind 1f1b --stats | tail -1)
+[ "$out" = "# buffers per rank, activation slots / inbox / boundary gradients: 4/0/1 3/1/1 2/1/1 1/1/1" ] \
+    && ok "schedule buffers" || bad "schedule buffers: $out"
 exit $fail
