@@ -60,6 +60,12 @@ static int usage(void) {
 /* One candidate: its config, its predictions. */
 /* ---- output ------------------------------------------------------------------------------ */
 
+/* dt_plan_device.hides as --overlap takes it */
+static const char *hides_name(unsigned hides) {
+    bool tp = hides & DT_PLAN_HIDE_TP, dp = hides & DT_PLAN_HIDE_DP;
+    return tp && dp ? "tp,dp" : tp ? "tp" : dp ? "dp" : "none";
+}
+
 static void layout_text(const dt_plan_cand *x, char *buf, size_t n) {
     const dt_plugin_config *p = &x->c.plugin;
     size_t k = (size_t)snprintf(buf, n, "dp%d", x->dp);
@@ -270,13 +276,13 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     double mfu = t.step_s > 0 && peak > 0 ? dt_plan_step_flops(c) / (t.step_s * world * peak) : 0;
     char extra[900 + DT_MAX_BUCKETS * 320];
     int k = snprintf(extra, sizeof extra,
-                     ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, "
+                     ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, \"n_grads\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
                      "\"bubble\": %.4f, \"step_gflop\": %.3f, \"mfu\": %.4f, "
-                     "\"block_bytes_per_token_hidden\": %.2f",
-                     rank, m.n_slots, m.n_inbox, (long long)m.n_local, 1e3 * t.compute_s,
+                     "\"block_bytes_per_token_hidden\": %.2f, \"overlap\": \"%s\"",
+                     rank, m.n_slots, m.n_inbox, m.n_grads, (long long)m.n_local, 1e3 * t.compute_s,
                      1e3 * t.comm_s, t.bubble, dt_plan_step_flops(c) / 1e9, mfu,
-                     m.block_bytes_per_token_hidden);
+                     m.block_bytes_per_token_hidden, hides_name(dev->hides));
     if (m.act_disk_file > 0)
         k += snprintf(extra + k, sizeof extra - (size_t)k,
                       ", \"act_disk_record_bytes\": %lld, \"act_disk_file_bytes\": %lld, "
@@ -563,8 +569,7 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     if (d->coll[0] > 0)
         printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g --exposed-share %.4g", d->coll[0], d->coll[1],
                d->coll[2], d->coll[3], d->coll[4], d->exposed_share);
-    bool tp = d->hides & DT_PLAN_HIDE_TP, dp = d->hides & DT_PLAN_HIDE_DP;
-    printf(" --overlap %s\n", tp && dp ? "tp,dp" : tp ? "tp" : dp ? "dp" : "none");
+    printf(" --overlap %s\n", hides_name(d->hides));
 }
 
 static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {

@@ -588,6 +588,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
     out->grad_rank = s.grad_rank;
     out->n_slots = n_slots;
     out->n_inbox = n_inbox;
+    out->n_grads = l.n_grads;
     int64_t ucount[DT_MAX_CHUNKS + 2];
     int n_units = dt_plan_local_units(&c->model, s.tp, s.held, ucount);
     /* where gradients live is the engine's rule (dt_layout_grad_home): the whole local arena

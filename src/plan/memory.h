@@ -38,7 +38,7 @@ typedef struct dt_plan_mem {
     int64_t total;
     /* what the prediction rests on, for --explain and tests */
     int pp_rank, grad_rank; /* coordinates: pipeline stage, rank in the gradient group */
-    int n_slots, n_inbox;   /* micro-batches of activations held; pipeline inbox buffers */
+    int n_slots, n_inbox, n_grads; /* activation slots; pipeline inbox and boundary gradients */
     int64_t n_local;        /* floats of this rank's padded parameter arena */
     int64_t own_count;      /* floats of the arena this rank's ZeRO shard owns */
     int64_t n_full;         /* floats of the whole model's padded arena (checkpoints) */
