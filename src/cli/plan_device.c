@@ -14,9 +14,12 @@
  * is a default; the offload disk's rates are measured by plan_probe.c where the config offloads
  * to disk, 1 GB/s otherwise. No MPI is started: `dtrain plan` is one process.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "cli/plan_device.h"
 
 #include <ctype.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -120,6 +123,15 @@ static double copy_rate(void) {
     return best;
 }
 
+/* the cores this process may run on (its affinity: taskset and cgroups' cpusets count) */
+static int usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 0;
+}
+
 static dt_status measure_this(int world, dt_plan_device *d, int64_t *mem) {
     dt_gemm *g = NULL;
     DT_TRY(dt_gemm_init(&g));
@@ -135,6 +147,8 @@ static dt_status measure_this(int world, dt_plan_device *d, int64_t *mem) {
     d->bandwidth = copy / 2;
     d->latency = 5e-6;
     d->disk_write = d->disk_read = 1e9; /* measured by the probe where the config offloads */
+    d->cores = usable_cores();
+    d->threads = omp_get_max_threads(); /* the ranks' OMP_NUM_THREADS, as the planner's */
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     *mem = pages > 0 && page > 0 ? (int64_t)pages * page / world : 0;
     return DT_OK;

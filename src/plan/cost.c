@@ -662,7 +662,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
             end[0] = busy[0] = w.n_mb * (cc[0].f + cc[0].b_fresh + cc[0].wgt);
         }
     }
-    double makespan = 0, idle = 0;
+    double makespan = 0, idle = 0, cpu = 0;
     for (int r = 0; st == DT_OK && r < w.pp; r++)
         makespan = end[r] > makespan ? end[r] : makespan;
     for (int r = 0; st == DT_OK && r < w.pp; r++) {
@@ -680,6 +680,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         cost_dp(&w, world, rank, sched, (double)n_local, forward, backward, busy[r], split,
                 &exposed, &opt);
         double step = makespan + exposed + opt;
+        cpu += (busy[r] + opt) * (world / w.pp); /* the stage's ranks alike */
         if (step > out->step_s) {
             out->step_s = step;
             out->compute_s = busy[r];
@@ -691,6 +692,11 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
     }
     if (st == DT_OK && w.pp > 1 && makespan > 0)
         out->bubble = idle / (w.pp * makespan);
+    int threads = d->threads > 0 ? d->threads : 1;
+    if (st == DT_OK && d->cores > 0 && (int64_t)world * threads > d->cores) {
+        out->cores_s = cpu * threads / d->cores;
+        out->step_s = out->step_s > out->cores_s ? out->step_s : out->cores_s;
+    }
     free(cc), free(end), free(busy);
     dt_sched_free(own);
     return st;

@@ -92,6 +92,10 @@ typedef struct dt_plan_device {
     double exposed_share;
     unsigned hides; /* DT_PLAN_HIDE_*: what the device's own software overlaps that dtrain's
                      * CPU runtime does not (the GPU presets: a tuned implementation) */
+    /* Ranks sharing one machine's cores (`this`): cores to run on and threads a rank runs;
+     * with more threads than cores the step is at least the ranks' CPU time over the cores.
+     * 0: a device a rank. */
+    int cores, threads;
 } dt_plan_device;
 
 /* dt_plan_device.hides. TP: tensor-parallel collectives with sequence parallelism are cut
@@ -108,6 +112,8 @@ typedef struct dt_plan_time {
     double comm_s;    /* its data-parallel communication not hidden behind compute */
     double bubble;    /* pipeline: idle share of the replayed schedule (0 without pp) */
     double act_disk_s; /* of compute_s: activation file I/O its computation waits for */
+    double cores_s;    /* ranks sharing too few cores: their compute and optimizer time over
+                        * the cores, the step's floor (0: not shared) */
 } dt_plan_time;
 
 /* The model FLOPs of one training step of c (train.batch_size sequences or clips): forward

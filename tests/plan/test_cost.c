@@ -356,6 +356,24 @@ static void test_hides(void) {
     DT_CHECK_CLOSE(step(&z, 4, &slow, NULL), step(&z, 4, &hidden, NULL), 1e-12);
 }
 
+/* Ranks sharing cores: two ranks of test_by_hand's work each (dp 2, the network and memory
+ * free) on one core take twice one rank's step; on two cores, or two threads a rank on four,
+ * what a device a rank takes; two threads a rank on two cores, twice. */
+static void test_shared_cores(void) {
+    dt_config c = tiny();
+    c.train.batch_size = 2;
+    dt_plan_device d = FAST_NET;
+    double alone = step(&c, 2, &d, NULL);
+    d.cores = 1, d.threads = 1;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * alone, 1e-9);
+    d.cores = 2;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), alone, 1e-12);
+    d.cores = 4, d.threads = 2;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), alone, 1e-12);
+    d.cores = 2;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * alone, 1e-9);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_grad_ledger();
@@ -368,5 +386,6 @@ int main(int argc, char **argv) {
     test_kernel_rates();
     test_stage_split();
     test_hides();
+    test_shared_cores();
     return DT_TEST_END();
 }
