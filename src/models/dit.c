@@ -255,10 +255,9 @@ static void carve_scratch(dt_dit *d, dt_dit_carver *cv) {
     d->xkeys = T ? dt_dit_carve(cv, B * sizeof(int32_t)) : NULL;
     if (!d->training)
         return;
-    for (int s = 0; s < d->n_slots; s++) {
-        d->slots[s].dres = dt_dit_carve(cv, (size_t)d->pos_stride * f4);
+    d->dres = dt_dit_carve(cv, (size_t)d->n_grads * (size_t)d->pos_stride * f4);
+    for (int s = 0; s < d->n_slots; s++)
         d->slots[s].dtok = holds_final(d) ? dt_dit_carve(cv, Nr * P * f4) : NULL;
-    }
     /* the widest weight gradient summed over split rows: the patch embedding's or the final
      * linear's [C, P] (the biases, C or P, fit too) */
     d->pgrad = seq ? dt_dit_carve(cv, C * P * f4) : NULL;
@@ -444,6 +443,7 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
         DT_TRY_GOTO(check_shape(d, o));
     }
     d->n_slots = o->n_slots > 0 ? o->n_slots : 1;
+    d->n_grads = o->n_grads > 0 ? o->n_grads : d->n_slots;
     d->split = o->split_backward;
     d->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
     d->ac = o->ac;

@@ -150,8 +150,7 @@ void dt_dit_zero_grad(dt_dit *d);
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
 dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
                            bool backward, double *loss_sum);
-/* grad: the buffer of the gradient crossing the chunk boundary (the DiT keeps one a slot:
- * any of them) */
+/* grad: the buffer of the gradient crossing the chunk boundary (of the opts' n_grads) */
 dt_status dt_dit_backward_units(dt_dit *d, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split);
 /* Split backward (a model built with split_backward): the blocks' matmul weight gradients

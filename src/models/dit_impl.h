@@ -148,7 +148,6 @@ enum { DT_DIT_N_Q8 = 8 }; /* m1, qkv, y, a, x2, m2, h, f (dit_fwd.c) */
 /* What one micro-batch slot keeps outside its blocks. */
 typedef struct dt_dit_slot {
     float *res;      /* [n_pos][pos_stride]: residual rows [Nr, C], then silu(c) [B, C] */
-    float *dres;     /* [pos_stride]: d residual [Nr, C], then d silu(c) [B, C] */
     float *sc;       /* [B, C] silu(c) the slot's blocks read */
     /* unit 0 */
     float *patches;  /* [Nr, P] */
@@ -220,6 +219,10 @@ struct dt_dit {
 
     /* slots and residual positions: position l = input of block l (L: the final input) */
     int n_slots, n_pos;
+    /* the boundary gradient buffers (n_grads, a pipeline's from its schedule), each
+     * [pos_stride]: d residual [Nr, C], then d silu(c) [B, C] (and d text) */
+    int n_grads;
+    float *dres;
     int *pos_index;            /* [L + 1] -> index among the positions kept, -1 */
     int64_t pos_stride;        /* Nr C + B C floats, rounded up to 16 */
     dt_model_hooks hooks;

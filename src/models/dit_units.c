@@ -301,16 +301,17 @@ dt_status dt_dit_backward_units(dt_dit *d, int slot, int grad, int u0, int u1, c
                                 bool split) {
     DT_TRY(check_batch(d, b->B, b->T));
     DT_TRY(check_units(d, slot, u0, u1));
-    if (grad < 0 || grad >= d->n_slots)
+    if (grad < 0 || grad >= d->n_grads)
         return dt_err_set(DT_ERR_ARG, "dit: gradient buffer %d (of %d) out of range", grad,
-                          d->n_slots);
+                          d->n_grads);
     if (!d->training)
         return dt_err_set(DT_ERR_ARG, "dit: backward of a model built without training");
     if (split && !d->wgrad)
         return dt_err_set(DT_ERR_ARG, "dit: split backward needs a model built for it");
     dt_dit_slot *s = &d->slots[slot];
     int L = d->cfg.n_layer, B = b->B;
-    float *dres = d->slots[grad].dres, *dsc = dres + (size_t)dt_dit_rows(d, B) * d->C;
+    float *dres = d->dres + (size_t)grad * d->pos_stride,
+          *dsc = dres + (size_t)dt_dit_rows(d, B) * d->C;
     float *dy = dsc + (size_t)B * d->C;
     if (u1 == L + 2) {
         memset(dsc, 0, ((size_t)B * d->C + dt_dit_text_boundary(d, B)) * sizeof *dsc);
@@ -363,7 +364,7 @@ float *dt_dit_boundary(dt_dit *d, int slot, int position, int B) {
 
 float *dt_dit_boundary_grad(dt_dit *d, int grad, int B) {
     (void)B;
-    return d->slots[grad].dres;
+    return d->dres + (size_t)grad * d->pos_stride;
 }
 
 /* ---- one process ------------------------------------------------------------------------------- */

@@ -610,6 +610,7 @@ dt_status dt_plan_memory(const dt_config *c, int world, int rank, const dt_plan_
                               .sequence_tp = s.rows_split > 1,
                               .split = split,
                               .n_slots = n_slots,
+                              .n_grads = l.n_grads,
                               .held = s.held,
                               .plugin = &c->plugin,
                               .lp = s.lp,

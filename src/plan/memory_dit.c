@@ -302,7 +302,8 @@ static int64_t temp_arena(const dit_rank *k) {
         b += pad64(2 * k->T * k->Ct * F4) + pad64(B * 4);
     if (!r->training)
         return b;
-    b += r->n_slots * (pad64(pos_stride(k) * F4) + (last ? pad64(Nr * P * F4) : 0));
+    b += pad64(r->n_grads * pos_stride(k) * F4);       /* the boundary gradient buffers */
+    b += r->n_slots * (last ? pad64(Nr * P * F4) : 0); /* each slot's loss gradient */
     b += seq ? pad64(C * P * F4) : 0; /* the patch / final linear gradient summed over rows */
     b += 2 * rowsC + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
     b += pad64(B * 6 * C * F4) + 3 * pad64(B * C * F4); /* dmod, dc, dts, dth */

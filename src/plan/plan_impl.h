@@ -33,6 +33,7 @@ typedef struct dt_plan_dit_rank {
     bool split;                      /* split backward (zero-bubble): per-slot weight-pass
                                       * output gradients */
     int n_slots;                     /* micro-batches whose activations are held at once */
+    int n_grads;                     /* boundary gradient buffers (the schedule's) */
     const bool *held;                /* [L + 2] units this rank holds */
     const dt_plugin_config *plugin;  /* ac, ac_every */
     bool lp, training;               /* 16-bit matmuls; gradients and backward scratch */
