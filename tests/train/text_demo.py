@@ -16,10 +16,10 @@
       the classifier on sampled clips (dtrain sample --out X.safetensors: [K, 3, T, H, W] in
       [-1, 1]) against their prompts: the share right of colour, kind and way
 
-The classifier reads pixels only: the shape is the pixels far from the background, its
-colour the nearest named colour to their mean, its kind from how much of its bounding box it
-fills (FILL: the nearest), its way from how its centre moves
-from the first frame to the last.
+The classifier reads pixels only: the shape is the largest part of the pixels far from the
+background, its colour the nearest named colour to their mean, its kind the template (a
+square, disc or diamond filling its bounding box) it overlaps most, its way how its centre
+moves from the first frame to the last.
 """
 import glob
 import os
@@ -35,10 +35,6 @@ COLOURS = {"red": (255, 40, 40), "green": (40, 220, 40), "blue": (60, 80, 255),
            "yellow": (240, 230, 40)}
 KINDS = ("square", "disc", "diamond")
 WAYS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
-# the share of its bounding box a shape fills at 24x24 (pi / 4 for a disc, 1/2 for a diamond
-# drawn finely; a diamond's staircase edge fills more when coarse): the means over the
-# training clips of `make DIR 4`, prepared at 24x24 (square 0.996, disc 0.780, diamond 0.563)
-FILL = {"square": 0.996, "disc": 0.780, "diamond": 0.563}
 SIDE, FRAMES, FPS = 96, 8, 8  # the source videos: 96x96, one 8-frame clip each at 8 fps
 R_MIN, R_MAX, SPEED_MIN, SPEED_MAX = 18, 26, 3.0, 4.0  # half-sizes, pixels a frame (96x96)
 
@@ -97,24 +93,62 @@ def make(d, per_prompt):
     print(f"{n} videos of {sum(not h for _, h in prompts())} prompts in {d}")
 
 
-def classify(clip):
-    """clip [T, H, W, 3] in [0, 1] -> (colour, kind, way), or None for one without a shape."""
-    fg = clip.max(axis=3) > 0.45
-    if fg[0].sum() < 3 or fg[-1].sum() < 3:
-        return None
-    mean = clip[fg].mean(axis=0) * 255
-    colour = min(COLOURS, key=lambda c: np.sum((mean - np.array(COLOURS[c])) ** 2))
-    fills = []
-    for t in range(clip.shape[0]):
-        ys, xs = np.nonzero(fg[t])
-        if len(ys) < 3:
+def largest_part(mask):
+    """The largest 4-connected part of a [H, W] mask (a sample's stray pixels are not the
+    shape's)."""
+    seen = np.zeros_like(mask)
+    best = np.zeros_like(mask)
+    for y0, x0 in zip(*np.nonzero(mask)):
+        if seen[y0, x0]:
             continue
-        box = (ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1)
-        fills.append(len(ys) / box)
-    fill = float(np.median(fills))
-    kind = min(FILL, key=lambda k: abs(FILL[k] - fill))
-    c0 = np.array(np.nonzero(fg[0])).mean(axis=1)
-    c1 = np.array(np.nonzero(fg[-1])).mean(axis=1)
+        part, todo = [], [(y0, x0)]
+        seen[y0, x0] = True
+        while todo:
+            y, x = todo.pop()
+            part.append((y, x))
+            for v, u in ((y - 1, x), (y + 1, x), (y, x - 1), (y, x + 1)):
+                if 0 <= v < mask.shape[0] and 0 <= u < mask.shape[1] and mask[v, u] and \
+                        not seen[v, u]:
+                    seen[v, u] = True
+                    todo.append((v, u))
+        if len(part) > best.sum():
+            best = np.zeros_like(mask)
+            best[tuple(np.array(part).T)] = True
+    return best
+
+
+def kind_overlaps(part):
+    """Intersection over union of a shape's pixels with the square, disc and diamond that fill
+    its bounding box."""
+    ys, xs = np.nonzero(part)
+    cy, cx = (ys.min() + ys.max() + 1) / 2, (xs.min() + xs.max() + 1) / 2
+    ry, rx = (ys.max() - ys.min() + 1) / 2, (xs.max() - xs.min() + 1) / 2
+    yy, xx = np.mgrid[0:part.shape[0], 0:part.shape[1]] + 0.5
+    dy, dx = np.abs(yy - cy) / ry, np.abs(xx - cx) / rx
+    shapes = {"square": (dy <= 1) & (dx <= 1), "disc": dy ** 2 + dx ** 2 <= 1,
+              "diamond": dy + dx <= 1}
+    return {k: (part & m).sum() / (part | m).sum() for k, m in shapes.items()}
+
+
+def classify(clip):
+    """clip [T, H, W, 3] in [0, 1] -> (colour, kind, way), or None for one without a shape.
+    The shape is each frame's largest part of the pixels far from the background: its colour
+    the nearest named one to their mean, its kind the template (square, disc, diamond filling
+    its bounding box) it overlaps most over the frames, its way how its centre moves from the
+    first frame to the last."""
+    parts = [largest_part(frame.max(axis=2) > 0.45) for frame in clip]
+    if parts[0].sum() < 3 or parts[-1].sum() < 3:
+        return None
+    mean = np.concatenate([f[p] for f, p in zip(clip, parts)]).mean(axis=0) * 255
+    colour = min(COLOURS, key=lambda c: np.sum((mean - np.array(COLOURS[c])) ** 2))
+    overlap = {k: 0.0 for k in KINDS}
+    for part in parts:
+        if part.sum() >= 3:
+            for k, v in kind_overlaps(part).items():
+                overlap[k] += v
+    kind = max(KINDS, key=lambda k: overlap[k])
+    c0 = np.array(np.nonzero(parts[0])).mean(axis=1)
+    c1 = np.array(np.nonzero(parts[-1])).mean(axis=1)
     dy, dx = c1 - c0
     way = (("left" if dx < 0 else "right") if abs(dx) >= abs(dy) else
            ("up" if dy < 0 else "down"))
