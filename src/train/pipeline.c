@@ -6,27 +6,27 @@
 
 enum { MSG_ACT, MSG_GRAD, MAX_TAG = 32767 }; /* MPI guarantees tags up to 32767 */
 
-typedef struct slot_state {
-    int chunk, mb;    /* owner, or chunk -1 when free */
-    dt_comm_req send; /* its activation's send, completed before reuse */
-} slot_state;
-
-typedef struct grad_state {
+/* Buffers a (chunk, mb) takes and gives back: activation slots, boundary gradients. */
+typedef struct buffer {
     bool busy;
-    dt_comm_req send; /* its gradient's send, completed before reuse */
-} grad_state;
+    dt_comm_req send; /* what it sent last, completed before reuse */
+} buffer;
+
+typedef struct pool {
+    const char *what; /* "activation slot" */
+    int n;
+    buffer *b;
+    int *of; /* [n_chunks][n_mb] the buffer a (chunk, mb) holds, -1 none */
+} pool;
 
 struct dt_pipeline {
     const dt_schedule *s;
     const dt_stage_plan *plan;
     dt_comm *pp;
     dt_model *model;
-    int rank, n_slots, n_grads, n_mb;
+    int rank, n_mb;
     bool split; /* the schedule has W actions */
-    slot_state *slots;
-    int *slot_of;          /* [n_chunks][n_mb] slot of a (chunk, mb) in flight, -1 none */
-    grad_state *grads;
-    int *grad_of;          /* [n_chunks][n_mb] gradient buffer of a (chunk, mb), -1 none */
+    pool slots, grads;
     float **inbox;         /* [n_inbox] landing buffers of inputs received ahead of their F */
     int n_inbox, *inbox_of; /* [n_chunks][n_mb] inbox holding a (chunk, mb)'s input, -1 */
     bool *inbox_busy;
@@ -75,24 +75,24 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
                        .pp = pp,
                        .model = model,
                        .rank = pp->rank,
-                       .n_slots = n_slots,
-                       .n_grads = n_grads,
+                       .slots = {.what = "activation slot", .n = n_slots},
+                       .grads = {.what = "gradient buffer", .n = n_grads},
                        .n_mb = s->n_mb,
                        .split = dt_sched_split(s),
                        .n_inbox = dt_sched_inbox(s, pp->rank),
                        .mem = mem};
-    p->slots = calloc((size_t)n_slots, sizeof *p->slots);
-    p->slot_of = malloc((size_t)pairs * sizeof *p->slot_of);
-    p->grads = calloc((size_t)n_grads, sizeof *p->grads);
-    p->grad_of = malloc((size_t)pairs * sizeof *p->grad_of);
+    p->slots.b = calloc((size_t)n_slots, sizeof *p->slots.b);
+    p->slots.of = malloc((size_t)pairs * sizeof *p->slots.of);
+    p->grads.b = calloc((size_t)n_grads, sizeof *p->grads.b);
+    p->grads.of = malloc((size_t)pairs * sizeof *p->grads.of);
     p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
     p->recv_grad = calloc((size_t)pairs, sizeof *p->recv_grad);
     p->inbox_of = malloc((size_t)pairs * sizeof *p->inbox_of);
     p->inbox = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox);
     p->inbox_busy = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox_busy);
     dt_status st = DT_OK;
-    if (!p->slots || !p->slot_of || !p->grads || !p->grad_of || !p->recv_act || !p->recv_grad ||
-        !p->inbox_of || !p->inbox || !p->inbox_busy)
+    if (!p->slots.b || !p->slots.of || !p->grads.b || !p->grads.of || !p->recv_act ||
+        !p->recv_grad || !p->inbox_of || !p->inbox || !p->inbox_busy)
         st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
     size_t bytes = (size_t)boundary_floats * sizeof(float);
     for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
@@ -113,10 +113,10 @@ void dt_pipeline_free(dt_pipeline *p) {
     free(p->inbox);
     free(p->inbox_busy);
     free(p->inbox_of);
-    free(p->slots);
-    free(p->slot_of);
-    free(p->grads);
-    free(p->grad_of);
+    free(p->slots.b);
+    free(p->slots.of);
+    free(p->grads.b);
+    free(p->grads.of);
     free(p->recv_act);
     free(p->recv_grad);
     free(p);
@@ -133,63 +133,33 @@ static dt_status wait_traced(dt_pipeline *p, dt_comm_req *req, dt_span_kind kind
     return trace ? dt_trace_add(trace, kind, chunk, mb, step, t0, dt_trace_now(trace)) : DT_OK;
 }
 
-static dt_status slot_acquire(dt_pipeline *p, int chunk, int mb, dt_trace *trace, int step,
-                              int *slot) {
+/* The (chunk, mb)'s buffer of pool q, taken when first asked for: a free one, once what it
+ * sent for its previous owner is on its way */
+static dt_status take(dt_pipeline *p, pool *q, int chunk, int mb, dt_trace *trace, int step,
+                      int *index) {
     int k = idx(p, chunk, mb);
-    if (p->slot_of[k] >= 0) {
-        *slot = p->slot_of[k];
+    if (q->of[k] >= 0) {
+        *index = q->of[k];
         return DT_OK;
     }
-    for (int i = 0; i < p->n_slots; i++) {
-        slot_state *s = &p->slots[i];
-        if (s->chunk >= 0)
+    for (int i = 0; i < q->n; i++) {
+        buffer *b = &q->b[i];
+        if (b->busy)
             continue;
-        /* its previous owner's activation may still be on its way out */
-        DT_TRY(wait_traced(p, &s->send, DT_SPAN_SEND, chunk, mb, trace, step));
-        s->chunk = chunk;
-        s->mb = mb;
-        p->slot_of[k] = *slot = i;
-        return DT_OK;
-    }
-    return dt_err_set(DT_ERR_ARG, "pipeline: no free activation slot for chunk %d micro-batch "
-                      "%d (all %d in use)", chunk, mb, p->n_slots);
-}
-
-static void slot_release(dt_pipeline *p, int chunk, int mb) {
-    int k = idx(p, chunk, mb);
-    p->slots[p->slot_of[k]].chunk = -1;
-    p->slot_of[k] = -1;
-}
-
-/* The (chunk, mb)'s gradient buffer, taken when first asked for (its receive, or the last
- * chunk's backward) */
-static dt_status grad_acquire(dt_pipeline *p, int chunk, int mb, dt_trace *trace, int step,
-                              int *grad) {
-    int k = idx(p, chunk, mb);
-    if (p->grad_of[k] >= 0) {
-        *grad = p->grad_of[k];
-        return DT_OK;
-    }
-    for (int i = 0; i < p->n_grads; i++) {
-        grad_state *g = &p->grads[i];
-        if (g->busy)
-            continue;
-        /* its previous gradient may still be on its way out */
-        DT_TRY(wait_traced(p, &g->send, DT_SPAN_SEND, chunk, mb, trace, step));
-        g->busy = true;
-        p->grad_of[k] = *grad = i;
+        DT_TRY(wait_traced(p, &b->send, DT_SPAN_SEND, chunk, mb, trace, step));
+        b->busy = true;
+        q->of[k] = *index = i;
         return DT_OK;
     }
     return dt_err_set(DT_ERR_ARG,
-                      "pipeline: no free gradient buffer for chunk %d micro-batch "
-                      "%d (all %d in use)",
-                      chunk, mb, p->n_grads);
+                      "pipeline: no free %s for chunk %d micro-batch %d (all %d in use)", q->what,
+                      chunk, mb, q->n);
 }
 
-static void grad_release(dt_pipeline *p, int chunk, int mb) {
+static void give(dt_pipeline *p, pool *q, int chunk, int mb) {
     int k = idx(p, chunk, mb);
-    p->grads[p->grad_of[k]].busy = false;
-    p->grad_of[k] = -1;
+    q->b[q->of[k]].busy = false;
+    q->of[k] = -1;
 }
 
 static int peer_of(const dt_pipeline *p, int chunk) { return chunk % p->s->pp; }
@@ -211,12 +181,12 @@ static dt_batch micro_batch(const dt_pipeline_batch *b, int mb) {
 /* ---- one step ------------------------------------------------------------------------------ */
 
 static dt_status reset(dt_pipeline *p) {
-    for (int i = 0; i < p->n_slots; i++)
-        p->slots[i].chunk = -1;
-    for (int i = 0; i < p->n_grads; i++)
-        p->grads[i].busy = false;
+    for (int i = 0; i < p->slots.n; i++)
+        p->slots.b[i].busy = false;
+    for (int i = 0; i < p->grads.n; i++)
+        p->grads.b[i].busy = false;
     for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++)
-        p->slot_of[k] = p->inbox_of[k] = p->grad_of[k] = -1;
+        p->slots.of[k] = p->inbox_of[k] = p->grads.of[k] = -1;
     for (int i = 0; i < p->n_inbox; i++)
         p->inbox_busy[i] = false;
     return DT_OK;
@@ -225,11 +195,11 @@ static dt_status reset(dt_pipeline *p) {
 /* Completes every request (even after an error, so none outlives the step's buffers). */
 static dt_status drain(dt_pipeline *p) {
     dt_status st = DT_OK, w;
-    for (int i = 0; i < p->n_slots; i++)
-        if ((w = dt_comm_wait(p->pp, &p->slots[i].send)) != DT_OK && st == DT_OK)
+    for (int i = 0; i < p->slots.n; i++)
+        if ((w = dt_comm_wait(p->pp, &p->slots.b[i].send)) != DT_OK && st == DT_OK)
             st = w;
-    for (int i = 0; i < p->n_grads; i++)
-        if ((w = dt_comm_wait(p->pp, &p->grads[i].send)) != DT_OK && st == DT_OK)
+    for (int i = 0; i < p->grads.n; i++)
+        if ((w = dt_comm_wait(p->pp, &p->grads.b[i].send)) != DT_OK && st == DT_OK)
             st = w;
     for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++) {
         if ((w = dt_comm_wait(p->pp, &p->recv_act[k])) != DT_OK && st == DT_OK)
@@ -265,7 +235,7 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
                             tag_of(p, MSG_ACT, c, mb), &p->recv_act[k]);
     }
     case DT_SCHED_OP_F:
-        DT_TRY(slot_acquire(p, c, mb, trace, step, &slot));
+        DT_TRY(take(p, &p->slots, c, mb, trace, step, &slot));
         if (p->inbox_of[k] >= 0) { /* the input arrived ahead: into the slot */
             DT_TRY(wait_traced(p, &p->recv_act[k], DT_SPAN_RECV, c, mb, trace, step));
             memcpy(dt_model_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
@@ -282,42 +252,42 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         }
         return dt_trace_add(trace, DT_SPAN_FORWARD, c, mb, step, t0, dt_trace_now(trace));
     case DT_SCHED_OP_SEND_ACT:
-        slot = p->slot_of[k];
+        slot = p->slots.of[k];
         return dt_comm_send(p->pp, dt_model_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T),
                             bytes, peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb),
-                            &p->slots[slot].send);
+                            &p->slots.b[slot].send);
     case DT_SCHED_OP_RECV_GRAD:
-        DT_TRY(grad_acquire(p, c, mb, trace, step, &grad));
+        DT_TRY(take(p, &p->grads, c, mb, trace, step, &grad));
         return dt_comm_recv(p->pp, dt_model_boundary_grad(g, grad, b->B, b->T), bytes,
                             peer_of(p, c + 1), tag_of(p, MSG_GRAD, c, mb), &p->recv_grad[k]);
     case DT_SCHED_OP_B:
-        slot = p->slot_of[k];
-        DT_TRY(grad_acquire(p, c, mb, trace, step, &grad)); /* the last chunk's starts here */
+        slot = p->slots.of[k];
+        DT_TRY(take(p, &p->grads, c, mb, trace, step, &grad)); /* the last chunk's starts here */
         DT_TRY(wait_traced(p, &p->recv_grad[k], DT_SPAN_RECV, c, mb, trace, step));
         t0 = trace ? dt_trace_now(trace) : 0;
         DT_TRY(dt_model_backward_units(g, slot, grad, first_unit(p, c), end_unit(p, c), &in,
                                        p->split));
         DT_TRY(dt_trace_add(trace, DT_SPAN_BACKWARD, c, mb, step, t0, dt_trace_now(trace)));
         if (dt_sched_gives_grad(a)) /* chunk 0: its input's gradient goes nowhere */
-            grad_release(p, c, mb);
+            give(p, &p->grads, c, mb);
         if (dt_sched_gives_slot(a, p->split)) /* chunk 0: nothing to send, the slot is free */
-            slot_release(p, c, mb);
+            give(p, &p->slots, c, mb);
         return DT_OK;
     case DT_SCHED_OP_W:
-        slot = p->slot_of[k];
+        slot = p->slots.of[k];
         DT_TRY(dt_model_weight_units(g, slot, first_unit(p, c), end_unit(p, c), &in));
         DT_TRY(dt_trace_add(trace, DT_SPAN_WEIGHT, c, mb, step, t0, dt_trace_now(trace)));
         if (dt_sched_gives_slot(a, p->split))
-            slot_release(p, c, mb);
+            give(p, &p->slots, c, mb);
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
-        grad = p->grad_of[k];
+        grad = p->grads.of[k];
         DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, grad, b->B, b->T), bytes,
                             peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
-                            &p->grads[grad].send));
-        grad_release(p, c, mb); /* reusable once the send completes (grad_acquire waits) */
+                            &p->grads.b[grad].send));
+        give(p, &p->grads, c, mb); /* reusable once the send completes (take waits) */
         if (dt_sched_gives_slot(a, p->split))
-            slot_release(p, c, mb);
+            give(p, &p->slots, c, mb);
         return DT_OK;
     default:
         return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: action %d is not executed",
