@@ -162,12 +162,11 @@ static void plan_positions(dt_dit *d) {
     if (holds_final(d))
         d->pos_index[L] = 0;
     d->n_pos = 0;
-    for (int p = 0, chunk = -1, n = 0; p <= L; p++) {
+    for (int p = 0, n = 0; p <= L; p++) {
         if (d->pos_index[p] != 0)
             continue;
-        int k = dt_dit_chunk_of_unit(d, dt_dit_holds(d, p) ? p : p + 1);
-        if (k != chunk)
-            chunk = k, n = 0;
+        if (!dt_dit_holds(d, p)) /* kept, so the input of a chunk's first unit */
+            n = 0;
         d->pos_index[p] = n++;
         d->n_pos = n > d->n_pos ? n : d->n_pos;
     }

@@ -459,12 +459,11 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
     int L = d->cfg.n_layer;
     for (int s = 0; s < d->n_slots; s++) {
         size_t start = cv->used, end = start; /* each chunk's sets from the slot's start */
-        for (int l = 0, chunk = -1; l < L; l++) {
+        for (int l = 0; l < L; l++) {
             if (!dt_dit_holds(d, l + 1))
                 continue;
-            int k = dt_dit_chunk_of_unit(d, l + 1);
-            if (k != chunk)
-                chunk = k, cv->used = start;
+            if (dt_dit_starts_chunk(d, l + 1))
+                cv->used = start;
             size_t at = cv->used;
             carve_fields(d, cv, slot_fields(d, l), &d->acts[(size_t)s * L + l]);
             for (int i = 0; d->compress && i < DT_DIT_N_Q8; i++) {

@@ -282,12 +282,9 @@ static inline bool dt_dit_holds(const dt_dit *d, int global_unit) {
 
 /* A rank's chunks are its runs of consecutive held units; a slot holds one (chunk,
  * micro-batch) at a time, so each chunk's positions and block sets start at the slot's start
- * (as the GPT's). The chunk of held unit u, from 0: */
-static inline int dt_dit_chunk_of_unit(const dt_dit *d, int u) {
-    int k = -1;
-    for (int v = 0; v <= u; v++)
-        k += dt_dit_holds(d, v) && (v == 0 || !dt_dit_holds(d, v - 1));
-    return k;
+ * (as the GPT's). Does held unit u start a chunk? */
+static inline bool dt_dit_starts_chunk(const dt_dit *d, int u) {
+    return u == 0 || !dt_dit_holds(d, u - 1);
 }
 
 /* Rows of a micro-batch of B clips on this rank: inside the tp region (its sp rank's), in

@@ -203,12 +203,11 @@ void dt_gpt_carve_block_acts(dt_gpt *g, dt_carver *cv) {
     dt_bf16 *act_lp = lp ? dt_gpt_carve(cv, r.Nt * wide * sizeof(dt_bf16)) : NULL;
     for (size_t slot = 0; slot < (size_t)g->n_slots; slot++) {
         size_t start = cv->used, end = start; /* each chunk's sets from the slot's start */
-        for (int l = 0, chunk = -1; l < L; l++) {
+        for (int l = 0; l < L; l++) {
             if (!dt_gpt_holds_block(g, l))
                 continue;
-            int k = dt_gpt_chunk_of_unit(g, l + 1);
-            if (k != chunk)
-                chunk = k, cv->used = start;
+            if (dt_gpt_starts_chunk(g, l + 1))
+                cv->used = start;
             size_t at = cv->used;
             dt_block_acts *a = &g->acts[slot * L + l];
             a->ln1_lp = a->ln2_lp = ln_lp;

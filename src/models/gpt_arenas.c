@@ -25,12 +25,11 @@ static void plan_positions(dt_gpt *g) {
     if (dt_gpt_holds_final(g))
         g->pos_index[L] = 0;
     g->n_pos = 0;
-    for (int p = 0, chunk = -1, n = 0; p <= L; p++) {
+    for (int p = 0, n = 0; p <= L; p++) {
         if (g->pos_index[p] != 0)
             continue;
-        int k = dt_gpt_chunk_of_unit(g, g->unit_local[p] >= 0 ? p : p + 1);
-        if (k != chunk)
-            chunk = k, n = 0;
+        if (g->unit_local[p] < 0) /* kept, so the input of a chunk's first unit */
+            n = 0;
         g->pos_index[p] = n++;
         g->n_pos = n > g->n_pos ? n : g->n_pos;
     }

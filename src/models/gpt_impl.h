@@ -181,12 +181,9 @@ static inline bool dt_gpt_holds_block(const dt_gpt *g, int l) { return g->unit_l
 /* A rank's chunks are its runs of consecutive held units (one per pipeline chunk; all of them
  * without a pipeline). A slot holds one (chunk, micro-batch) at a time, so each chunk's
  * positions and saved sets start at the slot's start: a slot is as large as the largest
- * chunk's, not the sum of them. The chunk of held unit u, from 0: */
-static inline int dt_gpt_chunk_of_unit(const dt_gpt *g, int u) {
-    int k = -1;
-    for (int v = 0; v <= u; v++)
-        k += g->unit_local[v] >= 0 && (v == 0 || g->unit_local[v - 1] < 0);
-    return k;
+ * chunk's, not the sum of them. Does held unit u start a chunk? */
+static inline bool dt_gpt_starts_chunk(const dt_gpt *g, int u) {
+    return u == 0 || g->unit_local[u - 1] < 0;
 }
 
 static inline bool dt_gpt_holds_final(const dt_gpt *g) {

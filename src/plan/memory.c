@@ -235,27 +235,18 @@ static bool act_disk_interior(const shape *s, int p) {
 
 /* A rank's chunks are its runs of consecutive held units; a slot holds one (chunk,
  * micro-batch) at a time, each chunk's positions and saved sets from the slot's start
- * (models/gpt_ac.c). The chunk of held unit u, from 0. */
-static int chunk_of_unit(const shape *s, int u) {
-    int k = -1;
-    for (int v = 0; v <= u; v++)
-        k += s->held[v] && (v == 0 || !s->held[v - 1]);
-    return k;
-}
-
-/* Residual positions a slot keeps: each held block's input and output, the embedding's
- * output and the final norm's input (distinct positions of 0..L); under act_offload not
- * those between two held blocks. The most of one chunk. */
+ * (models/gpt_ac.c). Residual positions a slot keeps: each held block's input and output,
+ * the embedding's output and the final norm's input (distinct positions of 0..L); under
+ * act_offload not those between two held blocks. The most of one chunk. */
 static int residual_positions(const shape *s) {
     int most = 0;
-    for (int p = 0, chunk = -1, n = 0; p <= s->L; p++) {
+    for (int p = 0, n = 0; p <= s->L; p++) {
         bool keep = (p < s->L && holds_block(s, p)) || (p > 0 && holds_block(s, p - 1)) ||
                     (p == 0 && s->held[0]) || (p == s->L && holds_final(s));
         if (!keep || act_disk_interior(s, p))
             continue;
-        int k = chunk_of_unit(s, s->held[p] ? p : p + 1);
-        if (k != chunk)
-            chunk = k, n = 0;
+        if (!s->held[p]) /* kept, so the input of a chunk's first unit */
+            n = 0;
         most = ++n > most ? n : most;
     }
     return most;
@@ -290,13 +281,12 @@ static int64_t acts_arena(const shape *s, int n_slots, bool split) {
         b += pad64(s->Nt * s->C * H2) + pad64(s->Nt * max64(s->A, s->F) * H2);
     bool any_block = false;
     int64_t slot = 0, chunk_bytes = 0; /* the largest chunk's saved sets, and this chunk's */
-    for (int l = 0, chunk = -1; l < s->L; l++) {
+    for (int l = 0; l < s->L; l++) {
         if (!holds_block(s, l))
             continue;
         any_block = true;
-        int k = chunk_of_unit(s, l + 1);
-        if (k != chunk)
-            chunk = k, chunk_bytes = 0;
+        if (!s->held[l]) /* the first block of a chunk */
+            chunk_bytes = 0;
         chunk_bytes += (s->act_disk ? 0 : block_slot_bytes(s, l)) +
                        (split ? block_wgrad_bytes(s) : 0);
         slot = max64(slot, chunk_bytes);

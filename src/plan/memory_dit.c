@@ -176,25 +176,16 @@ static bool holds_rerun(const dit_rank *k, dt_plan_rerun what) {
 
 /* A rank's chunks are its runs of consecutive held units; a slot holds one (chunk,
  * micro-batch), each chunk's positions and block sets from the slot's start (models/dit.c).
- * The chunk of held unit u, from 0. */
-static int chunk_of_unit(const bool *h, int u) {
-    int c = -1;
-    for (int v = 0; v <= u; v++)
-        c += h[v] && (v == 0 || !h[v - 1]);
-    return c;
-}
-
-/* Residual positions a slot keeps: each held block's input and output, the embedders'
+ * Residual positions a slot keeps: each held block's input and output, the embedders'
  * output (position 0) and the final layer's input (L); the most of one chunk. */
 static int residual_positions(const dit_rank *k) {
     int most = 0, L = (int)k->L;
     const bool *h = k->r->held;
-    for (int p = 0, chunk = -1, n = 0; p <= L; p++) {
+    for (int p = 0, n = 0; p <= L; p++) {
         if (!((p < L && h[p + 1]) || (p > 0 && h[p]) || (p == 0 && h[0]) || (p == L && h[L + 1])))
             continue;
-        int c = chunk_of_unit(h, h[p] ? p : p + 1);
-        if (c != chunk)
-            chunk = c, n = 0;
+        if (!h[p]) /* kept, so the input of a chunk's first unit */
+            n = 0;
         most = ++n > most ? n : most;
     }
     return most;
@@ -231,12 +222,11 @@ static int64_t acts_arena(const dit_rank *k) {
     if (last) /* final shift/scale, its LN affine, mean, rstd, modulated norm */
         per_slot += 2 * pad64(B * 2 * C * F4) + 2 * pad64(Nr * F4) + pad64(Nr * C * F4);
     int64_t blocks = 0, chunk_bytes = 0; /* the largest chunk's block sets, and this one's */
-    for (int l = 0, chunk = -1; l < k->L; l++) {
+    for (int l = 0; l < k->L; l++) {
         if (!r->held[l + 1])
             continue;
-        int c = chunk_of_unit(r->held, l + 1);
-        if (c != chunk)
-            chunk = c, chunk_bytes = 0;
+        if (!r->held[l]) /* the first block of a chunk */
+            chunk_bytes = 0;
         unsigned kept = kept_fields(k, l);
         /* int8 storage: the kept tensors of F_INT8 as payloads, the rest in fp32 */
         chunk_bytes += k->compress ? fields_bytes(k, kept & ~(unsigned)F_INT8) + int8_bytes(k, kept)
