@@ -51,7 +51,6 @@ static int fail_config(void) {
     return DT_EXIT_USAGE;
 }
 
-
 static bool exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
@@ -65,7 +64,8 @@ static dt_status prepare_default_data(const dt_config *c) {
         exists(c->data.train))
         return DT_OK;
     if (!exists(FORTUNES_DIR))
-        return dt_err_set(DT_ERR_IO, "%s not found and %s missing: install Debian's fortunes "
+        return dt_err_set(DT_ERR_IO,
+                          "%s not found and %s missing: install Debian's fortunes "
                           "package (apt-get install fortunes) or set data.train",
                           c->data.train, FORTUNES_DIR);
     int64_t n_train, n_val;

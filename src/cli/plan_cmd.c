@@ -324,7 +324,7 @@ typedef struct args {
     bool json, explain;
     const char *device;
     double flops, flops16, bandwidth, mem_bandwidth, latency;
-    dt_plan_rate2 attn, attn16, norm, act, disk; /* disk: write, read bytes/s */
+    dt_plan_rate2 attn, attn16, norm, act, disk;    /* disk: write, read bytes/s */
     double coll[DT_PLAN_COLL_COUNT], exposed_share; /* dtrain probe's (0, -1: not given) */
     int hides;                                      /* --overlap (-1: not given) */
     bool show_device;
@@ -470,8 +470,7 @@ static int parse(int argc, char **argv, args *a) {
             bool pin = !strncmp(argv[i], "--plugin.", 9) || !strncmp(argv[i], "--train.", 8);
             if (ok && pin && a->pinned.n < DT_PLAN_MAX_PINS)
                 a->pinned.set[a->pinned.n++] = argv[i] + 2;
-        }
-        else {
+        } else {
             static const char *const with_value[] = {
                 "--config",  "--world",     "--top",           "--mem",     "--flops",
                 "--flops16", "--bandwidth", "--mem-bandwidth", "--latency", "--attn",
@@ -560,8 +559,8 @@ int dt_cli_plan(int argc, char **argv) {
 
 static void print_device(const dt_plan_device *d, int64_t mem) {
     printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency %.6g "
-           "--mem %lld", d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency,
-           (long long)mem);
+           "--mem %lld",
+           d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency, (long long)mem);
     const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm, &d->act};
     const char *flag[] = {"--attn", "--attn16", "--norm", "--act"};
     for (int i = 0; i < 4; i++)

@@ -51,7 +51,7 @@ typedef struct preset {
  * low end of the 50-73% of A100's peak FlashAttention-2 reports (Dao 2023). BENCHMARKS.md
  * lists each run's error. */
 #define MEM_EFFICIENCY 0.90 /* of HBM bandwidth, for a streaming kernel (both parts) */
-#define NODE 8 /* GPUs a node joins by NVLink (DGX A100 and H100) */
+#define NODE 8              /* GPUs a node joins by NVLink (DGX A100 and H100) */
 /* What a tuned implementation overlaps (Megatron-Core with Transformer Engine, as the
  * Megatron-LM README's 2024 H100 runs: --tp-comm-overlap, --overlap-grad-reduce,
  * --overlap-param-gather); Megatron-LM of 2021-22 did neither (--overlap none) */
@@ -193,8 +193,10 @@ dt_status dt_plan_parse_size(const char *text, int64_t *bytes) {
             *bytes = (int64_t)b;
             return DT_OK;
         }
-    return dt_err_set(DT_ERR_ARG, "plan: size '%s': the unit must be KiB, MiB, GiB or TiB (or "
-                      "none: bytes)", text);
+    return dt_err_set(DT_ERR_ARG,
+                      "plan: size '%s': the unit must be KiB, MiB, GiB or TiB (or "
+                      "none: bytes)",
+                      text);
 }
 
 dt_status dt_plan_parse_rate(const char *text, double *rate) {

@@ -131,9 +131,16 @@ static dt_status time_attention(const dt_config *c, bool bf16, int T, double *fw
         free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing attention");
     }
-    dt_attn_shape s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs,
-                       .q_stride = (int64_t)NH * hs, .kv_stride = (int64_t)NKV * hs,
-                       .scale = 0.125f, .causal = !dit, .bf16 = bf16};
+    dt_attn_shape s = {.B = B,
+                       .T = T,
+                       .NH = NH,
+                       .NKV = NKV,
+                       .hs = hs,
+                       .q_stride = (int64_t)NH * hs,
+                       .kv_stride = (int64_t)NKV * hs,
+                       .scale = 0.125f,
+                       .causal = !dit,
+                       .bf16 = bf16};
     double tf[REPS], tb[REPS];
     for (int i = 0; i < REPS; i++) {
         double t0 = dt_now();
@@ -193,8 +200,8 @@ static double gemm_rate(void *ctx, int lp, double m, double n, double k) {
     for (int i = 0; i < p->n_seen; i++)
         if (!memcmp(&p->seen[i], &key, 4 * sizeof(int)))
             return p->seen[i].flops;
-    dt_gemm_shape s = {.M = key.m, .N = key.n, .K = key.k, .trans_b = true,
-                       .dtype = lp ? DT_BF16 : DT_F32};
+    dt_gemm_shape s = {
+        .M = key.m, .N = key.n, .K = key.k, .trans_b = true, .dtype = lp ? DT_BF16 : DT_F32};
     if (dt_gemm_rate(p->gemm, &s, 0.01, 3, &key.flops) != DT_OK)
         key.flops = 0;
     if (p->n_seen < MAX_SHAPES)

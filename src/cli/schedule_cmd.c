@@ -28,7 +28,6 @@ static int usage(void) {
     return 2;
 }
 
-
 static bool to_int(const char *flag, const char *v, int *out) {
     char *end;
     errno = 0;
@@ -128,9 +127,8 @@ int dt_cli_schedule(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--stats")) {
             stats = true;
         } else {
-            static const char *const with_value[] = {"--pp", "--microbatches", "--chunks",
-                                                     "--max-in-flight", "--kind", "--check",
-                                                     NULL};
+            static const char *const with_value[] = {
+                "--pp", "--microbatches", "--chunks", "--max-in-flight", "--kind", "--check", NULL};
             dt_cli_bad_arg("schedule", argv[i], with_value);
             return usage();
         }
@@ -167,8 +165,10 @@ int dt_cli_schedule(int argc, char **argv) {
     else if (!strcmp(kind, "zbh1"))
         st = dt_sched_zbh1(pp, m, &s);
     else
-        st = dt_err_set(DT_ERR_ARG, "schedule: unknown --kind '%s' (gpipe, 1f1b, interleaved, "
-                        "zbh1)", kind);
+        st = dt_err_set(DT_ERR_ARG,
+                        "schedule: unknown --kind '%s' (gpipe, 1f1b, interleaved, "
+                        "zbh1)",
+                        kind);
     /* generated schedules are valid by construction; checking costs microseconds */
     dt_sched_limits strict = {.p2p = DT_SCHED_P2P_RENDEZVOUS};
     if (st == DT_OK)

@@ -10,10 +10,14 @@
 
 int dt_config_zero_stage(const dt_config *c) {
     switch (c->plugin.type) {
-    case DT_PLUGIN_ZERO1: return 1;
-    case DT_PLUGIN_ZERO2: return 2;
-    case DT_PLUGIN_ZERO3: return 3;
-    default: return c->plugin.zero_stage;
+    case DT_PLUGIN_ZERO1:
+        return 1;
+    case DT_PLUGIN_ZERO2:
+        return 2;
+    case DT_PLUGIN_ZERO3:
+        return 3;
+    default:
+        return c->plugin.zero_stage;
     }
 }
 
@@ -43,15 +47,15 @@ static void problem(problems *p, bool unsupported, const char *fmt, ...) {
         p->len = sizeof p->text - 1;
 }
 
-#define POSITIVE(p, sec, k)                                                                   \
-    do {                                                                                      \
-        if (c->sec.k <= 0)                                                                    \
-            problem(p, false, #sec "." #k "=%d must be > 0", c->sec.k);                       \
+#define POSITIVE(p, sec, k)                                                                        \
+    do {                                                                                           \
+        if (c->sec.k <= 0)                                                                         \
+            problem(p, false, #sec "." #k "=%d must be > 0", c->sec.k);                            \
     } while (0)
-#define NONNEG(p, sec, k)                                                                     \
-    do {                                                                                      \
-        if (c->sec.k < 0)                                                                     \
-            problem(p, false, #sec "." #k "=%g must be >= 0", (double)c->sec.k);              \
+#define NONNEG(p, sec, k)                                                                          \
+    do {                                                                                           \
+        if (c->sec.k < 0)                                                                          \
+            problem(p, false, #sec "." #k "=%g must be >= 0", (double)c->sec.k);                   \
     } while (0)
 
 /* A DiT's tokens per clip, or 0 when its clip and patch sizes do not make a whole number. */
@@ -89,8 +93,10 @@ static void check_dit(const dt_config *c, problems *p) {
                {"width", "patch_w", m->width, m->patch_w}};
     for (int i = 0; i < 3; i++)
         if (div[i].n > 0 && div[i].k > 0 && div[i].n % div[i].k)
-            problem(p, false, "model.%s=%d is not a multiple of model.%s=%d (a clip is cut "
-                    "into whole patches)", div[i].dim, div[i].n, div[i].patch, div[i].k);
+            problem(p, false,
+                    "model.%s=%d is not a multiple of model.%s=%d (a clip is cut "
+                    "into whole patches)",
+                    div[i].dim, div[i].n, div[i].patch, div[i].k);
     if (m->n_classes < 0)
         problem(p, false, "model.n_classes=%d must be >= 0 (0 = unconditional)", m->n_classes);
     if ((int)m->attn < 0 || m->attn >= DT_DIT_ATTN_COUNT)
@@ -106,8 +112,10 @@ static void check_dit(const dt_config *c, problems *p) {
                 m->n_embd);
     int tokens = dit_tokens(m);
     if (tokens && c->train.seq_len != tokens)
-        problem(p, false, "train.seq_len=%d: a DiT's sequence is its clip's %d patch tokens "
-                "(dt_config_derive sets it)", c->train.seq_len, tokens);
+        problem(p, false,
+                "train.seq_len=%d: a DiT's sequence is its clip's %d patch tokens "
+                "(dt_config_derive sets it)",
+                c->train.seq_len, tokens);
 }
 
 static void check_model(const dt_config *c, problems *p) {
@@ -145,8 +153,8 @@ static void check_model(const dt_config *c, problems *p) {
         if (m->n_kv_head < 0)
             problem(p, false, "model.n_kv_head=%d must be >= 0 (0 = n_head)", m->n_kv_head);
         else if (m->n_kv_head > 0 && m->n_head > 0 && m->n_head % m->n_kv_head)
-            problem(p, false, "model.n_kv_head=%d does not divide model.n_head=%d",
-                    m->n_kv_head, m->n_head);
+            problem(p, false, "model.n_kv_head=%d does not divide model.n_head=%d", m->n_kv_head,
+                    m->n_head);
         if (!(m->rope_theta > 0))
             problem(p, false, "model.rope_theta=%g must be > 0", (double)m->rope_theta);
     } else if (m->n_kv_head != 0 && m->n_kv_head != m->n_head) {
@@ -240,11 +248,15 @@ static void check_plugin(const dt_config *c, problems *p) {
     for (int i = 0; i < 4; i++)
         known |= strcmp(g->pp_schedule, schedules[i]) == 0;
     if (!known)
-        problem(p, false, "plugin.pp_schedule=\"%s\" is not gpipe, 1f1b, interleaved, zbh1 or "
-                "file:PATH", g->pp_schedule);
+        problem(p, false,
+                "plugin.pp_schedule=\"%s\" is not gpipe, 1f1b, interleaved, zbh1 or "
+                "file:PATH",
+                g->pp_schedule);
     else if (strcmp(g->pp_schedule, "interleaved") == 0 && g->pp_chunks < 2)
-        problem(p, false, "plugin.pp_schedule=interleaved needs plugin.pp_chunks >= 2 (model "
-                "chunks per rank); got %d", g->pp_chunks);
+        problem(p, false,
+                "plugin.pp_schedule=interleaved needs plugin.pp_chunks >= 2 (model "
+                "chunks per rank); got %d",
+                g->pp_chunks);
     else if (g->pp_chunks > 1 && strcmp(g->pp_schedule, "interleaved") != 0 &&
              strncmp(g->pp_schedule, "file:", 5) != 0)
         problem(p, false, "plugin.pp_chunks=%d needs plugin.pp_schedule=interleaved (or a file)",
@@ -252,9 +264,11 @@ static void check_plugin(const dt_config *c, problems *p) {
     if ((int)g->sp_mode < 0 || g->sp_mode >= DT_SP_MODE_COUNT)
         problem(p, false, "plugin.sp_mode=%d is not a known mode", (int)g->sp_mode);
     else if (g->sp_mode == DT_SP_SPLIT_GATHER && g->sp_size > 1)
-        problem(p, false, "plugin.sp_mode=split_gather splits the sequence over the tp_size "
+        problem(p, false,
+                "plugin.sp_mode=split_gather splits the sequence over the tp_size "
                 "ranks and takes no ranks of its own: set sp_size=1 (got %d), or use "
-                "sp_mode=all_to_all", g->sp_size);
+                "sp_mode=all_to_all",
+                g->sp_size);
     if ((int)g->cp_split < 0 || g->cp_split >= DT_CP_SPLIT_COUNT)
         problem(p, false, "plugin.cp_split=%d is not a known split", (int)g->cp_split);
     NONNEG(p, plugin, grad_clip);
@@ -280,8 +294,7 @@ static void check_plugin(const dt_config *c, problems *p) {
                 "plugin.act_offload=disk is built for GPT-2 and Llama; the DiT keeps "
                 "its activations in memory (ac = full or act_compress = int8 shrink them)");
     if (!(g->offload_window_mb > 0))
-        problem(p, false, "plugin.offload_window_mb=%g must be > 0",
-                (double)g->offload_window_mb);
+        problem(p, false, "plugin.offload_window_mb=%g must be > 0", (double)g->offload_window_mb);
 
     if (!(g->bucket_mb > 0))
         problem(p, false, "plugin.bucket_mb=%g must be > 0", (double)g->bucket_mb);
@@ -310,7 +323,8 @@ static void check_act_memory(const dt_config *c, problems *p) {
     const dt_plugin_config *g = &c->plugin;
     if (g->act_compress == DT_ACT_COMPRESS_INT8 && g->ac == DT_AC_FULL &&
         (g->ac_every == 1 || c->model.n_layer == 1))
-        problem(p, false, "plugin.act_compress=int8 has nothing to compress under plugin.ac=full "
+        problem(p, false,
+                "plugin.act_compress=int8 has nothing to compress under plugin.ac=full "
                 "with plugin.ac_every=%d and model.n_layer=%d (every block keeps only its "
                 "fp32 input); use ac_every >= 2, ac=selective, or act_compress=none",
                 g->ac_every, c->model.n_layer);
@@ -321,8 +335,7 @@ static void check_checkpoint(const dt_config *c, problems *p) {
     NONNEG(p, checkpoint, every);
     NONNEG(p, checkpoint, keep);
     if (!k->dir[0] && k->every > 0)
-        problem(p, false, "checkpoint.every=%d needs checkpoint.dir (or set every = 0)",
-                k->every);
+        problem(p, false, "checkpoint.every=%d needs checkpoint.dir (or set every = 0)", k->every);
     if (!k->dir[0] && k->resume[0])
         problem(p, false, "checkpoint.resume=\"%s\" needs checkpoint.dir", k->resume);
 }
@@ -366,7 +379,8 @@ static void check_data(const dt_config *c, problems *p) {
                 "with the null label and text)",
                 (double)d->label_dropout);
     if (d->source == DT_SOURCE_TOKENS && !c->data.train[0])
-        problem(p, false, "data.train is empty: give a token shard (dtrain prepare --input "
+        problem(p, false,
+                "data.train is empty: give a token shard (dtrain prepare --input "
                 "TEXT --out DIR writes DIR/train.bin and DIR/val.bin)");
     if (d->doc_mask && video)
         problem(p, false,

@@ -79,8 +79,7 @@ static void wire_text(dt_dit *d, int lu, const unit_store *u) {
 static void wire_unit(dt_dit *d, int lu) {
     int64_t first, count;
     dt_dit_unit_range(d, lu, &first, &count);
-    unit_store u = {.w = d->unit_w[lu], .g = d->unit_g[lu], .lp = d->unit_lp[lu],
-                    .first = first};
+    unit_store u = {.w = d->unit_w[lu], .g = d->unit_g[lu], .lp = d->unit_lp[lu], .first = first};
     int gu = d->unit_global[lu], L = d->cfg.n_layer;
     if (gu == 0) {
         dt_linear *lin[DIT_EMBED_ROWS] = {[DIT_X_EMB] = &d->x_emb,
@@ -378,8 +377,10 @@ static dt_status check_shape(const dt_dit *d, const dt_model_opts *o) {
                           "the model was asked for T = %d",
                           d->S_full, d->S, d->par.ring.cp->size, o->T);
     if (o->n_shapes == 0 && o->T != d->S)
-        return dt_err_set(DT_ERR_ARG, "dit: a clip is %d tokens, the model was asked for "
-                          "T = %d (train.seq_len must be the clip's tokens)", d->S, o->T);
+        return dt_err_set(DT_ERR_ARG,
+                          "dit: a clip is %d tokens, the model was asked for "
+                          "T = %d (train.seq_len must be the clip's tokens)",
+                          d->S, o->T);
     dt_model_split s = {.tp = d->par.tp->size,
                         .sp = d->par.sp->size,
                         .cp = d->par.ring.cp->size,
@@ -399,8 +400,7 @@ static dt_status alloc_arrays(dt_dit *d) {
     d->acts = calloc((size_t)S * L + 1, sizeof *d->acts);
     d->saved_bytes = calloc((size_t)S * L + 1, sizeof *d->saved_bytes);
     d->saved_live = calloc((size_t)S * L + 1, sizeof *d->saved_live);
-    if (d->training && d->split &&
-        !(d->wgrad = calloc((size_t)S * L + 1, sizeof *d->wgrad)))
+    if (d->training && d->split && !(d->wgrad = calloc((size_t)S * L + 1, sizeof *d->wgrad)))
         return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     if (d->compress && !(d->q8 = calloc(((size_t)S * L + 1) * DT_DIT_N_Q8, sizeof *d->q8)))
         return dt_err_set(DT_ERR_OOM, "dit: out of memory");
@@ -408,8 +408,8 @@ static dt_status alloc_arrays(dt_dit *d) {
     d->unit_w = calloc((size_t)U, sizeof *d->unit_w);
     d->unit_g = calloc((size_t)U, sizeof *d->unit_g);
     d->unit_lp = calloc((size_t)U, sizeof *d->unit_lp);
-    if (!d->blocks || !d->slots || !d->acts || !d->saved_bytes || !d->saved_live ||
-        !d->pos_index || !d->unit_w || !d->unit_g || !d->unit_lp)
+    if (!d->blocks || !d->slots || !d->acts || !d->saved_bytes || !d->saved_live || !d->pos_index ||
+        !d->unit_w || !d->unit_g || !d->unit_lp)
         return dt_err_set(DT_ERR_OOM, "dit: out of memory");
     return DT_OK;
 }
@@ -458,15 +458,14 @@ dt_status dt_dit_init_model(const dt_dit_config *cfg, const dt_model_opts *o, dt
     d->ctx = (dt_nn_ctx){.gemm = d->gemm, .mm_type = dt_precision_mm_type(o->precision)};
     size_t n = (size_t)d->n_total;
     if (!o->external_weights)
-        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "dit.weights", n * sizeof(float),
-                                 (void **)&d->w));
+        DT_TRY_GOTO(
+            dt_mem_alloc(mem, DT_MEM_PARAMS, "dit.weights", n * sizeof(float), (void **)&d->w));
     if (d->training && !o->external_grads)
-        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "dit.grads", n * sizeof(float),
-                                 (void **)&d->g));
+        DT_TRY_GOTO(
+            dt_mem_alloc(mem, DT_MEM_GRADS, "dit.grads", n * sizeof(float), (void **)&d->g));
     if (d->ctx.mm_type != DT_F32 && !o->external_weights)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS,
-                                 d->ctx.mm_type == DT_F16 ? "dit.weights.fp16"
-                                                          : "dit.weights.bf16",
+                                 d->ctx.mm_type == DT_F16 ? "dit.weights.fp16" : "dit.weights.bf16",
                                  n * sizeof(dt_bf16), (void **)&d->w_lp));
     plan_positions(d);
     for (int u = 0; u < d->n_units; u++) {

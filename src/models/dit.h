@@ -96,8 +96,7 @@ typedef struct dt_dit_opts {
 } dt_dit_opts;
 
 /* One process, fp32, every unit, one slot. */
-dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem,
-                      dt_dit **out);
+dt_status dt_dit_init(const dt_dit_config *cfg, const dt_dit_opts *opts, dt_mem *mem, dt_dit **out);
 /* As the model interface builds it (models/model.h): o->B clips of o->T = S tokens, the
  * splits, slots, held units, bound storage, precision, checkpointing, int8 storage and split
  * backward of o. DT_ERR_ARG for T other than the clip's tokens or a split dt_dit_check_split
@@ -148,8 +147,8 @@ void dt_dit_zero_grad(dt_dit *d);
  * every later block and the final layer read), with text then the text sequences [B, Lt, C]
  * and each clip's n [B], the boundary gradient their gradients (n's: zero). */
 dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_batch *b);
-dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
-                           bool backward, double *loss_sum);
+dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale, bool backward,
+                           double *loss_sum);
 /* grad: the buffer of the gradient crossing the chunk boundary (of the opts' n_grads) */
 dt_status dt_dit_backward_units(dt_dit *d, int slot, int grad, int u0, int u1, const dt_batch *b,
                                 bool split);
@@ -172,8 +171,8 @@ int dt_dit_n_full_params(const dt_dit *d);
 const dt_param *dt_dit_full_param(const dt_dit *d, int i);
 int64_t dt_dit_numel(const dt_dit *d);
 int64_t dt_dit_full_numel(const dt_dit *d);
-float *dt_dit_weights(dt_dit *d);     /* NULL with external weights */
-float *dt_dit_grads(dt_dit *d);       /* NULL when not training or with external grads */
+float *dt_dit_weights(dt_dit *d);      /* NULL with external weights */
+float *dt_dit_grads(dt_dit *d);        /* NULL when not training or with external grads */
 dt_bf16 *dt_dit_weights_lp(dt_dit *d); /* NULL in fp32 or with external weights */
 dt_comm *dt_dit_tp(const dt_dit *d);   /* the tp group (a size-1 comm when not split) */
 /* Both tables as core/param.h's shared functions read them (borrowed views). */
@@ -186,8 +185,8 @@ double dt_dit_flops_per_sample(const dt_dit *d);
 
 /* The model interface over a dt_dit (models/dit_model.c): dt_model_create's choice for
  * model.arch = dit, and its rows of models/model.c. */
-dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts,
-                              dt_mem *mem, dt_model **out);
+dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts, dt_mem *mem,
+                              dt_model **out);
 dt_status dt_dit_model_check_split(const dt_model_config *c, const dt_model_split *s);
 dt_status dt_dit_config_from_file(const char *path, dt_model_config *cfg);
 dt_status dt_dit_config_from_sizes(const dt_model_size *sizes, int n, dt_model_config *cfg);

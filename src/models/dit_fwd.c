@@ -79,8 +79,13 @@ static dt_attn_shape attn_shape(const dt_dit *d, attn_kind k, int B) {
     int rows = sp > 1 ? B * d->S : dt_dit_rows_tp(d, B);
     int T = k == ATTN_FULL ? d->S : k == ATTN_SPATIAL ? d->Th * d->Tw : d->Tt;
     int hs = d->C / d->NH;
-    return (dt_attn_shape){.B = rows / T, .T = T, .NH = d->NHt / sp, .NKV = d->NHt / sp,
-                           .hs = hs, .q_stride = 3 * d->Ct / sp, .kv_stride = 3 * d->Ct / sp,
+    return (dt_attn_shape){.B = rows / T,
+                           .T = T,
+                           .NH = d->NHt / sp,
+                           .NKV = d->NHt / sp,
+                           .hs = hs,
+                           .q_stride = 3 * d->Ct / sp,
+                           .kv_stride = 3 * d->Ct / sp,
                            .scale = 1.0f / sqrtf((float)hs),
                            .bf16 = d->ctx.mm_type == DT_BF16};
 }
@@ -155,18 +160,16 @@ void dt_dit_ln_rows(const dt_dit *d, float *y, float *mean, float *rstd, const f
         int b = (int)(r / d->S);
         int64_t end = clip_piece_end(d, b, r0 + Nr);
         size_t lo = (size_t)(r - r0);
-        dt_layernorm_forward(y + lo * C, mean + lo, rstd + lo, x + lo * C,
-                             aff + (size_t)b * stride, aff + (size_t)b * stride + C,
-                             (int)(end - r), (int)C, DIT_NORM_EPS);
+        dt_layernorm_forward(y + lo * C, mean + lo, rstd + lo, x + lo * C, aff + (size_t)b * stride,
+                             aff + (size_t)b * stride + C, (int)(end - r), (int)C, DIT_NORM_EPS);
         r = end;
     }
 }
 
 /* The adjoint, accumulating into dx, d scale_b (dmod + b*mstride + scale_off) and d shift_b. */
-void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstride,
-                             int scale_off, int shift_off, const float *dy, const float *x,
-                             const float *aff, int stride, const float *mean,
-                             const float *rstd, int B) {
+void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstride, int scale_off,
+                             int shift_off, const float *dy, const float *x, const float *aff,
+                             int stride, const float *mean, const float *rstd, int B) {
     size_t C = (size_t)d->C;
     int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
     for (int64_t r = r0; r < r0 + Nr;) {
@@ -192,8 +195,8 @@ void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, 
 }
 
 /* out = x + gate_b * v per row (gate = mod[b * 6C + off]); out may alias x. */
-static void gate_add(const dt_dit *d, float *out, const float *x, const float *v,
-                     const float *mod, int off, int B) {
+static void gate_add(const dt_dit *d, float *out, const float *x, const float *v, const float *mod,
+                     int off, int B) {
     int S = d->S, C = d->C;
     int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
 #pragma omp parallel for schedule(static)
@@ -205,8 +208,8 @@ static void gate_add(const dt_dit *d, float *out, const float *x, const float *v
 }
 
 /* Adjoint of gate_add's branch: dv = gate_b * dy (overwritten), dgate_b += sum_rows dy * v. */
-static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *dy,
-                          const float *v, const float *mod, int off, int B) {
+static void gate_backward(const dt_dit *d, float *dv, float *dmod, const float *dy, const float *v,
+                          const float *mod, int off, int B) {
     int S = d->S, C = d->C;
     int64_t r0 = dt_dit_row0(d, B), Nr = dt_dit_rows(d, B);
 #pragma omp parallel for schedule(static)
@@ -355,7 +358,8 @@ static unsigned model_fields(const dt_dit *d) {
 
 static unsigned kept_fields(const dt_dit *d, int l) {
     switch (keep_of(d, l)) {
-    case KEEP_INPUT: return 0;
+    case KEEP_INPUT:
+        return 0;
     case KEEP_NO_ATTN:
         return model_fields(d) & ~(unsigned)F_ATTN_OUT;
     default:
@@ -379,10 +383,10 @@ static const struct {
     size_t field; /* offset in dt_dit_acts */
     int width;
 } STORED[DT_DIT_N_Q8] = {
-    {F_M1, offsetof(dt_dit_acts, m1), W_C},    {F_QKV, offsetof(dt_dit_acts, qkv), W_3CT},
-    {F_Y, offsetof(dt_dit_acts, y), W_CT},     {F_A, offsetof(dt_dit_acts, a), W_C},
-    {F_X2, offsetof(dt_dit_acts, x2), W_C},    {F_M2, offsetof(dt_dit_acts, m2), W_C},
-    {F_H, offsetof(dt_dit_acts, h), W_FT},     {F_F, offsetof(dt_dit_acts, f), W_C},
+    {F_M1, offsetof(dt_dit_acts, m1), W_C}, {F_QKV, offsetof(dt_dit_acts, qkv), W_3CT},
+    {F_Y, offsetof(dt_dit_acts, y), W_CT},  {F_A, offsetof(dt_dit_acts, a), W_C},
+    {F_X2, offsetof(dt_dit_acts, x2), W_C}, {F_M2, offsetof(dt_dit_acts, m2), W_C},
+    {F_H, offsetof(dt_dit_acts, h), W_FT},  {F_F, offsetof(dt_dit_acts, f), W_C},
 };
 enum { F_INT8 = F_M1 | F_QKV | F_Y | F_A | F_X2 | F_M2 | F_H | F_F };
 
@@ -430,7 +434,7 @@ static void carve_fields(dt_dit *d, dt_dit_carver *cv, unsigned f, dt_dit_acts *
     size_t B = (size_t)d->B, Nr = (size_t)d->Nr, Nt = (size_t)d->Nt, C = (size_t)d->C;
     size_t F = (size_t)d->Ft, Ct = (size_t)d->Ct, NH = (size_t)d->NHt, f4 = sizeof(float);
     size_t T = (size_t)d->B * d->Lt;
-#define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n) * f4) : NULL)
+#define PIECE(bit, n) ((f & (bit)) ? (float *)dt_dit_carve(cv, (n)*f4) : NULL)
     a->mod = PIECE(F_MOD, B * 6 * C);
     a->aff = PIECE(F_MOD, B * 4 * C);
     a->mean1 = PIECE(F_LN, Nr);
@@ -501,9 +505,8 @@ void dt_dit_carve_block_acts(dt_dit *d, dt_dit_carver *cv) {
     if (d->compress && (holds_kept(d, KEEP_ALL) || holds_kept(d, KEEP_NO_ATTN)))
         shared |= F_INT8;
     carve_fields(d, cv, shared & model_fields(d), &d->shared);
-    d->ac_out = holds_kept(d, KEEP_INPUT)
-                    ? dt_dit_carve(cv, (size_t)d->Nr * d->C * sizeof(float))
-                    : NULL;
+    d->ac_out =
+        holds_kept(d, KEEP_INPUT) ? dt_dit_carve(cv, (size_t)d->Nr * d->C * sizeof(float)) : NULL;
 }
 
 /* The slot's own fields, the shared set's for the rest. */
@@ -649,8 +652,8 @@ static dt_status block_weights(dt_dit *d, int l, const dt_dit_acts *a, const flo
     return dt_dit_linear_backward(d, &w[4], sc, wg->dmod, B, NULL);
 }
 
-dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                               int B, float *out) {
+dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc, int B,
+                               float *out) {
     dt_dit_acts a = view(d, slot, l);
     DT_TRY(block_forward(d, slot, l, &a, x, sc, B, out));
     if (d->compress) /* the forward used the fp32 values; the backward will see these */
@@ -687,8 +690,7 @@ dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, cons
                           split ? wgrad_of(d, slot, l) : NULL);
 }
 
-dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                               int B) {
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc, int B) {
     dt_dit_acts a = view(d, slot, l);
     DT_TRY(rebuild(d, slot, l, &a, x, sc, B));
     return block_weights(d, l, &a, sc, B, wgrad_of(d, slot, l));

@@ -1,8 +1,8 @@
 /* The inside of a dt_dit, shared by its files (dit.c: arenas, views, life cycle;
  * dit_tables.c: parameter tables, unit maps, splits, whole-arena gathers; dit_fwd.c: one
- * block's forward and backward; dit_tp.c: matmuls across tp; dit_units.c: the embedders, the final layer, the loss and
- * the unit-range passes; dit_model.c: the model interface). Nothing outside models/ includes
- * it.
+ * block's forward and backward; dit_tp.c: matmuls across tp; dit_units.c: the embedders, the final
+ * layer, the loss and the unit-range passes; dit_model.c: the model interface). Nothing outside
+ * models/ includes it.
  *
  * Tensor parallelism (Megatron): each tp rank holds n_head / tp heads of q|k|v (a column-
  * parallel qkv), the matching columns of proj (row-parallel), 4C / tp rows of fc1 and columns
@@ -107,33 +107,33 @@ typedef struct dt_dit_block {
  * the kernel's rows, see dit_fwd.c; a field the slot does not keep under activation
  * checkpointing is NULL and lives in the model's shared set). */
 typedef struct dt_dit_acts {
-    float *mod;              /* [B, 6C] shift1 scale1 gate1 shift2 scale2 gate2 */
-    float *aff;              /* [B, 2, 2, C] per norm: (1 + scale, shift) as LN affine */
-    float *mean1, *rstd1;    /* [Nr] */
-    float *m1;               /* [Nr, C] modulated norm output (attention input) */
-    float *qkv;              /* [Nt, 3Ct] elements, attention order and layout */
-    float *y, *lse;          /* [Nt, Ct] elements attention output, [Nt NHt] elements */
-    float *a;                /* [Nr, C] proj output (before the gate) */
-    float *x2;               /* [Nr, C] residual after the attention branch */
-    float *xq;               /* [Nt, Ct] cross-attention queries (text) */
-    float *xk, *xv;          /* [B Lt, Ct] its keys and values */
-    float *xo, *xlse;        /* [Nt, Ct] its output, [Nt, NHt] log-sum-exp */
-    float *x3;               /* [Nr, C] residual after the cross-attention branch */
-    float *mean2, *rstd2;    /* [Nr] */
-    float *m2;               /* [Nr, C] */
-    float *h;                /* [Nt, Ft] fc1 output (before GELU) */
-    float *f;                /* [Nr, C] fc2 output (before the gate) */
+    float *mod;           /* [B, 6C] shift1 scale1 gate1 shift2 scale2 gate2 */
+    float *aff;           /* [B, 2, 2, C] per norm: (1 + scale, shift) as LN affine */
+    float *mean1, *rstd1; /* [Nr] */
+    float *m1;            /* [Nr, C] modulated norm output (attention input) */
+    float *qkv;           /* [Nt, 3Ct] elements, attention order and layout */
+    float *y, *lse;       /* [Nt, Ct] elements attention output, [Nt NHt] elements */
+    float *a;             /* [Nr, C] proj output (before the gate) */
+    float *x2;            /* [Nr, C] residual after the attention branch */
+    float *xq;            /* [Nt, Ct] cross-attention queries (text) */
+    float *xk, *xv;       /* [B Lt, Ct] its keys and values */
+    float *xo, *xlse;     /* [Nt, Ct] its output, [Nt, NHt] log-sum-exp */
+    float *x3;            /* [Nr, C] residual after the cross-attention branch */
+    float *mean2, *rstd2; /* [Nr] */
+    float *m2;            /* [Nr, C] */
+    float *h;             /* [Nt, Ft] fc1 output (before GELU) */
+    float *f;             /* [Nr, C] fc2 output (before the gate) */
 } dt_dit_acts;
 
 /* Split backward: the output gradients of a block's matmuls its weight pass reads, per slot
  * (the gathered ones under tp). */
 typedef struct dt_dit_wgrad {
-    float *dmod;  /* [B, 6C] adaLN */
-    float *dqkv;  /* [Nt, 3Ct] */
-    float *dproj; /* [Nt, C] */
-    float *dh;    /* [Nt, Ft] fc1 */
-    float *dfc2;  /* [Nt, C] */
-    float *dxq;   /* [Nt, Ct] cross-attention q_linear (text) */
+    float *dmod;   /* [B, 6C] adaLN */
+    float *dqkv;   /* [Nt, 3Ct] */
+    float *dproj;  /* [Nt, C] */
+    float *dh;     /* [Nt, Ft] fc1 */
+    float *dfc2;   /* [Nt, C] */
+    float *dxq;    /* [Nt, Ct] cross-attention q_linear (text) */
     float *dxproj; /* [Nt, C] cross-attention proj (text) */
 } dt_dit_wgrad;
 
@@ -147,8 +147,8 @@ enum { DT_DIT_N_Q8 = 8 }; /* m1, qkv, y, a, x2, m2, h, f (dit_fwd.c) */
 
 /* What one micro-batch slot keeps outside its blocks. */
 typedef struct dt_dit_slot {
-    float *res;      /* [n_pos][pos_stride]: residual rows [Nr, C], then silu(c) [B, C] */
-    float *sc;       /* [B, C] silu(c) the slot's blocks read */
+    float *res; /* [n_pos][pos_stride]: residual rows [Nr, C], then silu(c) [B, C] */
+    float *sc;  /* [B, C] silu(c) the slot's blocks read */
     /* unit 0 */
     float *patches;  /* [Nr, P] */
     float *tfreq;    /* [B, FREQ] */
@@ -180,8 +180,8 @@ struct dt_dit {
                       * and in its residual stream (Nt / tp under Megatron-SP, else Nt) */
     int Ct, NHt, Ft; /* this tp rank's attention width C / tp, heads, MLP width 4C / tp */
     bool training;
-    bool split;      /* split backward (zero-bubble): keep what the weight pass reads */
-    dt_mem *mem;     /* borrowed */
+    bool split;  /* split backward (zero-bubble): keep what the weight pass reads */
+    dt_mem *mem; /* borrowed */
     dt_gemm *gemm;
     dt_nn_ctx ctx;
     /* the splits, as a GPT holds them (nn/block.h): tp (heads and MLP columns), sp (Ulysses),
@@ -199,23 +199,23 @@ struct dt_dit {
     dt_param *full, *params;
     int n_full_params, n_params, cap_params;
     int64_t n_full, n_total;
-    int *local_full;             /* [n_params] full index of each local tensor */
+    int *local_full; /* [n_params] full index of each local tensor */
     int n_embed_params, per_layer;
-    int *unit_first;             /* [L + 3] first full tensor of each global unit, then end */
-    int n_units;                 /* held here */
+    int *unit_first; /* [L + 3] first full tensor of each global unit, then end */
+    int n_units;     /* held here */
     int *unit_global, *unit_local, *unit_param; /* [n_units], [L + 2] (-1), [n_units + 1] */
-    float **unit_w, **unit_g;    /* [n_units] current storage of each unit */
+    float **unit_w, **unit_g;                   /* [n_units] current storage of each unit */
     dt_bf16 **unit_lp;
-    float *w, *g;                /* own arenas (NULL: external) */
-    dt_bf16 *w_lp;               /* 16-bit copy (16-bit matmuls, own weights) */
+    float *w, *g;  /* own arenas (NULL: external) */
+    dt_bf16 *w_lp; /* 16-bit copy (16-bit matmuls, own weights) */
 
     /* views */
     dt_linear x_emb, t_fc1, t_fc2, final_ada, final_lin;
-    float *y_table, *dy_table; /* [n_classes + 1, C] or NULL */
-    dt_linear y_fc1, y_fc2;    /* the text embedder (text) */
+    float *y_table, *dy_table;                          /* [n_classes + 1, C] or NULL */
+    dt_linear y_fc1, y_fc2;                             /* the text embedder (text) */
     float *byte_tab, *dbyte_tab, *tpos_tab, *dtpos_tab; /* [256, C], [Lt, C] (bytes) */
     float *null_y, *dnull_y;                            /* [Lt, C] the null text */
-    dt_dit_block *blocks;      /* [L] (held ones wired) */
+    dt_dit_block *blocks;                               /* [L] (held ones wired) */
 
     /* slots and residual positions: position l = input of block l (L: the final input) */
     int n_slots, n_pos;
@@ -223,44 +223,44 @@ struct dt_dit {
      * [pos_stride]: d residual [Nr, C], then d silu(c) [B, C] (and d text) */
     int n_grads;
     float *dres;
-    int *pos_index;            /* [L + 1] -> index among the positions kept, -1 */
-    int64_t pos_stride;        /* Nr C + B C floats, rounded up to 16 */
+    int *pos_index;     /* [L + 1] -> index among the positions kept, -1 */
+    int64_t pos_stride; /* Nr C + B C floats, rounded up to 16 */
     dt_model_hooks hooks;
-    float *pos;                /* [S, C] fixed 3-D sinusoidal positions */
-    dt_dit_slot *slots;        /* [n_slots] */
-    dt_dit_acts *acts;         /* [n_slots][L] */
-    dt_dit_wgrad *wgrad;       /* [n_slots][L] (split backward), else NULL */
-    bool compress;             /* act_compress = int8 */
-    dt_dit_q8 *q8;             /* [n_slots][L][DT_DIT_N_Q8] with int8 storage, else NULL */
+    float *pos;          /* [S, C] fixed 3-D sinusoidal positions */
+    dt_dit_slot *slots;  /* [n_slots] */
+    dt_dit_acts *acts;   /* [n_slots][L] */
+    dt_dit_wgrad *wgrad; /* [n_slots][L] (split backward), else NULL */
+    bool compress;       /* act_compress = int8 */
+    dt_dit_q8 *q8;       /* [n_slots][L][DT_DIT_N_Q8] with int8 storage, else NULL */
     /* activation checkpointing: what slots do not keep lives in one shared set */
     dt_ac_mode ac;
     int ac_every;
     dt_dit_acts shared;
-    float *ac_out;             /* [Nr, C] a rerun block's output (discarded) */
-    size_t *saved_bytes;       /* [n_slots][L] bytes a block's saved set holds, for the */
-    bool *saved_live;          /* accountant's timeline, and whether it is in use */
-    float *out;                /* [B, clip] unpatchified output (holder of the final unit) */
+    float *ac_out;       /* [Nr, C] a rerun block's output (discarded) */
+    size_t *saved_bytes; /* [n_slots][L] bytes a block's saved set holds, for the */
+    bool *saved_live;    /* accountant's timeline, and whether it is in use */
+    float *out;          /* [B, clip] unpatchified output (holder of the final unit) */
 
     /* transients, shared by the blocks (the d* ones NULL when not training) */
-    float *qkv_rows, *packed, *qkvh;  /* [Nt, 3Ct] each (packed, qkvh: sp > 1) */
-    float *att_rows, *atth, *gel;     /* [Nt, Ct], [Nt, Ct], [Nt, Ft] */
-    float *part;                      /* [Nt, C] a row-parallel matmul's partial sum (tp > 1) */
-    float *ln_full;                   /* [Nt, C] a norm output gathered (Megatron-SP) */
-    float *pgrad;                     /* gradients summed over split rows (Megatron-SP) */
-    float *tok_out, *tok_tgt;         /* [Nr, P] final linear output, the target's patches */
-    float *work;                      /* region ops' scratch (sp > 1 or tp > 1) */
-    dt_bf16 *x_lp, *dy_lp;            /* 16-bit matmul operands (16-bit modes) */
-    float *dA, *dB;                   /* [Nt, C] branch gradients */
-    float *dg, *dh;                   /* [Nt, Ft] */
-    float *dqkv, *dqkvp, *dattp;      /* [Nt, 3Ct], [Nt, 3Ct], [Nt, Ct] */
-    float *dmod, *dc, *dts, *dth;     /* [B, 6C], [B, C] x 3 */
-    float *dxq, *dxk, *dxv;           /* [Nt, Ct], [B Lt, Ct] x 2 (text) */
-    float *ty_gel, *dty;              /* [B Lt, C] the text embedder's GELU output; d of it
-                                       * then d of its input [2][B Lt, C] (text) */
-    float *dtfeat;                    /* [B Lt, Din] d of the byte features (text_dim 0) */
-    float *xkt;                       /* [B NHt][2][hs][Lt] each (clip, head)'s keys and
-                                       * values transposed (text; kernels/xattn.h) */
-    int32_t *xkeys;                   /* [B] the keys each clip attends to (text) */
+    float *qkv_rows, *packed, *qkvh; /* [Nt, 3Ct] each (packed, qkvh: sp > 1) */
+    float *att_rows, *atth, *gel;    /* [Nt, Ct], [Nt, Ct], [Nt, Ft] */
+    float *part;                     /* [Nt, C] a row-parallel matmul's partial sum (tp > 1) */
+    float *ln_full;                  /* [Nt, C] a norm output gathered (Megatron-SP) */
+    float *pgrad;                    /* gradients summed over split rows (Megatron-SP) */
+    float *tok_out, *tok_tgt;        /* [Nr, P] final linear output, the target's patches */
+    float *work;                     /* region ops' scratch (sp > 1 or tp > 1) */
+    dt_bf16 *x_lp, *dy_lp;           /* 16-bit matmul operands (16-bit modes) */
+    float *dA, *dB;                  /* [Nt, C] branch gradients */
+    float *dg, *dh;                  /* [Nt, Ft] */
+    float *dqkv, *dqkvp, *dattp;     /* [Nt, 3Ct], [Nt, 3Ct], [Nt, Ct] */
+    float *dmod, *dc, *dts, *dth;    /* [B, 6C], [B, C] x 3 */
+    float *dxq, *dxk, *dxv;          /* [Nt, Ct], [B Lt, Ct] x 2 (text) */
+    float *ty_gel, *dty;             /* [B Lt, C] the text embedder's GELU output; d of it
+                                      * then d of its input [2][B Lt, C] (text) */
+    float *dtfeat;                   /* [B Lt, Din] d of the byte features (text_dim 0) */
+    float *xkt;                      /* [B NHt][2][hs][Lt] each (clip, head)'s keys and
+                                      * values transposed (text; kernels/xattn.h) */
+    int32_t *xkeys;                  /* [B] the keys each clip attends to (text) */
     void *act_arena, *tmp_arena;
 };
 
@@ -309,23 +309,22 @@ int64_t dt_dit_ring_work_count(const dt_dit *d);
 /* dit_fwd.c: block l of a slot (x: its input rows, out: its output rows; sc: silu(c)
  * [B, C]; the text from the slot), by the checkpointing mode; backward turns dres (d out)
  * into d x and accumulates d silu(c) into dsc and d y into dy (text). */
-dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                               int B, float *out);
+dt_status dt_dit_block_forward(dt_dit *d, int slot, int l, const float *x, const float *sc, int B,
+                               float *out);
 dt_status dt_dit_block_backward(dt_dit *d, int slot, int l, const float *x, const float *sc, int B,
                                 float *dres, float *dsc, float *dy, bool split);
 /* split backward's weight pass of block l (after dt_dit_block_backward with split) */
-dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc,
-                               int B);
+dt_status dt_dit_block_weights(dt_dit *d, int slot, int l, const float *x, const float *sc, int B);
 /* dit_tp.c: a norm output [Nr, C] entering the tp region (itself, or gathered to [Nt, C]);
  * row-parallel matmul forward (x [Nt, in/tp] -> y [Nr, C]) and backward; column-parallel
  * backward (dx [Nr, C] +=). keep: not NULL defers the weight gradient (split backward),
  * keeping its output gradient [Nt, out] there. */
 dt_status dt_dit_enter_rows(dt_dit *d, const float *x, int B, const float **full);
 dt_status dt_dit_row_forward(dt_dit *d, const dt_linear *l, const float *x, int B, float *y);
-dt_status dt_dit_row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int B, float *dx, float *keep);
-dt_status dt_dit_col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
-                              int B, float *dx, float *keep);
+dt_status dt_dit_row_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy, int B,
+                              float *dx, float *keep);
+dt_status dt_dit_col_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy, int B,
+                              float *dx, float *keep);
 /* dit_tp.c: g[0..n) += the sum over the rows comm of part[0..n) (part is clobbered):
  * gradients of what is applied to split residual rows (Megatron-SP; a plain add else). */
 dt_status dt_dit_sum_rows(dt_dit *d, float *g, float *part, int64_t n);
@@ -361,14 +360,12 @@ void dt_dit_make_affine(float *aff, int astride, const float *mod, int mstride, 
                         int scale_off, int B, int C);
 void dt_dit_ln_rows(const dt_dit *d, float *y, float *mean, float *rstd, const float *x,
                     const float *aff, int stride, int B);
-void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstride,
-                             int scale_off, int shift_off, const float *dy, const float *x,
-                             const float *aff, int stride, const float *mean,
-                             const float *rstd, int B);
+void dt_dit_ln_rows_backward(const dt_dit *d, float *dx, float *dmod, int mstride, int scale_off,
+                             int shift_off, const float *dy, const float *x, const float *aff,
+                             int stride, const float *mean, const float *rstd, int B);
 /* dit_tp.c: a linear's backward reading x (fp32, or its 16-bit copy rebuilt into d->x_lp) */
-dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x,
-                                 const float *dy, int N, float *dx);
-dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N,
-                                float *y);
+dt_status dt_dit_linear_backward(dt_dit *d, const dt_linear *l, const float *x, const float *dy,
+                                 int N, float *dx);
+dt_status dt_dit_linear_forward(dt_dit *d, const dt_linear *l, const float *x, int N, float *y);
 
 #endif

@@ -67,8 +67,8 @@ static void sync_lp(void *s) { dt_dit_sync_lp(D(s)); }
 static dt_status forward_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
     return dt_dit_forward_units(D(s), slot, u0, u1, b);
 }
-static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scale,
-                           bool backward, double *loss_sum) {
+static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scale, bool backward,
+                           double *loss_sum) {
     return dt_dit_loss_slot(D(s), slot, b, grad_scale, backward, loss_sum);
 }
 static dt_status backward_units(void *s, int slot, int grad, int u0, int u1, const dt_batch *b,
@@ -117,12 +117,17 @@ static int sizes(const void *s, dt_model_size *out) {
 
 static void describe(const void *s, char *out, size_t n) {
     const dt_model_config *c = config(s);
-    snprintf(out, n, "dit: %d layers, %d heads, n_embd %d, clip %dx%dx%dx%d, patch %dx%dx%d "
-             "(%d tokens), attn %s, %d classes", c->n_layer, c->n_head, c->n_embd, c->frames,
-             c->channels, c->height, c->width, c->patch_t, c->patch_h, c->patch_w,
-             dt_dit_tokens(&(dt_dit_config){.frames = c->frames, .height = c->height,
-                                            .width = c->width, .pt = c->patch_t,
-                                            .ph = c->patch_h, .pw = c->patch_w}),
+    snprintf(out, n,
+             "dit: %d layers, %d heads, n_embd %d, clip %dx%dx%dx%d, patch %dx%dx%d "
+             "(%d tokens), attn %s, %d classes",
+             c->n_layer, c->n_head, c->n_embd, c->frames, c->channels, c->height, c->width,
+             c->patch_t, c->patch_h, c->patch_w,
+             dt_dit_tokens(&(dt_dit_config){.frames = c->frames,
+                                            .height = c->height,
+                                            .width = c->width,
+                                            .pt = c->patch_t,
+                                            .ph = c->patch_h,
+                                            .pw = c->patch_w}),
              dt_dit_attn_name(c->attn), c->n_classes);
 }
 
@@ -156,8 +161,7 @@ static dt_status save(const void *s, const float *w, const char *path) {
 static dt_status check_file(const dt_model_config *c, const dt_st_file *f, const char *path) {
     const char *arch = dt_st_metadata(f, "arch");
     if (arch && strcmp(arch, dt_arch_name(DT_ARCH_DIT)) != 0)
-        return dt_err_set(DT_ERR_ARG, "%s: the file's model.arch is %s, the run's dit", path,
-                          arch);
+        return dt_err_set(DT_ERR_ARG, "%s: the file's model.arch is %s, the run's dit", path, arch);
     int64_t mine[N_SIZES];
     size_values(c, mine);
     for (int k = 0; k < N_SIZES; k++) {
@@ -165,8 +169,8 @@ static dt_status check_file(const dt_model_config *c, const dt_st_file *f, const
         char *end;
         long long x = v ? strtoll(v, &end, 10) : 0;
         if (v && (*end || end == v || x != mine[k]))
-            return dt_err_set(DT_ERR_ARG, "%s: the file's model.%s is %.32s, the run's %lld",
-                              path, SIZE_KEYS[k], v, (long long)mine[k]);
+            return dt_err_set(DT_ERR_ARG, "%s: the file's model.%s is %.32s, the run's %lld", path,
+                              SIZE_KEYS[k], v, (long long)mine[k]);
     }
     return DT_OK;
 }
@@ -196,8 +200,8 @@ dt_status dt_dit_config_from_file(const char *path, dt_model_config *cfg) {
         char *end;
         long long x = v ? strtoll(v, &end, 10) : 0;
         if (v && (*end || end == v || !set_size(&c, k, x)))
-            st = dt_err_set(DT_ERR_FORMAT, "%s: metadata %s = %.32s is not a valid dit size",
-                            path, SIZE_KEYS[k], v);
+            st = dt_err_set(DT_ERR_FORMAT, "%s: metadata %s = %.32s is not a valid dit size", path,
+                            SIZE_KEYS[k], v);
     }
     dt_st_close(f);
     if (st == DT_OK)
@@ -266,8 +270,8 @@ static const dt_model_ops dit_ops = {
     .use_shape = use_shape,
 };
 
-dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts,
-                              dt_mem *mem, dt_model **out) {
+dt_status dt_dit_model_create(const dt_model_config *cfg, const dt_model_opts *opts, dt_mem *mem,
+                              dt_model **out) {
     *out = NULL;
     dt_model *m = calloc(1, sizeof *m);
     dit_model *s = calloc(1, sizeof *s);

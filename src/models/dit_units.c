@@ -20,13 +20,11 @@
 #include "models/dit_impl.h"
 
 static dt_status enter(dt_dit *d, int global_unit, dt_model_phase ph) {
-    return d->hooks.enter ? d->hooks.enter(d->hooks.ctx, d->unit_local[global_unit], ph)
-                          : DT_OK;
+    return d->hooks.enter ? d->hooks.enter(d->hooks.ctx, d->unit_local[global_unit], ph) : DT_OK;
 }
 
 static dt_status leave(dt_dit *d, int global_unit, dt_model_phase ph) {
-    return d->hooks.leave ? d->hooks.leave(d->hooks.ctx, d->unit_local[global_unit], ph)
-                          : DT_OK;
+    return d->hooks.leave ? d->hooks.leave(d->hooks.ctx, d->unit_local[global_unit], ph) : DT_OK;
 }
 
 /* A (slot, block)'s saved set is in use from its forward until its backward has read it; the
@@ -186,19 +184,22 @@ static dt_status final_backward(dt_dit *d, int slot, int B, const float *x, cons
     return dt_dit_linear_backward(d, &d->final_ada, sc, d->dmod, B, dsc);
 }
 
-/* ---- passes by unit range ---------------------------------------------------------------------- */
+/* ---- passes by unit range ----------------------------------------------------------------------
+ */
 
 static dt_status check_batch(const dt_dit *d, int B, int T) {
     if (B < 1 || B > d->B || T != d->S)
-        return dt_err_set(DT_ERR_ARG, "dit: a micro-batch of %d clips x %d tokens, the model "
-                          "holds 1..%d clips of %d tokens", B, T, d->B, d->S);
+        return dt_err_set(DT_ERR_ARG,
+                          "dit: a micro-batch of %d clips x %d tokens, the model "
+                          "holds 1..%d clips of %d tokens",
+                          B, T, d->B, d->S);
     return DT_OK;
 }
 
 static dt_status check_units(const dt_dit *d, int slot, int u0, int u1) {
     if (slot < 0 || slot >= d->n_slots || u0 < 0 || u1 > d->cfg.n_layer + 2 || u0 >= u1)
-        return dt_err_set(DT_ERR_ARG, "dit: slot %d (of %d), units [%d, %d) out of range",
-                          slot, d->n_slots, u0, u1);
+        return dt_err_set(DT_ERR_ARG, "dit: slot %d (of %d), units [%d, %d) out of range", slot,
+                          d->n_slots, u0, u1);
     for (int u = u0; u < u1; u++)
         if (!dt_dit_holds(d, u))
             return dt_err_set(DT_ERR_ARG, "dit: unit %d is not held by this rank", u);
@@ -213,8 +214,10 @@ static dt_status set_labels(dt_dit *d, int slot, const int32_t *given, const flo
     for (int b = 0; b < B; b++) {
         double v = given ? given[b] : rows && n > 0 ? rows[b * stride] : n;
         if (v != floor(v) || v < 0 || v > n)
-            return dt_err_set(DT_ERR_ARG, "dit: label %g of clip %d is outside 0..%d (%d = no "
-                              "label)", v, b, n, n);
+            return dt_err_set(DT_ERR_ARG,
+                              "dit: label %g of clip %d is outside 0..%d (%d = no "
+                              "label)",
+                              v, b, n, n);
         d->slots[slot].labels[b] = (int32_t)v;
     }
     return DT_OK;
@@ -236,8 +239,8 @@ static dt_status forward_run(dt_dit *d, int slot, int u0, int u1, int B, const c
     for (int u = u0 > 1 ? u0 : 1; u < u1 && u <= L; u++) {
         int l = u - 1;
         DT_TRY(enter(d, u, DT_PHASE_FORWARD));
-        DT_TRY(dt_dit_block_forward(d, slot, l, res_at(d, slot, l), s->sc, B,
-                                    res_at(d, slot, l + 1)));
+        DT_TRY(
+            dt_dit_block_forward(d, slot, l, res_at(d, slot, l), s->sc, B, res_at(d, slot, l + 1)));
         mark_saved(d, slot, l, true);
         DT_TRY(leave(d, u, DT_PHASE_FORWARD));
     }
@@ -267,8 +270,8 @@ dt_status dt_dit_forward_units(dt_dit *d, int slot, int u0, int u1, const dt_bat
 
 /* Per token: the mean over its patch of (pred - target)^2; the gradient of grad_scale times
  * their sum, 2 grad_scale (pred - target) / P, into the slot's dtok. */
-dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale,
-                           bool backward, double *loss_sum) {
+dt_status dt_dit_loss_slot(dt_dit *d, int slot, const dt_batch *b, float grad_scale, bool backward,
+                           double *loss_sum) {
     DT_TRY(check_batch(d, b->B, b->T));
     DT_TRY(check_units(d, slot, d->cfg.n_layer + 1, d->cfg.n_layer + 2));
     if (backward && !d->training)
@@ -367,12 +370,15 @@ float *dt_dit_boundary_grad(dt_dit *d, int grad, int B) {
     return d->dres + (size_t)grad * d->pos_stride;
 }
 
-/* ---- one process ------------------------------------------------------------------------------- */
+/* ---- one process -------------------------------------------------------------------------------
+ */
 
 static dt_status check_whole(const dt_dit *d, const char *what) {
     if (d->par.sp->size > 1 || d->par.tp->size > 1 || d->n_units < d->cfg.n_layer + 2)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "dit: %s runs on a one-process model (every "
-                          "unit, no sp or tp split)", what);
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "dit: %s runs on a one-process model (every "
+                          "unit, no sp or tp split)",
+                          what);
     return DT_OK;
 }
 
@@ -402,8 +408,8 @@ dt_status dt_dit_backward(dt_dit *d, const float *dout, int B) {
         return dt_err_set(DT_ERR_ARG, "dit: backward of a model built without training");
     DT_TRY(check_whole(d, "dt_dit_backward"));
     if (B <= 0 || B > d->B)
-        return dt_err_set(DT_ERR_ARG, "dit: backward of B = %d clips, the model holds 1..%d",
-                          B, d->B);
+        return dt_err_set(DT_ERR_ARG, "dit: backward of B = %d clips, the model holds 1..%d", B,
+                          d->B);
     /* the gradient of the tokens is the adjoint of unpatchify: patchify */
     patchify(d, d->slots[0].dtok, dout, dt_dit_clip_numel(&d->cfg), B);
     return dt_dit_backward_units(d, 0, 0, 0, d->cfg.n_layer + 2, &(dt_batch){.B = B, .T = d->S},

@@ -54,14 +54,18 @@ static const dt_bf16 *lpv(const unit_store *u, const dt_param *p) {
 
 static dt_linear linear_view(const unit_store *u, const dt_param *w, const dt_param *b,
                              int64_t out_rows) {
-    return (dt_linear){.in = (int)w->shape[1], .out = (int)out_rows, .w = wv(u, w),
-                       .b = b ? wv(u, b) : NULL, .dw = gv(u, w), .db = b ? gv(u, b) : NULL,
+    return (dt_linear){.in = (int)w->shape[1],
+                       .out = (int)out_rows,
+                       .w = wv(u, w),
+                       .b = b ? wv(u, b) : NULL,
+                       .dw = gv(u, w),
+                       .db = b ? gv(u, b) : NULL,
                        .w_lp = lpv(u, w)};
 }
 
 static dt_norm_params norm_view(const unit_store *u, const dt_param *w, const dt_param *b) {
-    return (dt_norm_params){.w = wv(u, w), .b = b ? wv(u, b) : NULL, .dw = gv(u, w),
-                            .db = b ? gv(u, b) : NULL};
+    return (dt_norm_params){
+        .w = wv(u, w), .b = b ? wv(u, b) : NULL, .dw = gv(u, w), .db = b ? gv(u, b) : NULL};
 }
 
 /* the first local tensor of global unit u (which this rank holds) */
@@ -102,8 +106,7 @@ static void wire_head(dt_gpt *g, const unit_store *u, const dt_param *w) {
 static void wire_unit(dt_gpt *g, int lu) {
     int64_t first, count;
     dt_gpt_unit_range(g, lu, &first, &count);
-    unit_store u = {.w = g->unit_w[lu], .g = g->unit_g[lu], .lp = g->unit_lp[lu],
-                    .first = first};
+    unit_store u = {.w = g->unit_w[lu], .g = g->unit_g[lu], .lp = g->unit_lp[lu], .first = first};
     int gu = g->unit_global[lu];
     const dt_param *P = g->params + g->unit_param[lu];
     bool gpt2 = g->cfg.arch == DT_ARCH_GPT2;
@@ -138,9 +141,10 @@ static dt_status check_fused_qkv(const dt_gpt *g) {
         const dt_param *t = unit_tensors(g, l + 1);
         const dt_param *q = &t[LLAMA_Q_W], *k = &t[LLAMA_K_W], *v = &t[LLAMA_V_W];
         if (q->offset + q->numel != k->offset || k->offset + k->numel != v->offset)
-            return dt_err_set(DT_ERR_ARG, "model: q/k/v projections of layer %d are not "
-                              "contiguous (n_embd=%d should be a multiple of 16)", l,
-                              g->cfg.n_embd);
+            return dt_err_set(DT_ERR_ARG,
+                              "model: q/k/v projections of layer %d are not "
+                              "contiguous (n_embd=%d should be a multiple of 16)",
+                              l, g->cfg.n_embd);
     }
     return DT_OK;
 }
@@ -269,16 +273,17 @@ static dt_status setup_par(dt_gpt *g, const dt_gpt_opts *o) {
 
 /* ---- life cycle ------------------------------------------------------------------------ */
 
-dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *mem,
-                      dt_gpt **out) {
+dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *mem, dt_gpt **out) {
     *out = NULL;
     dt_status st;
     int B = o->B, T = o->T;
     bool training = o->training;
     dt_precision prec = o->precision;
     if (cfg->n_embd % cfg->n_head || T > cfg->max_seq_len || B < 1 || T < 1)
-        return dt_err_set(DT_ERR_ARG, "model: bad shape (n_embd=%d, n_head=%d, B=%d, T=%d, "
-                          "max_seq_len=%d)", cfg->n_embd, cfg->n_head, B, T, cfg->max_seq_len);
+        return dt_err_set(DT_ERR_ARG,
+                          "model: bad shape (n_embd=%d, n_head=%d, B=%d, T=%d, "
+                          "max_seq_len=%d)",
+                          cfg->n_embd, cfg->n_head, B, T, cfg->max_seq_len);
     dt_gpt *g = calloc(1, sizeof *g);
     if (!g)
         return dt_err_set(DT_ERR_OOM, "model: out of memory");
@@ -291,17 +296,19 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     DT_TRY_GOTO(setup_par(g, o));
     int tp = g->par.tp->size;
     g->dims = (dt_block_dims){.kind = cfg->arch == DT_ARCH_GPT2 ? DT_BLOCK_GPT2 : DT_BLOCK_LLAMA,
-                              .C = cfg->n_embd, .NH = cfg->n_head / tp,
-                              .NKV = dt_gpt_kv_heads(cfg) / tp, .hs = cfg->n_embd / cfg->n_head,
-                              .F = dt_gpt_ffn_hidden(cfg) / tp, .norm_eps = cfg->norm_eps};
+                              .C = cfg->n_embd,
+                              .NH = cfg->n_head / tp,
+                              .NKV = dt_gpt_kv_heads(cfg) / tp,
+                              .hs = cfg->n_embd / cfg->n_head,
+                              .F = dt_gpt_ffn_hidden(cfg) / tp,
+                              .norm_eps = cfg->norm_eps};
     g->vocab_rows = (cfg->vocab_size + tp - 1) / tp;
     DT_TRY_GOTO(dt_gemm_init(&g->gemm));
     g->ctx = (dt_nn_ctx){.gemm = g->gemm, .mm_type = dt_precision_mm_type(prec)};
     DT_TRY_GOTO(dt_gpt_build_tables(g, o->units));
     size_t n = (size_t)g->n_total;
     if (!o->external_weights)
-        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float),
-                                 (void **)&g->w));
+        DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_PARAMS, "weights", n * sizeof(float), (void **)&g->w));
     if (training && !o->external_grads)
         DT_TRY_GOTO(dt_mem_alloc(mem, DT_MEM_GRADS, "grads", n * sizeof(float), (void **)&g->g));
     g->lp_per_unit = g->ctx.mm_type != DT_F32 && !o->external_weights;
@@ -316,8 +323,7 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->ac = o->ac;
     g->ac_every = o->ac_every > 0 ? o->ac_every : 1;
     g->compress = o->act_compress == DT_ACT_COMPRESS_INT8;
-    if (g->compress &&
-        !(g->q8 = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->q8))) {
+    if (g->compress && !(g->q8 = calloc((size_t)g->n_slots * cfg->n_layer, sizeof *g->q8))) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }
@@ -333,8 +339,8 @@ dt_status dt_gpt_init(const dt_model_config *cfg, const dt_gpt_opts *o, dt_mem *
     g->unit_lp = calloc((size_t)n_units, sizeof *g->unit_lp);
     g->fresh = malloc((size_t)n_units);
     g->pos_index = calloc((size_t)cfg->n_layer + 1, sizeof *g->pos_index);
-    if (!g->blocks || !g->acts || !g->saved_bytes || !g->saved_live || !g->unit_w ||
-        !g->unit_g || !g->unit_lp || !g->fresh || !g->pos_index) {
+    if (!g->blocks || !g->acts || !g->saved_bytes || !g->saved_live || !g->unit_w || !g->unit_g ||
+        !g->unit_lp || !g->fresh || !g->pos_index) {
         st = dt_err_set(DT_ERR_OOM, "model: out of memory");
         goto fail;
     }
@@ -436,12 +442,14 @@ void dt_gpt_zero_grad(dt_gpt *g) {
 
 static dt_status check_shape(const dt_gpt *g, int B, int T) {
     if (B < 1 || T < 1 || (int64_t)B * T > (int64_t)g->B * g->T || T > g->T)
-        return dt_err_set(DT_ERR_ARG, "model: batch %dx%d exceeds the %dx%d it was built for",
-                          B, T, g->B, g->T);
+        return dt_err_set(DT_ERR_ARG, "model: batch %dx%d exceeds the %dx%d it was built for", B, T,
+                          g->B, g->T);
     int split = g->par.sp->size * g->par.rows->size;
     if ((B * T) % split)
-        return dt_err_set(DT_ERR_ARG, "model: a batch of %dx%d tokens does not split over %d "
-                          "sequence-parallel ranks", B, T, split);
+        return dt_err_set(DT_ERR_ARG,
+                          "model: a batch of %dx%d tokens does not split over %d "
+                          "sequence-parallel ranks",
+                          B, T, split);
     return DT_OK;
 }
 
@@ -482,11 +490,10 @@ static dt_status embed_forward(dt_gpt *g, const int32_t *tokens, int N, int T, f
     if (g->par.tp->size == 1) { /* the leaving region is the identity: look up in place */
         dt_rows_gather(out, g->wte, tokens + t0, v0, g->vocab_rows, Nt, g->cfg.n_embd);
     } else {
-        dt_rows_gather(g->scratch.part, g->wte, tokens + t0, v0, g->vocab_rows, Nt,
-                       g->cfg.n_embd);
+        dt_rows_gather(g->scratch.part, g->wte, tokens + t0, v0, g->vocab_rows, Nt, g->cfg.n_embd);
         dt_region_shape sh = tp_shape(g, N);
-        DT_TRY(dt_region_op_get(g->par.leave)->forward(g->par.tp, &sh, g->scratch.part, out,
-                                                       g->scratch.work));
+        DT_TRY(dt_region_op_get(g->par.leave)
+                   ->forward(g->par.tp, &sh, g->scratch.part, out, g->scratch.work));
     }
     if (g->wpe && g->doc_mask) /* positions restart at each document */
         dt_rows_add_indexed(out, g->wpe, g->pos + r0, Nr, g->cfg.n_embd);
@@ -514,8 +521,7 @@ static void positions_grad_out(dt_gpt *g, int T, bool set) {
 /* The step's first write of wpe's gradient copies the T rows and zeroes the rest; of wte's
  * (unless the tied head wrote it first) zeroes it for the scatter: the one gradient that is
  * zeroed, as any embedding's is, since a scatter touches only the rows of the tokens seen. */
-static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
-                                const float *dres) {
+static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T, const float *dres) {
     int Nt = dt_block_rows_tp(&g->par, N), Nr = dt_block_rows_res(&g->par, N), C = g->cfg.n_embd;
     int64_t t0, r0, v0 = (int64_t)g->par.tp->rank * g->vocab_rows;
     row_starts(g, N, &t0, &r0);
@@ -538,8 +544,8 @@ static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
     if (g->par.tp->size > 1) {
         memset(g->scratch.part, 0, (size_t)Nt * C * sizeof(float));
         dt_region_shape sh = tp_shape(g, N);
-        DT_TRY(dt_region_op_get(g->par.leave)->backward(g->par.tp, &sh, dres, g->scratch.part,
-                                                        g->scratch.work));
+        DT_TRY(dt_region_op_get(g->par.leave)
+                   ->backward(g->par.tp, &sh, dres, g->scratch.part, g->scratch.work));
         dpart = g->scratch.part;
     }
     dt_rows_scatter_add(g->dwte, dpart, tokens + t0, v0, g->vocab_rows, Nt, C);
@@ -548,8 +554,8 @@ static dt_status embed_backward(dt_gpt *g, const int32_t *tokens, int N, int T,
 
 static dt_status check_units(const dt_gpt *g, int slot, int u0, int u1) {
     if (slot < 0 || slot >= g->n_slots || u0 < 0 || u1 > g->cfg.n_layer + 2 || u0 >= u1)
-        return dt_err_set(DT_ERR_ARG, "model: slot %d (of %d), units [%d, %d) out of range",
-                          slot, g->n_slots, u0, u1);
+        return dt_err_set(DT_ERR_ARG, "model: slot %d (of %d), units [%d, %d) out of range", slot,
+                          g->n_slots, u0, u1);
     for (int u = u0; u < u1; u++)
         if (g->unit_local[u] < 0)
             return dt_err_set(DT_ERR_ARG, "model: unit %d is not held by this rank", u);
@@ -621,8 +627,8 @@ dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, i
         bool emb_first = head_is_embedding(g) && !(g->fresh[hu] & DT_GPT_FRESH_BACKWARD);
         g->head.dw_set = take_fresh(g, hu, DT_GPT_FRESH_HEAD) && !emb_first;
     }
-    DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, x, g->lnf_lp, targets + t0, Nt, grad_scale,
-                           backward, g->losses, dx));
+    DT_TRY(dt_lm_head_loss(&g->ctx, &g->head, x, g->lnf_lp, targets + t0, Nt, grad_scale, backward,
+                           g->losses, dx));
     if (backward && !unsplit) {
         memset(dlnf, 0, (size_t)Nr * C * sizeof(float));
         DT_TRY(entry->backward(g->par.tp, &sh, dx, dlnf, g->scratch.work));
@@ -686,9 +692,9 @@ dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int grad, int u0, int u1, c
         int l = u - 1;
         DT_TRY(enter(g, lu[u], DT_PHASE_BACKWARD));
         dt_block_wgrad *wg = split ? &g->wgrad[(size_t)slot * L + l] : NULL;
-        block_grad_set(&g->blocks[l],
-                       take_fresh(g, lu[u], DT_GPT_FRESH_BACKWARD |
-                                                (split ? 0 : DT_GPT_FRESH_WEIGHTS)));
+        block_grad_set(
+            &g->blocks[l],
+            take_fresh(g, lu[u], DT_GPT_FRESH_BACKWARD | (split ? 0 : DT_GPT_FRESH_WEIGHTS)));
         int next = u - 1 >= 1 && u - 1 >= u0 ? l - 1 : -1;
         DT_TRY(dt_gpt_block_backward(g, slot, l, next, res_at(g, slot, l, N), B, T, wg, dres));
         if (!split)
@@ -738,7 +744,7 @@ float *dt_gpt_boundary_grad(dt_gpt *g, int grad, int B, int T) { return dres_of(
 dt_status dt_gpt_logits_last(dt_gpt *g, const int32_t *tokens, int T, float *logits) {
     if (g->par.tp->size * g->par.sp->size > 1 || g->n_units < g->cfg.n_layer + 2)
         return dt_err_set(DT_ERR_UNSUPPORTED, "model: sampling runs on one process; export the "
-                          "weights and use dtrain sample");
+                                              "weights and use dtrain sample");
     if (g->doc_mask) { /* the prompt is one document: pairs (id, 0) */
         int32_t *pairs = malloc((size_t)T * 2 * sizeof *pairs);
         if (!pairs)

@@ -89,8 +89,8 @@ dt_status dt_gpt_backward(dt_gpt *g, const int32_t *tokens, int B, int T);
  * Backward: with u1 = L + 2 it starts from the slot's loss gradient (dt_gpt_loss_slot with
  * backward), otherwise from the gradient of its output placed in dt_gpt_boundary_grad(grad)
  * (one of the model's n_grads buffers); it leaves the gradient of its input there. */
-dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens,
-                               int B, int T);
+dt_status dt_gpt_forward_units(dt_gpt *g, int slot, int u0, int u1, const int32_t *tokens, int B,
+                               int T);
 dt_status dt_gpt_loss_slot(dt_gpt *g, int slot, const int32_t *targets, int B, int T,
                            float grad_scale, bool backward, double *loss_sum);
 dt_status dt_gpt_backward_units(dt_gpt *g, int slot, int grad, int u0, int u1,
@@ -137,15 +137,16 @@ const dt_block_par *dt_gpt_par(const dt_gpt *g);
 dt_param_tables dt_gpt_tables(const dt_gpt *g);
 /* Collective over tp and pp: every rank's local arena -> the full arena (on every rank). */
 dt_status dt_gpt_gather_full(dt_gpt *g, const float *local, float *full);
-float *dt_gpt_weights(dt_gpt *g);     /* NULL with external weights */
-float *dt_gpt_grads(dt_gpt *g);       /* NULL when not training or with external grads */
+float *dt_gpt_weights(dt_gpt *g);      /* NULL with external weights */
+float *dt_gpt_grads(dt_gpt *g);        /* NULL when not training or with external grads */
 dt_bf16 *dt_gpt_weights_lp(dt_gpt *g); /* NULL: no whole 16-bit copy (cast per unit) */
 /* Model FLOPs per trained sequence of T tokens (forward + backward), for MFU: T x (6 x the
  * matmul weights incl. the LM head + 6 L C T, causal attention's two matmuls). */
 double dt_gpt_flops_per_sample(const dt_gpt *g, int T);
 
-/* HuggingFace safetensors (models/gpt_io.c), over FULL arenas (dt_gpt_full_numel floats). Names and layouts as transformers writes them;
- * the model shape goes into __metadata__ so dtrain sample can rebuild the model. */
+/* HuggingFace safetensors (models/gpt_io.c), over FULL arenas (dt_gpt_full_numel floats). Names and
+ * layouts as transformers writes them; the model shape goes into __metadata__ so dtrain sample can
+ * rebuild the model. */
 dt_status dt_gpt_save(const dt_gpt *g, const float *weights, const char *path);
 /* Into `weights` (a whole arena, dt_gpt_numel floats); call dt_gpt_sync_lp after loading
  * into the model's own arena. */

@@ -68,9 +68,12 @@ static bool holds_kept(const dt_gpt *g, keep k) {
 /* fields a slot keeps for a block, whatever their storage */
 static unsigned kept_fields(const dt_gpt *g, int l) {
     switch (keep_of(g, l)) {
-    case KEEP_INPUT: return 0;
-    case KEEP_NO_ATTN: return F_ALL & ~F_ATTN_OUT;
-    default: return F_ALL;
+    case KEEP_INPUT:
+        return 0;
+    case KEEP_NO_ATTN:
+        return F_ALL & ~F_ATTN_OUT;
+    default:
+        return F_ALL;
     }
 }
 
@@ -102,10 +105,14 @@ static q8_shape q8_shape_of(const dt_gpt *g, unsigned bit, int64_t N) {
     const dt_block_dims *d = &g->dims;
     int64_t Nt = dt_block_rows_tp(&g->par, (int)N), Nr = dt_block_rows_res(&g->par, (int)N);
     switch (bit) {
-    case F_QKV: return (q8_shape){N, dt_block_qkv_width(d) / g->par.sp->size};
-    case F_ATT: return (q8_shape){Nt, (int64_t)d->NH * d->hs};
-    case F_X2: return (q8_shape){Nr, d->C};
-    default: return (q8_shape){Nt, d->F}; /* h, u */
+    case F_QKV:
+        return (q8_shape){N, dt_block_qkv_width(d) / g->par.sp->size};
+    case F_ATT:
+        return (q8_shape){Nt, (int64_t)d->NH * d->hs};
+    case F_X2:
+        return (q8_shape){Nr, d->C};
+    default:
+        return (q8_shape){Nt, d->F}; /* h, u */
     }
 }
 
@@ -119,10 +126,8 @@ static const struct {
     {F_QKV, offsetof(dt_gpt_q8_acts, qkv), offsetof(dt_block_acts, qkv), NO_LP},
     {F_ATT, offsetof(dt_gpt_q8_acts, att), offsetof(dt_block_acts, att), NO_LP},
     {F_X2, offsetof(dt_gpt_q8_acts, x2), offsetof(dt_block_acts, x2), NO_LP},
-    {F_H, offsetof(dt_gpt_q8_acts, h), offsetof(dt_block_acts, h),
-     offsetof(dt_block_acts, h_lp)},
-    {F_U, offsetof(dt_gpt_q8_acts, u), offsetof(dt_block_acts, u),
-     offsetof(dt_block_acts, u_lp)},
+    {F_H, offsetof(dt_gpt_q8_acts, h), offsetof(dt_block_acts, h), offsetof(dt_block_acts, h_lp)},
+    {F_U, offsetof(dt_gpt_q8_acts, u), offsetof(dt_block_acts, u), offsetof(dt_block_acts, u_lp)},
 };
 enum { N_STORED = sizeof STORED / sizeof STORED[0] };
 
@@ -326,9 +331,7 @@ static void int8_move(dt_gpt *g, dt_gpt_q8_acts *q, int l, int N, dt_block_acts 
 }
 
 /* Does block l's forward or backward write the shared set? */
-static bool uses_shared(const dt_gpt *g, int l) {
-    return g->compress || keep_of(g, l) != KEEP_ALL;
-}
+static bool uses_shared(const dt_gpt *g, int l) { return g->compress || keep_of(g, l) != KEEP_ALL; }
 
 /* The shared set now holds block l's complete set of this slot (or, invalid, nobody's). */
 static void shared_holds(dt_gpt *g, int slot, int l, bool complete) {

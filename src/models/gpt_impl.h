@@ -12,18 +12,41 @@
 /* A unit's gradient writes, by the pass that makes them: the backward (every gradient of the
  * unit; under split backward a block's input-pass ones), the split weight pass, the head. A
  * set bit: that pass has not yet written this step, so it overwrites instead of adding. */
-enum { DT_GPT_FRESH_BACKWARD = 1, DT_GPT_FRESH_WEIGHTS = 2, DT_GPT_FRESH_HEAD = 4,
-       DT_GPT_FRESH_ALL = 7 };
+enum {
+    DT_GPT_FRESH_BACKWARD = 1,
+    DT_GPT_FRESH_WEIGHTS = 2,
+    DT_GPT_FRESH_HEAD = 4,
+    DT_GPT_FRESH_ALL = 7
+};
 
 /* A block's tensors in table order (HuggingFace's), by name: build_table_* lays a block's rows
  * out by these ids and wire_block reads them by the same ids, so neither relies on a position. */
 enum dt_gpt2_row {
-    GPT2_LN1_W, GPT2_LN1_B, GPT2_QKV_W, GPT2_QKV_B, GPT2_PROJ_W, GPT2_PROJ_B,
-    GPT2_LN2_W, GPT2_LN2_B, GPT2_FC_W, GPT2_FC_B, GPT2_DOWN_W, GPT2_DOWN_B, GPT2_BLOCK_ROWS
+    GPT2_LN1_W,
+    GPT2_LN1_B,
+    GPT2_QKV_W,
+    GPT2_QKV_B,
+    GPT2_PROJ_W,
+    GPT2_PROJ_B,
+    GPT2_LN2_W,
+    GPT2_LN2_B,
+    GPT2_FC_W,
+    GPT2_FC_B,
+    GPT2_DOWN_W,
+    GPT2_DOWN_B,
+    GPT2_BLOCK_ROWS
 };
 enum dt_llama_row {
-    LLAMA_LN1_W, LLAMA_Q_W, LLAMA_K_W, LLAMA_V_W, LLAMA_O_W, LLAMA_LN2_W,
-    LLAMA_GATE_W, LLAMA_UP_W, LLAMA_DOWN_W, LLAMA_BLOCK_ROWS
+    LLAMA_LN1_W,
+    LLAMA_Q_W,
+    LLAMA_K_W,
+    LLAMA_V_W,
+    LLAMA_O_W,
+    LLAMA_LN2_W,
+    LLAMA_GATE_W,
+    LLAMA_UP_W,
+    LLAMA_DOWN_W,
+    LLAMA_BLOCK_ROWS
 };
 /* The embedding unit's and the final unit's tensors, the same way */
 enum { GPT2_WTE, GPT2_WPE, GPT2_EMBED_ROWS };
@@ -103,7 +126,7 @@ struct dt_gpt {
     int *pos_index; /* [L + 1] residual position (input of block l; L = final input) -> index */
     dt_gpt_hooks hooks;
     int64_t n_total;
-    float *w, *g;   /* weights, grads */
+    float *w, *g; /* weights, grads */
     /* 16-bit modes with the model's own fp32 weights: the 16-bit weights exist only for the
      * unit at work, cast when it is entered (gpt.c: cast_entered), a block's range into
      * lp_block and the head's matrix into lp_head; both lie in the transients' region that
@@ -119,21 +142,21 @@ struct dt_gpt {
     float *rope_cos, *rope_sin;
 
     /* activations (this rank's rows), per slot */
-    float *res;     /* [slot][n_pos][Nr, C]: residual stream at the positions held here */
-    dt_block_acts *acts;          /* [slot][L]: carved for the blocks held here */
-    dt_block_wgrad *wgrad;        /* [slot][L]: split backward's kept gradients, or NULL */
-    float *lnf_mean, *lnf_rstd;   /* [slot][Nr] */
-    float *dres, *dlnf;           /* [slot][Nr, C]: gradient of the residual / final norm out */
-    float *lnf_out, *losses;      /* shared */
+    float *res;            /* [slot][n_pos][Nr, C]: residual stream at the positions held here */
+    dt_block_acts *acts;   /* [slot][L]: carved for the blocks held here */
+    dt_block_wgrad *wgrad; /* [slot][L]: split backward's kept gradients, or NULL */
+    float *lnf_mean, *lnf_rstd; /* [slot][Nr] */
+    float *dres, *dlnf;         /* [slot][Nr, C]: gradient of the residual / final norm out */
+    float *lnf_out, *losses;    /* shared */
     dt_bf16 *lnf_lp;
     /* activation checkpointing and int8 storage (gpt_ac.c) */
     dt_ac_mode ac;
     int ac_every;
     bool compress;
-    dt_block_acts shared;   /* one set of recompute / restore buffers, fields as needed */
+    dt_block_acts shared;          /* one set of recompute / restore buffers, fields as needed */
     int shared_slot, shared_block; /* whose complete set the shared buffers hold; -1: none */
-    float *ac_out;          /* [Nr, C] a rerun forward's output (discarded) */
-    dt_gpt_q8_acts *q8;     /* [slot][L] with act_compress, else NULL */
+    float *ac_out;                 /* [Nr, C] a rerun forward's output (discarded) */
+    dt_gpt_q8_acts *q8;            /* [slot][L] with act_compress, else NULL */
     /* act_offload = disk: the saved sets and block inputs live in a spill file (a record per
      * slot and held block) and pass through two frames; the residual positions between two
      * held blocks are then transient (res_pass, by the parity of the position) */
@@ -173,7 +196,8 @@ typedef struct dt_gpt_rows {
 
 static inline dt_gpt_rows dt_gpt_rows_max(const dt_gpt *g) {
     int N = g->B * g->T;
-    return (dt_gpt_rows){.N = (size_t)N, .Nt = (size_t)dt_block_rows_tp(&g->par, N),
+    return (dt_gpt_rows){.N = (size_t)N,
+                         .Nt = (size_t)dt_block_rows_tp(&g->par, N),
                          .Nr = (size_t)dt_block_rows_res(&g->par, N)};
 }
 

@@ -43,8 +43,8 @@ static bool act_disk_stats(const void *s, dt_model_disk_stats *out) {
 static dt_status forward_units(void *s, int slot, int u0, int u1, const dt_batch *b) {
     return dt_gpt_forward_units(s, slot, u0, u1, b->input, b->B, b->T);
 }
-static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scale,
-                           bool backward, double *loss_sum) {
+static dt_status loss_slot(void *s, int slot, const dt_batch *b, float grad_scale, bool backward,
+                           double *loss_sum) {
     return dt_gpt_loss_slot(s, slot, b->target, b->B, b->T, grad_scale, backward, loss_sum);
 }
 static dt_status backward_units(void *s, int slot, int grad, int u0, int u1, const dt_batch *b,
@@ -80,7 +80,7 @@ static dt_status load(const void *s, float *w, const char *path) { return dt_gpt
 
 static int sizes(const void *s, dt_model_size *out) {
     const dt_model_config *c = dt_gpt_config_of(s);
-    dt_model_size v[] = {{"n_layer", c->n_layer},          {"n_head", c->n_head},
+    dt_model_size v[] = {{"n_layer", c->n_layer},           {"n_head", c->n_head},
                          {"n_kv_head", dt_gpt_kv_heads(c)}, {"n_embd", c->n_embd},
                          {"vocab_size", c->vocab_size},     {"ffn_hidden", dt_gpt_ffn_hidden(c)}};
     int n = (int)(sizeof v / sizeof v[0]);
@@ -90,8 +90,8 @@ static int sizes(const void *s, dt_model_size *out) {
 }
 
 dt_status dt_gpt_config_from_sizes(const dt_model_size *sz, int n, dt_model_config *c) {
-    static const char *const keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd",
-                                       "vocab_size", "ffn_hidden"};
+    static const char *const keys[] = {"n_layer", "n_head",     "n_kv_head",
+                                       "n_embd",  "vocab_size", "ffn_hidden"};
     int v[6];
     for (int k = 0; k < 6; k++) {
         int i = 0;

@@ -40,16 +40,16 @@ typedef struct dt_model_shape {
 } dt_model_shape;
 
 typedef struct dt_model_opts {
-    int B, T;               /* the largest micro-batch the model will see */
+    int B, T; /* the largest micro-batch the model will see */
     /* a DiT's shapes of clip (data.buckets): the model holds room for the largest of them and
      * dt_model_use_shape switches between them (B and T are then shape 0's); NULL: the
      * config's one shape */
     const dt_model_shape *shapes;
     int n_shapes;
     dt_precision precision;
-    bool training;          /* false: no gradients, no backward scratch */
-    bool external_weights;  /* the caller binds each unit's weights (ZeRO-3 gathers them) */
-    bool external_grads;    /* the caller binds each unit's gradients (ZeRO-2/3 buckets) */
+    bool training;         /* false: no gradients, no backward scratch */
+    bool external_weights; /* the caller binds each unit's weights (ZeRO-3 gathers them) */
+    bool external_grads;   /* the caller binds each unit's gradients (ZeRO-2/3 buckets) */
     /* Splits (borrowed; NULL = not split). tp: heads, MLP columns and the vocabulary;
      * sp: Ulysses sequence parallelism; sequence_tp: Megatron-SP over the tp ranks. */
     dt_comm *tp, *sp;
@@ -173,8 +173,8 @@ typedef struct dt_model_ops {
     /* The loss of the slot's last forward (which must be the last forward this rank ran)
      * against b->target: loss_sum = the sum of per-position losses; with backward, the
      * gradient of grad_scale * loss_sum is started (continued by backward_units). */
-    dt_status (*loss_slot)(void *self, int slot, const dt_batch *b, float grad_scale,
-                           bool backward, double *loss_sum);
+    dt_status (*loss_slot)(void *self, int slot, const dt_batch *b, float grad_scale, bool backward,
+                           double *loss_sum);
     /* Backward over [u0, u1) of the slot's micro-batch, with gradient buffer `grad` (of
      * n_grads): from the loss gradient when u1 is the last global unit, else from the
      * gradient of its output placed in boundary_grad(grad); leaves the gradient of its
@@ -273,8 +273,7 @@ static inline void dt_model_unit_range(const dt_model *m, int unit, int64_t *fir
     dt_param_tables t = dt_model_tables(m);
     dt_param_unit_range(&t, unit, first, count);
 }
-static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *grad,
-                                      dt_bf16 *w_lp) {
+static inline void dt_model_bind_unit(dt_model *m, int unit, float *w, float *grad, dt_bf16 *w_lp) {
     m->ops->bind_unit(m->self, unit, w, grad, w_lp);
 }
 static inline void dt_model_set_hooks(dt_model *m, const dt_model_hooks *hooks) {
@@ -387,8 +386,7 @@ static inline void dt_model_take_shard(const dt_model *m, const float *full, flo
 static inline double dt_model_flops_per_sample(const dt_model *m, int T) {
     return m->ops->flops_per_sample(m->self, T);
 }
-static inline dt_status dt_model_save(const dt_model *m, const float *weights,
-                                      const char *path) {
+static inline dt_status dt_model_save(const dt_model *m, const float *weights, const char *path) {
     return m->ops->save(m->self, weights, path);
 }
 static inline dt_status dt_model_load(const dt_model *m, float *weights, const char *path) {

@@ -26,11 +26,11 @@ typedef struct ledger {
     int64_t positions; /* wpe's gradient rows summed: T, or with documents the sequence's */
     int n_mb, L, zero, pp;
     bool held[DT_MAX_CHUNKS + 2], first, last; /* units here; the embedding's / head's stage */
-    bool split, lp;                              /* split backward; 16-bit matmuls */
-    const dt_plugin_config *plugin;              /* plugin.ac, ac_every */
-    bool dit, dit_st;   /* the video DiT; its attention alternates spatial / temporal */
-    int64_t B, P;       /* DiT: clips per micro-batch, floats per patch */
-    int64_t Lt;         /* DiT: text tokens a clip (0: no text) */
+    bool split, lp;                            /* split backward; 16-bit matmuls */
+    const dt_plugin_config *plugin;            /* plugin.ac, ac_every */
+    bool dit, dit_st; /* the video DiT; its attention alternates spatial / temporal */
+    int64_t B, P;     /* DiT: clips per micro-batch, floats per patch */
+    int64_t Lt;       /* DiT: text tokens a clip (0: no text) */
 } ledger;
 
 static void add(int64_t *bytes, int64_t *calls, int64_t b) {
@@ -66,14 +66,20 @@ static void comm_add(dt_plan_comm *out, const dt_plan_comm *d, int64_t sign) {
 static int64_t rows_piece(const ledger *g) { /* other ranks' rows of [Nt, C], as bytes */
     return g->tp > 1 ? (g->Nt / g->tp) * g->C * (g->tp - 1) * 4 : 0;
 }
-static void enter_fwd(ledger *g) { if (g->sg) tp_op(g, rows_piece(g)); }
+static void enter_fwd(ledger *g) {
+    if (g->sg)
+        tp_op(g, rows_piece(g));
+}
 static void enter_bwd(ledger *g) {
     tp_op(g, g->sg ? rows_piece(g) : allreduce(g->tp, g->Nt * g->C * 4));
 }
 static void leave_fwd(ledger *g) {
     tp_op(g, g->sg ? rows_piece(g) : allreduce(g->tp, g->Nt * g->C * 4));
 }
-static void leave_bwd(ledger *g) { if (g->sg) tp_op(g, rows_piece(g)); }
+static void leave_bwd(ledger *g) {
+    if (g->sg)
+        tp_op(g, rows_piece(g));
+}
 /* parameters applied to split rows (norms, row-parallel biases): gradients summed over tp */
 static void rows_grads(ledger *g, int64_t floats) {
     if (g->sg)
@@ -307,12 +313,12 @@ static void zero3_gathers(ledger *g, const arena *a) {
     int U = a->U, held[4] = {-1, -1, -1, -1}; /* buffers: block a, block b, first, last */
     int head = g->gpt2 ? 0 : U - 1;
 #define BUF(u) ((u) == 0 ? 2 : (u) == U - 1 ? 3 : (u) % 2)
-#define ENSURE(u)                                                                               \
-    do {                                                                                        \
-        if (held[BUF(u)] != (u)) {                                                              \
-            held[BUF(u)] = (u);                                                                 \
-            gather_op(g, others(g, a, a->first[u], a->size[u]));                                \
-        }                                                                                       \
+#define ENSURE(u)                                                                                  \
+    do {                                                                                           \
+        if (held[BUF(u)] != (u)) {                                                                 \
+            held[BUF(u)] = (u);                                                                    \
+            gather_op(g, others(g, a, a->first[u], a->size[u]));                                   \
+        }                                                                                          \
     } while (0)
     for (int m = 0; m < g->n_mb; m++) {
         for (int u = 0; u < U; u++) { /* forward: each unit, prefetching the next block */
@@ -455,8 +461,10 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
      * fresh[c * n_mb + k] (without a pipeline, always). */
     static const int MB_MAX = 4096;
     if (g.n_mb > MB_MAX)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "communication ledger: %d micro-batches (at most "
-                          "%d)", g.n_mb, MB_MAX);
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "communication ledger: %d micro-batches (at most "
+                          "%d)",
+                          g.n_mb, MB_MAX);
     int chunk[DT_MAX_CHUNKS], block[DT_MAX_CHUNKS], n_fresh = 0;
     bool *fresh = NULL;
     if (g.pp > 1) {

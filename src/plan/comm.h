@@ -19,10 +19,10 @@ typedef struct dt_plan_comm {
     bool grad_known; /* false: ZeRO-3 under a pipeline (its gathers follow the schedule's
                       * order of units, not modelled); grad is then 0 */
     int64_t grad;    /* over dp x cp x sp: gradient buckets or ZeRO reductions and gathers */
-    int64_t tp;   /* tensor-parallel region ops, the loss statistics, Megatron-SP row grads */
-    int64_t sp;   /* Ulysses all-to-alls */
-    int64_t pp;   /* pipeline boundary messages sent, and the gradient norm's all-reduce */
-    int64_t cp;   /* ring attention: key/value blocks and their gradients sent */
+    int64_t tp;      /* tensor-parallel region ops, the loss statistics, Megatron-SP row grads */
+    int64_t sp;      /* Ulysses all-to-alls */
+    int64_t pp;      /* pipeline boundary messages sent, and the gradient norm's all-reduce */
+    int64_t cp;      /* ring attention: key/value blocks and their gradients sent */
     int64_t calls_grad, calls_tp, calls_sp; /* collective calls that move bytes */
     int64_t grad_gather, calls_grad_gather; /* of grad: the weights' all-gathers (ZeRO 1-3) */
 } dt_plan_comm;

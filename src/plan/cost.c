@@ -71,7 +71,7 @@ static linear_s block_linears(const work *w) {
     add_linear(w, w->Nt, w->C, w->F, &t); /* fc (llama: the gate) */
     if (!w->gpt2)
         add_linear(w, w->Nt, w->C, w->F, &t); /* llama: up */
-    add_linear(w, w->Nt, w->F, w->C, &t); /* down */
+    add_linear(w, w->Nt, w->F, w->C, &t);     /* down */
     return t;
 }
 
@@ -364,8 +364,8 @@ static void memo_keep(const dt_schedule *s, double msg, const chunk_cost *cc, co
 
 /* Replays every rank's actions with these costs: a send leaves at once (its message arrives
  * latency + bytes / bandwidth later), a receive waits for its message. busy[r]: compute. */
-static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *cc,
-                        double *end, double *busy) {
+static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *cc, double *end,
+                        double *busy) {
     double msg = w->d->latency + w->boundary / w->bw_pp;
     if (memo_find(s, msg, cc, end, busy))
         return DT_OK;

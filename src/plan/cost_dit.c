@@ -47,9 +47,7 @@ static dit_geo geo_of(const dt_model_config *m) {
 }
 
 /* The attention sequence block l sees, and whether Ulysses needs its all-to-alls. */
-static double seq_of(const dit_geo *g, int l) {
-    return !g->st ? g->S : l % 2 == 0 ? g->hw : g->Tt;
-}
+static double seq_of(const dit_geo *g, int l) { return !g->st ? g->S : l % 2 == 0 ? g->hw : g->Tt; }
 static bool spatial(const dit_geo *g, int l) { return g->st && l % 2 == 0; }
 
 /* ---- the products, shared by the FLOP count and the time model ---------------------------- */
@@ -171,8 +169,8 @@ static pass block_pointwise(const dit_work *x, int l) {
     bool a2a = w->sp > 1 && !spatial(&x->g, l), temporal = x->g.st && l % 2 == 1;
     /* moves between row order and attention order: 8 bytes an element */
     double order = (temporal ? 8 * (qkv + att) : 0) + (a2a ? 8 * qkv : 0);
-    double lp = w->lp ? 6 : 0; /* a cast: 4 bytes read, 2 written */
-    double x_in = 2 * tc + att + hid + k->B * k->C; /* the five products' inputs */
+    double lp = w->lp ? 6 : 0;                            /* a cast: 4 bytes read, 2 written */
+    double x_in = 2 * tc + att + hid + k->B * k->C;       /* the five products' inputs */
     double dy_out = qkv + 2 * tc + hid + 6 * k->B * k->C; /* and their outputs' gradients */
     pass p;
     /* two modulated norms; two gated adds (x, v in, out: 12 bytes); GELU; proj and fc2
@@ -184,8 +182,9 @@ static pass block_pointwise(const dit_work *x, int l) {
      * (the attention rows rebuilt, the gradients moved back), dy and x cast for the dw and
      * dx products */
     p.b = 2 * 20 * rows / bw + hid / w->act.fwd + hid / w->act.bwd + 2 * rows / w->norm.bwd +
-          (4 * (2 * hid + 2 * rows + att + qkv) + 4 * (qkv + 2 * tc + hid) +
-           2 * order + lp * (dy_out + x_in)) / bw;
+          (4 * (2 * hid + 2 * rows + att + qkv) + 4 * (qkv + 2 * tc + hid) + 2 * order +
+           lp * (dy_out + x_in)) /
+              bw;
     /* the weight pass: GELU again, the attention rows again, the inputs cast again */
     p.wgt = hid / w->act.fwd + ((temporal ? 8 * att : 0) + lp * x_in) / bw;
     return p;
@@ -247,7 +246,10 @@ static pass cost_block(const dit_work *x, int l, bool split) {
     double q8 = int8_pass(x, r);
     double fwd = mm.f + at_f + pw.f + cm.f;
     /* what the slot did not keep, rebuilt before the backward and again before W */
-    double rebuild = (r == DT_PLAN_RERUN_BLOCK ? fwd : r == DT_PLAN_RERUN_ATTENTION ? at_f : 0) + q8;
+    double rebuild = (r == DT_PLAN_RERUN_BLOCK       ? fwd
+                      : r == DT_PLAN_RERUN_ATTENTION ? at_f
+                                                     : 0) +
+                     q8;
     pass k = {.f = fwd + q8, .b = mm.b + at_b + pw.b + cm.b + rebuild};
     if (split)
         k.wgt = mm.wgt + pw.wgt + cm.wgt + rebuild;
@@ -285,7 +287,7 @@ static pass cost_final(const dit_work *x) {
               .b = mm.b + rows / w->norm.bwd + (8 * rows + lp * (tok + rows)) / bw};
     if (w->sg)
         p.f += dt_plan_cost_allreduce(w, w->tp, 8),
-        p.b += dt_plan_cost_allreduce(w, w->tp, (k->P * k->C + k->P + 2 * k->B * k->C) * 4);
+            p.b += dt_plan_cost_allreduce(w, w->tp, (k->P * k->C + k->P + 2 * k->B * k->C) * 4);
     return p;
 }
 
@@ -306,7 +308,9 @@ void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, boo
     for (int c = 0; c < w->pp * w->v; c++) {
         dt_plan_chunk_cost k = {0};
         for (int u = sp->first[c]; u < sp->first[c + 1]; u++) {
-            pass p = u == 0 ? cost_embed(&x) : u > w->L ? cost_final(&x) : cost_block(&x, u - 1, split);
+            pass p = u == 0     ? cost_embed(&x)
+                     : u > w->L ? cost_final(&x)
+                                : cost_block(&x, u - 1, split);
             k.f += p.f, k.b += p.b, k.wgt += p.wgt;
         }
         k.b_fresh = k.b; /* the DiT reruns before every backward */
@@ -353,8 +357,8 @@ double dt_plan_flops_of_buckets(const dt_config *c, const dt_buckets *bk) {
 
 /* The run over buckets: each bucket's step, weighted by its share of the steps. */
 dt_status dt_plan_time_of_buckets(const dt_config *c, const dt_buckets *bk, int world,
-                                 const dt_plan_device *d, const dt_schedule *given,
-                                 dt_plan_time *out) {
+                                  const dt_plan_device *d, const dt_schedule *given,
+                                  dt_plan_time *out) {
     memset(out, 0, sizeof *out);
     for (int k = 0; k < bk->n; k++) {
         dt_config ck = dt_config_of_bucket(c, &bk->b[k]);

@@ -24,10 +24,10 @@ typedef struct dt_plan_work {
     bool gpt2, sg, dit;
     double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles (DiT: T = S tokens a
                                               * clip, F = 4 C / tp) */
-    double B;                      /* sequences (DiT: clips) per micro-batch */
-    double block_floats;           /* a GPT block unit's local weights (its 16-bit cast) */
-    double boundary;               /* bytes of one pipeline boundary message */
-    double mem_bw;                 /* bytes/s a memory-bound kernel streams at */
+    double B;                                /* sequences (DiT: clips) per micro-batch */
+    double block_floats; /* a GPT block unit's local weights (its 16-bit cast) */
+    double boundary;     /* bytes of one pipeline boundary message */
+    double mem_bw;       /* bytes/s a memory-bound kernel streams at */
     /* bytes/s a rank moves in each group's collectives: inside a node, or across nodes */
     double bw_tp, bw_sp, bw_grad, bw_pp, bw_cp;
     int cp;            /* the ring of context parallelism */

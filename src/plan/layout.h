@@ -73,11 +73,11 @@ typedef struct dt_layout {
     int ac_every; /* >= 1 */
     /* pipeline: stages and what the schedule asks of this rank (1 slot, no inbox when pp 1) */
     int n_layer, pp_rank;
-    dt_stage_plan stages;         /* pp 1: one chunk of every unit */
-    bool held[DT_MAX_CHUNKS + 2]; /* units this rank holds: 0 embedding, 1..L, L+1 final */
+    dt_stage_plan stages;          /* pp 1: one chunk of every unit */
+    bool held[DT_MAX_CHUNKS + 2];  /* units this rank holds: 0 embedding, 1..L, L+1 final */
     int n_slots, n_inbox, n_grads; /* dt_layout_set_schedule's; 1, 0 and 1 until then */
-    bool split_backward;          /* the schedule has W actions */
-    bool scheduled;               /* a schedule was set (always true when pp is 1) */
+    bool split_backward;           /* the schedule has W actions */
+    bool scheduled;                /* a schedule was set (always true when pp is 1) */
 } dt_layout;
 
 /* The layout of rank `rank` of a `world`-rank run of c: the mesh (dt_mesh_infer's rule), the

@@ -48,8 +48,8 @@ typedef struct shape {
     int64_t NH, NKV, F, W, A; /* local widths (this tp rank's) */
     int64_t vocab_rows;       /* vocabulary rows per tp rank, rounded up */
     bool held[DT_MAX_CHUNKS + 2];
-    bool acts16; /* bf16 without int8 storage: qkv and att kept in bf16 (models/gpt_ac.c) */
-    bool bf16;   /* bf16 mode: the MLP's h, u kept in bf16 (nn/block.h) */
+    bool acts16;   /* bf16 without int8 storage: qkv and att kept in bf16 (models/gpt_ac.c) */
+    bool bf16;     /* bf16 mode: the MLP's h, u kept in bf16 (nn/block.h) */
     bool act_disk; /* plugin.act_offload = disk */
     bool docs;     /* data.doc_mask: inputs carry document starts, positions restart */
     int positions; /* position rows (RoPE tables, wpe's gradient): T, or with documents the
@@ -159,15 +159,16 @@ static bool holds_kind(const shape *s, ac_kind k) {
 
 static unsigned ac_kept_fields(const shape *s, int l) {
     switch (ac_kind_of(s, l)) {
-    case AC_KEEP_INPUT: return 0;
-    case AC_KEEP_NO_ATTN: return A_ALL & ~(unsigned)A_ATTN_OUT;
-    default: return A_ALL;
+    case AC_KEEP_INPUT:
+        return 0;
+    case AC_KEEP_NO_ATTN:
+        return A_ALL & ~(unsigned)A_ATTN_OUT;
+    default:
+        return A_ALL;
     }
 }
 
-static bool int8_on(const shape *s) {
-    return s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8;
-}
+static bool int8_on(const shape *s) { return s->c->plugin.act_compress == DT_ACT_COMPRESS_INT8; }
 
 /* Bytes of the fields f in fp32 (h, u in bf16 mode: bf16), each piece 64-byte carved. */
 static int64_t fields_bytes(const shape *s, unsigned f) {
@@ -186,9 +187,14 @@ static int64_t fields_bytes(const shape *s, unsigned f) {
 /* plugin.act_compress = int8: each kept tensor of A_INT8 as an int8 [rows, cols] payload and
  * one fp32 scale per row; qkv [N, W/sp], att [Nt, A], x2 [Nr, C], h and u [Nt, F]. */
 static int64_t act_compress_int8_payload(const shape *s, unsigned kept) {
-    struct { unsigned bit; int64_t rows, cols; } t[] = {
-        {A_QKV, s->N, s->W / s->sp}, {A_ATT, s->Nt, s->A}, {A_X2, s->Nr, s->C},
-        {A_H, s->Nt, s->F}, {A_U, s->Nt, s->F}};
+    struct {
+        unsigned bit;
+        int64_t rows, cols;
+    } t[] = {{A_QKV, s->N, s->W / s->sp},
+             {A_ATT, s->Nt, s->A},
+             {A_X2, s->Nr, s->C},
+             {A_H, s->Nt, s->F},
+             {A_U, s->Nt, s->F}};
     int64_t b = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if ((kept & t[i].bit) && !(t[i].bit == A_U && s->gpt2))
@@ -287,8 +293,8 @@ static int64_t acts_arena(const shape *s, int n_slots, bool split) {
         any_block = true;
         if (!s->held[l]) /* the first block of a chunk */
             chunk_bytes = 0;
-        chunk_bytes += (s->act_disk ? 0 : block_slot_bytes(s, l)) +
-                       (split ? block_wgrad_bytes(s) : 0);
+        chunk_bytes +=
+            (s->act_disk ? 0 : block_slot_bytes(s, l)) + (split ? block_wgrad_bytes(s) : 0);
         slot = max64(slot, chunk_bytes);
     }
     b += S * slot;
@@ -483,7 +489,8 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
 }
 
 /* Sharded checkpoints (train/checkpoint.h): the buffer "ckpt.io" (DT_CKPT_IO_BYTES) that the
- * state is checksummed through and that offloaded moments stream through, saved or loaded (never a copy of their size). */
+ * state is checksummed through and that offloaded moments stream through, saved or loaded (never a
+ * copy of their size). */
 #define CKPT_IO_BYTES ((int64_t)8 << 20)
 
 /* The largest buffer allocated for a while and released: a checkpoint save (ckpt.io; async:
@@ -494,14 +501,13 @@ static void predict_state(const shape *s, const int64_t *ucount, int n_units, bo
  * through it); export's whole-state weights, with the local arena gathered over dp and, over more
  * than one tp rank, the tp ranks' arenas side by side; a load from model.init: the weights and the
  * local arena. */
-static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local,
-                                 int64_t own_count, bool export_) {
+static int64_t state_event_bytes(const shape *s, int64_t n_full, int64_t n_local, int64_t own_count,
+                                 bool export_) {
     const dt_config *c = s->c;
     /* GPT-2 under a pipeline with ZeRO 2/3: the end stages sum the tied embedding's gradient
      * through a gathered copy of the tensor (unpadded), every step */
     bool tied_end = s->held[0] || holds_final(s);
-    int64_t tied = s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end ? s->vocab_rows * s->C * F4
-                                                                     : 0;
+    int64_t tied = s->gpt2 && s->pp > 1 && s->zero >= 2 && tied_end ? s->vocab_rows * s->C * F4 : 0;
     bool step_after_save = c->checkpoint.every < c->train.steps; /* not only the last */
     int64_t kinds = c->train.ema_decay > 0 ? 4 : 3;              /* weights, m, v (, the average) */
     int64_t save_ckpt = c->checkpoint.async

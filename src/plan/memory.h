@@ -37,11 +37,11 @@ typedef struct dt_plan_mem {
     int64_t cat[DT_MEM_CAT_COUNT];
     int64_t total;
     /* what the prediction rests on, for --explain and tests */
-    int pp_rank, grad_rank; /* coordinates: pipeline stage, rank in the gradient group */
-    int n_slots, n_inbox, n_grads; /* activation slots; pipeline inbox and boundary gradients */
-    int64_t n_local;        /* floats of this rank's padded parameter arena */
-    int64_t own_count;      /* floats of the arena this rank's ZeRO shard owns */
-    int64_t n_full;         /* floats of the whole model's padded arena (checkpoints) */
+    int pp_rank, grad_rank;         /* coordinates: pipeline stage, rank in the gradient group */
+    int n_slots, n_inbox, n_grads;  /* activation slots; pipeline inbox and boundary gradients */
+    int64_t n_local;                /* floats of this rank's padded parameter arena */
+    int64_t own_count;              /* floats of the arena this rank's ZeRO shard owns */
+    int64_t n_full;                 /* floats of the whole model's padded arena (checkpoints) */
     int64_t acts_arena, temp_arena; /* the carved activation and transient arenas */
     int64_t batch_in, batch_tg;     /* a DiT's batch buffers of inputs and targets */
     int64_t inbox_each;             /* one pipeline inbox buffer (a DiT's), bytes */

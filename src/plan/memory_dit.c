@@ -159,7 +159,8 @@ static int64_t int8_bytes(const dit_rank *k, unsigned f) {
  * (selective), or nothing but its input, a residual position (full). */
 static unsigned kept_fields(const dit_rank *k, int l) {
     switch (dt_plan_ac_rerun(k->r->plugin, l)) {
-    case DT_PLAN_RERUN_BLOCK: return 0;
+    case DT_PLAN_RERUN_BLOCK:
+        return 0;
     case DT_PLAN_RERUN_ATTENTION:
         return model_fields(k) & ~(unsigned)F_ATTN_OUT;
     default:
@@ -287,7 +288,7 @@ static int64_t temp_arena(const dit_rank *k) {
         int64_t lin = max64(Nt * in, max64(k->T * k->Din, k->T * C));
         b += pad64(lin * H2) + (r->training ? pad64(max64(Nt * out, k->T * C) * H2) : 0);
     }
-    b += text0 ? pad64(k->T * C * F4) : 0;        /* the text embedder's GELU output */
+    b += text0 ? pad64(k->T * C * F4) : 0; /* the text embedder's GELU output */
     if (k->T) /* the cross-attention's keys transposed, each clip's key count */
         b += pad64(2 * k->T * k->Ct * F4) + pad64(B * 4);
     if (!r->training)
@@ -295,7 +296,7 @@ static int64_t temp_arena(const dit_rank *k) {
     b += pad64(r->n_grads * pos_stride(k) * F4);       /* the boundary gradient buffers */
     b += r->n_slots * (last ? pad64(Nr * P * F4) : 0); /* each slot's loss gradient */
     b += seq ? pad64(C * P * F4) : 0; /* the patch / final linear gradient summed over rows */
-    b += 2 * rowsC + 2 * rowsF + 2 * rows3 + rows; /* dA dB, dg dh, dqkv dqkvp, dattp */
+    b += 2 * rowsC + 2 * rowsF + 2 * rows3 + rows;      /* dA dB, dg dh, dqkv dqkvp, dattp */
     b += pad64(B * 6 * C * F4) + 3 * pad64(B * C * F4); /* dmod, dc, dts, dth */
     if (k->T)                                           /* the cross-attention's dq, dk, dv */
         b += pad64(Nt * k->Ct * F4) + 2 * pad64(k->T * k->Ct * F4);
@@ -349,8 +350,8 @@ void dt_plan_dit_batch_bytes(const dt_model_config *m, int rows, int64_t *inputs
 
 int64_t dt_plan_dit_boundary_bytes(const dt_model_config *m, int B, int cp, int sp,
                                    int rows_split) {
-    int64_t S = (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) *
-                (m->width / m->patch_w);
+    int64_t S =
+        (int64_t)(m->frames / m->patch_t) * (m->height / m->patch_h) * (m->width / m->patch_w);
     int64_t text = m->text_len > 0 ? (int64_t)B * m->text_len * m->n_embd + B : 0;
     return ((B * S / cp / sp / rows_split + B) * (int64_t)m->n_embd + text) * F4;
 }

@@ -25,18 +25,18 @@ int64_t dt_plan_dit_unit_floats(const dt_model_config *m, int u, int tp);
 double dt_plan_dit_param_count(const dt_model_config *m);
 /* One rank of a DiT run, as the memory model sees it. */
 typedef struct dt_plan_dit_rank {
-    int B;                           /* clips per micro-batch */
-    int sp;                          /* Ulysses degree: this rank's rows are B S / (cp sp) */
-    int cp, cp_chunks;               /* the ring, and the chunks of a clip a ring rank holds */
-    int tp;                          /* Megatron degree: heads and MLP columns split */
-    bool sequence_tp;                /* Megatron-SP: the residual rows split over tp too */
-    bool split;                      /* split backward (zero-bubble): per-slot weight-pass
-                                      * output gradients */
-    int n_slots;                     /* micro-batches whose activations are held at once */
-    int n_grads;                     /* boundary gradient buffers (the schedule's) */
-    const bool *held;                /* [L + 2] units this rank holds */
-    const dt_plugin_config *plugin;  /* ac, ac_every */
-    bool lp, training;               /* 16-bit matmuls; gradients and backward scratch */
+    int B;                          /* clips per micro-batch */
+    int sp;                         /* Ulysses degree: this rank's rows are B S / (cp sp) */
+    int cp, cp_chunks;              /* the ring, and the chunks of a clip a ring rank holds */
+    int tp;                         /* Megatron degree: heads and MLP columns split */
+    bool sequence_tp;               /* Megatron-SP: the residual rows split over tp too */
+    bool split;                     /* split backward (zero-bubble): per-slot weight-pass
+                                     * output gradients */
+    int n_slots;                    /* micro-batches whose activations are held at once */
+    int n_grads;                    /* boundary gradient buffers (the schedule's) */
+    const bool *held;               /* [L + 2] units this rank holds */
+    const dt_plugin_config *plugin; /* ac, ac_every */
+    bool lp, training;              /* 16-bit matmuls; gradients and backward scratch */
 } dt_plan_dit_rank;
 /* Bytes of the DiT's "dit.activations" and "dit.transients" arenas on that rank. */
 void dt_plan_dit_arenas(const dt_model_config *m, const dt_plan_dit_rank *r, int64_t *acts,

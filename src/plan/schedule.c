@@ -17,18 +17,18 @@ static const char *const op_text[DT_SCHED_OP_COUNT] = {"F", "B", "W", "SA", "RA"
  * product overflows an int. */
 #define MAX_ID 1000000
 
-dt_status dt_sched_alloc(int pp, int n_chunks, int n_mb, const int *n_actions,
-                         dt_schedule **out) {
+dt_status dt_sched_alloc(int pp, int n_chunks, int n_mb, const int *n_actions, dt_schedule **out) {
     *out = NULL;
     if (pp < 1 || n_chunks < 1 || n_mb < 1 || pp > MAX_ID || n_mb > MAX_ID ||
         (long long)pp * n_chunks > MAX_ID)
-        return dt_err_set(DT_ERR_ARG, "%s: pp %d, chunks %d, micro-batches %d: each must be in "
-                          "1..%d", __func__, pp, n_chunks, n_mb, MAX_ID);
+        return dt_err_set(DT_ERR_ARG,
+                          "%s: pp %d, chunks %d, micro-batches %d: each must be in "
+                          "1..%d",
+                          __func__, pp, n_chunks, n_mb, MAX_ID);
     long long total = 0;
     for (int r = 0; r < pp; r++) {
         if (n_actions[r] < 0)
-            return dt_err_set(DT_ERR_ARG, "%s: rank %d has %d actions", __func__, r,
-                              n_actions[r]);
+            return dt_err_set(DT_ERR_ARG, "%s: rank %d has %d actions", __func__, r, n_actions[r]);
         total += n_actions[r];
     }
     if (total > 0x7fffffff / 2)
@@ -130,8 +130,7 @@ static int read_id(const char **p, const char *end) {
 }
 
 /* One token [tok, end) (blanks already trimmed) into *a, or a message in err. */
-static bool parse_token(const char *tok, const char *end, dt_sched_action *a, char *err,
-                        size_t n) {
+static bool parse_token(const char *tok, const char *end, dt_sched_action *a, char *err, size_t n) {
     const char *p = tok;
     int stage = read_id(&p, end);
     if (stage < 0) {
@@ -174,7 +173,7 @@ dt_status dt_sched_parse(const char *text, dt_schedule **out) {
     }
     if (pp == 0)
         return dt_err_set(DT_ERR_FORMAT, "schedule: no rows (expected one line of actions per "
-                          "rank, e.g. 0F0,0SA0,0RG0,0B0)");
+                                         "rank, e.g. 0F0,0SA0,0RG0,0B0)");
     int *n_actions = calloc((size_t)pp, sizeof *n_actions);
     if (!n_actions)
         return dt_err_set(DT_ERR_OOM, "%s: %d rows", __func__, pp);

@@ -30,14 +30,19 @@
  * the rank of chunk c - 1 and is matched by RECV_GRAD(c - 1, mb) there. Neighbouring chunks on
  * the same rank (pp = 1) exchange nothing: their F/B simply follow each other. */
 typedef enum dt_sched_op { /* append-only: the text form and saved schedules use these */
-    DT_SCHED_OP_F,         /* forward of chunk `stage` on micro-batch `mb` */
-    DT_SCHED_OP_B,         /* backward: full, or input-gradient only when the schedule has W */
-    DT_SCHED_OP_W,         /* weight-gradient half of a split backward */
-    DT_SCHED_OP_SEND_ACT,  /* send chunk `stage`'s output for `mb` to the next chunk's rank */
-    DT_SCHED_OP_RECV_ACT,  /* receive chunk `stage`'s input for `mb` from the previous chunk */
-    DT_SCHED_OP_SEND_GRAD, /* send d(input of `stage`) for `mb` to the previous chunk's rank */
-    DT_SCHED_OP_RECV_GRAD, /* receive d(output of `stage`) for `mb` from the next chunk's rank */
-    DT_SCHED_OP_COUNT
+                           DT_SCHED_OP_F,        /* forward of chunk `stage` on micro-batch `mb` */
+                           DT_SCHED_OP_B,        /* backward: full, or input-gradient only when the
+                                                    schedule has W */
+                           DT_SCHED_OP_W,        /* weight-gradient half of a split backward */
+                           DT_SCHED_OP_SEND_ACT, /* send chunk `stage`'s output for `mb` to the next
+                                                    chunk's rank */
+                           DT_SCHED_OP_RECV_ACT, /* receive chunk `stage`'s input for `mb` from the
+                                                    previous chunk */
+                           DT_SCHED_OP_SEND_GRAD, /* send d(input of `stage`) for `mb` to the
+                                                     previous chunk's rank */
+                           DT_SCHED_OP_RECV_GRAD, /* receive d(output of `stage`) for `mb` from the
+                                                     next chunk's rank */
+                           DT_SCHED_OP_COUNT
 } dt_sched_op;
 
 /* One step of one rank. All-zero is "forward of chunk 0 on micro-batch 0". */
@@ -49,18 +54,18 @@ typedef struct dt_sched_action {
 
 /* Rank r's actions are actions[row[r] .. row[r+1]), executed in that order. */
 typedef struct dt_schedule {
-    int pp;                   /* ranks in the pipeline */
-    int n_chunks;             /* model chunks per rank (v); 1 unless interleaved */
-    int n_mb;                 /* micro-batches per step */
-    int *row;                 /* [pp + 1] offsets into actions */
-    dt_sched_action *actions; /* [row[pp]] */
+    int pp;                     /* ranks in the pipeline */
+    int n_chunks;               /* model chunks per rank (v); 1 unless interleaved */
+    int n_mb;                   /* micro-batches per step */
+    int *row;                   /* [pp + 1] offsets into actions */
+    dt_sched_action *actions;   /* [row[pp]] */
     int *slots, *inbox, *grads; /* [pp] each rank's dt_sched_slots / _inbox / _grads,
                                  * counted once by dt_sched_count (generators and the parser
                                  * call it); NULL: counted at every call */
-    bool *fresh;              /* [pp * n_chunks * n_mb] dt_sched_fresh's answers, likewise */
-    int split;                /* dt_sched_split's answer, likewise (-1: not counted) */
-    uint64_t serial;          /* unique among the schedules this process made (the time
-                               * model's replay memo tells schedules apart by it) */
+    bool *fresh;                /* [pp * n_chunks * n_mb] dt_sched_fresh's answers, likewise */
+    int split;                  /* dt_sched_split's answer, likewise (-1: not counted) */
+    uint64_t serial;            /* unique among the schedules this process made (the time
+                                 * model's replay memo tells schedules apart by it) */
 } dt_schedule;
 
 /* An empty schedule with room for n_actions[r] actions on rank r (zeroed: fill them in).
@@ -130,11 +135,11 @@ dt_status dt_sched_validate(const dt_schedule *s, const dt_sched_limits *limits)
  * a receive completes when its send has run. For interleaved the unit is one chunk, which
  * leaves the fractions unchanged. */
 typedef struct dt_sched_stats {
-    int makespan;        /* time at which the last rank finishes */
-    int busy;            /* compute time of the busiest rank */
-    int idle;            /* sum over ranks of (makespan - own compute time) */
-    double bubble;       /* idle / (pp * makespan) */
-    int peak_in_flight;  /* max over ranks of dt_sched_peak_in_flight */
+    int makespan;       /* time at which the last rank finishes */
+    int busy;           /* compute time of the busiest rank */
+    int idle;           /* sum over ranks of (makespan - own compute time) */
+    double bubble;      /* idle / (pp * makespan) */
+    int peak_in_flight; /* max over ranks of dt_sched_peak_in_flight */
 } dt_sched_stats;
 
 /* The schedule must be valid (DT_ERR_ARG with the validator's message otherwise). */

@@ -120,8 +120,8 @@ static dt_status place_comm(const order *o, dt_schedule **out) {
     for (int r = 0; r < pp; r++) {
         event *e = ev + r * ecap;
         for (int i = 0; i < o->n[r]; i++)
-            e[n_ev[r]++] = (event){.time = start[r * o->cap + i], .cls = 1,
-                                   .a = o->a[r * o->cap + i]};
+            e[n_ev[r]++] =
+                (event){.time = start[r * o->cap + i], .cls = 1, .a = o->a[r * o->cap + i]};
     }
     for (int c = 0; c < C; c++) {
         for (int mb = 0; mb < m; mb++) {
@@ -173,9 +173,11 @@ fail:
 static dt_status check_sizes(const char *who, int pp, int n_mb, int n_chunks) {
     if (pp < 1 || n_mb < 1 || n_chunks < 1 || pp > 4096 || n_mb > 1 << 16 || n_chunks > 64 ||
         (long long)pp * n_chunks * n_mb > 1 << 22)
-        return dt_err_set(DT_ERR_ARG, "%s: pp %d, micro-batches %d, chunks %d: need pp in "
+        return dt_err_set(DT_ERR_ARG,
+                          "%s: pp %d, micro-batches %d, chunks %d: need pp in "
                           "1..4096, micro-batches in 1..65536, chunks in 1..64 and at most 2^22 "
-                          "(chunk, micro-batch) pairs", who, pp, n_mb, n_chunks);
+                          "(chunk, micro-batch) pairs",
+                          who, pp, n_mb, n_chunks);
     return DT_OK;
 }
 
@@ -239,9 +241,10 @@ dt_status dt_sched_interleaved(int pp, int n_mb, int n_chunks, dt_schedule **out
     *out = NULL;
     DT_TRY(check_sizes(__func__, pp, n_mb, n_chunks));
     if (n_mb % pp != 0)
-        return dt_err_set(DT_ERR_ARG, "%s: micro-batches %d %% pp %d != 0: the interleaved order "
-                          "runs micro-batches through the chunks in rounds of pp", __func__,
-                          n_mb, pp);
+        return dt_err_set(DT_ERR_ARG,
+                          "%s: micro-batches %d %% pp %d != 0: the interleaved order "
+                          "runs micro-batches through the chunks in rounds of pp",
+                          __func__, n_mb, pp);
     const int v = n_chunks, total = n_mb * v;
     order o;
     DT_TRY(order_init(&o, pp, v, n_mb, false));

@@ -27,7 +27,7 @@ struct dt_pipeline {
     int rank, n_mb;
     bool split; /* the schedule has W actions */
     pool slots, grads;
-    float **inbox;         /* [n_inbox] landing buffers of inputs received ahead of their F */
+    float **inbox;          /* [n_inbox] landing buffers of inputs received ahead of their F */
     int n_inbox, *inbox_of; /* [n_chunks][n_mb] inbox holding a (chunk, mb)'s input, -1 */
     bool *inbox_busy;
     dt_mem *mem;
@@ -50,13 +50,16 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
                            dt_mem *mem, dt_pipeline **out) {
     *out = NULL;
     if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
-        return dt_err_set(DT_ERR_ARG, "pipeline: the schedule is for pp %d x %d chunks, the "
-                          "model is cut into pp %d x %d chunks over %d ranks", s->pp,
-                          s->n_chunks, plan->pp, plan->v, pp->size);
+        return dt_err_set(DT_ERR_ARG,
+                          "pipeline: the schedule is for pp %d x %d chunks, the "
+                          "model is cut into pp %d x %d chunks over %d ranks",
+                          s->pp, s->n_chunks, plan->pp, plan->v, pp->size);
     int need = dt_sched_slots(s, pp->rank);
     if (need > n_slots)
-        return dt_err_set(DT_ERR_ARG, "pipeline: rank %d needs %d activation slots, the model "
-                          "has %d", pp->rank, need, n_slots);
+        return dt_err_set(DT_ERR_ARG,
+                          "pipeline: rank %d needs %d activation slots, the model "
+                          "has %d",
+                          pp->rank, need, n_slots);
     if ((need = dt_sched_grads(s, pp->rank)) > n_grads)
         return dt_err_set(DT_ERR_ARG,
                           "pipeline: rank %d needs %d gradient buffers, the model "
@@ -64,8 +67,10 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
                           pp->rank, need, n_grads);
     if (tag_of(&(dt_pipeline){.plan = plan, .n_mb = s->n_mb}, MSG_GRAD, plan->n_chunks, 0) >
         MAX_TAG)
-        return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: %d chunks x %d micro-batches need "
-                          "more message tags than MPI guarantees", plan->n_chunks, s->n_mb);
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "pipeline: %d chunks x %d micro-batches need "
+                          "more message tags than MPI guarantees",
+                          plan->n_chunks, s->n_mb);
     dt_pipeline *p = calloc(1, sizeof *p);
     if (!p)
         return dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
@@ -124,8 +129,8 @@ void dt_pipeline_free(dt_pipeline *p) {
 
 /* ---- slots and messages ------------------------------------------------------------------ */
 
-static dt_status wait_traced(dt_pipeline *p, dt_comm_req *req, dt_span_kind kind, int chunk,
-                             int mb, dt_trace *trace, int step) {
+static dt_status wait_traced(dt_pipeline *p, dt_comm_req *req, dt_span_kind kind, int chunk, int mb,
+                             dt_trace *trace, int step) {
     if (!req->active)
         return DT_OK;
     double t0 = trace ? dt_trace_now(trace) : 0;
@@ -175,7 +180,8 @@ static int64_t boundary_bytes(const dt_pipeline *p, const dt_pipeline_batch *b) 
 static dt_batch micro_batch(const dt_pipeline_batch *b, int mb) {
     return (dt_batch){.input = (const char *)b->inputs + (size_t)mb * b->input_bytes,
                       .target = (const char *)b->targets + (size_t)mb * b->target_bytes,
-                      .B = b->B, .T = b->T};
+                      .B = b->B,
+                      .T = b->T};
 }
 
 /* ---- one step ------------------------------------------------------------------------------ */
@@ -210,9 +216,8 @@ static dt_status drain(dt_pipeline *p) {
     return st;
 }
 
-static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
-                            const dt_pipeline_batch *b, dt_trace *trace, int step,
-                            double *loss_sum) {
+static dt_status run_action(dt_pipeline *p, const dt_sched_action *a, const dt_pipeline_batch *b,
+                            dt_trace *trace, int step, double *loss_sum) {
     int c = a->stage, mb = a->mb, k = idx(p, c, mb), slot = -1, grad = -1;
     int last = p->plan->n_chunks - 1;
     int64_t bytes = boundary_bytes(p, b);
@@ -227,12 +232,12 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
         while (i < p->n_inbox && p->inbox_busy[i])
             i++;
         if (i == p->n_inbox)
-            return dt_err_set(DT_ERR_ARG, "pipeline: no free inbox for chunk %d micro-batch %d",
-                              c, mb);
+            return dt_err_set(DT_ERR_ARG, "pipeline: no free inbox for chunk %d micro-batch %d", c,
+                              mb);
         p->inbox_busy[i] = true;
         p->inbox_of[k] = i;
-        return dt_comm_recv(p->pp, p->inbox[i], bytes, peer_of(p, c - 1),
-                            tag_of(p, MSG_ACT, c, mb), &p->recv_act[k]);
+        return dt_comm_recv(p->pp, p->inbox[i], bytes, peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb),
+                            &p->recv_act[k]);
     }
     case DT_SCHED_OP_F:
         DT_TRY(take(p, &p->slots, c, mb, trace, step, &slot));
@@ -290,13 +295,12 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a,
             give(p, &p->slots, c, mb);
         return DT_OK;
     default:
-        return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: action %d is not executed",
-                          (int)a->op);
+        return dt_err_set(DT_ERR_UNSUPPORTED, "pipeline: action %d is not executed", (int)a->op);
     }
 }
 
-dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *trace,
-                          int step, double *loss_sum) {
+dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *trace, int step,
+                          double *loss_sum) {
     *loss_sum = 0;
     DT_TRY(reset(p));
     int n;
@@ -311,8 +315,7 @@ dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *
     return st != DT_OK ? st : sd;
 }
 
-dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
-                           double *loss_sum) {
+dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb, double *loss_sum) {
     *loss_sum = 0;
     int last = p->plan->n_chunks - 1;
     int64_t bytes = boundary_bytes(p, b);
