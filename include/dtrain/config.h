@@ -29,6 +29,9 @@ typedef enum dt_dit_attn {
     DT_DIT_ATTN_COUNT
 } dt_dit_attn;
 
+/* The largest timestep shift a DiT takes (model.timestep_shift). */
+#define DT_DIT_MAX_SHIFT 1000.0f
+
 /* A DiT's text: at most this many tokens, embeddings at most this wide. */
 enum { DT_DIT_MAX_TEXT = 1024, DT_DIT_MAX_TEXT_DIM = 16384 };
 /* Where training batches come from (data.source): token shards (data.train, data.val), or
@@ -98,6 +101,12 @@ typedef struct dt_model_config {
     int n_classes;
     dt_dit_attn attn;
     int text_len, text_dim;
+    /* The rectified flow's timestep shift s (SD3's, Open-Sora 1.2's timestep transform):
+     * training draws t' = s t / (1 + (s - 1) t) for the logit-normal t, and the sampler steps
+     * through the same warped times. s > 1 trains and samples more at high noise, where the
+     * layout of a clip that repeats its content over many pixels is still undecided; 1 (or
+     * 0) = no shift. */
+    float timestep_shift;
 } dt_model_config;
 
 typedef struct dt_data_config {

@@ -103,6 +103,7 @@ static const field fields[] = {
     F_ENUM(model, attn, dt_dit_attn, dit_attn_names),
     F_INT(model, text_len),
     F_INT(model, text_dim),
+    F_FLOAT(model, timestep_shift),
     F_STR(data, "train", train),
     F_STR(data, "val", val),
     F_STR(data, "tokenizer", tokenizer),
@@ -229,7 +230,7 @@ void dt_config_defaults(dt_config *c) {
     m->rope_theta = 10000.0f, m->norm_eps = 1e-5f;
     m->frames = 8, m->channels = 3, m->height = 16, m->width = 16;
     m->patch_t = 1, m->patch_h = 2, m->patch_w = 2;
-    m->n_classes = 0, m->attn = DT_DIT_ATTN_FULL;
+    m->n_classes = 0, m->attn = DT_DIT_ATTN_FULL, m->timestep_shift = 1.0f;
     set_str(c->data.train, "data/fortunes/train.bin");
     set_str(c->data.val, "data/fortunes/val.bin");
     c->data.shuffle = false;

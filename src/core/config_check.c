@@ -107,6 +107,9 @@ static void check_dit(const dt_config *c, problems *p) {
     if (m->text_dim < 0 || m->text_dim > DT_DIT_MAX_TEXT_DIM)
         problem(p, false, "model.text_dim=%d must be in 0..%d (0 = the caption's bytes)",
                 m->text_dim, DT_DIT_MAX_TEXT_DIM);
+    if (!(m->timestep_shift >= 0 && m->timestep_shift <= DT_DIT_MAX_SHIFT))
+        problem(p, false, "model.timestep_shift=%g must be in 0..%g (0 or 1 = no shift)",
+                (double)m->timestep_shift, (double)DT_DIT_MAX_SHIFT);
     if (m->n_embd > 0 && m->n_embd < 6)
         problem(p, false, "model.n_embd=%d is too small for the DiT's 3-D position code (>= 6)",
                 m->n_embd);
@@ -127,6 +130,11 @@ static void check_model(const dt_config *c, problems *p) {
                 "model.text_len=%d, text_dim=%d: text conditioning is a DiT's "
                 "(model.arch=dit)",
                 m->text_len, m->text_dim);
+    else if (m->timestep_shift != 1.0f && m->timestep_shift != 0.0f)
+        problem(p, false,
+                "model.timestep_shift=%g: the flow's timestep shift is a DiT's "
+                "(model.arch=dit)",
+                (double)m->timestep_shift);
     POSITIVE(p, model, n_layer);
     POSITIVE(p, model, n_head);
     POSITIVE(p, model, n_embd);

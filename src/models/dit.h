@@ -55,6 +55,7 @@ typedef struct dt_dit_config {
     dt_dit_attn attn;
     int text_len; /* Lt: text tokens a clip attends to; 0: no text */
     int text_dim; /* width of precomputed text embeddings; 0: the caption's bytes */
+    float shift;  /* the flow's timestep shift (model.timestep_shift; 0 or 1: none) */
 } dt_dit_config;
 
 /* Fixed sizes of every DiT (the DiT paper's choices). */

@@ -17,6 +17,23 @@ static const char *const SIZE_KEYS[] = {"n_layer",   "n_head", "n_embd",   "fram
                                         "height",    "width",  "patch_t",  "patch_h", "patch_w",
                                         "n_classes", "attn",   "text_len", "text_dim"};
 enum { N_SIZES = sizeof SIZE_KEYS / sizeof SIZE_KEYS[0], ATTN = 11, FIRST_OPTIONAL = 12 };
+/* Not a size (a file's weights serve any shift), but how its sampler steps: written beside
+ * them, read back by whoever samples the file (absent: 1, no shift). */
+static const char SHIFT_KEY[] = "timestep_shift";
+
+/* The file's timestep shift into *shift: a number in 0..DT_DIT_MAX_SHIFT, or absent. */
+static dt_status read_shift(const dt_st_file *f, const char *path, float *shift) {
+    const char *v = dt_st_metadata(f, SHIFT_KEY);
+    if (!v)
+        return DT_OK;
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || end == v || !(x >= 0 && x <= DT_DIT_MAX_SHIFT))
+        return dt_err_set(DT_ERR_FORMAT, "%s: metadata %s = %.32s is not in 0..%g", path, SHIFT_KEY,
+                          v, (double)DT_DIT_MAX_SHIFT);
+    *shift = (float)x;
+    return DT_OK;
+}
 
 static void size_values(const dt_model_config *c, int64_t v[N_SIZES]) {
     int64_t x[N_SIZES] = {c->n_layer,   c->n_head,        c->n_embd,   c->frames,  c->channels,
@@ -147,6 +164,10 @@ static dt_status save(const void *s, const float *w, const char *path) {
         snprintf(text, sizeof text, "%lld", (long long)v[k]);
         st = dt_st_writer_set_metadata(wr, SIZE_KEYS[k], text);
     }
+    char shift[32];
+    snprintf(shift, sizeof shift, "%.9g", (double)config(s)->timestep_shift);
+    if (st == DT_OK)
+        st = dt_st_writer_set_metadata(wr, SHIFT_KEY, shift);
     for (int i = 0; i < dt_dit_n_full_params(d) && st == DT_OK; i++) {
         const dt_param *p = dt_dit_full_param(d, i);
         st = dt_st_writer_add(wr, p->name, DT_ST_F32, p->ndim, p->shape, w + p->offset);
@@ -203,6 +224,9 @@ dt_status dt_dit_config_from_file(const char *path, dt_model_config *cfg) {
             st = dt_err_set(DT_ERR_FORMAT, "%s: metadata %s = %.32s is not a valid dit size", path,
                             SIZE_KEYS[k], v);
     }
+    c.timestep_shift = 1.0f;
+    if (st == DT_OK)
+        st = read_shift(f, path, &c.timestep_shift);
     dt_st_close(f);
     if (st == DT_OK)
         *cfg = c;

@@ -47,6 +47,9 @@ dt_status dt_dit_check_config(const dt_dit_config *c) {
                           c->n_embd);
     if (c->n_classes < 0)
         return dt_err_set(DT_ERR_ARG, "dit: n_classes = %d must be >= 0", c->n_classes);
+    if (!(c->shift >= 0 && c->shift <= DT_DIT_MAX_SHIFT))
+        return dt_err_set(DT_ERR_ARG, "dit: timestep shift = %g must be in 0..%g (0, 1: none)",
+                          (double)c->shift, (double)DT_DIT_MAX_SHIFT);
     if (c->text_len < 0 || c->text_len > DT_DIT_MAX_TEXT)
         return dt_err_set(DT_ERR_ARG, "dit: text_len = %d is not in 0..%d", c->text_len,
                           DT_DIT_MAX_TEXT);
@@ -137,7 +140,8 @@ dt_dit_config dt_dit_config_from_model(const dt_model_config *m) {
                            .n_classes = m->n_classes,
                            .attn = m->attn,
                            .text_len = m->text_len,
-                           .text_dim = m->text_dim};
+                           .text_dim = m->text_dim,
+                           .shift = m->timestep_shift};
 }
 
 /* ---- parameter tables -------------------------------------------------------------------- */

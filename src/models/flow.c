@@ -17,18 +17,30 @@ struct dt_flow {
     int32_t *labels;
 };
 
-float dt_flow_timestep(uint64_t seed, int64_t index) {
+float dt_flow_shift(float t, float shift) {
+    if (shift == 0.0f) /* a config's zero: no shift */
+        return t;
+    return shift * t / (1.0f + (shift - 1.0f) * t);
+}
+
+float dt_flow_timestep(uint64_t seed, int64_t index, float shift) {
     float n;
     dt_rng_fill_normal(seed, "flow.t", index, 1, 0.0f, 1.0f, &n);
-    return 1.0f / (1.0f + expf(-n));
+    return dt_flow_shift(1.0f / (1.0f + expf(-n)), shift);
+}
+
+/* The time at Euler step s of `steps`: 1 - s / steps, shifted (steps: 0 at the end). */
+static float step_time(int s, int steps, float shift) {
+    return dt_flow_shift(1.0f - (float)s / (float)steps, shift);
 }
 
 void dt_flow_noise(uint64_t seed, int64_t index, int64_t n, float *out) {
     dt_rng_fill_normal(seed, "flow.noise", index * n, n, 0.0f, 1.0f, out);
 }
 
-float dt_flow_make_row(uint64_t seed, int64_t index, int64_t numel, float *x_t, float *v) {
-    float t = dt_flow_timestep(seed, index);
+float dt_flow_make_row(uint64_t seed, int64_t index, float shift, int64_t numel, float *x_t,
+                       float *v) {
+    float t = dt_flow_timestep(seed, index, shift);
     dt_flow_noise(seed, index, numel, x_t);
     for (int64_t i = 0; i < numel; i++) {
         float x0 = v[i], eps = x_t[i];
@@ -114,7 +126,8 @@ static const int32_t *make_batch(dt_flow *f, const float *x0, const int32_t *lab
     int64_t n = f->clip;
     for (int b = 0; b < B; b++) {
         memcpy(f->v + b * n, x0 + b * n, (size_t)n * sizeof *x0);
-        f->t[b] = dt_flow_make_row(seed, index0 + b, n, f->xt + b * n, f->v + b * n);
+        f->t[b] = dt_flow_make_row(seed, index0 + b, dt_dit_config_of(f->d)->shift, n,
+                                   f->xt + b * n, f->v + b * n);
     }
     if (!labels)
         return NULL;
@@ -157,8 +170,9 @@ dt_status dt_flow_sample(dt_flow *f, int B, int steps, uint64_t seed, const int3
         f->labels[b] = null;
     }
     const float *vel = dt_dit_output(f->d);
+    float shift = dt_dit_config_of(f->d)->shift;
     for (int s = 0; s < steps; s++) {
-        float t = 1.0f - (float)s / (float)steps, dt = 1.0f / (float)steps;
+        float t = step_time(s, steps, shift), dt = t - step_time(s + 1, steps, shift);
         for (int b = 0; b < B; b++)
             f->t[b] = t;
         if (cfg) { /* v(null) first, kept in f->v */
@@ -228,7 +242,7 @@ dt_status dt_flow_sample_model(dt_model *m, dt_mem *mem, int K, int steps, uint6
         dt_flow_noise(seed, k, n, out + (size_t)k * n);
     dt_batch b = {.input = rows, .B = K, .T = dt_dit_tokens(&c)};
     for (int s = 0; st == DT_OK && s < steps; s++) {
-        float t = 1.0f - (float)s / (float)steps, dt = 1.0f / (float)steps;
+        float t = step_time(s, steps, c.shift), dt = t - step_time(s + 1, steps, c.shift);
         if (cfg) { /* v(null) first */
             fill_rows(rows, &c, out, K, t, NULL, NULL);
             st = dt_model_predict(m, &b, vn);

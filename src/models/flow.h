@@ -4,12 +4,15 @@
  * Training: for clip x_0 with noise eps ~ N(0, I) and t in (0, 1),
  *     x_t = (1 - t) x_0 + t eps,   target v = eps - x_0 (dx_t / dt),   loss = mean (v_pred - v)^2.
  * t is logit-normal, t = sigmoid(n), n ~ N(0, 1) (Esser et al., SD3, section 3.1; Open-Sora
- * 1.2's choice), which puts most samples at mid noise levels where the velocity is hardest.
- * Everything random is a pure function of (seed, the clip's global index): a clip gets the
- * same t, noise and label drop whatever the batch, micro-batch or rank it lands in.
+ * 1.2's choice), which puts most samples at mid noise levels where the velocity is hardest,
+ * then shifted by the model's s (model.timestep_shift): t' = s t / (1 + (s - 1) t), the same
+ * as sigmoid(n + ln s) (SD3 section 5.3.2, Open-Sora 1.2's timestep transform): a clip that
+ * repeats its content over many pixels stays legible under more noise, and s > 1 trains more
+ * where its layout is still undecided.
  *
- * Sampling integrates dx/dt = v from pure noise at t = 1 to t = 0 in N Euler steps, with
- * optional classifier-free guidance v = v(null) + s (v(label) - v(null)).
+ * Sampling integrates dx/dt = v from pure noise at t = 1 to t = 0 in N Euler steps (at the
+ * shifted times of 1 - i / N, so s > 1 spends more of them at high noise), with optional
+ * classifier-free guidance v = v(null) + s (v(label) - v(null)).
  *
  * A dt_flow owns the batch buffers it needs (sized for the model's B at init, through the
  * accountant); single-threaded control.
@@ -25,14 +28,17 @@
 #include "models/dit.h"
 #include "models/model.h"
 
-/* t of the clip with global index `index`: sigmoid of a standard normal, in (0, 1). */
-float dt_flow_timestep(uint64_t seed, int64_t index);
+/* t shifted by s: s t / (1 + (s - 1) t); 0 and 1 stay, s = 1 (or 0: unset) returns t. */
+float dt_flow_shift(float t, float shift);
+/* t of the clip with global index `index`: sigmoid of a standard normal, shifted. */
+float dt_flow_timestep(uint64_t seed, int64_t index, float shift);
 /* Noise of the clip with global index `index`: n standard normals. */
 void dt_flow_noise(uint64_t seed, int64_t index, int64_t n, float *out);
 /* A training row of clip `index` from its clip x_0 (numel values, in v on entry): the noised
  * clip x_t = (1 - t) x_0 + t eps into x_t and the velocity eps - x_0 over v, with noise and t
- * of (seed, index); returns t. What every clip source hands the model. */
-float dt_flow_make_row(uint64_t seed, int64_t index, int64_t numel, float *x_t, float *v);
+ * of (seed, index) (t shifted); returns t. What every clip source hands the model. */
+float dt_flow_make_row(uint64_t seed, int64_t index, float shift, int64_t numel, float *x_t,
+                       float *v);
 /* Whether clip `index`'s label is dropped (replaced by the null class) with probability p. */
 bool dt_flow_drop_label(uint64_t seed, int64_t index, float p);
 

@@ -682,6 +682,13 @@ dt_status dt_ckpt_model_config(const char *folder, dt_model_config *c) {
         c->max_seq_len = (int)max_seq_len;
         c->rope_theta = (float)theta->valuedouble;
         c->norm_eps = (float)eps->valuedouble;
+        const cJSON *shift = cJSON_GetObjectItemCaseSensitive(m, "timestep_shift");
+        c->timestep_shift = shift ? (float)cJSON_GetNumberValue(shift) : 1.0f;
+        if (st == DT_OK && !(c->timestep_shift >= 0 && c->timestep_shift <= DT_DIT_MAX_SHIFT))
+            st = dt_err_set(DT_ERR_FORMAT,
+                            "%s/manifest.json: \"model\": timestep_shift is not "
+                            "a number in 0..%g",
+                            folder, (double)DT_DIT_MAX_SHIFT);
         dt_config whole = {.model = *c}; /* a DiT's sequence is its clip's patch tokens */
         dt_config_derive(&whole);
         *c = whole.model;

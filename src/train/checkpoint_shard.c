@@ -191,6 +191,8 @@ static cJSON *model_json(const dt_model *g) {
     cJSON_AddNumberToObject(j, "max_seq_len", c->max_seq_len);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
+    if (c->arch == DT_ARCH_DIT)
+        cJSON_AddNumberToObject(j, "timestep_shift", c->timestep_shift);
     return j;
 }
 

@@ -22,6 +22,7 @@ typedef struct clip_src {
     float dropout; /* chance a clip's label and text become the null condition */
     int64_t numel; /* floats per clip */
     int text_len, text_dim; /* the model's (0: no text) */
+    float shift;            /* the model's timestep shift */
     int64_t text_floats;    /* of an input row */
     int64_t row_floats;     /* an input row: clip, t, label, text */
     int B;         /* global batch */
@@ -104,7 +105,7 @@ static dt_status src_rows(const void *self, int row0, int n, void *input, void *
               *tg = (float *)target + (int64_t)r * s->numel;
         int32_t label;
         DT_TRY(clip_of(s, index, tg, &label));
-        in[s->numel] = dt_flow_make_row(s->seed, index, s->numel, in, tg);
+        in[s->numel] = dt_flow_make_row(s->seed, index, s->shift, s->numel, in, tg);
         in[s->numel + 1] = (float)label;
         if (s->text_floats)
             DT_TRY(text_of(s, index, in + s->numel + 2));
@@ -164,6 +165,7 @@ static dt_status open_source(const dt_model_config *m, int B, uint64_t seed, dt_
     c->numel = dt_dit_clip_numel(&dc);
     c->text_len = m->text_len;
     c->text_dim = m->text_dim;
+    c->shift = m->timestep_shift;
     c->text_floats = dt_dit_text_floats(&dc);
     c->row_floats = dt_dit_input_floats(&dc);
     *s = (dt_source){.ops = &clip_ops, .self = c};

@@ -289,6 +289,10 @@ static void test_validate(void) {
         DT_CHECK_OK(dt_config_validate(&c));
     }
     BAD(A, "model.n_layer=0 must be > 0", "model.n_layer=0");
+    BAD(A, "model.timestep_shift=3: the flow's timestep shift is a DiT's",
+        "model.timestep_shift=3");
+    BAD(A, "model.timestep_shift=-1 must be in 0..1000 (0 or 1 = no shift)", "model.arch=dit",
+        "data.source=bounce", "model.timestep_shift=-1");
     BAD(A, "model.n_head=-1 must be > 0", "model.n_head=-1");
     BAD(A, "model.n_embd=0 must be > 0", "model.n_embd=0");
     BAD(A, "model.vocab_size=0 must be > 0", "model.vocab_size=0");

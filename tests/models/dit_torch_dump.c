@@ -130,7 +130,7 @@ static dt_status dump(const char *path, dt_dit_attn attn, int n_classes, int tex
     dt_rng_fill_normal(SEED, "dump.x0", 0, all, 0.0f, 1.0f, x0);
     for (int b = 0; b < B; b++) {
         /* the trainer's draws: logit-normal t and per-clip noise */
-        t[b] = dt_flow_timestep(SEED, b);
+        t[b] = dt_flow_timestep(SEED, b, 1);
         dt_flow_noise(SEED, b, clip, eps + b * clip);
         /* a label per clip; the last clip gets the null class (classifier-free training) */
         labels[b] = b == B - 1 ? n_classes : (int32_t)(dt_rng_u64(SEED, "dump.y", b) %

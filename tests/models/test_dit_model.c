@@ -319,6 +319,7 @@ static void check_slots_stages_ac(dt_dit_attn attn) {
 /* Sizes, files and the sampler. */
 static void check_files_and_sampler(void) {
     dt_model_config mc = tiny(DT_DIT_ATTN_FULL);
+    mc.timestep_shift = 2.5f; /* travels with the file; both samplers step by it */
     dt_dit_config c = dt_dit_config_from_model(&mc);
     dt_mem *mem;
     DT_CHECK_OK(dt_mem_init(&mem));
@@ -383,8 +384,9 @@ static void check_files_and_sampler(void) {
     dt_model_config fc = {.arch = DT_ARCH_GPT2, .n_layer = 9};
     DT_CHECK_OK(dt_model_config_from_file(path, &fc));
     DT_CHECK(fc.arch == DT_ARCH_DIT && fc.n_layer == 3 && fc.height == 6 && fc.patch_h == 2 &&
-                 fc.n_classes == 3,
-             "config_from_file: arch %d, n_layer %d", (int)fc.arch, fc.n_layer);
+                 fc.n_classes == 3 && fc.timestep_shift == 2.5f,
+             "config_from_file: arch %d, n_layer %d, shift %g", (int)fc.arch, fc.n_layer,
+             (double)fc.timestep_shift);
     dt_model_config other = mc;
     other.n_embd = 18;
     dt_model *m2 = create(&other, (dt_model_opts){.B = 1}, mem);

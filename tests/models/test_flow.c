@@ -1,12 +1,14 @@
 /* Rectified flow over the DiT:
- *   - t is logit-normal: logit(t) of many clips has mean 0 and standard deviation 1;
+ *   - t is logit-normal: logit(t) of many clips has mean 0 and standard deviation 1; shifted
+ *     by s it is sigmoid(logit(t) + ln s), recomputed here;
  *   - the loss is the mean squared error against v = eps - x0 at x_t = (1 - t) x0 + t eps,
  *     recomputed here from the noise and t the flow exposes; its gradient matches finite
  *     differences;
  *   - everything is a function of (seed, clip index): a clip's loss term is the same alone or
  *     inside a batch;
  *   - the Euler sampler's one step is x = eps - v(eps, 1); guidance 0 is the null label's
- *     sample, guidance 1 the conditional one;
+ *     sample, guidance 1 the conditional one; shifted by s, two steps stop at
+ *     t = s / (1 + s) (the shift of 1/2), recomputed here;
  *   - a tiny DiT trained with AdamW on bouncing shapes lowers the loss within 60 steps.
  */
 #include <math.h>
@@ -33,7 +35,7 @@ static void check_timesteps(void) {
     double s = 0, s2 = 0;
     bool in = true;
     for (int i = 0; i < n; i++) {
-        float t = dt_flow_timestep(9, i);
+        float t = dt_flow_timestep(9, i, 1);
         in &= t > 0 && t < 1;
         double l = log(t / (1 - t));
         s += l, s2 += l * l;
@@ -41,15 +43,29 @@ static void check_timesteps(void) {
     double mean = s / n, sd = sqrt(s2 / n - mean * mean);
     DT_CHECK(in, "a t outside (0, 1)");
     DT_CHECK(fabs(mean) < 0.03 && fabs(sd - 1) < 0.03, "logit(t): mean %.3f sd %.3f", mean, sd);
-    DT_CHECK(dt_flow_timestep(9, 5) == dt_flow_timestep(9, 5) &&
-                 dt_flow_timestep(9, 5) != dt_flow_timestep(9, 6) &&
-                 dt_flow_timestep(9, 5) != dt_flow_timestep(10, 5),
+    DT_CHECK(dt_flow_timestep(9, 5, 1) == dt_flow_timestep(9, 5, 1) &&
+                 dt_flow_timestep(9, 5, 1) != dt_flow_timestep(9, 6, 1) &&
+                 dt_flow_timestep(9, 5, 1) != dt_flow_timestep(10, 5, 1),
              "t is not a function of (seed, index)");
     int dropped = 0;
     for (int i = 0; i < n; i++)
         dropped += dt_flow_drop_label(9, i, 0.1f);
     DT_CHECK(fabs(dropped / (double)n - 0.1) < 0.01, "label drop rate %.3f, want 0.1",
              dropped / (double)n);
+}
+
+/* The shift moves logit(t) by ln s (SD3's identity for s t / (1 + (s - 1) t)); 0 and 1 keep t,
+ * and the ends stay. */
+static void check_shifted_timesteps(void) {
+    double worst = 0;
+    for (int i = 0; i < 2000; i++) {
+        double t = dt_flow_timestep(9, i, 1), want = 1 / (1 + exp(-(log(t / (1 - t)) + log(3))));
+        worst = fmax(worst, fabs(dt_flow_timestep(9, i, 3) - want));
+        DT_CHECK(dt_flow_timestep(9, i, 0) == (float)t, "shift 0 moved t");
+    }
+    DT_CHECK(worst < 2e-6, "shifted t off sigmoid(logit t + ln 3) by %g", worst);
+    DT_CHECK(dt_flow_shift(0, 4) == 0 && dt_flow_shift(1, 4) == 1 && dt_flow_shift(0.3f, 1) == 0.3f,
+             "the shift moves an end, or s = 1 moves t");
 }
 
 static void check_mse(void) {
@@ -77,8 +93,8 @@ typedef struct setup {
     int64_t clip;
 } setup;
 
-static bool make(setup *s, int B, float p_uncond) {
-    s->c = tiny();
+static bool make_with(setup *s, dt_dit_config c, int B, float p_uncond) {
+    s->c = c;
     s->B = B;
     s->clip = dt_dit_clip_numel(&s->c);
     s->d = NULL;
@@ -91,6 +107,8 @@ static bool make(setup *s, int B, float p_uncond) {
     DT_CHECK_OK(dt_flow_init(s->d, &(dt_flow_opts){.p_uncond = p_uncond}, s->mem, &s->f));
     return s->f != NULL;
 }
+
+static bool make(setup *s, int B, float p_uncond) { return make_with(s, tiny(), B, p_uncond); }
 
 static void drop(setup *s) {
     dt_flow_free(s->f);
@@ -111,7 +129,7 @@ static void check_objective(void) {
     int32_t lab[3];
     dt_bounce_batch(&bc, 4, 100, 3, x0, lab);
     for (int b = 0; b < 3; b++) {
-        t[b] = dt_flow_timestep(77, 100 + b);
+        t[b] = dt_flow_timestep(77, 100 + b, 1);
         dt_flow_noise(77, 100 + b, s.clip, v + b * s.clip);
         for (int64_t i = 0; i < s.clip; i++) {
             float e = v[b * s.clip + i], x = x0[b * s.clip + i];
@@ -177,6 +195,23 @@ static void check_objective(void) {
     DT_CHECK_OK(dt_flow_sample(s.f, 3, 4, 5, lab, 1e-30f, o2));
     DT_CHECK(dt_test_max_rel(o2, out, n, 1e-3) < 1e-4, "guidance ~0 != the null sample");
     DT_CHECK(dt_flow_sample(s.f, 4, 4, 5, lab, 0, out) == DT_ERR_ARG, "B beyond the model");
+    /* shifted by 3, two steps: x = eps - (1 - m) v(eps, 1), then x - m v(x, m), m = 3/4 */
+    setup h;
+    dt_dit_config shifted = tiny();
+    shifted.shift = 3;
+    if (make_with(&h, shifted, 3, 0)) {
+        memcpy(dt_dit_weights(h.d), dt_dit_weights(s.d), sizeof(float) * dt_dit_numel(s.d));
+        DT_CHECK_OK(dt_flow_sample(h.f, 3, 2, 5, lab, 0, out));
+        float mid = 3 * 0.5 / (1 + 2 * 0.5), mids[3] = {mid, mid, mid};
+        DT_CHECK_OK(dt_dit_forward(h.d, eps, ones, lab, NULL, 3));
+        for (int64_t i = 0; i < n; i++)
+            o2[i] = eps[i] - (1 - mid) * dt_dit_output(h.d)[i];
+        DT_CHECK_OK(dt_dit_forward(h.d, o2, mids, lab, NULL, 3));
+        for (int64_t i = 0; i < n; i++)
+            o2[i] -= mid * dt_dit_output(h.d)[i];
+        DT_CHECK(dt_test_max_rel(out, o2, n, 1e-3) < 1e-5, "the shifted sampler's steps differ");
+    }
+    drop(&h);
     DT_CHECK(dt_flow_sample(s.f, 3, 0, 5, lab, 0, out) == DT_ERR_ARG, "0 steps");
     free(o2), free(out), free(eps), free(g1), free(dp), free(x0), free(xt), free(v);
     drop(&s);
@@ -222,6 +257,7 @@ static void check_training(void) {
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     check_timesteps();
+    check_shifted_timesteps();
     check_mse();
     check_objective();
     check_training();

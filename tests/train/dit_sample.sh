@@ -87,6 +87,23 @@ fi
     "$dtrain" sample --checkpoint tiny.safetensors --out t1.gif --count 1 --steps 2 > /dev/null 2>&1 &&
     "$dtrain" sample --checkpoint tiny2.safetensors --out t2.gif --count 1 --steps 2 > /dev/null 2>&1 &&
     cmp -s t1.gif t2.gif && ok || bad "tiny DiT: export, convert and sample disagree or fail"
+# a shifted flow: the file and the step folder record the shift and both sample by it; the
+# same weights stepped without it give other clips, a manifest's impossible shift one error
+"$dtrain" train --config "$src/configs/tiny-dit.ini" --train.steps=1 --checkpoint.dir=sh \
+    --checkpoint.every=1 --train.export=sh.safetensors --model.timestep_shift=3 > sh.log 2>&1 &&
+    "$dtrain" sample --checkpoint sh.safetensors --out s1.gif --count 1 --steps 3 > /dev/null 2>&1 &&
+    "$dtrain" sample --checkpoint sh/step-1 --out s2.gif --count 1 --steps 3 > /dev/null 2>&1 &&
+    cmp -s s1.gif s2.gif && grep -q '"timestep_shift":[[:space:]]*3' sh/step-1/manifest.json &&
+    ok || bad "a shifted DiT: export and step folder disagree, or the manifest lacks the shift"
+mkdir sh1 && cp -r ckpt/step-$steps sh1/ &&
+    /usr/bin/python3 "$src/tests/io/edit_manifest.py" sh1/step-$steps model.timestep_shift=3 &&
+    "$dtrain" sample --checkpoint sh1/step-$steps --out s3.gif --count 8 --steps 32 --seed 5 \
+        > /dev/null 2>&1 && ! cmp -s samples.gif s3.gif && ok ||
+    bad "the manifest's timestep_shift does not set the sampler's steps"
+/usr/bin/python3 "$src/tests/io/edit_manifest.py" sh1/step-$steps model.timestep_shift=-1
+out=$("$dtrain" sample --checkpoint sh1/step-$steps --out s4.gif --count 1 --steps 3 2>&1)
+[ $? -ne 0 ] && echo "$out" | grep -q "timestep_shift is not a number in 0..1000" && ok ||
+    bad "a manifest's shift of -1: $out"
 
 # bad input: exit non-zero, one error naming the value, nothing written
 fails() { # NAME PATTERN -- ARGS...

@@ -34,7 +34,7 @@ static void check_rows(const float *in, const float *tg, int n, int64_t step, ui
         int32_t label;
         dt_bounce_batch(&bc, seed, idx, 1, x0, &label);
         dt_flow_noise(seed, idx, N, eps);
-        double t = dt_flow_timestep(seed, idx);
+        double t = dt_flow_timestep(seed, idx, 1);
         const float *xi = in + r * (N + 2), *vi = tg + r * N;
         for (int64_t i = 0; i < N; i++) {
             double want_x = (1 - t) * x0[i] + t * eps[i], want_v = (double)eps[i] - x0[i];
