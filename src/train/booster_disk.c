@@ -102,15 +102,18 @@ static void layout_text(const dt_booster *b, char *out, size_t n) {
              dt_precision_name(l->precision));
 }
 
-/* the run's configuration as INI text for the manifest (rank 0), or NULL */
+/* the run's configuration as INI text for the manifest (rank 0), or NULL; with the
+ * pipeline's split in use (train.rebalance_every may have moved it from the config's) */
 static char *config_text(const dt_booster *b, const dt_config *cfg) {
     char *text = NULL;
     size_t len = 0;
     if (!cfg || !dt_booster__is_root(b))
         return NULL;
+    dt_config now = *cfg;
+    snprintf(now.plugin.pp_layers, sizeof now.plugin.pp_layers, "%s", b->plugin.pp_layers);
     FILE *f = open_memstream(&text, &len);
     if (f) {
-        dt_config_print(cfg, f);
+        dt_config_print(&now, f);
         fclose(f);
     }
     return text;

@@ -38,7 +38,10 @@ ran dit_ref 1 "${dit[@]}" && ran dit_pp2 2 "${dit[@]}" "${pp[@]}" --plugin.micro
 # a checkpoint written after a move, resumed from the old cut
 ck=("${pp[@]}" --plugin.microbatches=4 --plugin.pp_layers=7,1 --train.ema_decay=0.9
     --checkpoint.dir=ck --checkpoint.every=3 --checkpoint.keep=0)
-ran straight 2 "${ck[@]}" && moved straight 7,1 && rm -rf ck/step-6 &&
+ran straight 2 "${ck[@]}" && moved straight 7,1 &&
+    cut=$(grep -o 'layers per chunk 7,1 -> [0-9,]*' straight.log | head -1 | sed 's/.*-> //; s/,$//') &&
+    check "the step folder's config names the split it was written in ($cut)" \
+        grep -qF "pp_layers = \\\"$cut\\\"" ck/step-3/manifest.json && rm -rf ck/step-6 &&
     ran resumed 2 "${ck[@]}" --checkpoint.resume=auto &&
     check "resumed == straight (weights)" cmp resumed.safetensors straight.safetensors &&
     check "resumed == straight (average)" cmp resumed.ema.safetensors straight.ema.safetensors
