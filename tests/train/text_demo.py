@@ -15,6 +15,12 @@
   text_demo.py score SAMPLES.safetensors PROMPT [SAMPLES.safetensors PROMPT ...]
       the classifier on sampled clips (dtrain sample --out X.safetensors: [K, 3, T, H, W] in
       [-1, 1]) against their prompts: the share right of colour, kind and way
+  text_demo.py prior MODEL.safetensors
+      what a trained model expects from a caption alone: its prediction at t = 1 (pure noise,
+      where the best guess is the mean clip of the caption) for each held-out prompt's colour
+      and kind with every way, loaded into tests/models/torch_dit.py's independent DiT; the
+      mean image's centre from the first frame to the last, per way (the training clips':
+      about 6 px the caption's way)
 
 The classifier reads pixels only: the shape is the largest part of the pixels far from the
 background, its colour the nearest named colour to their mean, its kind the template (a
@@ -194,6 +200,37 @@ def score(pairs):
     return judge(clips, caps)
 
 
+def prior(path):
+    import torch
+    import torch_dit as TD
+    tensors, meta = st.read_safetensors(path)
+    meta = dict(meta, attn=("full", "spatial_temporal")[int(meta["attn"])])
+    cfg = TD.DiTConfig.from_metadata(meta)
+    model = TD.DiT(cfg).double()
+    model.load_state_dict(TD.state_dict_from_dtrain(tensors, model, prefix=""))
+    noise = torch.randn(16, cfg.frames, cfg.channels, cfg.height, cfg.width,
+                        generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    grid = np.mgrid[0:cfg.height, 0:cfg.width]
+    for way in WAYS:
+        moves = []
+        for p, held in prompts():
+            if not held:
+                continue
+            caption = " ".join(p.split()[:4] + [way]).encode()
+            text = torch.zeros(16, cfg.text_row, dtype=torch.float64)
+            text[:, 0] = len(caption)
+            text[:, 1:1 + len(caption)] = torch.tensor(list(caption), dtype=torch.float64)
+            with torch.no_grad():  # x_0 = x_1 - v(x_1, 1)
+                mean = (noise - model(noise, torch.ones(16, dtype=torch.float64), None, text))
+            a = mean.mean(2).numpy()  # [16, T, H, W], the shape far from the background
+            a = a - a.min(axis=(2, 3), keepdims=True)
+            centre = [(a[:, f, None] * grid[None]).sum((2, 3)) / a[:, f].sum((1, 2))[:, None]
+                      for f in (0, -1)]
+            moves.append((centre[1] - centre[0]).mean(0))
+        dy, dx = np.mean(moves, 0)
+        print(f"  {way:5s}: the mean clip's centre moves {dx:+.1f} px across, {dy:+.1f} down")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make":
@@ -216,5 +253,7 @@ if __name__ == "__main__":
         sys.exit(0 if check_clips(sys.argv[2]) else 1)
     elif cmd == "score":
         score(list(zip(sys.argv[2::2], sys.argv[3::2])))
+    elif cmd == "prior":
+        prior(sys.argv[2])
     else:
         sys.exit(__doc__)
