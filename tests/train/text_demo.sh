@@ -3,8 +3,8 @@
 # captioned mp4 per training prompt (tests/train/text_demo.py make, libx264 through the
 # ffmpeg command), read back through dtrain prepare --video at 24x24; the classifier must
 # name the colour, kind and way of 95% of the clips, from their pixels, as their captions
-# do. A model with text then trains on them for a few steps and samples every held-out
-# prompt.
+# do. A model with text then trains on them for a few steps, samples every held-out prompt,
+# and text_demo.py prior reads what it expects from a caption alone.
 #   text_demo.sh DTRAIN SRC_DIR
 set -euo pipefail
 dtrain=$1 src=$2
@@ -23,4 +23,6 @@ while read -r p; do
     "$dtrain" sample --checkpoint m.safetensors --out s.safetensors --count 1 --steps 2 \
         --prompt "$p" --guidance 4 > /dev/null
 done < <($py "$demo" prompts)
+# the model's caption-only expectation, read through the independent PyTorch DiT: a line a way
+[ "$($py "$demo" prior m.safetensors | grep -c "the mean clip's centre moves")" -eq 4 ]
 echo "text demo: the classifier reads the clips' captions; a text model samples every held-out prompt"
