@@ -19,6 +19,35 @@ typedef struct pool {
     int *of; /* [n_chunks][n_mb] the buffer a (chunk, mb) holds, -1 none */
 } pool;
 
+static bool pool_init(pool *q, const char *what, int n, int pairs) {
+    *q = (pool){.what = what, .n = n};
+    q->b = calloc((size_t)n, sizeof *q->b);
+    q->of = malloc((size_t)pairs * sizeof *q->of);
+    return q->b && q->of;
+}
+
+static void pool_free(pool *q) {
+    free(q->b);
+    free(q->of);
+}
+
+/* every buffer free, no (chunk, mb) holding one */
+static void pool_clear(pool *q, int pairs) {
+    for (int i = 0; i < q->n; i++)
+        q->b[i].busy = false;
+    for (int k = 0; k < pairs; k++)
+        q->of[k] = -1;
+}
+
+/* Completes every buffer's send (all of them, even after an error); the first error. */
+static dt_status pool_drain(dt_comm *pp, pool *q) {
+    dt_status st = DT_OK, w;
+    for (int i = 0; i < q->n; i++)
+        if ((w = dt_comm_wait(pp, &q->b[i].send)) != DT_OK && st == DT_OK)
+            st = w;
+    return st;
+}
+
 struct dt_pipeline {
     const dt_schedule *s;
     const dt_stage_plan *plan;
@@ -80,24 +109,19 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
                        .pp = pp,
                        .model = model,
                        .rank = pp->rank,
-                       .slots = {.what = "activation slot", .n = n_slots},
-                       .grads = {.what = "gradient buffer", .n = n_grads},
                        .n_mb = s->n_mb,
                        .split = dt_sched_split(s),
                        .n_inbox = dt_sched_inbox(s, pp->rank),
                        .mem = mem};
-    p->slots.b = calloc((size_t)n_slots, sizeof *p->slots.b);
-    p->slots.of = malloc((size_t)pairs * sizeof *p->slots.of);
-    p->grads.b = calloc((size_t)n_grads, sizeof *p->grads.b);
-    p->grads.of = malloc((size_t)pairs * sizeof *p->grads.of);
+    bool pools = pool_init(&p->slots, "activation slot", n_slots, pairs) &&
+                 pool_init(&p->grads, "gradient buffer", n_grads, pairs);
     p->recv_act = calloc((size_t)pairs, sizeof *p->recv_act);
     p->recv_grad = calloc((size_t)pairs, sizeof *p->recv_grad);
     p->inbox_of = malloc((size_t)pairs * sizeof *p->inbox_of);
     p->inbox = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox);
     p->inbox_busy = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox_busy);
     dt_status st = DT_OK;
-    if (!p->slots.b || !p->slots.of || !p->grads.b || !p->grads.of || !p->recv_act ||
-        !p->recv_grad || !p->inbox_of || !p->inbox || !p->inbox_busy)
+    if (!pools || !p->recv_act || !p->recv_grad || !p->inbox_of || !p->inbox || !p->inbox_busy)
         st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
     size_t bytes = (size_t)boundary_floats * sizeof(float);
     for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
@@ -118,10 +142,8 @@ void dt_pipeline_free(dt_pipeline *p) {
     free(p->inbox);
     free(p->inbox_busy);
     free(p->inbox_of);
-    free(p->slots.b);
-    free(p->slots.of);
-    free(p->grads.b);
-    free(p->grads.of);
+    pool_free(&p->slots);
+    pool_free(&p->grads);
     free(p->recv_act);
     free(p->recv_grad);
     free(p);
@@ -187,12 +209,11 @@ static dt_batch micro_batch(const dt_pipeline_batch *b, int mb) {
 /* ---- one step ------------------------------------------------------------------------------ */
 
 static dt_status reset(dt_pipeline *p) {
-    for (int i = 0; i < p->slots.n; i++)
-        p->slots.b[i].busy = false;
-    for (int i = 0; i < p->grads.n; i++)
-        p->grads.b[i].busy = false;
-    for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++)
-        p->slots.of[k] = p->inbox_of[k] = p->grads.of[k] = -1;
+    int pairs = p->plan->n_chunks * p->n_mb;
+    pool_clear(&p->slots, pairs);
+    pool_clear(&p->grads, pairs);
+    for (int k = 0; k < pairs; k++)
+        p->inbox_of[k] = -1;
     for (int i = 0; i < p->n_inbox; i++)
         p->inbox_busy[i] = false;
     return DT_OK;
@@ -200,13 +221,8 @@ static dt_status reset(dt_pipeline *p) {
 
 /* Completes every request (even after an error, so none outlives the step's buffers). */
 static dt_status drain(dt_pipeline *p) {
-    dt_status st = DT_OK, w;
-    for (int i = 0; i < p->slots.n; i++)
-        if ((w = dt_comm_wait(p->pp, &p->slots.b[i].send)) != DT_OK && st == DT_OK)
-            st = w;
-    for (int i = 0; i < p->grads.n; i++)
-        if ((w = dt_comm_wait(p->pp, &p->grads.b[i].send)) != DT_OK && st == DT_OK)
-            st = w;
+    dt_status st = pool_drain(p->pp, &p->slots), w = pool_drain(p->pp, &p->grads);
+    st = st != DT_OK ? st : w;
     for (int k = 0; k < p->plan->n_chunks * p->n_mb; k++) {
         if ((w = dt_comm_wait(p->pp, &p->recv_act[k])) != DT_OK && st == DT_OK)
             st = w;
