@@ -100,6 +100,10 @@ mkdir sh1 && cp -r ckpt/step-$steps sh1/ &&
     "$dtrain" sample --checkpoint sh1/step-$steps --out s3.gif --count 8 --steps 32 --seed 5 \
         > /dev/null 2>&1 && ! cmp -s samples.gif s3.gif && ok ||
     bad "the manifest's timestep_shift does not set the sampler's steps"
+/usr/bin/python3 "$src/tests/io/st_edit.py" sh.safetensors bad.safetensors meta timestep_shift abc &&
+    out=$("$dtrain" sample --checkpoint bad.safetensors --out s5.gif --count 1 --steps 3 2>&1)
+[ $? -ne 0 ] && echo "$out" | grep -q "metadata timestep_shift = abc is not in 0..1000" && ok ||
+    bad "a file's shift of abc: $out"
 /usr/bin/python3 "$src/tests/io/edit_manifest.py" sh1/step-$steps model.timestep_shift=-1
 out=$("$dtrain" sample --checkpoint sh1/step-$steps --out s4.gif --count 1 --steps 3 2>&1)
 [ $? -ne 0 ] && echo "$out" | grep -q "timestep_shift is not a number in 0..1000" && ok ||
