@@ -2,8 +2,8 @@
  * values are transposed into scratch once ([hs][n] each), then every query row of the group
  * makes its scores as hs vector steps over the keys, the softmax with the vectorisable
  * exp (kernels_impl.h), and its output (or gradients) as vector steps over the head's
- * columns. Rows of the batch the call does not hold are skipped; results are independent of
- * how tasks fall on threads. Allocation-free.
+ * columns, eight rows at a time (each vector loaded serves the eight). Rows of the batch the call
+ * does not hold are skipped; results are independent of how tasks fall on threads. Allocation-free.
  */
 #include "kernels/xattn.h"
 
@@ -32,19 +32,47 @@ static void transpose(float *restrict t, const float *restrict x, int64_t stride
             t[c * n + j] = x[j * stride + c];
 }
 
-/* s[j] = scale sum_c q[c] kt[c][j] */
-CLONES static void scores(float *restrict s, const float *restrict q, const float *restrict kt,
-                          int hs, int n, float scale) {
-    for (int j = 0; j < n; j++)
-        s[j] = 0;
-    for (int c = 0; c < hs; c++) {
-        float a = q[c];
-        const float *row = kt + c * n;
-        for (int j = 0; j < n; j++)
-            s[j] += a * row[j];
+/* A task's query rows go TILE at a time: each key (or value) vector loaded serves the tile's
+ * rows, whose sums stay in registers (TILE x VEC floats), where a row at a time loaded one
+ * vector per multiply-add. Keys and columns past the last whole VEC, and a last tile of fewer
+ * rows, take the plain loops. */
+enum { TILE = 8, VEC = 16 };
+typedef float vec __attribute__((vector_size(VEC * sizeof(float)))); /* 1, 2 or 4 registers */
+
+static inline vec load(const float *p) {
+    vec v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
+
+/* p[t][j] = scale sum_c q[t][c] kt[c][j] for the r rows of q (stride qs); p rows of n */
+CLONES static void scores(float *restrict p, const float *restrict q, int64_t qs, int r,
+                          const float *restrict kt, int hs, int n, float scale) {
+    int j0 = 0;
+    for (; r == TILE && j0 + VEC <= n; j0 += VEC) {
+        vec acc[TILE] = {{0}};
+        for (int c = 0; c < hs; c++) {
+            vec kr = load(kt + c * n + j0);
+            for (int t = 0; t < TILE; t++)
+                acc[t] += q[t * qs + c] * kr;
+        }
+        for (int t = 0; t < TILE; t++)
+            store(p + t * n + j0, acc[t] * scale);
     }
-    for (int j = 0; j < n; j++)
-        s[j] *= scale;
+    for (int t = 0; t < r && j0 < n; t++) {
+        float *pt = p + t * n;
+        for (int j = j0; j < n; j++)
+            pt[j] = 0;
+        for (int c = 0; c < hs; c++) {
+            float a = q[t * qs + c];
+            const float *row = kt + c * n;
+            for (int j = j0; j < n; j++)
+                pt[j] += a * row[j];
+        }
+        for (int j = j0; j < n; j++)
+            pt[j] *= scale;
+    }
 }
 
 /* p[j] = exp(p[j] - m) */
@@ -53,25 +81,52 @@ CLONES static void exp_shift(float *restrict p, float m, int n) {
         p[j] = dt_vexp(p[j] - m);
 }
 
-/* y[c] += sum_j w[j] x[j][c], x rows of stride */
-CLONES static void mix(float *restrict y, const float *restrict w, const float *restrict x,
-                       int64_t stride, int hs, int n) {
-    for (int j = 0; j < n; j++) {
-        float a = w[j];
-        const float *row = x + j * stride;
-        for (int c = 0; c < hs; c++)
-            y[c] += a * row[c];
+/* y[t][c] = sum_j w[t][j] x[j][c] for the r rows of y (stride ys) and w (rows of n); x rows of
+ * stride xs */
+CLONES static void mix(float *restrict y, int64_t ys, int r, const float *restrict w,
+                       const float *restrict x, int64_t xs, int hs, int n) {
+    int c0 = 0;
+    for (; r == TILE && c0 + VEC <= hs; c0 += VEC) {
+        vec acc[TILE] = {{0}};
+        for (int j = 0; j < n; j++) {
+            vec xr = load(x + j * xs + c0);
+            for (int t = 0; t < TILE; t++)
+                acc[t] += w[t * n + j] * xr;
+        }
+        for (int t = 0; t < TILE; t++)
+            store(y + t * ys + c0, acc[t]);
+    }
+    for (int t = 0; t < r && c0 < hs; t++) {
+        float *yt = y + t * ys;
+        for (int c = c0; c < hs; c++)
+            yt[c] = 0;
+        for (int j = 0; j < n; j++) {
+            float a = w[t * n + j];
+            const float *row = x + j * xs;
+            for (int c = c0; c < hs; c++)
+                yt[c] += a * row[c];
+        }
     }
 }
 
-/* x[j][c] += w[j] y[c] for every key j (rows of stride) */
-CLONES static void spread(float *restrict x, const float *restrict w, const float *restrict y,
-                          int64_t stride, int hs, int n) {
+/* x[j][c] += sum_t w[t][j] y[t][c] for every key j (rows of stride xs), over the r rows of y
+ * (stride ys) and w (rows of n) */
+CLONES static void spread(float *restrict x, int64_t xs, const float *restrict w,
+                          const float *restrict y, int64_t ys, int r, int hs, int n) {
     for (int j = 0; j < n; j++) {
-        float a = w[j];
-        float *row = x + j * stride;
-        for (int c = 0; c < hs; c++)
-            row[c] += a * y[c];
+        float *row = x + j * xs;
+        int c0 = 0;
+        for (; c0 + VEC <= hs; c0 += VEC) {
+            vec acc = load(row + c0);
+            for (int t = 0; t < r; t++)
+                acc += w[t * n + j] * load(y + t * ys + c0);
+            store(row + c0, acc);
+        }
+        for (int t = 0; t < r; t++) {
+            float a = w[t * n + j];
+            for (int c = c0; c < hs; c++)
+                row[c] += a * y[t * ys + c];
+        }
     }
 }
 
@@ -92,21 +147,23 @@ void dt_xattn_forward(const dt_xattn_shape *s, const float *q, const float *k, c
         group_rows(s, g, &lo, &hi);
         if (lo >= hi)
             continue;
-        float *kt = scratch + (int64_t)t * 2 * hs * s->kv_rows, p[DT_XATTN_MAX_KEYS];
+        float *kt = scratch + (int64_t)t * 2 * hs * s->kv_rows, p[TILE * DT_XATTN_MAX_KEYS];
         int64_t kv = (int64_t)g * s->kv_rows * s->kv_stride + (int64_t)h * hs;
         transpose(kt, k + kv, s->kv_stride, hs, n);
-        for (int64_t i = lo; i < hi; i++) {
-            float *oh = o + i * s->q_stride + h * hs;
-            scores(p, q + i * s->q_stride + h * hs, kt, hs, n, s->scale);
-            float m = max_of(p, n), sum = 0;
-            exp_shift(p, m, n);
-            for (int j = 0; j < n; j++)
-                sum += p[j];
-            for (int j = 0; j < n; j++)
-                p[j] /= sum;
-            memset(oh, 0, (size_t)hs * sizeof *oh);
-            mix(oh, p, v + kv, s->kv_stride, hs, n);
-            lse[i * H + h] = m + logf(sum);
+        for (int64_t i = lo; i < hi; i += TILE) {
+            int r = hi - i < TILE ? (int)(hi - i) : TILE;
+            int64_t at = i * s->q_stride + h * hs;
+            scores(p, q + at, s->q_stride, r, kt, hs, n, s->scale);
+            for (int u = 0; u < r; u++) {
+                float *pu = p + u * n, m = max_of(pu, n), sum = 0;
+                exp_shift(pu, m, n);
+                for (int j = 0; j < n; j++)
+                    sum += pu[j];
+                for (int j = 0; j < n; j++)
+                    pu[j] /= sum;
+                lse[(i + u) * H + h] = m + logf(sum);
+            }
+            mix(o + at, s->q_stride, r, p, v + kv, s->kv_stride, hs, n);
         }
     }
 }
@@ -127,24 +184,26 @@ void dt_xattn_backward(const dt_xattn_shape *s, const float *dout, const float *
         if (lo >= hi)
             continue;
         float *kt = scratch + (int64_t)t * 2 * hs * s->kv_rows, *vt = kt + (int64_t)hs * n;
-        float p[DT_XATTN_MAX_KEYS], dp[DT_XATTN_MAX_KEYS];
+        float p[TILE * DT_XATTN_MAX_KEYS], dp[TILE * DT_XATTN_MAX_KEYS];
         transpose(kt, k + kv, s->kv_stride, hs, n);
         transpose(vt, v + kv, s->kv_stride, hs, n);
-        for (int64_t i = lo; i < hi; i++) {
-            const float *qh = q + i * s->q_stride + h * hs, *gh = dout + i * s->q_stride + h * hs;
-            const float *oh = o + i * s->q_stride + h * hs;
-            float *dqh = dq + i * s->q_stride + h * hs, D = 0;
-            for (int c = 0; c < hs; c++)
-                D += gh[c] * oh[c];
-            scores(p, qh, kt, hs, n, s->scale);
-            scores(dp, gh, vt, hs, n, 1.0f);
-            exp_shift(p, lse[i * H + h], n);
-            for (int j = 0; j < n; j++) /* d of the scaled score */
-                dp[j] = p[j] * (dp[j] - D) * s->scale;
-            memset(dqh, 0, (size_t)hs * sizeof *dqh);
-            mix(dqh, dp, k + kv, s->kv_stride, hs, n);
-            spread(dk + kv, dp, qh, s->kv_stride, hs, n);
-            spread(dv + kv, p, gh, s->kv_stride, hs, n);
+        for (int64_t i = lo; i < hi; i += TILE) {
+            int r = hi - i < TILE ? (int)(hi - i) : TILE;
+            int64_t at = i * s->q_stride + h * hs;
+            scores(p, q + at, s->q_stride, r, kt, hs, n, s->scale);
+            scores(dp, dout + at, s->q_stride, r, vt, hs, n, 1.0f);
+            for (int u = 0; u < r; u++) {
+                const float *gh = dout + at + u * s->q_stride, *oh = o + at + u * s->q_stride;
+                float *pu = p + u * n, *dpu = dp + u * n, D = 0;
+                for (int c = 0; c < hs; c++)
+                    D += gh[c] * oh[c];
+                exp_shift(pu, lse[(i + u) * H + h], n);
+                for (int j = 0; j < n; j++) /* d of the scaled score */
+                    dpu[j] = pu[j] * (dpu[j] - D) * s->scale;
+            }
+            mix(dq + at, s->q_stride, r, dp, k + kv, s->kv_stride, hs, n);
+            spread(dk + kv, s->kv_stride, dp, q + at, s->q_stride, r, hs, n);
+            spread(dv + kv, s->kv_stride, p, dout + at, s->q_stride, r, hs, n);
         }
     }
 }

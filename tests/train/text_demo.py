@@ -42,7 +42,10 @@ COLOURS = {"red": (255, 40, 40), "green": (40, 220, 40), "blue": (60, 80, 255),
 KINDS = ("square", "disc", "diamond")
 WAYS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 SIDE, FRAMES, FPS = 96, 8, 8  # the source videos: 96x96, one 8-frame clip each at 8 fps
-R_MIN, R_MAX, SPEED_MIN, SPEED_MAX = 18, 26, 3.0, 4.0  # half-sizes, pixels a frame (96x96)
+# half-sizes and pixels a frame at 96x96: 5.5-7.5 px at the demo's 24x24. At 4.5-6.5 a diamond
+# was 40-85 pixels whose tips the downscale blurs, and a model of 10 minutes drew it as a disc
+# (kind 0.36 on held-out prompts; 1.00 at these sizes, bench/results/text_demo_size_2026-11-29.md)
+R_MIN, R_MAX, SPEED_MIN, SPEED_MAX = 22, 30, 3.0, 4.0
 
 
 def prompts():
