@@ -37,14 +37,12 @@ static void transpose(float *restrict t, const float *restrict x, int64_t stride
  * vector per multiply-add. Keys and columns past the last whole VEC, and a last tile of fewer
  * rows, take the plain loops. */
 enum { TILE = 8, VEC = 16 };
-typedef float vec __attribute__((vector_size(VEC * sizeof(float)))); /* 1, 2 or 4 registers */
-
-static inline vec load(const float *p) {
-    vec v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
+/* VEC floats: 1, 2 or 4 registers by ISA, read and written in place at any float's address
+ * (no function takes or returns one: that would tie the baseline build's ABI to AVX-512) */
+typedef float vec
+    __attribute__((vector_size(VEC * sizeof(float)), aligned(sizeof(float)), may_alias));
+#define AT(p) (*(vec *)(p))
+#define AT_CONST(p) (*(const vec *)(p))
 
 /* p[t][j] = scale sum_c q[t][c] kt[c][j] for the r rows of q (stride qs); p rows of n */
 CLONES static void scores(float *restrict p, const float *restrict q, int64_t qs, int r,
@@ -53,12 +51,12 @@ CLONES static void scores(float *restrict p, const float *restrict q, int64_t qs
     for (; r == TILE && j0 + VEC <= n; j0 += VEC) {
         vec acc[TILE] = {{0}};
         for (int c = 0; c < hs; c++) {
-            vec kr = load(kt + c * n + j0);
+            vec kr = AT_CONST(kt + c * n + j0);
             for (int t = 0; t < TILE; t++)
                 acc[t] += q[t * qs + c] * kr;
         }
         for (int t = 0; t < TILE; t++)
-            store(p + t * n + j0, acc[t] * scale);
+            AT(p + t * n + j0) = acc[t] * scale;
     }
     for (int t = 0; t < r && j0 < n; t++) {
         float *pt = p + t * n;
@@ -89,12 +87,12 @@ CLONES static void mix(float *restrict y, int64_t ys, int r, const float *restri
     for (; r == TILE && c0 + VEC <= hs; c0 += VEC) {
         vec acc[TILE] = {{0}};
         for (int j = 0; j < n; j++) {
-            vec xr = load(x + j * xs + c0);
+            vec xr = AT_CONST(x + j * xs + c0);
             for (int t = 0; t < TILE; t++)
                 acc[t] += w[t * n + j] * xr;
         }
         for (int t = 0; t < TILE; t++)
-            store(y + t * ys + c0, acc[t]);
+            AT(y + t * ys + c0) = acc[t];
     }
     for (int t = 0; t < r && c0 < hs; t++) {
         float *yt = y + t * ys;
@@ -117,10 +115,10 @@ CLONES static void spread(float *restrict x, int64_t xs, const float *restrict w
         float *row = x + j * xs;
         int c0 = 0;
         for (; c0 + VEC <= hs; c0 += VEC) {
-            vec acc = load(row + c0);
+            vec acc = AT(row + c0);
             for (int t = 0; t < r; t++)
-                acc += w[t * n + j] * load(y + t * ys + c0);
-            store(row + c0, acc);
+                acc += w[t * n + j] * AT_CONST(y + t * ys + c0);
+            AT(row + c0) = acc;
         }
         for (int t = 0; t < r; t++) {
             float a = w[t * n + j];
