@@ -1,9 +1,9 @@
 /* Cross-attention to short key sets (see xattn.h). A task is one (group, head): its keys and
- * values are transposed into scratch once ([hs][n] each), then every query row of the group
- * makes its scores as hs vector steps over the keys, the softmax with the vectorisable
- * exp (kernels_impl.h), and its output (or gradients) as vector steps over the head's
- * columns, eight rows at a time (each vector loaded serves the eight). Rows of the batch the call
- * does not hold are skipped; results are independent of how tasks fall on threads. Allocation-free.
+ * values are transposed into scratch once ([hs][n] each), then its query rows, eight at a
+ * time, make their scores as hs vector steps over the keys, the softmax with the vectorisable
+ * exp (kernels_impl.h), and their output (or gradients) as vector steps over the head's
+ * columns. Rows of the batch the call does not hold are skipped; results are independent of
+ * how tasks fall on threads. Allocation-free.
  */
 #include "kernels/xattn.h"
 
