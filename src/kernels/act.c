@@ -54,18 +54,32 @@ CLONES static void swiglu_fwd_block(float *restrict y, const float *restrict gat
     }
 }
 
-/* dgate += dy * up * sig (1 + g (1 - sig)), dup += dy * g * sig; 1 - sig = e * sig. */
+/* dgate += dy * up * sig (1 + g (1 - sig)), dup += dy * g * sig; 1 - sig = e * sig. Two
+ * loops, not a select in one: GCC does not vectorise a load made only when `accumulate` holds
+ * (the selecting loop ran scalar, 20x slower). */
+static inline void swiglu_grads(float g, float u, float dy, float *a, float *b) {
+    float e = dt_vexp(-g);
+    float sig = 1.0f / (1.0f + e);
+    *a = dy * u * sig * (1.0f + g * (e * sig));
+    *b = dy * g * sig;
+}
+
 CLONES static void swiglu_bwd_block(float *restrict dgate, float *restrict dup,
                                     const float *restrict gate, const float *restrict up,
                                     const float *restrict dy, int64_t n, bool accumulate) {
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float e = dt_vexp(-g);
-        float sig = 1.0f / (1.0f + e);
-        float a = dy[i] * up[i] * sig * (1.0f + g * (e * sig)), b = dy[i] * g * sig;
-        dgate[i] = accumulate ? dgate[i] + a : a;
-        dup[i] = accumulate ? dup[i] + b : b;
-    }
+    float a, b;
+    if (accumulate)
+        for (int64_t i = 0; i < n; i++) {
+            swiglu_grads(gate[i], up[i], dy[i], &a, &b);
+            dgate[i] += a;
+            dup[i] += b;
+        }
+    else
+        for (int64_t i = 0; i < n; i++) {
+            swiglu_grads(gate[i], up[i], dy[i], &a, &b);
+            dgate[i] = a;
+            dup[i] = b;
+        }
 }
 
 void dt_gelu_forward(float *y, const float *x, int64_t n) {
