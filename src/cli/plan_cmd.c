@@ -35,25 +35,29 @@
 #include "plan/memory.h"
 
 static int usage(void) {
-    dt_error("usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
-             "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
-             "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--disk W,R] "
-             "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--overlap tp,dp|none] "
-             "[--top K] [--json] "
-             "[--explain [--rank R]] [--show-device] "
-             "[--section.key=value ...]\n"
-             "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
-             "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
-             "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
-             "FLOP/s forward,backward; --norm/--act: elements/s forward,backward; --disk: bytes/s "
-             "written and read to offload files (this probes the offload folder's); --coll-bw, "
-             "--exposed-share: what dtrain probe measured under mpirun; --overlap: what the "
-             "device's software hides that dtrain's CPU runtime does not (tp: tensor-parallel "
-             "collectives behind their products; dp: gradient reductions under a pipeline and "
-             "the gather of the update; the GPU presets: tp,dp); --show-device prints the "
-             "device's figures as these flags\n"
-             "  devices: %s",
-             dt_plan_device_names());
+    dt_error(
+        "usage: dtrain plan --config FILE --world N [--mem SIZE] [--device NAME] "
+        "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
+        "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
+        "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
+        "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--overlap tp,dp|none] "
+        "[--top K] [--json] "
+        "[--explain [--rank R]] [--show-device] "
+        "[--section.key=value ...]\n"
+        "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
+        "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
+        "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
+        "FLOP/s forward,backward; --norm/--act: elements/s forward,backward (--norm16/--act16: "
+        "in 16-bit modes); --mem-bandwidth: bytes/s read and written; --act-bandwidth: the "
+        "same for a pass over at most --act-bytes (what stays in cache); --disk: bytes/s "
+        "written and read to offload files (this probes the offload folder's); --coll-bw, "
+        "--exposed-share: what dtrain probe measured under mpirun; --overlap: what the "
+        "device's software hides that dtrain's CPU runtime does not (tp: tensor-parallel "
+        "collectives behind their products; dp: gradient reductions under a pipeline and "
+        "the gather of the update; the GPU presets: tp,dp); --show-device prints the "
+        "device's figures as these flags\n"
+        "  devices: %s",
+        dt_plan_device_names());
     return 2;
 }
 
@@ -325,6 +329,9 @@ typedef struct args {
     const char *device;
     double flops, flops16, bandwidth, mem_bandwidth, latency;
     dt_plan_rate2 attn, attn16, norm, act, disk;    /* disk: write, read bytes/s */
+    dt_plan_rate2 norm16, act16;
+    double act_bandwidth;
+    int64_t act_bytes;
     double coll[DT_PLAN_COLL_COUNT], exposed_share; /* dtrain probe's (0, -1: not given) */
     int hides;                                      /* --overlap (-1: not given) */
     bool show_device;
@@ -447,6 +454,14 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_plan_parse_rate2(v, &a->norm) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--act")))
             ok = dt_plan_parse_rate2(v, &a->act) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--norm16")))
+            ok = dt_plan_parse_rate2(v, &a->norm16) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--act16")))
+            ok = dt_plan_parse_rate2(v, &a->act16) == DT_OK;
+        else if ((v = dt_cli_option(argc, argv, &i, "--act-bandwidth")))
+            ok = to_rate("--act-bandwidth", v, &a->act_bandwidth);
+        else if ((v = dt_cli_option(argc, argv, &i, "--act-bytes")))
+            ok = dt_plan_parse_size(v, &a->act_bytes) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--disk")))
             ok = dt_plan_parse_rate2(v, &a->disk) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--coll-bw")))
@@ -472,10 +487,11 @@ static int parse(int argc, char **argv, args *a) {
                 a->pinned.set[a->pinned.n++] = argv[i] + 2;
         } else {
             static const char *const with_value[] = {
-                "--config",  "--world",     "--top",           "--mem",     "--flops",
-                "--flops16", "--bandwidth", "--mem-bandwidth", "--latency", "--attn",
-                "--attn16",  "--norm",      "--act",           "--disk",    "--device",
-                "--rank",    "--coll-bw",   "--exposed-share", "--overlap", NULL};
+                "--config",  "--world",         "--top",           "--mem",     "--flops",
+                "--flops16", "--bandwidth",     "--mem-bandwidth", "--latency", "--attn",
+                "--attn16",  "--norm",          "--act",           "--disk",    "--device",
+                "--rank",    "--coll-bw",       "--exposed-share", "--overlap", "--norm16",
+                "--act16",   "--act-bandwidth", "--act-bytes",     NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -508,7 +524,7 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
     *probe = NULL;
     DT_TRY(dt_plan_device_get(name, a->world, dev, dev_mem));
     if (!strcmp(name, "this"))
-        DT_TRY(dt_plan_probe_this(&a->cfg, dev, probe));
+        DT_TRY(dt_plan_probe_this(&a->cfg, a->world, dev, probe));
     if (a->flops > 0 || a->flops16 > 0)
         dev->gemm_rate = NULL; /* the rates given hold for every shape */
     if (a->flops > 0)
@@ -525,6 +541,16 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
     set2(&dev->attn_16, a->attn16);
     set2(&dev->norm, a->norm);
     set2(&dev->act, a->act);
+    if (a->norm.fwd > 0 && a->norm.bwd > 0) /* the rates given hold in every precision */
+        dev->norm_16 = dev->norm;
+    if (a->act.fwd > 0 && a->act.bwd > 0)
+        dev->act_16 = dev->act;
+    set2(&dev->norm_16, a->norm16);
+    set2(&dev->act_16, a->act16);
+    if (a->act_bandwidth > 0)
+        dev->act_bandwidth = a->act_bandwidth;
+    if (a->act_bytes > 0)
+        dev->act_bytes = (double)a->act_bytes;
     if (a->disk.fwd > 0 && a->disk.bwd > 0)
         dev->disk_write = a->disk.fwd, dev->disk_read = a->disk.bwd;
     if (a->coll[0] > 0)
@@ -561,11 +587,14 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency %.6g "
            "--mem %lld",
            d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency, (long long)mem);
-    const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm, &d->act};
-    const char *flag[] = {"--attn", "--attn16", "--norm", "--act"};
-    for (int i = 0; i < 4; i++)
+    const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm,
+                                &d->act,       &d->norm_16, &d->act_16};
+    const char *flag[] = {"--attn", "--attn16", "--norm", "--act", "--norm16", "--act16"};
+    for (int i = 0; i < 6; i++)
         if (r[i]->fwd > 0 && r[i]->bwd > 0)
             printf(" %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
+    if (d->act_bandwidth > 0)
+        printf(" --act-bandwidth %.6g --act-bytes %.0f", d->act_bandwidth, d->act_bytes);
     printf(" --disk %.6g,%.6g", d->disk_write, d->disk_read);
     if (d->coll[0] > 0)
         printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g --exposed-share %.4g", d->coll[0], d->coll[1],

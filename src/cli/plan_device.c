@@ -7,12 +7,11 @@
  * 2 GB/s each way per rank. They
  * describe what a layout would cost on such a device; dtrain itself runs on CPUs.
  *
- * `this` is measured here and now: the matmul peak the trainer reports MFU against
- * (kernels/gemm_peak.h, fp32 and bf16), and a memory-copy probe. Ranks on one machine talk
- * through shared memory, where Open MPI copies a message twice (into a shared segment and
- * out), so a rank's collective bandwidth is taken as half the copy rate; the latency (5 us)
- * is a default; the offload disk's rates are measured by plan_probe.c where the config offloads
- * to disk, 1 GB/s otherwise. No MPI is started: `dtrain plan` is one process.
+ * `this` is this machine: here, the cores a rank may use, its threads and the memory per rank;
+ * its rates are measured by cli/plan_probe.c (the matmul peaks, a memory copy whose half is a
+ * rank's collective bandwidth, since Open MPI copies a message twice through shared memory,
+ * and each kernel). The latency (5 us) is a default; the offload disk's rates 1 GB/s unless the
+ * probe measures them. No MPI is started: `dtrain plan` is one process.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "cli/plan_device.h"
@@ -101,28 +100,6 @@ enum { N_PRESETS = sizeof PRESETS / sizeof PRESETS[0] };
 
 const char *dt_plan_device_names(void) { return "a100-80gb, h100-80gb, this"; }
 
-/* best of a few copies of 64 MiB */
-static double copy_rate(void) {
-    size_t n = (size_t)64 << 20;
-    char *a = malloc(n), *b = malloc(n);
-    double best = 0;
-    if (!a || !b) {
-        free(a), free(b);
-        return 0;
-    }
-    memset(a, 1, n);
-    memset(b, 2, n);
-    for (int i = 0; i < 5; i++) {
-        double t0 = dt_now();
-        memcpy(i % 2 ? a : b, i % 2 ? b : a, n);
-        double dt = dt_now() - t0;
-        if (dt > 0 && n / dt > best)
-            best = n / dt;
-    }
-    free(a), free(b);
-    return best;
-}
-
 /* the cores this process may run on (its affinity: taskset and cgroups' cpusets count) */
 static int usable_cores(void) {
     cpu_set_t set;
@@ -133,18 +110,6 @@ static int usable_cores(void) {
 }
 
 static dt_status measure_this(int world, dt_plan_device *d, int64_t *mem) {
-    dt_gemm *g = NULL;
-    DT_TRY(dt_gemm_init(&g));
-    dt_status st = dt_gemm_peak_flops(g, DT_F32, 0.3, &d->flops_fp32);
-    if (st == DT_OK)
-        st = dt_gemm_peak_flops(g, DT_BF16, 0.3, &d->flops_16);
-    dt_gemm_free(g);
-    DT_TRY(st);
-    double copy = copy_rate();
-    if (!(copy > 0))
-        return dt_err_set(DT_ERR_OOM, "plan: device this: the memory probe failed");
-    d->mem_bandwidth = copy;
-    d->bandwidth = copy / 2;
     d->latency = 5e-6;
     d->disk_write = d->disk_read = 1e9; /* measured by the probe where the config offloads */
     d->cores = usable_cores();

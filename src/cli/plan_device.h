@@ -9,7 +9,8 @@
 #include "plan/cost.h"
 
 /* The rates and the memory per rank of device `name` for a run of `world` ranks (`this`
- * shares the machine's memory among them). DT_ERR_ARG naming the known devices. */
+ * shares the machine's memory among them and leaves its rates to dt_plan_probe_this).
+ * DT_ERR_ARG naming the known devices. */
 dt_status dt_plan_device_get(const char *name, int world, dt_plan_device *out, int64_t *mem);
 const char *dt_plan_device_names(void); /* "a100-80gb, h100-80gb, this" */
 

@@ -1,11 +1,14 @@
 /* Measuring this machine for `dtrain plan --device this`. See plan_probe.h.
  *
  * Each probe runs the trainer's own kernel on buffers shaped like the model's (so they sit in
- * the same level of the cache as in training) and keeps the best of a few repetitions: the
- * planner wants the rate the kernel reaches when it has the core, as the trainer's steady
- * state does. Buffers are written before timing so each page is the process's own.
+ * the same level of the cache as in training) and keeps the median of a few repetitions: the
+ * planner wants the rate the kernel keeps in the trainer's steady state. The ranks of a run
+ * on this machine share it, so every kernel is timed by as many copies of this process side
+ * by side (cli/plan_crew.h), and the slowest copy's rate is the one a step waits for.
  */
 #include "cli/plan_probe.h"
+
+#include "cli/plan_crew.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +33,209 @@ static float *filled(int64_t n, float v) {
     return p;
 }
 
+/* A kernel's buffers, freed together: up to 10 */
+typedef struct bufs {
+    void *b[10];
+} bufs;
+
+static void bufs_free(void *state) {
+    bufs *s = state;
+    for (int i = 0; i < 10; i++)
+        free(s->b[i]);
+    free(s);
+}
+
+/* `count` buffers of n[i] elements of `elem` bytes, written so that each page is this
+ * process's own (an untouched calloc page maps the one zero page, in cache whatever the
+ * size): floats (elem 4) with small values, anything else with zeros */
+static dt_status bufs_of(const int64_t *n, int count, size_t elem, void **state) {
+    bufs *s = calloc(1, sizeof *s);
+    bool ok = s != NULL;
+    for (int i = 0; ok && i < count; i++) {
+        int64_t len = n[i] > 0 ? n[i] : 1;
+        s->b[i] =
+            elem == 4 ? (void *)filled(len, 0.01f * (float)(i + 1)) : malloc((size_t)len * elem);
+        ok = s->b[i] != NULL;
+        if (ok && elem != 4)
+            memset(s->b[i], 0, (size_t)len * elem);
+    }
+    if (!ok) {
+        if (s)
+            bufs_free(s);
+        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing a kernel");
+    }
+    *state = s;
+    return DT_OK;
+}
+
+/* ---- the kernels the probe times ------------------------------------------------------- */
+
+/* a matrix product, as dt_linear runs it; one dt_gemm a process (a twin makes its own) */
+static dt_gemm *proc_gemm;
+
+static dt_status gemm_setup(const void *job, void **state) {
+    const dt_gemm_shape *s = job;
+    if (!proc_gemm)
+        DT_TRY(dt_gemm_init(&proc_gemm));
+    size_t es = dt_dtype_size(s->dtype);
+    int64_t n[3] = {(int64_t)s->M * s->K * (int64_t)es, (int64_t)s->K * s->N * (int64_t)es,
+                    (int64_t)s->M * s->N * 4};
+    return bufs_of(n, 3, 1, state);
+}
+
+static dt_status gemm_once(const void *job, void *state, double secs[2]) {
+    bufs *b = state;
+    double t0 = dt_now();
+    dt_status st = dt_gemm_run(proc_gemm, job, b->b[0], b->b[1], NULL, b->b[2]);
+    secs[0] = dt_now() - t0, secs[1] = 0;
+    return st;
+}
+
+static const dt_plan_kernel GEMM = {gemm_setup, gemm_once, bufs_free};
+
+/* LayerNorm (GPT-2, the DiT) or RMSNorm (Llama) over N rows of C; bf16: the forward writes
+ * the bf16 copy the next product reads, as a GPT's blocks do in 16-bit modes */
+typedef struct norm_job {
+    int N, C;
+    bool rms, bf16;
+} norm_job;
+
+static dt_status norm_setup(const void *job, void **state) {
+    const norm_job *j = job;
+    int64_t n = (int64_t)j->N * j->C;
+    int64_t sizes[10] = {n, n, n, n, j->C, j->C, j->C, j->C, j->N, j->N};
+    return bufs_of(sizes, 10, 4, state);
+}
+
+static dt_status norm_once(const void *job, void *state, double secs[2]) {
+    const norm_job *j = job;
+    float **p = (float **)((bufs *)state)->b;
+    float *x = p[0], *y = p[1], *dy = p[2], *dx = p[3], *w = p[4], *b = p[5], *dw = p[6];
+    float *db = p[7], *mean = p[8], *rstd = p[9];
+    dt_bf16 *y16 = (dt_bf16 *)y;
+    double t0 = dt_now();
+    if (j->rms && j->bf16)
+        dt_rmsnorm_forward_bf16(y16, rstd, x, w, j->N, j->C, 1e-5f);
+    else if (j->rms)
+        dt_rmsnorm_forward(y, rstd, x, w, j->N, j->C, 1e-5f);
+    else if (j->bf16)
+        dt_layernorm_forward_bf16(y16, mean, rstd, x, w, b, j->N, j->C, 1e-5f);
+    else
+        dt_layernorm_forward(y, mean, rstd, x, w, b, j->N, j->C, 1e-5f);
+    double t1 = dt_now();
+    if (j->rms)
+        dt_rmsnorm_backward(dx, dw, dy, x, w, rstd, j->N, j->C);
+    else
+        dt_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, j->N, j->C);
+    secs[0] = t1 - t0, secs[1] = dt_now() - t1;
+    return DT_OK;
+}
+
+static const dt_plan_kernel NORM = {norm_setup, norm_once, bufs_free};
+
+/* the MLP activation over n elements, GELU or SwiGLU (Llama), as the model runs it: a GPT's
+ * backward sets its gradient (bf16: from the bf16 copies, writing the bf16 copy of the
+ * output), the DiT's adds to it in fp32 in every mode */
+typedef struct act_job {
+    int64_t n;
+    bool gelu, bf16, adds;
+} act_job;
+
+static dt_status act_setup(const void *job, void **state) {
+    int64_t n = ((const act_job *)job)->n;
+    int64_t sizes[6] = {n, n, n, n, n, n};
+    return bufs_of(sizes, 6, 4, state);
+}
+
+static dt_status act_once(const void *job, void *state, double secs[2]) {
+    const act_job *j = job;
+    float **p = (float **)((bufs *)state)->b;
+    float *x = p[0], *u = p[1], *y = p[2], *dy = p[3], *dx = p[4], *du = p[5];
+    dt_bf16 *x16 = (dt_bf16 *)x, *u16 = (dt_bf16 *)u, *y16 = (dt_bf16 *)y;
+    double t0 = dt_now();
+    if (j->bf16 && j->gelu)
+        dt_gelu_forward_bf16(y16, x16, j->n);
+    else if (j->bf16)
+        dt_swiglu_forward_bf16(y16, x16, u16, j->n);
+    else if (j->gelu)
+        dt_gelu_forward(y, x, j->n);
+    else
+        dt_swiglu_forward(y, x, u, j->n);
+    double t1 = dt_now();
+    if (j->bf16 && j->gelu)
+        dt_gelu_backward_bf16_set(dx, x16, dy, j->n);
+    else if (j->bf16)
+        dt_swiglu_backward_bf16_set(dx, du, x16, u16, dy, j->n);
+    else if (j->gelu && j->adds)
+        dt_gelu_backward(dx, x, dy, j->n);
+    else if (j->gelu)
+        dt_gelu_backward_set(dx, x, dy, j->n);
+    else
+        dt_swiglu_backward_set(dx, du, x, u, dy, j->n);
+    secs[0] = t1 - t0, secs[1] = dt_now() - t1;
+    return DT_OK;
+}
+
+static const dt_plan_kernel ACT = {act_setup, act_once, bufs_free};
+
+/* the attention kernel over B sequences of T tokens */
+static dt_status attn_setup(const void *job, void **state) {
+    const dt_attn_shape *s = job;
+    int64_t tok = (int64_t)s->B * s->T, q = tok * s->NH * s->hs, kv = tok * s->NKV * s->hs;
+    int64_t sizes[9] = {q, kv, kv, q, q, tok * s->NH, q, kv, kv};
+    return bufs_of(sizes, 9, 4, state);
+}
+
+static dt_status attn_once(const void *job, void *state, double secs[2]) {
+    float **p = (float **)((bufs *)state)->b;
+    float *q = p[0], *k = p[1], *v = p[2], *y = p[3], *dy = p[4], *lse = p[5], *dq = p[6];
+    float *dk = p[7], *dv = p[8];
+    double t0 = dt_now();
+    dt_attention_forward(job, y, lse, q, k, v);
+    double t1 = dt_now();
+    dt_attention_backward(job, dq, dk, dv, dy, y, lse, q, k, v);
+    secs[0] = t1 - t0, secs[1] = dt_now() - t1;
+    return DT_OK;
+}
+
+static const dt_plan_kernel ATTN = {attn_setup, attn_once, bufs_free};
+
+/* a copy of `bytes`: the rate memory-bound passes stream at */
+static dt_status copy_setup(const void *job, void **state) {
+    int64_t n = *(const int64_t *)job;
+    int64_t sizes[2] = {n, n};
+    return bufs_of(sizes, 2, 1, state);
+}
+
+static dt_status copy_once(const void *job, void *state, double secs[2]) {
+    bufs *b = state;
+    double t0 = dt_now();
+    memcpy(b->b[1], b->b[0], (size_t) * (const int64_t *)job);
+    secs[0] = dt_now() - t0, secs[1] = 0;
+    return DT_OK;
+}
+
+static const dt_plan_kernel COPY = {copy_setup, copy_once, bufs_free};
+
+/* ---- the model's rates ------------------------------------------------------------------ */
+
+struct dt_plan_probe {
+    dt_plan_crew *crew;
+    struct shape_rate {
+        int lp, m, n, k;
+        double flops;
+    } seen[MAX_SHAPES];
+    int n_seen;
+};
+
+static dt_status gemm_flops(dt_plan_probe *p, dt_gemm_shape s, double seconds, int reps,
+                            double *flops) {
+    double secs[2];
+    DT_TRY(dt_plan_crew_time(p->crew, &GEMM, &s, sizeof s, reps, seconds, secs));
+    *flops = 2.0 * s.M * s.N * s.K / secs[0];
+    return DT_OK;
+}
+
 /* the rows one micro-batch of the config puts through a block (capped: the probe is quick) */
 static int probe_rows(const dt_config *c) {
     int per = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size;
@@ -37,43 +243,12 @@ static int probe_rows(const dt_config *c) {
     return (int)(rows < 4096 ? rows : 4096);
 }
 
-static double best_of(double t[REPS]) {
-    double b = t[0];
-    for (int i = 1; i < REPS; i++)
-        b = t[i] < b ? t[i] : b;
-    return b;
-}
-
-static dt_status probe_norm(const dt_config *c, dt_plan_rate2 *out) {
-    int N = probe_rows(c), C = c->model.n_embd;
-    int64_t n = (int64_t)N * C;
-    float *x = filled(n, 0.01f), *y = filled(n, 0), *dy = filled(n, 0.001f), *dx = filled(n, 0);
-    float *w = filled(C, 1), *b = filled(C, 0), *dw = filled(C, 0), *db = filled(C, 0);
-    float *mean = filled(N, 0), *rstd = filled(N, 0);
-    if (!x || !y || !dy || !dx || !w || !b || !dw || !db || !mean || !rstd) {
-        free(x), free(y), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean),
-            free(rstd);
-        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing the norms");
-    }
-    double tf[REPS], tb[REPS];
-    bool llama = c->model.arch == DT_ARCH_LLAMA; /* GPT-2 and the DiT: LayerNorm */
-    for (int i = 0; i < REPS; i++) {
-        double t0 = dt_now();
-        if (llama)
-            dt_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f);
-        else
-            dt_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
-        double t1 = dt_now();
-        if (llama)
-            dt_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
-        else
-            dt_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
-        tf[i] = t1 - t0, tb[i] = dt_now() - t1;
-    }
-    out->fwd = (double)n / best_of(tf);
-    out->bwd = (double)n / best_of(tb);
-    free(x), free(y), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean),
-        free(rstd);
+static dt_status probe_norm(dt_plan_probe *p, const dt_config *c, bool lp, dt_plan_rate2 *out) {
+    const dt_model_config *m = &c->model;
+    norm_job j = {probe_rows(c), m->n_embd, m->arch == DT_ARCH_LLAMA, lp && m->arch != DT_ARCH_DIT};
+    double secs[2], n = (double)j.N * j.C;
+    DT_TRY(dt_plan_crew_time(p->crew, &NORM, &j, sizeof j, REPS, 0, secs));
+    *out = (dt_plan_rate2){n / secs[0], n / secs[1]};
     return DT_OK;
 }
 
@@ -83,55 +258,27 @@ static int ffn_hidden(const dt_model_config *m) {
     return m->ffn_hidden > 0 ? m->ffn_hidden : ((8 * m->n_embd + 2) / 3 + 63) / 64 * 64;
 }
 
-static dt_status probe_act(const dt_config *c, dt_plan_rate2 *out) {
-    int64_t n = (int64_t)probe_rows(c) * ffn_hidden(&c->model);
-    float *x = filled(n, 0.01f), *u = filled(n, 0.02f), *y = filled(n, 0), *dy = filled(n, 0.001f);
-    float *dx = filled(n, 0), *du = filled(n, 0);
-    if (!x || !u || !y || !dy || !dx || !du) {
-        free(x), free(u), free(y), free(dy), free(dx), free(du);
-        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing the activation");
-    }
-    double tf[REPS], tb[REPS];
-    bool gelu = c->model.arch != DT_ARCH_LLAMA;
-    for (int i = 0; i < REPS; i++) {
-        double t0 = dt_now();
-        if (gelu)
-            dt_gelu_forward(y, x, n);
-        else
-            dt_swiglu_forward(y, x, u, n);
-        double t1 = dt_now();
-        if (gelu)
-            dt_gelu_backward(dx, x, dy, n);
-        else
-            dt_swiglu_backward(dx, du, x, u, dy, n);
-        tf[i] = t1 - t0, tb[i] = dt_now() - t1;
-    }
-    out->fwd = (double)n / best_of(tf);
-    out->bwd = (double)n / best_of(tb);
-    free(x), free(u), free(y), free(dy), free(dx), free(du);
+static dt_status probe_act(dt_plan_probe *p, const dt_config *c, bool lp, dt_plan_rate2 *out) {
+    const dt_model_config *m = &c->model;
+    bool dit = m->arch == DT_ARCH_DIT;
+    act_job j = {(int64_t)probe_rows(c) * ffn_hidden(m), m->arch != DT_ARCH_LLAMA, lp && !dit, dit};
+    double secs[2];
+    DT_TRY(dt_plan_crew_time(p->crew, &ACT, &j, sizeof j, REPS, 0, secs));
+    *out = (dt_plan_rate2){(double)j.n / secs[0], (double)j.n / secs[1]};
     return DT_OK;
 }
 
-/* The best forward and backward seconds of the attention kernel over one micro-batch's rows
+/* The forward and backward seconds of the attention kernel over one micro-batch's rows
  * cut into sequences of T tokens (all heads, fp32 or bf16 mode), and the FLOPs of its forward
  * as the time model counts them: causal (GPT-2, Llama) 2 T hs a query head and token,
  * non-causal (the DiT) 4 T hs; the backward counts twice that. */
-static dt_status time_attention(const dt_config *c, bool bf16, int T, double *fwd_s, double *bwd_s,
-                                double *flops) {
+static dt_status time_attention(dt_plan_probe *p, const dt_config *c, bool bf16, int T,
+                                double secs[2], double *flops) {
     const dt_model_config *m = &c->model;
     bool dit = m->arch == DT_ARCH_DIT;
     int B = probe_rows(c) / T;
     int NH = m->n_head, NKV = m->n_kv_head > 0 ? m->n_kv_head : NH, hs = m->n_embd / NH;
-    B = B > 0 ? B : 1;
-    int64_t tok = (int64_t)B * T, q_n = tok * NH * hs, kv_n = tok * NKV * hs;
-    float *q = filled(q_n, 0.01f), *k = filled(kv_n, 0.02f), *v = filled(kv_n, 0.03f);
-    float *y = filled(q_n, 0), *dy = filled(q_n, 0.001f), *lse = filled(tok * NH, 0);
-    float *dq = filled(q_n, 0), *dk = filled(kv_n, 0), *dv = filled(kv_n, 0);
-    if (!q || !k || !v || !y || !dy || !lse || !dq || !dk || !dv) {
-        free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);
-        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory probing attention");
-    }
-    dt_attn_shape s = {.B = B,
+    dt_attn_shape s = {.B = B > 0 ? B : 1,
                        .T = T,
                        .NH = NH,
                        .NKV = NKV,
@@ -141,25 +288,16 @@ static dt_status time_attention(const dt_config *c, bool bf16, int T, double *fw
                        .scale = 0.125f,
                        .causal = !dit,
                        .bf16 = bf16};
-    double tf[REPS], tb[REPS];
-    for (int i = 0; i < REPS; i++) {
-        double t0 = dt_now();
-        dt_attention_forward(&s, y, lse, q, k, v);
-        double t1 = dt_now();
-        dt_attention_backward(&s, dq, dk, dv, dy, y, lse, q, k, v);
-        tf[i] = t1 - t0, tb[i] = dt_now() - t1;
-    }
-    *fwd_s = best_of(tf);
-    *bwd_s = best_of(tb);
-    *flops = (dit ? 4.0 : 2.0) * tok * T * NH * hs;
-    free(q), free(k), free(v), free(y), free(dy), free(lse), free(dq), free(dk), free(dv);
+    DT_TRY(dt_plan_crew_time(p->crew, &ATTN, &s, sizeof s, REPS, 0, secs));
+    *flops = (dit ? 4.0 : 2.0) * s.B * T * T * NH * hs;
     return DT_OK;
 }
 
 /* The attention kernel's rates at the sequences the model runs: a GPT's and a full-attention
  * DiT's whole sequence; under spatial_temporal a frame's tokens and a position's frames, whose
  * blocks alternate, as one rate over both (their FLOPs over their seconds). */
-static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *out) {
+static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16,
+                                 dt_plan_rate2 *out) {
     const dt_model_config *m = &c->model;
     int T[2] = {c->train.seq_len, 0};
     if (m->arch == DT_ARCH_DIT && m->attn == DT_DIT_ATTN_SPATIAL_TEMPORAL) {
@@ -168,33 +306,21 @@ static dt_status probe_attention(const dt_config *c, bool bf16, dt_plan_rate2 *o
     }
     double fwd = 0, bwd = 0, flops = 0;
     for (int i = 0; i < 2 && T[i] > 0; i++) {
-        double f = 0, b = 0, n = 0;
-        DT_TRY(time_attention(c, bf16, T[i], &f, &b, &n));
-        fwd += f, bwd += b, flops += n;
+        double secs[2], n = 0;
+        DT_TRY(time_attention(p, c, bf16, T[i], secs, &n));
+        fwd += secs[0], bwd += secs[1], flops += n;
     }
     out->fwd = flops / fwd;
     out->bwd = 2 * flops / bwd;
     return DT_OK;
 }
 
-/* ---- matmul rates by shape, measured on first use ---------------------------------------- */
-
-typedef struct shape_rate {
-    int lp, m, n, k;
-    double flops;
-} shape_rate;
-
-struct dt_plan_probe {
-    dt_gemm *gemm;
-    shape_rate seen[MAX_SHAPES];
-    int n_seen;
-};
-
 /* dt_plan_gemm_rate for `this`: a linear layer's forward product is x [m, k] by the weight
- * stored [n, k], as dt_linear runs it. 0 (the peak) if the shape cannot be measured. */
+ * stored [n, k], as dt_linear runs it; measured on first use. 0 (the peak) if the shape
+ * cannot be measured. */
 static double gemm_rate(void *ctx, int lp, double m, double n, double k) {
     dt_plan_probe *p = ctx;
-    shape_rate key = {lp, (int)m, (int)n, (int)k, 0};
+    struct shape_rate key = {lp, (int)m, (int)n, (int)k, 0};
     if (key.m < 1 || key.n < 1 || key.k < 1)
         return 0;
     for (int i = 0; i < p->n_seen; i++)
@@ -202,7 +328,7 @@ static double gemm_rate(void *ctx, int lp, double m, double n, double k) {
             return p->seen[i].flops;
     dt_gemm_shape s = {
         .M = key.m, .N = key.n, .K = key.k, .trans_b = true, .dtype = lp ? DT_BF16 : DT_F32};
-    if (dt_gemm_rate(p->gemm, &s, 0.01, 3, &key.flops) != DT_OK)
+    if (gemm_flops(p, s, 0.01, 3, &key.flops) != DT_OK)
         key.flops = 0;
     if (p->n_seen < MAX_SHAPES)
         p->seen[p->n_seen++] = key;
@@ -258,19 +384,54 @@ static dt_status probe_disk(const dt_config *c, dt_plan_device *d) {
     return DT_OK;
 }
 
-dt_status dt_plan_probe_this(const dt_config *c, dt_plan_device *d, dt_plan_probe **out) {
+/* bytes/s a copy of `bytes` reads and writes (twice its size a second) */
+static dt_status copy_rate(dt_plan_probe *p, int64_t bytes, double *rate) {
+    double secs[2];
+    DT_TRY(dt_plan_crew_time(p->crew, &COPY, &bytes, sizeof bytes, REPS, 0, secs));
+    *rate = 2.0 * (double)bytes / secs[0];
+    return DT_OK;
+}
+
+/* The matmul peaks MFU is counted against; memory's rate from a copy far larger than the
+ * caches (the optimizer's state), a rank's collective bandwidth from it (Open MPI copies a
+ * message into a shared segment and out: a copy's size a second, halved); and the rate of a
+ * pass over the largest of a block's activation tensors (the MLP's hidden) at the probe's
+ * rows, which stay in cache on most CPUs. */
+static dt_status probe_machine(dt_plan_probe *p, const dt_config *c, dt_plan_device *d) {
+    DT_TRY(gemm_flops(p, dt_gemm_peak_shape(DT_F32), 0.3, 1, &d->flops_fp32));
+    DT_TRY(gemm_flops(p, dt_gemm_peak_shape(DT_BF16), 0.3, 1, &d->flops_16));
+    DT_TRY(copy_rate(p, (int64_t)64 << 20, &d->mem_bandwidth));
+    d->bandwidth = d->mem_bandwidth / 4;
+    int64_t act = (int64_t)probe_rows(c) * ffn_hidden(&c->model) * 4;
+    DT_TRY(copy_rate(p, act, &d->act_bandwidth));
+    d->act_bytes = (double)act;
+    return DT_OK;
+}
+
+dt_status dt_plan_probe_this(const dt_config *c, int copies, dt_plan_device *d,
+                             dt_plan_probe **out) {
     *out = NULL;
-    DT_TRY(probe_disk(c, d));
-    DT_TRY(probe_attention(c, false, &d->attn_fp32));
-    DT_TRY(probe_attention(c, true, &d->attn_16));
-    DT_TRY(probe_norm(c, &d->norm));
-    DT_TRY(probe_act(c, &d->act));
     dt_plan_probe *p = calloc(1, sizeof *p);
     if (!p)
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory");
-    dt_status st = dt_gemm_init(&p->gemm);
+    int threads = d->threads > 0 ? d->threads : 1;
+    int room = d->cores > 0 ? d->cores / threads : 1;
+    dt_status st = dt_plan_crew_start(copies < room ? copies : room, threads, &p->crew);
+    if (st == DT_OK)
+        st = probe_machine(p, c, d);
+    if (st == DT_OK)
+        st = probe_disk(c, d);
+    if (st == DT_OK)
+        st = probe_attention(p, c, false, &d->attn_fp32);
+    if (st == DT_OK)
+        st = probe_attention(p, c, true, &d->attn_16);
+    for (int lp = 0; lp < 2 && st == DT_OK; lp++) {
+        st = probe_norm(p, c, lp, lp ? &d->norm_16 : &d->norm);
+        if (st == DT_OK)
+            st = probe_act(p, c, lp, lp ? &d->act_16 : &d->act);
+    }
     if (st != DT_OK) {
-        free(p);
+        dt_plan_probe_free(p);
         return st;
     }
     d->gemm_rate = gemm_rate;
@@ -282,6 +443,8 @@ dt_status dt_plan_probe_this(const dt_config *c, dt_plan_device *d, dt_plan_prob
 void dt_plan_probe_free(dt_plan_probe *p) {
     if (!p)
         return;
-    dt_gemm_free(p->gemm);
+    dt_plan_crew_stop(p->crew);
+    dt_gemm_free(proc_gemm);
+    proc_gemm = NULL;
     free(p);
 }

@@ -1,7 +1,8 @@
-/* Measuring this machine for `dtrain plan --device this`: the attention kernel's rates (fp32
- * and bf16 modes), the norm's and the MLP activation's elements per second, at the shapes of
- * the config's model and micro-batch, and a matmul rate for every product shape the time
- * model asks about (measured once each, on first use). */
+/* Measuring this machine for `dtrain plan --device this`: the matmul peaks, the memory
+ * copy rate, the attention kernel's rates (fp32 and bf16 modes), the norm's and the MLP
+ * activation's elements per second, at the shapes of the config's model and micro-batch, and
+ * a matmul rate for every product shape the time model asks about (measured once each, on
+ * first use). Each is timed by `copies` processes side by side, as that many ranks run. */
 #ifndef DT_CLI_PLAN_PROBE_H
 #define DT_CLI_PLAN_PROBE_H
 
@@ -11,9 +12,13 @@
 
 typedef struct dt_plan_probe dt_plan_probe;
 
-/* Fills d's attention, norm and activation rates and its gemm_rate; *out owns the matmul
- * measurements d->gemm_ctx points at (free it after the last use of d). */
-dt_status dt_plan_probe_this(const dt_config *c, dt_plan_device *d, dt_plan_probe **out);
+/* Fills the rates of d (whose cores and threads dt_plan_device_get measured) and its
+ * gemm_rate; *out owns the copies and the matmul measurements d->gemm_ctx points at (free it
+ * after the last use of d). `copies`: the ranks of the run that share this machine (at most
+ * the cores over the threads a rank runs; 1 where this process is a rank under MPI, whose
+ * neighbours are the other ranks). Must come before any OpenMP region of this process. */
+dt_status dt_plan_probe_this(const dt_config *c, int copies, dt_plan_device *d,
+                             dt_plan_probe **out);
 void dt_plan_probe_free(dt_plan_probe *p);
 
 #endif

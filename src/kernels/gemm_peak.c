@@ -38,8 +38,11 @@ done:
     return st;
 }
 
+dt_gemm_shape dt_gemm_peak_shape(dt_dtype dtype) {
+    return (dt_gemm_shape){.M = 1024, .N = 2304, .K = 768, .trans_b = true, .dtype = dtype};
+}
+
 dt_status dt_gemm_peak_flops(dt_gemm *g, dt_dtype dtype, double seconds, double *flops) {
-    /* weights used transposed, as every linear layer's forward does */
-    dt_gemm_shape s = {.M = 1024, .N = 2304, .K = 768, .trans_b = true, .dtype = dtype};
+    dt_gemm_shape s = dt_gemm_peak_shape(dtype);
     return dt_gemm_rate(g, &s, seconds, 1, flops);
 }

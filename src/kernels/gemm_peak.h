@@ -11,6 +11,10 @@
 dt_status dt_gemm_rate(dt_gemm *g, const dt_gemm_shape *shape, double seconds, int min_runs,
                        double *flops);
 
+/* The peak's shape in operand type `dtype` (weights used transposed, as every linear layer's
+ * forward does) */
+dt_gemm_shape dt_gemm_peak_shape(dt_dtype dtype);
+
 /* Best-of-repetitions FLOP/s of the peak shape over about `seconds` of running. */
 dt_status dt_gemm_peak_flops(dt_gemm *g, dt_dtype dtype, double seconds, double *flops);
 

@@ -109,7 +109,7 @@ double dt_plan_cost_ring(const work *w, bool backward, double at) {
     if (w->cp <= 1)
         return 0;
     double one = w->d->latency + w->ring_block / w->bw_cp, step = at / w->cp;
-    double merge = backward ? 0 : w->cp * 12 * w->N * w->A / w->sp / w->mem_bw;
+    double merge = backward ? 0 : w->cp * 12 * w->N * w->A / w->sp / w->act_bw;
     if (!backward)
         return (w->cp - 1) * fmax(0, one - step) + merge;
     double two = w->d->latency + 2 * w->ring_block / w->bw_cp;
@@ -125,7 +125,7 @@ typedef struct pointwise_s {
 } pointwise_s;
 
 static pointwise_s block_pointwise(const work *w) {
-    double rows = w->Nr * w->C, hidden = w->Nt * w->F, bw = w->mem_bw;
+    double rows = w->Nr * w->C, hidden = w->Nt * w->F, bw = w->act_bw;
     double lp = w->lp ? 6 : 0, mlp_in = w->gpt2 ? 1 : 2;
     double dy_cast = lp * w->Nt * (w->W + w->C + mlp_in * w->F + w->C) / bw;
     pointwise_s p = {0};
@@ -179,14 +179,14 @@ static double act_compress_int8_pass(const work *w, dt_plan_rerun r) {
     double n = w->Nt * w->W + w->Nr * w->C + w->Nt * w->F * (w->gpt2 ? 1 : 2);
     if (r == DT_PLAN_RERUN_NONE)
         n += w->Nt * w->A;
-    return 5 * n / w->mem_bw;
+    return 5 * n / w->act_bw;
 }
 
 /* 16-bit modes: the pass that makes the weight gradients rebuilds the copies att_lp and g_lp
  * (the MLP activation again from h, then both rounded: 4 bytes read, 2 written). */
 static double lp_rebuild(const work *w) {
     bool lp = w->c->plugin.precision != DT_PREC_FP32;
-    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->mem_bw : 0;
+    return lp ? w->Nt * w->F / w->act.fwd + 6 * w->Nt * (w->A + w->F) / w->act_bw : 0;
 }
 
 /* plugin.ac: the attention core rerun (its FLOPs, its heads -> rows all-to-all under
@@ -204,14 +204,16 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
 
 /* 16-bit modes: a GPT casts a block's weights as it enters it, forward and backward (its
  * weight pass too), 4 bytes read and 2 written a float (models/gpt.c). */
-static double unit_cast(const work *w) { return w->lp ? 6 * w->block_floats / w->mem_bw : 0; }
+static double unit_cast(const work *w) {
+    return w->lp ? 6 * w->block_floats / dt_plan_pass_bw(w, 4 * w->block_floats) : 0;
+}
 
 /* plugin.act_offload = disk (models/gpt_offload.c): the forward copies the block's input into
  * its frame (4 bytes read, 4 written) and the I/O thread writes the record while the next
  * block computes; the backward's read (a split backward's W pass reads again) is asked for
  * while the block before it computes. What a pass's compute does not hide is exposed. */
 static double act_disk_copy(const work *w) {
-    return w->act_disk > 0 ? 8 * w->Nr * w->C / w->mem_bw : 0;
+    return w->act_disk > 0 ? 8 * w->Nr * w->C / w->act_bw : 0;
 }
 
 static double act_disk_exposed(const work *w, bool write, double hidden_by) {
@@ -261,7 +263,7 @@ static block_cost cost_block(const work *w, int l, bool split) {
 /* The embedding's extra work on the first chunk: a gather and the positions, 12 bytes an
  * element each way, and leaving the tp region. */
 static chunk_cost embed_cost(const work *w) {
-    double bw = w->mem_bw;
+    double bw = w->act_bw;
     chunk_cost k = {0};
     k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
     k.f += 12 * w->Nt * w->C / bw;
@@ -273,7 +275,7 @@ static chunk_cost embed_cost(const work *w) {
  * logits: max, exp-sum, gradient), statistics, gradients; in 16-bit modes the casts of its
  * input and of its matrix. */
 static chunk_cost head_cost(const work *w) {
-    double bw = w->mem_bw;
+    double bw = dt_plan_pass_bw(w, 4 * w->Nt * w->V); /* the logits */
     linear_s head = {0};
     add_linear(w, w->Nt, w->C, w->V, &head);
     double lp = w->lp ? 6 * (w->Nt * (w->C + w->V) + w->V * w->C) / bw : 0;
@@ -529,18 +531,28 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
 
 static double positive_or(double x, double fallback) { return x > 0 ? x : fallback; }
 
+double dt_plan_pass_bw(const work *w, double bytes) {
+    const dt_plan_device *d = w->d;
+    return d->act_bandwidth > 0 && bytes <= d->act_bytes ? d->act_bandwidth : w->mem_bw;
+}
+
 /* Rates left 0: attention at the matmul rate; a norm streams 8 bytes an element forward
  * (x in, y out) and 12 back (x, dy in, dx out), GELU 8 and 12, SwiGLU 12 and 20 (two
- * inputs), all at mem_bandwidth. */
+ * inputs), all at the activations' pass rate. */
 static void resolve_rates(work *w, const dt_model_config *m) {
     const dt_plan_device *d = w->d;
     dt_plan_rate2 at = w->lp ? d->attn_16 : d->attn_fp32;
-    double bw = w->mem_bw, swiglu = m->arch == DT_ARCH_LLAMA;
+    double bw = w->act_bw, swiglu = m->arch == DT_ARCH_LLAMA;
     double mm = w->rate * (d->gemm_efficiency > 0 ? d->gemm_efficiency : 1);
     w->attn = (dt_plan_rate2){positive_or(at.fwd, mm), positive_or(at.bwd, mm)};
-    w->norm = (dt_plan_rate2){positive_or(d->norm.fwd, bw / 8), positive_or(d->norm.bwd, bw / 12)};
-    w->act = (dt_plan_rate2){positive_or(d->act.fwd, bw / (swiglu ? 12 : 8)),
-                             positive_or(d->act.bwd, bw / (swiglu ? 20 : 12))};
+    dt_plan_rate2 norm = d->norm, act = d->act;
+    if (w->lp && d->norm_16.fwd > 0 && d->norm_16.bwd > 0)
+        norm = d->norm_16;
+    if (w->lp && d->act_16.fwd > 0 && d->act_16.bwd > 0)
+        act = d->act_16;
+    w->norm = (dt_plan_rate2){positive_or(norm.fwd, bw / 8), positive_or(norm.bwd, bw / 12)};
+    w->act = (dt_plan_rate2){positive_or(act.fwd, bw / (swiglu ? 12 : 8)),
+                             positive_or(act.bwd, bw / (swiglu ? 20 : 12))};
 }
 
 /* Bytes/s of a group whose members lie within `span` consecutive ranks. */
@@ -593,6 +605,8 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
         w->block_floats = (double)ucount[1];
     w->boundary = (w->Nr + (w->dit ? w->B : 0)) * w->C * 4; /* the DiT's carries silu(c) */
     w->mem_bw = d->mem_bandwidth * (d->mem_efficiency > 0 ? d->mem_efficiency : 1);
+    /* the largest of a block's activation tensors: the MLP's hidden, or the qkv rows */
+    w->act_bw = dt_plan_pass_bw(w, 4 * w->Nt * (w->F > w->W ? w->F : w->W));
     /* tp varies fastest, then sp, cp, dp, pp (plan/mesh.h): a group whose span of consecutive
      * ranks exceeds a node talks across nodes */
     w->bw_tp = group_bandwidth(d, l->tp);

@@ -10,7 +10,8 @@
  *             at the attention kernel's own rates, forward and backward apart
  *   pointwise norms and the MLP activation at their measured elements/s; the rest
  *             (residual adds, bias gradients, 16-bit casts of matmul operands, the cross-
- *             entropy, the embedding) as bytes / mem_bandwidth
+ *             entropy, the embedding) as bytes / act_bandwidth (where the device has one and
+ *             the tensors fit its act_bytes), else / mem_bandwidth
  *   recompute full activation checkpointing reruns the checkpointed blocks' forward,
  *             selective reruns the attention core
  *   comm      every collective's bus bytes (the convention of core/comm.c) / bandwidth, plus a
@@ -65,7 +66,11 @@ typedef struct dt_plan_device {
     double flops_fp32, flops_16; /* matmul FLOP/s per rank: fp32, and bf16/fp16 operands */
     double bandwidth;            /* bytes/s one rank moves in a collective or a message */
     double latency;              /* seconds per collective call or message */
-    double mem_bandwidth;        /* bytes/s of memory (the optimizer step streams its state) */
+    double mem_bandwidth;        /* bytes/s read and written from memory (the optimizer step
+                                  * streams its state) */
+    /* bytes/s read and written by a pass over a tensor of at most act_bytes, where that beats
+     * mem_bandwidth (`this`: a CPU's cache holds a micro-batch's activations); 0: none */
+    double act_bandwidth, act_bytes;
     /* bytes/s written to and read from the offload files (plugin.offload and act_offload =
      * disk): the disk's sustained rates, not its page cache's */
     double disk_write, disk_read;
@@ -73,6 +78,8 @@ typedef struct dt_plan_device {
                                        * head, bwd twice that); 0: the matmul rate */
     dt_plan_rate2 norm, act;          /* elements/s: a norm over [tokens, C]; the MLP activation
                                        * over [tokens, F]; 0: from mem_bandwidth */
+    dt_plan_rate2 norm_16, act_16;    /* the same in 16-bit modes, whose kernels write 16-bit
+                                       * copies (`this`); 0: norm and act */
     dt_plan_gemm_rate gemm_rate;      /* NULL: every product at the peak (or as below) */
     void *gemm_ctx;
     /* What a tuned implementation reaches on a datasheet device (presets; 0 = not modelled:

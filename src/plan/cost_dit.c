@@ -160,7 +160,11 @@ static double attention_flops(const dit_work *x, int l) {
     return 4 * seq_of(&x->g, l) * (x->w->N / x->w->sp) * x->w->A + 4 * Lt * x->w->Nt * x->w->A;
 }
 
-/* Pointwise work of block l (bytes at mem_bandwidth unless a kernel has its rate). */
+/* Pointwise work of block l: bytes at mem_bandwidth unless a kernel has its rate. Not at the
+ * in-cache act_bandwidth a GPT's passes run at: at the DiT's widths its passes are many short
+ * ones (modulations, gates, patch and attention orders) whose calls, not their bytes, take
+ * the time, and even the large copy's rate leaves them short (one rank of
+ * configs/dit-bounce.ini, bf16: 25 ms predicted, 39 measured). */
 static pass block_pointwise(const dit_work *x, int l) {
     const dt_plan_work *w = x->w;
     const dims *k = &x->k;

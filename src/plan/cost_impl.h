@@ -28,6 +28,7 @@ typedef struct dt_plan_work {
     double block_floats; /* a GPT block unit's local weights (its 16-bit cast) */
     double boundary;     /* bytes of one pipeline boundary message */
     double mem_bw;       /* bytes/s a memory-bound kernel streams at */
+    double act_bw;       /* ... over a micro-batch's activations (dt_plan_pass_bw) */
     /* bytes/s a rank moves in each group's collectives: inside a node, or across nodes */
     double bw_tp, bw_sp, bw_grad, bw_pp, bw_cp;
     int cp;            /* the ring of context parallelism */
@@ -36,6 +37,10 @@ typedef struct dt_plan_work {
     double act_disk;   /* plugin.act_offload = disk: bytes of a block's record; 0: off */
     double attn_share; /* of causal attention's tiles computed (data.doc_mask: below 1) */
 } dt_plan_work;
+/* bytes/s of a pass over a tensor of `bytes`: the device's act_bandwidth where it fits its
+ * act_bytes, else mem_bw */
+double dt_plan_pass_bw(const dt_plan_work *w, double bytes);
+
 /* What stays exposed of a pass's tensor-parallel collectives `comm` beside its products
  * `gemm`: all of it, unless the device's software hides them (DT_PLAN_HIDE_TP) */
 double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm);

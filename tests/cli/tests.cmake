@@ -20,3 +20,6 @@ set_tests_properties(cli/commands PROPERTIES LABELS "cli"
 add_test(NAME cli/probe
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/probe.sh $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli/probe PROPERTIES LABELS "cli;mpi" TIMEOUT 300)
+
+# The side-by-side probe of dtrain plan --device this lives with the command, not the library.
+target_sources(cli_test_crew PRIVATE ${CMAKE_SOURCE_DIR}/src/cli/plan_crew.c)
