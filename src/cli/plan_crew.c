@@ -1,10 +1,11 @@
 /* Timing a kernel side by side. See plan_crew.h.
  *
- * The copies meet in one shared page. The leader (this process) posts a job and bumps `gen`;
- * each twin, napping until then, sets the job up, runs it once to warm it, and waits at the
- * `ready` barrier so that no copy times its kernel while another is still allocating. Every
- * copy then times its runs, publishes its best seconds, and goes on running the kernel until
- * `timed` says all have finished, so the last copy to finish is timed beside busy ones too.
+ * The copies meet in shared memory. The leader (this process) posts a job and bumps `gen`;
+ * each twin, napping until then, sets the job up and runs it once to warm it. Then every run
+ * starts at a barrier, so all copies run together, none while another is still allocating,
+ * and the leader's word at each barrier says whether to run again. A run takes as long as its
+ * slowest copy, as a step's stretch between two collectives waits for its slowest rank: the
+ * answer is the median over runs of that slowest time.
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_* */
 #include "cli/plan_crew.h"
@@ -28,15 +29,16 @@
 enum { MAX_COPIES = 64, MAX_RUNS = 256 };
 
 typedef struct shared {
-    atomic_int gen;   /* the job's number */
-    atomic_int ready; /* copies set up and warm */
-    atomic_int timed; /* copies that have published their seconds */
-    atomic_int idle;  /* twins done with the job, waiting for the next */
+    atomic_int gen;     /* the job's number */
+    atomic_int arrived; /* arrivals at the barrier before each run, over the job */
+    atomic_int idle;    /* twins done with the job, waiting for the next */
     const dt_plan_kernel *k;
     int reps;
     double seconds;
     unsigned char job[DT_PLAN_JOB_BYTES];
-    double secs[MAX_COPIES][2];
+    bool more[MAX_RUNS + 1];              /* the leader's word at barrier i: run again */
+    double runs[MAX_COPIES][2][MAX_RUNS]; /* each copy's seconds of each part, run by run */
+    int n_runs;
     dt_status st[MAX_COPIES];
 } shared;
 
@@ -72,31 +74,41 @@ static bool wait_for(atomic_int *n, int goal, const dt_plan_crew *c) {
     return true;
 }
 
-/* One copy's part in a job: set up, warm, start with the others, time, keep them company. */
-static void take_part(shared *sh, int me, int copies, const dt_plan_crew *c) {
+/* One copy's part in a job: set up and warm, then run after run in lockstep with the others,
+ * each started at a barrier (barrier 0 waits for the slowest setup), for as long as the
+ * leader says. A copy whose kernel failed keeps coming to the barriers. False: a twin died
+ * (only the leader, which checks, can tell). */
+static bool take_part(shared *sh, int me, int copies, const dt_plan_crew *c) {
     const dt_plan_kernel *k = sh->k;
     void *state = NULL;
-    double s[2] = {0, 0};
+    double s[2] = {0, 0}, start = 0;
     dt_status st = k->setup(sh->job, &state);
     if (st == DT_OK)
         st = k->once(sh->job, state, s);
-    atomic_fetch_add(&sh->ready, 1);
-    if (!wait_for(&sh->ready, copies, c))
-        st = DT_ERR_OOM;
-    double start = dt_now(), runs[2][MAX_RUNS];
-    int n = 0;
-    for (; st == DT_OK && (n < sh->reps || dt_now() - start < sh->seconds) && n < MAX_RUNS; n++) {
-        st = k->once(sh->job, state, s);
-        runs[0][n] = s[0], runs[1][n] = s[1];
+    int i = 0;
+    bool alive = true;
+    for (;; i++) {
+        if (me == 0) {
+            start = i == 0 ? dt_now() : start;
+            sh->more[i] =
+                st == DT_OK && i < MAX_RUNS && (i < sh->reps || dt_now() - start < sh->seconds);
+        }
+        atomic_fetch_add(&sh->arrived, 1);
+        if (!(alive = wait_for(&sh->arrived, copies * (i + 1), c)))
+            break;
+        if (!sh->more[i])
+            break;
+        s[0] = s[1] = 0;
+        if (st == DT_OK)
+            st = k->once(sh->job, state, s);
+        sh->runs[me][0][i] = s[0], sh->runs[me][1][i] = s[1];
     }
-    for (int p = 0; p < 2 && n > 0; p++)
-        sh->secs[me][p] = median(runs[p], n);
+    if (me == 0)
+        sh->n_runs = i;
     sh->st[me] = st;
-    atomic_fetch_add(&sh->timed, 1);
-    while (st == DT_OK && atomic_load(&sh->timed) < copies)
-        st = k->once(sh->job, state, s);
     if (state)
         k->teardown(state);
+    return alive;
 }
 
 static _Noreturn void twin_main(shared *sh, int me, int copies, pid_t leader) {
@@ -195,29 +207,34 @@ dt_status dt_plan_crew_time(dt_plan_crew *c, const dt_plan_kernel *k, const void
     sh->reps = reps;
     sh->seconds = seconds;
     memcpy(sh->job, job, job_size);
-    atomic_store(&sh->ready, 0);
-    atomic_store(&sh->timed, 0);
+    atomic_store(&sh->arrived, 0);
     atomic_store(&sh->idle, 0);
     atomic_fetch_add(&sh->gen, 1);
-    take_part(sh, 0, c->copies, c);
-    if (sh->st[0] == DT_OK && !wait_for(&sh->idle, c->copies - 1, c))
-        sh->st[0] = DT_ERR_OOM;
-    if (sh->st[0] == DT_ERR_OOM)
+    if (!take_part(sh, 0, c->copies, c) || !wait_for(&sh->idle, c->copies - 1, c))
         return dt_err_set(DT_ERR_OOM,
                           "plan: device this: a copy of the probe ended (killed, out of memory?) "
                           "before its kernel was timed");
-    secs[0] = secs[1] = 0;
-    for (int i = 0; i < c->copies; i++) {
+    for (int i = 0; i < c->copies; i++)
         if (sh->st[i] != DT_OK)
             return i == 0 ? sh->st[0]
                           : dt_err_set(sh->st[i],
                                        "plan: device this: copy %d of the probe, run beside "
                                        "this one, failed its kernel (out of memory?)",
                                        i);
-        for (int p = 0; p < 2; p++)
-            secs[p] = sh->secs[i][p] > secs[p] ? sh->secs[i][p] : secs[p];
+    /* each run waits for its slowest copy, as every rank waits at the next collective */
+    double slowest[2][MAX_RUNS];
+    int n = sh->n_runs;
+    for (int p = 0; p < 2; p++) {
+        for (int r = 0; r < n; r++) {
+            slowest[p][r] = 0;
+            for (int i = 0; i < c->copies; i++)
+                slowest[p][r] =
+                    sh->runs[i][p][r] > slowest[p][r] ? sh->runs[i][p][r] : slowest[p][r];
+        }
+        secs[p] = n > 0 ? median(slowest[p], n) : 0;
     }
-    return DT_OK;
+    return n > 0 ? DT_OK
+                 : dt_err_set(DT_ERR_ARG, "plan: device this: a probe's kernel ran no time");
 }
 
 void dt_plan_crew_stop(dt_plan_crew *c) {

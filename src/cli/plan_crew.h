@@ -3,9 +3,9 @@
  * The ranks of a layout on this machine share its cores' caches, memory bandwidth and (on a
  * shared VM) whatever the neighbours leave them, so a kernel timed in one process alone
  * measures a faster machine than the ranks get. A crew is `copies` processes (this one and
- * forked twins), each pinned to its own `threads` cores as mpirun binds ranks, that set up the
- * same kernel, start timing together, and keep it running until every copy has timed it. The
- * answer is the slowest copy's: every step waits for its slowest rank.
+ * forked twins), each pinned to its own `threads` cores as mpirun binds ranks, that run the
+ * same kernel together, run by run. A run lasts as long as its slowest copy: every stretch of
+ * a step between two collectives waits for its slowest rank.
  *
  * A crew must start before this process runs any OpenMP region or matmul (a forked twin
  * inherits no thread pool), and never under MPI. */
@@ -34,10 +34,10 @@ enum { DT_PLAN_JOB_BYTES = 256 };
 dt_status dt_plan_crew_start(int copies, int threads, dt_plan_crew **out);
 int dt_plan_crew_size(const dt_plan_crew *c);
 
-/* The median seconds of each part over at least `reps` runs and `seconds` of running (at most
- * 256 runs), taken by every copy at once; secs[i] is the slowest copy's. The median, not the
- * best: a step is a sum of many runs, each meeting whatever the neighbours do then.
- * job_size <= DT_PLAN_JOB_BYTES. */
+/* Seconds of each part: at least `reps` runs and `seconds` of running (at most 256 runs),
+ * every copy starting each run together; secs[i] is the median over runs of the slowest
+ * copy's time. The median, not the best: a step is a sum of many runs, each meeting whatever
+ * the neighbours do then. job_size <= DT_PLAN_JOB_BYTES. */
 dt_status dt_plan_crew_time(dt_plan_crew *c, const dt_plan_kernel *k, const void *job,
                             size_t job_size, int reps, double seconds, double secs[2]);
 

@@ -11,7 +11,8 @@
  * its rates are measured by cli/plan_probe.c (the matmul peaks, a memory copy whose half is a
  * rank's collective bandwidth, since Open MPI copies a message twice through shared memory,
  * and each kernel). The latency (5 us) is a default; the offload disk's rates 1 GB/s unless the
- * probe measures them. No MPI is started: `dtrain plan` is one process.
+ * probe measures them; no collective hides behind compute (exposed share 1). No MPI is started:
+ * `dtrain plan` is one process.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "cli/plan_device.h"
@@ -111,6 +112,10 @@ static int usable_cores(void) {
 
 static dt_status measure_this(int world, dt_plan_device *d, int64_t *mem) {
     d->latency = 5e-6;
+    /* A rank's collectives are copies and sums its own core makes (Open MPI's shared-memory
+     * transport, progressed by dt_comm_test inside the compute loops): beside compute they
+     * take the compute's core, so none of one hides (dtrain probe measures the share) */
+    d->exposed_share = 1;
     d->disk_write = d->disk_read = 1e9; /* measured by the probe where the config offloads */
     d->cores = usable_cores();
     d->threads = omp_get_max_threads(); /* the ranks' OMP_NUM_THREADS, as the planner's */
