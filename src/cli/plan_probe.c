@@ -222,7 +222,7 @@ static const dt_plan_kernel COPY = {copy_setup, copy_once, bufs_free};
 struct dt_plan_probe {
     dt_plan_crew *crew;
     struct shape_rate {
-        int lp, m, n, k;
+        int lp, op, m, n, k;
         double flops;
     } seen[MAX_SHAPES];
     int n_seen;
@@ -315,19 +315,24 @@ static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16
     return DT_OK;
 }
 
-/* dt_plan_gemm_rate for `this`: a linear layer's forward product is x [m, k] by the weight
- * stored [n, k], as dt_linear runs it; measured on first use. 0 (the peak) if the shape
- * cannot be measured. */
-static double gemm_rate(void *ctx, int lp, double m, double n, double k) {
+/* dt_plan_gemm_rate for `this`: each product with its operands stored as dt_linear keeps
+ * them (the forward reads the weight [n, k] transposed, the input gradient dy [m, k] by the
+ * weight [k, n], the weight gradient dy [k, m] transposed by x [k, n]); measured on first
+ * use. 0 (the peak) if the shape cannot be measured. */
+static double gemm_rate(void *ctx, int lp, dt_plan_gemm_op op, double m, double n, double k) {
     dt_plan_probe *p = ctx;
-    struct shape_rate key = {lp, (int)m, (int)n, (int)k, 0};
+    struct shape_rate key = {lp, (int)op, (int)m, (int)n, (int)k, 0};
     if (key.m < 1 || key.n < 1 || key.k < 1)
         return 0;
     for (int i = 0; i < p->n_seen; i++)
-        if (!memcmp(&p->seen[i], &key, 4 * sizeof(int)))
+        if (!memcmp(&p->seen[i], &key, 5 * sizeof(int)))
             return p->seen[i].flops;
-    dt_gemm_shape s = {
-        .M = key.m, .N = key.n, .K = key.k, .trans_b = true, .dtype = lp ? DT_BF16 : DT_F32};
+    dt_gemm_shape s = {.M = key.m,
+                       .N = key.n,
+                       .K = key.k,
+                       .trans_a = op == DT_PLAN_GEMM_DW,
+                       .trans_b = op == DT_PLAN_GEMM_FWD,
+                       .dtype = lp ? DT_BF16 : DT_F32};
     if (gemm_flops(p, s, 0.01, 3, &key.flops) != DT_OK)
         key.flops = 0;
     if (p->n_seen < MAX_SHAPES)

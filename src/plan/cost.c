@@ -44,9 +44,9 @@ static double gather_like(const work *w, int p, double n) { return dt_plan_cost_
 /* ---- one block, one micro-batch ------------------------------------------------------------- */
 
 /* seconds of an m x k by k x n product */
-double dt_plan_cost_gemm(const work *w, double m, double n, double k) {
+double dt_plan_cost_gemm(const work *w, dt_plan_gemm_op op, double m, double n, double k) {
     const dt_plan_device *d = w->d;
-    double rate = d->gemm_rate ? d->gemm_rate(d->gemm_ctx, w->lp, m, n, k) : 0;
+    double rate = d->gemm_rate ? d->gemm_rate(d->gemm_ctx, w->lp, op, m, n, k) : 0;
     if (!(rate > 0) && d->gemm_efficiency > 0) {
         double h = d->gemm_half;
         rate = w->rate * d->gemm_efficiency * (m / (m + h)) * (n / (n + h)) * (k / (k + h));
@@ -56,9 +56,9 @@ double dt_plan_cost_gemm(const work *w, double m, double n, double k) {
 
 /* A linear layer [m, in] -> [m, out]: its forward, and its backward's two products. */
 void dt_plan_cost_add_linear(const work *w, double m, double in, double out, linear_s *acc) {
-    acc->fwd += dt_plan_cost_gemm(w, m, out, in);
-    acc->dx += dt_plan_cost_gemm(w, m, in, out);
-    acc->dw += dt_plan_cost_gemm(w, out, in, m);
+    acc->fwd += dt_plan_cost_gemm(w, DT_PLAN_GEMM_FWD, m, out, in);
+    acc->dx += dt_plan_cost_gemm(w, DT_PLAN_GEMM_DX, m, in, out);
+    acc->dw += dt_plan_cost_gemm(w, DT_PLAN_GEMM_DW, out, in, m);
 }
 static void add_linear(const work *w, double m, double in, double out, linear_s *acc) {
     dt_plan_cost_add_linear(w, m, in, out, acc);

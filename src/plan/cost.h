@@ -46,8 +46,14 @@ typedef struct dt_plan_rate2 {
     double fwd, bwd;
 } dt_plan_rate2;
 
-/* FLOP/s of one m x k by k x n product (lp: bf16/fp16 operands); <= 0: use the peak. */
-typedef double (*dt_plan_gemm_rate)(void *ctx, int lp, double m, double n, double k);
+/* The three products of a linear layer, whose operands a matmul kernel reads in different
+ * orders: the forward x W^T, the input gradient dy W, the weight gradient dy^T x. */
+typedef enum { DT_PLAN_GEMM_FWD, DT_PLAN_GEMM_DX, DT_PLAN_GEMM_DW } dt_plan_gemm_op;
+
+/* FLOP/s of one m x k by k x n product of kind op (lp: bf16/fp16 operands); <= 0: use the
+ * peak. */
+typedef double (*dt_plan_gemm_rate)(void *ctx, int lp, dt_plan_gemm_op op, double m, double n,
+                                    double k);
 
 /* The kinds of collective a step runs, as the planner counts their bytes per rank (n: the
  * whole vector's bytes over p ranks): all-reduce 2 n (p - 1) / p, reduce-scatter and

@@ -144,7 +144,8 @@ static pass unit_matmuls(const dit_work *x, int u, bool split) {
     double no_dx = 0;
     for (int i = 0; i < n; i++) {
         dt_plan_cost_add_linear(x->w, p[i].m, p[i].in, p[i].out, &t);
-        no_dx += p[i].no_dx ? dt_plan_cost_gemm(x->w, p[i].m, p[i].in, p[i].out) : 0;
+        no_dx +=
+            p[i].no_dx ? dt_plan_cost_gemm(x->w, DT_PLAN_GEMM_DX, p[i].m, p[i].in, p[i].out) : 0;
     }
     bool block = u >= 1 && u <= x->w->L;
     if (split && block)

@@ -71,7 +71,7 @@ double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll ki
 double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n);
 double dt_plan_cost_gather(const dt_plan_work *w, int p, double n);
 /* Seconds of an m x k by k x n product at the device's rate for that shape. */
-double dt_plan_cost_gemm(const dt_plan_work *w, double m, double n, double k);
+double dt_plan_cost_gemm(const dt_plan_work *w, dt_plan_gemm_op op, double m, double n, double k);
 /* Adds a linear [m, in] -> [m, out] to acc. */
 void dt_plan_cost_add_linear(const dt_plan_work *w, double m, double in, double out,
                              dt_plan_linear_s *acc);
