@@ -178,24 +178,45 @@ static dt_status act_once(const void *job, void *state, double secs[2]) {
 
 static const dt_plan_kernel ACT = {act_setup, act_once, bufs_free};
 
-/* the attention kernel over B sequences of T tokens */
+/* the attention kernel over B sequences of T tokens, reading q|k|v from one [tokens, W]
+ * buffer (W = (NH + 2 NKV) hs: the qkv product's rows) and writing the gradients into one
+ * such buffer, as the blocks do; bf16_copies: from 16-bit copies of q|k|v, writing y's,
+ * as a GPT's block in 16-bit modes (the DiT passes fp32 rows in bf16 mode) */
+typedef struct attn_job {
+    dt_attn_shape s;
+    bool bf16_copies;
+} attn_job;
+
 static dt_status attn_setup(const void *job, void **state) {
-    const dt_attn_shape *s = job;
-    int64_t tok = (int64_t)s->B * s->T, q = tok * s->NH * s->hs, kv = tok * s->NKV * s->hs;
-    int64_t sizes[9] = {q, kv, kv, q, q, tok * s->NH, q, kv, kv};
-    return bufs_of(sizes, 9, 4, state);
+    const dt_attn_shape *s = &((const attn_job *)job)->s;
+    int64_t tok = (int64_t)s->B * s->T, y = tok * s->NH * s->hs, qkv = tok * s->q_stride;
+    /* qkv, y, dy, lse, dqkv, and their 16-bit copies (qkv16, y16) in fp32-sized buffers */
+    int64_t sizes[7] = {qkv, y, y, tok * s->NH, qkv, qkv, y};
+    return bufs_of(sizes, 7, 4, state);
 }
 
 static dt_status attn_once(const void *job, void *state, double secs[2]) {
+    const attn_job *j = job;
+    const dt_attn_shape *s = &j->s;
     float **p = (float **)((bufs *)state)->b;
-    float *q = p[0], *k = p[1], *v = p[2], *y = p[3], *dy = p[4], *lse = p[5], *dq = p[6];
-    float *dk = p[7], *dv = p[8];
+    float *qkv = p[0], *y = p[1], *dy = p[2], *lse = p[3], *dq = p[4];
+    const uint16_t *q16 = (const uint16_t *)p[5];
+    void *y16 = p[6];
+    int64_t ko = (int64_t)s->NH * s->hs, vo = ko + (int64_t)s->NKV * s->hs;
+    dt_status st = DT_OK;
     double t0 = dt_now();
-    dt_attention_forward(job, y, lse, q, k, v);
+    if (j->bf16_copies)
+        st = dt_attention_forward_bf16(s, y16, true, lse, q16, q16 + ko, q16 + vo);
+    else
+        dt_attention_forward(s, y, lse, qkv, qkv + ko, qkv + vo);
     double t1 = dt_now();
-    dt_attention_backward(job, dq, dk, dv, dy, y, lse, q, k, v);
+    if (st == DT_OK && j->bf16_copies)
+        st = dt_attention_backward_set_bf16(s, dq, dq + ko, dq + vo, dy, y16, true, lse, q16,
+                                            q16 + ko, q16 + vo);
+    else if (st == DT_OK)
+        dt_attention_backward_set(s, dq, dq + ko, dq + vo, dy, y, lse, qkv, qkv + ko, qkv + vo);
     secs[0] = t1 - t0, secs[1] = dt_now() - t1;
-    return DT_OK;
+    return st;
 }
 
 static const dt_plan_kernel ATTN = {attn_setup, attn_once, bufs_free};
@@ -278,18 +299,20 @@ static dt_status time_attention(dt_plan_probe *p, const dt_config *c, bool bf16,
     bool dit = m->arch == DT_ARCH_DIT;
     int B = probe_rows(c) / T;
     int NH = m->n_head, NKV = m->n_kv_head > 0 ? m->n_kv_head : NH, hs = m->n_embd / NH;
-    dt_attn_shape s = {.B = B > 0 ? B : 1,
-                       .T = T,
-                       .NH = NH,
-                       .NKV = NKV,
-                       .hs = hs,
-                       .q_stride = (int64_t)NH * hs,
-                       .kv_stride = (int64_t)NKV * hs,
-                       .scale = 0.125f,
-                       .causal = !dit,
-                       .bf16 = bf16};
-    DT_TRY(dt_plan_crew_time(p->crew, &ATTN, &s, sizeof s, REPS, 0, secs));
-    *flops = (dit ? 4.0 : 2.0) * s.B * T * T * NH * hs;
+    int64_t W = (int64_t)(NH + 2 * NKV) * hs;
+    attn_job j = {.s = {.B = B > 0 ? B : 1,
+                        .T = T,
+                        .NH = NH,
+                        .NKV = NKV,
+                        .hs = hs,
+                        .q_stride = W,
+                        .kv_stride = W,
+                        .scale = 0.125f,
+                        .causal = !dit,
+                        .bf16 = bf16},
+                  .bf16_copies = bf16 && !dit};
+    DT_TRY(dt_plan_crew_time(p->crew, &ATTN, &j, sizeof j, REPS, 0, secs));
+    *flops = (dit ? 4.0 : 2.0) * j.s.B * T * T * NH * hs;
     return DT_OK;
 }
 
