@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The planner's step time against measurement (not a test). Runs a set of layouts of one small
 # GPT-2 on this machine (2 ranks, 1 thread each) and, for each, asks `dtrain plan --explain`
-# for its predicted step time on `--device this`, measured with one thread right after the
-# run (src/cli/plan_device.c, plan_probe.c: the matmul peaks and the rate of every product
-# shape the layout runs, the attention kernel, norm and activation rates at the model's
-# shapes, a memory-copy rate). Reports predicted vs measured (median step_ms of steps 3-6 of
+# for its predicted step time on `--device this`, measured right after the run by two copies
+# of the probe side by side, one thread each (src/cli/plan_probe.c, plan_crew.c: the matmul
+# peaks and the rate of every product the layout runs, the attention kernel, norm and
+# activation rates at the model's shapes, memory rates). Reports predicted vs measured (median step_ms of steps 3-6 of
 # the metrics JSONL), their ratio, and whether the planner ranks the layouts as measurement
 # does (Spearman's rank correlation, and the share of layout pairs ordered alike).
 #

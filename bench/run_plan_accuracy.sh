@@ -3,9 +3,10 @@
 # (not a test): GPT-2, Llama with grouped-query attention and the video DiT, 2 ranks x 1
 # thread, both precisions, every pipeline schedule, ZeRO 0-3 with and without activation
 # checkpointing, tp and both sequence-parallel modes. For each, `dtrain plan --explain
-# --device this` (measured with one thread right after the run) against the median step_ms of
-# steps 3-8. Reports each error (predicted / measured - 1), their mean absolute, worst and
-# mean signed values, and Spearman's rank correlation.
+# --device this` (measured right after the run, two copies of the probe side by side, one
+# thread each) against the median step_ms of steps 3-8. Reports each error (predicted /
+# measured - 1), their mean absolute, worst and mean signed values, and Spearman's rank
+# correlation.
 #
 #   bash bench/run_plan_accuracy.sh
 #
