@@ -45,19 +45,16 @@ static void bufs_free(void *state) {
     free(s);
 }
 
-/* `count` buffers of n[i] elements of `elem` bytes, written so that each page is this
- * process's own (an untouched calloc page maps the one zero page, in cache whatever the
- * size): floats (elem 4) with small values, anything else with zeros */
-static dt_status bufs_of(const int64_t *n, int count, size_t elem, void **state) {
+/* `count` buffers of room for n[i] floats, written so that each page is this process's own
+ * (an untouched calloc page maps the one zero page, in cache whatever the size): small
+ * values, or zeros (a matmul's operands, as dt_gemm_rate times them) */
+static dt_status bufs_of(const int64_t *n, int count, bool zeros, void **state) {
     bufs *s = calloc(1, sizeof *s);
     bool ok = s != NULL;
     for (int i = 0; ok && i < count; i++) {
         int64_t len = n[i] > 0 ? n[i] : 1;
-        s->b[i] =
-            elem == 4 ? (void *)filled(len, 0.01f * (float)(i + 1)) : malloc((size_t)len * elem);
+        s->b[i] = filled(len, zeros ? 0 : 0.01f * (float)(i + 1));
         ok = s->b[i] != NULL;
-        if (ok && elem != 4)
-            memset(s->b[i], 0, (size_t)len * elem);
     }
     if (!ok) {
         if (s)
@@ -77,10 +74,10 @@ static dt_status gemm_setup(const void *job, void **state) {
     const dt_gemm_shape *s = job;
     if (!proc_gemm)
         DT_TRY(dt_gemm_init(&proc_gemm));
-    size_t es = dt_dtype_size(s->dtype);
-    int64_t n[3] = {(int64_t)s->M * s->K * (int64_t)es, (int64_t)s->K * s->N * (int64_t)es,
-                    (int64_t)s->M * s->N * 4};
-    return bufs_of(n, 3, 1, state);
+    int64_t es = (int64_t)dt_dtype_size(s->dtype); /* operands in floats' room: round up */
+    int64_t n[3] = {((int64_t)s->M * s->K * es + 3) / 4, ((int64_t)s->K * s->N * es + 3) / 4,
+                    (int64_t)s->M * s->N};
+    return bufs_of(n, 3, true, state);
 }
 
 static dt_status gemm_once(const void *job, void *state, double secs[2]) {
@@ -104,7 +101,7 @@ static dt_status norm_setup(const void *job, void **state) {
     const norm_job *j = job;
     int64_t n = (int64_t)j->N * j->C;
     int64_t sizes[10] = {n, n, n, n, j->C, j->C, j->C, j->C, j->N, j->N};
-    return bufs_of(sizes, 10, 4, state);
+    return bufs_of(sizes, 10, false, state);
 }
 
 static dt_status norm_once(const void *job, void *state, double secs[2]) {
@@ -144,7 +141,7 @@ typedef struct act_job {
 static dt_status act_setup(const void *job, void **state) {
     int64_t n = ((const act_job *)job)->n;
     int64_t sizes[6] = {n, n, n, n, n, n};
-    return bufs_of(sizes, 6, 4, state);
+    return bufs_of(sizes, 6, false, state);
 }
 
 static dt_status act_once(const void *job, void *state, double secs[2]) {
@@ -192,7 +189,7 @@ static dt_status attn_setup(const void *job, void **state) {
     int64_t tok = (int64_t)s->B * s->T, y = tok * s->NH * s->hs, qkv = tok * s->q_stride;
     /* qkv, y, dy, lse, dqkv, and their 16-bit copies (qkv16, y16) in fp32-sized buffers */
     int64_t sizes[7] = {qkv, y, y, tok * s->NH, qkv, qkv, y};
-    return bufs_of(sizes, 7, 4, state);
+    return bufs_of(sizes, 7, false, state);
 }
 
 static dt_status attn_once(const void *job, void *state, double secs[2]) {
@@ -223,9 +220,9 @@ static const dt_plan_kernel ATTN = {attn_setup, attn_once, bufs_free};
 
 /* a copy of `bytes`: the rate memory-bound passes stream at */
 static dt_status copy_setup(const void *job, void **state) {
-    int64_t n = *(const int64_t *)job;
+    int64_t n = (*(const int64_t *)job + 3) / 4;
     int64_t sizes[2] = {n, n};
-    return bufs_of(sizes, 2, 1, state);
+    return bufs_of(sizes, 2, true, state);
 }
 
 static dt_status copy_once(const void *job, void *state, double secs[2]) {
@@ -449,12 +446,10 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, dt_plan_device *d,
         st = probe_machine(p, c, d);
     if (st == DT_OK)
         st = probe_disk(c, d);
-    if (st == DT_OK)
-        st = probe_attention(p, c, false, &d->attn_fp32);
-    if (st == DT_OK)
-        st = probe_attention(p, c, true, &d->attn_16);
-    for (int lp = 0; lp < 2 && st == DT_OK; lp++) {
-        st = probe_norm(p, c, lp, lp ? &d->norm_16 : &d->norm);
+    for (int lp = 0; lp < 2 && st == DT_OK; lp++) { /* fp32, then 16-bit modes */
+        st = probe_attention(p, c, lp, lp ? &d->attn_16 : &d->attn_fp32);
+        if (st == DT_OK)
+            st = probe_norm(p, c, lp, lp ? &d->norm_16 : &d->norm);
         if (st == DT_OK)
             st = probe_act(p, c, lp, lp ? &d->act_16 : &d->act);
     }
