@@ -26,7 +26,7 @@ dt_status dt_cli_plan_auto_layers(dt_config *c, int world) {
     dt_plan_probe *probe = NULL;
     dt_status st = dt_plan_device_get("this", world, &dev, &mem);
     if (st == DT_OK)
-        st = dt_plan_probe_this(c, 1, &dev, &probe); /* the other ranks are beside it */
+        st = dt_plan_probe_this(c, 1, 0, &dev, &probe); /* the other ranks are beside it */
     if (st == DT_OK)
         st = dt_cli_plan_resolve_auto(c, world, &dev);
     dt_plan_probe_free(probe);

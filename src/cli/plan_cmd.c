@@ -40,7 +40,7 @@ static int usage(void) {
         "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
         "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
         "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
-        "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--overlap tp,dp|none] "
+        "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--overlap tp,dp|none] [--step-ratio F] "
         "[--top K] [--json] "
         "[--explain [--rank R]] [--show-device] "
         "[--section.key=value ...]\n"
@@ -54,7 +54,9 @@ static int usage(void) {
         "--exposed-share: what dtrain probe measured under mpirun; --overlap: what the "
         "device's software hides that dtrain's CPU runtime does not (tp: tensor-parallel "
         "collectives behind their products; dp: gradient reductions under a pipeline and "
-        "the gather of the update; the GPU presets: tp,dp); --show-device prints the "
+        "the gather of the update; the GPU presets: tp,dp); --step-ratio: a measured step over "
+        "the modelled one, scaling every pass (this: one rank's step of the model, trained "
+        "now); --show-device prints the "
         "device's figures as these flags\n"
         "  devices: %s",
         dt_plan_device_names());
@@ -334,6 +336,7 @@ typedef struct args {
     int64_t act_bytes;
     double coll[DT_PLAN_COLL_COUNT], exposed_share; /* dtrain probe's (0, -1: not given) */
     int hides;                                      /* --overlap (-1: not given) */
+    double step_ratio;                              /* --step-ratio (0: not given) */
     bool show_device;
     int64_t mem;
 } args;
@@ -470,6 +473,8 @@ static int parse(int argc, char **argv, args *a) {
             ok = dt_cli_real("--exposed-share", v, 0, 2, &a->exposed_share);
         else if ((v = dt_cli_option(argc, argv, &i, "--overlap")))
             ok = parse_hides(v, &a->hides);
+        else if ((v = dt_cli_option(argc, argv, &i, "--step-ratio")))
+            ok = dt_cli_real("--step-ratio", v, 0.1, 10, &a->step_ratio);
         else if (!strcmp(argv[i], "--show-device"))
             a->show_device = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
@@ -491,7 +496,7 @@ static int parse(int argc, char **argv, args *a) {
                 "--flops16", "--bandwidth",     "--mem-bandwidth", "--latency", "--attn",
                 "--attn16",  "--norm",          "--act",           "--disk",    "--device",
                 "--rank",    "--coll-bw",       "--exposed-share", "--overlap", "--norm16",
-                "--act16",   "--act-bandwidth", "--act-bytes",     NULL};
+                "--act16",   "--act-bandwidth", "--act-bytes",     "--step-ratio", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -524,7 +529,7 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
     *probe = NULL;
     DT_TRY(dt_plan_device_get(name, a->world, dev, dev_mem));
     if (!strcmp(name, "this"))
-        DT_TRY(dt_plan_probe_this(&a->cfg, a->world, dev, probe));
+        DT_TRY(dt_plan_probe_this(&a->cfg, a->world, a->world, dev, probe));
     if (a->flops > 0 || a->flops16 > 0)
         dev->gemm_rate = NULL; /* the rates given hold for every shape */
     if (a->flops > 0)
@@ -559,6 +564,8 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
         dev->exposed_share = a->exposed_share;
     if (a->hides >= 0)
         dev->hides = (unsigned)a->hides;
+    if (a->step_ratio > 0)
+        dev->step_ratio = a->step_ratio;
     return DT_OK;
 }
 
@@ -599,7 +606,10 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     if (d->coll[0] > 0)
         printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g --exposed-share %.4g", d->coll[0], d->coll[1],
                d->coll[2], d->coll[3], d->coll[4], d->exposed_share);
-    printf(" --overlap %s\n", hides_name(d->hides));
+    printf(" --overlap %s", hides_name(d->hides));
+    if (d->step_ratio > 0)
+        printf(" --step-ratio %.4g", d->step_ratio);
+    printf("\n");
 }
 
 static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {

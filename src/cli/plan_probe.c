@@ -17,12 +17,15 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "io/scratch_file.h"
 #include "kernels/act.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/norm.h"
+#include "plan/memory.h"
+#include "train/trainer.h"
 
 enum { REPS = 5, MAX_SHAPES = 512 };
 
@@ -239,6 +242,8 @@ static const dt_plan_kernel COPY = {copy_setup, copy_once, bufs_free};
 
 struct dt_plan_probe {
     dt_plan_crew *crew;
+    dt_config one; /* the measured step's config; made before the crew forks, so every copy
+                    * holds it at the same address (a step job carries the pointer) */
     struct shape_rate {
         int lp, op, m, n, k;
         double flops;
@@ -333,6 +338,81 @@ static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16
     out->fwd = flops / fwd;
     out->bwd = 2 * flops / bwd;
     return DT_OK;
+}
+
+/* ---- the measured step ----------------------------------------------------------------- */
+
+/* A training step of one rank (train/trainer.h's step timer), after STEP_WARMUP untimed ones
+ * (first touches of the arenas, oneDNN's kernels made). */
+enum { STEP_WARMUP = 2, STEP_REPS = 5 };
+static const double STEP_MAX_SECONDS = 1.0;
+
+typedef struct step_job {
+    const dt_config *c; /* the probe's `one`, the same address in every copy */
+} step_job;
+
+static dt_status step_setup(const void *job, void **state) {
+    const step_job *j = job;
+    dt_step_timer *t;
+    DT_TRY(dt_step_timer_init(j->c, &t));
+    double secs;
+    dt_status st = DT_OK;
+    for (int i = 0; i < STEP_WARMUP && st == DT_OK; i++)
+        st = dt_step_timer_run(t, &secs);
+    if (st != DT_OK) {
+        dt_step_timer_free(t);
+        return st;
+    }
+    *state = t;
+    return DT_OK;
+}
+
+static dt_status step_once(const void *job, void *state, double secs[2]) {
+    (void)job;
+    secs[1] = 0;
+    return dt_step_timer_run(state, &secs[0]);
+}
+
+static void step_free(void *state) { dt_step_timer_free(state); }
+
+static const dt_plan_kernel STEP = {step_setup, step_once, step_free};
+
+/* c's model, data and optimizer trained by one rank on its share of the batch as world ranks
+ * of data parallelism would give it, in c's precision and recomputation; everything else of
+ * the plugin (the layout, offload) at its default */
+static dt_config one_rank_config(const dt_config *c, int world) {
+    dt_config one, def;
+    dt_config_defaults(&def);
+    one = *c;
+    one.plugin = def.plugin;
+    one.plugin.precision = c->plugin.precision;
+    one.plugin.grad_clip = c->plugin.grad_clip;
+    one.plugin.ac = c->plugin.ac;
+    one.plugin.ac_every = c->plugin.ac_every;
+    one.plugin.act_compress = c->plugin.act_compress;
+    int share = c->train.batch_size / (world > 0 ? world : 1);
+    one.train.batch_size = share > 0 ? share : 1;
+    one.train.micro_batch_size = 0;
+    one.train.steps = 1 << 30; /* the schedule never ends while it is timed */
+    one.train.eval_every = 0;
+    one.train.trace[0] = one.train.metrics[0] = one.train.mem_timeline[0] = '\0';
+    one.train.export_path[0] = one.train.mem_report[0] = '\0';
+    one.train.rebalance_every = 0;
+    one.data.val[0] = '\0';
+    one.checkpoint.every = 0;
+    one.checkpoint.resume[0] = '\0';
+    return one;
+}
+
+/* Whether the probe can afford to train `one` for a few steps: its memory a small share of
+ * the machine's for every copy, and a step predicted quick. */
+static bool step_affordable(const dt_config *one, const dt_plan_device *d, int copies) {
+    double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    dt_plan_mem m;
+    dt_plan_time t;
+    return dt_plan_memory(one, 1, 0, &(dt_plan_mem_opts){0}, &m) == DT_OK &&
+           (double)m.total * copies < 0.25 * machine &&
+           dt_plan_step_time(one, 1, d, NULL, &t) == DT_OK && t.step_s < STEP_MAX_SECONDS;
 }
 
 /* dt_plan_gemm_rate for `this`: each product with its operands stored as dt_linear keeps
@@ -433,12 +513,36 @@ static dt_status probe_machine(dt_plan_probe *p, const dt_config *c, dt_plan_dev
     return DT_OK;
 }
 
-dt_status dt_plan_probe_this(const dt_config *c, int copies, dt_plan_device *d,
+/* d->step_ratio: one rank's measured step of p->one over the time model's (on d's rates
+ * just measured, ratio 1). Left at 1 where the step cannot be afforded or trained here (its
+ * data missing, say): the kernels' sum stands, and --show-device says so. */
+static dt_status probe_step(dt_plan_probe *p, dt_plan_device *d) {
+    d->step_ratio = 1;
+    int copies = dt_plan_crew_size(p->crew);
+    if (!step_affordable(&p->one, d, copies))
+        return DT_OK;
+    dt_plan_time t;
+    DT_TRY(dt_plan_step_time(&p->one, 1, d, NULL, &t));
+    step_job j = {&p->one};
+    double secs[2];
+    if (dt_plan_crew_time(p->crew, &STEP, &j, sizeof j, STEP_REPS, 0, secs) != DT_OK) {
+        dt_warn("plan: device this: a measured training step failed (%s); the step time is "
+                "the kernels' sum alone",
+                dt_err_msg());
+        return DT_OK;
+    }
+    d->step_ratio = secs[0] / t.step_s;
+    return DT_OK;
+}
+
+dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_plan_device *d,
                              dt_plan_probe **out) {
     *out = NULL;
     dt_plan_probe *p = calloc(1, sizeof *p);
     if (!p)
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory");
+    if (step_world > 0)
+        p->one = one_rank_config(c, step_world);
     int threads = d->threads > 0 ? d->threads : 1;
     int room = d->cores > 0 ? d->cores / threads : 1;
     dt_status st = dt_plan_crew_start(copies < room ? copies : room, threads, &p->crew);
@@ -453,12 +557,16 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, dt_plan_device *d,
         if (st == DT_OK)
             st = probe_act(p, c, lp, lp ? &d->act_16 : &d->act);
     }
+    if (st == DT_OK) {
+        d->gemm_rate = gemm_rate;
+        d->gemm_ctx = p;
+    }
+    if (st == DT_OK && step_world > 0)
+        st = probe_step(p, d);
     if (st != DT_OK) {
         dt_plan_probe_free(p);
         return st;
     }
-    d->gemm_rate = gemm_rate;
-    d->gemm_ctx = p;
     *out = p;
     return DT_OK;
 }

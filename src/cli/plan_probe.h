@@ -16,8 +16,11 @@ typedef struct dt_plan_probe dt_plan_probe;
  * gemm_rate; *out owns the copies and the matmul measurements d->gemm_ctx points at (free it
  * after the last use of d). `copies`: the ranks of the run that share this machine (at most
  * the cores over the threads a rank runs; 1 where this process is a rank under MPI, whose
- * neighbours are the other ranks). Must come before any OpenMP region of this process. */
-dt_status dt_plan_probe_this(const dt_config *c, int copies, dt_plan_device *d,
+ * neighbours are the other ranks). step_world > 0: also train c's model on one rank, on the
+ * share of the batch that many ranks of data parallelism give it, and set d->step_ratio to
+ * its measured step over the time model's (0: no step, the ratio 1). Must come before any
+ * OpenMP region of this process. */
+dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_plan_device *d,
                              dt_plan_probe **out);
 void dt_plan_probe_free(dt_plan_probe *p);
 

@@ -643,6 +643,12 @@ double dt_plan_step_flops(const dt_config *c) {
     return 3 * token * c->train.batch_size * T;
 }
 
+static double step_ratio(const dt_plan_device *d) { return d->step_ratio > 0 ? d->step_ratio : 1; }
+
+static void scale_chunk(chunk_cost *k, double by) {
+    k->f *= by, k->b *= by, k->wgt *= by, k->b_fresh *= by, k->io *= by;
+}
+
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *given, dt_plan_time *out) {
     const dt_schedule *sched;
@@ -670,6 +676,8 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
             dt_plan_dit_chunk_costs(&w, &sp, split, cc);
         else
             cost_chunks(&w, &sp, split, cc);
+        for (int k = 0; k < n_chunks; k++)
+            scale_chunk(&cc[k], step_ratio(d));
         if (w.pp > 1) {
             st = replay(&w, sched, cc, end, busy);
         } else {
@@ -693,6 +701,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         double exposed, opt;
         cost_dp(&w, world, rank, sched, (double)n_local, forward, backward, busy[r], split,
                 &exposed, &opt);
+        opt *= step_ratio(d);
         double step = makespan + exposed + opt;
         cpu += (busy[r] + opt) * (world / w.pp); /* the stage's ranks alike */
         if (step > out->step_s) {

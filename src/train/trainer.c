@@ -529,3 +529,50 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded) {
     world->watch = NULL;
     return st;
 }
+
+/* ---- one rank's steps, timed ------------------------------------------------------------- */
+
+struct dt_step_timer {
+    dt_comm *world;
+    dt_booster *booster;
+};
+
+void dt_step_timer_free(dt_step_timer *t) {
+    if (!t)
+        return;
+    dt_booster_free(t->booster);
+    dt_comm_free(t->world);
+    free(t);
+}
+
+dt_status dt_step_timer_init(const dt_config *cfg, dt_step_timer **out) {
+    *out = NULL;
+    dt_step_timer *t = calloc(1, sizeof *t);
+    if (!t)
+        return dt_err_set(DT_ERR_OOM, "timing a training step: out of memory");
+    dt_boost_spec spec = spec_of(cfg);
+    spec.val_data = NULL, spec.trace = false, spec.mem_timeline = NULL;
+    spec.rebalance_every = 0;
+    spec.eot = cfg->data.eot_token; /* a tokenizer's own is left to dtrain train */
+    dt_status st = dt_config_validate(cfg);
+    if (st == DT_OK)
+        st = dt_comm_local_init("world", &t->world);
+    if (st == DT_OK)
+        st = dt_booster_init(&cfg->plugin, t->world, &t->booster);
+    if (st == DT_OK)
+        st = dt_booster_boost(t->booster, &spec);
+    if (st != DT_OK) {
+        dt_step_timer_free(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
+}
+
+dt_status dt_step_timer_run(dt_step_timer *t, double *seconds) {
+    dt_step_stats r;
+    double t0 = dt_now();
+    dt_status st = dt_booster_step(t->booster, &r);
+    *seconds = dt_now() - t0;
+    return st;
+}

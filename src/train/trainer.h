@@ -16,6 +16,15 @@
  * failed on this rank while its peers may be blocked waiting for it. */
 dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded);
 
+/* One rank's training steps, timed, without MPI (the planner's measured step, cli/): cfg's
+ * model, optimizer, data and plugin boosted on a communicator of one rank, so cfg's layout
+ * must be one rank's. No files are written: no evaluation, checkpoint, trace or metrics. */
+typedef struct dt_step_timer dt_step_timer;
+dt_status dt_step_timer_init(const dt_config *cfg, dt_step_timer **out);
+/* One step (forward, backward and the optimizer's update); *seconds: how long it took. */
+dt_status dt_step_timer_run(dt_step_timer *t, double *seconds);
+void dt_step_timer_free(dt_step_timer *t);
+
 /* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
  * cropped to the last `context` tokens). out: [n_new] new tokens. */
 dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int n_prompt,
