@@ -18,6 +18,7 @@
 #include "cli/help.h"
 #include "core/clock.h"
 #include "core/comm.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "dtrain/dist.h"
 #include "kernels/gemm.h"
@@ -220,7 +221,18 @@ int dt_cli_probe(int argc, char **argv) {
         return DT_EXIT_RUN;
     }
     dt_log_setup(world->rank, world->size, DT_LOG_INFO);
-    st = probe_run(world, mib, (int)reps);
+    /* the collectives as a training run calls them: under the watchdog of the default
+     * train.comm_timeout, whose blocking calls are the non-blocking forms completed by a
+     * polling wait (slower than MPI's own blocking calls: 0.9 against 0.6 ms for 3 MiB on two
+     * ranks here) */
+    dt_config def;
+    dt_config_defaults(&def);
+    dt_comm_watch watch;
+    st = dt_comm_watch_init(&watch, def.train.comm_timeout, world->rank);
+    world->watch = &watch;
+    if (st == DT_OK)
+        st = probe_run(world, mib, (int)reps);
+    world->watch = NULL;
     st = dt_comm_agree(world, st);
     int rc = DT_EXIT_OK;
     if (st != DT_OK) {
