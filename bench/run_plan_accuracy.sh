@@ -76,7 +76,7 @@ RUNS=(
 )
 PROBE=
 if [ "${PLAN_PROBE:-0}" = 1 ]; then
-    PROBE=$(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE -np 2 "$DTRAIN" probe)
+    PROBE=$(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE -np 2 "$DTRAIN" probe --mib 0.25,1,4,16)
     echo "probe: $PROBE" | tee -a "$WORK/env.txt" >&2
 fi
 res=$WORK/runs.jsonl

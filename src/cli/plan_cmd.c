@@ -40,7 +40,7 @@ static int usage(void) {
         "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
         "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
         "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
-        "[--coll-bw AR,RS,AG,A2A,P2P] [--exposed-share F] [--overlap tp,dp|none] [--step-ratio F] "
+        "[--coll-bw AR,RS,AG,A2A,P2P[@SIZE] ...] [--exposed-share F] [--overlap tp,dp|none] [--step-ratio F] "
         "[--top K] [--json] "
         "[--explain [--rank R]] [--show-device] "
         "[--section.key=value ...]\n"
@@ -334,7 +334,9 @@ typedef struct args {
     dt_plan_rate2 norm16, act16;
     double act_bandwidth;
     int64_t act_bytes;
-    double coll[DT_PLAN_COLL_COUNT], exposed_share; /* dtrain probe's (0, -1: not given) */
+    int n_coll; /* dtrain probe's rates at each size (0: not given) */
+    double coll_at[DT_PLAN_COLL_SIZES], coll[DT_PLAN_COLL_SIZES][DT_PLAN_COLL_COUNT];
+    double exposed_share; /* dtrain probe's (-1: not given) */
     int hides;                                      /* --overlap (-1: not given) */
     double step_ratio;                              /* --step-ratio (0: not given) */
     bool show_device;
@@ -368,21 +370,47 @@ static bool parse_hides(const char *v, int *hides) {
 }
 
 /* --coll-bw: the rates of the five kinds (plan/cost.h's dt_plan_coll order), comma-separated */
-static bool parse_coll(const char *v, double *coll) {
+/* --coll-bw AR,RS,AG,A2A,P2P[@SIZE], once per size (none: every size), kept in order of
+ * size; a size given again replaces its rates */
+static bool parse_coll(const char *v, args *a) {
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
         return dt_err_set(DT_ERR_ARG, "--coll-bw: '%s' is too long", v), false;
+    int64_t at = 0;
+    char *size = strchr(buf, '@');
+    if (size) {
+        *size++ = '\0';
+        if (dt_plan_parse_size(size, &at) != DT_OK || at < 1)
+            return dt_err_set(DT_ERR_ARG, "--coll-bw %s: '%s' is not a message size", v, size),
+                   false;
+    }
+    double r[DT_PLAN_COLL_COUNT];
     char *save = NULL, *tok = strtok_r(buf, ",", &save);
     int n = 0;
     for (; tok && n < DT_PLAN_COLL_COUNT; tok = strtok_r(NULL, ",", &save), n++)
-        if (dt_plan_parse_rate(tok, &coll[n]) != DT_OK)
+        if (dt_plan_parse_rate(tok, &r[n]) != DT_OK)
             return false;
     if (n < DT_PLAN_COLL_COUNT || tok)
         return dt_err_set(DT_ERR_ARG,
                           "--coll-bw %s: give five rates, all-reduce, reduce-scatter, "
-                          "all-gather, all-to-all, point-to-point (as dtrain probe prints them)",
+                          "all-gather, all-to-all, point-to-point (as dtrain probe prints them), "
+                          "and after @ the message size they were measured at",
                           v),
                false;
+    int i = 0;
+    while (i < a->n_coll && a->coll_at[i] < (double)at)
+        i++;
+    bool again = i < a->n_coll && a->coll_at[i] == (double)at;
+    if (!again && a->n_coll == DT_PLAN_COLL_SIZES)
+        return dt_err_set(DT_ERR_ARG, "--coll-bw: at most %d message sizes", DT_PLAN_COLL_SIZES),
+               false;
+    if (!again) {
+        memmove(&a->coll_at[i + 1], &a->coll_at[i], (size_t)(a->n_coll - i) * sizeof a->coll_at[0]);
+        memmove(&a->coll[i + 1], &a->coll[i], (size_t)(a->n_coll - i) * sizeof a->coll[0]);
+        a->n_coll++;
+    }
+    a->coll_at[i] = (double)at;
+    memcpy(a->coll[i], r, sizeof r);
     return true;
 }
 
@@ -468,7 +496,7 @@ static int parse(int argc, char **argv, args *a) {
         else if ((v = dt_cli_option(argc, argv, &i, "--disk")))
             ok = dt_plan_parse_rate2(v, &a->disk) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--coll-bw")))
-            ok = parse_coll(v, a->coll);
+            ok = parse_coll(v, a);
         else if ((v = dt_cli_option(argc, argv, &i, "--exposed-share")))
             ok = dt_cli_real("--exposed-share", v, 0, 2, &a->exposed_share);
         else if ((v = dt_cli_option(argc, argv, &i, "--overlap")))
@@ -558,8 +586,11 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
         dev->act_bytes = (double)a->act_bytes;
     if (a->disk.fwd > 0 && a->disk.bwd > 0)
         dev->disk_write = a->disk.fwd, dev->disk_read = a->disk.bwd;
-    if (a->coll[0] > 0)
+    if (a->n_coll > 0) {
+        dev->n_coll = a->n_coll;
+        memcpy(dev->coll_at, a->coll_at, sizeof dev->coll_at);
         memcpy(dev->coll, a->coll, sizeof dev->coll);
+    }
     if (a->exposed_share >= 0)
         dev->exposed_share = a->exposed_share;
     if (a->hides >= 0)
@@ -603,9 +634,14 @@ static void print_device(const dt_plan_device *d, int64_t mem) {
     if (d->act_bandwidth > 0)
         printf(" --act-bandwidth %.6g --act-bytes %.0f", d->act_bandwidth, d->act_bytes);
     printf(" --disk %.6g,%.6g", d->disk_write, d->disk_read);
-    if (d->coll[0] > 0)
-        printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g --exposed-share %.4g", d->coll[0], d->coll[1],
-               d->coll[2], d->coll[3], d->coll[4], d->exposed_share);
+    for (int i = 0; i < d->n_coll; i++) {
+        const double *r = d->coll[i];
+        printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g", r[0], r[1], r[2], r[3], r[4]);
+        if (d->coll_at[i] > 0)
+            printf("@%.0f", d->coll_at[i]);
+    }
+    if (d->n_coll > 0)
+        printf(" --exposed-share %.4g", d->exposed_share);
     printf(" --overlap %s", hides_name(d->hides));
     if (d->step_ratio > 0)
         printf(" --step-ratio %.4g", d->step_ratio);

@@ -19,6 +19,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "io/scratch_file.h"
+#include "io/tokens.h"
 #include "kernels/act.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -244,6 +245,7 @@ struct dt_plan_probe {
     dt_plan_crew *crew;
     dt_config one; /* the measured step's config; made before the crew forks, so every copy
                     * holds it at the same address (a step job carries the pointer) */
+    char tokens[DT_PATH_MAX]; /* a made-up token shard the probe deletes; "": none */
     struct shape_rate {
         int lp, op, m, n, k;
         double flops;
@@ -404,6 +406,48 @@ static dt_config one_rank_config(const dt_config *c, int world) {
     return one;
 }
 
+/* A token source the step can read: the config's own shard where it opens, else a shard of
+ * made-up ids in the temporary folder (a step's time does not depend on which ids it reads;
+ * a plan needs no data), deleted with the probe. */
+static dt_status step_tokens(dt_plan_probe *p) {
+    dt_config *one = &p->one;
+    dt_tokens t;
+    if (one->data.source != DT_SOURCE_TOKENS ||
+        dt_tokens_open(one->data.train, one->model.vocab_size, &t) == DT_OK) {
+        if (one->data.source == DT_SOURCE_TOKENS)
+            dt_tokens_close(&t);
+        return DT_OK;
+    }
+    dt_err_clear();
+    const char *dir = getenv("TMPDIR");
+    snprintf(p->tokens, sizeof p->tokens, "%s/dtrain-plan-tokens.XXXXXX",
+             dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(p->tokens);
+    if (fd < 0) {
+        p->tokens[0] = '\0';
+        return DT_OK; /* the step then fails to open its data, and the ratio stays 1 */
+    }
+    close(fd);
+    int64_t n = (int64_t)one->train.batch_size * one->train.seq_len * 16 + 1;
+    bool wide = one->model.vocab_size > 65536;
+    void *ids = malloc((size_t)n * (wide ? 4 : 2));
+    if (!ids)
+        return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory for %lld tokens",
+                          (long long)n);
+    for (int64_t i = 0; i < n; i++) { /* spread over the vocabulary, as text's ids are */
+        uint32_t id = (uint32_t)((uint64_t)i * 2654435761u % (uint64_t)one->model.vocab_size);
+        if (wide)
+            ((uint32_t *)ids)[i] = id;
+        else
+            ((uint16_t *)ids)[i] = (uint16_t)id;
+    }
+    dt_status st = wide ? dt_tokens_write_u32(p->tokens, ids, n) : dt_tokens_write(p->tokens, ids, n);
+    free(ids);
+    DT_TRY(st);
+    snprintf(one->data.train, sizeof one->data.train, "%s", p->tokens);
+    return DT_OK;
+}
+
 /* Whether the probe can afford to train `one` for a few steps: its memory a small share of
  * the machine's for every copy, and a step predicted quick. */
 static bool step_affordable(const dt_config *one, const dt_plan_device *d, int copies) {
@@ -541,11 +585,15 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_
     dt_plan_probe *p = calloc(1, sizeof *p);
     if (!p)
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory");
-    if (step_world > 0)
+    dt_status st = DT_OK;
+    if (step_world > 0) {
         p->one = one_rank_config(c, step_world);
+        st = step_tokens(p);
+    }
     int threads = d->threads > 0 ? d->threads : 1;
     int room = d->cores > 0 ? d->cores / threads : 1;
-    dt_status st = dt_plan_crew_start(copies < room ? copies : room, threads, &p->crew);
+    if (st == DT_OK)
+        st = dt_plan_crew_start(copies < room ? copies : room, threads, &p->crew);
     if (st == DT_OK)
         st = probe_machine(p, c, d);
     if (st == DT_OK)
@@ -575,6 +623,8 @@ void dt_plan_probe_free(dt_plan_probe *p) {
     if (!p)
         return;
     dt_plan_crew_stop(p->crew);
+    if (p->tokens[0])
+        unlink(p->tokens);
     dt_gemm_free(proc_gemm);
     proc_gemm = NULL;
     free(p);

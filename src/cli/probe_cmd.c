@@ -24,7 +24,7 @@
 #include "kernels/gemm.h"
 #include "plan/cost.h"
 
-enum { MAX_REPS = 64, PIECES = 8, TAG = 91 };
+enum { MAX_REPS = 64, PIECES = 8, TAG = 91, MAX_SIZES = DT_PLAN_COLL_SIZES };
 
 typedef struct probe {
     dt_comm *c;
@@ -127,82 +127,135 @@ static double rate(double bytes, double seconds, double latency) {
     return bytes / (s > 0.1 * seconds ? s : 0.1 * seconds);
 }
 
-static dt_status measure(probe *x) {
-    double t_lat, t[DT_PLAN_COLL_COUNT], t_mm, t_both;
-    DT_TRY(time_op(x, OP_LATENCY, &t_lat));
+/* the five kinds' rates (bytes a rank moves a second, as the planner counts them) at the
+ * probe's current size; tm[]: their times */
+static dt_status measure_rates(probe *x, double t_lat, double r[DT_PLAN_COLL_COUNT],
+                               double tm[DT_PLAN_COLL_COUNT]) {
     const op_kind ops[DT_PLAN_COLL_COUNT] = {OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER,
                                              OP_ALLTOALL, OP_P2P};
     for (int k = 0; k < DT_PLAN_COLL_COUNT; k++)
-        DT_TRY(time_op(x, ops[k], &t[k]));
-    /* the matmul loop about as long as the all-reduce */
+        DT_TRY(time_op(x, ops[k], &tm[k]));
+    double whole = (double)x->n * 4, p = x->p;
+    double bytes[DT_PLAN_COLL_COUNT] = {2 * whole * (p - 1) / p, whole * (p - 1) / p,
+                                        whole * (p - 1) / p, whole * (p - 1) / p,
+                                        whole /* the round trip's two messages, halved */};
+    for (int k = 0; k < DT_PLAN_COLL_COUNT; k++)
+        r[k] = rate(bytes[k], k == DT_PLAN_P2P ? tm[k] / 2 : tm[k], t_lat);
+    return DT_OK;
+}
+
+/* the exposed share of an all-reduce of t_ar seconds beside a matmul loop about as long */
+static dt_status measure_share(probe *x, double t_ar, double *share) {
+    double t_mm, t_both, t_alone;
     DT_TRY(matmul_piece(x)); /* the first product sets the library up */
     double one = dt_now();
     DT_TRY(matmul_piece(x));
     one = dt_now() - one;
-    x->loops = (int)(t[DT_PLAN_ALLREDUCE] / (one > 1e-6 ? one : 1e-6)) + 1;
+    x->loops = (int)(t_ar / (one > 1e-6 ? one : 1e-6)) + 1;
     x->loops = x->loops < PIECES ? PIECES : x->loops;
-    double t_alone;
     DT_TRY(time_op(x, OP_MATMUL, &t_mm));
     DT_TRY(time_op(x, OP_MATMUL_ALONE, &t_alone));
     DT_TRY(time_op(x, OP_OVERLAP, &t_both));
-    if (x->c->rank != 0)
-        return DT_OK;
-    double whole = (double)x->n * 4, p = x->p, share = (t_both - t_mm) / t[DT_PLAN_ALLREDUCE];
-    double bytes[DT_PLAN_COLL_COUNT] = {2 * whole * (p - 1) / p, whole * (p - 1) / p,
-                                        whole * (p - 1) / p, whole * (p - 1) / p,
-                                        whole /* the round trip's two messages, halved */};
-    double r[DT_PLAN_COLL_COUNT];
-    for (int k = 0; k < DT_PLAN_COLL_COUNT; k++)
-        r[k] = rate(bytes[k], k == DT_PLAN_P2P ? t[k] / 2 : t[k], t_lat);
-    share = share < 0 ? 0 : share > 2 ? 2 : share;
-    /* the times on stderr: stdout is the flags alone, for $(...) */
-    fprintf(stderr,
-            "dtrain probe: %d ranks, %.1f MiB: latency %.1f us; all-reduce %.2f ms, "
-            "reduce-scatter %.2f ms, all-gather %.2f ms, all-to-all %.2f ms, message round trip "
-            "%.2f ms; all-reduce beside %.2f ms of matmuls: %.2f ms, exposed share %.2f; the "
-            "matmuls on rank 0 alone %.2f ms\n",
-            x->p, whole / 1048576.0, 1e6 * t_lat, 1e3 * t[0], 1e3 * t[1], 1e3 * t[2], 1e3 * t[3],
-            1e3 * t[4], 1e3 * t_mm, 1e3 * t_both, share, 1e3 * t_alone);
-    printf("--latency %.4g --bandwidth %.4g --coll-bw %.4g,%.4g,%.4g,%.4g,%.4g --exposed-share "
-           "%.3f\n",
-           t_lat, r[DT_PLAN_ALLREDUCE], r[0], r[1], r[2], r[3], r[4], share);
+    double s = (t_both - t_mm) / t_ar;
+    *share = s < 0 ? 0 : s > 2 ? 2 : s;
+    if (x->c->rank == 0)
+        fprintf(stderr,
+                "dtrain probe: all-reduce beside %.2f ms of matmuls: %.2f ms, exposed share "
+                "%.2f; the matmuls on rank 0 alone %.2f ms\n",
+                1e3 * t_mm, 1e3 * t_both, *share, 1e3 * t_alone);
     return DT_OK;
 }
 
-static dt_status probe_run(dt_comm *world, double mib, int reps) {
+/* floats of an even split of `mib` MiB over the ranks */
+static int64_t floats_of(double mib, int p) {
+    int64_t per = (int64_t)(mib * 1048576.0 / 4) / p;
+    return (per > 0 ? per : 1) * p;
+}
+
+/* Every size's rates, then the latency and the exposed share (at the largest size); rank 0
+ * prints the times on stderr and the flags on stdout (alone there, for $(...)). */
+static dt_status measure(probe *x, const double *mib, int n_mib) {
+    double t_lat, r[MAX_SIZES][DT_PLAN_COLL_COUNT], tm[DT_PLAN_COLL_COUNT] = {0};
+    DT_TRY(time_op(x, OP_LATENCY, &t_lat));
+    for (int i = 0; i < n_mib; i++) {
+        x->n = floats_of(mib[i], x->p);
+        for (int k = 0; k < x->p; k++)
+            x->counts[k] = (int)(x->n / x->p);
+        DT_TRY(measure_rates(x, t_lat, r[i], tm));
+        if (x->c->rank == 0)
+            fprintf(stderr,
+                    "dtrain probe: %d ranks, %.3g MiB: all-reduce %.3f ms, reduce-scatter "
+                    "%.3f ms, all-gather %.3f ms, all-to-all %.3f ms, message round trip "
+                    "%.3f ms\n",
+                    x->p, (double)x->n * 4 / 1048576.0, 1e3 * tm[0], 1e3 * tm[1], 1e3 * tm[2],
+                    1e3 * tm[3], 1e3 * tm[4]);
+    }
+    double share;
+    DT_TRY(measure_share(x, tm[DT_PLAN_ALLREDUCE], &share));
+    if (x->c->rank != 0)
+        return DT_OK;
+    fprintf(stderr, "dtrain probe: latency %.1f us\n", 1e6 * t_lat);
+    printf("--latency %.4g --bandwidth %.4g", t_lat, r[n_mib - 1][DT_PLAN_ALLREDUCE]);
+    for (int i = 0; i < n_mib; i++)
+        printf(" --coll-bw %.4g,%.4g,%.4g,%.4g,%.4g@%lld", r[i][0], r[i][1], r[i][2], r[i][3],
+               r[i][4], (long long)floats_of(mib[i], x->p) * 4);
+    printf(" --exposed-share %.3f\n", share);
+    return DT_OK;
+}
+
+static dt_status probe_run(dt_comm *world, const double *mib, int n_mib, int reps) {
     if (world->size < 2)
         return dt_err_set(DT_ERR_ARG, "probe: 1 rank; it measures collectives between ranks: "
                                       "run it under the launcher with the ranks a run uses "
                                       "(mpirun -np 2 dtrain probe)");
     probe x = {.c = world, .p = world->size, .reps = reps, .dim = 256};
-    int64_t per = (int64_t)(mib * 1048576.0 / 4) / x.p;
-    x.n = (per > 0 ? per : 1) * x.p;
-    x.a = calloc((size_t)x.n, sizeof *x.a);
-    x.b = calloc((size_t)x.n, sizeof *x.b);
+    int64_t most = floats_of(mib[n_mib - 1], x.p);
+    x.a = calloc((size_t)most, sizeof *x.a);
+    x.b = calloc((size_t)most, sizeof *x.b);
     x.counts = malloc((size_t)x.p * sizeof *x.counts);
     size_t mm = (size_t)x.dim * x.dim;
     x.ma = calloc(mm, sizeof *x.ma), x.mb = calloc(mm, sizeof *x.mb), x.mc = calloc(mm, 4);
     dt_status st = x.a && x.b && x.counts && x.ma && x.mb && x.mc
                        ? dt_gemm_init(&x.gemm)
-                       : dt_err_set(DT_ERR_OOM, "probe: out of memory for %.1f MiB", mib);
-    for (int r = 0; st == DT_OK && r < x.p; r++)
-        x.counts[r] = (int)(x.n / x.p);
+                       : dt_err_set(DT_ERR_OOM, "probe: out of memory for %.1f MiB",
+                                    mib[n_mib - 1]);
     if (st == DT_OK)
-        st = measure(&x);
+        st = measure(&x, mib, n_mib);
     dt_gemm_free(x.gemm);
     free(x.a), free(x.b), free(x.counts), free(x.ma), free(x.mb), free(x.mc);
     return st;
 }
 
+/* --mib A[,B...]: ascending sizes in MiB */
+static bool parse_sizes(const char *v, double *mib, int *n) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "--mib: '%s' is too long", v), false;
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_SIZES)
+            return dt_err_set(DT_ERR_ARG, "--mib %s: at most %d sizes", v, MAX_SIZES), false;
+        if (!dt_cli_real("--mib", tok, 0.001, 4096, &mib[*n]))
+            return false;
+        if (*n > 0 && mib[*n] <= mib[*n - 1])
+            return dt_err_set(DT_ERR_ARG, "--mib %s: give the sizes in ascending order", v),
+                   false;
+        (*n)++;
+    }
+    return *n > 0 || (dt_err_set(DT_ERR_ARG, "--mib: give at least one size"), false);
+}
+
 int dt_cli_probe(int argc, char **argv) {
-    double mib = 16;
+    double mib[MAX_SIZES] = {16};
+    int n_mib = 1;
     int64_t reps = 5;
     const char *v;
     static const char *const with_value[] = {"--mib", "--reps", NULL};
     for (int i = 2; i < argc; i++) {
         bool ok = true;
         if ((v = dt_cli_option(argc, argv, &i, "--mib")))
-            ok = dt_cli_real("--mib", v, 0.001, 4096, &mib);
+            ok = parse_sizes(v, mib, &n_mib);
         else if ((v = dt_cli_option(argc, argv, &i, "--reps")))
             ok = dt_cli_int("--reps", v, 1, MAX_REPS, &reps);
         else {
@@ -231,7 +284,7 @@ int dt_cli_probe(int argc, char **argv) {
     st = dt_comm_watch_init(&watch, def.train.comm_timeout, world->rank);
     world->watch = &watch;
     if (st == DT_OK)
-        st = probe_run(world, mib, (int)reps);
+        st = probe_run(world, mib, n_mib, (int)reps);
     world->watch = NULL;
     st = dt_comm_agree(world, st);
     int rc = DT_EXIT_OK;

@@ -24,13 +24,35 @@ typedef dt_plan_work work;
 typedef dt_plan_chunk_cost chunk_cost;
 typedef dt_plan_linear_s linear_s;
 
-double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll kind) {
-    return d->coll[kind] > 0 && d->bandwidth > 0 ? group_bw * d->coll[kind] / d->bandwidth
-                                                 : group_bw;
+/* what dtrain probe measured for a kind at a whole message of `whole` bytes (0: nothing) */
+static double measured_rate(const dt_plan_device *d, dt_plan_coll kind, double whole) {
+    int n = d->n_coll < DT_PLAN_COLL_SIZES ? d->n_coll : DT_PLAN_COLL_SIZES;
+    if (n < 1)
+        return 0;
+    if (n == 1 || whole <= d->coll_at[0])
+        return d->coll[0][kind];
+    for (int i = 1; i < n; i++)
+        if (whole <= d->coll_at[i]) {
+            double lo = d->coll_at[i - 1], f = log(whole / lo) / log(d->coll_at[i] / lo);
+            return d->coll[i - 1][kind] + f * (d->coll[i][kind] - d->coll[i - 1][kind]);
+        }
+    return d->coll[n - 1][kind];
+}
+
+double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll kind, double whole) {
+    double r = measured_rate(d, kind, whole);
+    return r > 0 && d->bandwidth > 0 ? group_bw * r / d->bandwidth : group_bw;
+}
+
+double dt_plan_coll_whole(dt_plan_coll kind, int p, double bytes) {
+    if (p < 2 || kind == DT_PLAN_P2P)
+        return bytes;
+    return kind == DT_PLAN_ALLREDUCE ? bytes * p / (2.0 * (p - 1)) : bytes * p / (p - 1);
 }
 
 double dt_plan_cost_coll(const work *w, int p, double bytes, dt_plan_coll kind) {
-    return p > 1 ? w->d->latency + bytes / dt_plan_kind_bw(w->d, w->bw_tp, kind) : 0;
+    double bw = dt_plan_kind_bw(w->d, w->bw_tp, kind, dt_plan_coll_whole(kind, p, bytes));
+    return p > 1 ? w->d->latency + bytes / bw : 0;
 }
 double dt_plan_cost_allreduce(const work *w, int p, double n) {
     return dt_plan_cost_coll(w, p, 2 * n * (p - 1) / p, DT_PLAN_ALLREDUCE);
@@ -505,10 +527,14 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
     double lat = w->d->latency;
     dt_plan_coll reduce = w->zero >= 2 ? DT_PLAN_REDUCE_SCATTER : DT_PLAN_ALLREDUCE;
-    double t_reduce =
-        t.reduce_bytes / dt_plan_kind_bw(w->d, w->bw_grad, reduce) + (double)t.reduce_calls * lat;
-    double t_gather = t.gather_bytes / dt_plan_kind_bw(w->d, w->bw_grad, DT_PLAN_ALLGATHER) +
-                      (double)t.gather_calls * lat;
+    /* each kind at the rate of its mean call */
+    double r_each = t.reduce_calls ? t.reduce_bytes / (double)t.reduce_calls : 0;
+    double g_each = t.gather_calls ? t.gather_bytes / (double)t.gather_calls : 0;
+    double r_bw = dt_plan_kind_bw(w->d, w->bw_grad, reduce, dt_plan_coll_whole(reduce, p, r_each));
+    double g_bw = dt_plan_kind_bw(w->d, w->bw_grad, DT_PLAN_ALLGATHER,
+                                  dt_plan_coll_whole(DT_PLAN_ALLGATHER, p, g_each));
+    double t_reduce = t.reduce_bytes / r_bw + (double)t.reduce_calls * lat;
+    double t_gather = t.gather_bytes / g_bw + (double)t.gather_calls * lat;
     bool overlap = w->c->plugin.overlap, tuned = overlap && (w->d->hides & DT_PLAN_HIDE_DP);
     bool after = (w->zero < 2 && w->pp > 1) || split; /* dtrain reduces after the backward */
     double red = !overlap ? t_reduce
@@ -610,13 +636,17 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
     /* tp varies fastest, then sp, cp, dp, pp (plan/mesh.h): a group whose span of consecutive
      * ranks exceeds a node talks across nodes */
     w->bw_tp = group_bandwidth(d, l->tp);
-    w->bw_sp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp), DT_PLAN_ALLTOALL);
-    w->bw_cp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp * l->cp), DT_PLAN_P2P);
-    w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
+    /* each at the size of its message: Ulysses' q|k|v (a rank's rows, every head), a ring's
+     * key/value block, a pipeline boundary */
     w->ring_block = w->N * (w->W - w->A) / w->sp * 4;
+    w->bw_sp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp), DT_PLAN_ALLTOALL,
+                               w->N / w->sp * w->W * 4);
+    w->bw_cp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp * l->cp), DT_PLAN_P2P,
+                               w->ring_block);
+    w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
     if (p->act_offload == DT_OFFLOAD_DISK && !w->dit)
         w->act_disk = (double)dt_plan_act_disk_record(c, l);
-    w->bw_pp = dt_plan_kind_bw(d, group_bandwidth(d, l->world), DT_PLAN_P2P);
+    w->bw_pp = dt_plan_kind_bw(d, group_bandwidth(d, l->world), DT_PLAN_P2P, w->boundary);
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||
         ((p->offload == DT_OFFLOAD_DISK || p->act_offload == DT_OFFLOAD_DISK) &&

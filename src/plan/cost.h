@@ -68,6 +68,8 @@ typedef enum dt_plan_coll {
     DT_PLAN_COLL_COUNT
 } dt_plan_coll;
 
+enum { DT_PLAN_COLL_SIZES = 8 };
+
 typedef struct dt_plan_device {
     double flops_fp32, flops_16; /* matmul FLOP/s per rank: fp32, and bf16/fp16 operands */
     double bandwidth;            /* bytes/s one rank moves in a collective or a message */
@@ -96,12 +98,19 @@ typedef struct dt_plan_device {
     double mem_efficiency;  /* share of mem_bandwidth a memory-bound kernel streams at */
     int node_size;          /* ranks joined by `bandwidth` (NVLink); groups spanning nodes */
     double inter_bandwidth; /* move at inter_bandwidth bytes/s a rank (InfiniBand) */
-    /* Measured by `dtrain probe` (0: not measured): bytes/s a rank moves in each kind of
-     * collective, in place of `bandwidth` (a group spanning nodes scales it by
-     * inter_bandwidth / bandwidth); and the share of a collective that stays exposed while
-     * compute runs beside it (the data-parallel reductions and ZeRO-3's gathers; 0: all of
-     * it hides; above 1, up to 2: side by side they take longer than one after the other). */
-    double coll[DT_PLAN_COLL_COUNT];
+    /* Measured by `dtrain probe` (n_coll 0: not measured): bytes/s a rank moves in each kind
+     * of collective, in place of `bandwidth` (a group spanning nodes scales it by
+     * inter_bandwidth / bandwidth), at n_coll message sizes coll_at[] (the whole message, as
+     * dtrain probe's --mib counts it: an all-reduce's vector, the whole a reduce-scatter
+     * splits or an all-gather makes, an all-to-all's send buffer, a message; ascending; 0:
+     * every size). A call between two sizes moves at the rate interpolated in the logarithm
+     * of its size, one outside them at the nearest size's. And the share of a collective that
+     * stays exposed while compute runs beside it (the data-parallel reductions and ZeRO-3's
+     * gathers; 0: all of it hides; above 1, up to 2: side by side they take longer than one
+     * after the other). */
+    int n_coll;
+    double coll_at[DT_PLAN_COLL_SIZES];
+    double coll[DT_PLAN_COLL_SIZES][DT_PLAN_COLL_COUNT];
     double exposed_share;
     unsigned hides; /* DT_PLAN_HIDE_*: what the device's own software overlaps that dtrain's
                      * CPU runtime does not (the GPU presets: a tuned implementation) */

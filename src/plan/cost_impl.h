@@ -66,8 +66,11 @@ typedef struct dt_plan_linear_s {
  * latency + bytes / bandwidth, 0 for a group of one; an all-reduce of n bytes; an all-gather
  * or reduce-scatter of a whole of n bytes. */
 double dt_plan_cost_coll(const dt_plan_work *w, int p, double bytes, dt_plan_coll kind);
-/* bytes/s of a kind of collective over a group whose links give group_bw */
-double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll kind);
+/* bytes/s of a kind of collective over a group whose links give group_bw, for a whole
+ * message of `whole` bytes (dt_plan_device's coll_at) */
+double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll kind, double whole);
+/* the whole message of a call that moves `bytes` (its bus bytes) over a group of p ranks */
+double dt_plan_coll_whole(dt_plan_coll kind, int p, double bytes);
 double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n);
 double dt_plan_cost_gather(const dt_plan_work *w, int p, double n);
 /* Seconds of an m x k by k x n product at the device's rate for that shape. */
