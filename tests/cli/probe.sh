@@ -1,8 +1,8 @@
 #!/bin/bash
 # dtrain probe (the collectives of the ranks it runs on, as dtrain plan's flags): on 2 and 3
-# ranks rank 0 alone prints one line of flags with positive figures, which dtrain plan takes
-# and --show-device gives back; on one rank, with a bad option, and plan with a short
-# --coll-bw, one error line each.
+# ranks rank 0 alone prints one line of flags with positive figures, one --coll-bw a message
+# size, which dtrain plan takes and --show-device gives back; on one rank, with a bad option
+# or sizes out of order, and plan with a short --coll-bw or a bad size, one error line each.
 #   probe.sh DTRAIN SRC_DIR
 dtrain=$1 src=$2
 work=$(mktemp -d)
@@ -12,12 +12,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 passed=0 failed=0
 ok() { passed=$((passed + 1)); }
 bad() { echo "FAIL $*"; failed=$((failed + 1)); }
-flags='^--latency [0-9.e+-]+ --bandwidth [0-9.e+-]+ --coll-bw [0-9.e+-]+(,[0-9.e+-]+){4} --exposed-share [0-2]\.[0-9]+$'
+size='--coll-bw [0-9.e+-]+(,[0-9.e+-]+){4}@[0-9]+'
+flags="^--latency [0-9.e+-]+ --bandwidth [0-9.e+-]+ $size $size --exposed-share [0-2]\.[0-9]+\$"
 for np in 2 3; do
-    if timeout 120 mpirun --oversubscribe -np $np "$dtrain" probe --mib 1 --reps 3 > p$np.txt 2> p$np.err; then
+    if timeout 120 mpirun --oversubscribe -np $np "$dtrain" probe --mib 0.5,1 --reps 3 > p$np.txt 2> p$np.err; then
         [ "$(wc -l < p$np.txt)" -eq 1 ] && grep -Eq "$flags" p$np.txt && ok ||
             { bad "probe on $np ranks printed:"; cat p$np.txt p$np.err; }
-        grep -q "probe: $np ranks, 1.0 MiB: latency" p$np.err && ok || { bad "no summary"; cat p$np.err; }
+        grep -q "probe: $np ranks, 1 MiB: all-reduce" p$np.err && ok || { bad "no summary"; cat p$np.err; }
     else
         bad "probe on $np ranks failed"; cat p$np.err
     fi
@@ -27,12 +28,16 @@ if "$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 2 --device a100-
         --plugin.type=ddp --explain > plan.json 2> plan.err; then ok; else bad "plan with the probe's flags"; cat plan.err; fi
 # shellcheck disable=SC2046
 shown=$("$dtrain" plan --config "$src/configs/tiny-gpt2.ini" --world 2 --device a100-80gb $(cat p2.txt) --show-device)
-want=$(sed 's/.*--coll-bw \([^ ]*\).*/\1/' p2.txt)
-got=$(echo "$shown" | sed 's/.*--coll-bw \([^ ]*\).*/\1/')
-/usr/bin/python3 -c 'import sys
-a = [float(x) for x in sys.argv[1].split(",")]; b = [float(x) for x in sys.argv[2].split(",")]
-sys.exit(0 if len(a) == len(b) == 5 and all(abs(x / y - 1) < 1e-3 for x, y in zip(a, b)) else 1)' "$want" "$got" &&
-    ok || bad "--show-device gave $got for $want"
+# every size's rates given back, in order of size
+/usr/bin/python3 -c 'import re, sys
+def table(line):
+    return [(int(at), [float(x) for x in r.split(",")])
+            for r, at in re.findall(r"--coll-bw ([^ @]+)@([0-9]+)", line)]
+a, b = table(sys.argv[1]), table(sys.argv[2])
+sys.exit(0 if len(a) == len(b) == 2 and a[0][0] < a[1][0] and all(
+    x[0] == y[0] and len(x[1]) == 5 and all(abs(u / v - 1) < 1e-3 for u, v in zip(x[1], y[1]))
+    for x, y in zip(a, b)) else 1)' "$(cat p2.txt)" "$shown" &&
+    ok || bad "--show-device gave $shown for $(cat p2.txt)"
 one_error() { # NAME PATTERN COMMAND...
     local name=$1 pattern=$2; shift 2
     if "$@" > out.txt 2> err.txt; then bad "$name: accepted"; return; fi
@@ -41,7 +46,10 @@ one_error() { # NAME PATTERN COMMAND...
 }
 one_error "one rank" "run it under the launcher" "$dtrain" probe --mib 1
 one_error "bad --reps" "reps" "$dtrain" probe --reps 0
+one_error "sizes out of order" "ascending" "$dtrain" probe --mib 4,1
 one_error "short --coll-bw" "give five rates" "$dtrain" plan --config "$src/configs/tiny-gpt2.ini" \
     --world 2 --coll-bw 1G,2G
+one_error "--coll-bw size" "not a message size" "$dtrain" plan --config "$src/configs/tiny-gpt2.ini" \
+    --world 2 --coll-bw 1G,2G,3G,4G,5G@lots
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -264,10 +264,26 @@ static void test_probed_device(void) {
                         .disk_write = 1e30,
                         .disk_read = 1e30};
     double base = step(&c, 2, &d, NULL);
-    d.coll[DT_PLAN_ALLGATHER] = 0.5e6;
+    d.n_coll = 1;
+    d.coll[0][DT_PLAN_ALLGATHER] = 0.5e6;
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), base, 1e-12);
-    d.coll[DT_PLAN_ALLREDUCE] = 0.5e6;
+    d.coll[0][DT_PLAN_ALLREDUCE] = 0.5e6;
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * base, 1e-9);
+    /* by message size: calls larger than every size measured move at the largest's rate,
+     * smaller ones at the smallest's; between two sizes at the rate interpolated in log size
+     * (the gradient's all-reduce here is one call of some size w: with the rate falling from
+     * 1e6 at w / 4 to 0.25e6 at 4 w, w is at the logarithm's midpoint, 0.625e6) */
+    d.n_coll = 2;
+    d.coll_at[0] = 1, d.coll_at[1] = 2;
+    d.coll[1][DT_PLAN_ALLREDUCE] = 0.5e6, d.coll[0][DT_PLAN_ALLREDUCE] = 1e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * base, 1e-9);
+    d.coll_at[0] = 1e15, d.coll_at[1] = 2e15;
+    d.coll[0][DT_PLAN_ALLREDUCE] = 0.5e6, d.coll[1][DT_PLAN_ALLREDUCE] = 1e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * base, 1e-9);
+    double w = base * 1e6; /* all of base is that one call's bytes at 1e6 bytes/s */
+    d.coll_at[0] = w / 4, d.coll_at[1] = 4 * w;
+    d.coll[0][DT_PLAN_ALLREDUCE] = 1e6, d.coll[1][DT_PLAN_ALLREDUCE] = 0.25e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL), base / 0.625, 1e-9);
     /* compute at 1 GFLOP/s hides a reduction at 1 GB/s whole; a share 0.3 of it shows */
     d = (dt_plan_device){.flops_fp32 = 1e9,
                          .flops_16 = 1e9,
