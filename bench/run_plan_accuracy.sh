@@ -3,16 +3,15 @@
 # (not a test): GPT-2, Llama with grouped-query attention and the video DiT, 2 ranks x 1
 # thread, both precisions, every pipeline schedule, ZeRO 0-3 with and without activation
 # checkpointing, tp and both sequence-parallel modes. For each, `dtrain plan --explain
-# --device this` (measured right after the run, two copies of the probe side by side, one
-# thread each) against the median step_ms of steps 3-8. Reports each error (predicted /
+# --device this` (measured right after the run: two copies of the probe side by side, one
+# thread each, a training step of the model on one rank, and the collectives by dtrain probe
+# under mpirun on 2 ranks) against the median step_ms of steps 3-8. Reports each error (predicted /
 # measured - 1), their mean absolute, worst and mean signed values, and Spearman's rank
 # correlation.
 #
 #   bash bench/run_plan_accuracy.sh
 #
-# Knobs: PLAN_DTRAIN=PATH (default build/dtrain), PLAN_WORK=DIR (default a new /tmp folder),
-# PLAN_PROBE=1: give the planner what `dtrain probe` measures under mpirun on the 2 ranks
-# (each collective's rate and the share of one that stays exposed beside compute).
+# Knobs: PLAN_DTRAIN=PATH (default build/dtrain), PLAN_WORK=DIR (default a new /tmp folder).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -74,11 +73,6 @@ RUNS=(
     "DiT pp2 interleaved v2 m4 fp32|dit|--plugin.type=hybrid --plugin.pp_size=2 --plugin.pp_schedule=interleaved --plugin.pp_chunks=2 --plugin.microbatches=4"
     "DiT dp2 ZeRO 2 fp32 m2|dit|--plugin.type=zero2 --plugin.microbatches=2"
 )
-PROBE=
-if [ "${PLAN_PROBE:-0}" = 1 ]; then
-    PROBE=$(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE -np 2 "$DTRAIN" probe --mib 0.25,1,4,16)
-    echo "probe: $PROBE" | tee -a "$WORK/env.txt" >&2
-fi
 res=$WORK/runs.jsonl
 : >"$res"
 i=0
@@ -91,7 +85,7 @@ for spec in "${RUNS[@]}"; do
         ${MODEL[$model]} $args --train.metrics="$WORK/$tag.jsonl" >"$WORK/$tag.log" 2>&1 ||
         { tail "$WORK/$tag.log" >&2; exit 1; }
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this $PROBE ${MODEL[$model]} $args \
+    OMP_NUM_THREADS=1 "$DTRAIN" plan --world 2 --explain --device this ${MODEL[$model]} $args \
         >"$WORK/$tag.plan.json"
     echo "{\"name\": \"$name\", \"metrics\": \"$WORK/$tag.jsonl\", \"plan\": \"$WORK/$tag.plan.json\"}" >>"$res"
 done

@@ -370,47 +370,16 @@ static bool parse_hides(const char *v, int *hides) {
 }
 
 /* --coll-bw: the rates of the five kinds (plan/cost.h's dt_plan_coll order), comma-separated */
-/* --coll-bw AR,RS,AG,A2A,P2P[@SIZE], once per size (none: every size), kept in order of
- * size; a size given again replaces its rates */
+/* --coll-bw AR,RS,AG,A2A,P2P[@SIZE], once per size */
 static bool parse_coll(const char *v, args *a) {
-    char buf[256];
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
-        return dt_err_set(DT_ERR_ARG, "--coll-bw: '%s' is too long", v), false;
-    int64_t at = 0;
-    char *size = strchr(buf, '@');
-    if (size) {
-        *size++ = '\0';
-        if (dt_plan_parse_size(size, &at) != DT_OK || at < 1)
-            return dt_err_set(DT_ERR_ARG, "--coll-bw %s: '%s' is not a message size", v, size),
-                   false;
-    }
-    double r[DT_PLAN_COLL_COUNT];
-    char *save = NULL, *tok = strtok_r(buf, ",", &save);
-    int n = 0;
-    for (; tok && n < DT_PLAN_COLL_COUNT; tok = strtok_r(NULL, ",", &save), n++)
-        if (dt_plan_parse_rate(tok, &r[n]) != DT_OK)
-            return false;
-    if (n < DT_PLAN_COLL_COUNT || tok)
-        return dt_err_set(DT_ERR_ARG,
-                          "--coll-bw %s: give five rates, all-reduce, reduce-scatter, "
-                          "all-gather, all-to-all, point-to-point (as dtrain probe prints them), "
-                          "and after @ the message size they were measured at",
-                          v),
-               false;
-    int i = 0;
-    while (i < a->n_coll && a->coll_at[i] < (double)at)
-        i++;
-    bool again = i < a->n_coll && a->coll_at[i] == (double)at;
-    if (!again && a->n_coll == DT_PLAN_COLL_SIZES)
-        return dt_err_set(DT_ERR_ARG, "--coll-bw: at most %d message sizes", DT_PLAN_COLL_SIZES),
-               false;
-    if (!again) {
-        memmove(&a->coll_at[i + 1], &a->coll_at[i], (size_t)(a->n_coll - i) * sizeof a->coll_at[0]);
-        memmove(&a->coll[i + 1], &a->coll[i], (size_t)(a->n_coll - i) * sizeof a->coll[0]);
-        a->n_coll++;
-    }
-    a->coll_at[i] = (double)at;
-    memcpy(a->coll[i], r, sizeof r);
+    dt_plan_device d = {.n_coll = a->n_coll};
+    memcpy(d.coll_at, a->coll_at, sizeof d.coll_at);
+    memcpy(d.coll, a->coll, sizeof d.coll);
+    if (dt_plan_add_coll(v, &d) != DT_OK)
+        return false;
+    a->n_coll = d.n_coll;
+    memcpy(a->coll_at, d.coll_at, sizeof d.coll_at);
+    memcpy(a->coll, d.coll, sizeof d.coll);
     return true;
 }
 

@@ -20,6 +20,7 @@
 #include <ctype.h>
 #include <omp.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -197,4 +198,72 @@ dt_status dt_plan_parse_rate2(const char *text, dt_plan_rate2 *r) {
     first[comma - text] = '\0';
     DT_TRY(dt_plan_parse_rate(first, &r->fwd));
     return dt_plan_parse_rate(comma + 1, &r->bwd);
+}
+
+dt_status dt_plan_add_coll(const char *v, dt_plan_device *d) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "--coll-bw: '%s' is too long", v);
+    int64_t at = 0;
+    char *size = strchr(buf, '@');
+    if (size) {
+        *size++ = '\0';
+        if (dt_plan_parse_size(size, &at) != DT_OK || at < 1)
+            return dt_err_set(DT_ERR_ARG, "--coll-bw %s: '%s' is not a message size", v, size);
+    }
+    double r[DT_PLAN_COLL_COUNT];
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    int n = 0;
+    for (; tok && n < DT_PLAN_COLL_COUNT; tok = strtok_r(NULL, ",", &save), n++)
+        DT_TRY(dt_plan_parse_rate(tok, &r[n]));
+    if (n < DT_PLAN_COLL_COUNT || tok)
+        return dt_err_set(DT_ERR_ARG,
+                          "--coll-bw %s: give five rates, all-reduce, reduce-scatter, "
+                          "all-gather, all-to-all, point-to-point (as dtrain probe prints them), "
+                          "and after @ the message size they were measured at",
+                          v);
+    int i = 0;
+    while (i < d->n_coll && d->coll_at[i] < (double)at)
+        i++;
+    bool again = i < d->n_coll && d->coll_at[i] == (double)at;
+    if (!again && d->n_coll == DT_PLAN_COLL_SIZES)
+        return dt_err_set(DT_ERR_ARG, "--coll-bw: at most %d message sizes", DT_PLAN_COLL_SIZES);
+    if (!again) {
+        memmove(&d->coll_at[i + 1], &d->coll_at[i], (size_t)(d->n_coll - i) * sizeof d->coll_at[0]);
+        memmove(&d->coll[i + 1], &d->coll[i], (size_t)(d->n_coll - i) * sizeof d->coll[0]);
+        d->n_coll++;
+    }
+    d->coll_at[i] = (double)at;
+    memcpy(d->coll[i], r, sizeof r);
+    return DT_OK;
+}
+
+dt_status dt_plan_read_probe(const char *flags, dt_plan_device *d) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", flags) >= (int)sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "dtrain probe's flags are too long");
+    dt_plan_device got = {.exposed_share = -1};
+    char *save = NULL;
+    for (char *flag = strtok_r(buf, " \n", &save); flag; flag = strtok_r(NULL, " \n", &save)) {
+        char *v = strtok_r(NULL, " \n", &save);
+        if (!v)
+            return dt_err_set(DT_ERR_ARG, "dtrain probe printed %s without a value", flag);
+        if (!strcmp(flag, "--latency"))
+            DT_TRY(dt_plan_parse_rate(v, &got.latency));
+        else if (!strcmp(flag, "--bandwidth"))
+            DT_TRY(dt_plan_parse_rate(v, &got.bandwidth));
+        else if (!strcmp(flag, "--coll-bw"))
+            DT_TRY(dt_plan_add_coll(v, &got));
+        else if (!strcmp(flag, "--exposed-share"))
+            got.exposed_share = atof(v);
+        else
+            return dt_err_set(DT_ERR_ARG, "dtrain probe printed %s, which plan does not read", flag);
+    }
+    if (!(got.latency > 0 && got.bandwidth > 0 && got.n_coll > 0 && got.exposed_share >= 0))
+        return dt_err_set(DT_ERR_ARG, "dtrain probe's flags lack a figure: %s", flags);
+    d->latency = got.latency, d->bandwidth = got.bandwidth, d->exposed_share = got.exposed_share;
+    d->n_coll = got.n_coll;
+    memcpy(d->coll_at, got.coll_at, sizeof d->coll_at);
+    memcpy(d->coll, got.coll, sizeof d->coll);
+    return DT_OK;
 }

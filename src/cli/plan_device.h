@@ -20,5 +20,12 @@ dt_status dt_plan_parse_size(const char *text, int64_t *bytes);
 dt_status dt_plan_parse_rate(const char *text, double *rate);
 /* "200G,150G": a forward and a backward rate */
 dt_status dt_plan_parse_rate2(const char *text, dt_plan_rate2 *r);
+/* One --coll-bw value, "AR,RS,AG,A2A,P2P[@SIZE]" (dtrain probe's rates at a message size;
+ * none: every size), into d's table of sizes, kept in order of size; a size given again
+ * replaces its rates. */
+dt_status dt_plan_add_coll(const char *v, dt_plan_device *d);
+/* dtrain probe's line of flags (--latency, --bandwidth, --coll-bw at each size,
+ * --exposed-share) into d; DT_ERR_ARG when a figure is missing or unknown. */
+dt_status dt_plan_read_probe(const char *flags, dt_plan_device *d);
 
 #endif

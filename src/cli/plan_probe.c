@@ -9,9 +9,12 @@
 #include "cli/plan_probe.h"
 
 #include "cli/plan_crew.h"
+#include "cli/plan_device.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -579,6 +582,66 @@ static dt_status probe_step(dt_plan_probe *p, dt_plan_device *d) {
     return DT_OK;
 }
 
+/* ---- the collectives, measured by dtrain probe under mpirun ----------------------------- */
+
+/* the message sizes (MiB) dtrain probe times: from a small tensor-parallel activation to a
+ * gradient bucket's share */
+static const char PROBE_MIB[] = "0.25,1,4,16";
+
+/* Runs argv with its stdout read into out (at most n - 1 bytes), stderr to /dev/null;
+ * the exit status, or -1 when it could not start. */
+static int run_capture(char *const argv[], char *out, size_t n) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    extern char **environ;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t k;
+    while (rc == 0 && (k = read(fds[0], out + got, n - 1 - got)) > 0)
+        got += (size_t)k;
+    out[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    if (rc != 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The run's ranks on this machine meet in MPI collectives, which a copy's rate says little
+ * of (Open MPI's non-blocking forms, which the trainer waits on, run at a third to a half of
+ * it, and some at large messages far below): so `ranks` ranks of dtrain probe, started by
+ * mpirun as a run's are, time each kind at PROBE_MIB's sizes. Where mpirun cannot (not on
+ * the path, refused), a warning, and the copy's guess stands. */
+static void probe_collectives(int ranks, dt_plan_device *d) {
+    char exe[4096], np[16], out[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        dt_warn("plan: device this: cannot find this program to run dtrain probe (%s); the "
+                "collectives are guessed from a memory copy",
+                strerror(errno));
+        return;
+    }
+    exe[n] = '\0';
+    snprintf(np, sizeof np, "%d", ranks);
+    char *argv[] = {"mpirun", "--oversubscribe", "-np", np, exe, "probe", "--mib",
+                    (char *)PROBE_MIB, NULL};
+    int rc = run_capture(argv, out, sizeof out);
+    if (rc != 0 || dt_plan_read_probe(out, d) != DT_OK)
+        dt_warn("plan: device this: `mpirun --oversubscribe -np %d dtrain probe --mib %s` %s; "
+                "the collectives are guessed from a memory copy (run it by hand to see why, and "
+                "give its flags to plan)",
+                ranks, PROBE_MIB, rc < 0 ? "did not start" : rc ? "failed" : "printed no flags");
+}
+
 dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_plan_device *d,
                              dt_plan_probe **out) {
     *out = NULL;
@@ -609,6 +672,8 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_
         d->gemm_rate = gemm_rate;
         d->gemm_ctx = p;
     }
+    if (st == DT_OK && step_world > 1 && dt_plan_crew_size(p->crew) > 1)
+        probe_collectives(dt_plan_crew_size(p->crew), d);
     if (st == DT_OK && step_world > 0)
         st = probe_step(p, d);
     if (st != DT_OK) {
