@@ -62,12 +62,31 @@ import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert b["predicted"]["step_ms"] > a["predicted"]["step_ms"]
 ' "$a" "$b" && ok "slower attention, longer step" || bad "attention rates"
-dev=$(OMP_NUM_THREADS=1 "$dtrain" plan --world 1 --device this --show-device --model.n_layer=1)
+scratch=$(mktemp -d) # the made-up token shard's folder, to see it go
+dev=$(TMPDIR=$scratch OMP_NUM_THREADS=1 "$dtrain" plan --world 1 --device this --show-device \
+      --model.n_layer=1)
 for f in --flops --flops16 --mem-bandwidth --attn --attn16 --norm --act; do
     echo "$dev" | grep -qe "$f [0-9]" || bad "--show-device lacks $f: $dev"
 done
 ok "device this: $dev"
 echo "$dev" | grep -q -- "--overlap none" || bad "device this hides nothing: $dev"
+# one rank's training step measured beside the kernels: its ratio to the model's, also where
+# the config's token shard is absent (made-up ids, deleted after)
+echo "$dev" | grep -Eq -- "--step-ratio [0-9.]+" && ! echo "$dev" | grep -q -- "--step-ratio 1$" &&
+    ok "device this: a measured step" || bad "device this: no measured step: $dev"
+[ -z "$(ls -A "$scratch")" ] && ok "no token shard left" || bad "left behind: $(ls "$scratch")"
+rmdir "$scratch"
+# on 2 ranks the collectives come from dtrain probe under mpirun, one rate set a message size;
+# where mpirun cannot run it, one warning and the copy's guess
+dev2=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+       "$dtrain" plan --world 2 --device this --show-device --model.n_layer=1 2>&1)
+[ "$(echo "$dev2" | grep -o -- "--coll-bw [^ ]*@" | wc -l)" -eq 4 ] &&
+    ok "device this: collectives at 4 sizes" || bad "device this on 2 ranks: $dev2"
+dev2=$(env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMP_NUM_THREADS=1 \
+       PATH=/nonexistent "$dtrain" plan --world 2 --device this --show-device --model.n_layer=1 2>&1)
+[ "$(echo "$dev2" | grep -c "warning: plan: device this: .mpirun.*did not start")" -eq 1 ] &&
+    ! echo "$dev2" | grep -q -- "--coll-bw" && echo "$dev2" | grep -q -- "--flops " &&
+    ok "device this: no mpirun, one warning" || bad "device this without mpirun: $dev2"
 "$dtrain" plan --world 8 --device h100-80gb --show-device | grep -q -- "--overlap tp,dp" \
     && ok "the GPU presets hide tp and dp" || bad "h100 --overlap"
 # what the device's software hides: tp's collectives under sequence parallelism, a pipeline's
