@@ -5,7 +5,7 @@
 # checkpointing, tp and both sequence-parallel modes. For each, `dtrain plan --explain
 # --device this` (measured right after the run: two copies of the probe side by side, one
 # thread each, a training step of the model on one rank, and the collectives by dtrain probe
-# under mpirun on 2 ranks) against the median step_ms of steps 3-8. Reports each error (predicted /
+# under mpirun on 2 ranks) against the median step_ms of steps 3-16. Reports each error (predicted /
 # measured - 1), their mean absolute, worst and mean signed values, and Spearman's rank
 # correlation.
 #
@@ -29,7 +29,7 @@ log() { echo "[acc $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)] $*" >&2; }
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), $(nproc --all) cores"
 } | tee "$WORK/env.txt" >&2
 
-steps="--train.steps=8 --train.log_every=1 --train.eval_every=0 --checkpoint.every=0 \
+steps="--train.steps=16 --train.log_every=1 --train.eval_every=0 --checkpoint.every=0 \
 --train.sample_tokens=0 --train.export= --train.micro_batch_size=0"
 tok="--data.train=$WORK/tok.bin --data.val= --train.seq_len=256 --model.max_seq_len=256 \
 --model.vocab_size=512"
@@ -94,7 +94,7 @@ import json, statistics as S, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
     steps = [json.loads(l) for l in open(r["metrics"])]
-    r["meas"] = S.median(s["step_ms"] for s in steps[2:8])
+    r["meas"] = S.median(s["step_ms"] for s in steps[2:16])
     r["pred"] = json.load(open(r["plan"]))["predicted"]["step_ms"]
     r["err"] = r["pred"] / r["meas"] - 1
 def ranks(v):
@@ -106,7 +106,7 @@ def ranks(v):
 pr, mr = ranks([r["pred"] for r in rows]), ranks([r["meas"] for r in rows])
 n = len(rows)
 rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(pr, mr)) / (n * (n * n - 1))
-print("| layout | predicted ms | measured ms (median steps 3-8) | error |")
+print("| layout | predicted ms | measured ms (median steps 3-16) | error |")
 print("|---|---:|---:|---:|")
 for r in rows:
     print(f"| {r['name']} | {r['pred']:.1f} | {r['meas']:.1f} | {100 * r['err']:+.1f}% |")
