@@ -289,6 +289,9 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                      rank, m.n_slots, m.n_inbox, m.n_grads, (long long)m.n_local, 1e3 * t.compute_s,
                      1e3 * t.comm_s, t.bubble, dt_plan_step_flops(c) / 1e9, mfu,
                      m.block_bytes_per_token_hidden, hides_name(dev->hides));
+    if (dev->step_ratio > 0) /* the measured step over the modelled one, scaling its passes */
+        k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"step_ratio\": %.4f",
+                      dev->step_ratio);
     if (t.cores_s > 0) /* ranks sharing too few cores: their CPU time over the cores */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"cores_ms\": %.3f", 1e3 * t.cores_s);
     if (m.act_disk_file > 0)

@@ -480,7 +480,7 @@ static double gemm_rate(void *ctx, int lp, dt_plan_gemm_op op, double m, double 
                        .trans_a = op == DT_PLAN_GEMM_DW,
                        .trans_b = op == DT_PLAN_GEMM_FWD,
                        .dtype = lp ? DT_BF16 : DT_F32};
-    if (gemm_flops(p, s, 0.01, 3, &key.flops) != DT_OK)
+    if (gemm_flops(p, s, 0.01, REPS, &key.flops) != DT_OK)
         key.flops = 0;
     if (p->n_seen < MAX_SHAPES)
         p->seen[p->n_seen++] = key;
