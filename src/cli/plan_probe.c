@@ -349,7 +349,7 @@ static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16
 
 /* A training step of one rank (train/trainer.h's step timer), after STEP_WARMUP untimed ones
  * (first touches of the arenas, oneDNN's kernels made). */
-enum { STEP_WARMUP = 2, STEP_REPS = 5 };
+enum { STEP_WARMUP = 2, STEP_REPS = 9 };
 static const double STEP_MAX_SECONDS = 1.0;
 
 typedef struct step_job {
