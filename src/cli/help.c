@@ -87,18 +87,22 @@ static const command_help commands[] = {
      "Every layout dtrain can run on N ranks, checked with dtrain's own rules, its memory\n"
      "predicted per pipeline stage and its step time modelled; the layouts that fit in --mem\n"
      "are ranked by predicted step time. SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers\n"
-     "with K/M/G/T (312T, 200G); --device a100-80gb|h100-80gb|this. --coll-bw AR,RS,AG,A2A,P2P\n"
-     "and --exposed-share F take what dtrain probe measured.\n"},
+     "with K/M/G/T (312T, 200G); --device a100-80gb|h100-80gb|this. --coll-bw\n"
+     "AR,RS,AG,A2A,P2P[@SIZE] (once a message size) and --exposed-share F take what dtrain\n"
+     "probe measured; --step-ratio F scales every pass (this: one rank's measured step over\n"
+     "the model's).\n"},
     {"probe", "measure this cluster's collectives for dtrain plan",
-     "usage: dtrain probe [--mib 16] [--reps 5], under the launcher:\n"
+     "usage: dtrain probe [--mib 16[,SIZE...]] [--reps 5], under the launcher:\n"
      "       mpirun -np N dtrain probe > device.flags\n"
      "       dtrain plan --device this $(cat device.flags) --config FILE --world N\n"
      "\n"
-     "Times, on the ranks the launcher starts, the collectives dtrain's runtime calls on --mib\n"
-     "MiB: all-reduce, reduce-scatter, all-gather, all-to-all, a message between ranks 0 and\n"
-     "1, an 8-byte all-reduce (the latency), and how much of an all-reduce stays exposed beside\n"
-     "a matmul loop that tests it between pieces. Rank 0 prints them as dtrain plan's flags\n"
-     "(bytes a rank moves per second, as the planner counts them).\n"},
+     "Times, on the ranks the launcher starts, the collectives dtrain's runtime calls, as a\n"
+     "training run calls them (under its watchdog), at each --mib size in MiB (ascending):\n"
+     "all-reduce, reduce-scatter, all-gather, all-to-all, a message between ranks 0 and 1;\n"
+     "then an 8-byte all-reduce (the latency) and how much of an all-reduce stays exposed\n"
+     "beside a matmul loop that tests it between pieces. Rank 0 prints them as dtrain plan's\n"
+     "flags (bytes a rank moves per second, as the planner counts them; one --coll-bw a size).\n"
+     "dtrain plan --device this runs it itself on the ranks a layout puts on this machine.\n"},
     {"plot", "draw a memory timeline or training curves as SVG",
      "usage: dtrain plot --timeline FILE.json [--step N] --out FILE.svg\n"
      "       dtrain plot --metrics FILE.jsonl --out FILE.svg\n"
