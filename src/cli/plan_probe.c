@@ -606,8 +606,10 @@ static int run_capture(char *const argv[], char *out, size_t n) {
     close(fds[1]);
     size_t got = 0;
     ssize_t k;
-    while (rc == 0 && (k = read(fds[0], out + got, n - 1 - got)) > 0)
-        got += (size_t)k;
+    char rest[512]; /* past n - 1 bytes the output is read and dropped: the child never blocks */
+    while (rc == 0 && (k = got < n - 1 ? read(fds[0], out + got, n - 1 - got)
+                                       : read(fds[0], rest, sizeof rest)) > 0)
+        got += got < n - 1 ? (size_t)k : 0;
     out[got] = '\0';
     close(fds[0]);
     int status = 0;

@@ -2,7 +2,9 @@
  * copy rate, the attention kernel's rates (fp32 and bf16 modes), the norm's and the MLP
  * activation's elements per second, at the shapes of the config's model and micro-batch, and
  * a matmul rate for every product shape the time model asks about (measured once each, on
- * first use). Each is timed by `copies` processes side by side, as that many ranks run. */
+ * first use). Each is timed by `copies` processes side by side, as that many ranks run. Then,
+ * for a run of several ranks, the MPI collectives (dtrain probe under mpirun), and one rank's
+ * training step of the model, whose time over the model's scales every pass (step_ratio). */
 #ifndef DT_CLI_PLAN_PROBE_H
 #define DT_CLI_PLAN_PROBE_H
 
