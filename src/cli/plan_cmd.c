@@ -337,8 +337,7 @@ typedef struct args {
     dt_plan_rate2 norm16, act16;
     double act_bandwidth;
     int64_t act_bytes;
-    int n_coll; /* dtrain probe's rates at each size (0: not given) */
-    double coll_at[DT_PLAN_COLL_SIZES], coll[DT_PLAN_COLL_SIZES][DT_PLAN_COLL_COUNT];
+    dt_plan_device probed; /* --coll-bw's table of rates by size (n_coll 0: not given) */
     double exposed_share; /* dtrain probe's (-1: not given) */
     int hides;                                      /* --overlap (-1: not given) */
     double step_ratio;                              /* --step-ratio (0: not given) */
@@ -370,20 +369,6 @@ static bool parse_hides(const char *v, int *hides) {
         p += n + (p[n] == ',');
     }
     return *hides != 0 || (dt_err_set(DT_ERR_ARG, "--overlap: give tp, dp, tp,dp or none"), false);
-}
-
-/* --coll-bw: the rates of the five kinds (plan/cost.h's dt_plan_coll order), comma-separated */
-/* --coll-bw AR,RS,AG,A2A,P2P[@SIZE], once per size */
-static bool parse_coll(const char *v, args *a) {
-    dt_plan_device d = {.n_coll = a->n_coll};
-    memcpy(d.coll_at, a->coll_at, sizeof d.coll_at);
-    memcpy(d.coll, a->coll, sizeof d.coll);
-    if (dt_plan_add_coll(v, &d) != DT_OK)
-        return false;
-    a->n_coll = d.n_coll;
-    memcpy(a->coll_at, d.coll_at, sizeof d.coll_at);
-    memcpy(a->coll, d.coll, sizeof d.coll);
-    return true;
 }
 
 static bool to_index(const char *flag, const char *v, int *out) {
@@ -468,7 +453,7 @@ static int parse(int argc, char **argv, args *a) {
         else if ((v = dt_cli_option(argc, argv, &i, "--disk")))
             ok = dt_plan_parse_rate2(v, &a->disk) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--coll-bw")))
-            ok = parse_coll(v, a);
+            ok = dt_plan_add_coll(v, &a->probed) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--exposed-share")))
             ok = dt_cli_real("--exposed-share", v, 0, 2, &a->exposed_share);
         else if ((v = dt_cli_option(argc, argv, &i, "--overlap")))
@@ -558,10 +543,10 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
         dev->act_bytes = (double)a->act_bytes;
     if (a->disk.fwd > 0 && a->disk.bwd > 0)
         dev->disk_write = a->disk.fwd, dev->disk_read = a->disk.bwd;
-    if (a->n_coll > 0) {
-        dev->n_coll = a->n_coll;
-        memcpy(dev->coll_at, a->coll_at, sizeof dev->coll_at);
-        memcpy(dev->coll, a->coll, sizeof dev->coll);
+    if (a->probed.n_coll > 0) {
+        dev->n_coll = a->probed.n_coll;
+        memcpy(dev->coll_at, a->probed.coll_at, sizeof dev->coll_at);
+        memcpy(dev->coll, a->probed.coll, sizeof dev->coll);
     }
     if (a->exposed_share >= 0)
         dev->exposed_share = a->exposed_share;

@@ -24,42 +24,6 @@ typedef dt_plan_work work;
 typedef dt_plan_chunk_cost chunk_cost;
 typedef dt_plan_linear_s linear_s;
 
-/* what dtrain probe measured for a kind at a whole message of `whole` bytes (0: nothing) */
-static double measured_rate(const dt_plan_device *d, dt_plan_coll kind, double whole) {
-    int n = d->n_coll < DT_PLAN_COLL_SIZES ? d->n_coll : DT_PLAN_COLL_SIZES;
-    if (n < 1)
-        return 0;
-    if (n == 1 || whole <= d->coll_at[0])
-        return d->coll[0][kind];
-    for (int i = 1; i < n; i++)
-        if (whole <= d->coll_at[i]) {
-            double lo = d->coll_at[i - 1], f = log(whole / lo) / log(d->coll_at[i] / lo);
-            return d->coll[i - 1][kind] + f * (d->coll[i][kind] - d->coll[i - 1][kind]);
-        }
-    return d->coll[n - 1][kind];
-}
-
-double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll kind, double whole) {
-    double r = measured_rate(d, kind, whole);
-    return r > 0 && d->bandwidth > 0 ? group_bw * r / d->bandwidth : group_bw;
-}
-
-double dt_plan_coll_whole(dt_plan_coll kind, int p, double bytes) {
-    if (p < 2 || kind == DT_PLAN_P2P)
-        return bytes;
-    return kind == DT_PLAN_ALLREDUCE ? bytes * p / (2.0 * (p - 1)) : bytes * p / (p - 1);
-}
-
-double dt_plan_cost_coll(const work *w, int p, double bytes, dt_plan_coll kind) {
-    double bw = dt_plan_kind_bw(w->d, w->bw_tp, kind, dt_plan_coll_whole(kind, p, bytes));
-    return p > 1 ? w->d->latency + bytes / bw : 0;
-}
-double dt_plan_cost_allreduce(const work *w, int p, double n) {
-    return dt_plan_cost_coll(w, p, 2 * n * (p - 1) / p, DT_PLAN_ALLREDUCE);
-}
-double dt_plan_cost_gather(const work *w, int p, double n) {
-    return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_ALLGATHER);
-}
 static double allreduce(const work *w, int p, double n) { return dt_plan_cost_allreduce(w, p, n); }
 static double gather_like(const work *w, int p, double n) { return dt_plan_cost_gather(w, p, n); }
 
