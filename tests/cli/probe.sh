@@ -18,7 +18,7 @@ for np in 2 3; do
     if timeout 120 mpirun --oversubscribe -np $np "$dtrain" probe --mib 0.5,1 --reps 3 > p$np.txt 2> p$np.err; then
         [ "$(wc -l < p$np.txt)" -eq 1 ] && grep -Eq "$flags" p$np.txt && ok ||
             { bad "probe on $np ranks printed:"; cat p$np.txt p$np.err; }
-        grep -q "probe: $np ranks, 1 MiB: all-reduce" p$np.err && ok || { bad "no summary"; cat p$np.err; }
+        grep -q "probe: $np ranks, 1 MiB, in a step: all-reduce" p$np.err && ok || { bad "no summary"; cat p$np.err; }
     else
         bad "probe on $np ranks failed"; cat p$np.err
     fi
