@@ -251,12 +251,13 @@ static dt_status measure(probe *x, const double *mib, int n_mib) {
             x->counts[k] = (int)(x->n / x->p);
         DT_TRY(measure_rates(x, t_lat, r[i], tm));
         if (x->c->rank == 0)
-            fprintf(stderr,
-                    "dtrain probe: %d ranks, %.3g MiB, in a step: all-reduce %.3f ms, reduce-scatter "
-                    "%.3f ms, all-gather %.3f ms, all-to-all %.3f ms, message round trip "
-                    "%.3f ms\n",
-                    x->p, (double)x->n * 4 / 1048576.0, 1e3 * tm[0], 1e3 * tm[1], 1e3 * tm[2],
-                    1e3 * tm[3], 1e3 * tm[4]);
+            fprintf(
+                stderr,
+                "dtrain probe: %d ranks, %.3g MiB, in a step: all-reduce %.3f ms, reduce-scatter "
+                "%.3f ms, all-gather %.3f ms, all-to-all %.3f ms, message round trip "
+                "%.3f ms\n",
+                x->p, (double)x->n * 4 / 1048576.0, 1e3 * tm[0], 1e3 * tm[1], 1e3 * tm[2],
+                1e3 * tm[3], 1e3 * tm[4]);
     }
     double share;
     DT_TRY(measure_share(x, tm[DT_PLAN_ALLREDUCE], &share));
@@ -285,10 +286,10 @@ static dt_status probe_run(dt_comm *world, const double *mib, int n_mib, int rep
     x.ma = calloc(mm, sizeof *x.ma), x.mb = calloc(mm, sizeof *x.mb), x.mc = calloc(mm, 4);
     x.half = stretch_half(most);
     x.act = calloc((size_t)(2 * x.half), sizeof *x.act);
-    dt_status st = x.a && x.b && x.counts && x.ma && x.mb && x.mc && x.act
-                       ? dt_gemm_init(&x.gemm)
-                       : dt_err_set(DT_ERR_OOM, "probe: out of memory for %.1f MiB",
-                                    mib[n_mib - 1]);
+    dt_status st =
+        x.a && x.b && x.counts && x.ma && x.mb && x.mc && x.act
+            ? dt_gemm_init(&x.gemm)
+            : dt_err_set(DT_ERR_OOM, "probe: out of memory for %.1f MiB", mib[n_mib - 1]);
     if (st == DT_OK)
         st = measure(&x, mib, n_mib);
     dt_gemm_free(x.gemm);
