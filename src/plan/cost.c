@@ -217,11 +217,11 @@ static block_cost cost_block(const work *w, int l, bool split) {
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
-    double comm_f =
-        dt_plan_cost_tp_exposed(w, block_tp_comm(w, false), mm.fwd) + block_sp_comm(w, false);
+    double comm_f = dt_plan_cost_tp_exposed(w, block_tp_comm(w, false), mm.fwd) +
+                    block_sp_comm(w, false) + dt_plan_cost_tp_copies(w, false);
     double comm_b =
         dt_plan_cost_tp_exposed(w, block_tp_comm(w, true), mm.dx + (split ? 0 : mm.dw)) +
-        block_sp_comm(w, true);
+        block_sp_comm(w, true) + dt_plan_cost_tp_copies(w, true);
     double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + comm_f + unit_cast(w);
     block_cost k = {.f = fwd + q8 + act_disk_copy(w)};
     k.io = act_disk_exposed(w, true, k.f);

@@ -42,3 +42,14 @@ double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n) {
 double dt_plan_cost_gather(const dt_plan_work *w, int p, double n) {
     return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_ALLGATHER);
 }
+
+/* A block's own passes around its tensor-parallel all-reduces (nn/region.c, nn/block.c): the
+ * forward copies the [Nt, C] tensor at each of its two entries and two exits (4 bytes read, 4
+ * written an element); the backward adds each reduced gradient into its destination (8 read,
+ * 4 written) and zeroes six sums first (4 written). Under split_gather the gathers' own moves
+ * are not counted here. */
+double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward) {
+    if (w->tp < 2 || w->sg)
+        return 0;
+    return (backward ? 4 * 12 + 6 * 4 : 4 * 8) * w->Nt * w->C / w->act_bw;
+}

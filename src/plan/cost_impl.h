@@ -44,6 +44,8 @@ double dt_plan_pass_bw(const dt_plan_work *w, double bytes);
 /* What stays exposed of a pass's tensor-parallel collectives `comm` beside its products
  * `gemm`: all of it, unless the device's software hides them (DT_PLAN_HIDE_TP) */
 double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm);
+/* Seconds of a block pass's memory moves around its tp all-reduces (forward or backward) */
+double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward);
 
 /* Ring attention's exposed seconds (plan/cost.c) around attention of `at` seconds: forward,
  * or backward (blocks and their gradients). 0 without a ring. */
