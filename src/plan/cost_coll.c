@@ -43,13 +43,17 @@ double dt_plan_cost_gather(const dt_plan_work *w, int p, double n) {
     return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_ALLGATHER);
 }
 
-/* A block's own passes around its tensor-parallel all-reduces (nn/region.c, nn/block.c): the
- * forward copies the [Nt, C] tensor at each of its two entries and two exits (4 bytes read, 4
- * written an element); the backward adds each reduced gradient into its destination (8 read,
- * 4 written) and zeroes six sums first (4 written). Under split_gather the gathers' own moves
- * are not counted here. */
+/* A block's own passes around its tensor-parallel collectives (nn/region.c, nn/block.c),
+ * in [rows, C] tensors of fp32. Forward, with all-reduces: each of its two entries and two
+ * exits copies its [Nt, C] tensor (4 bytes read, 4 written an element); the split_gather
+ * collectives land in place. Backward: each entry and exit adds its reduced gradient into its
+ * destination (8 read, 4 written; an entry's holds Nr rows, an exit's Nt), and six sums are
+ * zeroed first (4 written): the two column layers' inputs (Nt and Nr rows) and the two
+ * exits' partials (Nt). */
 double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward) {
-    if (w->tp < 2 || w->sg)
+    if (w->tp < 2)
         return 0;
-    return (backward ? 4 * 12 + 6 * 4 : 4 * 8) * w->Nt * w->C / w->act_bw;
+    double nt = w->Nt * w->C, nr = w->Nr * w->C;
+    double bytes = backward ? 12 * 2 * (nr + nt) + 4 * (4 * nt + 2 * nr) : w->sg ? 0 : 32 * nt;
+    return bytes / w->act_bw;
 }
