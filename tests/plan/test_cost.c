@@ -4,7 +4,8 @@
  * its levers must move the step (overlap hides the gradient reduction, recomputation costs a
  * forward, tensor parallelism divides the matmuls); the gradient group's traffic the time
  * model asks for alone is the whole ledger's, for every rank of a matrix of layouts; what a
- * device's software hides (tensor-parallel collectives, data-parallel traffic), by hand. */
+ * device's software hides (tensor-parallel collectives, data-parallel traffic), and tensor
+ * parallelism's own memory passes, by hand. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,6 +105,29 @@ static void test_levers(void) {
     c.plugin.tp_size = 2;
     double tp2 = step(&c, 2, &FAST_NET, NULL);
     DT_CHECK(tp2 < 0.6 * none, "tp 2 halves the matmuls: %g vs %g", tp2, none);
+}
+
+/* Tensor parallelism's own passes, by hand: one Llama layer of 16 x 16 on 2 tp ranks with
+ * only memory passes costing (1e9 bytes/s). Without split_gather each rank's block moves 32
+ * bytes an element of [16, 16] forward (four copies) and 72 backward (four adds, six zeroed
+ * sums), and its residual stream (two adds of 12 bytes each way) holds all 16 rows; with it,
+ * nothing forward, 12 x 2 x (8 + 16) rows + 4 x (4 x 16 + 2 x 8) rows backward, 8 rows of
+ * residual. The two steps differ by exactly that. */
+static void test_tp_passes(void) {
+    dt_config c = tiny();
+    c.model.arch = DT_ARCH_LLAMA, c.model.n_head = 4, c.model.n_kv_head = 2;
+    c.model.ffn_hidden = 48;
+    c.plugin.tp_size = 2;
+    dt_plan_device d = FAST_NET;
+    d.flops_fp32 = d.flops_16 = 1e30;
+    d.norm = d.act = d.attn_fp32 = (dt_plan_rate2){1e30, 1e30};
+    d.mem_bandwidth = 1e9;
+    double reduce = step(&c, 2, &d, NULL);
+    c.plugin.sp_mode = DT_SP_SPLIT_GATHER;
+    double gather = step(&c, 2, &d, NULL);
+    double el = 16 * 16, residual = 2 * 2 * 12 * (el - el / 2);
+    double copies = 32 * el + 72 * el - (12 * 2 * (el / 2 + el) + 4 * (4 * el + 2 * el / 2));
+    DT_CHECK_CLOSE(reduce - gather, (residual + copies) / 1e9, 1e-15);
 }
 
 /* The memory features' time, by hand on the one-layer model of test_by_hand (block matmuls
@@ -400,6 +424,7 @@ int main(int argc, char **argv) {
     test_pipeline();
     test_levers();
     test_features();
+    test_tp_passes();
     test_kernel_rates();
     test_stage_split();
     test_hides();
