@@ -100,10 +100,10 @@ static const command_help commands[] = {
      "training run calls them (under its watchdog, each after a stretch of work that streams\n"
      "8x its message through the caches, timed as what it adds to it), at each --mib size in\n"
      "MiB (ascending): all-reduce, reduce-scatter, all-gather, all-to-all, a message between\n"
-     "ranks 0 and 1;\n"
-     "then an 8-byte all-reduce (the latency) and how much of an all-reduce stays exposed\n"
-     "beside a matmul loop that tests it between pieces. Rank 0 prints them as dtrain plan's\n"
-     "flags (bytes a rank moves per second, as the planner counts them; one --coll-bw a size).\n"
+     "ranks 0 and 1; then an 8-byte all-reduce (the latency) and how much of an all-reduce\n"
+     "stays exposed beside a matmul loop that tests it between pieces. Rank 0 prints them as\n"
+     "dtrain plan's flags (bytes a rank moves per second, as the planner counts them; one\n"
+     "--coll-bw a size).\n"
      "dtrain plan --device this runs it itself on the ranks a layout puts on this machine.\n"},
     {"plot", "draw a memory timeline or training curves as SVG",
      "usage: dtrain plot --timeline FILE.json [--step N] --out FILE.svg\n"
@@ -123,10 +123,11 @@ static const command_help commands[] = {
 enum { N_COMMANDS = (int)(sizeof commands / sizeof *commands) };
 
 int dt_cli_usage(FILE *f) {
-    fprintf(f, "dtrain %s: distributed training on CPUs\n"
-               "usage: dtrain <command> [options]\n"
-               "       dtrain help <command> | dtrain <command> --help | dtrain --version\n"
-               "\ncommands:\n",
+    fprintf(f,
+            "dtrain %s: distributed training on CPUs\n"
+            "usage: dtrain <command> [options]\n"
+            "       dtrain help <command> | dtrain <command> --help | dtrain --version\n"
+            "\ncommands:\n",
             DTRAIN_VERSION);
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);

@@ -40,7 +40,8 @@ static int usage(void) {
         "[--flops F] [--flops16 F] [--bandwidth B] [--mem-bandwidth B] [--latency S] "
         "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
         "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
-        "[--coll-bw AR,RS,AG,A2A,P2P[@SIZE] ...] [--exposed-share F] [--overlap tp,dp|none] [--step-ratio F] "
+        "[--coll-bw AR,RS,AG,A2A,P2P[@SIZE] ...] [--exposed-share F] [--overlap tp,dp|none] "
+        "[--step-ratio F] "
         "[--top K] [--json] "
         "[--explain [--rank R]] [--show-device] "
         "[--section.key=value ...]\n"
@@ -333,14 +334,14 @@ typedef struct args {
     bool json, explain;
     const char *device;
     double flops, flops16, bandwidth, mem_bandwidth, latency;
-    dt_plan_rate2 attn, attn16, norm, act, disk;    /* disk: write, read bytes/s */
+    dt_plan_rate2 attn, attn16, norm, act, disk; /* disk: write, read bytes/s */
     dt_plan_rate2 norm16, act16;
     double act_bandwidth;
     int64_t act_bytes;
     dt_plan_device probed; /* --coll-bw's table of rates by size (n_coll 0: not given) */
-    double exposed_share; /* dtrain probe's (-1: not given) */
-    int hides;                                      /* --overlap (-1: not given) */
-    double step_ratio;                              /* --step-ratio (0: not given) */
+    double exposed_share;  /* dtrain probe's (-1: not given) */
+    int hides;             /* --overlap (-1: not given) */
+    double step_ratio;     /* --step-ratio (0: not given) */
     bool show_device;
     int64_t mem;
 } args;
@@ -477,10 +478,10 @@ static int parse(int argc, char **argv, args *a) {
                 a->pinned.set[a->pinned.n++] = argv[i] + 2;
         } else {
             static const char *const with_value[] = {
-                "--config",  "--world",         "--top",           "--mem",     "--flops",
-                "--flops16", "--bandwidth",     "--mem-bandwidth", "--latency", "--attn",
-                "--attn16",  "--norm",          "--act",           "--disk",    "--device",
-                "--rank",    "--coll-bw",       "--exposed-share", "--overlap", "--norm16",
+                "--config",  "--world",         "--top",           "--mem",        "--flops",
+                "--flops16", "--bandwidth",     "--mem-bandwidth", "--latency",    "--attn",
+                "--attn16",  "--norm",          "--act",           "--disk",       "--device",
+                "--rank",    "--coll-bw",       "--exposed-share", "--overlap",    "--norm16",
                 "--act16",   "--act-bandwidth", "--act-bytes",     "--step-ratio", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;

@@ -50,7 +50,7 @@ typedef struct probe {
     int dim, loops;      /* its size, and the products in its loop */
     float *act;          /* the stretch's activations, two halves */
     int64_t half;        /* floats in a half (stretch_half) */
-    int stretches;       /* stretches run so far: the value each one writes */
+    int n_stretches;     /* stretches run so far: the value each one writes */
 } probe;
 
 typedef enum {
@@ -76,7 +76,7 @@ static void stretch(probe *x) {
     float *y = x->act, *z = x->act + x->half;
     for (int64_t i = 0; i < x->half; i++)
         y[i] = 0.5f * y[i] + z[i];
-    float v = (float)(++x->stretches % 8);
+    float v = (float)(++x->n_stretches % 8);
     for (int64_t i = 0; i < x->n; i++)
         x->a[i] = v;
 }
@@ -310,8 +310,7 @@ static bool parse_sizes(const char *v, double *mib, int *n) {
         if (!dt_cli_real("--mib", tok, 0.001, 4096, &mib[*n]))
             return false;
         if (*n > 0 && mib[*n] <= mib[*n - 1])
-            return dt_err_set(DT_ERR_ARG, "--mib %s: give the sizes in ascending order", v),
-                   false;
+            return dt_err_set(DT_ERR_ARG, "--mib %s: give the sizes in ascending order", v), false;
         (*n)++;
     }
     return *n > 0 || (dt_err_set(DT_ERR_ARG, "--mib: give at least one size"), false);

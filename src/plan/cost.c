@@ -605,8 +605,8 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
     w->ring_block = w->N * (w->W - w->A) / w->sp * 4;
     w->bw_sp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp), DT_PLAN_ALLTOALL,
                                w->N / w->sp * w->W * 4);
-    w->bw_cp = dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp * l->cp), DT_PLAN_P2P,
-                               w->ring_block);
+    w->bw_cp =
+        dt_plan_kind_bw(d, group_bandwidth(d, l->tp * l->sp * l->cp), DT_PLAN_P2P, w->ring_block);
     w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
     if (p->act_offload == DT_OFFLOAD_DISK && !w->dit)
         w->act_disk = (double)dt_plan_act_disk_record(c, l);

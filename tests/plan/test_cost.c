@@ -169,8 +169,8 @@ static void test_features(void) {
     disk.disk_write = disk.disk_read = 1e9;
     double fast = step(&c, 1, &disk, NULL);
     c.plugin.offload = DT_OFFLOAD_DISK;
-    double n = 16 * 16 + 16 * 16 + 4 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 +
-               64 * 16 + 16 + 2 * 16; /* the padded arena of tiny() */
+    double n = 16 * 16 + 16 * 16 + 4 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 + 64 * 16 +
+               16 + 2 * 16; /* the padded arena of tiny() */
     DT_CHECK_CLOSE(n, 3824, 0);
     DT_CHECK_CLOSE(step(&c, 1, &disk, NULL) - fast, 16 * (n + 1920) / 1e9, 1e-12);
     /* activations on disk, compute and memory free, written at 1 GB/s and read at 2 GB/s:
@@ -329,9 +329,9 @@ static void test_grad_ledger(void) {
         dt_arch arch;
         int zero, pp, tp, mb;
         const char *schedule;
-    } cases[] = {{DT_ARCH_GPT2, 0, 1, 1, 0, "1f1b"}, {DT_ARCH_GPT2, 1, 2, 1, 1, "1f1b"},
-                 {DT_ARCH_LLAMA, 2, 2, 1, 1, "zbh1"}, {DT_ARCH_LLAMA, 2, 1, 2, 1, "1f1b"},
-                 {DT_ARCH_GPT2, 3, 1, 1, 2, "1f1b"},  {DT_ARCH_LLAMA, 3, 2, 1, 1, "gpipe"},
+    } cases[] = {{DT_ARCH_GPT2, 0, 1, 1, 0, "1f1b"},       {DT_ARCH_GPT2, 1, 2, 1, 1, "1f1b"},
+                 {DT_ARCH_LLAMA, 2, 2, 1, 1, "zbh1"},      {DT_ARCH_LLAMA, 2, 1, 2, 1, "1f1b"},
+                 {DT_ARCH_GPT2, 3, 1, 1, 2, "1f1b"},       {DT_ARCH_LLAMA, 3, 2, 1, 1, "gpipe"},
                  {DT_ARCH_GPT2, 2, 2, 2, 2, "interleaved"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dt_config c = tiny();
@@ -348,8 +348,7 @@ static void test_grad_ledger(void) {
             DT_CHECK_OK(dt_plan_comm_bytes(&c, world, r, NULL, &all));
             DT_CHECK_OK(dt_plan_comm_grad_bytes(&c, world, r, NULL, &grad));
             DT_CHECK(grad.grad_known == all.grad_known && grad.grad == all.grad &&
-                         grad.grad_gather == all.grad_gather &&
-                         grad.calls_grad == all.calls_grad &&
+                         grad.grad_gather == all.grad_gather && grad.calls_grad == all.calls_grad &&
                          grad.calls_grad_gather == all.calls_grad_gather,
                      "case %zu rank %d: gradient group %lld bytes %lld calls alone, %lld / %lld "
                      "in the whole ledger",
