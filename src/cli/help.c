@@ -89,8 +89,8 @@ static const command_help commands[] = {
      "are ranked by predicted step time. SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers\n"
      "with K/M/G/T (312T, 200G); --device a100-80gb|h100-80gb|this. --coll-bw\n"
      "AR,RS,AG,A2A,P2P[@SIZE] (once a message size) and --exposed-share F take what dtrain\n"
-     "probe measured; --step-ratio F scales every pass (this: one rank's measured step over\n"
-     "the model's).\n"},
+     "probe measured; --step-ratio F scales every pass (this: a measured step of one of the\n"
+     "layout's ranks, its collectives moving nothing, over the model's).\n"},
     {"probe", "measure this cluster's collectives for dtrain plan",
      "usage: dtrain probe [--mib 16[,SIZE...]] [--reps 5], under the launcher:\n"
      "       mpirun -np N dtrain probe > device.flags\n"

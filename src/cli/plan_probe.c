@@ -246,8 +246,12 @@ static const dt_plan_kernel COPY = {copy_setup, copy_once, bufs_free};
 
 struct dt_plan_probe {
     dt_plan_crew *crew;
-    dt_config one; /* the measured step's config; made before the crew forks, so every copy
-                    * holds it at the same address (a step job carries the pointer) */
+    /* the measured step's configs, made before the crew forks, so every copy holds them at
+     * the same address (a step job carries the pointer): the config's own layout as one rank
+     * of own_world ranks, and one rank's share of the batch (where that layout cannot be
+     * timed) */
+    dt_config own, one;
+    int own_world;
     char tokens[DT_PATH_MAX]; /* a made-up token shard the probe deletes; "": none */
     struct shape_rate {
         int lp, op, m, n, k;
@@ -353,13 +357,14 @@ enum { STEP_WARMUP = 2, STEP_REPS = 9 };
 static const double STEP_MAX_SECONDS = 1.0;
 
 typedef struct step_job {
-    const dt_config *c; /* the probe's `one`, the same address in every copy */
+    const dt_config *c; /* the probe's `own` or `one`, the same address in every copy */
+    int world;
 } step_job;
 
 static dt_status step_setup(const void *job, void **state) {
     const step_job *j = job;
     dt_step_timer *t;
-    DT_TRY(dt_step_timer_init(j->c, &t));
+    DT_TRY(dt_step_timer_init(j->c, j->world, &t));
     double secs;
     dt_status st = DT_OK;
     for (int i = 0; i < STEP_WARMUP && st == DT_OK; i++)
@@ -382,6 +387,18 @@ static void step_free(void *state) { dt_step_timer_free(state); }
 
 static const dt_plan_kernel STEP = {step_setup, step_once, step_free};
 
+/* c trained for timing: no files, no evaluation, a schedule that never ends */
+static void timing_only(dt_config *c) {
+    c->train.steps = 1 << 30;
+    c->train.eval_every = 0;
+    c->train.trace[0] = c->train.metrics[0] = c->train.mem_timeline[0] = '\0';
+    c->train.export_path[0] = c->train.mem_report[0] = '\0';
+    c->train.rebalance_every = 0;
+    c->data.val[0] = '\0';
+    c->checkpoint.every = 0;
+    c->checkpoint.resume[0] = '\0';
+}
+
 /* c's model, data and optimizer trained by one rank on its share of the batch as world ranks
  * of data parallelism would give it, in c's precision and recomputation; everything else of
  * the plugin (the layout, offload) at its default */
@@ -398,18 +415,31 @@ static dt_config one_rank_config(const dt_config *c, int world) {
     int share = c->train.batch_size / (world > 0 ? world : 1);
     one.train.batch_size = share > 0 ? share : 1;
     one.train.micro_batch_size = 0;
-    one.train.steps = 1 << 30; /* the schedule never ends while it is timed */
-    one.train.eval_every = 0;
-    one.train.trace[0] = one.train.metrics[0] = one.train.mem_timeline[0] = '\0';
-    one.train.export_path[0] = one.train.mem_report[0] = '\0';
-    one.train.rebalance_every = 0;
-    one.data.val[0] = '\0';
-    one.checkpoint.every = 0;
-    one.checkpoint.resume[0] = '\0';
+    timing_only(&one);
     return one;
 }
 
-/* A token source the step can read: the config's own shard where it opens, else a shard of
+/* c's own layout without its pipeline, as one rank of *own_world (world / pp) ranks: its
+ * tensor, sequence and context splits, ZeRO stage and micro-batches, whose ranks run the
+ * products, norms, copies and shard passes at their own shapes. A pipeline stage runs a
+ * data-parallel rank's shapes, and its waits are the schedule's, which a rank alone cannot
+ * show. Offload stays off: the disk's rates are timed apart. */
+static dt_config own_rank_config(const dt_config *c, int world, int *own_world) {
+    dt_config own = *c, def;
+    dt_config_defaults(&def);
+    int pp = c->plugin.pp_size > 1 ? c->plugin.pp_size : 1;
+    *own_world = world % pp == 0 ? world / pp : 0;
+    own.plugin.pp_size = 1;
+    snprintf(own.plugin.pp_layers, sizeof own.plugin.pp_layers, "%s", def.plugin.pp_layers);
+    snprintf(own.plugin.pp_schedule, sizeof own.plugin.pp_schedule, "%s", def.plugin.pp_schedule);
+    own.plugin.pp_chunks = def.plugin.pp_chunks;
+    own.plugin.offload = def.plugin.offload;
+    own.plugin.act_offload = def.plugin.act_offload;
+    timing_only(&own);
+    return own;
+}
+
+/* A token source the steps can read: the config's own shard where it opens, else a shard of
  * made-up ids in the temporary folder (a step's time does not depend on which ids it reads;
  * a plan needs no data), deleted with the probe. */
 static dt_status step_tokens(dt_plan_probe *p) {
@@ -448,18 +478,22 @@ static dt_status step_tokens(dt_plan_probe *p) {
     free(ids);
     DT_TRY(st);
     snprintf(one->data.train, sizeof one->data.train, "%s", p->tokens);
+    snprintf(p->own.data.train, sizeof p->own.data.train, "%s", p->tokens);
     return DT_OK;
 }
 
-/* Whether the probe can afford to train `one` for a few steps: its memory a small share of
- * the machine's for every copy, and a step predicted quick. */
-static bool step_affordable(const dt_config *one, const dt_plan_device *d, int copies) {
+/* Whether the probe can train rank 0 of c on `world` ranks for a few steps: the layout splits
+ * there, its memory is a small share of the machine's for every copy, and a step is predicted
+ * quick (*t: that step). */
+static bool step_affordable(const dt_config *c, int world, const dt_plan_device *d, int copies,
+                            dt_plan_time *t) {
     double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
     dt_plan_mem m;
-    dt_plan_time t;
-    return dt_plan_memory(one, 1, 0, &(dt_plan_mem_opts){0}, &m) == DT_OK &&
-           (double)m.total * copies < 0.25 * machine &&
-           dt_plan_step_time(one, 1, d, NULL, &t) == DT_OK && t.step_s < STEP_MAX_SECONDS;
+    bool ok = world > 0 && dt_plan_memory(c, world, 0, &(dt_plan_mem_opts){0}, &m) == DT_OK &&
+              (double)m.total * copies < 0.25 * machine &&
+              dt_plan_step_time(c, world, d, NULL, t) == DT_OK && t->step_s < STEP_MAX_SECONDS;
+    dt_err_clear();
+    return ok;
 }
 
 /* dt_plan_gemm_rate for `this`: each product with its operands stored as dt_linear keeps
@@ -560,17 +594,33 @@ static dt_status probe_machine(dt_plan_probe *p, const dt_config *c, dt_plan_dev
     return DT_OK;
 }
 
-/* d->step_ratio: one rank's measured step of p->one over the time model's (on d's rates
- * just measured, ratio 1). Left at 1 where the step cannot be afforded or trained here (its
- * data missing, say): the kernels' sum stands, and --show-device says so. */
+/* d without the cost of any collective or message: the time model's step of a stand-in rank,
+ * whose calls move nothing */
+static dt_plan_device without_comm(const dt_plan_device *d) {
+    dt_plan_device f = *d;
+    f.latency = 0;
+    f.bandwidth = f.inter_bandwidth = 1e30;
+    f.n_coll = 0;
+    f.exposed_share = 0;
+    f.step_ratio = 0;
+    return f;
+}
+
+/* d->step_ratio: a rank's measured step over the time model's of it (on d's rates just
+ * measured, ratio 1, its calls free): the rank of the config's own layout where it can be
+ * afforded, else one rank's share of the batch. Left at 1 where neither can be trained here
+ * (its data missing, say): the kernels' sum stands, and --show-device says so. */
 static dt_status probe_step(dt_plan_probe *p, dt_plan_device *d) {
     d->step_ratio = 1;
     int copies = dt_plan_crew_size(p->crew);
-    if (!step_affordable(&p->one, d, copies))
-        return DT_OK;
+    dt_plan_device free_comm = without_comm(d);
     dt_plan_time t;
-    DT_TRY(dt_plan_step_time(&p->one, 1, d, NULL, &t));
-    step_job j = {&p->one};
+    step_job j = {&p->own, p->own_world};
+    if (!step_affordable(j.c, j.world, &free_comm, copies, &t)) {
+        j = (step_job){&p->one, 1};
+        if (!step_affordable(j.c, j.world, &free_comm, copies, &t))
+            return DT_OK;
+    }
     double secs[2];
     if (dt_plan_crew_time(p->crew, &STEP, &j, sizeof j, STEP_REPS, 0, secs) != DT_OK) {
         dt_warn("plan: device this: a measured training step failed (%s); the step time is "
@@ -652,6 +702,7 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_
         return dt_err_set(DT_ERR_OOM, "plan: device this: out of memory");
     dt_status st = DT_OK;
     if (step_world > 0) {
+        p->own = own_rank_config(c, step_world, &p->own_world);
         p->one = one_rank_config(c, step_world);
         st = step_tokens(p);
     }

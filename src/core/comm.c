@@ -130,72 +130,90 @@ dt_status dt_comm_agree(dt_comm *c, dt_status local) {
     return dt_err_set((dt_status)m.status, "%s", m.msg);
 }
 
-/* ---- the size-1 communicator ------------------------------------------------------------ */
+/* ---- the stand-in communicator (and the size-1 one) ------------------------------------ */
 
-static dt_status local_allreduce_f32(dt_comm *c, float *b, int64_t n, dt_comm_req *r) {
+/* Every rank of a stand-in but this one is absent, so each call keeps what this rank holds of
+ * its result without any peer: a sum its own addend, a reduce-scatter and an all-to-all their
+ * own block of the input, an all-gather its own piece in place. With one rank that is the
+ * whole result. */
+static dt_status standin_allreduce_f32(dt_comm *c, float *b, int64_t n, dt_comm_req *r) {
     return DT_OK;
 }
-static dt_status local_allreduce_f64(dt_comm *c, double *b, int64_t n) { return DT_OK; }
-static dt_status local_allreduce_max_i32(dt_comm *c, int32_t *b, int64_t n) { return DT_OK; }
-static dt_status local_reduce_scatter(dt_comm *c, const float *s, float *r, const int *counts,
-                                      dt_comm_req *q) {
+static dt_status standin_allreduce_f64(dt_comm *c, double *b, int64_t n) { return DT_OK; }
+static dt_status standin_allreduce_max_i32(dt_comm *c, int32_t *b, int64_t n) { return DT_OK; }
+static dt_status standin_reduce_scatter(dt_comm *c, const float *s, float *r, const int *counts,
+                                        dt_comm_req *q) {
+    const float *own = s + sum_counts(counts, c->rank);
+    if (r != own)
+        memmove(r, own, (size_t)counts[c->rank] * sizeof *r);
+    return DT_OK;
+}
+static dt_status standin_allgather(dt_comm *c, const float *s, float *r, const int *counts,
+                                   dt_comm_req *q) {
+    float *own = r + sum_counts(counts, c->rank);
+    if (own != s)
+        memmove(own, s, (size_t)counts[c->rank] * sizeof *r);
+    return DT_OK;
+}
+static dt_status standin_alltoall(dt_comm *c, const float *s, float *r, int64_t n, dt_comm_req *q) {
+    int64_t at = (int64_t)c->rank * n;
     if (r != s)
-        memmove(r, s, (size_t)counts[0] * sizeof *r);
+        memmove(r + at, s + at, (size_t)n * sizeof *r);
     return DT_OK;
 }
-static dt_status local_allgather(dt_comm *c, const float *s, float *r, const int *counts,
-                                 dt_comm_req *q) {
-    if (r != s)
-        memmove(r, s, (size_t)counts[0] * sizeof *r);
+static dt_status standin_broadcast(dt_comm *c, void *b, int64_t bytes, int root) { return DT_OK; }
+/* a message to or from an absent peer: sent nowhere, and a receive keeps its buffer */
+static dt_status standin_p2p(dt_comm *c, const void *b, int64_t bytes, int peer, int tag,
+                             dt_comm_req *q) {
+    if (c->size == 1)
+        return dt_err_set(DT_ERR_ARG, "%s: point-to-point on a communicator of one rank", c->name);
     return DT_OK;
 }
-static dt_status local_alltoall(dt_comm *c, const float *s, float *r, int64_t n,
-                                dt_comm_req *q) {
-    if (r != s)
-        memmove(r, s, (size_t)n * sizeof *r);
-    return DT_OK;
+static dt_status standin_recv(dt_comm *c, void *b, int64_t bytes, int peer, int tag,
+                              dt_comm_req *q) {
+    return standin_p2p(c, b, bytes, peer, tag, q);
 }
-static dt_status local_broadcast(dt_comm *c, void *b, int64_t bytes, int root) { return DT_OK; }
-static dt_status local_p2p(dt_comm *c, const void *b, int64_t bytes, int peer, int tag,
-                           dt_comm_req *q) {
-    return dt_err_set(DT_ERR_ARG, "%s: point-to-point on a communicator of one rank", c->name);
-}
-static dt_status local_recv(dt_comm *c, void *b, int64_t bytes, int peer, int tag,
-                            dt_comm_req *q) {
-    return local_p2p(c, b, bytes, peer, tag, q);
-}
-static dt_status local_wait(dt_comm *c, dt_comm_req *q) { return DT_OK; }
-static dt_status local_test(dt_comm *c, dt_comm_req *q, bool *done) {
+static dt_status standin_wait(dt_comm *c, dt_comm_req *q) { return DT_OK; }
+static dt_status standin_test(dt_comm *c, dt_comm_req *q, bool *done) {
     *done = true;
     return DT_OK;
 }
-static dt_status local_barrier(dt_comm *c) { return DT_OK; }
-static void local_free(dt_comm *c) { free(c); }
+static dt_status standin_barrier(dt_comm *c) { return DT_OK; }
+static void standin_free(dt_comm *c) { free(c); }
 
-static const dt_comm_ops local_ops = {
-    .allreduce_f32 = local_allreduce_f32,
-    .allreduce_f64 = local_allreduce_f64,
-    .allreduce_max_i32 = local_allreduce_max_i32,
-    .reduce_scatter_f32 = local_reduce_scatter,
-    .allgather_f32 = local_allgather,
-    .alltoall_f32 = local_alltoall,
-    .broadcast = local_broadcast,
-    .send = local_p2p,
-    .recv = local_recv,
-    .wait = local_wait,
-    .test = local_test,
-    .barrier = local_barrier,
-    .free = local_free,
+static const dt_comm_ops standin_ops = {
+    .allreduce_f32 = standin_allreduce_f32,
+    .allreduce_f64 = standin_allreduce_f64,
+    .allreduce_max_i32 = standin_allreduce_max_i32,
+    .reduce_scatter_f32 = standin_reduce_scatter,
+    .allgather_f32 = standin_allgather,
+    .alltoall_f32 = standin_alltoall,
+    .broadcast = standin_broadcast,
+    .send = standin_p2p,
+    .recv = standin_recv,
+    .wait = standin_wait,
+    .test = standin_test,
+    .barrier = standin_barrier,
+    .free = standin_free,
 };
 
-dt_status dt_comm_local_init(const char *name, dt_comm **out) {
+dt_status dt_comm_standin_init(const char *name, int rank, int size, dt_comm **out) {
     *out = NULL;
+    if (size < 1 || rank < 0 || rank >= size)
+        return dt_err_set(DT_ERR_ARG, "communicator %s: rank %d of %d ranks", name, rank, size);
     dt_comm *c = calloc(1, sizeof *c);
     if (!c)
         return dt_err_set(DT_ERR_OOM, "communicator: out of memory");
-    c->ops = &local_ops;
-    c->size = 1;
+    c->ops = &standin_ops;
+    c->rank = rank;
+    c->size = size;
     snprintf(c->name, sizeof c->name, "%s", name);
     *out = c;
     return DT_OK;
+}
+
+bool dt_comm_is_standin(const dt_comm *c) { return c->ops == &standin_ops; }
+
+dt_status dt_comm_local_init(const char *name, dt_comm **out) {
+    return dt_comm_standin_init(name, 0, 1, out);
 }

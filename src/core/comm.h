@@ -1,7 +1,7 @@
 /* The communication interface every layer above core/ talks through (nn/, optim/, train/ never
- * include mpi.h). dist/ implements it with MPI; core/comm_local.c implements the size-1 case,
+ * include mpi.h). dist/ implements it with MPI; core/comm.c implements the size-1 case,
  * so degree-1 code paths run the same calls without MPI (a collective over one rank is a copy
- * or nothing).
+ * or nothing), and a stand-in for one rank of a larger group whose peers are absent.
  *
  * Collectives over a flat float range use per-rank counts (the "v" forms), because ZeRO shards
  * rarely divide a bucket evenly. Non-blocking calls fill a dt_comm_req and complete in
@@ -121,6 +121,15 @@ struct dt_comm {
 
 /* A communicator of one rank (no MPI). */
 dt_status dt_comm_local_init(const char *name, dt_comm **out);
+/* A stand-in for one rank of a group of `size` (no MPI): this process plays `rank` and no other
+ * rank exists. Each call leaves what this rank holds of its result without any peer (its own
+ * addend of a sum, its own block of a reduce-scatter or an all-to-all, its own piece of an
+ * all-gather), sends go nowhere and receives keep their buffers. A rank's work in a layout
+ * can so be timed in one process with the communication taken out (dtrain plan --device
+ * this); its results are not a run's. Size 1 is dt_comm_local_init. dt_mesh_init builds a
+ * stand-in mesh on a stand-in world. */
+dt_status dt_comm_standin_init(const char *name, int rank, int size, dt_comm **out);
+bool dt_comm_is_standin(const dt_comm *c);
 void dt_comm_free(dt_comm *c);
 
 dt_status dt_comm_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req);

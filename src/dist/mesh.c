@@ -9,6 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* The group of `size` ranks in which this rank is `key`: split from world by color under
+ * MPI; on a stand-in world (core/comm.h: one rank's work timed in one process) a stand-in of
+ * that size, since no peer exists to split with. */
+static dt_status make_group(dt_comm *world, int color, int key, int size, const char *name,
+                            dt_comm **out) {
+    if (dt_comm_is_standin(world))
+        return dt_comm_standin_init(name, key, size, out);
+    return dt_dist_split(world, color, key, name, out);
+}
+
 /* The gradient group spans sp, cp and dp; with sp and cp 1 it is the dp group's ranks (own
  * comm). */
 static dt_status split_grad(dt_mesh *m, dt_comm *world) {
@@ -19,7 +29,7 @@ static dt_status split_grad(dt_mesh *m, dt_comm *world) {
     int color, key;
     dt_mesh_group_axes(d, world->rank, 1u << DT_AXIS_SP | 1u << DT_AXIS_CP | 1u << DT_AXIS_DP,
                        &color, &key);
-    DT_TRY(dt_dist_split(world, color, key, "grad", &m->grad));
+    DT_TRY(make_group(world, color, key, n, "grad", &m->grad));
     if (m->grad->size != n || m->grad->rank != key)
         return dt_err_set(DT_ERR_MPI, "mesh: grad group rank %d of %d, expected %d of %d",
                           m->grad->rank, m->grad->size, key, n);
@@ -35,9 +45,9 @@ static dt_status split_tied(dt_mesh *m, dt_comm *world) {
     int color, key;
     dt_mesh_group(&m->dims, world->rank, DT_AXIS_PP, &color, &key);
     bool end = stage == 0 || stage == pp - 1;
-    DT_TRY(dt_dist_split(world, end ? color : world->size + world->rank, stage, "tied",
-                         &m->tied));
     int want = end ? 2 : 1;
+    DT_TRY(make_group(world, end ? color : world->size + world->rank, stage == 0 ? 0 : want - 1,
+                      want, "tied", &m->tied));
     if (m->tied->size != want)
         return dt_err_set(DT_ERR_MPI, "mesh: tied group of %d ranks, expected %d",
                           m->tied->size, want);
@@ -78,7 +88,7 @@ dt_status dt_mesh_init(dt_comm *world, const dt_mesh_dims *dims, dt_mesh **out) 
         } else {
             int color, key;
             dt_mesh_group(dims, world->rank, (dt_axis)a, &color, &key);
-            sa = dt_dist_split(world, color, key, name, &m->axis[a]);
+            sa = make_group(world, color, key, dims->size[a], name, &m->axis[a]);
             if (sa == DT_OK && m->axis[a]->rank != key)
                 sa = dt_err_set(DT_ERR_MPI, "mesh: %s rank %d, but the mesh math says %d", name,
                                 m->axis[a]->rank, key);

@@ -118,9 +118,10 @@ typedef struct dt_plan_device {
      * with more threads than cores the step is at least the ranks' CPU time over the cores.
      * 0: a device a rank. */
     int cores, threads;
-    /* A measured step over the modelled one (`this`: one rank's training step of the model,
-     * timed side by side as the run's ranks share the machine, over the time model's step of
-     * it on these rates), scaling every pass and the optimizer: what the kernels timed alone
+    /* A measured step over the modelled one (`this`: a training step of one of the layout's
+     * ranks, its collectives moving nothing, timed side by side as the run's ranks share the
+     * machine, over the time model's step of it on these rates with its collectives free),
+     * scaling every pass and the optimizer: what the kernels timed alone
      * miss (operands the step leaves out of cache, calls too short to reach their rate, the
      * neighbours' pull on memory). 0: 1. */
     double step_ratio;

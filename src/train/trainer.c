@@ -545,7 +545,7 @@ void dt_step_timer_free(dt_step_timer *t) {
     free(t);
 }
 
-dt_status dt_step_timer_init(const dt_config *cfg, dt_step_timer **out) {
+dt_status dt_step_timer_init(const dt_config *cfg, int world, dt_step_timer **out) {
     *out = NULL;
     dt_step_timer *t = calloc(1, sizeof *t);
     if (!t)
@@ -556,7 +556,7 @@ dt_status dt_step_timer_init(const dt_config *cfg, dt_step_timer **out) {
     spec.eot = cfg->data.eot_token; /* a tokenizer's own is left to dtrain train */
     dt_status st = dt_config_validate(cfg);
     if (st == DT_OK)
-        st = dt_comm_local_init("world", &t->world);
+        st = dt_comm_standin_init("world", 0, world, &t->world);
     if (st == DT_OK)
         st = dt_booster_init(&cfg->plugin, t->world, &t->booster);
     if (st == DT_OK)

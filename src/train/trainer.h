@@ -17,10 +17,11 @@
 dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded);
 
 /* One rank's training steps, timed, without MPI (the planner's measured step, cli/): cfg's
- * model, optimizer, data and plugin boosted on a communicator of one rank, so cfg's layout
- * must be one rank's. No files are written: no evaluation, checkpoint, trace or metrics. */
+ * model, optimizer, data and plugin boosted as rank 0 of a `world`-rank run whose other ranks
+ * are absent (a stand-in world, core/comm.h): its own share of the work, its collectives
+ * moving nothing. No files are written: no evaluation, checkpoint, trace or metrics. */
 typedef struct dt_step_timer dt_step_timer;
-dt_status dt_step_timer_init(const dt_config *cfg, dt_step_timer **out);
+dt_status dt_step_timer_init(const dt_config *cfg, int world, dt_step_timer **out);
 /* One step (forward, backward and the optimizer's update); *seconds: how long it took. */
 dt_status dt_step_timer_run(dt_step_timer *t, double *seconds);
 void dt_step_timer_free(dt_step_timer *t);

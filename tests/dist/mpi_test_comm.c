@@ -408,6 +408,84 @@ static void test_mesh(dt_comm *w) {
     DT_CHECK(strstr(dt_err_msg(), want) != NULL, "mesh error text: %s", dt_err_msg());
 }
 
+/* A stand-in for rank 1 of 3 keeps its own part of each result and nothing else; on one
+ * rank it is the local communicator (a message is refused). */
+static void test_standin_calls(void) {
+    dt_comm *c = NULL;
+    DT_CHECK_OK(dt_comm_standin_init("tp", 1, 3, &c));
+    if (!c)
+        return;
+    DT_CHECK(c->rank == 1 && c->size == 3 && dt_comm_is_standin(c), "stand-in rank 1 of 3");
+    int counts[3] = {2, 3, 1};
+    float send[6] = {1, 2, 3, 4, 5, 6}, recv[6] = {0}, sum[2] = {7, 8};
+    DT_CHECK_OK(dt_comm_allreduce_f32(c, sum, 2, NULL));
+    DT_CHECK(sum[0] == 7 && sum[1] == 8, "stand-in all-reduce keeps its own addend");
+    DT_CHECK_OK(dt_comm_reduce_scatter_f32(c, send, recv, counts, NULL));
+    DT_CHECK(recv[0] == 3 && recv[1] == 4 && recv[2] == 5 && recv[3] == 0,
+             "stand-in reduce-scatter: its own block (%g %g %g %g)", recv[0], recv[1], recv[2],
+             recv[3]);
+    float all[6] = {0}, mine[3] = {9, 8, 7};
+    DT_CHECK_OK(dt_comm_allgather_f32(c, mine, all, counts, NULL));
+    DT_CHECK(all[0] == 0 && all[1] == 0 && all[2] == 9 && all[3] == 8 && all[4] == 7 && all[5] == 0,
+             "stand-in all-gather: its own piece at its place");
+    float a2a[6] = {0};
+    DT_CHECK_OK(dt_comm_alltoall_f32(c, send, a2a, 2, NULL));
+    DT_CHECK(a2a[0] == 0 && a2a[2] == 3 && a2a[3] == 4 && a2a[4] == 0,
+             "stand-in all-to-all: its own block");
+    dt_comm_req q = {0};
+    DT_CHECK_OK(dt_comm_recv(c, recv, 4, 0, 7, &q));
+    DT_CHECK_OK(dt_comm_wait(c, &q));
+    DT_CHECK(recv[0] == 3, "a receive from an absent peer keeps its buffer");
+    dt_comm_free(c);
+    DT_CHECK(dt_comm_standin_init("x", 3, 3, &c) == DT_ERR_ARG && !c, "rank 3 of 3 refused");
+    DT_CHECK_OK(dt_comm_local_init("one", &c));
+    DT_CHECK(c && dt_comm_is_standin(c) && c->size == 1, "the local comm is a stand-in of one");
+    if (c)
+        DT_CHECK(dt_comm_send(c, send, 4, 0, 0, NULL) == DT_ERR_ARG, "a message on one rank");
+    dt_comm_free(c);
+}
+
+/* dt_mesh_init on a stand-in world playing each rank of pp 2 x dp 2 x sp 1 x tp 2 (and of
+ * sp 2 x tp 2): every group a stand-in of the mesh math's size, this rank at its key. */
+static void check_standin_mesh(dt_mesh_dims d) {
+    int n = dt_mesh_world(&d);
+    for (int r = 0; r < n; r++) {
+        dt_comm *w = NULL;
+        dt_mesh *m = NULL;
+        DT_CHECK_OK(dt_comm_standin_init("world", r, n, &w));
+        DT_CHECK_OK(dt_mesh_init(w, &d, &m));
+        if (!m) {
+            dt_comm_free(w);
+            continue;
+        }
+        for (int a = 0; a < DT_AXIS_COUNT; a++) {
+            int color, key;
+            dt_mesh_group(&d, r, (dt_axis)a, &color, &key);
+            DT_CHECK(m->axis[a]->size == d.size[a] && m->axis[a]->rank == key,
+                     "stand-in rank %d %s: %d of %d", r, dt_axis_name((dt_axis)a), m->axis[a]->rank,
+                     m->axis[a]->size);
+        }
+        int color, key;
+        unsigned grad = 1u << DT_AXIS_SP | 1u << DT_AXIS_CP | 1u << DT_AXIS_DP;
+        dt_mesh_group_axes(&d, r, grad, &color, &key);
+        int g = d.size[DT_AXIS_SP] * d.size[DT_AXIS_CP] * d.size[DT_AXIS_DP];
+        DT_CHECK(m->grad->size == g && m->grad->rank == key, "stand-in rank %d grad %d of %d", r,
+                 m->grad->rank, m->grad->size);
+        int pp = d.size[DT_AXIS_PP], stage = m->coords[DT_AXIS_PP];
+        int tied = pp > 1 && (stage == 0 || stage == pp - 1) ? 2 : 1;
+        DT_CHECK(m->tied->size == tied && m->tied->rank == (stage == 0 ? 0 : tied - 1),
+                 "stand-in rank %d tied %d of %d", r, m->tied->rank, m->tied->size);
+        dt_mesh_free(m);
+        dt_comm_free(w);
+    }
+}
+
+static void test_standin(void) {
+    test_standin_calls();
+    check_standin_mesh(mesh_dims(2, 2, 1, 2));
+    check_standin_mesh(mesh_dims(3, 1, 2, 2));
+}
+
 /* A receive nobody sends times out with the report, on a split of its own so the world stays
  * usable; a later wait on the expired communicator fails at once with the same report. */
 static void test_watch_timeout(dt_comm *w) {
@@ -479,6 +557,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     DT_TEST_BEGIN(argc, argv);
+    test_standin();
     run_all(w);
     dt_comm_watch watch;
     DT_CHECK_OK(dt_comm_watch_init(&watch, 60, w->rank));
