@@ -4,17 +4,17 @@
  * barriers. A collective is timed where a training step calls it: after a stretch of work
  * that streams STRETCH_PER_MESSAGE times its message through the caches and then writes its
  * input, as a kernel leaves it. Runs of ROUNDS stretches with and without the collective
- * alternate; its time is the median difference per round. That counts what a step pays and a
- * bare loop does not: the caches the stretch left, the wait for the later rank, the stretch
- * after it slowed. A 3 MiB all-reduce on two ranks here: 1.24-1.27 ms between bare barriers,
- * 1.9-2.0 ms in a step's stretch; in a Llama tensor-parallel step, skipping its 18 all-reduces
- * of 3 MiB saved 18-90 ms a step (2.4 ms a call, typically). A kind's rate inverts the
- * planner's model of it (plan/cost.h): rate = model bytes / (seconds - latency), the latency
- * being an 8-byte all-reduce's time between barriers.
- * The exposed share: an all-reduce posted before a matmul loop as long as it, tested between
- * eight pieces of the loop (the engine tests its reductions between units), against the loop
- * alone: (both - loop) / all-reduce, within [0, 2] (above 1: the two side by side take longer
- * than one after the other, as on cores that the collective's copies and the matmuls share).
+ * alternate; its time is the median difference per round, and at least its time between
+ * bare barriers. That counts what a step pays and a bare loop does not: the caches the stretch
+ * left, the wait for the later rank, the stretch after it slowed. A 3 MiB all-reduce on two ranks
+ * here: 1.24-1.27 ms between bare barriers, 1.9-2.0 ms in a step's stretch; in a Llama
+ * tensor-parallel step, skipping its 18 all-reduces of 3 MiB saved 18-90 ms a step (2.4 ms a call,
+ * typically). A kind's rate inverts the planner's model of it (plan/cost.h): rate = model bytes /
+ * (seconds - latency), the latency being an 8-byte all-reduce's time between barriers. The exposed
+ * share: an all-reduce posted before a matmul loop as long as it, tested between eight pieces of
+ * the loop (the engine tests its reductions between units), against the loop alone: (both - loop) /
+ * all-reduce, within [0, 2] (above 1: the two side by side take longer than one after the other, as
+ * on cores that the collective's copies and the matmuls share).
  */
 #include "cli/probe_cmd.h"
 
@@ -199,8 +199,12 @@ static dt_status measure_rates(probe *x, double t_lat, double r[DT_PLAN_COLL_COU
     const op_kind ops[DT_PLAN_COLL_COUNT] = {OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER,
                                              OP_ALLTOALL, OP_P2P};
     for (int k = 0; k < DT_PLAN_COLL_COUNT; k++) {
+        double bare;
         DT_TRY(time_in_step(x, ops[k], &tm[k]));
-        tm[k] = tm[k] > t_lat ? tm[k] : t_lat; /* the machine's noise, below a message's cost */
+        DT_TRY(time_op(x, ops[k], &bare));
+        /* a difference of two noisy runs can fall below what the call costs alone (a 4 MiB
+         * reduce-scatter once came out 0.01 ms: 0.6 ms alone) */
+        tm[k] = tm[k] > bare ? tm[k] : bare;
     }
     double whole = (double)x->n * 4, p = x->p;
     double bytes[DT_PLAN_COLL_COUNT] = {2 * whole * (p - 1) / p, whole * (p - 1) / p,

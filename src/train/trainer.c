@@ -576,3 +576,5 @@ dt_status dt_step_timer_run(dt_step_timer *t, double *seconds) {
     *seconds = dt_now() - t0;
     return st;
 }
+
+const dt_mem *dt_step_timer_mem(const dt_step_timer *t) { return dt_booster_mem(t->booster); }

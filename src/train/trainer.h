@@ -24,6 +24,8 @@ typedef struct dt_step_timer dt_step_timer;
 dt_status dt_step_timer_init(const dt_config *cfg, int world, dt_step_timer **out);
 /* One step (forward, backward and the optimizer's update); *seconds: how long it took. */
 dt_status dt_step_timer_run(dt_step_timer *t, double *seconds);
+/* The timed rank's memory accountant: what rank 0 of the layout holds. */
+const dt_mem *dt_step_timer_mem(const dt_step_timer *t);
 void dt_step_timer_free(dt_step_timer *t);
 
 /* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
