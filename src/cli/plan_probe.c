@@ -474,7 +474,8 @@ static dt_status step_tokens(dt_plan_probe *p) {
         else
             ((uint16_t *)ids)[i] = (uint16_t)id;
     }
-    dt_status st = wide ? dt_tokens_write_u32(p->tokens, ids, n) : dt_tokens_write(p->tokens, ids, n);
+    dt_status st =
+        wide ? dt_tokens_write_u32(p->tokens, ids, n) : dt_tokens_write(p->tokens, ids, n);
     free(ids);
     DT_TRY(st);
     snprintf(one->data.train, sizeof one->data.train, "%s", p->tokens);
@@ -684,14 +685,17 @@ static void probe_collectives(int ranks, dt_plan_device *d) {
     }
     exe[n] = '\0';
     snprintf(np, sizeof np, "%d", ranks);
-    char *argv[] = {"mpirun", "--oversubscribe", "-np", np, exe, "probe", "--mib",
-                    (char *)PROBE_MIB, NULL};
+    char *argv[] = {"mpirun", "--oversubscribe", "-np", np, exe, "probe",
+                    "--mib",  (char *)PROBE_MIB, NULL};
     int rc = run_capture(argv, out, sizeof out);
     if (rc != 0 || dt_plan_read_probe(out, d) != DT_OK)
         dt_warn("plan: device this: `mpirun --oversubscribe -np %d dtrain probe --mib %s` %s; "
                 "the collectives are guessed from a memory copy (run it by hand to see why, and "
                 "give its flags to plan)",
-                ranks, PROBE_MIB, rc < 0 ? "did not start" : rc ? "failed" : "printed no flags");
+                ranks, PROBE_MIB,
+                rc < 0 ? "did not start"
+                : rc   ? "failed"
+                       : "printed no flags");
 }
 
 dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_plan_device *d,

@@ -20,16 +20,16 @@ static int64_t sum_counts(const int *counts, int n) {
  * predict them exactly: with p ranks, all-reduce of B bytes = 2 B (p-1)/p, reduce-scatter and
  * all-gather of a total T bytes = T minus this rank's own piece, all-to-all = the p-1 blocks
  * from the others, broadcast = B on every rank but the root. A group of one moves nothing. */
-#define ACCOUNT(c, op, nbytes, call)                                                          \
-    do {                                                                                      \
-        double t0_ = dt_now();                                                                \
-        dt_status s_ = (call);                                                                \
-        (c)->stats.calls[op]++;                                                               \
-        if ((c)->size > 1) { /* a group of one copies locally: neither bytes nor comm time */ \
-            (c)->stats.bytes[op] += (uint64_t)(nbytes);                                       \
-            (c)->stats.seconds[op] += dt_now() - t0_;                                         \
-        }                                                                                     \
-        return s_;                                                                            \
+#define ACCOUNT(c, op, nbytes, call)                                                               \
+    do {                                                                                           \
+        double t0_ = dt_now();                                                                     \
+        dt_status s_ = (call);                                                                     \
+        (c)->stats.calls[op]++;                                                                    \
+        if ((c)->size > 1) { /* a group of one copies locally: neither bytes nor comm time */      \
+            (c)->stats.bytes[op] += (uint64_t)(nbytes);                                            \
+            (c)->stats.seconds[op] += dt_now() - t0_;                                              \
+        }                                                                                          \
+        return s_;                                                                                 \
     } while (0)
 
 static int64_t allreduce_bytes(const dt_comm *c, int64_t bytes) {
@@ -37,18 +37,16 @@ static int64_t allreduce_bytes(const dt_comm *c, int64_t bytes) {
 }
 
 dt_status dt_comm_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req) {
-    ACCOUNT(c, DT_COMM_ALLREDUCE, allreduce_bytes(c, n * 4),
-            c->ops->allreduce_f32(c, buf, n, req));
+    ACCOUNT(c, DT_COMM_ALLREDUCE, allreduce_bytes(c, n * 4), c->ops->allreduce_f32(c, buf, n, req));
 }
 dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, int64_t n) {
     ACCOUNT(c, DT_COMM_ALLREDUCE, allreduce_bytes(c, n * 8), c->ops->allreduce_f64(c, buf, n));
 }
 dt_status dt_comm_allreduce_max_i32(dt_comm *c, int32_t *buf, int64_t n) {
-    ACCOUNT(c, DT_COMM_ALLREDUCE, allreduce_bytes(c, n * 4),
-            c->ops->allreduce_max_i32(c, buf, n));
+    ACCOUNT(c, DT_COMM_ALLREDUCE, allreduce_bytes(c, n * 4), c->ops->allreduce_max_i32(c, buf, n));
 }
-dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv,
-                                     const int *counts, dt_comm_req *req) {
+dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv, const int *counts,
+                                     dt_comm_req *req) {
     ACCOUNT(c, DT_COMM_REDUCE_SCATTER, (sum_counts(counts, c->size) - counts[c->rank]) * 4,
             c->ops->reduce_scatter_f32(c, send, recv, counts, req));
 }
@@ -70,8 +68,7 @@ dt_status dt_comm_send(dt_comm *c, const void *buf, int64_t bytes, int peer, int
                        dt_comm_req *req) {
     ACCOUNT(c, DT_COMM_P2P, bytes, c->ops->send(c, buf, bytes, peer, tag, req));
 }
-dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
-                       dt_comm_req *req) {
+dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag, dt_comm_req *req) {
     ACCOUNT(c, DT_COMM_P2P, 0, c->ops->recv(c, buf, bytes, peer, tag, req));
 }
 

@@ -38,7 +38,6 @@ typedef struct dt_comm_stats {
     double wait_seconds;              /* time in dt_comm_wait and dt_comm_test (progress) */
 } dt_comm_stats;
 
-
 /* A pending non-blocking operation; zero-initialised = nothing pending. An implementation
  * sets `active` (and `op`) when it posts; the request is completed through the communicator
  * that posted it, and must be completed before that communicator is freed. Counts above
@@ -52,12 +51,12 @@ typedef struct dt_comm_req {
 typedef struct dt_comm_ops {
     /* buf[0 .. n) summed over ranks, in place. req NULL = blocking. */
     dt_status (*allreduce_f32)(dt_comm *c, float *buf, int64_t n, dt_comm_req *req);
-    dt_status (*allreduce_f64)(dt_comm *c, double *buf, int64_t n); /* blocking */
+    dt_status (*allreduce_f64)(dt_comm *c, double *buf, int64_t n);      /* blocking */
     dt_status (*allreduce_max_i32)(dt_comm *c, int32_t *buf, int64_t n); /* blocking */
     /* send[0 .. sum(counts)) summed over ranks; this rank receives the counts[rank] elements
      * starting at sum(counts[0 .. rank)). */
-    dt_status (*reduce_scatter_f32)(dt_comm *c, const float *send, float *recv,
-                                    const int *counts, dt_comm_req *req);
+    dt_status (*reduce_scatter_f32)(dt_comm *c, const float *send, float *recv, const int *counts,
+                                    dt_comm_req *req);
     /* recv[0 .. sum(counts)): rank r's counts[r] elements land at sum(counts[0 .. r)).
      * send may alias its own place in recv (in place). */
     dt_status (*allgather_f32)(dt_comm *c, const float *send, float *recv, const int *counts,
@@ -69,8 +68,7 @@ typedef struct dt_comm_ops {
     /* point to point (not collective) */
     dt_status (*send)(dt_comm *c, const void *buf, int64_t bytes, int peer, int tag,
                       dt_comm_req *req);
-    dt_status (*recv)(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
-                      dt_comm_req *req);
+    dt_status (*recv)(dt_comm *c, void *buf, int64_t bytes, int peer, int tag, dt_comm_req *req);
     dt_status (*wait)(dt_comm *c, dt_comm_req *req);
     dt_status (*test)(dt_comm *c, dt_comm_req *req, bool *done);
     dt_status (*barrier)(dt_comm *c);
@@ -90,15 +88,15 @@ typedef struct dt_comm_ops {
  * `rank` sleep `seconds` (default 3600) inside its first wait of step `step`, so tests can
  * show that the others end with the report instead of hanging. */
 typedef struct dt_comm_watch {
-    double timeout_s;     /* 0 = wait forever (then blocking calls stay blocking) */
-    int rank;             /* this process's world rank */
-    const dt_mem *where;  /* borrowed, may be NULL: its context is the step and micro-batch */
-    int stall_rank;       /* DT_TEST_STALL: -1 = none */
+    double timeout_s;    /* 0 = wait forever (then blocking calls stay blocking) */
+    int rank;            /* this process's world rank */
+    const dt_mem *where; /* borrowed, may be NULL: its context is the step and micro-batch */
+    int stall_rank;      /* DT_TEST_STALL: -1 = none */
     int stall_step;
     double stall_s;
-    bool stalled;         /* the stall has happened */
-    bool expired;         /* a wait timed out */
-    char report[640];     /* the first timeout's report */
+    bool stalled;     /* the stall has happened */
+    bool expired;     /* a wait timed out */
+    char report[640]; /* the first timeout's report */
 } dt_comm_watch;
 
 /* Fills *w (timeout in seconds, 0 = off) and reads DT_TEST_STALL; a malformed value is
@@ -135,8 +133,8 @@ void dt_comm_free(dt_comm *c);
 dt_status dt_comm_allreduce_f32(dt_comm *c, float *buf, int64_t n, dt_comm_req *req);
 dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, int64_t n);
 dt_status dt_comm_allreduce_max_i32(dt_comm *c, int32_t *buf, int64_t n);
-dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv,
-                                     const int *counts, dt_comm_req *req);
+dt_status dt_comm_reduce_scatter_f32(dt_comm *c, const float *send, float *recv, const int *counts,
+                                     dt_comm_req *req);
 dt_status dt_comm_allgather_f32(dt_comm *c, const float *send, float *recv, const int *counts,
                                 dt_comm_req *req);
 dt_status dt_comm_alltoall_f32(dt_comm *c, const float *send, float *recv, int64_t n,
@@ -144,8 +142,7 @@ dt_status dt_comm_alltoall_f32(dt_comm *c, const float *send, float *recv, int64
 dt_status dt_comm_broadcast(dt_comm *c, void *buf, int64_t bytes, int root);
 dt_status dt_comm_send(dt_comm *c, const void *buf, int64_t bytes, int peer, int tag,
                        dt_comm_req *req);
-dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag,
-                       dt_comm_req *req);
+dt_status dt_comm_recv(dt_comm *c, void *buf, int64_t bytes, int peer, int tag, dt_comm_req *req);
 dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req); /* no-op on an inactive req */
 dt_status dt_comm_test(dt_comm *c, dt_comm_req *req, bool *done);
 

@@ -49,8 +49,8 @@ static dt_status split_tied(dt_mesh *m, dt_comm *world) {
     DT_TRY(make_group(world, end ? color : world->size + world->rank, stage == 0 ? 0 : want - 1,
                       want, "tied", &m->tied));
     if (m->tied->size != want)
-        return dt_err_set(DT_ERR_MPI, "mesh: tied group of %d ranks, expected %d",
-                          m->tied->size, want);
+        return dt_err_set(DT_ERR_MPI, "mesh: tied group of %d ranks, expected %d", m->tied->size,
+                          want);
     return DT_OK;
 }
 

@@ -30,8 +30,8 @@ typedef struct trainer {
     dt_booster *booster;
     FILE *metrics;
     double peak_flops;
-    dt_comm_watch watch; /* the collective watchdog of every communicator of the run */
-    int64_t ckpt_seen;   /* the newest completed checkpoint already pruned for and logged */
+    dt_comm_watch watch;      /* the collective watchdog of every communicator of the run */
+    int64_t ckpt_seen;        /* the newest completed checkpoint already pruned for and logged */
     dt_model_disk_stats disk; /* the activation file's counts at the last report */
     dt_bpe *bpe;              /* data.tokenizer, for the end-of-run sample; NULL: none */
 } trainer;
@@ -135,11 +135,12 @@ static dt_status check_model_fits(const dt_config *c, int world) {
     double per = c->plugin.offload == DT_OFFLOAD_DISK ? 8 : 16, need = params * per / world;
     if (have <= 0 || need <= have)
         return DT_OK;
-    return dt_err_set(DT_ERR_ARG, "the model (%s, n_layer %d, n_embd %d) has %.4g "
+    return dt_err_set(DT_ERR_ARG,
+                      "the model (%s, n_layer %d, n_embd %d) has %.4g "
                       "parameters: training needs at least %.4g GiB per rank (%.0f bytes per "
                       "parameter for weights, gradients%s, shared over %d ranks), and this "
-                      "machine has %.1f GiB of memory", dt_arch_name(c->model.arch),
-                      c->model.n_layer, c->model.n_embd, params,
+                      "machine has %.1f GiB of memory",
+                      dt_arch_name(c->model.arch), c->model.n_layer, c->model.n_embd, params,
                       need / 1073741824.0, per,
                       c->plugin.offload == DT_OFFLOAD_DISK ? "" : " and AdamW moments", world,
                       have / 1073741824.0);
@@ -242,8 +243,7 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
     if (dc)
         snprintf(clip, sizeof clip, " | clip %dx%dx%d x %d", dc->frames, dc->height, dc->width,
                  r->samples);
-    if (step % c->train.log_every == 0 || step == c->train.steps || !isnan(val_loss) ||
-        r->skipped)
+    if (step % c->train.log_every == 0 || step == c->train.steps || !isnan(val_loss) || r->skipped)
         dt_info("step %5lld/%d | loss %.4f%s | lr %.3e | norm %6.3f%s | %8.0f tok/s | MFU %5.1f%% "
                 "| mem %.0f MiB | comm %.1f MiB, %.1f ms exposed",
                 step, c->train.steps, r->loss, clip, r->lr, r->grad_norm, scale, tps, 100 * mfu,
@@ -323,8 +323,8 @@ static dt_status maybe_checkpoint(trainer *t, bool last) {
     DT_TRY(dt_booster_save_checkpoint(t->booster, k->dir, t->cfg));
     double held = dt_now() - t0;
     if (k->async)
-        dt_info("checkpoint %s/step-%lld: writing in the background (training held %.3f s)",
-                k->dir, (long long)step, held);
+        dt_info("checkpoint %s/step-%lld: writing in the background (training held %.3f s)", k->dir,
+                (long long)step, held);
     return checkpoint_done(t, k->async ? -1 : held);
 }
 
@@ -398,8 +398,7 @@ static dt_status write_mem_report(trainer *t, const char *path) {
             }
         FILE *f = fopen(path, "w");
         if (!f) {
-            st = dt_err_set(DT_ERR_IO, "cannot write memory report %s: %s", path,
-                            strerror(errno));
+            st = dt_err_set(DT_ERR_IO, "cannot write memory report %s: %s", path, strerror(errno));
         } else {
             fputs("{\"peak\": {", f);
             write_json_cats(f, max, K);

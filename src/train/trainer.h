@@ -30,8 +30,8 @@ void dt_step_timer_free(dt_step_timer *t);
 
 /* Autoregressive sampling from a model built with T >= n_prompt + n_new... (the context is
  * cropped to the last `context` tokens). out: [n_new] new tokens. */
-dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int n_prompt,
-                           int n_new, float temperature, uint64_t seed, int32_t *out);
+dt_status dt_sample_tokens(dt_model *g, int context, const int32_t *prompt, int n_prompt, int n_new,
+                           float temperature, uint64_t seed, int32_t *out);
 /* Print tokens: bytes when the vocabulary is byte-level (256), else space-separated ids. */
 void dt_sample_print(const int32_t *tok, int n, int vocab_size);
 /* Print tokens as the text of a byte-level BPE (io/bpe.h); an id the vocabulary lacks (the

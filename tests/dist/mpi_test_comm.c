@@ -19,9 +19,7 @@
 
 #define S(n) ((n) * ((n)-1) / 2) /* 0 + 1 + ... + n-1 */
 
-static float *fbuf(int64_t n) {
-    return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-}
+static float *fbuf(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 
 /* Uneven per-rank counts with a rank of count 0 whenever there are two or more ranks. */
 static void uneven_counts(int size, int *counts, int *displ, int *total) {
@@ -515,8 +513,7 @@ static void test_watch_timeout(dt_comm *w) {
         DT_CHECK_OK(dt_comm_recv(sub, in, sizeof in, 1, 4, &rq));
         t0 = dt_now();
         st = dt_comm_wait(sub, &rq);
-        DT_CHECK(st == DT_ERR_MPI && !strcmp(dt_err_msg(), watch.report) &&
-                     dt_now() - t0 < 0.1,
+        DT_CHECK(st == DT_ERR_MPI && !strcmp(dt_err_msg(), watch.report) && dt_now() - t0 < 0.1,
                  "wait after expiry -> %s: %s", dt_status_str(st), dt_err_msg());
     }
     DT_CHECK_OK(dt_comm_barrier(w));
