@@ -26,6 +26,9 @@ typedef dt_plan_linear_s linear_s;
 
 static double allreduce(const work *w, int p, double n) { return dt_plan_cost_allreduce(w, p, n); }
 static double gather_like(const work *w, int p, double n) { return dt_plan_cost_gather(w, p, n); }
+static double reduce_scatter(const work *w, int p, double n) {
+    return dt_plan_cost_reduce_scatter(w, p, n);
+}
 
 /* ---- one block, one micro-batch ------------------------------------------------------------- */
 
@@ -127,8 +130,13 @@ static pointwise_s block_pointwise(const work *w) {
 /* tensor-parallel region ops of a block's forward (and backward) */
 static double block_tp_comm(const work *w, bool backward) {
     double n = w->Nt * w->C * 4;
-    if (w->sg) /* forward: 2 gathers in, 2 reduce-scatters out; backward: 4 gathers, 2 RS */
-        return (backward ? 6 : 4) * gather_like(w, w->tp, n);
+    if (w->sg && !backward) /* 2 gathers in, 2 reduce-scatters out */
+        return 2 * gather_like(w, w->tp, n) + 2 * reduce_scatter(w, w->tp, n);
+    if (w->sg) /* 4 gathers (the leaving ops' adjoints, the norm outputs rebuilt), 2
+                * reduce-scatters, and the row-split parameters' gradients summed (2 norms'
+                * weights, 2 row-parallel biases: 6 C floats, counted for Llama too) */
+        return 4 * gather_like(w, w->tp, n) + 2 * reduce_scatter(w, w->tp, n) +
+               allreduce(w, w->tp, 6 * w->C * 4);
     return 2 * allreduce(w, w->tp, n); /* forward: 2 all-reduces out; backward: 2 in */
 }
 
@@ -247,30 +255,38 @@ static block_cost cost_block(const work *w, int l, bool split) {
 /* ---- chunks and the schedule ------------------------------------------------------------- */
 
 /* The embedding's extra work on the first chunk: a gather and the positions, 12 bytes an
- * element each way, and leaving the tp region. */
+ * element each way, and leaving the tp region (a reduce-scatter of rows under Megatron-SP,
+ * whose adjoint all-gathers the gradient's rows; else an all-reduce, whose adjoint is free). */
 static chunk_cost embed_cost(const work *w) {
-    double bw = w->act_bw;
+    double bw = w->act_bw, n = w->Nt * w->C * 4;
     chunk_cost k = {0};
-    k.f += w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4);
+    k.f += w->sg ? reduce_scatter(w, w->tp, n) : allreduce(w, w->tp, n);
     k.f += 12 * w->Nt * w->C / bw;
     k.b += 12 * w->Nt * w->C / bw;
+    if (w->sg) /* and GPT-2's position table's gradient, its rows summed */
+        k.b +=
+            gather_like(w, w->tp, n) +
+            (w->gpt2 ? allreduce(w, w->tp, (w->c->data.doc_mask ? w->T : w->T / w->cp) * w->C * 4)
+                     : 0);
     return k;
 }
 
-/* The LM head's on the last chunk: final norm, logits, cross-entropy (its passes over the
- * logits: max, exp-sum, gradient), statistics, gradients; in 16-bit modes the casts of its
- * input and of its matrix. */
+/* The LM head's on the last chunk: final norm, entering the tp region (an all-gather of rows
+ * under Megatron-SP, a copy else; the adjoint a reduce-scatter or an all-reduce), logits,
+ * cross-entropy (its passes over the logits: max, exp-sum, gradient), statistics, gradients;
+ * in 16-bit modes the casts of its input and of its matrix. */
 static chunk_cost head_cost(const work *w) {
     double bw = dt_plan_pass_bw(w, 4 * w->Nt * w->V); /* the logits */
+    double n = w->Nt * w->C * 4;
     linear_s head = {0};
     add_linear(w, w->Nt, w->C, w->V, &head);
     double lp = w->lp ? 6 * (w->Nt * (w->C + w->V) + w->V * w->C) / bw : 0;
     chunk_cost k = {0};
     k.f += head.fwd + w->Nr * w->C / w->norm.fwd + 12 * w->Nt * w->V / bw + lp +
-           gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
-    k.b +=
-        head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
-        (w->sg ? gather_like(w, w->tp, w->Nt * w->C * 4) : allreduce(w, w->tp, w->Nt * w->C * 4));
+           (w->sg ? gather_like(w, w->tp, n) : 0) + gather_like(w, w->tp, 3 * w->Nt * 4 * w->tp);
+    k.b += head.dx + head.dw + w->Nr * w->C / w->norm.bwd +
+           (w->sg ? reduce_scatter(w, w->tp, n) + allreduce(w, w->tp, 2 * w->C * 4) /* norm */
+                  : allreduce(w, w->tp, n));
     return k;
 }
 

@@ -42,6 +42,9 @@ double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n) {
 double dt_plan_cost_gather(const dt_plan_work *w, int p, double n) {
     return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_ALLGATHER);
 }
+double dt_plan_cost_reduce_scatter(const dt_plan_work *w, int p, double n) {
+    return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_REDUCE_SCATTER);
+}
 
 /* A block's own passes around its tensor-parallel collectives (nn/region.c, nn/block.c),
  * in [rows, C] tensors of fp32. Forward, with all-reduces: each of its two entries and two

@@ -203,7 +203,8 @@ static pass block_comm(const dit_work *x, int l, pass mm) {
     double n = w->Nt * w->C * 4;
     double enter_f = w->sg ? dt_plan_cost_gather(w, w->tp, n) : 0;
     double leave_b = enter_f;
-    double enter_b = w->sg ? dt_plan_cost_gather(w, w->tp, n) : dt_plan_cost_allreduce(w, w->tp, n);
+    double enter_b =
+        w->sg ? dt_plan_cost_reduce_scatter(w, w->tp, n) : dt_plan_cost_allreduce(w, w->tp, n);
     double leave_f = enter_b;
     double qkv = 0, att = 0;
     if (w->sp > 1 && !spatial(&x->g, l)) { /* blocks of (N/sp) rows x (width/sp) to each peer */

@@ -66,7 +66,8 @@ typedef struct dt_plan_linear_s {
 
 /* Seconds of a tensor-parallel collective over p ranks moving `bytes` (its bus bytes):
  * latency + bytes / bandwidth, 0 for a group of one; an all-reduce of n bytes; an all-gather
- * or reduce-scatter of a whole of n bytes. */
+ * or reduce-scatter of a whole of n bytes, each at its own kind's rate (a reduce-scatter adds
+ * as it moves: about half an all-gather's rate on two ranks here). */
 double dt_plan_cost_coll(const dt_plan_work *w, int p, double bytes, dt_plan_coll kind);
 /* bytes/s of a kind of collective over a group whose links give group_bw, for a whole
  * message of `whole` bytes (dt_plan_device's coll_at) */
@@ -75,6 +76,7 @@ double dt_plan_kind_bw(const dt_plan_device *d, double group_bw, dt_plan_coll ki
 double dt_plan_coll_whole(dt_plan_coll kind, int p, double bytes);
 double dt_plan_cost_allreduce(const dt_plan_work *w, int p, double n);
 double dt_plan_cost_gather(const dt_plan_work *w, int p, double n);
+double dt_plan_cost_reduce_scatter(const dt_plan_work *w, int p, double n);
 /* Seconds of an m x k by k x n product at the device's rate for that shape. */
 double dt_plan_cost_gemm(const dt_plan_work *w, dt_plan_gemm_op op, double m, double n, double k);
 /* Adds a linear [m, in] -> [m, out] to acc. */

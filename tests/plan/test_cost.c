@@ -323,6 +323,45 @@ static void test_probed_device(void) {
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), hidden + 0.3 * (serial - hidden), 1e-9);
 }
 
+/* Megatron-SP's collectives each at its own kind's rate, by hand on one Llama layer of 16
+ * rows x 16 on tp 2, everything but the collectives free: a whole [16, 16] fp32 tensor is
+ * 1024 bytes, a call moves half of it. Reduce-scatters: the block's two leaving ops forward
+ * and its two entering ops' adjoints, the embedding leaving, the head's entry's adjoint: 6
+ * calls. All-gathers: the block's two entries forward, two rebuilt and the two leaving
+ * adjoints backward, the embedding's adjoint, the head's entry: 8 calls, and the loss
+ * statistics (3 floats a row from the other rank, 192 bytes). All-reduces: the row-split
+ * parameters' gradients (6 x 16 floats a block, the final norm's 2 x 16: 512 bytes) and the
+ * gradient norm's (8). The ledger's bytes are their sum. */
+static void test_sp_kinds(void) {
+    dt_config c = tiny();
+    c.model.arch = DT_ARCH_LLAMA, c.model.n_head = 4, c.model.n_kv_head = 2;
+    c.model.ffn_hidden = 48;
+    c.plugin.tp_size = 2;
+    c.plugin.sp_mode = DT_SP_SPLIT_GATHER;
+    dt_plan_device d = {.flops_fp32 = 1e30,
+                        .flops_16 = 1e30,
+                        .bandwidth = 1e6,
+                        .mem_bandwidth = 1e30,
+                        .disk_write = 1e30,
+                        .disk_read = 1e30,
+                        .norm = {1e30, 1e30},
+                        .act = {1e30, 1e30},
+                        .attn_fp32 = {1e30, 1e30},
+                        .n_coll = 1};
+    for (int k = 0; k < DT_PLAN_COLL_COUNT; k++)
+        d.coll[0][k] = 1e6;
+    double base = step(&c, 2, &d, NULL);
+    d.coll[0][DT_PLAN_REDUCE_SCATTER] = 0.5e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL) - base, 6 * 512 / 1e6, 1e-12);
+    d.coll[0][DT_PLAN_REDUCE_SCATTER] = 1e6, d.coll[0][DT_PLAN_ALLGATHER] = 0.5e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL) - base, (8 * 512 + 192) / 1e6, 1e-12);
+    d.coll[0][DT_PLAN_ALLGATHER] = 1e6, d.coll[0][DT_PLAN_ALLREDUCE] = 0.5e6;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL) - base, (512 + 8) / 1e6, 1e-12);
+    dt_plan_comm led;
+    DT_CHECK_OK(dt_plan_comm_bytes(&c, 2, 0, NULL, &led));
+    DT_CHECK(led.tp == 14 * 512 + 192 + 512 + 8, "the ledger's tp bytes: %lld", (long long)led.tp);
+}
+
 /* dt_plan_comm_grad_bytes against the gradient fields of dt_plan_comm_bytes */
 static void test_grad_ledger(void) {
     static const struct {
@@ -419,6 +458,7 @@ int main(int argc, char **argv) {
     test_grad_ledger();
     test_doc_share();
     test_probed_device();
+    test_sp_kinds();
     test_by_hand();
     test_pipeline();
     test_levers();
