@@ -127,36 +127,6 @@ static pointwise_s block_pointwise(const work *w) {
     return p;
 }
 
-/* tensor-parallel region ops of a block's forward (and backward) */
-static double block_tp_comm(const work *w, bool backward) {
-    double n = w->Nt * w->C * 4;
-    if (w->sg && !backward) /* 2 gathers in, 2 reduce-scatters out */
-        return 2 * gather_like(w, w->tp, n) + 2 * reduce_scatter(w, w->tp, n);
-    if (w->sg) /* 4 gathers (the leaving ops' adjoints, the norm outputs rebuilt), 2
-                * reduce-scatters, and the row-split parameters' gradients summed (2 norms'
-                * weights, 2 row-parallel biases: 6 C floats, counted for Llama too) */
-        return 4 * gather_like(w, w->tp, n) + 2 * reduce_scatter(w, w->tp, n) +
-               allreduce(w, w->tp, 6 * w->C * 4);
-    return 2 * allreduce(w, w->tp, n); /* forward: 2 all-reduces out; backward: 2 in */
-}
-
-/* hidden: one of tp pieces stays exposed, and what the products do not cover */
-double dt_plan_cost_tp_exposed(const work *w, double comm, double gemm) {
-    if (!(w->d->hides & DT_PLAN_HIDE_TP) || !w->sg || w->tp < 2)
-        return comm;
-    return fmax(comm / w->tp, comm - gemm);
-}
-
-/* the Ulysses all-to-alls of a block's forward (and backward) */
-static double block_sp_comm(const work *w, bool backward) {
-    if (w->sp < 2)
-        return 0;
-    double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
-    double one = w->d->latency;
-    return backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->bw_sp
-                    : 2 * one + (att + qkv) * (w->sp - 1) / w->bw_sp;
-}
-
 typedef struct block_cost {
     double f, b, wgt; /* forward, backward (input half when split), weight half */
     double rerun;     /* of b: the rerun, skipped when the backward follows the forward */
@@ -225,11 +195,11 @@ static block_cost cost_block(const work *w, int l, bool split) {
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
-    double comm_f = dt_plan_cost_tp_exposed(w, block_tp_comm(w, false), mm.fwd) +
-                    block_sp_comm(w, false) + dt_plan_cost_tp_copies(w, false);
+    double comm_f = dt_plan_cost_tp_exposed(w, dt_plan_cost_block_tp(w, false), mm.fwd) +
+                    dt_plan_cost_block_sp(w, false) + dt_plan_cost_tp_copies(w, false);
     double comm_b =
-        dt_plan_cost_tp_exposed(w, block_tp_comm(w, true), mm.dx + (split ? 0 : mm.dw)) +
-        block_sp_comm(w, true) + dt_plan_cost_tp_copies(w, true);
+        dt_plan_cost_tp_exposed(w, dt_plan_cost_block_tp(w, true), mm.dx + (split ? 0 : mm.dw)) +
+        dt_plan_cost_block_sp(w, true) + dt_plan_cost_tp_copies(w, true);
     double fwd = mm.fwd + at_f + dt_plan_cost_ring(w, false, at_f) + pw.fwd + comm_f + unit_cast(w);
     block_cost k = {.f = fwd + q8 + act_disk_copy(w)};
     k.io = act_disk_exposed(w, true, k.f);

@@ -1,6 +1,7 @@
 /* The time model's collectives (see cost_impl.h): a call's seconds as latency plus its bus
  * bytes over its kind's rate, the rate dtrain probe measured at the call's message size where
- * the device has a table of them, else the group's bandwidth. Pure.
+ * the device has a table of them, else the group's bandwidth; and the calls of a block's
+ * passes. Pure.
  */
 #include "plan/cost_impl.h"
 
@@ -44,6 +45,36 @@ double dt_plan_cost_gather(const dt_plan_work *w, int p, double n) {
 }
 double dt_plan_cost_reduce_scatter(const dt_plan_work *w, int p, double n) {
     return dt_plan_cost_coll(w, p, n * (p - 1) / p, DT_PLAN_REDUCE_SCATTER);
+}
+
+/* tensor-parallel region ops of a block's forward (and backward) */
+double dt_plan_cost_block_tp(const dt_plan_work *w, bool backward) {
+    double n = w->Nt * w->C * 4;
+    if (w->sg && !backward) /* 2 gathers in, 2 reduce-scatters out */
+        return 2 * dt_plan_cost_gather(w, w->tp, n) + 2 * dt_plan_cost_reduce_scatter(w, w->tp, n);
+    if (w->sg) /* 4 gathers (the leaving ops' adjoints, the norm outputs rebuilt), 2
+                * reduce-scatters, and the row-split parameters' gradients summed (2 norms'
+                * weights, 2 row-parallel biases: 6 C floats, counted for Llama too) */
+        return 4 * dt_plan_cost_gather(w, w->tp, n) + 2 * dt_plan_cost_reduce_scatter(w, w->tp, n) +
+               dt_plan_cost_allreduce(w, w->tp, 6 * w->C * 4);
+    return 2 * dt_plan_cost_allreduce(w, w->tp, n); /* forward: 2 all-reduces out; backward: 2 in */
+}
+
+/* hidden: one of tp pieces stays exposed, and what the products do not cover */
+double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm) {
+    if (!(w->d->hides & DT_PLAN_HIDE_TP) || !w->sg || w->tp < 2)
+        return comm;
+    return fmax(comm / w->tp, comm - gemm);
+}
+
+/* the Ulysses all-to-alls of a block's forward (and backward) */
+double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward) {
+    if (w->sp < 2)
+        return 0;
+    double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
+    double one = w->d->latency;
+    return backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->bw_sp
+                    : 2 * one + (att + qkv) * (w->sp - 1) / w->bw_sp;
 }
 
 /* A block's own passes around its tensor-parallel collectives (nn/region.c, nn/block.c),

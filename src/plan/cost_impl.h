@@ -44,6 +44,10 @@ double dt_plan_pass_bw(const dt_plan_work *w, double bytes);
 /* What stays exposed of a pass's tensor-parallel collectives `comm` beside its products
  * `gemm`: all of it, unless the device's software hides them (DT_PLAN_HIDE_TP) */
 double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm);
+/* Seconds of a block's tensor-parallel region collectives, and of its Ulysses all-to-alls,
+ * in its forward (backward false) or backward, before any hiding */
+double dt_plan_cost_block_tp(const dt_plan_work *w, bool backward);
+double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward);
 /* Seconds of a block pass's memory moves around its tp all-reduces (forward or backward) */
 double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward);
 
