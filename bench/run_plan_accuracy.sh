@@ -119,10 +119,10 @@ for spec in "${RUNS[@]}"; do
     # Plans and runs alternate: plan 1, run a, plan 2, run b, plan 3. The VM flips between its
     # plateaus within half a minute, and one plan (about 15 s) sees one plateau where the two
     # runs may see two; three plans spread over the same minute sample the machine as the runs
-    # do, and the prediction is their median. A layout is measured again (twice at most) when
+    # do, and the prediction is their median. A layout is measured again (once at most) when
     # the machine moved meanwhile: its pace by more than 10% between the first plan's start and
     # the last one's end, or the two runs' steps by more than 5%. Every retry is counted.
-    for attempt in 1 2 3; do
+    for attempt in 1 2; do
         before=$(pace)
         log "$name (pace $before GFLOP/s)"
         plan "$WORK/$tag.plan1"
@@ -134,7 +134,7 @@ for spec in "${RUNS[@]}"; do
         a=$(median_step "$WORK/$tag.a.jsonl") b=$(median_step "$WORK/$tag.b.jsonl")
         awk -v p="$before" -v q="$after" -v a="$a" -v b="$b" \
             'BEGIN {exit !(q > 0.9 * p && q < 1.1 * p && b > 0.95 * a && b < 1.05 * a)}' && break
-        [ "$attempt" = 3 ] && { log "pace $before -> $after GFLOP/s, steps $a, $b ms: kept"; break; }
+        [ "$attempt" = 2 ] && { log "pace $before -> $after GFLOP/s, steps $a, $b ms: kept"; break; }
         log "pace $before -> $after GFLOP/s, steps $a, $b ms: the machine moved, measured again"
         retried=$((retried + 1))
     done
@@ -175,7 +175,7 @@ e = [r["err"] for r in rows]
 moved = sum(1 for r in rows if not (0.9 < r["pace"][1] / r["pace"][0] < 1.1 and
                                     0.95 < r["steps"][1] / r["steps"][0] < 1.05))
 print(f"\n{sys.argv[2]} layouts measured again (the machine's pace moved by over 10%, or "
-      f"its two runs by over 5%); {moved} kept after three tries")
+      f"its two runs by over 5%); {moved} kept after two tries")
 print(f"\n{n} layouts: {summary(e, [r['pred'] for r in rows])}")
 mid = [r["meas"] * (1 + r["err_mid"]) for r in rows]
 print(f"\nThe plan between the two runs alone (as the bench measured before it planned three "
