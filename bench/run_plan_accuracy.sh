@@ -146,10 +146,11 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:  # the median over both runs' steps 3-16
     steps = [s for m in r["metrics"] for s in [json.loads(l) for l in open(m)][2:16]]
     r["meas"] = S.median(s["step_ms"] for s in steps)
-    r["plan_ms"] = sorted(json.load(open(p))["predicted"]["step_ms"] for p in r["plans"])
+    ms = [json.load(open(p))["predicted"]["step_ms"] for p in r["plans"]]
+    r["mid"] = ms[1]  # the plan between the two runs
+    r["plan_ms"] = sorted(ms)
     r["pred"] = r["plan_ms"][1]  # the median of the three plans
     r["err"] = r["pred"] / r["meas"] - 1
-    r["err_mid"] = json.load(open(r["plans"][1]))["predicted"]["step_ms"] / r["meas"] - 1
 def ranks(v):
     order = sorted(range(len(v)), key=lambda i: v[i])
     out = [0] * len(v)
@@ -177,8 +178,8 @@ moved = sum(1 for r in rows if not (0.9 < r["pace"][1] / r["pace"][0] < 1.1 and
 print(f"\n{sys.argv[2]} layouts measured again (the machine's pace moved by over 10%, or "
       f"its two runs by over 5%); {moved} kept after two tries")
 print(f"\n{n} layouts: {summary(e, [r['pred'] for r in rows])}")
-mid = [r["meas"] * (1 + r["err_mid"]) for r in rows]
+mid = [r["mid"] for r in rows]
 print(f"\nThe plan between the two runs alone (as the bench measured before it planned three "
-      f"times): {summary([r['err_mid'] for r in rows], mid)}")
+      f"times): {summary([m / r['meas'] - 1 for m, r in zip(mid, rows)], mid)}")
 PYEOF
 log "raw data in $WORK"
