@@ -77,7 +77,8 @@ static const preset PRESETS[] = {
       .mem_efficiency = MEM_EFFICIENCY,
       .node_size = NODE,
       .inter_bandwidth = 25e9,
-      .hides = TUNED_HIDES}},
+      .hides = TUNED_HIDES,
+      .tp_in_place = true}},
     /* H100 SXM 80GB: 80 GiB HBM3 at 3.35 TB/s; bf16 dense 989 TFLOP/s, fp32 67 TFLOP/s;
      * fourth-generation NVLink 900 GB/s bidirectional; between nodes eight 400 Gb/s NDR
      * InfiniBand adapters a node, 50 GB/s a GPU (DGX H100) */
@@ -96,7 +97,8 @@ static const preset PRESETS[] = {
       .mem_efficiency = MEM_EFFICIENCY,
       .node_size = NODE,
       .inter_bandwidth = 50e9,
-      .hides = TUNED_HIDES}},
+      .hides = TUNED_HIDES,
+      .tp_in_place = true}},
 };
 enum { N_PRESETS = sizeof PRESETS / sizeof PRESETS[0] };
 
@@ -257,7 +259,8 @@ dt_status dt_plan_read_probe(const char *flags, dt_plan_device *d) {
         else if (!strcmp(flag, "--exposed-share"))
             got.exposed_share = atof(v);
         else
-            return dt_err_set(DT_ERR_ARG, "dtrain probe printed %s, which plan does not read", flag);
+            return dt_err_set(DT_ERR_ARG, "dtrain probe printed %s, which plan does not read",
+                              flag);
     }
     if (!(got.latency > 0 && got.bandwidth > 0 && got.n_coll > 0 && got.exposed_share >= 0))
         return dt_err_set(DT_ERR_ARG, "dtrain probe's flags lack a figure: %s", flags);

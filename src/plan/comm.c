@@ -365,15 +365,14 @@ static void grad_step(ledger *g, const dt_config *c, const arena *a) {
         return;
     }
     if (g->zero < 2) { /* buckets of whole units in backward order, all-reduced once */
-        double bucket = c->plugin.bucket_mb * 1048576.0, acc = 0;
-        int hi = U - 1;
-        for (int u = U - 1; u >= 0; u--) {
-            acc += 4.0 * a->size[u];
-            if (acc < bucket && u > 0)
+        int closes[DT_MAX_CHUNKS + 2];
+        dt_grad_buckets(a->size, U, c->plugin.bucket_mb * 1048576.0, closes);
+        for (int u = U - 1, hi = U - 1; u >= 0; u--) {
+            if (closes[u] < 0)
                 continue;
             int64_t n = a->first[hi] + a->size[hi] - a->first[u];
             grad_op(g, allreduce(g->grad_p, n * 4));
-            hi = u - 1, acc = 0;
+            hi = u - 1;
         }
     } else { /* each unit reduce-scattered after its backward, every micro-batch */
         for (int m = 0; m < g->n_mb; m++)

@@ -464,15 +464,72 @@ static double behind(const work *w, double comm, double compute) {
     return comm - hidden + w->d->exposed_share * hidden;
 }
 
+/* The last micro-batch's backward unit by unit (ZeRO 0/1 without a pipeline or a split
+ * backward, where the engine posts each bucket of gradients as that backward completes it):
+ * each of the U units' local floats and backward seconds, unit 0 the embedding. */
+typedef struct last_backward {
+    int U;
+    const int64_t *floats;
+    const double *secs;
+} last_backward;
+
+static double step_ratio(const dt_plan_device *d) { return d->step_ratio > 0 ? d->step_ratio : 1; }
+
+/* Each unit's backward on one micro-batch without a pipeline, as the one chunk's b_fresh
+ * counts it (the freshest block reruns nothing), scaled by the device's step ratio. */
+static void unit_backwards(const work *w, const dt_stage_plan *sp, double *b) {
+    if (w->dit) {
+        dt_plan_dit_unit_backwards(w, b);
+    } else {
+        int fresh = dt_plan_fresh_block(&w->c->plugin, sp->first[0], sp->first[1], w->L);
+        b[0] = embed_cost(w).b;
+        for (int l = 0; l < w->L; l++) {
+            block_cost k = cost_block(w, l, false);
+            b[l + 1] = k.b - (l == fresh ? k.rerun : 0);
+        }
+        b[w->L + 1] = head_cost(w).b;
+    }
+    for (int u = 0; u < w->L + 2; u++)
+        b[u] *= step_ratio(w->d);
+}
+
+/* What stays exposed of the buckets' all-reduces (t_reduce seconds over `calls` buckets, the
+ * time on the wire split by their floats, a latency each): a bucket starts when the backward
+ * completes its lowest unit and the bucket before it is done (one at a time on the group's
+ * links), and only what runs before that backward ends hides, at the device's exposed share.
+ * A bucket that fills late hides little: the default 25 MB can hold most of a small model. */
+static double buckets_exposed(const work *w, const last_backward *lb, double t_reduce,
+                              int64_t calls) {
+    int closes[DT_MAX_CHUNKS + 2];
+    dt_grad_buckets(lb->floats, lb->U, w->c->plugin.bucket_mb * 1048576.0, closes);
+    double lat = w->d->latency, floats = 0, backward = 0;
+    for (int u = 0; u < lb->U; u++)
+        floats += (double)lb->floats[u], backward += lb->secs[u];
+    double wire = t_reduce - (double)calls * lat, done = 0, link_free = 0, held = 0, exposed = 0;
+    for (int u = lb->U - 1; u >= 0; u--) {
+        done += lb->secs[u], held += (double)lb->floats[u];
+        if (closes[u] < 0)
+            continue;
+        double start = done > link_free ? done : link_free;
+        double end = start + wire * held / floats + lat;
+        double hidden = (end < backward ? end : backward) - start;
+        hidden = hidden > 0 ? hidden : 0;
+        exposed += end - start - hidden + w->d->exposed_share * hidden;
+        link_free = end, held = 0;
+    }
+    return exposed;
+}
+
 /* Exposed data-parallel communication and the optimizer step of a rank whose local arena has
  * n floats and whose micro-batches take forward_s and backward_s in all: reductions hide
- * behind the backward when plugin.overlap (ZeRO 0/1 under a pipeline and split backwards
- * reduce after it, unless the device's software hides them behind the last micro-batch's);
- * ZeRO-3's gathers are prefetched behind its compute; ZeRO 1/2's gather of the updated arena
- * waits for the update (or runs behind the next step's first forward). */
+ * behind the backward when plugin.overlap (ZeRO 0/1's buckets behind the last micro-batch's
+ * as it completes them, lb; under a pipeline and split backwards they reduce after it, unless
+ * the device's software hides them behind the last micro-batch's); ZeRO-3's gathers are
+ * prefetched behind its compute; ZeRO 1/2's gather of the updated arena waits for the update
+ * (or runs behind the next step's first forward). */
 static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched, double n,
                     double forward_s, double backward_s, double compute_s, bool split,
-                    double *exposed, double *optimizer) {
+                    const last_backward *lb, double *exposed, double *optimizer) {
     int p = w->grad_p;
     dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
     double lat = w->d->latency;
@@ -488,6 +545,7 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     bool overlap = w->c->plugin.overlap, tuned = overlap && (w->d->hides & DT_PLAN_HIDE_DP);
     bool after = (w->zero < 2 && w->pp > 1) || split; /* dtrain reduces after the backward */
     double red = !overlap ? t_reduce
+                 : lb     ? buckets_exposed(w, lb, t_reduce, t.reduce_calls)
                  : !after ? behind(w, t_reduce, backward_s)
                  : tuned  ? behind(w, t_reduce, backward_s / w->n_mb)
                           : t_reduce;
@@ -623,8 +681,6 @@ double dt_plan_step_flops(const dt_config *c) {
     return 3 * token * c->train.batch_size * T;
 }
 
-static double step_ratio(const dt_plan_device *d) { return d->step_ratio > 0 ? d->step_ratio : 1; }
-
 static void scale_chunk(chunk_cost *k, double by) {
     k->f *= by, k->b *= by, k->wgt *= by, k->b_fresh *= by, k->io *= by;
 }
@@ -678,9 +734,13 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         double forward = 0, backward = 0;
         for (int k = r; k < n_chunks; k += w.pp)
             forward += w.n_mb * cc[k].f, backward += w.n_mb * (cc[k].b + cc[k].wgt);
-        double exposed, opt;
+        double exposed, opt, last_b[DT_MAX_CHUNKS + 2];
+        last_backward lb = {.U = w.L + 2, .floats = ucount, .secs = last_b};
+        bool buckets = w.zero < 2 && w.pp == 1 && !split && c->plugin.overlap && w.grad_p > 1;
+        if (buckets)
+            unit_backwards(&w, &sp, last_b);
         cost_dp(&w, world, rank, sched, (double)n_local, forward, backward, busy[r], split,
-                &exposed, &opt);
+                buckets ? &lb : NULL, &exposed, &opt);
         opt *= step_ratio(d);
         double step = makespan + exposed + opt;
         cpu += (busy[r] + opt) * (world / w.pp); /* the stage's ranks alike */

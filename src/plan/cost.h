@@ -114,6 +114,10 @@ typedef struct dt_plan_device {
     double exposed_share;
     unsigned hides; /* DT_PLAN_HIDE_*: what the device's own software overlaps that dtrain's
                      * CPU runtime does not (the GPU presets: a tuned implementation) */
+    /* The device's software reduces tensor-parallel activations in place and lets autograd
+     * add the gradients (Megatron-LM on GPUs), so a block makes none of the copies, adds and
+     * zeroed sums dtrain's CPU runtime makes around its tp collectives (false: it does) */
+    bool tp_in_place;
     /* Ranks sharing one machine's cores (`this`): cores to run on and threads a rank runs;
      * with more threads than cores the step is at least the ranks' CPU time over the cores.
      * 0: a device a rank. */

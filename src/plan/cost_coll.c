@@ -85,7 +85,7 @@ double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward) {
  * zeroed first (4 written): the two column layers' inputs (Nt and Nr rows) and the two
  * exits' partials (Nt). */
 double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward) {
-    if (w->tp < 2)
+    if (w->tp < 2 || w->d->tp_in_place)
         return 0;
     double nt = w->Nt * w->C, nr = w->Nr * w->C;
     double bytes = backward ? 12 * 2 * (nr + nt) + 4 * (4 * nt + 2 * nr) : w->sg ? 0 : 32 * nt;

@@ -297,8 +297,7 @@ static pass cost_final(const dit_work *x) {
     return p;
 }
 
-void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, bool split,
-                             dt_plan_chunk_cost *out) {
+static dit_work dit_work_of(const dt_plan_work *w) {
     const dt_model_config *m = &w->c->model;
     dit_work x = {.w = w, .g = geo_of(m)};
     x.k = (dims){.B = w->B,
@@ -311,17 +310,32 @@ void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, boo
                  .T = (double)w->B * m->text_len,
                  .Din = m->text_dim > 0 ? m->text_dim : 3.0 * w->C,
                  .bytes = m->text_dim == 0};
+    return x;
+}
+
+/* unit u's passes: 0 the embedders, 1..L the blocks, L + 1 the final layer and the loss */
+static pass unit_pass(const dit_work *x, int u, bool split) {
+    return u == 0 ? cost_embed(x) : u > x->w->L ? cost_final(x) : cost_block(x, u - 1, split);
+}
+
+void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, bool split,
+                             dt_plan_chunk_cost *out) {
+    dit_work x = dit_work_of(w);
     for (int c = 0; c < w->pp * w->v; c++) {
         dt_plan_chunk_cost k = {0};
         for (int u = sp->first[c]; u < sp->first[c + 1]; u++) {
-            pass p = u == 0     ? cost_embed(&x)
-                     : u > w->L ? cost_final(&x)
-                                : cost_block(&x, u - 1, split);
+            pass p = unit_pass(&x, u, split);
             k.f += p.f, k.b += p.b, k.wgt += p.wgt;
         }
         k.b_fresh = k.b; /* the DiT reruns before every backward */
         out[c] = k;
     }
+}
+
+void dt_plan_dit_unit_backwards(const dt_plan_work *w, double *b) {
+    dit_work x = dit_work_of(w);
+    for (int u = 0; u < w->L + 2; u++)
+        b[u] = unit_pass(&x, u, false).b;
 }
 
 /* ---- buckets of clip shape (data.buckets): the run as the mean over its buckets' shares ---- */

@@ -90,6 +90,8 @@ void dt_plan_cost_add_linear(const dt_plan_work *w, double m, double in, double 
 /* The video DiT (plan/cost_dit.c): every chunk's passes of one micro-batch. */
 void dt_plan_dit_chunk_costs(const dt_plan_work *w, const dt_stage_plan *sp, bool split,
                              dt_plan_chunk_cost *out);
+/* Each of the DiT's L + 2 units' backward on one micro-batch (no split), in seconds */
+void dt_plan_dit_unit_backwards(const dt_plan_work *w, double *b);
 
 /* The DiT's model FLOPs of one training step over `clips` clips: the forward and backward
  * (twice the forward) of every matmul and of the attention cores (non-causal: 4 T hs a token

@@ -215,6 +215,18 @@ dt_grad_home dt_grad_home_of(int zero, bool split_backward, bool pipelined, int 
     return pipelined ? DT_GRAD_PINNED_STEP : DT_GRAD_PINNED;
 }
 
+int dt_grad_buckets(const int64_t *unit_floats, int n_units, double bucket_bytes, int *closes) {
+    int n = 0;
+    double bytes = 0;
+    for (int u = n_units - 1; u >= 0; u--) {
+        bytes += 4.0 * (double)unit_floats[u];
+        bool full = bytes >= bucket_bytes || u == 0;
+        closes[u] = full ? n++ : -1;
+        bytes = full ? 0 : bytes;
+    }
+    return n;
+}
+
 dt_grad_home dt_layout_grad_home(const dt_layout *l, int unit, int n_units) {
     return dt_grad_home_of(l->zero, l->split_backward, l->pp > 1, unit, n_units);
 }

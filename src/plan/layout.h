@@ -116,6 +116,12 @@ dt_grad_home dt_grad_home_of(int zero, bool split_backward, bool pipelined, int 
 dt_grad_home dt_layout_grad_home(const dt_layout *l, int unit, int n_units);
 dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l);
 dt_plan_rerun dt_layout_rerun(const dt_layout *l, int block);
+/* ZeRO 0/1's gradient buckets (plugin.bucket_mb as bytes): whole units in the order the
+ * backward completes them (the last unit first), a bucket closing once it holds bucket_bytes
+ * or reaches unit 0. closes[u] is the bucket whose lowest unit u is (that bucket is complete
+ * when u's backward is, and spans u up to the unit below the previous bucket's lowest), or -1.
+ * unit_floats: each unit's local weights. Returns the number of buckets. */
+int dt_grad_buckets(const int64_t *unit_floats, int n_units, double bucket_bytes, int *closes);
 /* Units [0, L + 2) this rank holds, and whether it holds unit u. */
 bool dt_layout_holds(const dt_layout *l, int unit);
 

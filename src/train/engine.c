@@ -130,9 +130,10 @@ static void fresh_unit(dt_engine *e, int unit, float *g) {
 
 /* The memory timeline's phase follows the model's, except inside an evaluation. */
 static void set_mem_phase(dt_engine *e, dt_model_phase phase) {
-    static const dt_mem_phase of[DT_PHASE_COUNT] = {
-        [DT_PHASE_FORWARD] = DT_MEM_PHASE_FORWARD, [DT_PHASE_HEAD] = DT_MEM_PHASE_HEAD,
-        [DT_PHASE_BACKWARD] = DT_MEM_PHASE_BACKWARD, [DT_PHASE_WEIGHTS] = DT_MEM_PHASE_WEIGHTS};
+    static const dt_mem_phase of[DT_PHASE_COUNT] = {[DT_PHASE_FORWARD] = DT_MEM_PHASE_FORWARD,
+                                                    [DT_PHASE_HEAD] = DT_MEM_PHASE_HEAD,
+                                                    [DT_PHASE_BACKWARD] = DT_MEM_PHASE_BACKWARD,
+                                                    [DT_PHASE_WEIGHTS] = DT_MEM_PHASE_WEIGHTS};
     if (dt_mem_phase_now(e->mem) != DT_MEM_PHASE_EVAL)
         dt_mem_set_phase(e->mem, of[phase]);
 }
@@ -221,26 +222,19 @@ static dt_status plan_units(dt_engine *e, double bucket_bytes, bool split) {
         for (int r = 0; r < P; r++)
             dt_engine__counts_of(e, u)[r] =
                 (int)overlap(e->ufirst[u], e->ucount[u], (int64_t)r * e->S, e->S);
-        e->bucket_of_unit[u] = -1;
     }
     for (int r = 0; r < P; r++)
         dt_engine__counts_of(e, U)[r] = (int)overlap(0, e->n_total, (int64_t)r * e->S, e->S);
     if (e->zero >= 2)
         return DT_OK;
-    /* Buckets of whole units in the order backward completes them (last unit first); a bucket
-     * is complete when its lowest unit is, and its range is contiguous in the arena. */
-    int hi = U - 1;
-    double bytes = 0;
-    for (int u = U - 1; u >= 0; u--) {
-        bytes += 4.0 * e->ucount[u];
-        if (bytes < bucket_bytes && u > 0)
+    e->n_buckets = dt_grad_buckets(e->ucount, U, bucket_bytes, e->bucket_of_unit);
+    for (int u = U - 1, hi = U - 1; u >= 0; u--) {
+        int k = e->bucket_of_unit[u];
+        if (k < 0)
             continue;
-        int k = e->n_buckets++;
-        e->bucket_of_unit[u] = k;
         e->bucket_first[k] = e->ufirst[u];
         e->bucket_count[k] = e->ufirst[hi] + e->ucount[hi] - e->ufirst[u];
         hi = u - 1;
-        bytes = 0;
     }
     return DT_OK;
 }
@@ -372,7 +366,8 @@ dt_status dt_engine_init(const dt_model_config *mc, const dt_optim_config *oc,
     if (o->offload == DT_OFFLOAD_DISK) {
         char tag[32];
         snprintf(tag, sizeof tag, "r%d", o->world_rank);
-        dt_offload_opts off = {.dir = o->offload_dir, .tag = tag,
+        dt_offload_opts off = {.dir = o->offload_dir,
+                               .tag = tag,
                                .window_bytes = (double)o->offload_window_mb * 1048576.0};
         st = dt_adamw_init_offload(oc, params, n_params, first, count, &off, mem, &e->opt);
         if (st != DT_OK) {
@@ -534,8 +529,8 @@ dt_status dt_engine_finish(dt_engine *e) {
     bool reduce_here = e->pipelined || (!e->overlap && e->comm_now);
     if (e->zero < 2 && reduce_here)
         for (int k = 0; k < e->n_buckets; k++)
-            DT_TRY(dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k],
-                                         e->bucket_count[k], NULL));
+            DT_TRY(dt_comm_allreduce_f32(e->dp, e->g_full + e->bucket_first[k], e->bucket_count[k],
+                                         NULL));
     if (e->g_whole) /* this rank's part of the whole arena lands at g_shard[0] */
         DT_TRY(dt_comm_reduce_scatter_f32(e->dp, e->g_whole, e->g_shard,
                                           dt_engine__counts_of(e, e->n_units), NULL));
@@ -557,8 +552,7 @@ dt_status dt_engine_finish(dt_engine *e) {
  * over tp count on every tp rank, replicated ones only on tp rank 0, and tied copies not at
  * all (the other stage's original counts), so the tp and pp sums count each element of the
  * full model once. */
-static double sumsq_counted_once(const dt_engine *e, const float *g, int64_t first,
-                                 int64_t count) {
+static double sumsq_counted_once(const dt_engine *e, const float *g, int64_t first, int64_t count) {
     dt_comm *tp = dt_model_tp(e->model);
     double s = 0;
     for (int i = 0; i < dt_model_n_params(e->model); i++) {

@@ -89,7 +89,7 @@ static void test_levers(void) {
     c.train.batch_size = 4, c.train.micro_batch_size = 1;
     dt_plan_device slow = FAST_NET;
     slow.bandwidth = 1e7, slow.latency = 1e-5;
-    c.plugin.overlap = true;
+    c.plugin.overlap = true, c.plugin.bucket_mb = 1e-6f; /* a bucket a unit */
     double hidden = step(&c, 2, &slow, NULL);
     c.plugin.overlap = false;
     double exposed = step(&c, 2, &slow, NULL);
@@ -128,6 +128,12 @@ static void test_tp_passes(void) {
     double el = 16 * 16, residual = 2 * 2 * 12 * (el - el / 2);
     double copies = 32 * el + 72 * el - (12 * 2 * (el / 2 + el) + 4 * (4 * el + 2 * el / 2));
     DT_CHECK_CLOSE(reduce - gather, (residual + copies) / 1e9, 1e-15);
+    /* software that reduces in place (the GPU presets) makes neither mode's copies */
+    d.tp_in_place = true;
+    double gather_in_place = step(&c, 2, &d, NULL);
+    c.plugin.sp_mode = DT_SP_ALL_TO_ALL;
+    DT_CHECK_CLOSE(step(&c, 2, &d, NULL) - gather_in_place, residual / 1e9, 1e-15);
+    DT_CHECK_CLOSE(reduce - step(&c, 2, &d, NULL), 104 * el / 1e9, 1e-15);
 }
 
 /* The memory features' time, by hand on the one-layer model of test_by_hand (block matmuls
@@ -315,12 +321,43 @@ static void test_probed_device(void) {
                          .mem_bandwidth = 1e30,
                          .disk_write = 1e30,
                          .disk_read = 1e30};
+    c.plugin.bucket_mb = 1e-6f; /* a bucket a unit, the block's posted before the head's */
     double serial = step(&c, 2, &d, NULL);
     c.plugin.overlap = true;
     double hidden = step(&c, 2, &d, NULL);
     d.exposed_share = 0.3;
     DT_CHECK(hidden < serial, "overlap hides the reduction: %.9g < %.9g", hidden, serial);
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), hidden + 0.3 * (serial - hidden), 1e-9);
+}
+
+/* ZeRO 0's buckets against the backward they are posted in, by hand on test_by_hand's layer
+ * (dp 2, a sequence a rank, network free but a latency of 300 us a call): the backward runs
+ * the head (16384 FLOP), the block (212992) and the embedding (free) at 1 GFLOP/s. A bucket a
+ * unit: the head's call starts at 16.384 us and hides behind the block's backward, 212.992
+ * us; the block's and the embedding's start as the backward ends, and hide nothing. One
+ * bucket of everything starts as the backward ends: nothing hides. Only the last
+ * micro-batch's backward reduces, so two micro-batches hide no more. */
+static void test_buckets(void) {
+    dt_config c = tiny();
+    c.train.batch_size = 2;
+    c.plugin.type = DT_PLUGIN_DDP;
+    dt_plan_device d = FAST_NET;
+    d.latency = 300e-6;
+    double block_b = 212992 / 1e9;
+    for (int mb = 1; mb <= 2; mb++) {
+        c.train.batch_size = 2 * mb, c.train.micro_batch_size = 1;
+        c.plugin.overlap = false, c.plugin.bucket_mb = 1e-6f;
+        double serial = step(&c, 2, &d, NULL);
+        c.plugin.overlap = true;
+        DT_CHECK_CLOSE(step(&c, 2, &d, NULL), serial - block_b, 1e-9);
+        d.exposed_share = 0.25; /* a quarter of what hides still shows */
+        DT_CHECK_CLOSE(step(&c, 2, &d, NULL), serial - 0.75 * block_b, 1e-9);
+        d.exposed_share = 0;
+        c.plugin.overlap = false, c.plugin.bucket_mb = 25;
+        serial = step(&c, 2, &d, NULL);
+        c.plugin.overlap = true;
+        DT_CHECK_CLOSE(step(&c, 2, &d, NULL), serial, 1e-12);
+    }
 }
 
 /* Megatron-SP's collectives each at its own kind's rate, by hand on one Llama layer of 16
@@ -458,6 +495,7 @@ int main(int argc, char **argv) {
     test_grad_ledger();
     test_doc_share();
     test_probed_device();
+    test_buckets();
     test_sp_kinds();
     test_by_hand();
     test_pipeline();

@@ -163,6 +163,21 @@ static void check_grad_home(void) {
     DT_CHECK(dt_grad_home_of(3, true, true, 2, 6) == DT_GRAD_WHOLE, "split backward");
 }
 
+/* 4-byte floats against 1000-byte buckets, units filled from the last: 100 + 200 floats
+ * reach the bound at unit 3; 150 + 150 at unit 1; unit 0 closes whatever is left. */
+static void check_grad_buckets(void) {
+    int64_t floats[5] = {10, 150, 150, 200, 100};
+    int closes[5];
+    DT_CHECK(dt_grad_buckets(floats, 5, 1000, closes) == 3, "three buckets");
+    DT_CHECK(closes[4] == -1 && closes[3] == 0 && closes[2] == -1 && closes[1] == 1 &&
+                 closes[0] == 2,
+             "closes %d %d %d %d %d", closes[0], closes[1], closes[2], closes[3], closes[4]);
+    DT_CHECK(dt_grad_buckets(floats, 5, 1e9, closes) == 1 && closes[0] == 0 && closes[4] == -1,
+             "one bucket of everything, closed by unit 0");
+    DT_CHECK(dt_grad_buckets(floats, 5, 1, closes) == 5 && closes[4] == 0 && closes[0] == 4,
+             "a bucket a unit, the last unit's first");
+}
+
 static void check_refusals(void) {
     struct {
         int world, B, mbs, n_mb, type;
@@ -225,6 +240,7 @@ int main(int argc, char **argv) {
     check_matrix();
     check_stages();
     check_grad_home();
+    check_grad_buckets();
     check_refusals();
     check_reruns();
     return DT_TEST_END();
