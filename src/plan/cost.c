@@ -160,10 +160,7 @@ static double ac_rerun_time(const work *w, dt_plan_rerun r, double at, double fo
         return forward;
     if (r != DT_PLAN_RERUN_ATTENTION)
         return 0;
-    double t = at + dt_plan_cost_ring(w, false, at);
-    if (w->sp > 1)
-        t += w->d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
-    return t;
+    return at + dt_plan_cost_ring(w, false, at) + dt_plan_cost_a2a(w, w->A);
 }
 
 /* 16-bit modes: a GPT casts a block's weights as it enters it, forward and backward (its

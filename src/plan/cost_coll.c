@@ -67,14 +67,17 @@ double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm) 
     return fmax(comm / w->tp, comm - gemm);
 }
 
-/* the Ulysses all-to-alls of a block's forward (and backward) */
-double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward) {
+double dt_plan_cost_a2a(const dt_plan_work *w, double width) {
     if (w->sp < 2)
         return 0;
-    double qkv = (w->N / w->sp) * (w->W / w->sp) * 4, att = (w->N / w->sp) * (w->A / w->sp) * 4;
-    double one = w->d->latency;
-    return backward ? 3 * one + (2 * att + qkv) * (w->sp - 1) / w->bw_sp
-                    : 2 * one + (att + qkv) * (w->sp - 1) / w->bw_sp;
+    return w->d->latency + (w->N / w->sp) * (width / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
+}
+
+/* the Ulysses all-to-alls of a block's forward (q|k|v's, the attention's) and backward (two
+ * of the attention's width and one of q|k|v's, as the ledger, plan/comm.c, counts them) */
+double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward) {
+    double qkv = dt_plan_cost_a2a(w, w->W), att = dt_plan_cost_a2a(w, w->A);
+    return backward ? 2 * att + qkv : att + qkv;
 }
 
 /* A block's own passes around its tensor-parallel collectives (nn/region.c, nn/block.c),

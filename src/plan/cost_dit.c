@@ -199,7 +199,6 @@ static pass block_pointwise(const dit_work *x, int l) {
  * tensor-parallel ones less what the device hides behind the products mm. */
 static pass block_comm(const dit_work *x, int l, pass mm) {
     const dt_plan_work *w = x->w;
-    const dt_plan_device *d = w->d;
     double n = w->Nt * w->C * 4;
     double enter_f = w->sg ? dt_plan_cost_gather(w, w->tp, n) : 0;
     double leave_b = enter_f;
@@ -207,10 +206,8 @@ static pass block_comm(const dit_work *x, int l, pass mm) {
         w->sg ? dt_plan_cost_reduce_scatter(w, w->tp, n) : dt_plan_cost_allreduce(w, w->tp, n);
     double leave_f = enter_b;
     double qkv = 0, att = 0;
-    if (w->sp > 1 && !spatial(&x->g, l)) { /* blocks of (N/sp) rows x (width/sp) to each peer */
-        qkv = d->latency + (w->N / w->sp) * (w->W / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
-        att = d->latency + (w->N / w->sp) * (w->A / w->sp) * 4 * (w->sp - 1) / w->bw_sp;
-    }
+    if (!spatial(&x->g, l)) /* spatial attention stays on its frame's rows */
+        qkv = dt_plan_cost_a2a(w, w->W), att = dt_plan_cost_a2a(w, w->A);
     /* Megatron-SP: the proj and fc2 biases' and the modulations' gradients summed over rows;
      * with text the cross-attention's queries enter and its proj leaves as the MLP's */
     double text = w->c->model.text_len > 0, rowp = 2 + text;

@@ -48,6 +48,9 @@ double dt_plan_cost_tp_exposed(const dt_plan_work *w, double comm, double gemm);
  * in its forward (backward false) or backward, before any hiding */
 double dt_plan_cost_block_tp(const dt_plan_work *w, bool backward);
 double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward);
+/* Seconds of one Ulysses all-to-all of a tensor `width` wide over the micro-batch's N rows:
+ * blocks of (N / sp) rows x (width / sp) to each of the sp - 1 peers; 0 without Ulysses */
+double dt_plan_cost_a2a(const dt_plan_work *w, double width);
 /* Seconds of a block pass's memory moves around its tp all-reduces (forward or backward) */
 double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward);
 
