@@ -414,62 +414,6 @@ static double offload_disk_time(const work *w, double floats, double update_s) {
     return (io > update_s ? io : update_s) + disk_round_trip(w, 8 * chunk);
 }
 
-/* The gradient group's traffic of a step: reductions (hideable behind the backward), the
- * weights' all-gathers, and the calls: the communication ledger's exact bytes (plan/comm.c);
- * for ZeRO-3 under a pipeline (not in the ledger) the same collectives counted per unit:
- * ZeRO 0/1 all-reduce the arena once, ZeRO 2/3 reduce-scatter it every micro-batch, ZeRO 1/2
- * all-gather it after the update, ZeRO 3 gathers every unit for forward and backward. */
-typedef struct dp_traffic {
-    double reduce_bytes, gather_bytes;
-    int64_t reduce_calls, gather_calls;
-} dp_traffic;
-
-static dp_traffic dp_traffic_of(const work *w, int world, int rank, const dt_schedule *sched,
-                                double n) {
-    dp_traffic t = {0};
-    dt_plan_comm led;
-    if (dt_plan_comm_grad_bytes(w->c, world, rank, sched, &led) == DT_OK && led.grad_known) {
-        t.gather_bytes = (double)led.grad_gather;
-        t.gather_calls = led.calls_grad_gather;
-        t.reduce_bytes = (double)(led.grad - led.grad_gather);
-        t.reduce_calls = led.calls_grad - led.calls_grad_gather;
-        return t;
-    }
-    int p = w->grad_p, units = w->L + 2;
-    if (p < 2)
-        return t;
-    double share = 4 * n * (p - 1) / p;
-    if (w->zero < 2) {
-        double bucket = w->c->plugin.bucket_mb > 0 ? w->c->plugin.bucket_mb * 1048576.0 : 4 * n;
-        t.reduce_bytes = 2 * share;
-        t.reduce_calls = (int64_t)(4 * n / bucket) + 1;
-    } else {
-        t.reduce_bytes = w->n_mb * share;
-        t.reduce_calls = (int64_t)w->n_mb * units + 1;
-    }
-    if (w->zero == 1 || w->zero == 2)
-        t.gather_bytes = share, t.gather_calls = 1;
-    if (w->zero == 3)
-        t.gather_bytes = 2.0 * w->n_mb * share, t.gather_calls = 2 * (int64_t)w->n_mb * units;
-    return t;
-}
-
-/* What stays exposed of `comm` seconds of collectives run beside `compute` seconds: what
- * does not fit behind it, and the device's exposed share of what does */
-static double behind(const work *w, double comm, double compute) {
-    double hidden = comm < compute ? comm : compute;
-    return comm - hidden + w->d->exposed_share * hidden;
-}
-
-/* The last micro-batch's backward unit by unit (ZeRO 0/1 without a pipeline or a split
- * backward, where the engine posts each bucket of gradients as that backward completes it):
- * each of the U units' local floats and backward seconds, unit 0 the embedding. */
-typedef struct last_backward {
-    int U;
-    const int64_t *floats;
-    const double *secs;
-} last_backward;
-
 static double step_ratio(const dt_plan_device *d) { return d->step_ratio > 0 ? d->step_ratio : 1; }
 
 /* Each unit's backward on one micro-batch without a pipeline, as the one chunk's b_fresh
@@ -490,33 +434,6 @@ static void unit_backwards(const work *w, const dt_stage_plan *sp, double *b) {
         b[u] *= step_ratio(w->d);
 }
 
-/* What stays exposed of the buckets' all-reduces (t_reduce seconds over `calls` buckets, the
- * time on the wire split by their floats, a latency each): a bucket starts when the backward
- * completes its lowest unit and the bucket before it is done (one at a time on the group's
- * links), and only what runs before that backward ends hides, at the device's exposed share.
- * A bucket that fills late hides little: the default 25 MB can hold most of a small model. */
-static double buckets_exposed(const work *w, const last_backward *lb, double t_reduce,
-                              int64_t calls) {
-    int closes[DT_MAX_CHUNKS + 2];
-    dt_grad_buckets(lb->floats, lb->U, w->c->plugin.bucket_mb * 1048576.0, closes);
-    double lat = w->d->latency, floats = 0, backward = 0;
-    for (int u = 0; u < lb->U; u++)
-        floats += (double)lb->floats[u], backward += lb->secs[u];
-    double wire = t_reduce - (double)calls * lat, done = 0, link_free = 0, held = 0, exposed = 0;
-    for (int u = lb->U - 1; u >= 0; u--) {
-        done += lb->secs[u], held += (double)lb->floats[u];
-        if (closes[u] < 0)
-            continue;
-        double start = done > link_free ? done : link_free;
-        double end = start + wire * held / floats + lat;
-        double hidden = (end < backward ? end : backward) - start;
-        hidden = hidden > 0 ? hidden : 0;
-        exposed += end - start - hidden + w->d->exposed_share * hidden;
-        link_free = end, held = 0;
-    }
-    return exposed;
-}
-
 /* Exposed data-parallel communication and the optimizer step of a rank whose local arena has
  * n floats and whose micro-batches take forward_s and backward_s in all: reductions hide
  * behind the backward when plugin.overlap (ZeRO 0/1's buckets behind the last micro-batch's
@@ -526,9 +443,9 @@ static double buckets_exposed(const work *w, const last_backward *lb, double t_r
  * (or runs behind the next step's first forward). */
 static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched, double n,
                     double forward_s, double backward_s, double compute_s, bool split,
-                    const last_backward *lb, double *exposed, double *optimizer) {
+                    const dt_plan_last_backward *lb, double *exposed, double *optimizer) {
     int p = w->grad_p;
-    dp_traffic t = dp_traffic_of(w, world, rank, sched, n);
+    dt_plan_dp_traffic t = dt_plan_dp_traffic_of(w, world, rank, sched, n);
     double lat = w->d->latency;
     dt_plan_coll reduce = w->zero >= 2 ? DT_PLAN_REDUCE_SCATTER : DT_PLAN_ALLREDUCE;
     /* each kind at the rate of its mean call */
@@ -542,12 +459,12 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     bool overlap = w->c->plugin.overlap, tuned = overlap && (w->d->hides & DT_PLAN_HIDE_DP);
     bool after = (w->zero < 2 && w->pp > 1) || split; /* dtrain reduces after the backward */
     double red = !overlap ? t_reduce
-                 : lb     ? buckets_exposed(w, lb, t_reduce, t.reduce_calls)
-                 : !after ? behind(w, t_reduce, backward_s)
-                 : tuned  ? behind(w, t_reduce, backward_s / w->n_mb)
+                 : lb     ? dt_plan_buckets_exposed(w, lb, t_reduce, t.reduce_calls)
+                 : !after ? dt_plan_behind(w, t_reduce, backward_s)
+                 : tuned  ? dt_plan_behind(w, t_reduce, backward_s / w->n_mb)
                           : t_reduce;
-    double gat = w->zero == 3 ? behind(w, t_gather, compute_s)
-                 : tuned      ? behind(w, t_gather, forward_s / w->n_mb)
+    double gat = w->zero == 3 ? dt_plan_behind(w, t_gather, compute_s)
+                 : tuned      ? dt_plan_behind(w, t_gather, forward_s / w->n_mb)
                               : t_gather;
     *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
@@ -732,7 +649,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         for (int k = r; k < n_chunks; k += w.pp)
             forward += w.n_mb * cc[k].f, backward += w.n_mb * (cc[k].b + cc[k].wgt);
         double exposed, opt, last_b[DT_MAX_CHUNKS + 2];
-        last_backward lb = {.U = w.L + 2, .floats = ucount, .secs = last_b};
+        dt_plan_last_backward lb = {.U = w.L + 2, .floats = ucount, .secs = last_b};
         bool buckets = w.zero < 2 && w.pp == 1 && !split && c->plugin.overlap && w.grad_p > 1;
         if (buckets)
             unit_backwards(&w, &sp, last_b);

@@ -1,11 +1,14 @@
 /* The time model's collectives (see cost_impl.h): a call's seconds as latency plus its bus
  * bytes over its kind's rate, the rate dtrain probe measured at the call's message size where
- * the device has a table of them, else the group's bandwidth; and the calls of a block's
- * passes. Pure.
+ * the device has a table of them, else the group's bandwidth; the calls of a block's passes;
+ * and the gradient group's traffic and what of it hides. Pure.
  */
 #include "plan/cost_impl.h"
 
 #include <math.h>
+
+#include "plan/comm.h"
+#include "plan/layout.h"
 
 /* what dtrain probe measured for a kind at a whole message of `whole` bytes (0: nothing) */
 static double measured_rate(const dt_plan_device *d, dt_plan_coll kind, double whole) {
@@ -93,4 +96,61 @@ double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward) {
     double nt = w->Nt * w->C, nr = w->Nr * w->C;
     double bytes = backward ? 12 * 2 * (nr + nt) + 4 * (4 * nt + 2 * nr) : w->sg ? 0 : 32 * nt;
     return bytes / w->act_bw;
+}
+
+/* ---- the gradient group ---------------------------------------------------------------- */
+
+dt_plan_dp_traffic dt_plan_dp_traffic_of(const dt_plan_work *w, int world, int rank,
+                                         const dt_schedule *sched, double n) {
+    dt_plan_dp_traffic t = {0};
+    dt_plan_comm led;
+    if (dt_plan_comm_grad_bytes(w->c, world, rank, sched, &led) == DT_OK && led.grad_known) {
+        t.gather_bytes = (double)led.grad_gather;
+        t.gather_calls = led.calls_grad_gather;
+        t.reduce_bytes = (double)(led.grad - led.grad_gather);
+        t.reduce_calls = led.calls_grad - led.calls_grad_gather;
+        return t;
+    }
+    int p = w->grad_p, units = w->L + 2;
+    if (p < 2)
+        return t;
+    double share = 4 * n * (p - 1) / p;
+    if (w->zero < 2) {
+        double bucket = w->c->plugin.bucket_mb > 0 ? w->c->plugin.bucket_mb * 1048576.0 : 4 * n;
+        t.reduce_bytes = 2 * share;
+        t.reduce_calls = (int64_t)(4 * n / bucket) + 1;
+    } else {
+        t.reduce_bytes = w->n_mb * share;
+        t.reduce_calls = (int64_t)w->n_mb * units + 1;
+    }
+    if (w->zero == 1 || w->zero == 2)
+        t.gather_bytes = share, t.gather_calls = 1;
+    if (w->zero == 3)
+        t.gather_bytes = 2.0 * w->n_mb * share, t.gather_calls = 2 * (int64_t)w->n_mb * units;
+    return t;
+}
+
+double dt_plan_behind(const dt_plan_work *w, double comm, double compute) {
+    double hidden = comm < compute ? comm : compute;
+    return comm - hidden + w->d->exposed_share * hidden;
+}
+
+double dt_plan_buckets_exposed(const dt_plan_work *w, const dt_plan_last_backward *lb,
+                               double t_reduce, int64_t calls) {
+    int closes[DT_MAX_CHUNKS + 2];
+    dt_grad_buckets(lb->floats, lb->U, w->c->plugin.bucket_mb * 1048576.0, closes);
+    double lat = w->d->latency, floats = 0, backward = 0;
+    for (int u = 0; u < lb->U; u++)
+        floats += (double)lb->floats[u], backward += lb->secs[u];
+    double wire = t_reduce - (double)calls * lat, done = 0, link_free = 0, held = 0, exposed = 0;
+    for (int u = lb->U - 1; u >= 0; u--) {
+        done += lb->secs[u], held += (double)lb->floats[u];
+        if (closes[u] < 0)
+            continue;
+        double start = done > link_free ? done : link_free;
+        double end = start + wire * held / floats + lat;
+        exposed += dt_plan_behind(w, end - start, backward > start ? backward - start : 0);
+        link_free = end, held = 0;
+    }
+    return exposed;
 }

@@ -7,10 +7,12 @@
 #define DT_PLAN_COST_IMPL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/buckets.h"
 #include "core/config.h"
 #include "plan/cost.h"
+#include "plan/schedule.h"
 #include "plan/stages.h"
 
 /* One layout's work on one rank, as the time model sees it. */
@@ -53,6 +55,37 @@ double dt_plan_cost_block_sp(const dt_plan_work *w, bool backward);
 double dt_plan_cost_a2a(const dt_plan_work *w, double width);
 /* Seconds of a block pass's memory moves around its tp all-reduces (forward or backward) */
 double dt_plan_cost_tp_copies(const dt_plan_work *w, bool backward);
+
+/* The gradient group's traffic of a step: reductions (hideable behind the backward), the
+ * weights' all-gathers, and the calls: the communication ledger's exact bytes (plan/comm.c);
+ * for ZeRO-3 under a pipeline (not in the ledger) the same collectives counted per unit:
+ * ZeRO 0/1 all-reduce the arena once, ZeRO 2/3 reduce-scatter it every micro-batch, ZeRO 1/2
+ * all-gather it after the update, ZeRO 3 gathers every unit for forward and backward. n: the
+ * rank's local arena in floats. */
+typedef struct dt_plan_dp_traffic {
+    double reduce_bytes, gather_bytes;
+    int64_t reduce_calls, gather_calls;
+} dt_plan_dp_traffic;
+dt_plan_dp_traffic dt_plan_dp_traffic_of(const dt_plan_work *w, int world, int rank,
+                                         const dt_schedule *sched, double n);
+/* What stays exposed of `comm` seconds of collectives run beside `compute` seconds: what
+ * does not fit behind it, and the device's exposed share of what does */
+double dt_plan_behind(const dt_plan_work *w, double comm, double compute);
+/* The last micro-batch's backward unit by unit (ZeRO 0/1 without a pipeline or a split
+ * backward, where the engine posts each bucket of gradients as that backward completes it):
+ * each of the U units' local floats and backward seconds, unit 0 the embedding. */
+typedef struct dt_plan_last_backward {
+    int U;
+    const int64_t *floats;
+    const double *secs;
+} dt_plan_last_backward;
+/* What stays exposed of the buckets' all-reduces (t_reduce seconds over `calls` buckets, the
+ * time on the wire split by their floats, a latency each): a bucket starts when the backward
+ * completes its lowest unit and the bucket before it is done (one at a time on the group's
+ * links), and only what runs before that backward ends hides, at the device's exposed share.
+ * A bucket that fills late hides little: the default 25 MB can hold most of a small model. */
+double dt_plan_buckets_exposed(const dt_plan_work *w, const dt_plan_last_backward *lb,
+                               double t_reduce, int64_t calls);
 
 /* Ring attention's exposed seconds (plan/cost.c) around attention of `at` seconds: forward,
  * or backward (blocks and their gradients). 0 without a ring. */
