@@ -76,6 +76,12 @@ UNFUSED_ATTENTION = ["--attn16", "40T,40T"]
 # software, which overlaps both: see the 2024 rows).
 LOCAL_DDP = ["--plugin.overlap=false", "--overlap", "none"]
 
+# Megatron-LM of 2021-22 sent a pipeline boundary in tensor-parallel pieces, gathered over
+# NVLink on arrival (Narayanan et al. 2021, Sec. 4.1, "scatter/gather communication
+# optimization"; on by default in that code): dtrain's plugin.pp_scatter. It changes nothing
+# where sequence parallelism splits the boundary already.
+SCATTER = ["--plugin.pp_scatter=true"]
+
 
 def model_args(heads, hidden, layers, vocab, seq, batch):
     return ["--config", os.path.join(REPO, "configs/gpt2-124m.ini"), "--model.arch=gpt2",
@@ -95,13 +101,19 @@ def plan(dtrain, device, gpus, args, explain):
     return json.loads(lines[0]), None
 
 
+def scattered(lay):
+    """plugin.pp_scatter where it is in force (dtrain's layout: tp and pp, rows whole)"""
+    return (lay.get("plugin.pp_scatter") and lay["plugin.pp_size"] > 1 and
+            lay["plugin.tp_size"] > 1 and lay["plugin.sp_mode"] != "split_gather")
+
+
 def rows():
     for name, a, h, l, tp, pp, n, b, x in NARAYANAN:
         s, v = 2048, 51200
         flops = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
         pins = [f"--plugin.tp_size={tp}", f"--plugin.pp_size={pp}", "--plugin.ac=full",
                 "--plugin.ac_every=1", "--plugin.sp_mode=all_to_all", "--plugin.sp_size=1",
-                "--plugin.type=ddp"] + LOCAL_DDP
+                "--plugin.type=ddp"] + LOCAL_DDP + SCATTER
         pins += UNFUSED_ATTENTION
         yield ("narayanan2021", name, "a100-80gb", n, model_args(a, h, l, v, s, b) + pins,
                False, b * s * x * 1e12 / flops, f"tp{tp} pp{pp} dp{n // (tp * pp)} ac=full")
@@ -112,7 +124,7 @@ def rows():
         base = model_args(a, h, l, v, s, b) + [f"--plugin.tp_size={tp}", f"--plugin.pp_size={pp}",
                                               "--train.micro_batch_size=1", "--plugin.sp_size=1",
                                               "--plugin.type=ddp", "--plugin.ac_every=1"]
-        base += LOCAL_DDP
+        base += LOCAL_DDP + SCATTER
         base += UNFUSED_ATTENTION
         base += sched if pp > 1 else []
         yield ("korthikanti2022", name + " full", "a100-80gb", n,
@@ -155,7 +167,9 @@ def main():
         err = tps / published - 1
         errs.append(abs(err))
         planned = (f"mb{lay['train.micro_batch_size'] or '-'} {lay['plugin.pp_schedule']}"
-                   f"/{lay['plugin.pp_chunks']} ac={lay['plugin.ac']} {lay['plugin.type']}")
+                   f"/{lay['plugin.pp_chunks']} ac={lay['plugin.ac']} {lay['plugin.type']}"
+                   f"{' ' + lay['plugin.sp_mode'] if lay['plugin.tp_size'] > 1 else ''}"
+                   f"{' scatter' if scattered(lay) else ''}")
         gib = r["predicted"]["total"] / 2**30
         print(f"| {src} | {name} | {dev} | {pinned} | {planned} | "
               f"{'yes' if r['fits'] else 'no'} | {gib:.1f} | {tps:.0f} | {published:.0f} | "

@@ -174,6 +174,10 @@ typedef struct dt_plugin_config {
     int microbatches;
     char pp_layers[DT_PATH_MAX], pp_schedule[DT_PATH_MAX];
     int pp_chunks;
+    /* tp > 1 without Megatron-SP, where every tp rank holds the whole boundary: each sends its
+     * 1/tp piece to the next stage, whose tp group all-gathers it (Narayanan et al. 2021's
+     * scatter/gather: the messages between machines shrink tp-fold) */
+    bool pp_scatter;
     float bucket_mb;
     bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
     dt_ac_mode ac;

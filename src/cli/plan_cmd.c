@@ -90,13 +90,20 @@ static void layout_text(const dt_plan_cand *x, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, " [%.40s]", p->pp_layers);
     dt_layout l[DT_MAX_BUCKETS]; /* a candidate is a layout that runs: its split is the layout's */
     int mb = 0, n_mb = 0, n_buckets = 0, world = x->dp * dt_cli_plan_replica_ranks(p);
-    if (dt_layout_make_buckets(&x->c, world, 0, l, &n_buckets) == DT_OK && n_buckets) {
+    bool made = dt_layout_make_buckets(&x->c, world, 0, l, &n_buckets) == DT_OK && n_buckets;
+    if (!made) {
+        n_buckets = 0;
+        made = dt_layout_make(&x->c, world, 0, &l[0]) == DT_OK;
+    }
+    if (made && l[0].pp_scatter)
+        k += (size_t)snprintf(buf + k, n - k, " scatter");
+    if (n_buckets) {
         k += (size_t)snprintf(buf + k, n - k, " mb");
         for (int b = 0; b < n_buckets; b++) /* each bucket's micro-batch, its count alike */
             k += (size_t)snprintf(buf + k, n - k, "%s%d", b ? "/" : "", l[b].mb);
         k += (size_t)snprintf(buf + k, n - k, " x%d", l[0].n_mb);
     } else {
-        if (dt_layout_make(&x->c, world, 0, &l[0]) == DT_OK)
+        if (made)
             mb = l[0].mb, n_mb = l[0].n_mb;
         k += (size_t)snprintf(buf + k, n - k, " mb%d x%d", mb, n_mb);
     }
@@ -156,13 +163,13 @@ static void print_one(const dt_plan_cand *x, int rank, const char *extra) {
         "\"plugin.microbatches\": %d, \"train.micro_batch_size\": %d, "
         "\"plugin.act_compress\": \"%s\", \"plugin.offload\": \"%s\", "
         "\"plugin.act_offload\": \"%s\", \"plugin.cp_size\": %d, "
-        "\"plugin.cp_split\": \"%s\"}, \"predicted\": {",
+        "\"plugin.cp_split\": \"%s\", \"plugin.pp_scatter\": %s}, \"predicted\": {",
         x->dp, p->tp_size, p->sp_size, p->pp_size, dt_sp_mode_name(p->sp_mode), p->pp_schedule,
         p->pp_chunks, p->pp_layers, dt_plugin_type_name(p->type), p->zero_stage,
         dt_ac_mode_name(p->ac), p->ac_every, dt_precision_name(p->precision), p->microbatches,
         x->c.train.micro_batch_size, dt_act_compress_name(p->act_compress),
         dt_offload_name(p->offload), dt_offload_name(p->act_offload), p->cp_size,
-        dt_cp_split_name(p->cp_split));
+        dt_cp_split_name(p->cp_split), p->pp_scatter ? "true" : "false");
     for (int k = 0; k < DT_MEM_CAT_COUNT; k++)
         printf("\"%s\": %lld, ", dt_mem_cat_name(k), (long long)x->cat[k]);
     printf("\"total\": %lld, \"step_ms\": %.3f}, \"fits\": %s, \"rank\": %d%s}\n",

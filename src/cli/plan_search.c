@@ -433,6 +433,7 @@ static dt_status enumerate(const space *sp) {
     x.c.plugin.pp_layers[0] = '\0';
     int W = sp->world;
     int node = sp->dev->node_size > 0 ? sp->dev->node_size : W;
+    bool scatter_pinned = is_pinned(sp, "plugin.pp_scatter");
     for (int tp = 1; tp <= W; tp++)
         for (int s = 1; tp * s <= W; s++)
             for (int cp = 1; cp > 0 && tp * s * cp <= W; cp = next_ring(sp, cp))
@@ -450,6 +451,10 @@ static dt_status enumerate(const space *sp) {
                         if (mode == 1 && (tp == 1 || s > 1))
                             continue;
                         p->sp_mode = mode ? DT_SP_SPLIT_GATHER : DT_SP_ALL_TO_ALL;
+                        /* boundaries in tp pieces where they are whole on every tp rank and
+                         * a stage fills whole nodes, so that every message crosses machines */
+                        if (!scatter_pinned)
+                            p->pp_scatter = !mode && tp > 1 && pp > 1 && W / pp >= node;
                         DT_TRY(schedules(sp, &x, W / model));
                     }
                 }

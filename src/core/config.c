@@ -155,6 +155,7 @@ static const field fields[] = {
     F_STR(plugin, "pp_layers", pp_layers),
     F_STR(plugin, "pp_schedule", pp_schedule),
     F_INT(plugin, pp_chunks),
+    F_BOOL(plugin, pp_scatter),
     F_FLOAT(plugin, bucket_mb),
     F_BOOL(plugin, overlap),
     F_ENUM(plugin, ac, dt_ac_mode, ac_names),

@@ -386,13 +386,30 @@ static void grad_step(ledger *g, const dt_config *c, const arena *a) {
         zero3_gathers(g, a);
 }
 
-/* Boundary messages this rank sends in one step (activations forward, gradients back). */
-static int pipeline_sends(const dt_schedule *s, int rank) {
+/* Boundary messages this rank sends (recv: receives) in one step, activations forward and
+ * gradients back. */
+static int pipeline_messages(const dt_schedule *s, int rank, bool recv) {
     int n, k = 0;
     const dt_sched_action *a = dt_sched_row(s, rank, &n);
     for (int i = 0; i < n; i++)
-        k += a[i].op == DT_SCHED_OP_SEND_ACT || a[i].op == DT_SCHED_OP_SEND_GRAD;
+        k += recv ? a[i].op == DT_SCHED_OP_RECV_ACT || a[i].op == DT_SCHED_OP_RECV_GRAD
+                  : a[i].op == DT_SCHED_OP_SEND_ACT || a[i].op == DT_SCHED_OP_SEND_GRAD;
     return k;
+}
+
+/* The step's boundary messages: whole on pp, or under plugin.pp_scatter this rank's piece on
+ * pp and an all-gather over tp of each one received (train/pipeline.c) */
+static void pipeline_step(ledger *g, const dt_layout *l, const dt_schedule *s, int64_t floats) {
+    int sends = pipeline_messages(s, l->pp_rank, false);
+    if (!l->pp_scatter) {
+        g->out->pp += sends * floats * 4;
+        return;
+    }
+    int64_t first, piece;
+    dt_layout_piece(floats, l->tp, l->coords[DT_AXIS_TP], &first, &piece);
+    g->out->pp += sends * piece * 4;
+    for (int k = pipeline_messages(s, l->pp_rank, true); k > 0; k--)
+        tp_op(g, (floats - piece) * 4);
 }
 
 /* The bytes of every comm over one step of layout l (its schedule sched when pp > 1). */
@@ -454,7 +471,6 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
                            dt_plan_comm *out) {
     const dt_plugin_config *p = &c->plugin;
     ledger g = ledger_make(c, l, out);
-    int sends = 0;
     /* The block of each of this rank's chunks whose forward a micro-batch may find still in
      * the shared set (dt_plan_fresh_block; -1: none), and whether micro-batch k does:
      * fresh[c * n_mb + k] (without a pipeline, always). */
@@ -468,7 +484,6 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     bool *fresh = NULL;
     if (g.pp > 1) {
         const dt_stage_plan *stages = &l->stages;
-        sends = pipeline_sends(sched, l->pp_rank);
         if (!(fresh = calloc((size_t)stages->n_chunks * g.n_mb, sizeof *fresh)))
             return dt_err_set(DT_ERR_OOM, "communication ledger: out of memory");
         dt_sched_fresh(sched, l->pp_rank, fresh);
@@ -517,8 +532,10 @@ static dt_status ledger_of(const dt_config *c, const dt_layout *l, const dt_sche
     tp_op(&g, allreduce(g.tp, 8)); /* the gradient norm over tp (and pp) */
     /* DiT: and silu(c), with text the text sequences and their counts */
     int64_t boundary =
-        (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C * 4 + (g.Lt ? (g.B * g.Lt * g.C + g.B) * 4 : 0);
-    out->pp = sends * boundary + allreduce(g.pp, 8);
+        (g.Nt / g.rows + (g.dit ? g.B : 0)) * g.C + (g.Lt ? g.B * g.Lt * g.C + g.B : 0);
+    if (g.pp > 1)
+        pipeline_step(&g, l, sched, boundary);
+    out->pp += allreduce(g.pp, 8);
     return DT_OK;
 }
 

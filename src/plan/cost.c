@@ -337,7 +337,7 @@ static void memo_keep(const dt_schedule *s, double msg, const chunk_cost *cc, co
  * latency + bytes / bandwidth later), a receive waits for its message. busy[r]: compute. */
 static dt_status replay(const work *w, const dt_schedule *s, const chunk_cost *cc, double *end,
                         double *busy) {
-    double msg = w->d->latency + w->boundary / w->bw_pp;
+    double msg = w->d->latency + w->boundary / w->bw_pp + w->boundary_gather;
     if (memo_find(s, msg, cc, end, busy))
         return DT_OK;
     int pairs = s->pp * s->n_chunks * s->n_mb;
@@ -568,6 +568,10 @@ static dt_status fill(const dt_config *c, const dt_layout *l, const dt_plan_devi
     w->bw_grad = group_bandwidth(d, l->tp * l->sp * l->cp * l->dp);
     if (p->act_offload == DT_OFFLOAD_DISK && !w->dit)
         w->act_disk = (double)dt_plan_act_disk_record(c, l);
+    if (l->pp_scatter) { /* a piece from each tp rank, all-gathered on arrival */
+        w->boundary_gather = dt_plan_cost_gather(w, tp, w->boundary);
+        w->boundary /= tp;
+    }
     w->bw_pp = dt_plan_kind_bw(d, group_bandwidth(d, l->world), DT_PLAN_P2P, w->boundary);
     resolve_rates(w, m);
     if (!(w->rate > 0) || !(d->bandwidth > 0) || !(d->mem_bandwidth > 0) ||

@@ -27,10 +27,11 @@ typedef struct dt_plan_work {
     double N, Nt, Nr, C, W, A, F, V, hs, NH; /* local widths, as doubles (DiT: T = S tokens a
                                               * clip, F = 4 C / tp) */
     double B;                                /* sequences (DiT: clips) per micro-batch */
-    double block_floats; /* a GPT block unit's local weights (its 16-bit cast) */
-    double boundary;     /* bytes of one pipeline boundary message */
-    double mem_bw;       /* bytes/s a memory-bound kernel streams at */
-    double act_bw;       /* ... over a micro-batch's activations (dt_plan_pass_bw) */
+    double block_floats;    /* a GPT block unit's local weights (its 16-bit cast) */
+    double boundary;        /* bytes of one pipeline boundary message */
+    double boundary_gather; /* plugin.pp_scatter: seconds to all-gather a received one */
+    double mem_bw;          /* bytes/s a memory-bound kernel streams at */
+    double act_bw;          /* ... over a micro-batch's activations (dt_plan_pass_bw) */
     /* bytes/s a rank moves in each group's collectives: inside a node, or across nodes */
     double bw_tp, bw_sp, bw_grad, bw_pp, bw_cp;
     int cp;            /* the ring of context parallelism */

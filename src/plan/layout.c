@@ -67,6 +67,8 @@ static dt_status split_tokens(const dt_config *c, dt_layout *l) {
     DT_TRY(split_ring(c, l));
     l->rows_tp = c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
     l->rows_split = l->rows_tp ? l->tp : 1;
+    /* only where the tp ranks hold the same whole boundary is there a piece to send */
+    l->pp_scatter = c->plugin.pp_scatter && l->pp > 1 && l->tp > 1 && !l->rows_tp;
     l->tokens_mb = (int64_t)l->mb * l->T_local;
     l->tokens_sp = l->tokens_mb / l->sp;
     l->tokens_rows = l->tokens_sp / l->rows_split;
@@ -241,4 +243,9 @@ dt_plan_rerun dt_plan_ac_rerun(const dt_plugin_config *p, int l) {
 dt_plan_rerun dt_layout_rerun(const dt_layout *l, int block) {
     dt_plugin_config p = {.ac = l->ac, .ac_every = l->ac_every};
     return dt_plan_ac_rerun(&p, block);
+}
+
+void dt_layout_piece(int64_t n, int parts, int part, int64_t *first, int64_t *count) {
+    *first = n * part / parts;
+    *count = n * (part + 1) / parts - *first;
 }

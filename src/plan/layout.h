@@ -56,13 +56,15 @@ typedef struct dt_layout {
      * (dp x cp x sp), and this rank's place in it; ZeRO shards over it */
     int grad_size, grad_rank;
     /* sequences */
-    int B, T;       /* global batch (sequences a step) and tokens a sequence */
-    int T_local;    /* tokens of each sequence this rank's ring place holds: T / cp */
-    bool cp_zigzag; /* plugin.cp_split = zigzag (2 chunks a rank), else contiguous (1) */
-    int rows, row0; /* sequences this dp rank reads a step, from row row0 of the batch */
-    int mb, n_mb;   /* micro-batch rows and micro-batches a step */
-    bool rows_tp;   /* Megatron-SP: the residual rows split over the tp ranks */
-    int rows_split; /* ranks the residual rows split over: tp under Megatron-SP, else 1 */
+    int B, T;        /* global batch (sequences a step) and tokens a sequence */
+    int T_local;     /* tokens of each sequence this rank's ring place holds: T / cp */
+    bool cp_zigzag;  /* plugin.cp_split = zigzag (2 chunks a rank), else contiguous (1) */
+    int rows, row0;  /* sequences this dp rank reads a step, from row row0 of the batch */
+    int mb, n_mb;    /* micro-batch rows and micro-batches a step */
+    bool rows_tp;    /* Megatron-SP: the residual rows split over the tp ranks */
+    int rows_split;  /* ranks the residual rows split over: tp under Megatron-SP, else 1 */
+    bool pp_scatter; /* plugin.pp_scatter in force: pp > 1, tp > 1, the rows whole on each
+                      * tp rank; a boundary travels as tp pieces, all-gathered on arrival */
     int64_t tokens_mb, tokens_sp, tokens_rows; /* of a micro-batch: this ring rank's (mb
                                                 * T_local), this Ulysses rank's (/ sp), this
                                                 * rank's residual rows */
@@ -122,6 +124,9 @@ dt_plan_rerun dt_layout_rerun(const dt_layout *l, int block);
  * when u's backward is, and spans u up to the unit below the previous bucket's lowest), or -1.
  * unit_floats: each unit's local weights. Returns the number of buckets. */
 int dt_grad_buckets(const int64_t *unit_floats, int n_units, double bucket_bytes, int *closes);
+/* Piece `part` of `parts` of n floats (a boundary under plugin.pp_scatter): [*first, *first +
+ * *count), the pieces as even as whole floats allow. */
+void dt_layout_piece(int64_t n, int parts, int part, int64_t *first, int64_t *count);
 /* Units [0, L + 2) this rank holds, and whether it holds unit u. */
 bool dt_layout_holds(const dt_layout *l, int unit);
 

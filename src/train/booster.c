@@ -222,8 +222,10 @@ dt_status dt_booster__build_engine(dt_booster *b) {
         return DT_OK;
     int64_t boundary;
     DT_TRY(dt_booster__largest_boundary(b, &boundary));
-    return dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], b->model,
-                            b->lay.n_slots, b->lay.n_grads, boundary, b->mem, &b->pipeline);
+    dt_comm *scatter = b->lay.pp_scatter ? b->mesh->axis[DT_AXIS_TP] : NULL;
+    return dt_pipeline_init(b->schedule, &b->lay.stages, b->mesh->axis[DT_AXIS_PP], scatter,
+                            b->model, b->lay.n_slots, b->lay.n_grads, boundary, b->mem,
+                            &b->pipeline);
 }
 
 /* may fail on one rank only (its files), so the caller agrees on the outcome */

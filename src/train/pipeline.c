@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/layout.h"
+
 enum { MSG_ACT, MSG_GRAD, MAX_TAG = 32767 }; /* MPI guarantees tags up to 32767 */
 
 /* Buffers a (chunk, mb) takes and gives back: activation slots, boundary gradients. */
@@ -52,6 +54,8 @@ struct dt_pipeline {
     const dt_schedule *s;
     const dt_stage_plan *plan;
     dt_comm *pp;
+    dt_comm *scatter; /* the tp group a boundary is pieced over, or NULL: whole */
+    int *counts;      /* [scatter->size] each piece's floats */
     dt_model *model;
     int rank, n_mb;
     bool split; /* the schedule has W actions */
@@ -75,8 +79,8 @@ static int tag_of(const dt_pipeline *p, int kind, int chunk, int mb) {
 }
 
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_model *model, int n_slots, int n_grads, int64_t boundary_floats,
-                           dt_mem *mem, dt_pipeline **out) {
+                           dt_comm *scatter, dt_model *model, int n_slots, int n_grads,
+                           int64_t boundary_floats, dt_mem *mem, dt_pipeline **out) {
     *out = NULL;
     if (s->pp != plan->pp || s->pp != pp->size || s->pp * s->n_chunks != plan->n_chunks)
         return dt_err_set(DT_ERR_ARG,
@@ -107,6 +111,7 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     *p = (dt_pipeline){.s = s,
                        .plan = plan,
                        .pp = pp,
+                       .scatter = scatter && scatter->size > 1 ? scatter : NULL,
                        .model = model,
                        .rank = pp->rank,
                        .n_mb = s->n_mb,
@@ -120,8 +125,11 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
     p->inbox_of = malloc((size_t)pairs * sizeof *p->inbox_of);
     p->inbox = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox);
     p->inbox_busy = calloc((size_t)p->n_inbox + 1, sizeof *p->inbox_busy);
+    if (p->scatter)
+        p->counts = malloc((size_t)p->scatter->size * sizeof *p->counts);
     dt_status st = DT_OK;
-    if (!pools || !p->recv_act || !p->recv_grad || !p->inbox_of || !p->inbox || !p->inbox_busy)
+    if (!pools || !p->recv_act || !p->recv_grad || !p->inbox_of || !p->inbox || !p->inbox_busy ||
+        (p->scatter && !p->counts))
         st = dt_err_set(DT_ERR_OOM, "pipeline: out of memory");
     size_t bytes = (size_t)boundary_floats * sizeof(float);
     for (int i = 0; st == DT_OK && i < p->n_inbox; i++)
@@ -142,6 +150,7 @@ void dt_pipeline_free(dt_pipeline *p) {
     free(p->inbox);
     free(p->inbox_busy);
     free(p->inbox_of);
+    free(p->counts);
     pool_free(&p->slots);
     pool_free(&p->grads);
     free(p->recv_act);
@@ -194,8 +203,59 @@ static int peer_of(const dt_pipeline *p, int chunk) { return chunk % p->s->pp; }
 static int first_unit(const dt_pipeline *p, int chunk) { return p->plan->first[chunk]; }
 static int end_unit(const dt_pipeline *p, int chunk) { return p->plan->first[chunk + 1]; }
 
-static int64_t boundary_bytes(const dt_pipeline *p, const dt_pipeline_batch *b) {
-    return dt_model_boundary_count(p->model, b->B, b->T) * (int64_t)sizeof(float);
+static int64_t boundary_floats(const dt_pipeline *p, const dt_pipeline_batch *b) {
+    return dt_model_boundary_count(p->model, b->B, b->T);
+}
+
+/* What of the n-float boundary at buf this rank sends or receives: its piece when pieced,
+ * else all of it; *count floats. */
+static float *own_part(const dt_pipeline *p, float *buf, int64_t n, int64_t *count) {
+    if (!p->scatter) {
+        *count = n;
+        return buf;
+    }
+    int64_t first;
+    dt_layout_piece(n, p->scatter->size, p->scatter->rank, &first, count);
+    return buf + first;
+}
+
+static dt_status send_boundary(dt_pipeline *p, float *buf, int64_t n, int peer, int tag,
+                               dt_comm_req *req) {
+    int64_t k;
+    float *part = own_part(p, buf, n, &k);
+    return dt_comm_send(p->pp, part, k * (int64_t)sizeof(float), peer, tag, req);
+}
+
+static dt_status recv_boundary(dt_pipeline *p, float *buf, int64_t n, int peer, int tag,
+                               dt_comm_req *req) {
+    int64_t k;
+    float *part = own_part(p, buf, n, &k);
+    return dt_comm_recv(p->pp, part, k * (int64_t)sizeof(float), peer, tag, req);
+}
+
+/* A received boundary made whole: its pieces all-gathered over the tp group, in place */
+static dt_status gather_boundary(dt_pipeline *p, float *buf, int64_t n) {
+    if (!p->scatter)
+        return DT_OK;
+    int64_t first, k;
+    for (int r = 0; r < p->scatter->size; r++) {
+        dt_layout_piece(n, p->scatter->size, r, &first, &k);
+        p->counts[r] = (int)k;
+    }
+    dt_layout_piece(n, p->scatter->size, p->scatter->rank, &first, &k);
+    return dt_comm_allgather_f32(p->scatter, buf + first, buf, p->counts, NULL);
+}
+
+/* A boundary's receive completed and, pieced, gathered; traced as one wait */
+static dt_status arrived(dt_pipeline *p, dt_comm_req *req, float *buf, int64_t n, int chunk, int mb,
+                         dt_trace *trace, int step) {
+    bool waits = req->active || p->scatter;
+    double t0 = trace ? dt_trace_now(trace) : 0;
+    DT_TRY(dt_comm_wait(p->pp, req));
+    DT_TRY(gather_boundary(p, buf, n));
+    return trace && waits
+               ? dt_trace_add(trace, DT_SPAN_RECV, chunk, mb, step, t0, dt_trace_now(trace))
+               : DT_OK;
 }
 
 /* micro-batch mb of the step's batch */
@@ -236,7 +296,7 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a, const dt_p
                             dt_trace *trace, int step, double *loss_sum) {
     int c = a->stage, mb = a->mb, k = idx(p, c, mb), slot = -1, grad = -1;
     int last = p->plan->n_chunks - 1;
-    int64_t bytes = boundary_bytes(p, b);
+    int64_t n = boundary_floats(p, b);
     const dt_batch in = micro_batch(b, mb);
     dt_model *g = p->model;
     double t0 = trace ? dt_trace_now(trace) : 0;
@@ -252,15 +312,16 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a, const dt_p
                               mb);
         p->inbox_busy[i] = true;
         p->inbox_of[k] = i;
-        return dt_comm_recv(p->pp, p->inbox[i], bytes, peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb),
-                            &p->recv_act[k]);
+        return recv_boundary(p, p->inbox[i], n, peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb),
+                             &p->recv_act[k]);
     }
     case DT_SCHED_OP_F:
         DT_TRY(take(p, &p->slots, c, mb, trace, step, &slot));
         if (p->inbox_of[k] >= 0) { /* the input arrived ahead: into the slot */
-            DT_TRY(wait_traced(p, &p->recv_act[k], DT_SPAN_RECV, c, mb, trace, step));
-            memcpy(dt_model_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T),
-                   p->inbox[p->inbox_of[k]], (size_t)bytes);
+            float *box = p->inbox[p->inbox_of[k]];
+            DT_TRY(arrived(p, &p->recv_act[k], box, n, c, mb, trace, step));
+            memcpy(dt_model_boundary(g, slot, first_unit(p, c) - 1, b->B, b->T), box,
+                   (size_t)n * sizeof(float));
             p->inbox_busy[p->inbox_of[k]] = false;
             p->inbox_of[k] = -1;
         }
@@ -274,17 +335,19 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a, const dt_p
         return dt_trace_add(trace, DT_SPAN_FORWARD, c, mb, step, t0, dt_trace_now(trace));
     case DT_SCHED_OP_SEND_ACT:
         slot = p->slots.of[k];
-        return dt_comm_send(p->pp, dt_model_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T),
-                            bytes, peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb),
-                            &p->slots.b[slot].send);
+        return send_boundary(p, dt_model_boundary(g, slot, end_unit(p, c) - 1, b->B, b->T), n,
+                             peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb),
+                             &p->slots.b[slot].send);
     case DT_SCHED_OP_RECV_GRAD:
         DT_TRY(take(p, &p->grads, c, mb, trace, step, &grad));
-        return dt_comm_recv(p->pp, dt_model_boundary_grad(g, grad, b->B, b->T), bytes,
-                            peer_of(p, c + 1), tag_of(p, MSG_GRAD, c, mb), &p->recv_grad[k]);
+        return recv_boundary(p, dt_model_boundary_grad(g, grad, b->B, b->T), n, peer_of(p, c + 1),
+                             tag_of(p, MSG_GRAD, c, mb), &p->recv_grad[k]);
     case DT_SCHED_OP_B:
         slot = p->slots.of[k];
         DT_TRY(take(p, &p->grads, c, mb, trace, step, &grad)); /* the last chunk's starts here */
-        DT_TRY(wait_traced(p, &p->recv_grad[k], DT_SPAN_RECV, c, mb, trace, step));
+        if (c < last) /* its output's gradient, from the next chunk */
+            DT_TRY(arrived(p, &p->recv_grad[k], dt_model_boundary_grad(g, grad, b->B, b->T), n, c,
+                           mb, trace, step));
         t0 = trace ? dt_trace_now(trace) : 0;
         DT_TRY(dt_model_backward_units(g, slot, grad, first_unit(p, c), end_unit(p, c), &in,
                                        p->split));
@@ -303,9 +366,8 @@ static dt_status run_action(dt_pipeline *p, const dt_sched_action *a, const dt_p
         return DT_OK;
     case DT_SCHED_OP_SEND_GRAD:
         grad = p->grads.of[k];
-        DT_TRY(dt_comm_send(p->pp, dt_model_boundary_grad(g, grad, b->B, b->T), bytes,
-                            peer_of(p, c - 1), tag_of(p, MSG_GRAD, c - 1, mb),
-                            &p->grads.b[grad].send));
+        DT_TRY(send_boundary(p, dt_model_boundary_grad(g, grad, b->B, b->T), n, peer_of(p, c - 1),
+                             tag_of(p, MSG_GRAD, c - 1, mb), &p->grads.b[grad].send));
         give(p, &p->grads, c, mb); /* reusable once the send completes (take waits) */
         if (dt_sched_gives_slot(a, p->split))
             give(p, &p->slots, c, mb);
@@ -334,20 +396,23 @@ dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *
 dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb, double *loss_sum) {
     *loss_sum = 0;
     int last = p->plan->n_chunks - 1;
-    int64_t bytes = boundary_bytes(p, b);
+    int64_t n = boundary_floats(p, b);
     dt_model *g = p->model;
     dt_model_begin_eval(g);
     for (int mb = 0; mb < n_mb; mb++) {
         const dt_batch in = micro_batch(b, mb);
         for (int c = p->rank; c <= last; c += p->s->pp) {
             int u0 = first_unit(p, c), u1 = end_unit(p, c);
-            if (c > 0)
-                DT_TRY(dt_comm_recv(p->pp, dt_model_boundary(g, 0, u0 - 1, b->B, b->T), bytes,
-                                    peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb), NULL));
+            if (c > 0) {
+                float *in_ = dt_model_boundary(g, 0, u0 - 1, b->B, b->T);
+                DT_TRY(
+                    recv_boundary(p, in_, n, peer_of(p, c - 1), tag_of(p, MSG_ACT, c, mb), NULL));
+                DT_TRY(gather_boundary(p, in_, n));
+            }
             DT_TRY(dt_model_forward_units(g, 0, u0, u1, &in));
             if (c < last) {
-                DT_TRY(dt_comm_send(p->pp, dt_model_boundary(g, 0, u1 - 1, b->B, b->T), bytes,
-                                    peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb), NULL));
+                DT_TRY(send_boundary(p, dt_model_boundary(g, 0, u1 - 1, b->B, b->T), n,
+                                     peer_of(p, c + 1), tag_of(p, MSG_ACT, c + 1, mb), NULL));
             } else {
                 double part;
                 DT_TRY(dt_model_loss_slot(g, 0, &in, 0.0f, false, &part));

@@ -11,6 +11,12 @@
  * inbox buffer (one boundary tensor) and is copied into the slot at the forward.
  * dt_sched_slots (plan/schedule.h) tells how many slots a schedule needs on a rank (GPipe:
  * all micro-batches; 1F1B: pp - r on stage r).
+ *
+ * Scattered boundaries (plugin.pp_scatter, dt_layout.pp_scatter): where the tp ranks of a
+ * stage all hold the same whole boundary, each sends only its piece (dt_layout_piece) to its
+ * peer of the next stage, and the receiving stage's tp group all-gathers the pieces, in place,
+ * when the data is needed. Between machines that is 1/tp of the bytes; inside one, a gather
+ * more.
  */
 #ifndef DT_TRAIN_PIPELINE_H
 #define DT_TRAIN_PIPELINE_H
@@ -29,10 +35,11 @@ typedef struct dt_pipeline dt_pipeline;
 /* Checks that the schedule fits the plan (chunks, ranks) and the model was built with enough
  * slots and boundary gradient buffers (n_grads); boundary_floats: the largest boundary a
  * micro-batch carries (dt_model_boundary_count of the largest micro-batch, of every shape the model
- * trains on). Borrows all. */
+ * trains on). scatter: the tp group whose pieces make a boundary, or NULL to send it whole.
+ * Borrows all. */
 dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_comm *pp,
-                           dt_model *model, int n_slots, int n_grads, int64_t boundary_floats,
-                           dt_mem *mem, dt_pipeline **out);
+                           dt_comm *scatter, dt_model *model, int n_slots, int n_grads,
+                           int64_t boundary_floats, dt_mem *mem, dt_pipeline **out);
 void dt_pipeline_free(dt_pipeline *p);
 
 /* The step's micro-batches, one after another: micro-batch mb's input at byte

@@ -65,6 +65,8 @@ case_ dit_cp2_zbh1_selective 4 "${ring[@]}" $(pp zbh1 2) $(ac selective)
 # text: the cross-attention's region ops, the text's gradient summed over tp, boundaries
 case_ dit_text_tp2_split_gather_pp2_zbh1 4 --model.text_len=12 --plugin.tp_size=2 $sg \
     $(pp zbh1 2)
+case_ dit_text_tp2_pp2_scatter 4 --model.text_len=12 --plugin.tp_size=2 $(pp 1f1b 2) \
+    --plugin.pp_scatter=true
 case_ dit_text_tp2_sp2_selective 4 --model.text_len=12 --plugin.tp_size=2 --plugin.sp_size=2 \
     $(ac selective)
 sp_of() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["comm_bytes_sp"])' "$1"; }

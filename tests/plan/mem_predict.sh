@@ -68,6 +68,7 @@ case_ gpt2_pp2_zbh1_bf16 gpt2 2 $(pp zbh1 4) $bf16
 case_ llama_pp2_interleaved llama 2 $(pp interleaved 2) --plugin.pp_chunks=2
 case_ gpt2_pp2_zbh1_dp2_zero2 gpt2 4 $(pp zbh1 2) $(z 2)
 case_ llama_pp2_tp2_zero3 llama 4 $(pp 1f1b 2) --plugin.tp_size=2 $(z 3) --model.n_layer=3
+case_ gpt2_pp2_tp2_scatter gpt2 4 $(pp zbh1 2) --plugin.tp_size=2 --plugin.pp_scatter=true
 "$dtrain" schedule --pp 2 --microbatches 4 --kind zbh1 > zbh1.txt
 case_ llama_pp2_file_schedule llama 2 --plugin.pp_size=2 --plugin.pp_schedule=file:zbh1.txt \
     --plugin.microbatches=4

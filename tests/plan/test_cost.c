@@ -83,6 +83,29 @@ static void test_pipeline(void) {
     DT_CHECK(b_int < b_1f1b, "interleaved bubble %.4f < 1f1b %.4f", b_int, b_1f1b);
 }
 
+/* plugin.pp_scatter: pp 2 x tp 2 with nothing costing but the messages between the stages'
+ * machines (nodes of 2 ranks, the tp group inside one at no cost, the pipeline across at 1e7
+ * bytes/s): each message is a tp piece, gathered for free, so the step, which is messages
+ * alone, halves; with Megatron-SP the boundary is split already and nothing changes. */
+static void test_scatter(void) {
+    dt_config c = tiny();
+    c.model.n_layer = 2, c.model.n_embd = 64, c.model.n_head = 4;
+    c.train.batch_size = 4;
+    c.plugin.pp_size = 2, c.plugin.tp_size = 2, c.plugin.microbatches = 4;
+    dt_plan_device d = FAST_NET;
+    d.flops_fp32 = d.flops_16 = 1e30;
+    d.node_size = 2, d.inter_bandwidth = 1e7;
+    double whole = step(&c, 4, &d, NULL);
+    c.plugin.pp_scatter = true;
+    double pieces = step(&c, 4, &d, NULL);
+    DT_CHECK(whole > 1e-4, "the messages cost: %g s", whole);
+    DT_CHECK_CLOSE(pieces, whole / 2, 1e-9);
+    c.plugin.sp_mode = DT_SP_SPLIT_GATHER;
+    double sg = step(&c, 4, &d, NULL);
+    c.plugin.pp_scatter = false;
+    DT_CHECK_CLOSE(sg, step(&c, 4, &d, NULL), 1e-12);
+}
+
 static void test_levers(void) {
     dt_config c = tiny();
     c.model.n_layer = 4, c.model.n_embd = 64, c.model.n_head = 4;
@@ -499,6 +522,7 @@ int main(int argc, char **argv) {
     test_sp_kinds();
     test_by_hand();
     test_pipeline();
+    test_scatter();
     test_levers();
     test_features();
     test_tp_passes();

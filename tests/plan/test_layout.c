@@ -3,7 +3,8 @@
  * is read by exactly one dp rank per (pp, sp, tp) place, in whole micro-batches; that the
  * gradient groups partition the world into groups of dp x sp ranks with places 0..size-1;
  * that every unit is held by exactly one pipeline rank per chunk; where gradients live; each
- * refusal names its key; and that a schedule's slots and inbox are recorded per rank.
+ * refusal names its key; that a schedule's slots and inbox are recorded per rank; and where
+ * boundaries travel in pieces.
  */
 #include <stdio.h>
 #include <string.h>
@@ -178,6 +179,33 @@ static void check_grad_buckets(void) {
              "a bucket a unit, the last unit's first");
 }
 
+/* plugin.pp_scatter is in force only where a stage's tp ranks hold the same whole boundary;
+ * the pieces tile it, as even as whole floats allow (10 over 4: 2, 3, 2, 3) */
+static void check_scatter(void) {
+    dt_config c = base(4, 8, 4);
+    c.plugin.pp_scatter = true;
+    c.plugin.pp_size = 2, c.plugin.tp_size = 2;
+    dt_layout l;
+    DT_CHECK_OK(dt_layout_make(&c, 4, 3, &l));
+    DT_CHECK(l.pp_scatter, "pp 2 x tp 2 pieces its boundaries");
+    c.plugin.sp_mode = DT_SP_SPLIT_GATHER;
+    DT_CHECK_OK(dt_layout_make(&c, 4, 3, &l));
+    DT_CHECK(!l.pp_scatter, "Megatron-SP's boundary is already split over tp");
+    c.plugin.sp_mode = DT_SP_ALL_TO_ALL, c.plugin.tp_size = 1;
+    DT_CHECK_OK(dt_layout_make(&c, 2, 1, &l));
+    DT_CHECK(!l.pp_scatter, "tp 1: nothing to piece");
+    c.plugin.pp_size = 1, c.plugin.tp_size = 2;
+    DT_CHECK_OK(dt_layout_make(&c, 2, 1, &l));
+    DT_CHECK(!l.pp_scatter, "pp 1: no boundary");
+    int64_t first[4], count[4], want_first[4] = {0, 2, 5, 7}, want_count[4] = {2, 3, 2, 3};
+    for (int k = 0; k < 4; k++) {
+        dt_layout_piece(10, 4, k, &first[k], &count[k]);
+        DT_CHECK(first[k] == want_first[k] && count[k] == want_count[k],
+                 "piece %d of 10 over 4: [%lld, +%lld)", k, (long long)first[k],
+                 (long long)count[k]);
+    }
+}
+
 static void check_refusals(void) {
     struct {
         int world, B, mbs, n_mb, type;
@@ -241,6 +269,7 @@ int main(int argc, char **argv) {
     check_stages();
     check_grad_home();
     check_grad_buckets();
+    check_scatter();
     check_refusals();
     check_reruns();
     return DT_TEST_END();

@@ -3,7 +3,8 @@
 # invariant 1): per-step losses (train and validation) and exported weights within 1e-5
 # relative in fp32, for both attention kinds: Ulysses sp 2 and 4 (all_to_all), dp2 x sp2 x
 # ZeRO-2 with micro-batches, a 2-stage pipeline (alone, 1F1B with sp 2, and zero-bubble
-# ZB-H1), ZeRO-3 with full activation checkpointing, and tp 2; the ring (cp 2, zigzag and
+# ZB-H1, and tp 2 x pp 2 with boundaries in pieces), ZeRO-3 with full activation
+# checkpointing, and tp 2; the ring (cp 2, zigzag and
 # contiguous) alone and with Ulysses, dp x ZeRO-2, tp with selective checkpointing, 1F1B; a checkpoint of sp2 x dp2
 # resumes in one process. A bf16 run trains (its losses track fp32's within bf16 tolerance). A split that does not divide (tokens % sp, heads % sp) and a
 # clip that does not divide into patches are one clear error on every rank, before the first
@@ -31,6 +32,8 @@ for attn in spatial_temporal full; do
     same "${attn}_tp2" 2 "${hy[@]}" --plugin.tp_size=2
     same "${attn}_pp2_zbh1" 2 "${hy[@]}" --plugin.pp_size=2 --plugin.microbatches=2 \
         --plugin.pp_schedule=zbh1
+    same "${attn}_tp2_pp2_scatter" 4 "${hy[@]}" --plugin.tp_size=2 --plugin.pp_size=2 \
+        --plugin.microbatches=2 --plugin.pp_scatter=true
     # the ring (context parallelism): full and temporal attention go around it, spatial
     # attention stays on the ring rank's whole frames
     same "${attn}_cp2" 2 "${hy[@]}" --plugin.cp_size=2

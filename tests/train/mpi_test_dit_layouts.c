@@ -151,7 +151,7 @@ static void run(dt_comm *world, const dt_model_config *mc, const layout *L, cons
     DT_CHECK_OK(dt_mem_init(&mem));
     DT_CHECK_OK(dt_engine_init(mc, &oc, &eo, grp, mem, &e));
     if (e && L->pp > 1)
-        DT_CHECK_OK(dt_pipeline_init(sched, &plan, pp, dt_engine_model(e), n_slots, n_grads,
+        DT_CHECK_OK(dt_pipeline_init(sched, &plan, pp, NULL, dt_engine_model(e), n_slots, n_grads,
                                      dt_model_boundary_count(dt_engine_model(e), mb, S), mem,
                                      &pipe));
     if (!e || (L->pp > 1 && !pipe))

@@ -585,7 +585,7 @@ static void run_pipeline(dt_comm *w, int zero, const float *x, const float *y) {
     if (s)
         DT_CHECK_OK(dt_engine_init(&mc, &oc, &eo, dp, mem, &e));
     if (e)
-        DT_CHECK_OK(dt_pipeline_init(s, &plan, pp, dt_engine_model(e), n_slots, n_grads,
+        DT_CHECK_OK(dt_pipeline_init(s, &plan, pp, NULL, dt_engine_model(e), n_slots, n_grads,
                                      dt_model_boundary_count(dt_engine_model(e), mb, 1), mem,
                                      &pipe));
     if (!pipe)

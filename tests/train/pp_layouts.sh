@@ -4,7 +4,8 @@
 # 2 pp micro-batches, ZB-H1 (split backward) likewise and with dp x ZeRO 1-3 and tp x
 # split_gather, interleaved 1F1B with 2 chunks per rank likewise, uneven pp_layers, and the
 # compositions pp2 x dp2 with ZeRO 1, 2 and 3, pp2 x tp2, pp2 x sp2 and pp2 x tp2 x dp2 on
-# 8 ranks. Checkpoints: bit-exact resume at pp2 x dp2 ZeRO-3, and a pp 2 checkpoint resumed in
+# 8 ranks; boundaries sent in tp pieces (plugin.pp_scatter) under 1F1B, ZB-H1 and interleaved,
+# the same bits as whole. Checkpoints: bit-exact resume at pp2 x dp2 ZeRO-3, and a pp 2 checkpoint resumed in
 # one process. A step trace is written and shows idle spans. Broken schedules given with
 # pp_schedule=file: are rejected on every rank, naming the first offending action.
 #   pp_layouts.sh DTRAIN SRC_DIR ARCH
@@ -61,6 +62,21 @@ for zero in 1 2 3; do
         --plugin.microbatches=2
 done
 same pp2_tp2 4 --plugin.pp_size=2 --plugin.tp_size=2 --plugin.microbatches=2
+# boundaries in pieces (plugin.pp_scatter): each tp rank sends its half, the next stage's tp
+# group gathers them; the same bits as whole messages, and half the bytes between stages
+same pp2_tp2_scatter 4 --plugin.pp_size=2 --plugin.tp_size=2 --plugin.microbatches=2 \
+    --plugin.pp_scatter=true
+identical pp2_tp2_scatter pp2_tp2
+check "pp_scatter halves the bytes between stages" /usr/bin/python3 -c '
+import json, sys
+whole, piece = ([json.loads(l)["comm_bytes_pp"] for l in open(f)][-1] for f in sys.argv[1:])
+norm = 8  # the gradient norm all-reduce over pp (2 ranks: 2 x 8 x 1/2 bytes)
+print(whole, piece)
+sys.exit(0 if whole - norm == 2 * (piece - norm) else 1)' pp2_tp2.jsonl pp2_tp2_scatter.jsonl
+same pp2_zbh1_tp2_scatter 4 --plugin.pp_size=2 --plugin.pp_schedule=zbh1 --plugin.tp_size=2 \
+    --plugin.microbatches=2 --plugin.pp_scatter=true
+same pp2_interleaved_tp2_scatter 4 --plugin.pp_size=2 --plugin.pp_schedule=interleaved \
+    --plugin.pp_chunks=2 --plugin.tp_size=2 --plugin.microbatches=2 --plugin.pp_scatter=true
 same pp2_sp2 4 --plugin.pp_size=2 --plugin.sp_size=2 --plugin.microbatches=2
 same pp2_tp2_dp2_zero2 8 --plugin.pp_size=2 --plugin.tp_size=2 --plugin.type=zero2 \
     --plugin.microbatches=2
