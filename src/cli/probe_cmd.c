@@ -12,10 +12,9 @@
  * typically). A kind's rate inverts the planner's model of it (plan/cost.h): rate = model bytes /
  * (seconds - latency), the latency being an 8-byte all-reduce's time between barriers. The exposed
  * share: an all-reduce posted before a matmul loop as long as it, tested between eight pieces of
- * the loop (the engine tests its reductions between units), and the loop alone, alternating:
- * the median of (both - loop) / all-reduce, within [0, 2] (above 1: the two side by side take
- * longer than one after the other, as on cores that the collective's copies and the matmuls
- * share).
+ * the loop (the engine tests its reductions between units), against the loop alone: (both - loop) /
+ * all-reduce, within [0, 2] (above 1: the two side by side take longer than one after the other, as
+ * on cores that the collective's copies and the matmuls share).
  */
 #include "cli/probe_cmd.h"
 
@@ -139,23 +138,15 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* seconds of one run of operation k on this rank, between barriers */
-static dt_status time_once(probe *x, op_kind k, double *out) {
-    DT_TRY(dt_comm_barrier(x->c));
-    double t0 = dt_now();
-    DT_TRY(run_op(x, k));
-    *out = dt_now() - t0;
-    return DT_OK;
-}
-
 /* seconds of one run on this rank: the median over the runs (rank 0's figures are printed) */
 static dt_status time_op(probe *x, op_kind k, double *out) {
     double t[MAX_REPS];
     for (int r = -1; r < x->reps; r++) {
-        double s;
-        DT_TRY(time_once(x, k, &s));
+        DT_TRY(dt_comm_barrier(x->c));
+        double t0 = dt_now();
+        DT_TRY(run_op(x, k));
         if (r >= 0)
-            t[r] = s;
+            t[r] = dt_now() - t0;
     }
     qsort(t, (size_t)x->reps, sizeof *t, by_value);
     *out = t[x->reps / 2];
@@ -224,35 +215,25 @@ static dt_status measure_rates(probe *x, double t_lat, double r[DT_PLAN_COLL_COU
     return DT_OK;
 }
 
-/* The exposed share of an all-reduce of t_ar seconds beside a matmul loop about as long. The
- * loop alone and the loop with the all-reduce alternate, and the share is the median of their
- * differences: neighbours in time, so a change of the machine's pace between them cancels (a
- * median of each apart gave shares from 0.45 to above 1 in probes minutes apart). */
+/* the exposed share of an all-reduce of t_ar seconds beside a matmul loop about as long */
 static dt_status measure_share(probe *x, double t_ar, double *share) {
-    double d[MAX_REPS], mm[MAX_REPS], t_alone;
+    double t_mm, t_both, t_alone;
     DT_TRY(matmul_piece(x)); /* the first product sets the library up */
     double one = dt_now();
     DT_TRY(matmul_piece(x));
     one = dt_now() - one;
     x->loops = (int)(t_ar / (one > 1e-6 ? one : 1e-6)) + 1;
     x->loops = x->loops < PIECES ? PIECES : x->loops;
+    DT_TRY(time_op(x, OP_MATMUL, &t_mm));
     DT_TRY(time_op(x, OP_MATMUL_ALONE, &t_alone));
-    for (int r = -1; r < x->reps; r++) {
-        double t_mm, t_both;
-        DT_TRY(time_once(x, OP_MATMUL, &t_mm));
-        DT_TRY(time_once(x, OP_OVERLAP, &t_both));
-        if (r >= 0)
-            d[r] = t_both - t_mm, mm[r] = t_mm;
-    }
-    qsort(d, (size_t)x->reps, sizeof *d, by_value);
-    qsort(mm, (size_t)x->reps, sizeof *mm, by_value);
-    double s = d[x->reps / 2] / t_ar;
+    DT_TRY(time_op(x, OP_OVERLAP, &t_both));
+    double s = (t_both - t_mm) / t_ar;
     *share = s < 0 ? 0 : s > 2 ? 2 : s;
     if (x->c->rank == 0)
         fprintf(stderr,
-                "dtrain probe: all-reduce beside %.2f ms of matmuls: %.2f ms more, exposed share "
+                "dtrain probe: all-reduce beside %.2f ms of matmuls: %.2f ms, exposed share "
                 "%.2f; the matmuls on rank 0 alone %.2f ms\n",
-                1e3 * mm[x->reps / 2], 1e3 * d[x->reps / 2], *share, 1e3 * t_alone);
+                1e3 * t_mm, 1e3 * t_both, *share, 1e3 * t_alone);
     return DT_OK;
 }
 
