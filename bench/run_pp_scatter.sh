@@ -5,7 +5,8 @@
 # link throttled to SCATTER_RATE each way (tc's token bucket on each host's interface); the
 # two tp ranks of a stage talk inside their host. Runs with and without pieces alternate;
 # prints each run's median step time (steps 3-8) and the bytes its rank 0 sent to the other
-# stage in the last step, then the medians. Needs root and iproute2.
+# stage in the last step and its last loss (the same with and without pieces), then the
+# medians. Needs root and iproute2.
 #
 #   bash bench/run_pp_scatter.sh
 #
@@ -64,11 +65,11 @@ run() { # $1: name, $2: pp_scatter
 import json, statistics, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
 print(f"| {sys.argv[2]} | {statistics.median(s['step_ms'] for s in m[2:8]):.1f} | "
-      f"{m[-1]['comm_bytes_pp']} | {m[-1]['comm_bytes_tp']} |")
+      f"{m[-1]['comm_bytes_pp']} | {m[-1]['comm_bytes_tp']} | {m[-1]['loss']:.6f} |")
 PY
 }
-echo "| run | step ms (median of steps 3-8) | bytes to the other stage (rank 0, last step) | bytes in the tp group |"
-echo "|---|---:|---:|---:|"
+echo "| run | step ms (median of steps 3-8) | bytes to the other stage (rank 0, last step) | bytes in the tp group | last loss |"
+echo "|---|---:|---:|---:|---:|"
 for r in $(seq "$ROUNDS"); do
     run "whole$r" false | tee -a "$WORK/rows.md"
     run "pieces$r" true | tee -a "$WORK/rows.md"
