@@ -176,7 +176,8 @@ typedef struct dt_plugin_config {
     int pp_chunks;
     /* tp > 1 without Megatron-SP, where every tp rank holds the whole boundary: each sends its
      * 1/tp piece to the next stage, whose tp group all-gathers it (Narayanan et al. 2021's
-     * scatter/gather: the messages between machines shrink tp-fold) */
+     * scatter/gather: the messages between machines shrink tp-fold). Not for a DiT with text,
+     * whose text gradient is partial over tp: it sends whole. */
     bool pp_scatter;
     float bucket_mb;
     bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */

@@ -67,8 +67,10 @@ static dt_status split_tokens(const dt_config *c, dt_layout *l) {
     DT_TRY(split_ring(c, l));
     l->rows_tp = c->plugin.sp_mode == DT_SP_SPLIT_GATHER;
     l->rows_split = l->rows_tp ? l->tp : 1;
-    /* only where the tp ranks hold the same whole boundary is there a piece to send */
-    l->pp_scatter = c->plugin.pp_scatter && l->pp > 1 && l->tp > 1 && !l->rows_tp;
+    /* only where the tp ranks hold the same whole boundary, and the same gradient of it, is
+     * there a piece to send: a DiT's text gradient is partial over tp (models/dit_text.c) */
+    bool text = c->model.arch == DT_ARCH_DIT && c->model.text_len > 0;
+    l->pp_scatter = c->plugin.pp_scatter && l->pp > 1 && l->tp > 1 && !l->rows_tp && !text;
     l->tokens_mb = (int64_t)l->mb * l->T_local;
     l->tokens_sp = l->tokens_mb / l->sp;
     l->tokens_rows = l->tokens_sp / l->rows_split;

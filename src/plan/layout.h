@@ -64,7 +64,8 @@ typedef struct dt_layout {
     bool rows_tp;    /* Megatron-SP: the residual rows split over the tp ranks */
     int rows_split;  /* ranks the residual rows split over: tp under Megatron-SP, else 1 */
     bool pp_scatter; /* plugin.pp_scatter in force: pp > 1, tp > 1, the rows whole on each
-                      * tp rank; a boundary travels as tp pieces, all-gathered on arrival */
+                      * tp rank, and not a DiT with text (its text gradient is partial over
+                      * tp); a boundary travels as tp pieces, all-gathered on arrival */
     int64_t tokens_mb, tokens_sp, tokens_rows; /* of a micro-batch: this ring rank's (mb
                                                 * T_local), this Ulysses rank's (/ sp), this
                                                 * rank's residual rows */

@@ -1,6 +1,7 @@
 /* Pipeline executor. See pipeline.h. */
 #include "train/pipeline.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,11 @@ dt_status dt_pipeline_init(const dt_schedule *s, const dt_stage_plan *plan, dt_c
                           "pipeline: rank %d needs %d activation slots, the model "
                           "has %d",
                           pp->rank, need, n_slots);
+    if (scatter && scatter->size > 1 && boundary_floats / scatter->size >= INT_MAX)
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "pipeline: a boundary of %lld floats is too large to gather in %d "
+                          "pieces (plugin.pp_scatter)",
+                          (long long)boundary_floats, scatter->size);
     if ((need = dt_sched_grads(s, pp->rank)) > n_grads)
         return dt_err_set(DT_ERR_ARG,
                           "pipeline: rank %d needs %d gradient buffers, the model "

@@ -13,10 +13,10 @@
  * all micro-batches; 1F1B: pp - r on stage r).
  *
  * Scattered boundaries (plugin.pp_scatter, dt_layout.pp_scatter): where the tp ranks of a
- * stage all hold the same whole boundary, each sends only its piece (dt_layout_piece) to its
- * peer of the next stage, and the receiving stage's tp group all-gathers the pieces, in place,
- * when the data is needed. Between machines that is 1/tp of the bytes; inside one, a gather
- * more.
+ * stage all hold the same whole boundary and the same gradient of it, each sends only its
+ * piece (dt_layout_piece) to its peer of the next stage, and the receiving stage's tp group
+ * all-gathers the pieces, in place, when the data is needed. Between machines that is 1/tp of
+ * the bytes; inside one, a gather more.
  */
 #ifndef DT_TRAIN_PIPELINE_H
 #define DT_TRAIN_PIPELINE_H

@@ -65,7 +65,9 @@ case_ dit_cp2_zbh1_selective 4 "${ring[@]}" $(pp zbh1 2) $(ac selective)
 # text: the cross-attention's region ops, the text's gradient summed over tp, boundaries
 case_ dit_text_tp2_split_gather_pp2_zbh1 4 --model.text_len=12 --plugin.tp_size=2 $sg \
     $(pp zbh1 2)
-case_ dit_text_tp2_pp2_scatter 4 --model.text_len=12 --plugin.tp_size=2 $(pp 1f1b 2) \
+# boundaries in tp pieces (with text they travel whole: its gradient is partial over tp)
+case_ dit_tp2_pp2_scatter 4 --plugin.tp_size=2 $(pp 1f1b 2) --plugin.pp_scatter=true
+case_ dit_text_tp2_pp2_scatter_whole 4 --model.text_len=12 --plugin.tp_size=2 $(pp 1f1b 2) \
     --plugin.pp_scatter=true
 case_ dit_text_tp2_sp2_selective 4 --model.text_len=12 --plugin.tp_size=2 --plugin.sp_size=2 \
     $(ac selective)

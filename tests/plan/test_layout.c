@@ -191,6 +191,14 @@ static void check_scatter(void) {
     c.plugin.sp_mode = DT_SP_SPLIT_GATHER;
     DT_CHECK_OK(dt_layout_make(&c, 4, 3, &l));
     DT_CHECK(!l.pp_scatter, "Megatron-SP's boundary is already split over tp");
+    c.plugin.sp_mode = DT_SP_ALL_TO_ALL;
+    c.model.arch = DT_ARCH_DIT, c.model.text_len = 12;
+    DT_CHECK_OK(dt_layout_make(&c, 4, 3, &l));
+    DT_CHECK(!l.pp_scatter, "a DiT's text gradient differs between tp ranks: whole");
+    c.model.text_len = 0;
+    DT_CHECK_OK(dt_layout_make(&c, 4, 3, &l));
+    DT_CHECK(l.pp_scatter, "a DiT without text pieces its boundaries");
+    c.model.arch = DT_ARCH_GPT2;
     c.plugin.sp_mode = DT_SP_ALL_TO_ALL, c.plugin.tp_size = 1;
     DT_CHECK_OK(dt_layout_make(&c, 2, 1, &l));
     DT_CHECK(!l.pp_scatter, "tp 1: nothing to piece");
