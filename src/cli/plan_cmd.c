@@ -212,6 +212,42 @@ static void print_nothing_fits(const dt_plan_cands *l, int64_t mem, const dt_con
              gib(best->total), lay);
 }
 
+enum { DEVICE_FLAGS = 1024 + DT_PLAN_COLL_SIZES * 96 };
+
+/* The device as the flags that give it again without measuring (--show-device, and
+ * --explain's "device": a plan on `this` can be repeated, or compared with another's figures).
+ * out: DEVICE_FLAGS bytes. */
+static void device_flags(const dt_plan_device *d, int64_t mem, char *out) {
+    size_t n = DEVICE_FLAGS;
+    int k = snprintf(out, n,
+                     "--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g "
+                     "--latency %.6g --mem %lld",
+                     d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency,
+                     (long long)mem);
+    const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm,
+                                &d->act,       &d->norm_16, &d->act_16};
+    const char *flag[] = {"--attn", "--attn16", "--norm", "--act", "--norm16", "--act16"};
+    for (int i = 0; i < 6; i++)
+        if (r[i]->fwd > 0 && r[i]->bwd > 0)
+            k += snprintf(out + k, n - (size_t)k, " %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
+    if (d->act_bandwidth > 0)
+        k += snprintf(out + k, n - (size_t)k, " --act-bandwidth %.6g --act-bytes %.0f",
+                      d->act_bandwidth, d->act_bytes);
+    k += snprintf(out + k, n - (size_t)k, " --disk %.6g,%.6g", d->disk_write, d->disk_read);
+    for (int i = 0; i < d->n_coll; i++) {
+        const double *c = d->coll[i];
+        k += snprintf(out + k, n - (size_t)k, " --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g", c[0], c[1],
+                      c[2], c[3], c[4]);
+        if (d->coll_at[i] > 0)
+            k += snprintf(out + k, n - (size_t)k, "@%.0f", d->coll_at[i]);
+    }
+    if (d->n_coll > 0)
+        k += snprintf(out + k, n - (size_t)k, " --exposed-share %.4g", d->exposed_share);
+    k += snprintf(out + k, n - (size_t)k, " --overlap %s", hides_name(d->hides));
+    if (d->step_ratio > 0)
+        snprintf(out + k, n - (size_t)k, " --step-ratio %.4g", d->step_ratio);
+}
+
 /* Each bucket of clip shape alone on the rank: its clip, batch, share of the steps, memory,
  * step time and bytes per comm, as "buckets": [...]; returns the characters written. */
 static int explain_buckets(const dt_config *c, const dt_buckets *bk, int world, int rank,
@@ -288,7 +324,7 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
      * datasheet or measured matmul peak for the run's precision over the predicted step */
     double peak = c->plugin.precision == DT_PREC_FP32 ? dev->flops_fp32 : dev->flops_16;
     double mfu = t.step_s > 0 && peak > 0 ? dt_plan_step_flops(c) / (t.step_s * world * peak) : 0;
-    char extra[900 + DT_MAX_BUCKETS * 320];
+    char extra[900 + DT_MAX_BUCKETS * 320 + DEVICE_FLAGS + 16], flags[DEVICE_FLAGS];
     int k = snprintf(extra, sizeof extra,
                      ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, \"n_grads\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
@@ -300,6 +336,8 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     if (dev->step_ratio > 0) /* the measured step over the modelled one, scaling its passes */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"step_ratio\": %.4f",
                       dev->step_ratio);
+    device_flags(dev, mem, flags); /* numbers and flag names: nothing to escape */
+    k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"device\": \"%s\"", flags);
     if (t.cores_s > 0) /* ranks sharing too few cores: their CPU time over the cores */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"cores_ms\": %.3f", 1e3 * t.cores_s);
     if (m.act_disk_file > 0)
@@ -586,40 +624,15 @@ int dt_cli_plan(int argc, char **argv) {
     return rc;
 }
 
-static void print_device(const dt_plan_device *d, int64_t mem) {
-    printf("--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g --latency %.6g "
-           "--mem %lld",
-           d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency, (long long)mem);
-    const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm,
-                                &d->act,       &d->norm_16, &d->act_16};
-    const char *flag[] = {"--attn", "--attn16", "--norm", "--act", "--norm16", "--act16"};
-    for (int i = 0; i < 6; i++)
-        if (r[i]->fwd > 0 && r[i]->bwd > 0)
-            printf(" %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
-    if (d->act_bandwidth > 0)
-        printf(" --act-bandwidth %.6g --act-bytes %.0f", d->act_bandwidth, d->act_bytes);
-    printf(" --disk %.6g,%.6g", d->disk_write, d->disk_read);
-    for (int i = 0; i < d->n_coll; i++) {
-        const double *r = d->coll[i];
-        printf(" --coll-bw %.6g,%.6g,%.6g,%.6g,%.6g", r[0], r[1], r[2], r[3], r[4]);
-        if (d->coll_at[i] > 0)
-            printf("@%.0f", d->coll_at[i]);
-    }
-    if (d->n_coll > 0)
-        printf(" --exposed-share %.4g", d->exposed_share);
-    printf(" --overlap %s", hides_name(d->hides));
-    if (d->step_ratio > 0)
-        printf(" --step-ratio %.4g", d->step_ratio);
-    printf("\n");
-}
-
 static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
     args a = *a_;
     const dt_plan_device dev = *dev_;
     dt_status st;
     int64_t mem = a.mem > 0 ? a.mem : dev_mem;
     if (a.show_device) { /* the flags that reproduce this device without measuring again */
-        print_device(&dev, mem);
+        char flags[DEVICE_FLAGS];
+        device_flags(&dev, mem, flags);
+        printf("%s\n", flags);
         return 0;
     }
     if (a.explain)

@@ -89,6 +89,17 @@ dev2=$(env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMP_NUM_T
     ok "device this: no mpirun, one warning" || bad "device this without mpirun: $dev2"
 "$dtrain" plan --world 8 --device h100-80gb --show-device | grep -q -- "--overlap tp,dp" \
     && ok "the GPU presets hide tp and dp" || bad "h100 --overlap"
+# --explain names the device it planned on, as the flags that plan it again to the same step
+ex=(--config "$cfg" --world 8 --device h100-80gb --explain --plugin.tp_size=2 --plugin.pp_size=2)
+e1=$("$dtrain" plan "${ex[@]}")
+flags=$(/usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[1])["device"])' "$e1")
+# shellcheck disable=SC2086  # the flags are words
+e2=$("$dtrain" plan "${ex[@]}" $flags)
+/usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert a["device"] == b["device"] and a["predicted"] == b["predicted"], (a, b)
+' "$e1" "$e2" && ok "--explain's device plans again the same" || bad "--explain device: $e1 / $e2"
 # what the device's software hides: tp's collectives under sequence parallelism, a pipeline's
 # reduction (tp 8 x pp 2 x dp 2, ZeRO-1); --overlap none exposes them again; a bad value is one
 # error
