@@ -248,8 +248,7 @@ static dt_status gather_boundary(dt_pipeline *p, float *buf, int64_t n) {
         dt_layout_piece(n, p->scatter->size, r, &first, &k);
         p->counts[r] = (int)k;
     }
-    dt_layout_piece(n, p->scatter->size, p->scatter->rank, &first, &k);
-    return dt_comm_allgather_f32(p->scatter, buf + first, buf, p->counts, NULL);
+    return dt_comm_allgather_f32(p->scatter, own_part(p, buf, n, &k), buf, p->counts, NULL);
 }
 
 /* A boundary's receive completed and, pieced, gathered; traced as one wait */
