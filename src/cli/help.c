@@ -90,7 +90,11 @@ static const command_help commands[] = {
      "with K/M/G/T (312T, 200G); --device a100-80gb|h100-80gb|this. --coll-bw\n"
      "AR,RS,AG,A2A,P2P[@SIZE] (once a message size) and --exposed-share F take what dtrain\n"
      "probe measured; --step-ratio F scales every pass (this: a measured step of one of the\n"
-     "layout's ranks, its collectives moving nothing, over the model's).\n"},
+     "layout's ranks, its collectives moving nothing, over the model's); --gemm-rate\n"
+     "PRECISION,OP,M,N,K,F (once a shape) a product's FLOP/s where it is not the peak.\n"
+     "--show-device prints the device as these flags after its name, the products at the\n"
+     "peak (--explain's \"device\" adds every product shape its plan timed); --device this\n"
+     "--no-probe takes them back on this machine without measuring.\n"},
     {"probe", "measure this cluster's collectives for dtrain plan",
      "usage: dtrain probe [--mib 16[,SIZE...]] [--reps 5], under the launcher:\n"
      "       mpirun -np N dtrain probe > device.flags\n"

@@ -41,9 +41,9 @@ static int usage(void) {
         "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
         "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
         "[--coll-bw AR,RS,AG,A2A,P2P[@SIZE] ...] [--exposed-share F] [--overlap tp,dp|none] "
-        "[--step-ratio F] "
+        "[--step-ratio F] [--gemm-rate PRECISION,OP,M,N,K,F ...] "
         "[--top K] [--json] "
-        "[--explain [--rank R]] [--show-device] "
+        "[--explain [--rank R]] [--show-device] [--no-probe] "
         "[--section.key=value ...]\n"
         "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
         "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
@@ -57,8 +57,11 @@ static int usage(void) {
         "collectives behind their products; dp: gradient reductions under a pipeline and "
         "the gather of the update; the GPU presets: tp,dp); --step-ratio: a measured step over "
         "the modelled one, scaling every pass (this: one rank's step of the model, trained "
-        "now); --show-device prints the "
-        "device's figures as these flags\n"
+        "now); --gemm-rate: a product's FLOP/s at one shape (fp32|16bit, fwd|dx|dw, its "
+        "sizes), where it differs from the peak; --show-device prints the device's figures as "
+        "these flags after its name, every product at the peak (--explain's \"device\" adds "
+        "the products its plan timed); --device this --no-probe: this machine's cores and "
+        "memory with those figures, nothing measured\n"
         "  devices: %s",
         dt_plan_device_names());
     return 2;
@@ -212,18 +215,21 @@ static void print_nothing_fits(const dt_plan_cands *l, int64_t mem, const dt_con
              gib(best->total), lay);
 }
 
-enum { DEVICE_FLAGS = 1024 + DT_PLAN_COLL_SIZES * 96 };
+enum { DEVICE_FLAGS = 1024 + DT_PLAN_COLL_SIZES * 96 + DT_PLAN_GEMM_SHAPES * 64 };
 
-/* The device as the flags that give it again without measuring (--show-device, and
- * --explain's "device": a plan on `this` can be repeated, or compared with another's figures).
- * out: DEVICE_FLAGS bytes. */
-static void device_flags(const dt_plan_device *d, int64_t mem, char *out) {
+/* The device as the flags that give it again without measuring, its name first (--show-device, and
+ * --explain's "device": a plan on `this` can be repeated, or compared with another's figures),
+ * with the matmul rates by shape it has given so far (gemms; NULL: none). out: DEVICE_FLAGS
+ * bytes. */
+static void device_flags(const char *name, const dt_plan_device *d, int64_t mem,
+                         const dt_plan_gemm_table *gemms, char *out) {
     size_t n = DEVICE_FLAGS;
-    int k = snprintf(out, n,
-                     "--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g "
-                     "--latency %.6g --mem %lld",
-                     d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency,
-                     (long long)mem);
+    int k = snprintf(out, n, "--device %s%s ", name, strcmp(name, "this") ? "" : " --no-probe");
+    k += snprintf(out + k, n - (size_t)k,
+                  "--flops %.6g --flops16 %.6g --bandwidth %.6g --mem-bandwidth %.6g "
+                  "--latency %.6g --mem %lld",
+                  d->flops_fp32, d->flops_16, d->bandwidth, d->mem_bandwidth, d->latency,
+                  (long long)mem);
     const dt_plan_rate2 *r[] = {&d->attn_fp32, &d->attn_16, &d->norm,
                                 &d->act,       &d->norm_16, &d->act_16};
     const char *flag[] = {"--attn", "--attn16", "--norm", "--act", "--norm16", "--act16"};
@@ -242,10 +248,12 @@ static void device_flags(const dt_plan_device *d, int64_t mem, char *out) {
             k += snprintf(out + k, n - (size_t)k, "@%.0f", d->coll_at[i]);
     }
     if (d->n_coll > 0)
-        k += snprintf(out + k, n - (size_t)k, " --exposed-share %.4g", d->exposed_share);
+        k += snprintf(out + k, n - (size_t)k, " --exposed-share %.6g", d->exposed_share);
     k += snprintf(out + k, n - (size_t)k, " --overlap %s", hides_name(d->hides));
     if (d->step_ratio > 0)
-        snprintf(out + k, n - (size_t)k, " --step-ratio %.4g", d->step_ratio);
+        k += snprintf(out + k, n - (size_t)k, " --step-ratio %.6g", d->step_ratio);
+    if (gemms)
+        dt_plan_gemm_flags(gemms, out + k, n - (size_t)k);
 }
 
 /* Each bucket of clip shape alone on the rank: its clip, batch, share of the steps, memory,
@@ -282,8 +290,8 @@ static int explain_buckets(const dt_config *c, const dt_buckets *bk, int world, 
 }
 
 /* --explain: the configuration's own layout on one rank, memory, time and bytes per comm. */
-static int explain(const dt_config *c, int world, int rank, const dt_plan_device *dev,
-                   int64_t mem) {
+static int explain(const dt_config *c, int world, int rank, const char *device,
+                   const dt_plan_device *dev, const dt_plan_gemm_table *gemms, int64_t mem) {
     dt_schedule *sched = NULL; /* a file: schedule is read as the run reads it */
     dt_status st = DT_OK;
     if (c->plugin.pp_size > 1 && strncmp(c->plugin.pp_schedule, "file:", 5) == 0) {
@@ -336,8 +344,6 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
     if (dev->step_ratio > 0) /* the measured step over the modelled one, scaling its passes */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"step_ratio\": %.4f",
                       dev->step_ratio);
-    device_flags(dev, mem, flags); /* numbers and flag names: nothing to escape */
-    k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"device\": \"%s\"", flags);
     if (t.cores_s > 0) /* ranks sharing too few cores: their CPU time over the cores */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"cores_ms\": %.3f", 1e3 * t.cores_s);
     if (m.act_disk_file > 0)
@@ -362,9 +368,12 @@ static int explain(const dt_config *c, int world, int rank, const dt_plan_device
                       "\"comm_bytes_cp\": %lld",
                       (long long)b.tp, (long long)b.sp, (long long)b.pp, (long long)b.cp);
         if (b.grad_known) /* not for ZeRO-3 under a pipeline */
-            snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld",
-                     (long long)b.grad);
+            k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"comm_bytes_grad\": %lld",
+                          (long long)b.grad);
     }
+    /* last: every product this plan timed is in gemms by now */
+    device_flags(device, dev, mem, gemms, flags); /* numbers and flag names: nothing to escape */
+    snprintf(extra + k, sizeof extra - (size_t)k, ", \"device\": \"%s\"", flags);
     dt_sched_free(sched);
     print_one(&x, 0, extra);
     return 0;
@@ -387,6 +396,8 @@ typedef struct args {
     double exposed_share;  /* dtrain probe's (-1: not given) */
     int hides;             /* --overlap (-1: not given) */
     double step_ratio;     /* --step-ratio (0: not given) */
+    dt_plan_gemm_table gemms; /* --gemm-rate's matmul rates by shape (n 0: not given) */
+    bool no_probe;            /* --device this --no-probe: its rates from the flags alone */
     bool show_device;
     int64_t mem;
 } args;
@@ -506,8 +517,12 @@ static int parse(int argc, char **argv, args *a) {
             ok = parse_hides(v, &a->hides);
         else if ((v = dt_cli_option(argc, argv, &i, "--step-ratio")))
             ok = dt_cli_real("--step-ratio", v, 0.1, 10, &a->step_ratio);
+        else if ((v = dt_cli_option(argc, argv, &i, "--gemm-rate")))
+            ok = dt_plan_add_gemm(v, &a->gemms) == DT_OK;
         else if (!strcmp(argv[i], "--show-device"))
             a->show_device = true;
+        else if (!strcmp(argv[i], "--no-probe"))
+            a->no_probe = true;
         else if ((v = dt_cli_option(argc, argv, &i, "--device")))
             a->device = v;
         else if ((v = dt_cli_option(argc, argv, &i, "--rank")))
@@ -527,7 +542,8 @@ static int parse(int argc, char **argv, args *a) {
                 "--flops16", "--bandwidth",     "--mem-bandwidth", "--latency",    "--attn",
                 "--attn16",  "--norm",          "--act",           "--disk",       "--device",
                 "--rank",    "--coll-bw",       "--exposed-share", "--overlap",    "--norm16",
-                "--act16",   "--act-bandwidth", "--act-bytes",     "--step-ratio", NULL};
+                "--act16",   "--act-bandwidth", "--act-bytes",     "--step-ratio", "--gemm-rate",
+                NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -556,13 +572,24 @@ static void set2(dt_plan_rate2 *dst, dt_plan_rate2 v) {
 /* The device's rates: the named one (`this`: measured now, at the config's shapes), then
  * the flags. */
 static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_plan_probe **probe) {
-    const char *name = a->device ? a->device : "a100-80gb";
+    const char *name = a->device;
     *probe = NULL;
+    bool this = !strcmp(name, "this");
+    if (a->no_probe && !this)
+        return dt_err_set(DT_ERR_ARG, "plan: --no-probe goes with --device this (a preset is "
+                                      "never measured)");
+    if (a->no_probe && !(a->flops > 0 && a->flops16 > 0 && a->mem_bandwidth > 0))
+        return dt_err_set(DT_ERR_ARG,
+                          "plan: --device this --no-probe measures nothing: give at least "
+                          "--flops, --flops16 and --mem-bandwidth (--show-device prints every "
+                          "figure)");
     DT_TRY(dt_plan_device_get(name, a->world, dev, dev_mem));
-    if (!strcmp(name, "this"))
+    if (this && !a->no_probe)
         DT_TRY(dt_plan_probe_this(&a->cfg, a->world, a->world, dev, probe));
     if (a->flops > 0 || a->flops16 > 0)
         dev->gemm_rate = NULL; /* the rates given hold for every shape */
+    if (a->gemms.n > 0)        /* but for the shapes given */
+        dev->gemm_rate = dt_plan_gemm_table_rate, dev->gemm_ctx = &a->gemms;
     if (a->flops > 0)
         dev->flops_16 = a->flops, dev->flops_fp32 = a->flops;
     if (a->flops16 > 0)
@@ -603,10 +630,18 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
     return DT_OK;
 }
 
-static int plan_with(args *a, const dt_plan_device *dev, int64_t dev_mem);
+static int plan_with(args *a, const dt_plan_device *dev, const dt_plan_gemm_table *gemms,
+                     int64_t dev_mem);
+
+/* The matmul rates by shape dev reads: --gemm-rate's, or those `this` measures; NULL: none. */
+static const dt_plan_gemm_table *gemms_of(const dt_plan_device *dev, const dt_plan_probe *probe) {
+    if (dev->gemm_rate == dt_plan_gemm_table_rate)
+        return dev->gemm_ctx;
+    return dev->gemm_rate && probe ? dt_plan_probe_gemms(probe) : NULL;
+}
 
 int dt_cli_plan(int argc, char **argv) {
-    args a = {.top = 20, .exposed_share = -1, .hides = -1};
+    args a = {.top = 20, .exposed_share = -1, .hides = -1, .device = "a100-80gb"};
     dt_config_defaults(&a.cfg);
     int rc = parse(argc, argv, &a);
     if (rc)
@@ -619,24 +654,25 @@ int dt_cli_plan(int argc, char **argv) {
         dt_plan_probe_free(probe);
         return 2;
     }
-    rc = plan_with(&a, &dev, dev_mem);
+    rc = plan_with(&a, &dev, gemms_of(&dev, probe), dev_mem);
     dt_plan_probe_free(probe);
     return rc;
 }
 
-static int plan_with(args *a_, const dt_plan_device *dev_, int64_t dev_mem) {
+static int plan_with(args *a_, const dt_plan_device *dev_, const dt_plan_gemm_table *gemms,
+                     int64_t dev_mem) {
     args a = *a_;
     const dt_plan_device dev = *dev_;
     dt_status st;
     int64_t mem = a.mem > 0 ? a.mem : dev_mem;
     if (a.show_device) { /* the flags that reproduce this device without measuring again */
         char flags[DEVICE_FLAGS];
-        device_flags(&dev, mem, flags);
+        device_flags(a.device, &dev, mem, NULL, flags); /* shapes: a plan's, in --explain */
         printf("%s\n", flags);
         return 0;
     }
     if (a.explain)
-        return explain(&a.cfg, a.world, a.rank, &dev, mem);
+        return explain(&a.cfg, a.world, a.rank, a.device, &dev, gemms, mem);
     dt_plan_cands l = {.keep = a.top};
     st = dt_cli_plan_search(&a.cfg, a.world, &dev, mem, &a.pinned, &l);
     if (st != DT_OK) {

@@ -18,6 +18,7 @@
 #include "cli/plan_device.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -269,4 +270,76 @@ dt_status dt_plan_read_probe(const char *flags, dt_plan_device *d) {
     memcpy(d->coll_at, got.coll_at, sizeof d->coll_at);
     memcpy(d->coll, got.coll, sizeof d->coll);
     return DT_OK;
+}
+
+static const char *const GEMM_OPS[] = {"fwd", "dx", "dw"};
+static const char *const GEMM_PRECISIONS[] = {"fp32", "16bit"};
+
+dt_plan_gemm_shape *dt_plan_gemm_find(dt_plan_gemm_table *t, int lp, int op, int m, int n, int k) {
+    for (int i = 0; i < t->n; i++) {
+        dt_plan_gemm_shape *s = &t->s[i];
+        if (s->lp == lp && s->op == op && s->m == m && s->n == n && s->k == k)
+            return s;
+    }
+    return NULL;
+}
+
+double dt_plan_gemm_table_rate(void *ctx, int lp, dt_plan_gemm_op op, double m, double n,
+                               double k) {
+    dt_plan_gemm_shape *s = dt_plan_gemm_find(ctx, lp, (int)op, (int)m, (int)n, (int)k);
+    return s ? s->flops : 0;
+}
+
+/* the index of word in names[count], or -1 */
+static int word_index(const char *word, const char *const *names, int count) {
+    for (int i = 0; i < count; i++)
+        if (!strcmp(word, names[i]))
+            return i;
+    return -1;
+}
+
+dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "--gemm-rate: '%s' is too long", v);
+    char *part[7], *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok && n < 7; tok = strtok_r(NULL, ",", &save))
+        part[n++] = tok;
+    dt_plan_gemm_shape s = {0};
+    int dims[3];
+    bool ok = n == 6 && (s.lp = word_index(part[0], GEMM_PRECISIONS, 2)) >= 0 &&
+              (s.op = word_index(part[1], GEMM_OPS, 3)) >= 0;
+    for (int i = 0; ok && i < 3; i++) {
+        char *end;
+        long d = strtol(part[2 + i], &end, 10);
+        ok = *end == '\0' && end != part[2 + i] && d >= 1 && d <= INT_MAX;
+        dims[i] = (int)d;
+    }
+    if (!ok)
+        return dt_err_set(DT_ERR_ARG,
+                          "--gemm-rate %s: give PRECISION,OP,M,N,K,RATE: fp32 or 16bit, fwd, dx "
+                          "or dw, the product's three sizes and its FLOP/s (as --explain's "
+                          "\"device\" prints them)",
+                          v);
+    DT_TRY(dt_plan_parse_rate(part[5], &s.flops));
+    s.m = dims[0], s.n = dims[1], s.k = dims[2];
+    dt_plan_gemm_shape *had = dt_plan_gemm_find(t, s.lp, s.op, s.m, s.n, s.k);
+    if (!had && t->n == DT_PLAN_GEMM_SHAPES)
+        return dt_err_set(DT_ERR_ARG, "--gemm-rate: at most %d shapes", DT_PLAN_GEMM_SHAPES);
+    *(had ? had : &t->s[t->n++]) = s;
+    return DT_OK;
+}
+
+size_t dt_plan_gemm_flags(const dt_plan_gemm_table *t, char *out, size_t n) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (int i = 0; i < t->n && k < n; i++) {
+        const dt_plan_gemm_shape *s = &t->s[i];
+        int w =
+            snprintf(out + k, n - k, " --gemm-rate %s,%s,%d,%d,%d,%.6g",
+                     GEMM_PRECISIONS[s->lp ? 1 : 0], GEMM_OPS[s->op], s->m, s->n, s->k, s->flops);
+        k += w > 0 ? (size_t)w : 0;
+    }
+    return k < n ? k : n - 1;
 }

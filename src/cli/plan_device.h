@@ -28,4 +28,26 @@ dt_status dt_plan_add_coll(const char *v, dt_plan_device *d);
  * --exposed-share) into d; DT_ERR_ARG when a figure is missing or unknown. */
 dt_status dt_plan_read_probe(const char *flags, dt_plan_device *d);
 
+/* Matmul rates by shape: what `--device this` timed for the products a plan asked of it, and
+ * what --gemm-rate gives back, so a plan on the printed flags repeats one on `this`. */
+enum { DT_PLAN_GEMM_SHAPES = 512 };
+typedef struct dt_plan_gemm_shape {
+    int lp, op, m, n, k; /* op: dt_plan_gemm_op; lp: 16-bit operands */
+    double flops;
+} dt_plan_gemm_shape;
+typedef struct dt_plan_gemm_table {
+    int n;
+    dt_plan_gemm_shape s[DT_PLAN_GEMM_SHAPES];
+} dt_plan_gemm_table;
+
+/* The entry of t for (lp, op, m, n, k), or NULL. */
+dt_plan_gemm_shape *dt_plan_gemm_find(dt_plan_gemm_table *t, int lp, int op, int m, int n, int k);
+/* A dt_plan_gemm_rate reading a dt_plan_gemm_table (ctx): 0 (the peak) for a shape not in it. */
+double dt_plan_gemm_table_rate(void *ctx, int lp, dt_plan_gemm_op op, double m, double n, double k);
+/* One --gemm-rate value, "PRECISION,OP,M,N,K,RATE" (fp32|16bit, fwd|dx|dw), into t; a shape
+ * given again replaces its rate. */
+dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t);
+/* t as --gemm-rate flags (each with a leading space) into out (n bytes); the bytes written. */
+size_t dt_plan_gemm_flags(const dt_plan_gemm_table *t, char *out, size_t n);
+
 #endif

@@ -31,7 +31,7 @@
 #include "plan/memory.h"
 #include "train/trainer.h"
 
-enum { REPS = 5, MAX_SHAPES = 512 };
+enum { REPS = 5 };
 
 static float *filled(int64_t n, float v) {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
@@ -253,11 +253,7 @@ struct dt_plan_probe {
     dt_config own, one;
     int own_world;
     char tokens[DT_PATH_MAX]; /* a made-up token shard the probe deletes; "": none */
-    struct shape_rate {
-        int lp, op, m, n, k;
-        double flops;
-    } seen[MAX_SHAPES];
-    int n_seen;
+    dt_plan_gemm_table seen;  /* the products timed so far, by shape */
 };
 
 static dt_status gemm_flops(dt_plan_probe *p, dt_gemm_shape s, double seconds, int reps,
@@ -503,12 +499,12 @@ static bool step_affordable(const dt_config *c, int world, const dt_plan_device 
  * use. 0 (the peak) if the shape cannot be measured. */
 static double gemm_rate(void *ctx, int lp, dt_plan_gemm_op op, double m, double n, double k) {
     dt_plan_probe *p = ctx;
-    struct shape_rate key = {lp, (int)op, (int)m, (int)n, (int)k, 0};
+    dt_plan_gemm_shape key = {lp, (int)op, (int)m, (int)n, (int)k, 0};
     if (key.m < 1 || key.n < 1 || key.k < 1)
         return 0;
-    for (int i = 0; i < p->n_seen; i++)
-        if (!memcmp(&p->seen[i], &key, 5 * sizeof(int)))
-            return p->seen[i].flops;
+    const dt_plan_gemm_shape *had = dt_plan_gemm_find(&p->seen, lp, key.op, key.m, key.n, key.k);
+    if (had)
+        return had->flops;
     dt_gemm_shape s = {.M = key.m,
                        .N = key.n,
                        .K = key.k,
@@ -517,10 +513,12 @@ static double gemm_rate(void *ctx, int lp, dt_plan_gemm_op op, double m, double 
                        .dtype = lp ? DT_BF16 : DT_F32};
     if (gemm_flops(p, s, 0.01, REPS, &key.flops) != DT_OK)
         key.flops = 0;
-    if (p->n_seen < MAX_SHAPES)
-        p->seen[p->n_seen++] = key;
+    if (p->seen.n < DT_PLAN_GEMM_SHAPES)
+        p->seen.s[p->seen.n++] = key;
     return key.flops;
 }
+
+const dt_plan_gemm_table *dt_plan_probe_gemms(const dt_plan_probe *p) { return &p->seen; }
 
 /* The offload folder's sustained rates: DISK_PROBE bytes written in 8 MiB records as the
  * spill thread writes them, then fdatasync (so the disk's rate counts, not the page cache's);

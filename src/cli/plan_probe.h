@@ -9,6 +9,7 @@
 #ifndef DT_CLI_PLAN_PROBE_H
 #define DT_CLI_PLAN_PROBE_H
 
+#include "cli/plan_device.h"
 #include "core/config.h"
 #include "core/status.h"
 #include "plan/cost.h"
@@ -28,5 +29,7 @@ typedef struct dt_plan_probe dt_plan_probe;
 dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_plan_device *d,
                              dt_plan_probe **out);
 void dt_plan_probe_free(dt_plan_probe *p);
+/* The matmul shapes p has timed so far and their rates (its gemm_rate's memory). */
+const dt_plan_gemm_table *dt_plan_probe_gemms(const dt_plan_probe *p);
 
 #endif

@@ -39,7 +39,8 @@ rc=$?
     && ok "nothing fits: $out" || bad "nothing fits (rc $rc): $out"
 
 for a in "--mem 80GB" "--flops 3X" "--device tpu" "--world 0" "--bandwidth fast" "--attn 1T" \
-    "--norm 1G,x"; do
+    "--norm 1G,x" "--gemm-rate fp32,fwd,64,64,64" "--gemm-rate fp8,fwd,64,64,64,1T" \
+    "--gemm-rate fp32,fwd,64,0,64,1T" "--no-probe" "--device this --no-probe --flops 1T"; do
     out=$("$dtrain" plan --config "$cfg" --world 8 $a 2>&1)
     rc=$?
     [ $rc = 2 ] && [ "$(echo "$out" | grep -c error)" -ge 1 ] && ok "$a refused: $(echo "$out" | head -1)" \
@@ -76,6 +77,26 @@ echo "$dev" | grep -Eq -- "--step-ratio [0-9.]+" && ! echo "$dev" | grep -q -- "
     ok "device this: a measured step" || bad "device this: no measured step: $dev"
 [ -z "$(ls -A "$scratch")" ] && ok "no token shard left" || bad "left behind: $(ls "$scratch")"
 rmdir "$scratch"
+# --explain on this machine names its figures as flags that plan it again without measuring:
+# --device this --no-probe, the matmuls at each shape the plan timed; without those shapes
+# (every product at the peak) the plan differs
+tiny=(--config "$src/configs/tiny-gpt2.ini" --world 1 --explain)
+e1=$(OMP_NUM_THREADS=1 "$dtrain" plan "${tiny[@]}" --device this)
+read -r -a flags < <(/usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[1])["device"])' "$e1")
+e2=$("$dtrain" plan "${tiny[@]}" "${flags[@]}")
+peak=$(echo "${flags[*]}" | sed -E 's/ --gemm-rate [^ ]+//g')
+# shellcheck disable=SC2086  # the flags are words
+e3=$("$dtrain" plan "${tiny[@]}" $peak)
+/usr/bin/python3 -c '
+import json, sys
+a, b, c = (json.loads(x) for x in sys.argv[1:4])
+assert a["device"].startswith("--device this --no-probe --flops "), a["device"]
+assert a["device"].count("--gemm-rate fp32,") >= 3, a["device"]
+assert b["device"] == a["device"], (a["device"], b["device"])
+s = [x["predicted"]["step_ms"] for x in (a, b, c)]
+assert abs(s[1] / s[0] - 1) < 1e-4 and abs(s[2] / s[0] - 1) > 1e-3, s
+' "$e1" "$e2" "$e3" && ok "--device this --explain plans again the same, its matmuls by shape" ||
+    bad "--device this --explain device: $e1 / $e2 / $e3"
 # on 2 ranks the collectives come from dtrain probe under mpirun, one rate set a message size;
 # where mpirun cannot run it, one warning and the copy's guess
 dev2=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
