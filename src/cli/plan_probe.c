@@ -348,9 +348,11 @@ static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16
 /* ---- the measured step ----------------------------------------------------------------- */
 
 /* A training step of one rank (train/trainer.h's step timer), after STEP_WARMUP untimed ones
- * (first touches of the arenas, oneDNN's kernels made). */
+ * (first touches of the arenas, oneDNN's kernels made): STEP_REPS of them, and as many more
+ * as fill STEP_MIN_SECONDS, since a shared VM's pace flips every second or two and a ratio
+ * from nine 0.1 s steps caught one pace (a DiT's ranged 0.86-1.09 over six plans). */
 enum { STEP_WARMUP = 2, STEP_REPS = 9 };
-static const double STEP_MAX_SECONDS = 1.0;
+static const double STEP_MAX_SECONDS = 1.0, STEP_MIN_SECONDS = 2.0;
 
 typedef struct step_job {
     const dt_config *c; /* the probe's `own` or `one`, the same address in every copy */
@@ -621,7 +623,8 @@ static dt_status probe_step(dt_plan_probe *p, dt_plan_device *d) {
             return DT_OK;
     }
     double secs[2];
-    if (dt_plan_crew_time(p->crew, &STEP, &j, sizeof j, STEP_REPS, 0, secs) != DT_OK) {
+    if (dt_plan_crew_time(p->crew, &STEP, &j, sizeof j, STEP_REPS, STEP_MIN_SECONDS, secs) !=
+        DT_OK) {
         dt_warn("plan: device this: a measured training step failed (%s); the step time is "
                 "the kernels' sum alone",
                 dt_err_msg());

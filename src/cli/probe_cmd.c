@@ -1,20 +1,22 @@
 /* dtrain probe. See probe_cmd.h.
  *
- * Each figure is rank 0's median of R timed runs after one untimed, each run between
- * barriers. A collective is timed where a training step calls it: after a stretch of work
- * that streams STRETCH_PER_MESSAGE times its message through the caches and then writes its
- * input, as a kernel leaves it. Runs of ROUNDS stretches with and without the collective
- * alternate; its time is the median difference per round, and at least its time between
- * bare barriers. That counts what a step pays and a bare loop does not: the caches the stretch
- * left, the wait for the later rank, the stretch after it slowed. A 3 MiB all-reduce on two ranks
- * here: 1.24-1.27 ms between bare barriers, 1.9-2.0 ms in a step's stretch; in a Llama
- * tensor-parallel step, skipping its 18 all-reduces of 3 MiB saved 18-90 ms a step (2.4 ms a call,
- * typically). A kind's rate inverts the planner's model of it (plan/cost.h): rate = model bytes /
- * (seconds - latency), the latency being an 8-byte all-reduce's time between barriers. The exposed
- * share: an all-reduce posted before a matmul loop as long as it, tested between eight pieces of
- * the loop (the engine tests its reductions between units), against the loop alone: (both - loop) /
- * all-reduce, within [0, 2] (above 1: the two side by side take longer than one after the other, as
- * on cores that the collective's copies and the matmuls share).
+ * Each figure is rank 0's median of R timed samples after one untimed, each between barriers;
+ * a collective's samples are taken a round at a time, every size and kind once a round, so
+ * they spread over the whole probe (sample_sizes). A collective is timed where a training step
+ * calls it: after a stretch of work that streams STRETCH_PER_MESSAGE times its message through
+ * the caches and then writes its input, as a kernel leaves it. A run of ROUNDS stretches
+ * without the collective, then one with it: a sample is their difference per stretch, and the
+ * figure at least the collective's time between bare barriers. That counts what a step pays and a
+ * bare loop does not: the caches the stretch left, the wait for the later rank, the stretch after
+ * it slowed. A 3 MiB all-reduce on two ranks here: 1.24-1.27 ms between bare barriers, 1.9-2.0 ms
+ * in a step's stretch; in a Llama tensor-parallel step, skipping its 18 all-reduces of 3 MiB saved
+ * 18-90 ms a step (2.4 ms a call, typically). A kind's rate inverts the planner's model of it
+ * (plan/cost.h): rate = model bytes / (seconds - latency), the latency being an 8-byte all-reduce's
+ * time between barriers. The exposed share: an all-reduce posted before a matmul loop as long as
+ * it, tested between eight pieces of the loop (the engine tests its reductions between units),
+ * against the loop alone: (both - loop) / all-reduce, within [0, 2] (above 1: the two side by side
+ * take longer than one after the other, as on cores that the collective's copies and the matmuls
+ * share).
  */
 #include "cli/probe_cmd.h"
 
@@ -138,18 +140,26 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* seconds of one run of operation k between barriers, on this rank */
+static dt_status time_once(probe *x, op_kind k, double *out) {
+    DT_TRY(dt_comm_barrier(x->c));
+    double t0 = dt_now();
+    DT_TRY(run_op(x, k));
+    *out = dt_now() - t0;
+    return DT_OK;
+}
+
+static double median_of(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, by_value);
+    return t[n / 2];
+}
+
 /* seconds of one run on this rank: the median over the runs (rank 0's figures are printed) */
 static dt_status time_op(probe *x, op_kind k, double *out) {
     double t[MAX_REPS];
-    for (int r = -1; r < x->reps; r++) {
-        DT_TRY(dt_comm_barrier(x->c));
-        double t0 = dt_now();
-        DT_TRY(run_op(x, k));
-        if (r >= 0)
-            t[r] = dt_now() - t0;
-    }
-    qsort(t, (size_t)x->reps, sizeof *t, by_value);
-    *out = t[x->reps / 2];
+    for (int r = -1; r < x->reps; r++)
+        DT_TRY(time_once(x, k, &t[r >= 0 ? r : 0]));
+    *out = median_of(t, x->reps);
     return DT_OK;
 }
 
@@ -169,20 +179,13 @@ static dt_status stretches(probe *x, op_kind k, bool with, double *out) {
     return DT_OK;
 }
 
-/* seconds operation k adds to a step's stretch: runs with and without it alternate, and the
- * figure is the median of their differences over ROUNDS (neighbours in time, so the machine's
- * drift cancels) */
-static dt_status time_in_step(probe *x, op_kind k, double *out) {
-    double d[MAX_REPS];
-    for (int r = -1; r < x->reps; r++) {
-        double with, without;
-        DT_TRY(stretches(x, k, false, &without));
-        DT_TRY(stretches(x, k, true, &with));
-        if (r >= 0)
-            d[r] = (with - without) / ROUNDS;
-    }
-    qsort(d, (size_t)x->reps, sizeof *d, by_value);
-    *out = d[x->reps / 2];
+/* seconds operation k adds to a step's stretch, once: a run without it, then one with it
+ * (neighbours in time, so the machine's drift cancels), their difference per stretch */
+static dt_status in_step_once(probe *x, op_kind k, double *out) {
+    double with, without;
+    DT_TRY(stretches(x, k, false, &without));
+    DT_TRY(stretches(x, k, true, &with));
+    *out = (with - without) / ROUNDS;
     return DT_OK;
 }
 
@@ -192,27 +195,67 @@ static double rate(double bytes, double seconds, double latency) {
     return bytes / (s > 0.1 * seconds ? s : 0.1 * seconds);
 }
 
-/* the five kinds' rates (bytes a rank moves a second, as the planner counts them) at the
- * probe's current size, each from what it adds to a step's stretches; tm[]: their times */
-static dt_status measure_rates(probe *x, double t_lat, double r[DT_PLAN_COLL_COUNT],
-                               double tm[DT_PLAN_COLL_COUNT]) {
-    const op_kind ops[DT_PLAN_COLL_COUNT] = {OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER,
-                                             OP_ALLTOALL, OP_P2P};
-    for (int k = 0; k < DT_PLAN_COLL_COUNT; k++) {
-        double bare;
-        DT_TRY(time_in_step(x, ops[k], &tm[k]));
-        DT_TRY(time_op(x, ops[k], &bare));
-        /* a difference of two noisy runs can fall below what the call costs alone (a 4 MiB
-         * reduce-scatter once came out 4 us, 1.2-1.4 ms in other probes) */
-        tm[k] = tm[k] > bare ? tm[k] : bare;
-    }
-    double whole = (double)x->n * 4, p = x->p;
+static const op_kind KINDS[DT_PLAN_COLL_COUNT] = {OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER,
+                                                  OP_ALLTOALL, OP_P2P};
+
+/* floats of an even split of `mib` MiB over the ranks */
+static int64_t floats_of(double mib, int p) {
+    int64_t per = (int64_t)(mib * 1048576.0 / 4) / p;
+    return (per > 0 ? per : 1) * p;
+}
+
+/* the collectives' message from here on: `mib` MiB, split evenly over the ranks */
+static void use_size(probe *x, double mib) {
+    x->n = floats_of(mib, x->p);
+    x->half = stretch_half(x->n);
+    for (int k = 0; k < x->p; k++)
+        x->counts[k] = (int)(x->n / x->p);
+}
+
+/* what each kind adds to a step (in) and its time between bare barriers (bare), one sample
+ * of each at each size per round (a round ~1 s at sizes up to 16 MiB) */
+typedef struct samples {
+    double in[MAX_SIZES][DT_PLAN_COLL_COUNT][MAX_REPS];
+    double bare[MAX_SIZES][DT_PLAN_COLL_COUNT][MAX_REPS];
+} samples;
+
+/* Every size's five kinds, each sampled once a round over reps rounds after one untimed: a
+ * figure is the median of samples spread over the whole probe, not of runs back to back. A
+ * VM here flips between paces for a second to a few (a 1 MiB all-reduce 0.23-0.29 ms, then
+ * 0.6-0.9), and back-to-back runs caught one pace per figure, so the sizes and kinds of one
+ * probe disagreed by 3-4x at random; spread out, each figure weighs the paces as a run's
+ * steps do. tm[i][k]: seconds, at least the bare time (a difference of two noisy runs can
+ * fall below what the call costs alone: a 4 MiB reduce-scatter once came out 4 us, 1.2-1.4
+ * ms in other probes). */
+static dt_status sample_sizes(probe *x, const double *mib, int n_mib, samples *s,
+                              double tm[][DT_PLAN_COLL_COUNT]) {
+    for (int r = -1; r < x->reps; r++)
+        for (int i = 0; i < n_mib; i++) {
+            use_size(x, mib[i]);
+            for (int k = 0; k < DT_PLAN_COLL_COUNT; k++) {
+                int at = r >= 0 ? r : 0;
+                DT_TRY(in_step_once(x, KINDS[k], &s->in[i][k][at]));
+                DT_TRY(time_once(x, KINDS[k], &s->bare[i][k][at]));
+            }
+        }
+    for (int i = 0; i < n_mib; i++)
+        for (int k = 0; k < DT_PLAN_COLL_COUNT; k++) {
+            double in = median_of(s->in[i][k], x->reps), bare = median_of(s->bare[i][k], x->reps);
+            tm[i][k] = in > bare ? in : bare;
+        }
+    return DT_OK;
+}
+
+/* the five kinds' rates (bytes a rank moves a second, as the planner counts them) at `mib`
+ * MiB from their times tm */
+static void kind_rates(const probe *x, double mib, const double tm[DT_PLAN_COLL_COUNT],
+                       double t_lat, double r[DT_PLAN_COLL_COUNT]) {
+    double whole = (double)floats_of(mib, x->p) * 4, p = x->p;
     double bytes[DT_PLAN_COLL_COUNT] = {2 * whole * (p - 1) / p, whole * (p - 1) / p,
                                         whole * (p - 1) / p, whole * (p - 1) / p,
                                         whole /* the round trip's two messages, halved */};
     for (int k = 0; k < DT_PLAN_COLL_COUNT; k++)
         r[k] = rate(bytes[k], k == DT_PLAN_P2P ? tm[k] / 2 : tm[k], t_lat);
-    return DT_OK;
 }
 
 /* the exposed share of an all-reduce of t_ar seconds beside a matmul loop about as long */
@@ -237,34 +280,31 @@ static dt_status measure_share(probe *x, double t_ar, double *share) {
     return DT_OK;
 }
 
-/* floats of an even split of `mib` MiB over the ranks */
-static int64_t floats_of(double mib, int p) {
-    int64_t per = (int64_t)(mib * 1048576.0 / 4) / p;
-    return (per > 0 ? per : 1) * p;
-}
-
 /* Every size's rates, then the latency and the exposed share (at the largest size); rank 0
  * prints the times on stderr and the flags on stdout (alone there, for $(...)). */
 static dt_status measure(probe *x, const double *mib, int n_mib) {
-    double t_lat, r[MAX_SIZES][DT_PLAN_COLL_COUNT], tm[DT_PLAN_COLL_COUNT] = {0};
+    double t_lat, r[MAX_SIZES][DT_PLAN_COLL_COUNT], tm[MAX_SIZES][DT_PLAN_COLL_COUNT];
     DT_TRY(time_op(x, OP_LATENCY, &t_lat));
+    samples *s = malloc(sizeof *s);
+    if (!s)
+        return dt_err_set(DT_ERR_OOM, "probe: out of memory");
+    dt_status st = sample_sizes(x, mib, n_mib, s, tm);
+    free(s);
+    DT_TRY(st);
     for (int i = 0; i < n_mib; i++) {
-        x->n = floats_of(mib[i], x->p);
-        x->half = stretch_half(x->n);
-        for (int k = 0; k < x->p; k++)
-            x->counts[k] = (int)(x->n / x->p);
-        DT_TRY(measure_rates(x, t_lat, r[i], tm));
+        kind_rates(x, mib[i], tm[i], t_lat, r[i]);
         if (x->c->rank == 0)
             fprintf(
                 stderr,
                 "dtrain probe: %d ranks, %.3g MiB, in a step: all-reduce %.3f ms, reduce-scatter "
                 "%.3f ms, all-gather %.3f ms, all-to-all %.3f ms, message round trip "
                 "%.3f ms\n",
-                x->p, (double)x->n * 4 / 1048576.0, 1e3 * tm[0], 1e3 * tm[1], 1e3 * tm[2],
-                1e3 * tm[3], 1e3 * tm[4]);
+                x->p, (double)floats_of(mib[i], x->p) * 4 / 1048576.0, 1e3 * tm[i][0],
+                1e3 * tm[i][1], 1e3 * tm[i][2], 1e3 * tm[i][3], 1e3 * tm[i][4]);
     }
+    use_size(x, mib[n_mib - 1]);
     double share;
-    DT_TRY(measure_share(x, tm[DT_PLAN_ALLREDUCE], &share));
+    DT_TRY(measure_share(x, tm[n_mib - 1][DT_PLAN_ALLREDUCE], &share));
     if (x->c->rank != 0)
         return DT_OK;
     fprintf(stderr, "dtrain probe: latency %.1f us\n", 1e6 * t_lat);
