@@ -37,7 +37,7 @@ declare -A ARG=([off]="--plugin.overlap=false" [b25]="--plugin.bucket_mb=25"
 
 # one device for every plan: the flags --show-device prints
 read -r -a DEV < <("$DTRAIN" plan --world 2 --device this --show-device "${BASE[@]}" 2>/dev/null |
-    grep -- '^--flops')
+    grep -- '^--device')
 echo "${DEV[*]}" > "$WORK/device.txt"
 share='?'
 for i in "${!DEV[@]}"; do [ "${DEV[$i]}" != --exposed-share ] || share=${DEV[$((i + 1))]}; done

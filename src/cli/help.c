@@ -92,9 +92,9 @@ static const command_help commands[] = {
      "probe measured; --step-ratio F scales every pass (this: a measured step of one of the\n"
      "layout's ranks, its collectives moving nothing, over the model's); --gemm-rate\n"
      "PRECISION,OP,M,N,K,F (once a shape) a product's FLOP/s where it is not the peak.\n"
-     "--show-device prints the device as these flags after its name, the products at the\n"
-     "peak (--explain's \"device\" adds every product shape its plan timed); --device this\n"
-     "--no-probe takes them back on this machine without measuring.\n"},
+     "--show-device prints the device as these flags after its name, with the product\n"
+     "shapes timed so far (this: the config's layout's; --explain's \"device\": every one its\n"
+     "plan timed); --device this --no-probe takes them back here without measuring.\n"},
     {"probe", "measure this cluster's collectives for dtrain plan",
      "usage: dtrain probe [--mib 16[,SIZE...]] [--reps 5], under the launcher:\n"
      "       mpirun -np N dtrain probe > device.flags\n"

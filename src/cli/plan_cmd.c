@@ -59,9 +59,9 @@ static int usage(void) {
         "the modelled one, scaling every pass (this: one rank's step of the model, trained "
         "now); --gemm-rate: a product's FLOP/s at one shape (fp32|16bit, fwd|dx|dw, its "
         "sizes), where it differs from the peak; --show-device prints the device's figures as "
-        "these flags after its name, every product at the peak (--explain's \"device\" adds "
-        "the products its plan timed); --device this --no-probe: this machine's cores and "
-        "memory with those figures, nothing measured\n"
+        "these flags after its name, with the products timed so far (this: the config's "
+        "layout's; --explain's \"device\": those its plan timed); --device this --no-probe: "
+        "this machine's cores and memory with those figures, nothing measured\n"
         "  devices: %s",
         dt_plan_device_names());
     return 2;
@@ -667,7 +667,7 @@ static int plan_with(args *a_, const dt_plan_device *dev_, const dt_plan_gemm_ta
     int64_t mem = a.mem > 0 ? a.mem : dev_mem;
     if (a.show_device) { /* the flags that reproduce this device without measuring again */
         char flags[DEVICE_FLAGS];
-        device_flags(a.device, &dev, mem, NULL, flags); /* shapes: a plan's, in --explain */
+        device_flags(a.device, &dev, mem, gemms, flags);
         printf("%s\n", flags);
         return 0;
     }
