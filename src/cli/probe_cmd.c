@@ -213,7 +213,7 @@ static void use_size(probe *x, double mib) {
 }
 
 /* what each kind adds to a step (in) and its time between bare barriers (bare), one sample
- * of each at each size per round (a round ~1 s at sizes up to 16 MiB) */
+ * of each at each size per round (a round under a second at sizes up to 16 MiB) */
 typedef struct samples {
     double in[MAX_SIZES][DT_PLAN_COLL_COUNT][MAX_REPS];
     double bare[MAX_SIZES][DT_PLAN_COLL_COUNT][MAX_REPS];
