@@ -84,13 +84,13 @@ typedef enum dt_act_compress {
 typedef enum dt_offload { DT_OFFLOAD_NONE, DT_OFFLOAD_DISK, DT_OFFLOAD_COUNT } dt_offload;
 
 typedef struct dt_model_config {
-    dt_arch arch;                 /* gpt2 | llama */
+    dt_arch arch;                   /* gpt2 | llama */
     int n_layer, n_head, n_kv_head; /* n_kv_head 0 = n_head (llama); gpt2 requires n_head */
     int n_embd, vocab_size, max_seq_len;
-    int ffn_hidden;               /* llama SwiGLU width; 0 = derived (8C/3 rounded up to 64) */
-    float rope_theta;             /* llama */
-    float norm_eps;               /* 1e-5 */
-    char init[DT_PATH_MAX];       /* safetensors to start from; "" = random init */
+    int ffn_hidden;         /* llama SwiGLU width; 0 = derived (8C/3 rounded up to 64) */
+    float rope_theta;       /* llama */
+    float norm_eps;         /* 1e-5 */
+    char init[DT_PATH_MAX]; /* safetensors to start from; "" = random init */
     /* dit: the clip [frames, channels, height, width], the patch [patch_t, patch_h, patch_w]
      * each token covers, label classes (0 = unconditional) and the attention kind; n_layer,
      * n_head and n_embd as above. A DiT's sequence is its clip's patch tokens. A DiT with
@@ -139,9 +139,9 @@ typedef struct dt_train_config {
     int seq_len, steps;
     uint64_t seed;
     int log_every, eval_every, eval_batches; /* eval_every 0 = off */
-    int sample_tokens;    /* characters printed as a sample at the end; 0 = off */
+    int sample_tokens; /* characters printed as a sample at the end; 0 = off */
     char metrics[DT_PATH_MAX], export_path[DT_PATH_MAX], mem_report[DT_PATH_MAX];
-    char trace[DT_PATH_MAX]; /* Chrome-trace JSON of every step's timeline; "" = off */
+    char trace[DT_PATH_MAX];        /* Chrome-trace JSON of every step's timeline; "" = off */
     char mem_timeline[DT_PATH_MAX]; /* JSON log of allocations and saved sets per rank; "" = off */
     int comm_timeout; /* seconds a collective or pipeline receive may wait; 0 = no watchdog */
     float ema_decay;  /* > 0: keep an exponential moving average of the weights, saved in
@@ -180,9 +180,9 @@ typedef struct dt_plugin_config {
      * whose text gradient is partial over tp: it sends whole. */
     bool pp_scatter;
     float bucket_mb;
-    bool overlap;    /* reduce gradients while backward runs (false: after it, for comparison) */
+    bool overlap; /* reduce gradients while backward runs (false: after it, for comparison) */
     dt_ac_mode ac;
-    int ac_every;    /* checkpoint block l (0-based) when l % ac_every == 0; 1 = every block */
+    int ac_every; /* checkpoint block l (0-based) when l % ac_every == 0; 1 = every block */
     dt_act_compress act_compress;
     dt_offload offload;
     char offload_dir[DT_PATH_MAX];
@@ -190,8 +190,8 @@ typedef struct dt_plugin_config {
      * act_offload_dir, written as the forward makes them and read back ahead of the backward */
     dt_offload act_offload;
     char act_offload_dir[DT_PATH_MAX];
-    int loss_scale_window; /* fp16: clean steps before the loss scale doubles */
-    float initial_scale;   /* fp16: the loss scale of the first step (65536) */
+    int loss_scale_window;   /* fp16: clean steps before the loss scale doubles */
+    float initial_scale;     /* fp16: the loss scale of the first step (65536) */
     float offload_window_mb; /* offload=disk: memory window the moments stream through */
     /* context parallelism (ring attention): cp_size ranks of their own each hold seq_len/cp
      * tokens of every sequence through the whole model; attention passes keys and values
@@ -202,10 +202,10 @@ typedef struct dt_plugin_config {
 
 typedef struct dt_checkpoint_config {
     char dir[DT_PATH_MAX];
-    int every;              /* 0 = off */
+    int every;                /* 0 = off */
     char resume[DT_PATH_MAX]; /* "" = start fresh, "auto" = newest in dir, or a step folder */
-    int keep;               /* newest folders to keep; 0 = all */
-    bool async;             /* write shards from a background thread while training goes on */
+    int keep;                 /* newest folders to keep; 0 = all */
+    bool async;               /* write shards from a background thread while training goes on */
 } dt_checkpoint_config;
 
 typedef struct dt_config {

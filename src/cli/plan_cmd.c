@@ -392,10 +392,10 @@ typedef struct args {
     dt_plan_rate2 norm16, act16;
     double act_bandwidth;
     int64_t act_bytes;
-    dt_plan_device probed; /* --coll-bw's table of rates by size (n_coll 0: not given) */
-    double exposed_share;  /* dtrain probe's (-1: not given) */
-    int hides;             /* --overlap (-1: not given) */
-    double step_ratio;     /* --step-ratio (0: not given) */
+    dt_plan_device probed;    /* --coll-bw's table of rates by size (n_coll 0: not given) */
+    double exposed_share;     /* dtrain probe's (-1: not given) */
+    int hides;                /* --overlap (-1: not given) */
+    double step_ratio;        /* --step-ratio (0: not given) */
     dt_plan_gemm_table gemms; /* --gemm-rate's matmul rates by shape (n 0: not given) */
     bool no_probe;            /* --device this --no-probe: its rates from the flags alone */
     bool show_device;

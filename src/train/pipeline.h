@@ -54,10 +54,9 @@ typedef struct dt_pipeline_batch {
 
 /* One step's forward and backward over the schedule. loss_sum: this rank's share (the last
  * stage's losses; 0 elsewhere). trace may be NULL. Collective over pp. */
-dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *trace,
-                          int step, double *loss_sum);
+dt_status dt_pipeline_run(dt_pipeline *p, const dt_pipeline_batch *b, dt_trace *trace, int step,
+                          double *loss_sum);
 /* Forward only, micro-batch after micro-batch (evaluation); loss_sum as above. */
-dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb,
-                           double *loss_sum);
+dt_status dt_pipeline_eval(dt_pipeline *p, const dt_pipeline_batch *b, int n_mb, double *loss_sum);
 
 #endif
