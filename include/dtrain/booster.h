@@ -108,6 +108,8 @@ typedef struct dt_step_stats {
                              * gradients) */
     double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
                             * waiting): the communication that did not overlap compute */
+    double data_s;         /* of seconds: reading (or making) this rank's rows of the batch */
+    double optimizer_s;    /* of seconds: the optimizer's update (ZeRO's gather of it included) */
     /* fp16 (1, false, 0 otherwise): the loss scale this step's backward used, whether its
      * gradients overflowed so that nothing was updated, and the run's skipped steps so far */
     float loss_scale;

@@ -41,7 +41,8 @@ static int usage(void) {
         "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
         "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
         "[--coll-bw AR,RS,AG,A2A,P2P[@SIZE] ...] [--exposed-share F] [--overlap tp,dp|none] "
-        "[--step-ratio F] [--gemm-rate PRECISION,OP,M,N,K,F ...] "
+        "[--step-ratio F] [--data-rate R] [--opt-bandwidth B] "
+        "[--gemm-rate PRECISION,OP,M,N,K,F ...] "
         "[--top K] [--json] "
         "[--explain [--rank R]] [--show-device] [--no-probe] "
         "[--section.key=value ...]\n"
@@ -57,8 +58,11 @@ static int usage(void) {
         "collectives behind their products; dp: gradient reductions under a pipeline and "
         "the gather of the update; the GPU presets: tp,dp); --step-ratio: a measured step over "
         "the modelled one, scaling every pass (this: one rank's step of the model, trained "
-        "now); --gemm-rate: a product's FLOP/s at one shape (fp32|16bit, fwd|dx|dw, its "
-        "sizes), where it differs from the peak; --show-device prints the device's figures as "
+        "now); --data-rate: rows of the batch a rank's data source reads or makes a second "
+        "(this: in that step; 0: free); --opt-bandwidth: bytes/s the optimizer's update "
+        "streams at (this: in that step); --gemm-rate: a product's FLOP/s at one shape "
+        "(fp32|16bit, fwd|dx|dw, its sizes), where it differs from the peak; --show-device "
+        "prints the device's figures as "
         "these flags after its name, with the products timed so far (this: the config's "
         "layout's; --explain's \"device\": those its plan timed); --device this --no-probe: "
         "this machine's cores and memory with those figures, nothing measured\n"
@@ -252,6 +256,10 @@ static void device_flags(const char *name, const dt_plan_device *d, int64_t mem,
     k += snprintf(out + k, n - (size_t)k, " --overlap %s", hides_name(d->hides));
     if (d->step_ratio > 0)
         k += snprintf(out + k, n - (size_t)k, " --step-ratio %.6g", d->step_ratio);
+    if (d->data_rate > 0)
+        k += snprintf(out + k, n - (size_t)k, " --data-rate %.6g", d->data_rate);
+    if (d->opt_bandwidth > 0)
+        k += snprintf(out + k, n - (size_t)k, " --opt-bandwidth %.6g", d->opt_bandwidth);
     if (gemms)
         dt_plan_gemm_flags(gemms, out + k, n - (size_t)k);
 }
@@ -344,6 +352,9 @@ static int explain(const dt_config *c, int world, int rank, const char *device,
     if (dev->step_ratio > 0) /* the measured step over the modelled one, scaling its passes */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"step_ratio\": %.4f",
                       dev->step_ratio);
+    k +=
+        snprintf(extra + k, sizeof extra - (size_t)k, ", \"data_ms\": %.3f, \"optimizer_ms\": %.3f",
+                 1e3 * t.data_s, 1e3 * t.optimizer_s);
     if (t.cores_s > 0) /* ranks sharing too few cores: their CPU time over the cores */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"cores_ms\": %.3f", 1e3 * t.cores_s);
     if (m.act_disk_file > 0)
@@ -396,6 +407,8 @@ typedef struct args {
     double exposed_share;     /* dtrain probe's (-1: not given) */
     int hides;                /* --overlap (-1: not given) */
     double step_ratio;        /* --step-ratio (0: not given) */
+    double data_rate;         /* --data-rate (0: not given) */
+    double opt_bandwidth;     /* --opt-bandwidth (0: not given) */
     dt_plan_gemm_table gemms; /* --gemm-rate's matmul rates by shape (n 0: not given) */
     bool no_probe;            /* --device this --no-probe: its rates from the flags alone */
     bool show_device;
@@ -517,6 +530,10 @@ static int parse(int argc, char **argv, args *a) {
             ok = parse_hides(v, &a->hides);
         else if ((v = dt_cli_option(argc, argv, &i, "--step-ratio")))
             ok = dt_cli_real("--step-ratio", v, 0.1, 10, &a->step_ratio);
+        else if ((v = dt_cli_option(argc, argv, &i, "--data-rate")))
+            ok = to_rate("--data-rate", v, &a->data_rate);
+        else if ((v = dt_cli_option(argc, argv, &i, "--opt-bandwidth")))
+            ok = to_rate("--opt-bandwidth", v, &a->opt_bandwidth);
         else if ((v = dt_cli_option(argc, argv, &i, "--gemm-rate")))
             ok = dt_plan_add_gemm(v, &a->gemms) == DT_OK;
         else if (!strcmp(argv[i], "--show-device"))
@@ -538,12 +555,13 @@ static int parse(int argc, char **argv, args *a) {
                 a->pinned.set[a->pinned.n++] = argv[i] + 2;
         } else {
             static const char *const with_value[] = {
-                "--config",  "--world",         "--top",           "--mem",        "--flops",
-                "--flops16", "--bandwidth",     "--mem-bandwidth", "--latency",    "--attn",
-                "--attn16",  "--norm",          "--act",           "--disk",       "--device",
-                "--rank",    "--coll-bw",       "--exposed-share", "--overlap",    "--norm16",
-                "--act16",   "--act-bandwidth", "--act-bytes",     "--step-ratio", "--gemm-rate",
-                NULL};
+                "--config",    "--world",         "--top",           "--mem",
+                "--flops",     "--flops16",       "--bandwidth",     "--mem-bandwidth",
+                "--latency",   "--attn",          "--attn16",        "--norm",
+                "--act",       "--disk",          "--device",        "--rank",
+                "--coll-bw",   "--exposed-share", "--overlap",       "--norm16",
+                "--act16",     "--act-bandwidth", "--act-bytes",     "--step-ratio",
+                "--gemm-rate", "--data-rate",     "--opt-bandwidth", NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -627,6 +645,10 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
         dev->hides = (unsigned)a->hides;
     if (a->step_ratio > 0)
         dev->step_ratio = a->step_ratio;
+    if (a->data_rate > 0)
+        dev->data_rate = a->data_rate;
+    if (a->opt_bandwidth > 0)
+        dev->opt_bandwidth = a->opt_bandwidth;
     return DT_OK;
 }
 

@@ -37,7 +37,8 @@ typedef struct shared {
     double seconds;
     unsigned char job[DT_PLAN_JOB_BYTES];
     bool more[MAX_RUNS + 1];              /* the leader's word at barrier i: run again */
-    double runs[MAX_COPIES][2][MAX_RUNS]; /* each copy's seconds of each part, run by run */
+    /* each copy's seconds of each part, run by run */
+    double runs[MAX_COPIES][DT_PLAN_PARTS][MAX_RUNS];
     int n_runs;
     dt_status st[MAX_COPIES];
 } shared;
@@ -81,7 +82,7 @@ static bool wait_for(atomic_int *n, int goal, const dt_plan_crew *c) {
 static bool take_part(shared *sh, int me, int copies, const dt_plan_crew *c) {
     const dt_plan_kernel *k = sh->k;
     void *state = NULL;
-    double s[2] = {0, 0}, start = 0;
+    double s[DT_PLAN_PARTS] = {0}, start = 0;
     dt_status st = k->setup(sh->job, &state);
     if (st == DT_OK)
         st = k->once(sh->job, state, s);
@@ -98,10 +99,12 @@ static bool take_part(shared *sh, int me, int copies, const dt_plan_crew *c) {
             break;
         if (!sh->more[i])
             break;
-        s[0] = s[1] = 0;
+        for (int p = 0; p < DT_PLAN_PARTS; p++)
+            s[p] = 0;
         if (st == DT_OK)
             st = k->once(sh->job, state, s);
-        sh->runs[me][0][i] = s[0], sh->runs[me][1][i] = s[1];
+        for (int p = 0; p < DT_PLAN_PARTS; p++)
+            sh->runs[me][p][i] = s[p];
     }
     if (me == 0)
         sh->n_runs = i;
@@ -199,7 +202,7 @@ dt_status dt_plan_crew_start(int copies, int threads, dt_plan_crew **out) {
 int dt_plan_crew_size(const dt_plan_crew *c) { return c ? c->copies : 1; }
 
 dt_status dt_plan_crew_time(dt_plan_crew *c, const dt_plan_kernel *k, const void *job,
-                            size_t job_size, int reps, double seconds, double secs[2]) {
+                            size_t job_size, int reps, double seconds, double secs[DT_PLAN_PARTS]) {
     shared *sh = c->sh;
     if (job_size > sizeof sh->job)
         return dt_err_set(DT_ERR_ARG, "plan: device this: a probe's job is too large");
@@ -222,9 +225,9 @@ dt_status dt_plan_crew_time(dt_plan_crew *c, const dt_plan_kernel *k, const void
                                        "this one, failed its kernel (out of memory?)",
                                        i);
     /* each run waits for its slowest copy, as every rank waits at the next collective */
-    double slowest[2][MAX_RUNS];
+    double slowest[DT_PLAN_PARTS][MAX_RUNS];
     int n = sh->n_runs;
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < DT_PLAN_PARTS; p++) {
         for (int r = 0; r < n; r++) {
             slowest[p][r] = 0;
             for (int i = 0; i < c->copies; i++)

@@ -18,12 +18,14 @@
 
 typedef struct dt_plan_crew dt_plan_crew;
 
-/* A kernel to time, in up to two parts (a forward and a backward): setup makes its buffers
- * from the job (a plain struct copied to every copy), once runs it a time and says the
- * seconds of each part, teardown frees the buffers. */
+/* A kernel to time, in up to DT_PLAN_PARTS parts (a forward and a backward; a training
+ * step, its reading of rows and its update): setup makes its buffers from the job (a plain
+ * struct copied to every copy), once runs it a time and says the seconds of each part (those
+ * it leaves are 0), teardown frees the buffers. */
+enum { DT_PLAN_PARTS = 3 };
 typedef struct dt_plan_kernel {
     dt_status (*setup)(const void *job, void **state);
-    dt_status (*once)(const void *job, void *state, double secs[2]);
+    dt_status (*once)(const void *job, void *state, double secs[DT_PLAN_PARTS]);
     void (*teardown)(void *state);
 } dt_plan_kernel;
 
@@ -39,7 +41,7 @@ int dt_plan_crew_size(const dt_plan_crew *c);
  * copy's time. The median, not the best: a step is a sum of many runs, each meeting whatever
  * the neighbours do then. job_size <= DT_PLAN_JOB_BYTES. */
 dt_status dt_plan_crew_time(dt_plan_crew *c, const dt_plan_kernel *k, const void *job,
-                            size_t job_size, int reps, double seconds, double secs[2]);
+                            size_t job_size, int reps, double seconds, double secs[DT_PLAN_PARTS]);
 
 /* Ends the twins and gives this process its cores back. NULL is fine. */
 void dt_plan_crew_stop(dt_plan_crew *c);

@@ -28,6 +28,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/norm.h"
+#include "plan/layout.h"
 #include "plan/memory.h"
 #include "train/trainer.h"
 
@@ -87,7 +88,7 @@ static dt_status gemm_setup(const void *job, void **state) {
     return bufs_of(n, 3, true, state);
 }
 
-static dt_status gemm_once(const void *job, void *state, double secs[2]) {
+static dt_status gemm_once(const void *job, void *state, double secs[DT_PLAN_PARTS]) {
     bufs *b = state;
     double t0 = dt_now();
     dt_status st = dt_gemm_run(proc_gemm, job, b->b[0], b->b[1], NULL, b->b[2]);
@@ -111,7 +112,7 @@ static dt_status norm_setup(const void *job, void **state) {
     return bufs_of(sizes, 10, false, state);
 }
 
-static dt_status norm_once(const void *job, void *state, double secs[2]) {
+static dt_status norm_once(const void *job, void *state, double secs[DT_PLAN_PARTS]) {
     const norm_job *j = job;
     float **p = (float **)((bufs *)state)->b;
     float *x = p[0], *y = p[1], *dy = p[2], *dx = p[3], *w = p[4], *b = p[5], *dw = p[6];
@@ -151,7 +152,7 @@ static dt_status act_setup(const void *job, void **state) {
     return bufs_of(sizes, 6, false, state);
 }
 
-static dt_status act_once(const void *job, void *state, double secs[2]) {
+static dt_status act_once(const void *job, void *state, double secs[DT_PLAN_PARTS]) {
     const act_job *j = job;
     float **p = (float **)((bufs *)state)->b;
     float *x = p[0], *u = p[1], *y = p[2], *dy = p[3], *dx = p[4], *du = p[5];
@@ -199,7 +200,7 @@ static dt_status attn_setup(const void *job, void **state) {
     return bufs_of(sizes, 7, false, state);
 }
 
-static dt_status attn_once(const void *job, void *state, double secs[2]) {
+static dt_status attn_once(const void *job, void *state, double secs[DT_PLAN_PARTS]) {
     const attn_job *j = job;
     const dt_attn_shape *s = &j->s;
     float **p = (float **)((bufs *)state)->b;
@@ -232,7 +233,7 @@ static dt_status copy_setup(const void *job, void **state) {
     return bufs_of(sizes, 2, true, state);
 }
 
-static dt_status copy_once(const void *job, void *state, double secs[2]) {
+static dt_status copy_once(const void *job, void *state, double secs[DT_PLAN_PARTS]) {
     bufs *b = state;
     double t0 = dt_now();
     memcpy(b->b[1], b->b[0], (size_t) * (const int64_t *)job);
@@ -258,7 +259,7 @@ struct dt_plan_probe {
 
 static dt_status gemm_flops(dt_plan_probe *p, dt_gemm_shape s, double seconds, int reps,
                             double *flops) {
-    double secs[2];
+    double secs[DT_PLAN_PARTS];
     DT_TRY(dt_plan_crew_time(p->crew, &GEMM, &s, sizeof s, reps, seconds, secs));
     *flops = 2.0 * s.M * s.N * s.K / secs[0];
     return DT_OK;
@@ -274,7 +275,7 @@ static int probe_rows(const dt_config *c) {
 static dt_status probe_norm(dt_plan_probe *p, const dt_config *c, bool lp, dt_plan_rate2 *out) {
     const dt_model_config *m = &c->model;
     norm_job j = {probe_rows(c), m->n_embd, m->arch == DT_ARCH_LLAMA, lp && m->arch != DT_ARCH_DIT};
-    double secs[2], n = (double)j.N * j.C;
+    double secs[DT_PLAN_PARTS], n = (double)j.N * j.C;
     DT_TRY(dt_plan_crew_time(p->crew, &NORM, &j, sizeof j, REPS, 0, secs));
     *out = (dt_plan_rate2){n / secs[0], n / secs[1]};
     return DT_OK;
@@ -290,7 +291,7 @@ static dt_status probe_act(dt_plan_probe *p, const dt_config *c, bool lp, dt_pla
     const dt_model_config *m = &c->model;
     bool dit = m->arch == DT_ARCH_DIT;
     act_job j = {(int64_t)probe_rows(c) * ffn_hidden(m), m->arch != DT_ARCH_LLAMA, lp && !dit, dit};
-    double secs[2];
+    double secs[DT_PLAN_PARTS];
     DT_TRY(dt_plan_crew_time(p->crew, &ACT, &j, sizeof j, REPS, 0, secs));
     *out = (dt_plan_rate2){(double)j.n / secs[0], (double)j.n / secs[1]};
     return DT_OK;
@@ -301,7 +302,7 @@ static dt_status probe_act(dt_plan_probe *p, const dt_config *c, bool lp, dt_pla
  * as the time model counts them: causal (GPT-2, Llama) 2 T hs a query head and token,
  * non-causal (the DiT) 4 T hs; the backward counts twice that. */
 static dt_status time_attention(dt_plan_probe *p, const dt_config *c, bool bf16, int T,
-                                double secs[2], double *flops) {
+                                double secs[DT_PLAN_PARTS], double *flops) {
     const dt_model_config *m = &c->model;
     bool dit = m->arch == DT_ARCH_DIT;
     int B = probe_rows(c) / T;
@@ -336,7 +337,7 @@ static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16
     }
     double fwd = 0, bwd = 0, flops = 0;
     for (int i = 0; i < 2 && T[i] > 0; i++) {
-        double secs[2], n = 0;
+        double secs[DT_PLAN_PARTS], n = 0;
         DT_TRY(time_attention(p, c, bf16, T[i], secs, &n));
         fwd += secs[0], bwd += secs[1], flops += n;
     }
@@ -363,7 +364,7 @@ static dt_status step_setup(const void *job, void **state) {
     const step_job *j = job;
     dt_step_timer *t;
     DT_TRY(dt_step_timer_init(j->c, j->world, &t));
-    double secs;
+    dt_step_times secs;
     dt_status st = DT_OK;
     for (int i = 0; i < STEP_WARMUP && st == DT_OK; i++)
         st = dt_step_timer_run(t, &secs);
@@ -375,10 +376,13 @@ static dt_status step_setup(const void *job, void **state) {
     return DT_OK;
 }
 
-static dt_status step_once(const void *job, void *state, double secs[2]) {
+/* the step, and of it the reading of its rows and the update */
+static dt_status step_once(const void *job, void *state, double secs[DT_PLAN_PARTS]) {
     (void)job;
-    secs[1] = 0;
-    return dt_step_timer_run(state, &secs[0]);
+    dt_step_times t;
+    DT_TRY(dt_step_timer_run(state, &t));
+    secs[0] = t.seconds, secs[1] = t.data_s, secs[2] = t.optimizer_s;
+    return DT_OK;
 }
 
 static void step_free(void *state) { dt_step_timer_free(state); }
@@ -573,7 +577,7 @@ static dt_status probe_disk(const dt_config *c, dt_plan_device *d) {
 
 /* bytes/s a copy of `bytes` reads and writes (twice its size a second) */
 static dt_status copy_rate(dt_plan_probe *p, int64_t bytes, double *rate) {
-    double secs[2];
+    double secs[DT_PLAN_PARTS];
     DT_TRY(dt_plan_crew_time(p->crew, &COPY, &bytes, sizeof bytes, REPS, 0, secs));
     *rate = 2.0 * (double)bytes / secs[0];
     return DT_OK;
@@ -607,12 +611,15 @@ static dt_plan_device without_comm(const dt_plan_device *d) {
     return f;
 }
 
-/* d->step_ratio: a rank's measured step over the time model's of it (on d's rates just
- * measured, ratio 1, its calls free): the rank of the config's own layout where it can be
- * afforded, else one rank's share of the batch. Left at 1 where neither can be trained here
- * (its data missing, say): the kernels' sum stands, and --show-device says so. */
+/* From a training step of one rank, timed: d->data_rate (its rows over the seconds it read
+ * them), d->opt_bandwidth (the update's bytes, as the time model counts them, over its
+ * seconds) and d->step_ratio (the rest of the step over the time model's compute of it, on
+ * d's rates just measured, its calls free): the rank of the config's own layout where it can
+ * be afforded, else one rank's share of the batch. Left at 0 (data free, the optimizer at
+ * memory's rate, ratio 1) where neither can be trained here (its data missing, say): the
+ * kernels' sum stands, and --show-device says so. */
 static dt_status probe_step(dt_plan_probe *p, dt_plan_device *d) {
-    d->step_ratio = 1;
+    d->step_ratio = d->data_rate = d->opt_bandwidth = 0;
     int copies = dt_plan_crew_size(p->crew);
     dt_plan_device free_comm = without_comm(d);
     dt_plan_time t;
@@ -622,15 +629,22 @@ static dt_status probe_step(dt_plan_probe *p, dt_plan_device *d) {
         if (!step_affordable(j.c, j.world, &free_comm, copies, &t))
             return DT_OK;
     }
-    double secs[2];
+    double secs[DT_PLAN_PARTS];
+    dt_layout lay;
     if (dt_plan_crew_time(p->crew, &STEP, &j, sizeof j, STEP_REPS, STEP_MIN_SECONDS, secs) !=
-        DT_OK) {
+            DT_OK ||
+        dt_layout_make(j.c, j.world, 0, &lay) != DT_OK) {
         dt_warn("plan: device this: a measured training step failed (%s); the step time is "
                 "the kernels' sum alone",
                 dt_err_msg());
         return DT_OK;
     }
-    d->step_ratio = secs[0] / t.step_s;
+    double compute = secs[0] - secs[1] - secs[2];
+    if (!(secs[1] > 0 && secs[2] > 0 && compute > 0 && t.optimizer_s > 0 && t.data_s == 0))
+        return DT_OK; /* a clock too coarse for the parts: the kernels' sum stands */
+    d->data_rate = lay.rows / secs[1];
+    d->opt_bandwidth = d->mem_bandwidth * t.optimizer_s / secs[2];
+    d->step_ratio = compute / (t.step_s - t.optimizer_s);
     return DT_OK;
 }
 

@@ -4,8 +4,8 @@
  * a matmul rate for every product shape the time model asks about (measured once each, on
  * first use). Each is timed by `copies` processes side by side, as that many ranks run. Then,
  * for a run of several ranks, the MPI collectives (dtrain probe under mpirun), and a training
- * step of one of the layout's ranks, whose time over the model's scales every pass
- * (step_ratio). */
+ * step of one of the layout's ranks: its reading of rows gives data_rate, its update
+ * opt_bandwidth, and the rest over the model's compute scales every pass (step_ratio). */
 #ifndef DT_CLI_PLAN_PROBE_H
 #define DT_CLI_PLAN_PROBE_H
 
@@ -23,8 +23,8 @@ typedef struct dt_plan_probe dt_plan_probe;
  * neighbours are the other ranks). step_world > 0: also train rank 0 of c's layout on that
  * many ranks (its pipeline left out) in this process, its peers absent and its collectives
  * moving nothing (else, where that layout cannot be timed here, one rank on the share of the
- * batch that many ranks of data parallelism give it), and set d->step_ratio to its measured
- * step over the time model's with its collectives free (0: no step, the ratio 1). Must come
+ * batch that many ranks of data parallelism give it), and set d->data_rate, d->opt_bandwidth
+ * and d->step_ratio from its measured parts (probe_step; 0: no step, the ratio 1). Must come
  * before any OpenMP region of this process. */
 dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_plan_device *d,
                              dt_plan_probe **out);

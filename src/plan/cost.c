@@ -416,6 +416,14 @@ static double offload_disk_time(const work *w, double floats, double update_s) {
 
 static double step_ratio(const dt_plan_device *d) { return d->step_ratio > 0 ? d->step_ratio : 1; }
 
+/* the optimizer's rate: as measured in a step, else memory's (scaled by the step ratio) */
+static double opt_bw(const dt_plan_device *d, double mem_bw) {
+    return d->opt_bandwidth > 0 ? d->opt_bandwidth : mem_bw;
+}
+static double opt_ratio(const dt_plan_device *d) {
+    return d->opt_bandwidth > 0 ? 1 : step_ratio(d);
+}
+
 /* Each unit's backward on one micro-batch without a pipeline, as the one chunk's b_fresh
  * counts it (the freshest block reruns nothing), scaled by the device's step ratio. */
 static void unit_backwards(const work *w, const dt_stage_plan *sp, double *b) {
@@ -469,10 +477,10 @@ static void cost_dp(const work *w, int world, int rank, const dt_schedule *sched
     *exposed = (p > 1 ? red + gat : 0) + allreduce(w, w->tp, 8);
     /* AdamW reads weights, gradients, m, v and writes weights, m, v over its floats; the
      * gradient norm reads the gradients once more */
-    double opt = w->zero == 0 ? n : n / p;
-    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / w->mem_bw) + opt * 4 / w->mem_bw;
+    double opt = w->zero == 0 ? n : n / p, bw = opt_bw(w->d, w->mem_bw);
+    *optimizer = offload_disk_time(w, opt, opt * 4 * 7 / bw) + opt * 4 / bw;
     if (w->lp && w->dit) /* the DiT's 16-bit copy, written by the update; a GPT casts per unit */
-        *optimizer += n * 2 / w->mem_bw;
+        *optimizer += n * 2 / bw;
     if (w->c->plugin.precision == DT_PREC_FP16) /* loss scaling: the overflow flag, world-wide */
         *exposed += allreduce(w, world, 8);
 }
@@ -621,6 +629,7 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
     }
     const dt_stage_plan sp = lay.stages;
     bool split = lay.split_backward;
+    double data = d->data_rate > 0 ? lay.rows / d->data_rate : 0;
     int n_chunks = w.pp * w.v;
     chunk_cost *cc = calloc((size_t)n_chunks, sizeof *cc);
     double *end = calloc((size_t)w.pp, sizeof *end), *busy = calloc((size_t)w.pp, sizeof *busy);
@@ -637,6 +646,9 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         } else {
             end[0] = busy[0] = w.n_mb * (cc[0].f + cc[0].b_fresh + cc[0].wgt);
         }
+        /* every stage reads the rows before its first action, so the schedule shifts by it */
+        for (int r = 0; r < w.pp; r++)
+            end[r] += data, busy[r] += data;
     }
     double makespan = 0, idle = 0, cpu = 0;
     for (int r = 0; st == DT_OK && r < w.pp; r++)
@@ -659,13 +671,15 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
             unit_backwards(&w, &sp, last_b);
         cost_dp(&w, world, rank, sched, (double)n_local, forward, backward, busy[r], split,
                 buckets ? &lb : NULL, &exposed, &opt);
-        opt *= step_ratio(d);
+        opt *= opt_ratio(d);
         double step = makespan + exposed + opt;
         cpu += (busy[r] + opt) * (world / w.pp); /* the stage's ranks alike */
         if (step > out->step_s) {
             out->step_s = step;
             out->compute_s = busy[r];
             out->comm_s = exposed;
+            out->data_s = data;
+            out->optimizer_s = opt;
             out->act_disk_s = 0;
             for (int k = r; k < n_chunks; k += w.pp)
                 out->act_disk_s += w.n_mb * cc[k].io;

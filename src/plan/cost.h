@@ -20,7 +20,10 @@
  *             the backward when plugin.overlap), pipeline boundary messages
  *   pipeline  the bubble is what the schedule itself gives: every rank's actions are replayed
  *             with these per-action costs, a receive waiting for its send
- * Memory-bound passes: the optimizer step (its state streamed once, and the gradient norm),
+ * data      a rank's rows of the batch over the source's rate (device data_rate), before its
+ *           micro-batches; under a pipeline every stage reads them before its first action
+ * Memory-bound passes: the optimizer step (its state streamed once, and the gradient norm,
+ * at opt_bandwidth where the device measured it),
  * plugin.offload = disk (the optimizer state read and written through the disk every step)
  * and plugin.act_compress = int8 (each kept tensor read and written once to compress, once to
  * restore). A rate left 0 falls back: attention to the matmul rate, norms and activations to
@@ -129,6 +132,14 @@ typedef struct dt_plan_device {
      * miss (operands the step leaves out of cache, calls too short to reach their rate, the
      * neighbours' pull on memory). 0: 1. */
     double step_ratio;
+    /* Rows (sequences, clips) of the batch a rank's data source reads or makes a second,
+     * before its micro-batches run on them: under a pipeline every stage reads its whole
+     * share before the schedule starts (`this`: timed in the measured step). 0: free. */
+    double data_rate;
+    /* bytes/s the optimizer's update streams its state at in a step (`this`: timed in the
+     * measured step, whose arena may sit in a cache mem_bandwidth's copy is far larger than);
+     * 0: mem_bandwidth, scaled by step_ratio */
+    double opt_bandwidth;
 } dt_plan_device;
 
 /* dt_plan_device.hides. TP: tensor-parallel collectives with sequence parallelism are cut
@@ -147,6 +158,8 @@ typedef struct dt_plan_time {
     double act_disk_s; /* of compute_s: activation file I/O its computation waits for */
     double cores_s;    /* ranks sharing too few cores: their compute and optimizer time over
                         * the cores, the step's floor (0: not shared) */
+    double data_s;     /* of compute_s: reading the rank's rows of the batch */
+    double optimizer_s; /* of step_s: the optimizer's update */
 } dt_plan_time;
 
 /* The model FLOPs of one training step of c (train.batch_size sequences or clips): forward

@@ -388,6 +388,8 @@ dt_status dt_plan_time_of_buckets(const dt_config *c, const dt_buckets *bk, int 
         out->comm_s += w * t.comm_s;
         out->bubble += w * t.bubble;
         out->act_disk_s += w * t.act_disk_s;
+        out->data_s += w * t.data_s;
+        out->optimizer_s += w * t.optimizer_s;
     }
     return DT_OK;
 }

@@ -365,7 +365,10 @@ static void keep_ring_chunks(const dt_booster *b, char *rows, size_t row_bytes, 
 /* n rows of a source from row0, inputs and targets: whole sequences, or under a ring this
  * rank's tokens of each */
 static dt_status read_rows(dt_booster *b, dt_source *src, int row0, int n) {
-    DT_TRY(dt_source_rows(src, row0, n, b->inputs, b->targets));
+    double t0 = dt_now();
+    dt_status st = dt_source_rows(src, row0, n, b->inputs, b->targets);
+    b->data_s += dt_now() - t0;
+    DT_TRY(st);
     if (b->cut > 1) {
         keep_ring_chunks(b, (char *)b->inputs, b->in_row, n);
         keep_ring_chunks(b, (char *)b->targets, b->tg_row, n);
@@ -453,6 +456,7 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     /* a failure from here to the update may be this rank's alone, with peers blocked in a
      * collective or a receive: the caller must not wait for them */
     b->stranded = true;
+    b->data_s = 0;
     int step = (int)b->state.step + 1;
     DT_TRY(reserve_events(b));
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_FORWARD, -1);
@@ -480,11 +484,13 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
         b->stranded = false;
         return dt_finite_step_error(b->engine, b->world, step, r->lr, b->plugin.grad_clip);
     }
-    double to = trace_now(b);
+    double to = trace_now(b), t_opt = dt_now();
     dt_mem_set_context(b->mem, step, DT_MEM_PHASE_OPTIMIZER, -1);
     if (!r->skipped)
         DT_TRY(dt_engine_apply(b->engine, r->lr,
                                dt_clip_coef(r->grad_norm, b->plugin.grad_clip) / loss_scale));
+    r->optimizer_s = dt_now() - t_opt;
+    r->data_s = b->data_s;
     DT_TRY(trace_span(b, DT_SPAN_OPTIMIZER, -1, to));
     DT_TRY(trace_span(b, DT_SPAN_STEP, -1, ts));
     r->comm_exposed_s = comm_seconds(b) - comm0;

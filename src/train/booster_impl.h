@@ -47,6 +47,7 @@ struct dt_booster {
      * reads whole samples (a DiT's clips) takes its own tokens from them */
     int cut;
     size_t in_row, tg_row;
+    double data_s; /* seconds this step has spent reading its rows from the sources */
     dt_train_state state;
     /* pipeline (pp > 1) */
     dt_schedule *schedule;

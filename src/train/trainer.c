@@ -261,12 +261,13 @@ static dt_status report(trainer *t, const dt_step_stats *r, double val_loss) {
             "\"tokens_per_s\": %.6g, \"mfu\": %.6g, \"peak_mem_bytes\": %zu, \"step_ms\": %.2f, "
             "\"comm_bytes\": %llu, \"comm_bytes_grad\": %llu, \"comm_bytes_tp\": %llu, "
             "\"comm_bytes_sp\": %llu, \"comm_bytes_pp\": %llu, \"comm_bytes_cp\": %llu, "
-            "\"comm_exposed_ms\": %.3f, \"loss_kind\": \"%s\"",
+            "\"comm_exposed_ms\": %.3f, \"data_ms\": %.3f, \"optimizer_ms\": %.3f, "
+            "\"loss_kind\": \"%s\"",
             step, r->loss, r->lr, norm, tps, mfu, peak, 1e3 * r->seconds,
             (unsigned long long)r->comm_bytes, (unsigned long long)r->comm_bytes_grad,
             (unsigned long long)r->comm_bytes_tp, (unsigned long long)r->comm_bytes_sp,
             (unsigned long long)r->comm_bytes_pp, (unsigned long long)r->comm_bytes_cp,
-            1e3 * r->comm_exposed_s,
+            1e3 * r->comm_exposed_s, 1e3 * r->data_s, 1e3 * r->optimizer_s,
             /* what "loss" measures: a GPT's next-token cross-entropy, a DiT's flow loss */
             c->model.arch == DT_ARCH_DIT ? "flow_mse" : "cross_entropy");
     if (fp16)
@@ -568,11 +569,11 @@ dt_status dt_step_timer_init(const dt_config *cfg, int world, dt_step_timer **ou
     return DT_OK;
 }
 
-dt_status dt_step_timer_run(dt_step_timer *t, double *seconds) {
-    dt_step_stats r;
+dt_status dt_step_timer_run(dt_step_timer *t, dt_step_times *out) {
+    dt_step_stats r = {0};
     double t0 = dt_now();
     dt_status st = dt_booster_step(t->booster, &r);
-    *seconds = dt_now() - t0;
+    *out = (dt_step_times){dt_now() - t0, r.data_s, r.optimizer_s};
     return st;
 }
 

@@ -22,8 +22,12 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, bool *stranded);
  * moving nothing. No files are written: no evaluation, checkpoint, trace or metrics. */
 typedef struct dt_step_timer dt_step_timer;
 dt_status dt_step_timer_init(const dt_config *cfg, int world, dt_step_timer **out);
-/* One step (forward, backward and the optimizer's update); *seconds: how long it took. */
-dt_status dt_step_timer_run(dt_step_timer *t, double *seconds);
+/* How long one step took, and of that its reading of the batch's rows and its update */
+typedef struct dt_step_times {
+    double seconds, data_s, optimizer_s;
+} dt_step_times;
+/* One step (forward, backward and the optimizer's update), timed. */
+dt_status dt_step_timer_run(dt_step_timer *t, dt_step_times *out);
 /* The timed rank's memory accountant: what rank 0 of the layout holds. */
 const dt_mem *dt_step_timer_mem(const dt_step_timer *t);
 void dt_step_timer_free(dt_step_timer *t);

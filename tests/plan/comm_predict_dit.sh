@@ -5,6 +5,7 @@
 # and selective checkpointing, and mixes) is trained for one step, and the bytes rank 0 moved
 # on each comm in it (metrics comm_bytes_grad/_tp/_sp/_pp, counted by core/comm.c) must equal
 # dtrain plan --explain's to the byte (ZeRO-3's gathers under a pipeline are not in it).
+# Each step also says how long it read its rows and updated (metrics data_ms, optimizer_ms).
 # Last, the ranking's premise: Ulysses moves fewer bytes with spatial_temporal attention
 # (half its blocks need no all-to-all) than with full attention.
 #   comm_predict_dit.sh DTRAIN SRC_DIR
@@ -27,6 +28,10 @@ keys = [k for k in ("comm_bytes_grad", "comm_bytes_tp", "comm_bytes_sp", "comm_b
                    "comm_bytes_cp")
         if k in p]
 bad = [f"{k}: predicted {p[k]}, measured {m[k]}" for k in keys if p[k] != m[k]]
+# the reading of the rows and the update, timed within the step
+t = {k: m[k] for k in ("step_ms", "data_ms", "optimizer_ms")}
+if not (0 < t["data_ms"] and 0 < t["optimizer_ms"] and t["data_ms"] + t["optimizer_ms"] < t["step_ms"]):
+    bad.append(f"timed parts {t}")
 print("; ".join(bad) or "bytes equal")
 sys.exit(1 if bad else 0)' "$name.plan.json" "$name.jsonl"
     echo "$name: $(/usr/bin/python3 -c '

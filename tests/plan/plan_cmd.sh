@@ -40,7 +40,8 @@ rc=$?
 
 for a in "--mem 80GB" "--flops 3X" "--device tpu" "--world 0" "--bandwidth fast" "--attn 1T" \
     "--norm 1G,x" "--gemm-rate fp32,fwd,64,64,64" "--gemm-rate fp8,fwd,64,64,64,1T" \
-    "--gemm-rate fp32,fwd,64,0,64,1T" "--no-probe" "--device this --no-probe --flops 1T"; do
+    "--gemm-rate fp32,fwd,64,0,64,1T" "--no-probe" "--device this --no-probe --flops 1T" \
+    "--data-rate 0" "--opt-bandwidth -1G"; do
     out=$("$dtrain" plan --config "$cfg" --world 8 $a 2>&1)
     rc=$?
     [ $rc = 2 ] && [ "$(echo "$out" | grep -c error)" -ge 1 ] && ok "$a refused: $(echo "$out" | head -1)" \
@@ -75,6 +76,9 @@ echo "$dev" | grep -q -- "--overlap none" || bad "device this hides nothing: $de
 # the config's token shard is absent (made-up ids, deleted after)
 echo "$dev" | grep -Eq -- "--step-ratio [0-9.]+" && ! echo "$dev" | grep -q -- "--step-ratio 1$" &&
     ok "device this: a measured step" || bad "device this: no measured step: $dev"
+# and of that step, the reading of its rows and its update, each at its own measured rate
+echo "$dev" | grep -Eq -- "--data-rate [0-9.e+]+ --opt-bandwidth [0-9.e+]+" &&
+    ok "device this: the rows' and the update's rates" || bad "device this: no data or update rate: $dev"
 [ -z "$(ls -A "$scratch")" ] && ok "no token shard left" || bad "left behind: $(ls "$scratch")"
 rmdir "$scratch"
 # --explain on this machine names its figures as flags that plan it again without measuring:

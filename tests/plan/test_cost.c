@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "plan/comm.h"
 #include "plan/cost.h"
+#include "plan/memory.h"
 
 static dt_config tiny(void) {
     dt_config c;
@@ -513,6 +514,46 @@ static void test_shared_cores(void) {
     DT_CHECK_CLOSE(step(&c, 2, &d, NULL), 2 * alone, 1e-9);
 }
 
+/* The rows' reading (data_rate) and the update's rate (opt_bandwidth) by hand: a rank's rows
+ * over the rate before its micro-batches, under a pipeline before every stage's first action,
+ * so the whole schedule moves by it; AdamW's 7 passes and the norm's one over the local
+ * floats at opt_bandwidth, which the step ratio no longer scales (it does memory's rate). */
+static void test_data_and_update(void) {
+    dt_config c = tiny();
+    c.train.batch_size = 4, c.train.micro_batch_size = 1;
+    dt_plan_device d = FAST_NET;
+    dt_plan_time a, b;
+    DT_CHECK_OK(dt_plan_step_time(&c, 1, &d, NULL, &a));
+    d.data_rate = 1000; /* rows a second: 4 rows, 4 ms */
+    DT_CHECK_OK(dt_plan_step_time(&c, 1, &d, NULL, &b));
+    DT_CHECK_CLOSE(b.data_s, 4e-3, 1e-12);
+    DT_CHECK_CLOSE(b.step_s - a.step_s, 4e-3, 1e-12);
+    DT_CHECK_CLOSE(b.compute_s - a.compute_s, 4e-3, 1e-12);
+
+    dt_config p = tiny();
+    p.model.n_layer = 8, p.model.n_embd = 64, p.model.n_head = 4, p.model.vocab_size = 4;
+    p.train.batch_size = 8, p.plugin.pp_size = 2, p.plugin.microbatches = 8;
+    d = FAST_NET;
+    DT_CHECK_OK(dt_plan_step_time(&p, 2, &d, NULL, &a));
+    d.data_rate = 1000; /* each stage reads all 8 rows: the schedule starts 8 ms later */
+    DT_CHECK_OK(dt_plan_step_time(&p, 2, &d, NULL, &b));
+    DT_CHECK_CLOSE(b.step_s - a.step_s, 8e-3, 1e-12);
+    DT_CHECK_CLOSE(b.data_s, 8e-3, 1e-12);
+
+    d = FAST_NET;
+    d.opt_bandwidth = 1e6;
+    DT_CHECK_OK(dt_plan_step_time(&c, 1, &d, NULL, &a));
+    dt_plan_mem m;
+    DT_CHECK_OK(dt_plan_memory(&c, 1, 0, &(dt_plan_mem_opts){0}, &m));
+    DT_CHECK_CLOSE(a.optimizer_s, (double)m.n_local * 4 * 8 / 1e6, 1e-9);
+    d.step_ratio = 2;
+    DT_CHECK_OK(dt_plan_step_time(&c, 1, &d, NULL, &b));
+    DT_CHECK_CLOSE(b.optimizer_s, a.optimizer_s, 1e-12);
+    d.opt_bandwidth = 0, d.mem_bandwidth = 1e6; /* memory's rate, scaled by the ratio */
+    DT_CHECK_OK(dt_plan_step_time(&c, 1, &d, NULL, &b));
+    DT_CHECK_CLOSE(b.optimizer_s, 2 * a.optimizer_s, 1e-9);
+}
+
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     test_grad_ledger();
@@ -530,5 +571,6 @@ int main(int argc, char **argv) {
     test_stage_split();
     test_hides();
     test_shared_cores();
+    test_data_and_update();
     return DT_TEST_END();
 }

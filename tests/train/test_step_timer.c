@@ -51,10 +51,15 @@ static void check_layout(const char *arch, const char *data, int world, const ch
     DT_CHECK(st == DT_OK, "%s%s on %d: %s", arch, what, world, dt_err_msg());
     if (!t)
         return;
-    double secs = 0;
+    dt_step_times secs = {0};
     for (int i = 0; i < 2; i++)
         DT_CHECK_OK(dt_step_timer_run(t, &secs));
-    DT_CHECK(secs > 0, "%s%s: a step took %g s", arch, what, secs);
+    DT_CHECK(secs.seconds > 0, "%s%s: a step took %g s", arch, what, secs.seconds);
+    /* its parts are timed within it: each took some time, together less than the step */
+    DT_CHECK(secs.data_s > 0 && secs.optimizer_s > 0 &&
+                 secs.data_s + secs.optimizer_s < secs.seconds,
+             "%s%s: a step of %g s read its rows in %g s and updated in %g s", arch, what,
+             secs.seconds, secs.data_s, secs.optimizer_s);
     dt_plan_mem want;
     DT_CHECK_OK(dt_plan_memory(&c, world, 0, &(dt_plan_mem_opts){0}, &want));
     const dt_mem *m = dt_step_timer_mem(t);
