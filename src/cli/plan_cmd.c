@@ -297,6 +297,19 @@ static int explain_buckets(const dt_config *c, const dt_buckets *bk, int world, 
     return used < n ? (int)used : (int)n - 1;
 }
 
+/* A pipeline's stages, each its ranks' part of the step, as "stage" (the explained rank's)
+ * and "stages": [...]; returns the characters written. */
+static int explain_stages(const dt_plan_stage_time *st, int pp, int mine, char *out, size_t n) {
+    int k = snprintf(out, n, ", \"stage\": %d, \"stages\": [", mine);
+    for (int r = 0; r < pp; r++)
+        k += snprintf(out + k, n - (size_t)k,
+                      "%s{\"compute_ms\": %.3f, \"idle_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
+                      "\"optimizer_ms\": %.3f}",
+                      r ? ", " : "", 1e3 * st[r].compute_s, 1e3 * st[r].idle_s, 1e3 * st[r].comm_s,
+                      1e3 * st[r].optimizer_s);
+    return k + snprintf(out + k, n - (size_t)k, "]");
+}
+
 /* --explain: the configuration's own layout on one rank, memory, time and bytes per comm. */
 static int explain(const dt_config *c, int world, int rank, const char *device,
                    const dt_plan_device *dev, const dt_plan_gemm_table *gemms, int64_t mem) {
@@ -320,11 +333,15 @@ static int explain(const dt_config *c, int world, int rank, const char *device,
         sched = own;
     dt_plan_mem m;
     dt_plan_time t;
+    dt_plan_stage_time stages[DT_MAX_CHUNKS];
     dt_plan_mem_opts o = {.schedule = sched};
+    dt_layout lay;
     if (st == DT_OK)
         st = dt_plan_memory(c, world, rank, &o, &m);
     if (st == DT_OK)
-        st = dt_plan_step_time(c, world, dev, sched, &t);
+        st = dt_plan_step_time_stages(c, world, dev, sched, &t, stages);
+    if (st == DT_OK)
+        st = dt_layout_make(c, world, rank, &lay);
     if (st != DT_OK) {
         dt_sched_free(sched);
         dt_error("%s", dt_err_msg());
@@ -340,7 +357,8 @@ static int explain(const dt_config *c, int world, int rank, const char *device,
      * datasheet or measured matmul peak for the run's precision over the predicted step */
     double peak = c->plugin.precision == DT_PREC_FP32 ? dev->flops_fp32 : dev->flops_16;
     double mfu = t.step_s > 0 && peak > 0 ? dt_plan_step_flops(c) / (t.step_s * world * peak) : 0;
-    char extra[900 + DT_MAX_BUCKETS * 320 + DEVICE_FLAGS + 16], flags[DEVICE_FLAGS];
+    char extra[900 + DT_MAX_BUCKETS * 320 + DT_MAX_CHUNKS * 160 + DEVICE_FLAGS + 16],
+        flags[DEVICE_FLAGS];
     int k = snprintf(extra, sizeof extra,
                      ", \"of_rank\": %d, \"n_slots\": %d, \"n_inbox\": %d, \"n_grads\": %d, "
                      "\"local_floats\": %lld, \"compute_ms\": %.3f, \"exposed_comm_ms\": %.3f, "
@@ -355,6 +373,9 @@ static int explain(const dt_config *c, int world, int rank, const char *device,
     k +=
         snprintf(extra + k, sizeof extra - (size_t)k, ", \"data_ms\": %.3f, \"optimizer_ms\": %.3f",
                  1e3 * t.data_s, 1e3 * t.optimizer_s);
+    if (lay.pp > 1)
+        k += explain_stages(stages, lay.pp, lay.coords[DT_AXIS_PP], extra + k,
+                            sizeof extra - (size_t)k);
     if (t.cores_s > 0) /* ranks sharing too few cores: their CPU time over the cores */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"cores_ms\": %.3f", 1e3 * t.cores_s);
     if (m.act_disk_file > 0)

@@ -613,11 +613,17 @@ static void scale_chunk(chunk_cost *k, double by) {
 
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *given, dt_plan_time *out) {
+    return dt_plan_step_time_stages(c, world, d, given, out, NULL);
+}
+
+dt_status dt_plan_step_time_stages(const dt_config *c, int world, const dt_plan_device *d,
+                                   const dt_schedule *given, dt_plan_time *out,
+                                   dt_plan_stage_time *stages) {
     const dt_schedule *sched;
     memset(out, 0, sizeof *out);
     dt_buckets bk = dt_plan_buckets_of(c);
     if (bk.n)
-        return dt_plan_time_of_buckets(c, &bk, world, d, given, out);
+        return dt_plan_time_of_buckets(c, &bk, world, d, given, out, stages);
     work w = {0};
     dt_layout lay;
     dt_schedule *own;
@@ -672,6 +678,8 @@ dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device 
         cost_dp(&w, world, rank, sched, (double)n_local, forward, backward, busy[r], split,
                 buckets ? &lb : NULL, &exposed, &opt);
         opt *= opt_ratio(d);
+        if (stages)
+            stages[r] = (dt_plan_stage_time){busy[r], makespan - busy[r], exposed, opt};
         double step = makespan + exposed + opt;
         cpu += (busy[r] + opt) * (world / w.pp); /* the stage's ranks alike */
         if (step > out->step_s) {

@@ -178,6 +178,17 @@ double dt_plan_doc_attn_share(int T, int doc_len);
  * NULL: generated from plugin.pp_schedule). DT_ERR_ARG when the layout does not split. */
 dt_status dt_plan_step_time(const dt_config *c, int world, const dt_plan_device *d,
                             const dt_schedule *sched, dt_plan_time *out);
+/* One pipeline stage's part of the step (its ranks alike). */
+typedef struct dt_plan_stage_time {
+    double compute_s;   /* busy: its passes over its micro-batches, and its rows' reading */
+    double idle_s;      /* waiting on its neighbours within the schedule (makespan - busy) */
+    double comm_s;      /* its data-parallel communication not hidden behind compute */
+    double optimizer_s; /* its update */
+} dt_plan_stage_time;
+/* dt_plan_step_time, and every stage's part in stages[plugin.pp_size] */
+dt_status dt_plan_step_time_stages(const dt_config *c, int world, const dt_plan_device *d,
+                                   const dt_schedule *sched, dt_plan_time *out,
+                                   dt_plan_stage_time *stages);
 /* Tokens a step trains on: train.batch_size x seq_len, or with buckets of clip shape the mean
  * over their shares of the steps (dt_plan_step_time and dt_plan_step_flops are such means too). */
 double dt_plan_step_tokens(const dt_config *c);

@@ -375,14 +375,24 @@ double dt_plan_flops_of_buckets(const dt_config *c, const dt_buckets *bk) {
 /* The run over buckets: each bucket's step, weighted by its share of the steps. */
 dt_status dt_plan_time_of_buckets(const dt_config *c, const dt_buckets *bk, int world,
                                   const dt_plan_device *d, const dt_schedule *given,
-                                  dt_plan_time *out) {
+                                  dt_plan_time *out, dt_plan_stage_time *stages) {
     memset(out, 0, sizeof *out);
+    int pp = c->plugin.pp_size > 1 ? c->plugin.pp_size : 1;
+    dt_plan_stage_time each[DT_MAX_CHUNKS];
+    if (stages)
+        memset(stages, 0, (size_t)pp * sizeof *stages);
     for (int k = 0; k < bk->n; k++) {
         dt_config ck = dt_config_of_bucket(c, &bk->b[k]);
         dt_plan_time t;
-        dt_status st = dt_plan_step_time(&ck, world, d, given, &t);
+        dt_status st = dt_plan_step_time_stages(&ck, world, d, given, &t, stages ? each : NULL);
         DT_TRY(dt_bucket_wrap(st, bk, k));
         double w = bucket_share(bk, k);
+        for (int r = 0; stages && r < pp; r++) {
+            stages[r].compute_s += w * each[r].compute_s;
+            stages[r].idle_s += w * each[r].idle_s;
+            stages[r].comm_s += w * each[r].comm_s;
+            stages[r].optimizer_s += w * each[r].optimizer_s;
+        }
         out->step_s += w * t.step_s;
         out->compute_s += w * t.compute_s;
         out->comm_s += w * t.comm_s;

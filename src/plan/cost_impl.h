@@ -135,11 +135,12 @@ void dt_plan_dit_unit_backwards(const dt_plan_work *w, double *b);
  * and head, T the length of the sequence the block's attention sees), no reruns. */
 double dt_plan_dit_step_flops(const dt_model_config *m, double clips);
 /* Buckets of clip shape (data.buckets) of a DiT's config (n 0: none, or not a DiT); the step's
- * FLOPs and time as means over their shares of the steps (cost_dit.c). */
+ * FLOPs and time (and each stage's, stages may be NULL) as means over their shares of the
+ * steps (cost_dit.c). */
 dt_buckets dt_plan_buckets_of(const dt_config *c);
 double dt_plan_flops_of_buckets(const dt_config *c, const dt_buckets *bk);
 dt_status dt_plan_time_of_buckets(const dt_config *c, const dt_buckets *bk, int world,
                                   const dt_plan_device *d, const dt_schedule *given,
-                                  dt_plan_time *out);
+                                  dt_plan_time *out, dt_plan_stage_time *stages);
 
 #endif

@@ -125,6 +125,17 @@ import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert a["device"] == b["device"] and a["predicted"] == b["predicted"], (a, b)
 ' "$e1" "$e2" && ok "--explain's device plans again the same" || bad "--explain device: $e1 / $e2"
+# each pipeline stage's part of that step, and the explained rank's stage (pp is the outer axis)
+e3=$("$dtrain" plan "${ex[@]}" --rank 7)
+/usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert (a["stage"], b["stage"]) == (0, 1) and a["stages"] == b["stages"], (a, b)
+st = a["stages"]
+span = [s["compute_ms"] + s["idle_ms"] for s in st]
+worst = max(s["compute_ms"] + s["idle_ms"] + s["exposed_comm_ms"] + s["optimizer_ms"] for s in st)
+assert len(st) == 2 and max(span) - min(span) < 0.01 and abs(worst - a["predicted"]["step_ms"]) < 0.01, st
+' "$e1" "$e3" && ok "--explain: each stage, and the rank's" || bad "--explain stages: $e1 / $e3"
 # what the device's software hides: tp's collectives under sequence parallelism, a pipeline's
 # reduction (tp 8 x pp 2 x dp 2, ZeRO-1); --overlap none exposes them again; a bad value is one
 # error

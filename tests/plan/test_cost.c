@@ -82,6 +82,28 @@ static void test_pipeline(void) {
     DT_CHECK(fabs(b_1f1b - b_gpipe) < 0.01, "1f1b bubble %.4f = gpipe's", b_1f1b);
     DT_CHECK(b_zb < b_1f1b, "zbh1 bubble %.4f < 1f1b %.4f", b_zb, b_1f1b);
     DT_CHECK(b_int < b_1f1b, "interleaved bubble %.4f < 1f1b %.4f", b_int, b_1f1b);
+    /* each stage's part: busy and idle fill the schedule's span alike; the slowest stage's
+     * parts are the step; the idle shares are the bubble; an uneven split moves work */
+    snprintf(c.plugin.pp_schedule, sizeof c.plugin.pp_schedule, "1f1b");
+    c.plugin.pp_chunks = 1;
+    snprintf(c.plugin.pp_layers, sizeof c.plugin.pp_layers, "6,2");
+    dt_plan_device d = FAST_NET;
+    d.mem_bandwidth = 1e8; /* an update that costs */
+    dt_plan_time t;
+    dt_plan_stage_time st[2];
+    DT_CHECK_OK(dt_plan_step_time_stages(&c, 2, &d, NULL, &t, st));
+    double span = st[0].compute_s + st[0].idle_s, idle = 0, worst = 0;
+    for (int r = 0; r < 2; r++) {
+        DT_CHECK_CLOSE(st[r].compute_s + st[r].idle_s, span, 1e-12);
+        idle += st[r].idle_s;
+        double s = span + st[r].comm_s + st[r].optimizer_s;
+        worst = s > worst ? s : worst;
+    }
+    DT_CHECK_CLOSE(worst, t.step_s, 1e-12);
+    DT_CHECK_CLOSE(idle / (2 * span), t.bubble, 1e-12);
+    DT_CHECK(st[0].compute_s > 2 * st[1].compute_s && st[0].optimizer_s > st[1].optimizer_s,
+             "6 layers against 2: compute %g vs %g s, update %g vs %g s", st[0].compute_s,
+             st[1].compute_s, st[0].optimizer_s, st[1].optimizer_s);
 }
 
 /* plugin.pp_scatter: pp 2 x tp 2 with nothing costing but the messages between the stages'
