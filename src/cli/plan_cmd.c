@@ -41,7 +41,7 @@ static int usage(void) {
         "[--attn F,B] [--attn16 F,B] [--norm F,B] [--act F,B] [--norm16 F,B] [--act16 F,B] "
         "[--act-bandwidth F --act-bytes SIZE] [--disk W,R] "
         "[--coll-bw AR,RS,AG,A2A,P2P[@SIZE] ...] [--exposed-share F] [--overlap tp,dp|none] "
-        "[--step-ratio F] [--data-rate R] [--opt-bandwidth B] "
+        "[--attn-seq PRECISION,T,F,B ...] [--step-ratio F] [--data-rate R] [--opt-bandwidth B] "
         "[--gemm-rate PRECISION,OP,M,N,K,F ...] "
         "[--top K] [--json] "
         "[--explain [--rank R]] [--show-device] [--no-probe] "
@@ -49,7 +49,8 @@ static int usage(void) {
         "  SIZE: bytes or with KiB/MiB/GiB/TiB; F, B: numbers with K/M/G/T (312T, 200G)\n"
         "  --flops sets both matmul rates, --flops16 the bf16/fp16 one (either turns off "
         "--device this's matmul rates by shape); --attn/--attn16: the attention kernel's "
-        "FLOP/s forward,backward; --norm/--act: elements/s forward,backward (--norm16/--act16: "
+        "FLOP/s forward,backward (--attn-seq: over sequences of T tokens); --norm/--act: "
+        "elements/s forward,backward (--norm16/--act16: "
         "in 16-bit modes); --mem-bandwidth: bytes/s read and written; --act-bandwidth: the "
         "same for a pass over at most --act-bytes (what stays in cache); --disk: bytes/s "
         "written and read to offload files (this probes the offload folder's); --coll-bw, "
@@ -240,6 +241,10 @@ static void device_flags(const char *name, const dt_plan_device *d, int64_t mem,
     for (int i = 0; i < 6; i++)
         if (r[i]->fwd > 0 && r[i]->bwd > 0)
             k += snprintf(out + k, n - (size_t)k, " %s %.6g,%.6g", flag[i], r[i]->fwd, r[i]->bwd);
+    for (int i = 0; i < d->n_attn_seq; i++)
+        k += snprintf(out + k, n - (size_t)k, " --attn-seq %s,%d,%.6g,%.6g",
+                      d->attn_seq[i].lp ? "16bit" : "fp32", d->attn_seq[i].T,
+                      d->attn_seq[i].rate.fwd, d->attn_seq[i].rate.bwd);
     if (d->act_bandwidth > 0)
         k += snprintf(out + k, n - (size_t)k, " --act-bandwidth %.6g --act-bytes %.0f",
                       d->act_bandwidth, d->act_bytes);
@@ -551,6 +556,8 @@ static int parse(int argc, char **argv, args *a) {
             ok = parse_hides(v, &a->hides);
         else if ((v = dt_cli_option(argc, argv, &i, "--step-ratio")))
             ok = dt_cli_real("--step-ratio", v, 0.1, 10, &a->step_ratio);
+        else if ((v = dt_cli_option(argc, argv, &i, "--attn-seq")))
+            ok = dt_plan_add_attn_seq(v, &a->probed) == DT_OK;
         else if ((v = dt_cli_option(argc, argv, &i, "--data-rate")))
             ok = to_rate("--data-rate", v, &a->data_rate);
         else if ((v = dt_cli_option(argc, argv, &i, "--opt-bandwidth")))
@@ -582,7 +589,8 @@ static int parse(int argc, char **argv, args *a) {
                 "--act",       "--disk",          "--device",        "--rank",
                 "--coll-bw",   "--exposed-share", "--overlap",       "--norm16",
                 "--act16",     "--act-bandwidth", "--act-bytes",     "--step-ratio",
-                "--gemm-rate", "--data-rate",     "--opt-bandwidth", NULL};
+                "--gemm-rate", "--data-rate",     "--opt-bandwidth", "--attn-seq",
+                NULL};
             dt_cli_bad_arg("plan", argv[i], with_value);
             return 2;
         }
@@ -639,8 +647,14 @@ static dt_status device_of(args *a, dt_plan_device *dev, int64_t *dev_mem, dt_pl
         dev->mem_bandwidth = a->mem_bandwidth;
     if (a->latency > 0)
         dev->latency = a->latency;
+    if (a->attn.fwd > 0 || a->attn16.fwd > 0)
+        dev->n_attn_seq = 0; /* the rates given hold at every sequence */
     set2(&dev->attn_fp32, a->attn);
     set2(&dev->attn_16, a->attn16);
+    if (a->probed.n_attn_seq > 0) { /* but at the sequences given */
+        dev->n_attn_seq = a->probed.n_attn_seq;
+        memcpy(dev->attn_seq, a->probed.attn_seq, sizeof dev->attn_seq);
+    }
     set2(&dev->norm, a->norm);
     set2(&dev->act, a->act);
     if (a->norm.fwd > 0 && a->norm.bwd > 0) /* the rates given hold in every precision */

@@ -331,6 +331,36 @@ dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t) {
     return DT_OK;
 }
 
+dt_status dt_plan_add_attn_seq(const char *v, dt_plan_device *d) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return dt_err_set(DT_ERR_ARG, "--attn-seq: '%s' is too long", v);
+    char *part[5], *save = NULL, *end = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok && n < 5; tok = strtok_r(NULL, ",", &save))
+        part[n++] = tok;
+    dt_plan_attn_seq s = {0};
+    long T = n == 4 ? strtol(part[1], &end, 10) : 0;
+    if (!(n == 4 && (s.lp = word_index(part[0], GEMM_PRECISIONS, 2)) >= 0 && *end == '\0' &&
+          end != part[1] && T >= 1 && T <= INT_MAX))
+        return dt_err_set(DT_ERR_ARG,
+                          "--attn-seq %s: give PRECISION,T,FWD,BWD: fp32 or 16bit, the "
+                          "sequence's tokens and the attention kernel's FLOP/s forward and "
+                          "backward (as --explain's \"device\" prints them)",
+                          v);
+    s.T = (int)T;
+    DT_TRY(dt_plan_parse_rate(part[2], &s.rate.fwd));
+    DT_TRY(dt_plan_parse_rate(part[3], &s.rate.bwd));
+    int i = 0;
+    while (i < d->n_attn_seq && !(d->attn_seq[i].lp == s.lp && d->attn_seq[i].T == s.T))
+        i++;
+    if (i == DT_PLAN_ATTN_SEQS)
+        return dt_err_set(DT_ERR_ARG, "--attn-seq: at most %d sequences", DT_PLAN_ATTN_SEQS);
+    d->attn_seq[i] = s;
+    d->n_attn_seq += i == d->n_attn_seq;
+    return DT_OK;
+}
+
 size_t dt_plan_gemm_flags(const dt_plan_gemm_table *t, char *out, size_t n) {
     size_t k = 0;
     out[0] = '\0';

@@ -50,4 +50,9 @@ dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t);
 /* t as --gemm-rate flags (each with a leading space) into out (n bytes); the bytes written. */
 size_t dt_plan_gemm_flags(const dt_plan_gemm_table *t, char *out, size_t n);
 
+/* One --attn-seq value, "PRECISION,T,FWD,BWD" (fp32|16bit, the sequence's tokens, the
+ * attention kernel's FLOP/s forward and backward), into d->attn_seq; a sequence given again
+ * replaces its rates. */
+dt_status dt_plan_add_attn_seq(const char *v, dt_plan_device *d);
+
 #endif

@@ -324,10 +324,11 @@ static dt_status time_attention(dt_plan_probe *p, const dt_config *c, bool bf16,
     return DT_OK;
 }
 
-/* The attention kernel's rates at the sequences the model runs: a GPT's and a full-attention
- * DiT's whole sequence; under spatial_temporal a frame's tokens and a position's frames, whose
- * blocks alternate, as one rate over both (their FLOPs over their seconds). */
-static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16,
+/* The attention kernel's rates at the sequences the model runs, each into d->attn_seq: a
+ * GPT's and a full-attention DiT's whole sequence; under spatial_temporal a frame's tokens and
+ * a position's frames, whose blocks alternate; and over them all (their FLOPs over their
+ * seconds) as *out, for a sequence the table lacks. */
+static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16, dt_plan_device *d,
                                  dt_plan_rate2 *out) {
     const dt_model_config *m = &c->model;
     int T[2] = {c->train.seq_len, 0};
@@ -340,6 +341,9 @@ static dt_status probe_attention(dt_plan_probe *p, const dt_config *c, bool bf16
         double secs[DT_PLAN_PARTS], n = 0;
         DT_TRY(time_attention(p, c, bf16, T[i], secs, &n));
         fwd += secs[0], bwd += secs[1], flops += n;
+        if (d->n_attn_seq < DT_PLAN_ATTN_SEQS)
+            d->attn_seq[d->n_attn_seq++] =
+                (dt_plan_attn_seq){bf16, T[i], {n / secs[0], 2 * n / secs[1]}};
     }
     out->fwd = flops / fwd;
     out->bwd = 2 * flops / bwd;
@@ -733,8 +737,9 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_
         st = probe_machine(p, c, d);
     if (st == DT_OK)
         st = probe_disk(c, d);
+    d->n_attn_seq = 0;
     for (int lp = 0; lp < 2 && st == DT_OK; lp++) { /* fp32, then 16-bit modes */
-        st = probe_attention(p, c, lp, lp ? &d->attn_16 : &d->attn_fp32);
+        st = probe_attention(p, c, lp, d, lp ? &d->attn_16 : &d->attn_fp32);
         if (st == DT_OK)
             st = probe_norm(p, c, lp, lp ? &d->norm_16 : &d->norm);
         if (st == DT_OK)

@@ -188,7 +188,8 @@ static block_cost cost_block(const work *w, int l, bool split) {
     linear_s mm = block_linears(w);
     pointwise_s pw = block_pointwise(w);
     double flops = block_attention_flops(w);
-    double at_f = flops / w->attn.fwd, at_b = 2 * flops / w->attn.bwd;
+    dt_plan_rate2 at = dt_plan_attn_at(w, w->T);
+    double at_f = flops / at.fwd, at_b = 2 * flops / at.bwd;
     dt_plan_rerun r = dt_plan_ac_rerun(&w->c->plugin, l);
     double q8 = act_compress_int8_pass(w, r);
     double restore = q8;
@@ -490,6 +491,16 @@ static double positive_or(double x, double fallback) { return x > 0 ? x : fallba
 double dt_plan_pass_bw(const work *w, double bytes) {
     const dt_plan_device *d = w->d;
     return d->act_bandwidth > 0 && bytes <= d->act_bytes ? d->act_bandwidth : w->mem_bw;
+}
+
+dt_plan_rate2 dt_plan_attn_at(const work *w, double T) {
+    const dt_plan_device *d = w->d;
+    for (int i = 0; i < d->n_attn_seq; i++) {
+        const dt_plan_attn_seq *s = &d->attn_seq[i];
+        if (s->lp == (int)w->lp && s->T == T && s->rate.fwd > 0 && s->rate.bwd > 0)
+            return s->rate;
+    }
+    return w->attn;
 }
 
 /* Rates left 0: attention at the matmul rate; a norm streams 8 bytes an element forward

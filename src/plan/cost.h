@@ -71,7 +71,15 @@ typedef enum dt_plan_coll {
     DT_PLAN_COLL_COUNT
 } dt_plan_coll;
 
-enum { DT_PLAN_COLL_SIZES = 8 };
+enum { DT_PLAN_COLL_SIZES = 8, DT_PLAN_ATTN_SEQS = 8 };
+
+/* The attention kernel's rates over sequences of T tokens (lp: 16-bit modes), whose per-
+ * sequence work a short sequence's FLOPs do not show (the DiT's temporal attention over 8
+ * frames runs at 0.4x the rate of its spatial attention over 16 tokens here). */
+typedef struct dt_plan_attn_seq {
+    int lp, T;
+    dt_plan_rate2 rate;
+} dt_plan_attn_seq;
 
 typedef struct dt_plan_device {
     double flops_fp32, flops_16; /* matmul FLOP/s per rank: fp32, and bf16/fp16 operands */
@@ -87,6 +95,8 @@ typedef struct dt_plan_device {
     double disk_write, disk_read;
     dt_plan_rate2 attn_fp32, attn_16; /* attention core FLOP/s (fwd counts 2 T hs a token and
                                        * head, bwd twice that); 0: the matmul rate */
+    int n_attn_seq; /* the same at the sequences listed (`this`: each a model's blocks see) */
+    dt_plan_attn_seq attn_seq[DT_PLAN_ATTN_SEQS];
     dt_plan_rate2 norm, act;          /* elements/s: a norm over [tokens, C]; the MLP activation
                                        * over [tokens, F]; 0: from mem_bandwidth */
     dt_plan_rate2 norm_16, act_16;    /* the same in 16-bit modes, whose kernels write 16-bit

@@ -154,11 +154,12 @@ static pass unit_matmuls(const dit_work *x, int u, bool split) {
 }
 
 /* The attention core's forward FLOPs on this rank: its N / sp token rows (all N rows of
- * Ct / sp under the all-to-all, or its own Nt of Ct); with text, its Nt rows' products with
- * their clips' Lt text tokens. */
-static double attention_flops(const dit_work *x, int l) {
-    double Lt = x->w->c->model.text_len;
-    return 4 * seq_of(&x->g, l) * (x->w->N / x->w->sp) * x->w->A + 4 * Lt * x->w->Nt * x->w->A;
+ * Ct / sp under the all-to-all, or its own Nt of Ct) over the block's sequence; with text,
+ * its Nt rows' products with their clips' Lt text tokens (cross). */
+static double attention_flops(const dit_work *x, int l, bool cross) {
+    if (cross)
+        return 4 * x->w->c->model.text_len * x->w->Nt * x->w->A;
+    return 4 * seq_of(&x->g, l) * (x->w->N / x->w->sp) * x->w->A;
 }
 
 /* Pointwise work of block l: bytes at mem_bandwidth unless a kernel has its rate. Not at the
@@ -239,8 +240,11 @@ static double int8_pass(const dit_work *x, dt_plan_rerun r) {
 static pass cost_block(const dit_work *x, int l, bool split) {
     const dt_plan_work *w = x->w;
     pass mm = unit_matmuls(x, l + 1, split), pw = block_pointwise(x, l), cm = block_comm(x, l, mm);
-    double flops = attention_flops(x, l);
-    double at_f = flops / w->attn.fwd, at_b = 2 * flops / w->attn.bwd;
+    /* self-attention at its sequence's rate, cross-attention at the kernel's one rate */
+    double self = attention_flops(x, l, false), cross = attention_flops(x, l, true);
+    dt_plan_rate2 at = dt_plan_attn_at(w, seq_of(&x->g, l));
+    double at_f = self / at.fwd + cross / w->attn.fwd;
+    double at_b = 2 * self / at.bwd + 2 * cross / w->attn.bwd;
     if (!spatial(&x->g, l)) { /* full and temporal attention go around a ring */
         at_f += dt_plan_cost_ring(w, false, at_f);
         at_b += dt_plan_cost_ring(w, true, at_b);

@@ -40,6 +40,9 @@ typedef struct dt_plan_work {
     double act_disk;   /* plugin.act_offload = disk: bytes of a block's record; 0: off */
     double attn_share; /* of causal attention's tiles computed (data.doc_mask: below 1) */
 } dt_plan_work;
+/* The attention kernel's rates over sequences of T tokens: the device's at T where it has
+ * them, else its one rate (attn) */
+dt_plan_rate2 dt_plan_attn_at(const dt_plan_work *w, double T);
 /* bytes/s of a pass over a tensor of `bytes`: the device's act_bandwidth where it fits its
  * act_bytes, else mem_bw */
 double dt_plan_pass_bw(const dt_plan_work *w, double bytes);

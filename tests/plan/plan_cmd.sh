@@ -41,7 +41,8 @@ rc=$?
 for a in "--mem 80GB" "--flops 3X" "--device tpu" "--world 0" "--bandwidth fast" "--attn 1T" \
     "--norm 1G,x" "--gemm-rate fp32,fwd,64,64,64" "--gemm-rate fp8,fwd,64,64,64,1T" \
     "--gemm-rate fp32,fwd,64,0,64,1T" "--no-probe" "--device this --no-probe --flops 1T" \
-    "--data-rate 0" "--opt-bandwidth -1G"; do
+    "--data-rate 0" "--opt-bandwidth -1G" "--attn-seq fp32,0,1T,1T" "--attn-seq fp8,16,1T,1T" \
+    "--attn-seq 16bit,16,1T"; do
     out=$("$dtrain" plan --config "$cfg" --world 8 $a 2>&1)
     rc=$?
     [ $rc = 2 ] && [ "$(echo "$out" | grep -c error)" -ge 1 ] && ok "$a refused: $(echo "$out" | head -1)" \
@@ -67,7 +68,7 @@ assert b["predicted"]["step_ms"] > a["predicted"]["step_ms"]
 scratch=$(mktemp -d) # the made-up token shard's folder, to see it go
 dev=$(TMPDIR=$scratch OMP_NUM_THREADS=1 "$dtrain" plan --world 1 --device this --show-device \
       --model.n_layer=1)
-for f in --flops --flops16 --mem-bandwidth --attn --attn16 --norm --act; do
+for f in --flops --flops16 --mem-bandwidth --attn --attn16 --attn-seq --norm --act; do
     echo "$dev" | grep -qe "$f [0-9]" || bad "--show-device lacks $f: $dev"
 done
 ok "device this: $dev"

@@ -107,6 +107,18 @@ static void check_shape(const dt_dit_config *dc) {
         attn += 4.0 * batch * S * T * C;
         block += 2.0 * batch * (C * 6 * C + S * (3 * C * C + C * C + 8 * C * C));
     }
+    /* the attention kernel at half the rate over layer 1's sequence (spatial_temporal: a
+     * position's frames; full: the clip), its rate elsewhere and in 16-bit modes: those
+     * layers' attention, forward and backward, takes twice as long */
+    int T1 = dc->attn == DT_DIT_ATTN_FULL ? Tt * hw : Tt;
+    double slow = 0;
+    for (int l = 0; l < dc->n_layer; l++)
+        slow += (dc->attn == DT_DIT_ATTN_FULL || l % 2 == 1) ? 3 * 4.0 * batch * S * T1 * C : 0;
+    dt_plan_device half = FAST;
+    half.n_attn_seq = 2;
+    half.attn_seq[0] = (dt_plan_attn_seq){0, T1, {0.5e9, 0.5e9}};
+    half.attn_seq[1] = (dt_plan_attn_seq){1, hw, {0.1e9, 0.1e9}};
+    DT_CHECK_CLOSE(step(&c, 1, &half), want + slow / 1e9, 1e-9 * want);
     c.plugin.ac = DT_AC_SELECTIVE;
     DT_CHECK_CLOSE(step(&c, 1, &FAST), want + attn / 1e9, 1e-9 * want);
     c.plugin.ac = DT_AC_FULL;
