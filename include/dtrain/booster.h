@@ -32,8 +32,7 @@
 typedef struct dt_booster dt_booster;
 typedef struct dt_model dt_model;
 
-DT_API dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world,
-                                 dt_booster **out);
+DT_API dt_status dt_booster_init(const dt_plugin_config *plugin, dt_comm *world, dt_booster **out);
 DT_API void dt_booster_free(dt_booster *b);
 
 /* Learning rate for 0-based optimizer step `step` (NULL: warmup + cosine/constant from the
@@ -52,12 +51,12 @@ typedef struct dt_boost_spec {
     int micro_batch_size;   /* per rank; 0 = the rank's whole share */
     int seq_len;
     bool shuffle;
-    uint64_t seed;          /* weights and data order */
+    uint64_t seed;            /* weights and data order */
     const char *init_weights; /* HF safetensors to start from; NULL or "" = random init */
-    int total_steps;        /* for the default schedule */
-    dt_lr_schedule_fn lr;   /* NULL = default */
+    int total_steps;          /* for the default schedule */
+    dt_lr_schedule_fn lr;     /* NULL = default */
     void *lr_ctx;
-    bool trace;             /* record each step's timeline (dt_booster_write_trace) */
+    bool trace; /* record each step's timeline (dt_booster_write_trace) */
     /* log every allocation and saved activation set into this rank's file of this name
      * (dt_booster_write_mem_timeline); NULL or "" = no log */
     const char *mem_timeline;
@@ -94,22 +93,22 @@ typedef struct dt_boost_spec {
 DT_API dt_status dt_booster_boost(dt_booster *b, const dt_boost_spec *spec);
 
 typedef struct dt_step_stats {
-    int64_t step;          /* optimizer steps completed, after this one */
-    double loss;           /* mean cross-entropy of the step's global batch, before the update */
-    double grad_norm;      /* global, before clipping */
+    int64_t step;     /* optimizer steps completed, after this one */
+    double loss;      /* mean cross-entropy of the step's global batch, before the update */
+    double grad_norm; /* global, before clipping */
     float lr;
     double seconds;
-    uint64_t comm_bytes;   /* bytes this rank moved in the step's communication */
+    uint64_t comm_bytes; /* bytes this rank moved in the step's communication */
     uint64_t comm_bytes_grad, comm_bytes_tp, comm_bytes_sp,
         comm_bytes_pp;      /* the same, per
                              * group: gradients (dp x cp x sp), tensor parallel, Ulysses,
                              * pipeline (dtrain's bus-bytes count) */
     uint64_t comm_bytes_cp; /* the ring of context parallelism (keys, values and their
                              * gradients) */
-    double comm_exposed_s; /* time this rank's own thread spent in them (blocked, posting or
-                            * waiting): the communication that did not overlap compute */
-    double data_s;         /* of seconds: reading (or making) this rank's rows of the batch */
-    double optimizer_s;    /* of seconds: the optimizer's update (ZeRO's gather of it included) */
+    double comm_exposed_s;  /* time this rank's own thread spent in them (blocked, posting or
+                             * waiting): the communication that did not overlap compute */
+    double data_s;          /* of seconds: reading (or making) this rank's rows of the batch */
+    double optimizer_s;     /* of seconds: the optimizer's update (ZeRO's gather of it included) */
     /* fp16 (1, false, 0 otherwise): the loss scale this step's backward used, whether its
      * gradients overflowed so that nothing was updated, and the run's skipped steps so far */
     float loss_scale;
@@ -167,8 +166,8 @@ DT_API void dt_booster_ema_path(const char *path, char *out, size_t n);
 /* Temperature sampling of n_new tokens after the prompt, in any layout: the weights are
  * gathered, rank 0 runs a one-process copy of the model, and every rank receives the tokens
  * in out[n_new]. Collective over the world; reproducible from the seed. */
-DT_API dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt,
-                                   int n_new, float temperature, uint64_t seed, int32_t *out);
+DT_API dt_status dt_booster_sample(dt_booster *b, const int32_t *prompt, int n_prompt, int n_new,
+                                   float temperature, uint64_t seed, int32_t *out);
 
 DT_API int64_t dt_booster_steps_done(const dt_booster *b);
 DT_API dt_model *dt_booster_model(dt_booster *b);

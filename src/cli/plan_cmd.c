@@ -340,13 +340,10 @@ static int explain(const dt_config *c, int world, int rank, const char *device,
     dt_plan_time t;
     dt_plan_stage_time stages[DT_MAX_CHUNKS];
     dt_plan_mem_opts o = {.schedule = sched};
-    dt_layout lay;
     if (st == DT_OK)
         st = dt_plan_memory(c, world, rank, &o, &m);
     if (st == DT_OK)
         st = dt_plan_step_time_stages(c, world, dev, sched, &t, stages);
-    if (st == DT_OK)
-        st = dt_layout_make(c, world, rank, &lay);
     if (st != DT_OK) {
         dt_sched_free(sched);
         dt_error("%s", dt_err_msg());
@@ -378,8 +375,8 @@ static int explain(const dt_config *c, int world, int rank, const char *device,
     k +=
         snprintf(extra + k, sizeof extra - (size_t)k, ", \"data_ms\": %.3f, \"optimizer_ms\": %.3f",
                  1e3 * t.data_s, 1e3 * t.optimizer_s);
-    if (lay.pp > 1)
-        k += explain_stages(stages, lay.pp, lay.coords[DT_AXIS_PP], extra + k,
+    if (c->plugin.pp_size > 1)
+        k += explain_stages(stages, c->plugin.pp_size, m.pp_rank, extra + k,
                             sizeof extra - (size_t)k);
     if (t.cores_s > 0) /* ranks sharing too few cores: their CPU time over the cores */
         k += snprintf(extra + k, sizeof extra - (size_t)k, ", \"cores_ms\": %.3f", 1e3 * t.cores_s);

@@ -36,7 +36,7 @@ typedef struct shared {
     int reps;
     double seconds;
     unsigned char job[DT_PLAN_JOB_BYTES];
-    bool more[MAX_RUNS + 1];              /* the leader's word at barrier i: run again */
+    bool more[MAX_RUNS + 1]; /* the leader's word at barrier i: run again */
     /* each copy's seconds of each part, run by run */
     double runs[MAX_COPIES][DT_PLAN_PARTS][MAX_RUNS];
     int n_runs;
@@ -99,8 +99,7 @@ static bool take_part(shared *sh, int me, int copies, const dt_plan_crew *c) {
             break;
         if (!sh->more[i])
             break;
-        for (int p = 0; p < DT_PLAN_PARTS; p++)
-            s[p] = 0;
+        memset(s, 0, sizeof s);
         if (st == DT_OK)
             st = k->once(sh->job, state, s);
         for (int p = 0; p < DT_PLAN_PARTS; p++)

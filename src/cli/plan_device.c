@@ -298,24 +298,40 @@ static int word_index(const char *word, const char *const *names, int count) {
     return -1;
 }
 
-dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t) {
-    char buf[256];
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
-        return dt_err_set(DT_ERR_ARG, "--gemm-rate: '%s' is too long", v);
-    char *part[7], *save = NULL;
+/* v's comma-separated fields, copied into buf[256], into part[max]; how many (max + 1 when
+ * there are more), or -1 when v does not fit */
+static int split_fields(const char *v, char *buf, char **part, int max) {
+    if (snprintf(buf, 256, "%s", v) >= 256)
+        return -1;
+    char *save = NULL;
     int n = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok && n < 7; tok = strtok_r(NULL, ",", &save))
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            return max + 1;
         part[n++] = tok;
+    }
+    return n;
+}
+
+/* a whole number in [1, INT_MAX], the whole of s */
+static bool positive_int(const char *s, int *out) {
+    char *end;
+    long x = strtol(s, &end, 10);
+    *out = (int)x;
+    return *end == '\0' && end != s && x >= 1 && x <= INT_MAX;
+}
+
+dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t) {
+    char buf[256], *part[6];
+    int n = split_fields(v, buf, part, 6);
+    if (n < 0)
+        return dt_err_set(DT_ERR_ARG, "--gemm-rate: '%s' is too long", v);
     dt_plan_gemm_shape s = {0};
     int dims[3];
     bool ok = n == 6 && (s.lp = word_index(part[0], GEMM_PRECISIONS, 2)) >= 0 &&
               (s.op = word_index(part[1], GEMM_OPS, 3)) >= 0;
-    for (int i = 0; ok && i < 3; i++) {
-        char *end;
-        long d = strtol(part[2 + i], &end, 10);
-        ok = *end == '\0' && end != part[2 + i] && d >= 1 && d <= INT_MAX;
-        dims[i] = (int)d;
-    }
+    for (int i = 0; ok && i < 3; i++)
+        ok = positive_int(part[2 + i], &dims[i]);
     if (!ok)
         return dt_err_set(DT_ERR_ARG,
                           "--gemm-rate %s: give PRECISION,OP,M,N,K,RATE: fp32 or 16bit, fwd, dx "
@@ -332,23 +348,18 @@ dt_status dt_plan_add_gemm(const char *v, dt_plan_gemm_table *t) {
 }
 
 dt_status dt_plan_add_attn_seq(const char *v, dt_plan_device *d) {
-    char buf[256];
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+    char buf[256], *part[4];
+    int n = split_fields(v, buf, part, 4);
+    if (n < 0)
         return dt_err_set(DT_ERR_ARG, "--attn-seq: '%s' is too long", v);
-    char *part[5], *save = NULL, *end = NULL;
-    int n = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok && n < 5; tok = strtok_r(NULL, ",", &save))
-        part[n++] = tok;
     dt_plan_attn_seq s = {0};
-    long T = n == 4 ? strtol(part[1], &end, 10) : 0;
-    if (!(n == 4 && (s.lp = word_index(part[0], GEMM_PRECISIONS, 2)) >= 0 && *end == '\0' &&
-          end != part[1] && T >= 1 && T <= INT_MAX))
+    if (!(n == 4 && (s.lp = word_index(part[0], GEMM_PRECISIONS, 2)) >= 0 &&
+          positive_int(part[1], &s.T)))
         return dt_err_set(DT_ERR_ARG,
                           "--attn-seq %s: give PRECISION,T,FWD,BWD: fp32 or 16bit, the "
                           "sequence's tokens and the attention kernel's FLOP/s forward and "
                           "backward (as --explain's \"device\" prints them)",
                           v);
-    s.T = (int)T;
     DT_TRY(dt_plan_parse_rate(part[2], &s.rate.fwd));
     DT_TRY(dt_plan_parse_rate(part[3], &s.rate.bwd));
     int i = 0;

@@ -97,11 +97,11 @@ typedef struct dt_plan_device {
                                        * head, bwd twice that); 0: the matmul rate */
     int n_attn_seq; /* the same at the sequences listed (`this`: each a model's blocks see) */
     dt_plan_attn_seq attn_seq[DT_PLAN_ATTN_SEQS];
-    dt_plan_rate2 norm, act;          /* elements/s: a norm over [tokens, C]; the MLP activation
-                                       * over [tokens, F]; 0: from mem_bandwidth */
-    dt_plan_rate2 norm_16, act_16;    /* the same in 16-bit modes, whose kernels write 16-bit
-                                       * copies (`this`); 0: norm and act */
-    dt_plan_gemm_rate gemm_rate;      /* NULL: every product at the peak (or as below) */
+    dt_plan_rate2 norm, act;       /* elements/s: a norm over [tokens, C]; the MLP activation
+                                    * over [tokens, F]; 0: from mem_bandwidth */
+    dt_plan_rate2 norm_16, act_16; /* the same in 16-bit modes, whose kernels write 16-bit
+                                    * copies (`this`); 0: norm and act */
+    dt_plan_gemm_rate gemm_rate;   /* NULL: every product at the peak (or as below) */
     void *gemm_ctx;
     /* What a tuned implementation reaches on a datasheet device (presets; 0 = not modelled:
      * `this` is measured, so its rates are already what runs). */
@@ -161,14 +161,14 @@ typedef struct dt_plan_device {
 enum { DT_PLAN_HIDE_TP = 1, DT_PLAN_HIDE_DP = 2 };
 
 typedef struct dt_plan_time {
-    double step_s;     /* the slowest rank's step */
-    double compute_s;  /* its busy time: matmuls and the tp/sp collectives between them */
-    double comm_s;     /* its data-parallel communication not hidden behind compute */
-    double bubble;     /* pipeline: idle share of the replayed schedule (0 without pp) */
-    double act_disk_s; /* of compute_s: activation file I/O its computation waits for */
-    double cores_s;    /* ranks sharing too few cores: their compute and optimizer time over
-                        * the cores, the step's floor (0: not shared) */
-    double data_s;     /* of compute_s: reading the rank's rows of the batch */
+    double step_s;      /* the slowest rank's step */
+    double compute_s;   /* its busy time: matmuls and the tp/sp collectives between them */
+    double comm_s;      /* its data-parallel communication not hidden behind compute */
+    double bubble;      /* pipeline: idle share of the replayed schedule (0 without pp) */
+    double act_disk_s;  /* of compute_s: activation file I/O its computation waits for */
+    double cores_s;     /* ranks sharing too few cores: their compute and optimizer time over
+                         * the cores, the step's floor (0: not shared) */
+    double data_s;      /* of compute_s: reading the rank's rows of the batch */
     double optimizer_s; /* of step_s: the optimizer's update */
 } dt_plan_time;
 

@@ -127,9 +127,11 @@ static dt_status open_one(dt_booster *b, const dt_boost_spec *s, dt_source **tra
     (void)b;
     const dt_model_config *m = s->model;
     if (s->source == DT_SOURCE_BOUNCE) {
-        dt_bounce_source_spec bs = {.model = m, .shapes = s->shapes,
+        dt_bounce_source_spec bs = {.model = m,
+                                    .shapes = s->shapes,
                                     .label_dropout = s->label_dropout,
-                                    .batch_size = s->batch_size, .seed = s->seed};
+                                    .batch_size = s->batch_size,
+                                    .seed = s->seed};
         DT_TRY(dt_source_open_bounce(&bs, train));
         bs.label_dropout = 0;
         bs.seed = dt_rng_u64(s->seed, "data.val", 0);
@@ -257,8 +259,10 @@ static dt_status timeline_path(const char *path, int rank, char *out, size_t n) 
     else
         len = snprintf(out, n, "%s.rank%d", path, rank);
     return len >= 0 && (size_t)len < n ? DT_OK
-                                       : dt_err_set(DT_ERR_ARG, "train.mem_timeline=%s: path "
-                                                    "too long", path);
+                                       : dt_err_set(DT_ERR_ARG,
+                                                    "train.mem_timeline=%s: path "
+                                                    "too long",
+                                                    path);
 }
 
 /* This rank's file is writable (a full run must not fail at its end), then the log starts. */
@@ -383,8 +387,8 @@ static dt_status run_micro_batches(dt_booster *b, float grad_scale, double *loss
     if (dt_booster__pipelined(b)) {
         DT_TRY(read_rows(b, b->train, row0, b->lay.rows));
         dt_pipeline_batch pb = pipeline_batch(b, grad_scale);
-        return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL,
-                               (int)b->state.step, loss_sum);
+        return dt_pipeline_run(b->pipeline, &pb, b->tracing ? &b->trace : NULL, (int)b->state.step,
+                               loss_sum);
     }
     for (int row = 0; row < b->lay.rows; row += b->lay.mb) {
         double part, t0 = trace_now(b);
@@ -511,8 +515,10 @@ dt_status dt_booster_step(dt_booster *b, dt_step_stats *r) {
     r->step = ++b->state.step;
     dt_source_position(b->train, &b->state.data_pos, &b->state.data_step);
     if (!isfinite(r->loss))
-        return dt_err_set(DT_ERR_ARG, "loss became %g at step %lld (lr %g): training diverged; "
-                          "lower optim.lr%s", r->loss, (long long)r->step, r->lr,
+        return dt_err_set(DT_ERR_ARG,
+                          "loss became %g at step %lld (lr %g): training diverged; "
+                          "lower optim.lr%s",
+                          r->loss, (long long)r->step, r->lr,
                           b->plugin.grad_clip > 0 ? "" : " or set plugin.grad_clip");
     if (r->step == b->total_steps) /* the run's result: never end on non-finite weights */
         return dt_finite_check_weights(b->engine, b->world, b->state.step, b->plugin.grad_clip,
@@ -565,7 +571,7 @@ dt_status dt_booster_write_trace(dt_booster *b, const char *path) {
 dt_status dt_booster_write_mem_timeline(dt_booster *b) {
     dt_status st = b->timeline[0] ? dt_mem_write_timeline(b->mem, b->world->rank, b->timeline)
                                   : dt_err_set(DT_ERR_ARG, "booster: boost() was not asked for "
-                                               "a memory timeline");
+                                                           "a memory timeline");
     return dt_comm_agree(b->world, st);
 }
 

@@ -130,12 +130,21 @@ static void check_shape(const dt_dit_config *dc) {
 /* Ulysses: the all-to-alls of full attention cost more than of spatial_temporal's; tp 2
  * halves the token matmuls and attention but not the per-clip modulations. */
 static void test_layouts(void) {
-    dt_dit_config dc = {.frames = 8, .channels = 3, .height = 16, .width = 16, .pt = 1, .ph = 4,
-                        .pw = 4, .n_layer = 4, .n_head = 4, .n_embd = 128, .n_classes = 3,
+    dt_dit_config dc = {.frames = 8,
+                        .channels = 3,
+                        .height = 16,
+                        .width = 16,
+                        .pt = 1,
+                        .ph = 4,
+                        .pw = 4,
+                        .n_layer = 4,
+                        .n_head = 4,
+                        .n_embd = 128,
+                        .n_classes = 3,
                         .attn = DT_DIT_ATTN_SPATIAL_TEMPORAL};
     dt_config c = config_of(&dc, 8);
     c.plugin.sp_size = 2;
-    c.plugin.overlap = false; /* the gradient all-reduce is exposed alike in both */
+    c.plugin.overlap = false;  /* the gradient all-reduce is exposed alike in both */
     dt_plan_device net = FAST; /* free compute: what is left is the all-to-alls */
     net.flops_fp32 = net.flops_16 = 1e30, net.bandwidth = 1e9, net.latency = 1e-5;
     double st = step(&c, 2, &net);
@@ -165,13 +174,41 @@ static void test_layouts(void) {
 int main(int argc, char **argv) {
     DT_TEST_BEGIN(argc, argv);
     const dt_dit_config shapes[] = {
-        {.frames = 6, .channels = 3, .height = 4, .width = 10, .pt = 2, .ph = 2, .pw = 2,
-         .n_layer = 3, .n_head = 4, .n_embd = 40, .n_classes = 5,
+        {.frames = 6,
+         .channels = 3,
+         .height = 4,
+         .width = 10,
+         .pt = 2,
+         .ph = 2,
+         .pw = 2,
+         .n_layer = 3,
+         .n_head = 4,
+         .n_embd = 40,
+         .n_classes = 5,
          .attn = DT_DIT_ATTN_SPATIAL_TEMPORAL},
-        {.frames = 5, .channels = 1, .height = 6, .width = 6, .pt = 1, .ph = 3, .pw = 2,
-         .n_layer = 2, .n_head = 3, .n_embd = 42, .n_classes = 0, .attn = DT_DIT_ATTN_FULL},
-        {.frames = 8, .channels = 3, .height = 16, .width = 16, .pt = 1, .ph = 4, .pw = 4,
-         .n_layer = 4, .n_head = 4, .n_embd = 128, .n_classes = 3,
+        {.frames = 5,
+         .channels = 1,
+         .height = 6,
+         .width = 6,
+         .pt = 1,
+         .ph = 3,
+         .pw = 2,
+         .n_layer = 2,
+         .n_head = 3,
+         .n_embd = 42,
+         .n_classes = 0,
+         .attn = DT_DIT_ATTN_FULL},
+        {.frames = 8,
+         .channels = 3,
+         .height = 16,
+         .width = 16,
+         .pt = 1,
+         .ph = 4,
+         .pw = 4,
+         .n_layer = 4,
+         .n_head = 4,
+         .n_embd = 128,
+         .n_classes = 3,
          .attn = DT_DIT_ATTN_SPATIAL_TEMPORAL},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
