@@ -2,13 +2,15 @@
  * Checks that the copies start each run together (a shared count of the copies inside the
  * kernel), that a run lasts as long as its slowest copy, that a twin
  * whose kernel fails or whose process dies gives an error naming it and never a hang, that
- * the crew goes on timing after a failed job, and that this process gets its cores back.
+ * the crew goes on timing after a failed job, that an idle twin takes no CPU (the plan runs
+ * dtrain probe's collectives beside it), and that this process gets its cores back.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +103,30 @@ static void check_twin_dies(void) {
     DT_CHECK(CPU_EQUAL(&before, &after), "the crew gave this process its cores back");
 }
 
+static double children_cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_CHILDREN, &u);
+    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+           u.ru_stime.tv_usec * 1e-6;
+}
+
+/* A twin waiting for its next job sleeps: a twin that polled (every 20 us, as it once did)
+ * took 3-5x off the rates of two MPI ranks beside it, and so off every collective the plan
+ * timed. The twins' CPU time is counted once they are reaped. */
+static void check_idle_twin_sleeps(void) {
+    double before = children_cpu_seconds();
+    dt_plan_crew *c = NULL;
+    DT_CHECK_OK(dt_plan_crew_start(2, 1, &c));
+    int job = 0;
+    double secs[DT_PLAN_PARTS];
+    DT_CHECK_OK(dt_plan_crew_time(c, &PACED, &job, sizeof job, 2, 0, secs));
+    nap_ms(900);
+    DT_CHECK_OK(dt_plan_crew_time(c, &PACED, &job, sizeof job, 2, 0, secs));
+    dt_plan_crew_stop(c);
+    double used = children_cpu_seconds() - before;
+    DT_CHECK(used < 0.02, "an idle twin took %.1f ms of CPU in 0.9 s, want under 20", used * 1e3);
+}
+
 static void check_alone(void) {
     dt_plan_crew *c = NULL;
     DT_CHECK_OK(dt_plan_crew_start(1, 1, &c));
@@ -124,5 +150,6 @@ int main(int argc, char **argv) {
     check_alone();
     check_side_by_side();
     check_twin_dies();
+    check_idle_twin_sleeps();
     return DT_TEST_END();
 }
