@@ -111,8 +111,7 @@ static double children_cpu_seconds(void) {
 }
 
 /* A twin waiting for its next job sleeps: a twin that polled (every 20 us, as it once did)
- * took 3-5x off the rates of two MPI ranks beside it, and so off every collective the plan
- * timed. The twins' CPU time is counted once they are reaped. */
+ * took a fifth of a core from the two MPI ranks beside it, whose collectives the plan times. The twins' CPU time is counted once they are reaped. */
 static void check_idle_twin_sleeps(void) {
     double before = children_cpu_seconds();
     dt_plan_crew *c = NULL;
