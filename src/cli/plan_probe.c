@@ -588,15 +588,17 @@ static dt_status copy_rate(dt_plan_probe *p, int64_t bytes, double *rate) {
 }
 
 /* The matmul peaks MFU is counted against; memory's rate from a copy far larger than the
- * caches (the optimizer's state), a rank's collective bandwidth from it (Open MPI copies a
- * message into a shared segment and out: a copy's size a second, halved); and the rate of a
+ * caches (the optimizer's state), a rank's collective bandwidth from it where dtrain probe gave
+ * none (Open MPI copies a message into a shared segment and out: a copy's size a second,
+ * halved); and the rate of a
  * pass over the largest of a block's activation tensors (the MLP's hidden) at the probe's
  * rows, which stay in cache on most CPUs. */
 static dt_status probe_machine(dt_plan_probe *p, const dt_config *c, dt_plan_device *d) {
     DT_TRY(gemm_flops(p, dt_gemm_peak_shape(DT_F32), 0.3, 1, &d->flops_fp32));
     DT_TRY(gemm_flops(p, dt_gemm_peak_shape(DT_BF16), 0.3, 1, &d->flops_16));
     DT_TRY(copy_rate(p, (int64_t)64 << 20, &d->mem_bandwidth));
-    d->bandwidth = d->mem_bandwidth / 4;
+    if (d->n_coll == 0) /* dtrain probe did not run (or failed): the copy's guess */
+        d->bandwidth = d->mem_bandwidth / 4;
     int64_t act = (int64_t)probe_rows(c) * ffn_hidden(&c->model) * 4;
     DT_TRY(copy_rate(p, act, &d->act_bandwidth));
     d->act_bytes = (double)act;
@@ -731,8 +733,13 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_
     }
     int threads = d->threads > 0 ? d->threads : 1;
     int room = d->cores > 0 ? d->cores / threads : 1;
+    int side_by_side = copies < room ? copies : room;
+    /* before the crew: its twins and its pinning of this process (which mpirun and, unbound,
+     * its ranks would inherit) stay out of the ranks' way */
+    if (st == DT_OK && step_world > 1 && side_by_side > 1)
+        probe_collectives(side_by_side, d);
     if (st == DT_OK)
-        st = dt_plan_crew_start(copies < room ? copies : room, threads, &p->crew);
+        st = dt_plan_crew_start(side_by_side, threads, &p->crew);
     if (st == DT_OK)
         st = probe_machine(p, c, d);
     if (st == DT_OK)
@@ -749,8 +756,6 @@ dt_status dt_plan_probe_this(const dt_config *c, int copies, int step_world, dt_
         d->gemm_rate = gemm_rate;
         d->gemm_ctx = p;
     }
-    if (st == DT_OK && step_world > 1 && dt_plan_crew_size(p->crew) > 1)
-        probe_collectives(dt_plan_crew_size(p->crew), d);
     if (st == DT_OK && step_world > 0)
         st = probe_step(p, d);
     if (st != DT_OK) {

@@ -108,6 +108,10 @@ dev2=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
        "$dtrain" plan --world 2 --device this --show-device --model.n_layer=1 2>&1)
 [ "$(echo "$dev2" | grep -o -- "--coll-bw [^ ]*@" | wc -l)" -eq 4 ] &&
     ok "device this: collectives at 4 sizes" || bad "device this on 2 ranks: $dev2"
+# the point-to-point bandwidth is dtrain probe's (its largest all-reduce), not the copy's guess
+bw=$(echo "$dev2" | grep -o -- "--bandwidth [^ ]*" | cut -d' ' -f2)
+[ -n "$bw" ] && echo "$dev2" | grep -q -- "--coll-bw $bw,[^ ]*@16777216" &&
+    ok "device this: the probe's bandwidth" || bad "device this: bandwidth $bw, not the probe's: $dev2"
 dev2=$(env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMP_NUM_THREADS=1 \
        PATH=/nonexistent "$dtrain" plan --world 2 --device this --show-device --model.n_layer=1 2>&1)
 [ "$(echo "$dev2" | grep -c "warning: plan: device this: .mpirun.*did not start")" -eq 1 ] &&
