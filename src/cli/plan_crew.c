@@ -57,9 +57,9 @@ struct dt_plan_crew {
 static void nap(long ns) { nanosleep(&(struct timespec){0, ns}, NULL); }
 
 /* An idle twin sleeps in the kernel until the leader posts a job (or a tenth of a second, to
- * look for its leader): it takes no CPU from what the plan times meanwhile. A twin that napped
- * 20 us at a time took a fifth of a core and slowed dtrain probe's collectives, timed beside it,
- * by 10-30% (a 1 MiB all-reduce on two ranks). Not FUTEX_PRIVATE: the word lies in memory the processes share. */
+ * look for its leader): it takes no CPU from what runs meanwhile. A twin that napped 20 us at a
+ * time took a fifth of a core, and 10-30% off a 1 MiB all-reduce of two MPI ranks beside it.
+ * Not FUTEX_PRIVATE: the word lies in memory the processes share. */
 static void sleep_on(atomic_int *word, int seen) {
     struct timespec tenth = {0, 100000000};
     syscall(SYS_futex, word, FUTEX_WAIT, seen, &tenth, NULL, 0);

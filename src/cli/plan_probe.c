@@ -590,9 +590,8 @@ static dt_status copy_rate(dt_plan_probe *p, int64_t bytes, double *rate) {
 /* The matmul peaks MFU is counted against; memory's rate from a copy far larger than the
  * caches (the optimizer's state), a rank's collective bandwidth from it where dtrain probe gave
  * none (Open MPI copies a message into a shared segment and out: a copy's size a second,
- * halved); and the rate of a
- * pass over the largest of a block's activation tensors (the MLP's hidden) at the probe's
- * rows, which stay in cache on most CPUs. */
+ * halved); and the rate of a pass over the largest of a block's activation tensors (the MLP's
+ * hidden) at the probe's rows, which stay in cache on most CPUs. */
 static dt_status probe_machine(dt_plan_probe *p, const dt_config *c, dt_plan_device *d) {
     DT_TRY(gemm_flops(p, dt_gemm_peak_shape(DT_F32), 0.3, 1, &d->flops_fp32));
     DT_TRY(gemm_flops(p, dt_gemm_peak_shape(DT_BF16), 0.3, 1, &d->flops_16));

@@ -2,8 +2,8 @@
  * Checks that the copies start each run together (a shared count of the copies inside the
  * kernel), that a run lasts as long as its slowest copy, that a twin
  * whose kernel fails or whose process dies gives an error naming it and never a hang, that
- * the crew goes on timing after a failed job, that an idle twin takes no CPU (the plan runs
- * dtrain probe's collectives beside it), and that this process gets its cores back.
+ * the crew goes on timing after a failed job, that an idle twin takes no CPU, and that this process
+ * gets its cores back.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>
@@ -110,8 +110,9 @@ static double children_cpu_seconds(void) {
            u.ru_stime.tv_usec * 1e-6;
 }
 
-/* A twin waiting for its next job sleeps: a twin that polled (every 20 us, as it once did)
- * took a fifth of a core from the two MPI ranks beside it, whose collectives the plan times. The twins' CPU time is counted once they are reaped. */
+/* A twin waiting for its next job sleeps: one that polled (every 20 us, as it once did) took a
+ * fifth of a core from whatever ran beside it, dtrain probe's MPI ranks among them. The twins'
+ * CPU time is counted once they are reaped. */
 static void check_idle_twin_sleeps(void) {
     double before = children_cpu_seconds();
     dt_plan_crew *c = NULL;
