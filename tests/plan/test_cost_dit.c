@@ -127,21 +127,24 @@ static void check_shape(const dt_dit_config *dc) {
     dt_mem_free(mem);
 }
 
+/* configs/dit-bounce.ini's shape */
+static const dt_dit_config BOUNCE = {.frames = 8,
+                                     .channels = 3,
+                                     .height = 16,
+                                     .width = 16,
+                                     .pt = 1,
+                                     .ph = 4,
+                                     .pw = 4,
+                                     .n_layer = 4,
+                                     .n_head = 4,
+                                     .n_embd = 128,
+                                     .n_classes = 3,
+                                     .attn = DT_DIT_ATTN_SPATIAL_TEMPORAL};
+
 /* Ulysses: the all-to-alls of full attention cost more than of spatial_temporal's; tp 2
  * halves the token matmuls and attention but not the per-clip modulations. */
 static void test_layouts(void) {
-    dt_dit_config dc = {.frames = 8,
-                        .channels = 3,
-                        .height = 16,
-                        .width = 16,
-                        .pt = 1,
-                        .ph = 4,
-                        .pw = 4,
-                        .n_layer = 4,
-                        .n_head = 4,
-                        .n_embd = 128,
-                        .n_classes = 3,
-                        .attn = DT_DIT_ATTN_SPATIAL_TEMPORAL};
+    dt_dit_config dc = BOUNCE;
     dt_config c = config_of(&dc, 8);
     c.plugin.sp_size = 2;
     c.plugin.overlap = false;  /* the gradient all-reduce is exposed alike in both */
@@ -198,18 +201,7 @@ int main(int argc, char **argv) {
          .n_embd = 42,
          .n_classes = 0,
          .attn = DT_DIT_ATTN_FULL},
-        {.frames = 8,
-         .channels = 3,
-         .height = 16,
-         .width = 16,
-         .pt = 1,
-         .ph = 4,
-         .pw = 4,
-         .n_layer = 4,
-         .n_head = 4,
-         .n_embd = 128,
-         .n_classes = 3,
-         .attn = DT_DIT_ATTN_SPATIAL_TEMPORAL},
+        BOUNCE,
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         check_shape(&shapes[i]);
